@@ -1,0 +1,202 @@
+//! Incoming events: Hawk's notifier task, parsed and validated once.
+
+use serde::Deserialize;
+
+/// Bodies larger than this are refused as invalid (Hawk's notifier tasks are well under 1 KiB; a title is
+/// capped by the grouper). Keeping a bound protects the worker from one poisoned message.
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
+
+/// Why a message on the events queue cannot be used. The text goes to the `x-klaxon-error` header.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidEvent(pub String);
+
+/// One error event as Hawk's grouper hands it to the notifier.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventTask {
+    /// The project, a 24-hex MongoDB ObjectId.
+    pub project_id: String,
+    /// The event itself.
+    pub event: Event,
+}
+
+/// The event part of a notifier task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    /// The error title (message) that rules filter on.
+    pub title: String,
+    /// The group this event belongs to; counters are kept per (rule, group).
+    pub group_hash: String,
+    /// True for the first occurrence of the group.
+    pub is_new: bool,
+    /// Hawk's repetition id, if any.
+    pub repetition_id: Option<String>,
+    /// When the event happened, unix seconds, if the producer said.
+    pub timestamp: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireTask {
+    project_id: Option<serde_json::Value>,
+    event: Option<WireEvent>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireEvent {
+    title: Option<serde_json::Value>,
+    group_hash: Option<serde_json::Value>,
+    is_new: Option<serde_json::Value>,
+    repetition_id: Option<serde_json::Value>,
+    timestamp: Option<serde_json::Value>,
+}
+
+fn required_string(value: Option<serde_json::Value>, field: &str) -> Result<String, InvalidEvent> {
+    match value {
+        None | Some(serde_json::Value::Null) => Err(InvalidEvent(format!("missing required field `{field}`"))),
+        Some(serde_json::Value::String(s)) if s.is_empty() => {
+            Err(InvalidEvent(format!("field `{field}` must not be empty")))
+        }
+        Some(serde_json::Value::String(s)) => Ok(s),
+        Some(other) => Err(InvalidEvent(format!(
+            "field `{field}` must be a string, got {}",
+            json_type(&other)
+        ))),
+    }
+}
+
+fn json_type(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// True when `s` is a 24-character hexadecimal MongoDB ObjectId.
+pub fn is_object_id(s: &str) -> bool {
+    s.len() == 24 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+impl EventTask {
+    /// Parses and validates one message body. Unknown fields are ignored.
+    pub fn parse(body: &[u8]) -> Result<Self, InvalidEvent> {
+        if body.len() > MAX_BODY_BYTES {
+            return Err(InvalidEvent(format!(
+                "body is {} bytes, over the {MAX_BODY_BYTES}-byte limit",
+                body.len()
+            )));
+        }
+        let wire: WireTask = serde_json::from_slice(body).map_err(|e| {
+            if std::str::from_utf8(body).is_err() {
+                InvalidEvent("body is not valid UTF-8 JSON".to_owned())
+            } else {
+                InvalidEvent(format!("body is not a valid notifier task: {e}"))
+            }
+        })?;
+        let project_id = required_string(wire.project_id, "projectId")?;
+        if !is_object_id(&project_id) {
+            return Err(InvalidEvent(
+                "field `projectId` must be a 24-hex-digit ObjectId".to_owned(),
+            ));
+        }
+        let ev = wire
+            .event
+            .ok_or_else(|| InvalidEvent("missing required field `event`".to_owned()))?;
+        let title = required_string(ev.title, "event.title")?;
+        let group_hash = required_string(ev.group_hash, "event.groupHash")?;
+        let is_new = match ev.is_new {
+            None | Some(serde_json::Value::Null) => false,
+            Some(serde_json::Value::Bool(b)) => b,
+            Some(other) => {
+                return Err(InvalidEvent(format!(
+                    "field `event.isNew` must be a boolean, got {}",
+                    json_type(&other)
+                )))
+            }
+        };
+        let repetition_id = match ev.repetition_id {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(s)) => Some(s),
+            Some(other) => {
+                return Err(InvalidEvent(format!(
+                    "field `event.repetitionId` must be a string or null, got {}",
+                    json_type(&other)
+                )))
+            }
+        };
+        let timestamp = match ev.timestamp {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::Number(n)) => n.as_f64(),
+            Some(other) => {
+                return Err(InvalidEvent(format!(
+                    "field `event.timestamp` must be unix seconds, got {}",
+                    json_type(&other)
+                )))
+            }
+        };
+        Ok(EventTask {
+            project_id,
+            event: Event {
+                title,
+                group_hash,
+                is_new,
+                repetition_id,
+                timestamp,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: &str = "5e3eef0679fa3700a0198a49";
+
+    #[test]
+    fn parses_hawk_task() {
+        let body = format!(
+            r#"{{"projectId":"{P}","event":{{"title":"TypeError: x","groupHash":"11da","isNew":true,"repetitionId":null,"extra":1}},"more":2}}"#
+        );
+        let t = EventTask::parse(body.as_bytes()).expect("valid");
+        assert_eq!(t.project_id, P);
+        assert_eq!(t.event.title, "TypeError: x");
+        assert_eq!(t.event.group_hash, "11da");
+        assert!(t.event.is_new);
+        assert_eq!(t.event.repetition_id, None);
+    }
+
+    #[test]
+    fn rejects_bad_shapes_with_reasons() {
+        let cases: &[(&[u8], &str)] = &[
+            (b"not json", "not a valid notifier task"),
+            (b"\xff\xfe", "not valid UTF-8"),
+            (br#"{"event":{"title":"t","groupHash":"g"}}"#, "`projectId`"),
+            (br#"{"projectId":"5e3eef0679fa3700a0198a49"}"#, "`event`"),
+            (br#"{"projectId":"5e3eef0679fa3700a0198a49","event":{"groupHash":"g"}}"#, "`event.title`"),
+            (br#"{"projectId":"5e3eef0679fa3700a0198a49","event":{"title":"t"}}"#, "`event.groupHash`"),
+            (br#"{"projectId":42,"event":{"title":"t","groupHash":"g"}}"#, "must be a string"),
+            (br#"{"projectId":"nope","event":{"title":"t","groupHash":"g"}}"#, "ObjectId"),
+            (
+                br#"{"projectId":"5e3eef0679fa3700a0198a49","event":{"title":"t","groupHash":"g","isNew":"yes"}}"#,
+                "`event.isNew`",
+            ),
+            (br#"[1,2]"#, "not a valid notifier task"),
+        ];
+        for (body, want) in cases {
+            let err = EventTask::parse(body).expect_err("must be invalid");
+            assert!(err.0.contains(want), "{err} should mention {want}");
+        }
+    }
+
+    #[test]
+    fn rejects_oversized_bodies() {
+        let body = vec![b' '; MAX_BODY_BYTES + 1];
+        assert!(EventTask::parse(&body).expect_err("too big").0.contains("limit"));
+    }
+}

@@ -1,0 +1,25 @@
+//! Klaxon's pure core.
+//!
+//! Everything here is free of I/O: no async runtime, no clients, and time is always a parameter. The
+//! adapters (`klaxon-counter` for Redis, `klaxon-rules` for MongoDB, `klaxon-broker` for RabbitMQ,
+//! `klaxon-channels` for the delivery APIs) turn the outside world into these types, and `klaxon-engine`
+//! wires them together:
+//!
+//! ```text
+//! AMQP body ──parse──▶ EventTask ──rules(project)──▶ CompiledRule::wants(event)? ──▶ Hit
+//!   Hit ──counter (Redis Lua)──▶ fired? ──▶ NotificationTask (one per enabled channel) ──▶ sender
+//! ```
+#![deny(missing_docs)]
+
+pub mod event;
+pub mod filter;
+pub mod notification;
+pub mod rule;
+
+pub use event::{Event, EventTask, InvalidEvent};
+pub use filter::{Title, TitleFilter};
+pub use notification::{notification_id, NotificationEvent, NotificationTask, Reason};
+pub use rule::{
+    parse_rule_value, ChannelConfig, ChannelKind, CompiledRule, ProjectRules, RawRule, RuleProblem,
+    Want, WhatToReceive, Window,
+};

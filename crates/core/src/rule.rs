@@ -1,0 +1,642 @@
+//! Notification rules in Hawk's `projects.notifications` shape: tolerant reading, validation into typed
+//! values, and the per-event decision of whether a rule wants an event.
+//!
+//! Reading is per rule: one broken rule is reported and skipped while the project's other rules keep
+//! working (Hawk's notifier aborts the remaining rules instead).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::event::Event;
+use crate::filter::{Title, TitleFilter};
+
+/// The smallest `thresholdPeriod` accepted, in milliseconds.
+pub const MIN_PERIOD_MS: u64 = 1000;
+/// The largest `thresholdPeriod` accepted (30 days): windows are kept in Redis for their whole length.
+pub const MAX_PERIOD_MS: u64 = 30 * 24 * 3600 * 1000;
+/// Window used for legacy `whatToReceive: "ALL"` rules that carry no `thresholdPeriod`.
+pub const LEGACY_ALL_PERIOD_MS: u64 = 60_000;
+
+/// What a rule reacts to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhatToReceive {
+    /// Only the first occurrence of a group (`isNew: true`).
+    OnlyNew,
+    /// Occurrences counted in a window; fires when the count reaches `threshold`.
+    SeenMore {
+        /// Count that fires the rule, ≥ 1.
+        threshold: u64,
+        /// Window length in milliseconds, ≥ 1000.
+        period_ms: u64,
+    },
+}
+
+/// How occurrences are counted for `SEEN_MORE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Window {
+    /// Hawk's window: starts at the first counted event and lasts `thresholdPeriod`.
+    #[default]
+    Fixed,
+    /// Trailing window of `thresholdPeriod` with a cooldown of the same length after a firing.
+    Sliding,
+}
+
+impl fmt::Display for Window {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Window::Fixed => "fixed",
+            Window::Sliding => "sliding",
+        })
+    }
+}
+
+/// A delivery channel Klaxon knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChannelKind {
+    /// SMTP email.
+    Email,
+    /// Telegram Bot API.
+    Telegram,
+    /// Slack incoming webhook.
+    Slack,
+    /// Generic signed JSON webhook.
+    Webhook,
+}
+
+impl ChannelKind {
+    /// Every channel, in a stable order.
+    pub const ALL: [ChannelKind; 4] = [
+        ChannelKind::Email,
+        ChannelKind::Telegram,
+        ChannelKind::Slack,
+        ChannelKind::Webhook,
+    ];
+
+    /// The key used in Hawk's `channels` object and in queue names.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChannelKind::Email => "email",
+            ChannelKind::Telegram => "telegram",
+            ChannelKind::Slack => "slack",
+            ChannelKind::Webhook => "webhook",
+        }
+    }
+
+    /// Parses a channel key.
+    pub fn parse(s: &str) -> Option<Self> {
+        ChannelKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl fmt::Display for ChannelKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One enabled channel of a rule.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ChannelConfig {
+    /// Which channel.
+    pub kind: ChannelKind,
+    /// Where to: webhook URL, chat id, comma-separated addresses.
+    pub endpoint: String,
+    /// Digest period in seconds; 0 = send each firing on its own.
+    pub min_period_s: u64,
+}
+
+impl fmt::Debug for ChannelConfig {
+    // Endpoints can embed credentials (Slack webhook URLs are bearer secrets): never print them whole.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChannelConfig")
+            .field("kind", &self.kind)
+            .field("endpoint", &"<redacted>")
+            .field("min_period_s", &self.min_period_s)
+            .finish()
+    }
+}
+
+/// A rule as stored (Hawk's field names), with every field optional so that reading never fails on shape
+/// alone. Used by the CLI to build documents and by [`parse_rule_value`] to read them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RawRule {
+    /// Rule id (24-hex); `None` until stored.
+    #[serde(rename = "_id", skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Off = ignored.
+    #[serde(default)]
+    pub is_enabled: bool,
+    /// `ONLY_NEW`, `SEEN_MORE` (or legacy `ALL`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub what_to_receive: Option<String>,
+    /// Words, any of which must appear.
+    #[serde(default)]
+    pub including: Vec<String>,
+    /// Words, none of which may appear.
+    #[serde(default)]
+    pub excluding: Vec<String>,
+    /// SEEN_MORE threshold.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<u64>,
+    /// SEEN_MORE window length in ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threshold_period: Option<u64>,
+    /// Channels by key.
+    #[serde(default)]
+    pub channels: serde_json::Map<String, Value>,
+    /// `fixed` or `sliding`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
+    /// Regexes, any of which must match.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub including_patterns: Vec<String>,
+    /// Regexes, none of which may match.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub excluding_patterns: Vec<String>,
+}
+
+/// Why a rule (or one of its parts) cannot be used, with a suggested fix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuleProblem {
+    /// The rule id when it could be read.
+    pub rule_id: Option<String>,
+    /// True when the whole rule is skipped; false when only a part (a channel) is.
+    pub fatal: bool,
+    /// What is wrong.
+    pub message: String,
+    /// How to fix it.
+    pub fix: String,
+}
+
+impl fmt::Display for RuleProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "rule {}: {} (fix: {})",
+            self.rule_id.as_deref().unwrap_or("<no id>"),
+            self.message,
+            self.fix
+        )
+    }
+}
+
+/// A validated rule, ready to evaluate events.
+#[derive(Debug, Clone)]
+pub struct CompiledRule {
+    /// Rule id (24-hex).
+    pub id: String,
+    /// Off = ignored.
+    pub enabled: bool,
+    /// What the rule reacts to.
+    pub what: WhatToReceive,
+    /// How SEEN_MORE counts.
+    pub window: Window,
+    /// Enabled channels with an endpoint.
+    pub channels: Vec<ChannelConfig>,
+    /// Compiled title filters.
+    pub filter: TitleFilter,
+}
+
+/// What a rule asks the counter to do for one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Want {
+    /// Fire once per (rule, group): the event is a first occurrence.
+    FirstSeen,
+    /// Count the event; fire when the window's count reaches `threshold`.
+    Count {
+        /// Count that fires.
+        threshold: u64,
+        /// Window length in ms.
+        period_ms: u64,
+        /// Fixed or sliding.
+        window: Window,
+    },
+}
+
+impl CompiledRule {
+    /// Decides whether this rule is interested in the event (enabled, kind, filters). `title` must be
+    /// `Title::new(&event.title)`, computed once per event.
+    pub fn wants(&self, event: &Event, title: &Title<'_>) -> Option<Want> {
+        if !self.enabled || self.channels.is_empty() {
+            return None;
+        }
+        let want = match self.what {
+            WhatToReceive::OnlyNew if event.is_new => Want::FirstSeen,
+            WhatToReceive::OnlyNew => return None,
+            WhatToReceive::SeenMore {
+                threshold,
+                period_ms,
+            } => Want::Count {
+                threshold,
+                period_ms,
+                window: self.window,
+            },
+        };
+        self.filter.matches(title).then_some(want)
+    }
+}
+
+fn id_of(v: Option<&Value>) -> Option<String> {
+    match v? {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(m) => m.get("$oid").and_then(Value::as_str).map(str::to_owned),
+        _ => None,
+    }
+}
+
+fn as_u64(v: &Value) -> Option<u64> {
+    match v {
+        Value::Number(n) => n
+            .as_u64()
+            .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64)),
+        // Relaxed extended JSON of an int64 that does not fit a double, or a canonical one.
+        Value::Object(m) => m
+            .get("$numberLong")
+            .or_else(|| m.get("$numberInt"))
+            .and_then(Value::as_str)
+            .and_then(|s| s.parse().ok()),
+        _ => None,
+    }
+}
+
+fn string_list(rule: &serde_json::Map<String, Value>, field: &str) -> Result<Vec<String>, String> {
+    match rule.get(field) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|i| {
+                i.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| format!("`{field}` must be a list of strings"))
+            })
+            .collect(),
+        Some(_) => Err(format!("`{field}` must be a list of strings")),
+    }
+}
+
+/// Reads one rule from its JSON form (a MongoDB document as relaxed extended JSON, or the import format).
+///
+/// Returns the compiled rule and the non-fatal problems found in it (skipped channels), or the fatal problem
+/// that makes the rule unusable.
+pub fn parse_rule_value(value: &Value) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
+    let Some(rule) = value.as_object() else {
+        return Err(RuleProblem {
+            rule_id: None,
+            fatal: true,
+            message: "rule is not an object".into(),
+            fix: "store each rule of `notifications` as a document".into(),
+        });
+    };
+    let rule_id = id_of(rule.get("_id"));
+    let fatal = |message: String, fix: &str| RuleProblem {
+        rule_id: rule_id.clone(),
+        fatal: true,
+        message,
+        fix: fix.to_owned(),
+    };
+    let Some(id) = rule_id.clone() else {
+        return Err(fatal(
+            "rule has no `_id`".into(),
+            "re-import the rule: `klaxon rules import` assigns ids",
+        ));
+    };
+    let enabled = match rule.get("isEnabled") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(fatal(
+                "`isEnabled` must be a boolean".into(),
+                "`klaxon rules enable|disable`",
+            ))
+        }
+    };
+    let what_raw = rule.get("whatToReceive").and_then(Value::as_str);
+    let threshold = rule.get("threshold");
+    let period = rule.get("thresholdPeriod");
+    let read_threshold = || -> Result<u64, RuleProblem> {
+        let t = threshold.ok_or_else(|| {
+            fatal(
+                "SEEN_MORE rule has no `threshold`".into(),
+                "set `threshold` to a whole number ≥ 1",
+            )
+        })?;
+        match as_u64(t) {
+            Some(0) | None => Err(fatal(
+                format!("`threshold` must be a whole number ≥ 1, got {t}"),
+                "set `threshold` to a whole number ≥ 1",
+            )),
+            Some(n) => Ok(n),
+        }
+    };
+    let read_period = |default: Option<u64>| -> Result<u64, RuleProblem> {
+        let Some(p) = period else {
+            return default.ok_or_else(|| {
+                fatal(
+                    "SEEN_MORE rule has no `thresholdPeriod`".into(),
+                    "set `thresholdPeriod` in milliseconds, ≥ 1000",
+                )
+            });
+        };
+        match as_u64(p) {
+            Some(ms) if (MIN_PERIOD_MS..=MAX_PERIOD_MS).contains(&ms) => Ok(ms),
+            _ => Err(fatal(
+                format!("`thresholdPeriod` must be milliseconds between {MIN_PERIOD_MS} and {MAX_PERIOD_MS}, got {p}"),
+                "set `thresholdPeriod` in milliseconds, e.g. 3600000 for one hour",
+            )),
+        }
+    };
+    let what = match what_raw {
+        Some("ONLY_NEW") => WhatToReceive::OnlyNew,
+        Some("SEEN_MORE") => WhatToReceive::SeenMore {
+            threshold: read_threshold()?,
+            period_ms: read_period(None)?,
+        },
+        // Hawk's legacy "ALL": every occurrence is interesting. Klaxon treats it as SEEN_MORE with threshold 1,
+        // i.e. at most one notification per group per window (the rule's period, or one minute).
+        Some("ALL") => WhatToReceive::SeenMore {
+            threshold: 1,
+            period_ms: read_period(Some(LEGACY_ALL_PERIOD_MS))?,
+        },
+        other => {
+            return Err(fatal(
+                format!("unknown `whatToReceive` {other:?}"),
+                "use \"ONLY_NEW\" or \"SEEN_MORE\"",
+            ))
+        }
+    };
+    let window = match rule.get("window") {
+        None | Some(Value::Null) => Window::Fixed,
+        Some(Value::String(s)) if s == "fixed" => Window::Fixed,
+        Some(Value::String(s)) if s == "sliding" => Window::Sliding,
+        Some(other) => {
+            return Err(fatal(
+                format!("unknown `window` {other}"),
+                "use \"fixed\" or \"sliding\" (or leave it out for fixed)",
+            ))
+        }
+    };
+    let lists = ["including", "excluding", "includingPatterns", "excludingPatterns"]
+        .map(|f| string_list(rule, f).map_err(|m| fatal(m, "store a JSON array of strings")));
+    let [including, excluding, including_patterns, excluding_patterns] = lists;
+    let filter = TitleFilter::new(&including?, &excluding?, &including_patterns?, &excluding_patterns?)
+        .map_err(|e| {
+            fatal(
+                e.to_string(),
+                "fix the pattern (Rust `regex` syntax, no look-around or backreferences)",
+            )
+        })?;
+
+    let mut problems = Vec::new();
+    let mut channels = Vec::new();
+    if let Some(Value::Object(chs)) = rule.get("channels") {
+        for (key, ch) in chs {
+            // Channels Klaxon does not deliver (Hawk's `loop`, `webPush`, `desktopPush`) are left to Hawk.
+            let Some(kind) = ChannelKind::parse(key) else {
+                continue;
+            };
+            let Some(ch) = ch.as_object() else { continue };
+            if ch.get("isEnabled").and_then(Value::as_bool) != Some(true) {
+                continue;
+            }
+            let endpoint = ch.get("endpoint").and_then(Value::as_str).unwrap_or("").trim();
+            if endpoint.is_empty() {
+                problems.push(RuleProblem {
+                    rule_id: Some(id.clone()),
+                    fatal: false,
+                    message: format!("channel `{key}` is enabled but has no endpoint; it is skipped"),
+                    fix: format!("set `channels.{key}.endpoint` or disable the channel"),
+                });
+                continue;
+            }
+            let min_period_s = match ch.get("minPeriod") {
+                None | Some(Value::Null) => 0,
+                Some(v) => match as_u64(v) {
+                    Some(n) => n,
+                    None => {
+                        problems.push(RuleProblem {
+                            rule_id: Some(id.clone()),
+                            fatal: false,
+                            message: format!(
+                                "channel `{key}` has `minPeriod` {v}, not whole seconds; digests are off"
+                            ),
+                            fix: format!("set `channels.{key}.minPeriod` to whole seconds ≥ 0"),
+                        });
+                        0
+                    }
+                },
+            };
+            channels.push(ChannelConfig {
+                kind,
+                endpoint: endpoint.to_owned(),
+                min_period_s,
+            });
+        }
+    }
+    channels.sort_by_key(|c| c.kind);
+    if enabled && channels.is_empty() {
+        problems.push(RuleProblem {
+            rule_id: Some(id.clone()),
+            fatal: false,
+            message: "rule is enabled but has no usable channel, so it never notifies".into(),
+            fix: "enable a channel (email, telegram, slack or webhook) with an endpoint".into(),
+        });
+    }
+    Ok((
+        CompiledRule {
+            id,
+            enabled,
+            what,
+            window,
+            channels,
+            filter,
+        },
+        problems,
+    ))
+}
+
+/// The usable rules of one project and the problems found while reading them.
+#[derive(Debug, Clone, Default)]
+pub struct ProjectRules {
+    /// Rules that can be evaluated (enabled or not).
+    pub rules: Vec<CompiledRule>,
+    /// Every problem, fatal (rule skipped) or not (part skipped).
+    pub problems: Vec<RuleProblem>,
+}
+
+impl ProjectRules {
+    /// Reads a project's `notifications` array (JSON form). A missing or non-array value means no rules.
+    pub fn from_notifications(notifications: Option<&Value>) -> Self {
+        let mut out = ProjectRules::default();
+        let Some(Value::Array(items)) = notifications else {
+            return out;
+        };
+        for item in items {
+            match parse_rule_value(item) {
+                Ok((rule, problems)) => {
+                    out.rules.push(rule);
+                    out.problems.extend(problems);
+                }
+                Err(problem) => out.problems.push(problem),
+            }
+        }
+        out
+    }
+
+    /// True when at least one rule can fire.
+    pub fn any_enabled(&self) -> bool {
+        self.rules.iter().any(|r| r.enabled && !r.channels.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(title: &str, is_new: bool) -> Event {
+        Event {
+            title: title.into(),
+            group_hash: "g".into(),
+            is_new,
+            repetition_id: None,
+            timestamp: None,
+        }
+    }
+
+    fn slack() -> Value {
+        json!({"slack": {"isEnabled": true, "endpoint": "https://hooks.slack.test/x", "minPeriod": 0}})
+    }
+
+    #[test]
+    fn reads_a_hawk_document_with_extra_fields_and_unsupported_channels() {
+        let doc = json!({
+            "_id": {"$oid": "5e3eef0679fa3700a0198a4a"},
+            "uidAdded": {"$oid": "5e3eef0679fa3700a0198a00"},
+            "isEnabled": true,
+            "whatToReceive": "SEEN_MORE",
+            "including": ["db"], "excluding": [],
+            "threshold": 100, "thresholdPeriod": 3_600_000,
+            "channels": {
+                "email": {"isEnabled": false, "endpoint": "a@b.c", "minPeriod": 60},
+                "telegram": {"isEnabled": true, "endpoint": "-100123", "minPeriod": 0},
+                "loop": {"isEnabled": true, "endpoint": "x", "minPeriod": 0},
+                "webPush": {"isEnabled": true, "endpoint": "x", "minPeriod": 0},
+                "desktopPush": {"isEnabled": true, "endpoint": "x", "minPeriod": 0}
+            },
+            "somethingNew": {"nested": true}
+        });
+        let (rule, problems) = parse_rule_value(&doc).expect("usable");
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(rule.id, "5e3eef0679fa3700a0198a4a");
+        assert_eq!(
+            rule.what,
+            WhatToReceive::SeenMore {
+                threshold: 100,
+                period_ms: 3_600_000
+            }
+        );
+        assert_eq!(rule.window, Window::Fixed);
+        assert_eq!(rule.channels.len(), 1);
+        assert_eq!(rule.channels[0].kind, ChannelKind::Telegram);
+    }
+
+    #[test]
+    fn fatal_problems_name_the_rule() {
+        let cases = [
+            (json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "thresholdPeriod": 60000, "channels": slack()}), "no `threshold`"),
+            (json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 5, "channels": slack()}), "no `thresholdPeriod`"),
+            (json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 0, "thresholdPeriod": 60000, "channels": slack()}), "`threshold` must be"),
+            (json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 5, "thresholdPeriod": 10, "channels": slack()}), "`thresholdPeriod` must be"),
+            (json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW", "window": "hopping", "channels": slack()}), "unknown `window`"),
+            (json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SOMETIMES", "channels": slack()}), "unknown `whatToReceive`"),
+            (json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW", "includingPatterns": ["(bad"], "channels": slack()}), "invalid regex"),
+            (json!({"isEnabled": true, "whatToReceive": "ONLY_NEW", "channels": slack()}), "no `_id`"),
+        ];
+        for (doc, want) in cases {
+            let p = parse_rule_value(&doc).expect_err("unusable");
+            assert!(p.fatal);
+            assert!(p.message.contains(want), "{} should mention {want}", p.message);
+            assert!(!p.fix.is_empty());
+        }
+    }
+
+    #[test]
+    fn one_bad_rule_does_not_hide_the_good_one() {
+        let notifications = json!([
+            {"_id": "5e3eef0679fa3700a0198a41", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 0, "thresholdPeriod": 60000, "channels": slack()},
+            {"_id": "5e3eef0679fa3700a0198a42", "isEnabled": true, "whatToReceive": "ONLY_NEW", "channels": slack()}
+        ]);
+        let pr = ProjectRules::from_notifications(Some(&notifications));
+        assert_eq!(pr.rules.len(), 1);
+        assert_eq!(pr.rules[0].id, "5e3eef0679fa3700a0198a42");
+        assert_eq!(pr.problems.len(), 1);
+        assert_eq!(pr.problems[0].rule_id.as_deref(), Some("5e3eef0679fa3700a0198a41"));
+    }
+
+    #[test]
+    fn legacy_all_is_seen_more_threshold_one() {
+        let doc = json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ALL", "channels": slack()});
+        let (rule, _) = parse_rule_value(&doc).expect("usable");
+        assert_eq!(
+            rule.what,
+            WhatToReceive::SeenMore {
+                threshold: 1,
+                period_ms: LEGACY_ALL_PERIOD_MS
+            }
+        );
+    }
+
+    #[test]
+    fn wants_table() {
+        let only_new = json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW", "including": ["db"], "channels": slack()});
+        let seen_more = json!({"_id": "5e3eef0679fa3700a0198a4b", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 3, "thresholdPeriod": 60000, "window": "sliding", "excluding": ["auth"], "channels": slack()});
+        let disabled = json!({"_id": "5e3eef0679fa3700a0198a4c", "isEnabled": false, "whatToReceive": "ONLY_NEW", "channels": slack()});
+        let no_channel = json!({"_id": "5e3eef0679fa3700a0198a4d", "isEnabled": true, "whatToReceive": "ONLY_NEW", "channels": {}});
+        let count = Want::Count {
+            threshold: 3,
+            period_ms: 60000,
+            window: Window::Sliding,
+        };
+        let cases = [
+            (&only_new, "DB down", true, Some(Want::FirstSeen)),
+            (&only_new, "DB down", false, None),
+            (&only_new, "cache miss", true, None),
+            (&seen_more, "anything", false, Some(count)),
+            (&seen_more, "anything", true, Some(count)),
+            (&seen_more, "Auth failed", false, None),
+            (&disabled, "x", true, None),
+            (&no_channel, "x", true, None),
+        ];
+        for (doc, title, is_new, want) in cases {
+            let (rule, _) = parse_rule_value(doc).expect("usable");
+            let ev = event(title, is_new);
+            assert_eq!(rule.wants(&ev, &Title::new(&ev.title)), want, "{doc} {title} {is_new}");
+        }
+    }
+
+    #[test]
+    fn enabled_channel_without_endpoint_is_reported_not_fatal() {
+        let doc = json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW",
+            "channels": {"slack": {"isEnabled": true, "endpoint": ""}, "webhook": {"isEnabled": true, "endpoint": "https://x.test/h", "minPeriod": 30}}});
+        let (rule, problems) = parse_rule_value(&doc).expect("usable");
+        assert_eq!(rule.channels.len(), 1);
+        assert_eq!(rule.channels[0].min_period_s, 30);
+        assert_eq!(problems.len(), 1);
+        assert!(!problems[0].fatal);
+    }
+
+    #[test]
+    fn channel_debug_redacts_endpoint() {
+        let c = ChannelConfig {
+            kind: ChannelKind::Slack,
+            endpoint: "https://hooks.slack.com/services/SECRET".into(),
+            min_period_s: 0,
+        };
+        assert!(!format!("{c:?}").contains("SECRET"));
+    }
+}

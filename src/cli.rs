@@ -1,0 +1,81 @@
+//! Command-line interface: every option is a flag and an environment variable (INTERFACE.md).
+
+use clap::{Args, Parser, Subcommand};
+
+/// Klaxon: notification threshold engine for error trackers.
+#[derive(Debug, Parser)]
+#[command(name = "klaxon", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalOpts,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options shared by every subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct GlobalOpts {
+    /// Prefixes every queue, Redis key and the default Mongo database.
+    #[arg(long, env = "KLAXON_NAMESPACE", default_value = "klaxon", global = true)]
+    pub namespace: String,
+    /// RabbitMQ URL.
+    #[arg(
+        long,
+        env = "KLAXON_AMQP_URL",
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f",
+        global = true,
+        hide_env_values = true
+    )]
+    pub amqp_url: String,
+    /// Redis URL; a comma-separated list of redis:// node URLs means Redis Cluster.
+    #[arg(
+        long,
+        env = "KLAXON_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379/",
+        global = true,
+        hide_env_values = true
+    )]
+    pub redis_url: String,
+    /// MongoDB URL.
+    #[arg(
+        long,
+        env = "KLAXON_MONGO_URL",
+        default_value = "mongodb://127.0.0.1:27017",
+        global = true,
+        hide_env_values = true
+    )]
+    pub mongo_url: String,
+    /// MongoDB database [default: the namespace].
+    #[arg(long, env = "KLAXON_MONGO_DB", global = true)]
+    pub mongo_db: Option<String>,
+    /// Queue the events come from [default: <namespace>.events]; `notifier` takes Hawk's grouper output.
+    #[arg(long, env = "KLAXON_EVENTS_QUEUE", global = true)]
+    pub events_queue: Option<String>,
+    /// Log format.
+    #[arg(long, env = "KLAXON_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"], global = true)]
+    pub log_format: String,
+}
+
+impl GlobalOpts {
+    /// The MongoDB database to use.
+    pub fn mongo_db(&self) -> String {
+        self.mongo_db.clone().unwrap_or_else(|| self.namespace.clone())
+    }
+
+    /// The events queue to consume / publish to.
+    pub fn events_queue(&self) -> String {
+        self.events_queue
+            .clone()
+            .unwrap_or_else(|| format!("{}.events", self.namespace))
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Evaluate events and deliver notifications in one process.
+    Run(crate::cmd::run::RunArgs),
+    /// Manage notification rules in MongoDB.
+    Rules(crate::cmd::rules::RulesArgs),
+    /// Publish test events to the events queue.
+    Publish(crate::cmd::publish::PublishArgs),
+}
