@@ -1,1 +1,36 @@
-//! placeholder
+//! Klaxon's counting engine: deciding, atomically and cheaply, that *this* event is the one that crosses a
+//! rule's threshold.
+//!
+//! ```text
+//!   [Hit] ──coalesce by key──▶ one EVALSHA per (rule, group, spec) ──pipeline──▶ Redis / Redis Cluster
+//!        ◀──── Outcome per hit (Counted{count} | Fired{count, firing, at_ms}) ◀── {fired_at, count, token, r_i…}
+//! ```
+//!
+//! * **The scripts decide.** `lua/fixed_window.lua`, `lua/sliding_window.lua` and `lua/first_seen.lua` hold
+//!   the whole decision; this crate only builds keys, batches calls and decodes replies. Each script opens
+//!   with a comment giving its keys, arguments, reply and complexity.
+//! * **One clock.** Windows run on Redis `TIME` unless the caller injects `now` (tests, replay).
+//! * **Batching.** [`Counter::hit_batch`] sends a whole batch in one pipeline (per slot in a cluster, all at
+//!   once). Hits of the same key in a batch become one script call that reports which hit crossed: a hot
+//!   key (one error flooding) costs one call per batch, not one per event.
+//! * **Crash-safe firing.** Each script stores the event id of the hit that fired. When a worker crashes
+//!   after the firing but before publishing, the redelivered event fires again with the same `firing`
+//!   token, so the engine republishes the same deterministic notification id and delivery drops the
+//!   duplicate. Without event ids, fixed windows count at least once (a redelivered event counts twice)
+//!   and a redelivered firing is not recognised.
+//! * **Keys.** `<ns>:{<rule>:<group>}:fx|sl|slc|new`; the hash tag puts the keys of one call in one cluster
+//!   slot. Every key expires: fixed windows at their end, sliding sets a period after their last event,
+//!   cooldowns at their end, first-seen marks after [`DEFAULT_FIRST_SEEN_TTL`].
+//! * **Scripts on the server.** Calls use `EVALSHA`; a NOSCRIPT reply (server restart, failover) loads the
+//!   script on every node and resends only the calls that did not run.
+#![deny(missing_docs)]
+
+mod counter;
+mod error;
+mod handle;
+mod hit;
+
+pub use counter::{Counter, DEFAULT_FIRST_SEEN_TTL};
+pub use error::CounterError;
+pub use handle::RedisHandle;
+pub use hit::{Hit, HitSpec, Outcome};

@@ -1,0 +1,444 @@
+//! [`Counter`]: the typed front of the three Lua scripts, batched and cluster-aware.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use redis::cluster_routing::Slot;
+use redis::{Cmd, Pipeline, RedisResult, Script, ServerErrorKind, Value};
+use sha2::{Digest, Sha256};
+
+use crate::{CounterError, Hit, HitSpec, Outcome, RedisHandle};
+
+static FIXED_WINDOW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../lua/fixed_window.lua")));
+static SLIDING_WINDOW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../lua/sliding_window.lua")));
+static FIRST_SEEN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/first_seen.lua")));
+
+/// How long the ONLY_NEW "already fired" mark lives by default: 7 days. It must outlast every redelivery of
+/// an `isNew` event (a consumer down over a weekend, messages parked in retry queues). `isNew` is true only
+/// for a group's first occurrence, so expiring the mark later costs nothing but memory.
+pub const DEFAULT_FIRST_SEEN_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Event ids longer than this are replaced by a 32-hex digest, so that sliding-window members stay within
+/// Redis's compact listpack encoding (entries up to 64 bytes).
+const MAX_MEMBER_LEN: usize = 48;
+
+/// Which script a hit runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    FirstSeen,
+    Fixed,
+    Sliding,
+}
+
+impl Kind {
+    fn script(self) -> &'static Script {
+        match self {
+            Kind::FirstSeen => &FIRST_SEEN,
+            Kind::Fixed => &FIXED_WINDOW,
+            Kind::Sliding => &SLIDING_WINDOW,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::FirstSeen => "first_seen.lua",
+            Kind::Fixed => "fixed_window.lua",
+            Kind::Sliding => "sliding_window.lua",
+        }
+    }
+}
+
+/// Splits a spec into (script, threshold, period); first-seen has neither.
+fn parts(spec: HitSpec) -> (Kind, u64, u64) {
+    match spec {
+        HitSpec::FirstSeen => (Kind::FirstSeen, 0, 0),
+        HitSpec::Fixed {
+            threshold,
+            period_ms,
+        } => (Kind::Fixed, threshold, period_ms),
+        HitSpec::Sliding {
+            threshold,
+            period_ms,
+        } => (Kind::Sliding, threshold, period_ms),
+    }
+}
+
+/// One script call: the hits of one key in one batch, coalesced.
+struct Call<'h> {
+    kind: Kind,
+    rule_id: &'h str,
+    group_hash: &'h str,
+    threshold: u64,
+    period_ms: u64,
+    /// Per hit, its event id (fixed, first-seen) or sliding-window member.
+    members: Vec<Cow<'h, str>>,
+    /// Per hit, its index in the batch.
+    hits: Vec<usize>,
+}
+
+/// Counts hits in Redis and says which one fires. Cheap to clone; clones share the connection.
+///
+/// Keys are `<ns>:{<rule>:<group>}:<kind>`: the `{hash tag}` keeps the keys of one script call in one
+/// Redis Cluster slot while spreading (rule, group) pairs over the cluster.
+#[derive(Debug, Clone)]
+pub struct Counter {
+    redis: RedisHandle,
+    namespace: Arc<str>,
+    first_seen_ttl_ms: u64,
+}
+
+impl Counter {
+    /// A counter whose keys live under `<namespace>:`.
+    pub fn new(redis: RedisHandle, namespace: &str) -> Self {
+        Counter {
+            redis,
+            namespace: namespace.into(),
+            first_seen_ttl_ms: DEFAULT_FIRST_SEEN_TTL.as_millis() as u64,
+        }
+    }
+
+    /// Changes how long ONLY_NEW remembers a firing (default [`DEFAULT_FIRST_SEEN_TTL`]; at least 1 ms).
+    pub fn with_first_seen_ttl(mut self, ttl: Duration) -> Self {
+        self.first_seen_ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        self
+    }
+
+    /// The connection, for callers that run their own commands next to the counter's.
+    pub fn redis(&self) -> &RedisHandle {
+        &self.redis
+    }
+
+    /// The Redis keys a hit touches (for tests, tooling and `MEMORY USAGE`).
+    pub fn keys_of(&self, hit: &Hit) -> Vec<String> {
+        let (kind, _, _) = parts(hit.spec);
+        let base = self.key_base(&hit.rule_id, &hit.group_hash);
+        match kind {
+            Kind::FirstSeen => vec![format!("{base}:new")],
+            Kind::Fixed => vec![format!("{base}:fx")],
+            Kind::Sliding => vec![format!("{base}:sl"), format!("{base}:slc")],
+        }
+    }
+
+    fn key_base(&self, rule_id: &str, group_hash: &str) -> String {
+        format!("{}:{{{rule_id}:{group_hash}}}", self.namespace)
+    }
+
+    /// Loads the three scripts into every node (`SCRIPT LOAD`), so that the first batches do not pay for
+    /// NOSCRIPT round trips. Optional: calls reload scripts by themselves when a server lost them.
+    pub async fn load_scripts(&self) -> Result<(), CounterError> {
+        for kind in [Kind::FirstSeen, Kind::Fixed, Kind::Sliding] {
+            kind.script().load_async(&mut self.redis.clone()).await?;
+        }
+        Ok(())
+    }
+
+    /// Redis `TIME` in ms: the one clock the whole fleet uses for windows.
+    pub async fn server_time_ms(&self) -> Result<i64, CounterError> {
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut self.redis.clone()).await?;
+        Ok(secs * 1000 + micros / 1000)
+    }
+
+    /// Counts one hit. `now_ms` replaces the Redis clock (tests, replay); `None` uses Redis `TIME`.
+    pub async fn hit(&self, hit: &Hit, now_ms: Option<i64>) -> Result<Outcome, CounterError> {
+        let mut out = self.hit_batch(std::slice::from_ref(hit), now_ms).await?;
+        out.pop().ok_or(CounterError::BadReply {
+            script: "batch",
+            detail: "no outcome for the hit".into(),
+        })
+    }
+
+    /// Counts a batch of hits in one Redis round trip (one pipeline; in a cluster one per slot, sent at
+    /// once over each node's connection). Hits of the same (rule, group, spec) are coalesced into one
+    /// script call, processed in input order. Outcomes come back in input order.
+    ///
+    /// On error, some script calls of the batch may have run: hits with an event id are recognised when
+    /// the batch is retried (a firing fires again with the same token); hits without one may be counted
+    /// twice (at-least-once).
+    pub async fn hit_batch(&self, hits: &[Hit], now_ms: Option<i64>) -> Result<Vec<Outcome>, CounterError> {
+        if hits.is_empty() {
+            return Ok(Vec::new());
+        }
+        let calls = coalesce(hits)?;
+        let cmds: Vec<Cmd> = calls.iter().map(|c| self.command(c, now_ms)).collect();
+        let mut replies = self.run(&calls, &cmds).await?;
+
+        // A server that lost its scripts (restart, SCRIPT FLUSH, failover) answers NOSCRIPT: nothing ran,
+        // so load the scripts and send those calls again, once.
+        let missing: Vec<usize> = replies
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| is_noscript(r))
+            .map(|(i, _)| i)
+            .collect();
+        if !missing.is_empty() {
+            let mut kinds: Vec<Kind> = missing.iter().map(|&i| calls[i].kind).collect();
+            kinds.dedup();
+            for kind in kinds {
+                tracing::info!(script = kind.name(), "loading counter script after NOSCRIPT");
+                kind.script().load_async(&mut self.redis.clone()).await?;
+            }
+            let retry_calls: Vec<&Call<'_>> = missing.iter().map(|&i| &calls[i]).collect();
+            let retry_cmds: Vec<Cmd> = missing.iter().map(|&i| cmds[i].clone()).collect();
+            let again = self.run_refs(&retry_calls, &retry_cmds).await?;
+            for (i, r) in missing.into_iter().zip(again) {
+                replies[i] = r;
+            }
+        }
+
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; hits.len()];
+        for (call, reply) in calls.iter().zip(replies) {
+            let value = reply.map_err(CounterError::from_redis)?;
+            decode(call, value, &mut outcomes)?;
+        }
+        outcomes
+            .into_iter()
+            .map(|o| {
+                o.ok_or(CounterError::BadReply {
+                    script: "batch",
+                    detail: "a hit got no outcome".into(),
+                })
+            })
+            .collect()
+    }
+
+    fn command(&self, call: &Call<'_>, now_ms: Option<i64>) -> Cmd {
+        let base = self.key_base(call.rule_id, call.group_hash);
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(call.kind.script().get_hash());
+        match call.kind {
+            Kind::FirstSeen => cmd.arg(1).arg(format!("{base}:new")),
+            Kind::Fixed => cmd.arg(1).arg(format!("{base}:fx")),
+            Kind::Sliding => cmd.arg(2).arg(format!("{base}:sl")).arg(format!("{base}:slc")),
+        };
+        match now_ms {
+            Some(now) => cmd.arg(now),
+            None => cmd.arg(""),
+        };
+        match call.kind {
+            Kind::FirstSeen => cmd.arg(self.first_seen_ttl_ms),
+            Kind::Fixed | Kind::Sliding => cmd.arg(call.threshold).arg(call.period_ms),
+        };
+        for m in &call.members {
+            cmd.arg(m.as_ref());
+        }
+        cmd
+    }
+
+    async fn run(&self, calls: &[Call<'_>], cmds: &[Cmd]) -> Result<Vec<RedisResult<Value>>, CounterError> {
+        let refs: Vec<&Call<'_>> = calls.iter().collect();
+        self.run_refs(&refs, cmds).await
+    }
+
+    /// Sends `cmds` (one per call) and returns one reply per call, in order.
+    async fn run_refs(
+        &self,
+        calls: &[&Call<'_>],
+        cmds: &[Cmd],
+    ) -> Result<Vec<RedisResult<Value>>, CounterError> {
+        if !self.redis.is_cluster() {
+            return pipeline(&mut self.redis.clone(), cmds.iter()).await;
+        }
+        // A cluster pipeline must stay in one slot: one pipeline per slot, all sent at once. The cluster
+        // connection multiplexes them over one connection per node.
+        let mut by_slot: HashMap<Slot, Vec<usize>> = HashMap::new();
+        for (i, call) in calls.iter().enumerate() {
+            let slot = Slot::for_key(self.key_base(call.rule_id, call.group_hash));
+            by_slot.entry(slot).or_default().push(i);
+        }
+        let groups: Vec<Vec<usize>> = by_slot.into_values().collect();
+        let sent = groups.iter().map(|idx| {
+            let mut conn = self.redis.clone();
+            async move { pipeline(&mut conn, idx.iter().map(|&i| &cmds[i])).await }
+        });
+        let answers = futures_util::future::join_all(sent).await;
+        let mut replies: Vec<Option<RedisResult<Value>>> = (0..calls.len()).map(|_| None).collect();
+        for (idx, answer) in groups.iter().zip(answers) {
+            for (&i, r) in idx.iter().zip(answer?) {
+                replies[i] = Some(r);
+            }
+        }
+        replies
+            .into_iter()
+            .map(|r| {
+                r.ok_or(CounterError::BadReply {
+                    script: "batch",
+                    detail: "a call got no reply".into(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// Sends commands as one pipeline that reports each command's error on its own.
+async fn pipeline<'c>(
+    conn: &mut RedisHandle,
+    cmds: impl Iterator<Item = &'c Cmd>,
+) -> Result<Vec<RedisResult<Value>>, CounterError> {
+    let mut pipe = Pipeline::new();
+    for cmd in cmds {
+        pipe.add_command(cmd.clone());
+    }
+    let n = pipe.len();
+    let replies: Vec<RedisResult<Value>> = pipe.ignore_errors().query_async(conn).await?;
+    if replies.len() != n {
+        return Err(CounterError::BadReply {
+            script: "pipeline",
+            detail: format!("{} replies for {n} commands", replies.len()),
+        });
+    }
+    Ok(replies)
+}
+
+fn is_noscript(r: &RedisResult<Value>) -> bool {
+    matches!(r, Err(e) if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript))
+}
+
+/// The member that stands for a hit: its event id (digested when long), or for a sliding window without an
+/// id a random one (so the event is counted; 64 random bits make collisions negligible).
+fn member_of(kind: Kind, event_id: Option<&str>) -> Cow<'_, str> {
+    match event_id.filter(|id| !id.is_empty()) {
+        Some(id) if id.len() <= MAX_MEMBER_LEN => Cow::Borrowed(id),
+        Some(id) => Cow::Owned(format!("#{}", hex::encode(&Sha256::digest(id.as_bytes())[..16]))),
+        None if kind == Kind::Sliding => Cow::Owned(format!("~{:016x}", rand::random::<u64>())),
+        None => Cow::Borrowed(""),
+    }
+}
+
+/// Groups the hits of one key (and the same spec) into one call each, keeping input order within a call.
+fn coalesce(hits: &[Hit]) -> Result<Vec<Call<'_>>, CounterError> {
+    let mut index: HashMap<(Kind, &str, &str, u64, u64), usize> = HashMap::with_capacity(hits.len());
+    let mut calls: Vec<Call<'_>> = Vec::new();
+    for (i, hit) in hits.iter().enumerate() {
+        let (kind, threshold, period_ms) = parts(hit.spec);
+        if kind != Kind::FirstSeen && (threshold == 0 || period_ms == 0) {
+            return Err(CounterError::InvalidHit {
+                rule_id: hit.rule_id.to_string(),
+                reason: "threshold and period must be at least 1",
+            });
+        }
+        let member = member_of(kind, hit.event_id.as_deref());
+        let slot = *index
+            .entry((kind, &hit.rule_id, &hit.group_hash, threshold, period_ms))
+            .or_insert_with(|| {
+                calls.push(Call {
+                    kind,
+                    rule_id: &hit.rule_id,
+                    group_hash: &hit.group_hash,
+                    threshold,
+                    period_ms,
+                    members: Vec::new(),
+                    hits: Vec::new(),
+                });
+                calls.len() - 1
+            });
+        calls[slot].members.push(member);
+        calls[slot].hits.push(i);
+    }
+    Ok(calls)
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(n) => Some(*n),
+        _ => None,
+    }
+}
+
+/// Reads `{fired_at, fired_count, token, r_1..r_n}` into the outcomes of the call's hits.
+fn decode(call: &Call<'_>, value: Value, outcomes: &mut [Option<Outcome>]) -> Result<(), CounterError> {
+    let bad = |detail: String| CounterError::BadReply {
+        script: call.kind.name(),
+        detail,
+    };
+    let Value::Array(items) = value else {
+        return Err(bad(format!("expected an array, got {value:?}")));
+    };
+    if items.len() != 3 + call.hits.len() {
+        return Err(bad(format!(
+            "{} items for {} hits",
+            items.len(),
+            call.hits.len()
+        )));
+    }
+    let head: Option<Vec<i64>> = items[..3].iter().map(int).collect();
+    let Some([fired_at, fired_count, token]) = head.as_deref().map(|h| [h[0], h[1], h[2]]) else {
+        return Err(bad("non-integer header".into()));
+    };
+    for (&hit, item) in call.hits.iter().zip(&items[3..]) {
+        let r = int(item).ok_or_else(|| bad(format!("non-integer result {item:?}")))?;
+        outcomes[hit] = Some(if r == -1 {
+            if fired_at < 0 {
+                return Err(bad("a hit fired but the reply has no firing time".into()));
+            }
+            Outcome::Fired {
+                count: u64::try_from(fired_count).unwrap_or(0),
+                firing: match call.kind {
+                    Kind::FirstSeen => "new".to_owned(),
+                    Kind::Fixed | Kind::Sliding => token.to_string(),
+                },
+                at_ms: fired_at,
+            }
+        } else {
+            Outcome::Counted {
+                count: u64::try_from(r).map_err(|_| bad(format!("negative count {r}")))?,
+            }
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_ids_are_digested_short_ones_kept() {
+        assert_eq!(member_of(Kind::Sliding, Some("abc")), "abc");
+        let long = "x".repeat(100);
+        let m = member_of(Kind::Sliding, Some(&long));
+        assert_eq!(m.len(), 33);
+        assert_eq!(m, member_of(Kind::Fixed, Some(&long)), "deterministic");
+        assert_eq!(member_of(Kind::Fixed, None), "");
+        assert_eq!(member_of(Kind::Fixed, Some("")), "");
+        let a = member_of(Kind::Sliding, None);
+        let b = member_of(Kind::Sliding, None);
+        assert!(a.starts_with('~') && a != b);
+    }
+
+    #[test]
+    fn coalesces_hits_of_one_key_in_order() {
+        let fixed = HitSpec::Fixed {
+            threshold: 3,
+            period_ms: 1000,
+        };
+        let hits = vec![
+            Hit::new("r", "g1", fixed),
+            Hit::new("r", "g2", fixed),
+            Hit::new("r", "g1", fixed).with_event_id("e3"),
+            Hit::new("r", "g1", HitSpec::FirstSeen),
+        ];
+        let calls = coalesce(&hits).expect("valid");
+        assert_eq!(calls.len(), 3);
+        assert_eq!(calls[0].hits, vec![0, 2]);
+        assert_eq!(calls[0].members, vec!["", "e3"]);
+        assert_eq!(calls[1].hits, vec![1]);
+        assert_eq!(calls[2].kind, Kind::FirstSeen);
+    }
+
+    #[test]
+    fn rejects_zero_threshold() {
+        let hits = [Hit::new(
+            "r",
+            "g",
+            HitSpec::Sliding {
+                threshold: 0,
+                period_ms: 1000,
+            },
+        )];
+        assert!(matches!(coalesce(&hits), Err(CounterError::InvalidHit { .. })));
+    }
+}

@@ -1,0 +1,116 @@
+//! [`RedisHandle`]: one cheap-to-clone connection to single-node Redis or Redis Cluster.
+
+use std::fmt;
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+use crate::CounterError;
+
+/// How long one connection attempt may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one request (a whole pipeline) may take before it fails as transient.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A cheap-to-clone handle to single-node Redis or Redis Cluster, chosen from the URL: a comma-separated list
+/// of `redis://` URLs is a cluster (its seed nodes), a single URL is one server.
+///
+/// Both kinds multiplex every clone onto one connection (per node), reconnect by themselves, and time
+/// requests out after 10 s. The handle implements [`redis::aio::ConnectionLike`], so other crates can run
+/// their own commands and scripts through it (clone it and pass `&mut clone`). In a cluster, a pipeline must
+/// keep to one slot (give its keys one `{hash tag}`).
+#[derive(Clone)]
+pub struct RedisHandle {
+    inner: Inner,
+}
+
+#[derive(Clone)]
+enum Inner {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl fmt::Debug for RedisHandle {
+    // The URL may carry a password: say only what kind of server this is.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisHandle")
+            .field("cluster", &self.is_cluster())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisHandle {
+    /// Connects to `url`: one `redis://` URL, or a comma-separated list of them for Redis Cluster.
+    ///
+    /// Fails with [`CounterError::InvalidUrl`] (permanent) when the URL cannot be parsed, and with
+    /// [`CounterError::Unavailable`] (transient) when no server answers.
+    pub async fn connect(url: &str) -> Result<Self, CounterError> {
+        let nodes: Vec<&str> = url.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+        match nodes.as_slice() {
+            [] => Err(CounterError::InvalidUrl("no Redis URL given".into())),
+            [one] => {
+                let client = redis::Client::open(*one)
+                    .map_err(|e| CounterError::InvalidUrl(format!("cannot parse the URL ({:?})", e.kind())))?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(Some(RESPONSE_TIMEOUT))
+                    .set_number_of_retries(3);
+                let manager = ConnectionManager::new_with_config(client, config)
+                    .await
+                    .map_err(CounterError::from_redis)?;
+                Ok(RedisHandle {
+                    inner: Inner::Single(manager),
+                })
+            }
+            many => {
+                let client = ClusterClientBuilder::new(many.to_vec())
+                    .connection_timeout(CONNECT_TIMEOUT)
+                    .response_timeout(RESPONSE_TIMEOUT)
+                    .build()
+                    .map_err(|e| {
+                        CounterError::InvalidUrl(format!("cannot use the cluster node list ({:?})", e.kind()))
+                    })?;
+                let conn = client.get_async_connection().await.map_err(CounterError::from_redis)?;
+                Ok(RedisHandle {
+                    inner: Inner::Cluster(conn),
+                })
+            }
+        }
+    }
+
+    /// True when connected to Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.inner, Inner::Cluster(_))
+    }
+}
+
+impl ConnectionLike for RedisHandle {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match &mut self.inner {
+            Inner::Single(c) => c.req_packed_command(cmd),
+            Inner::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match &mut self.inner {
+            Inner::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Inner::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match &self.inner {
+            Inner::Single(c) => c.get_db(),
+            Inner::Cluster(c) => c.get_db(),
+        }
+    }
+}
