@@ -1,1 +1,435 @@
-//! placeholder
+//! RabbitMQ for Klaxon: topology, consuming with manual acks, and publishing with publisher confirms.
+//!
+//! Every queue is durable and every message persistent. Publishing always waits for the broker's confirm
+//! before the caller acks what caused it, so "acked" always means "the outcome is durable".
+//!
+//! ```text
+//! <events-queue>            ← producers (Hawk's grouper); consumed by workers
+//! <ns>.events.invalid       ← bodies that are not notifier tasks, untouched, reason in `x-klaxon-error`
+//! <ns>.notify.<channel>     ← notification tasks (email, telegram, slack, webhook); consumed by senders
+//! <ns>.dead                 ← notifications that could not be delivered, reason in `x-klaxon-error`
+//! ```
+#![deny(missing_docs)]
+
+use std::time::Duration;
+
+use futures_lite::StreamExt;
+use klaxon_core::ChannelKind;
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions,
+    BasicQosOptions, ConfirmSelectOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+
+pub use lapin::message::Delivery;
+pub use lapin::BasicProperties as Properties;
+
+/// Header carrying the reason a message was set aside.
+pub const ERROR_HEADER: &str = "x-klaxon-error";
+/// Persistent delivery mode.
+const PERSISTENT: u8 = 2;
+
+/// Errors from the broker. Connection-level problems are transient: reconnect and try again.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    /// Connecting, a channel, or an operation failed (transient: reconnect).
+    #[error("RabbitMQ {op} failed: {source}")]
+    Amqp {
+        /// What was being done.
+        op: &'static str,
+        /// The client's error.
+        #[source]
+        source: lapin::Error,
+    },
+    /// The broker refused (nacked) a published message (transient: publish again).
+    #[error("RabbitMQ did not confirm a message published to `{queue}`")]
+    Nacked {
+        /// Target queue.
+        queue: String,
+    },
+    /// A queue exists with other arguments (permanent until an operator fixes it).
+    #[error(
+        "queue `{queue}` exists with different settings ({source}); delete it or use the queue type it was made with"
+    )]
+    Incompatible {
+        /// The queue.
+        queue: String,
+        /// The broker's error.
+        #[source]
+        source: lapin::Error,
+    },
+}
+
+impl BrokerError {
+    /// True when retrying (after reconnecting) may succeed.
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, BrokerError::Incompatible { .. })
+    }
+}
+
+fn amqp(op: &'static str) -> impl FnOnce(lapin::Error) -> BrokerError {
+    move |source| BrokerError::Amqp { op, source }
+}
+
+/// Classic or quorum queues (`--queue-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QueueType {
+    /// Classic durable queues.
+    #[default]
+    Classic,
+    /// Raft-replicated quorum queues (also fine on a single node).
+    Quorum,
+}
+
+impl std::str::FromStr for QueueType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "classic" => Ok(QueueType::Classic),
+            "quorum" => Ok(QueueType::Quorum),
+            other => Err(format!("unknown queue type `{other}`: use classic or quorum")),
+        }
+    }
+}
+
+/// Queue names of one namespace.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    namespace: String,
+    events_queue: String,
+    queue_type: QueueType,
+}
+
+impl Topology {
+    /// Names for `namespace`, consuming events from `events_queue`.
+    pub fn new(namespace: &str, events_queue: &str, queue_type: QueueType) -> Self {
+        Topology {
+            namespace: namespace.to_owned(),
+            events_queue: events_queue.to_owned(),
+            queue_type,
+        }
+    }
+
+    /// The events queue.
+    pub fn events_queue(&self) -> &str {
+        &self.events_queue
+    }
+
+    /// `<ns>.events.invalid`.
+    pub fn invalid_queue(&self) -> String {
+        format!("{}.events.invalid", self.namespace)
+    }
+
+    /// `<ns>.notify.<channel>`.
+    pub fn notify_queue(&self, channel: ChannelKind) -> String {
+        format!("{}.notify.{}", self.namespace, channel.as_str())
+    }
+
+    /// `<ns>.dead`.
+    pub fn dead_queue(&self) -> String {
+        format!("{}.dead", self.namespace)
+    }
+
+    /// Every queue of the namespace, in declaration order.
+    pub fn queues(&self) -> Vec<String> {
+        let mut q = vec![self.events_queue.clone(), self.invalid_queue(), self.dead_queue()];
+        q.extend(ChannelKind::ALL.iter().map(|c| self.notify_queue(*c)));
+        q
+    }
+
+    fn arguments(&self) -> FieldTable {
+        let mut args = FieldTable::default();
+        if self.queue_type == QueueType::Quorum {
+            args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+        }
+        args
+    }
+
+    /// Declares every queue (idempotent).
+    pub async fn declare(&self, channel: &Channel) -> Result<(), BrokerError> {
+        for q in self.queues() {
+            declare_queue(channel, &q, self.arguments()).await?;
+        }
+        Ok(())
+    }
+}
+
+async fn declare_queue(channel: &Channel, name: &str, args: FieldTable) -> Result<(), BrokerError> {
+    channel
+        .queue_declare(name.into(), QueueDeclareOptions::durable(), args)
+        .await
+        .map(|_| ())
+        .map_err(|source| {
+            if source.to_string().contains("PRECONDITION_FAILED") {
+                BrokerError::Incompatible {
+                    queue: name.to_owned(),
+                    source,
+                }
+            } else {
+                BrokerError::Amqp {
+                    op: "queue.declare",
+                    source,
+                }
+            }
+        })
+}
+
+/// One connection to RabbitMQ.
+#[derive(Clone)]
+pub struct Broker {
+    conn: std::sync::Arc<Connection>,
+}
+
+impl Broker {
+    /// Connects (bounded by `timeout`).
+    pub async fn connect(url: &str, timeout: Duration) -> Result<Self, BrokerError> {
+        let props = ConnectionProperties::default().with_connection_name("klaxon".into());
+        let conn = tokio::time::timeout(timeout, Connection::connect(url, props))
+            .await
+            .map_err(|_| BrokerError::Amqp {
+                op: "connect",
+                source: lapin::Error::from(lapin::ErrorKind::IOError(std::sync::Arc::new(
+                    std::io::Error::new(std::io::ErrorKind::TimedOut, "connection timed out"),
+                ))),
+            })?
+            .map_err(amqp("connect"))?;
+        Ok(Broker {
+            conn: std::sync::Arc::new(conn),
+        })
+    }
+
+    /// True while the connection is usable.
+    pub fn is_connected(&self) -> bool {
+        self.conn.status().connected()
+    }
+
+    /// A channel for declaring and other one-off operations.
+    pub async fn channel(&self) -> Result<Channel, BrokerError> {
+        self.conn.create_channel().await.map_err(amqp("channel.open"))
+    }
+
+    /// A channel in confirm mode, for publishing.
+    pub async fn publisher(&self) -> Result<Publisher, BrokerError> {
+        let channel = self.channel().await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(amqp("confirm.select"))?;
+        Ok(Publisher { channel })
+    }
+
+    /// Starts consuming `queue` with manual acks and at most `prefetch` unacked messages.
+    pub async fn consume(&self, queue: &str, prefetch: u16, tag: &str) -> Result<Consumer, BrokerError> {
+        let channel = self.channel().await?;
+        channel
+            .basic_qos(prefetch, BasicQosOptions::default())
+            .await
+            .map_err(amqp("basic.qos"))?;
+        let inner = channel
+            .basic_consume(
+                queue.into(),
+                tag.into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(amqp("basic.consume"))?;
+        Ok(Consumer {
+            channel,
+            inner,
+            tag: tag.to_owned(),
+        })
+    }
+
+    /// Closes the connection politely.
+    pub async fn close(&self) {
+        let _ = self.conn.close(200, "bye".into()).await;
+    }
+}
+
+/// A consumer with manual acknowledgements.
+pub struct Consumer {
+    channel: Channel,
+    inner: lapin::Consumer,
+    tag: String,
+}
+
+impl Consumer {
+    /// The next delivery; `None` when the consumer was cancelled or the channel closed.
+    pub async fn next(&mut self) -> Option<Result<Delivery, BrokerError>> {
+        self.inner
+            .next()
+            .await
+            .map(|r| r.map_err(amqp("basic.deliver")))
+    }
+
+    /// The next delivery if one arrives within `wait`.
+    pub async fn next_within(&mut self, wait: Duration) -> Option<Option<Result<Delivery, BrokerError>>> {
+        tokio::time::timeout(wait, self.next()).await.ok()
+    }
+
+    /// Acks every outstanding delivery up to and including `tag`.
+    pub async fn ack_up_to(&self, tag: u64) -> Result<(), BrokerError> {
+        self.channel
+            .basic_ack(tag, BasicAckOptions { multiple: true })
+            .await
+            .map_err(amqp("basic.ack"))
+    }
+
+    /// Acks one delivery.
+    pub async fn ack(&self, tag: u64) -> Result<(), BrokerError> {
+        self.channel
+            .basic_ack(tag, BasicAckOptions { multiple: false })
+            .await
+            .map_err(amqp("basic.ack"))
+    }
+
+    /// Hands one delivery back to the queue.
+    pub async fn requeue(&self, tag: u64) -> Result<(), BrokerError> {
+        self.channel
+            .basic_nack(
+                tag,
+                BasicNackOptions {
+                    multiple: false,
+                    requeue: true,
+                },
+            )
+            .await
+            .map_err(amqp("basic.nack"))
+    }
+
+    /// Stops new deliveries; already received ones can still be acked.
+    pub async fn cancel(&self) -> Result<(), BrokerError> {
+        self.channel
+            .basic_cancel(self.tag.as_str().into(), BasicCancelOptions::default())
+            .await
+            .map_err(amqp("basic.cancel"))
+    }
+
+    /// Closes the channel; unacked deliveries go back to the queue.
+    pub async fn close(&self) {
+        let _ = self.channel.close(200, "bye".into()).await;
+    }
+}
+
+/// An outgoing message.
+#[derive(Debug, Clone, Default)]
+pub struct Outgoing {
+    /// Target queue (default exchange).
+    pub queue: String,
+    /// Body.
+    pub body: Vec<u8>,
+    /// AMQP message_id.
+    pub message_id: Option<String>,
+    /// Extra headers (string values).
+    pub headers: Vec<(String, String)>,
+    /// Properties to start from (e.g. when moving a message untouched); persistence is always forced.
+    pub base: Option<BasicProperties>,
+}
+
+impl Outgoing {
+    /// A persistent JSON message for `queue`.
+    pub fn json(queue: impl Into<String>, body: Vec<u8>) -> Self {
+        Outgoing {
+            queue: queue.into(),
+            body,
+            ..Default::default()
+        }
+    }
+
+    fn properties(&self) -> BasicProperties {
+        let mut props = self.base.clone().unwrap_or_else(|| {
+            BasicProperties::default().with_content_type(ShortString::from("application/json"))
+        });
+        props = props.with_delivery_mode(PERSISTENT);
+        if let Some(id) = &self.message_id {
+            props = props.with_message_id(id.as_str().into());
+        }
+        if !self.headers.is_empty() {
+            let mut table = props.headers().clone().unwrap_or_default();
+            for (k, v) in &self.headers {
+                table.insert(k.as_str().into(), AMQPValue::LongString(LongString::from(v.as_bytes())));
+            }
+            props = props.with_headers(table);
+        }
+        props
+    }
+}
+
+/// A channel in confirm mode.
+pub struct Publisher {
+    channel: Channel,
+}
+
+impl Publisher {
+    /// Publishes every message, then waits until the broker confirmed all of them.
+    pub async fn publish_all(&self, messages: &[Outgoing]) -> Result<(), BrokerError> {
+        let mut pending = Vec::with_capacity(messages.len());
+        for m in messages {
+            let confirm = self
+                .channel
+                .basic_publish(
+                    "".into(),
+                    m.queue.as_str().into(),
+                    BasicPublishOptions::default(),
+                    &m.body,
+                    m.properties(),
+                )
+                .await
+                .map_err(amqp("basic.publish"))?;
+            pending.push((confirm, &m.queue));
+        }
+        for (confirm, queue) in pending {
+            let c = confirm.await.map_err(amqp("publisher confirm"))?;
+            if !c.is_ack() {
+                return Err(BrokerError::Nacked {
+                    queue: queue.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Declares a queue through this channel (idempotent).
+    pub async fn declare(&self, topology: &Topology) -> Result<(), BrokerError> {
+        topology.declare(&self.channel).await
+    }
+
+    /// Closes the channel.
+    pub async fn close(&self) {
+        let _ = self.channel.close(200, "bye".into()).await;
+    }
+}
+
+/// Reads a string header.
+pub fn header(props: &BasicProperties, name: &str) -> Option<String> {
+    let table = props.headers().as_ref()?;
+    match table.inner().get(name)? {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        AMQPValue::ShortString(s) => Some(s.as_str().to_owned()),
+        AMQPValue::LongLongInt(n) => Some(n.to_string()),
+        AMQPValue::LongInt(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// A message moved aside untouched (same body and properties) with the reason in [`ERROR_HEADER`].
+pub fn set_aside(delivery: &Delivery, queue: String, reason: &str) -> Outgoing {
+    Outgoing {
+        queue,
+        body: delivery.data.clone(),
+        message_id: None,
+        headers: vec![(ERROR_HEADER.to_owned(), reason.to_owned())],
+        base: Some(delivery.properties.clone()),
+    }
+}
+
+/// A jittered, capped exponential backoff for reconnect loops: 0.5 s, 1 s, 2 s … up to `cap`, ±25 %.
+pub fn backoff(attempt: u32, cap: Duration) -> Duration {
+    use rand::Rng;
+    let base = Duration::from_millis(500).saturating_mul(1u32 << attempt.min(16));
+    let d = base.min(cap);
+    let jitter = rand::thread_rng().gen_range(0.75..1.25);
+    d.mul_f64(jitter)
+}
