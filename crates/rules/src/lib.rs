@@ -1,1 +1,29 @@
-//! placeholder
+//! Klaxon's rules adapter: the MongoDB rule store and the per-process rule cache.
+//!
+//! ```text
+//!  engine ──get(project)──▶ RuleCache ──(miss / TTL expired, single flight)──▶ RuleStore::load
+//!                              ▲   │ stale-while-error: last good rules if MongoDB fails   │ find_one({_id}, {notifications})
+//!      change stream ──────────┘   ▼                                                        ▼
+//!      (where supported)      Arc<ProjectRules> (compiled once per load)            projects (Hawk's shape)
+//! ```
+//!
+//! * [`RuleStore`] talks to MongoDB through the subset of operations every targeted server supports (see
+//!   [`store`]); it also serves the `klaxon rules` CLI (add, remove, enable, import, export).
+//! * [`RuleCache`] keeps validated [`klaxon_core::ProjectRules`] per project with a TTL, negative caching of
+//!   unknown projects, single flight per project, stale-while-error and change-stream invalidation where the
+//!   server offers it.
+//! * [`format`] is the JSON import/export format of INTERFACE.md.
+//!
+//! Parsing and validation of rules live in the pure core (`klaxon_core::rule`); this crate only moves
+//! documents and decides when to reload them.
+#![deny(missing_docs)]
+
+pub mod cache;
+mod error;
+pub mod format;
+pub mod store;
+
+pub use cache::{InvalidationMode, RuleCache, DEFAULT_TTL};
+pub use error::RulesError;
+pub use format::{export_json, parse_import, ProjectNotifications};
+pub use store::{RuleStore, StoredProject};

@@ -1,0 +1,482 @@
+//! [`RuleStore`]: reads and writes the `notifications` of Hawk's `projects` documents.
+//!
+//! Only the operations every MongoDB-wire server we target supports are on the core path: `find`/`findOne`
+//! by `_id`, `insertOne`, `updateOne` with `$set`/`$push` of whole fields. Upserts, `$pull` and the positional
+//! `$` operator are not used (PoloDB lacks them), so "create or update" is find-then-write and rule edits are
+//! read-modify-write of the `notifications` array. Index creation is attempted once at connect and skipped,
+//! with one log line, where the server lacks `createIndexes`.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::TryStreamExt;
+use klaxon_core::ProjectRules;
+use mongodb::bson::{doc, oid::ObjectId, Bson, Document};
+use mongodb::options::ClientOptions;
+use mongodb::{Client, Collection, IndexModel};
+use serde_json::Value;
+
+use crate::format::{document_to_json, parse_object_id, rule_to_document, ProjectNotifications};
+use crate::RulesError;
+
+/// The collection Hawk keeps projects (and their rules) in.
+pub const PROJECTS: &str = "projects";
+/// How long [`RuleStore::connect`] and every later operation wait for a usable server.
+pub const SERVER_SELECTION_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bound on the remembered "already reported" rule problems; the set is cleared when it grows past this.
+const MAX_REPORTED: usize = 10_000;
+/// Name of the index on rule ids (used by `rules rm|enable|disable` without a project).
+const RULE_ID_INDEX: &str = "klaxon_notifications_id";
+
+/// MongoDB rule store. Cheap to clone (one driver client and counters behind an `Arc`).
+#[derive(Clone)]
+pub struct RuleStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    database: String,
+    projects: Collection<Document>,
+    queries: AtomicU64,
+    problems_reported: AtomicU64,
+    indexes: AtomicU64,
+    reported: Mutex<HashSet<u64>>,
+}
+
+impl std::fmt::Debug for RuleStore {
+    // The URL can carry credentials: show the database only.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuleStore")
+            .field("database", &self.inner.database)
+            .field("queries", &self.queries())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The stored rules of one project, each in its JSON form (relaxed extended JSON, ObjectIds as `{"$oid"}`),
+/// as `klaxon rules list|check` show them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredProject {
+    /// Project id, 24-hex.
+    pub project_id: String,
+    /// Every stored rule, valid or not.
+    pub notifications: Vec<Value>,
+}
+
+impl StoredProject {
+    /// Validates the rules as the engine will.
+    pub fn rules(&self) -> ProjectRules {
+        ProjectRules::from_notifications(Some(&Value::Array(self.notifications.clone())))
+    }
+}
+
+fn notifications_of(doc: &Document) -> Vec<Document> {
+    match doc.get("notifications") {
+        Some(Bson::Array(items)) => items
+            .iter()
+            .filter_map(|b| match b {
+                Bson::Document(d) => Some(d.clone()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn fingerprint(parts: &[&str]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    parts.hash(&mut h);
+    h.finish()
+}
+
+impl RuleStore {
+    /// Connects and checks the server answers (`ping`) within [`SERVER_SELECTION_TIMEOUT`] unless the URL
+    /// sets its own `serverSelectionTimeoutMS`. Then tries to create the indexes the CLI uses.
+    pub async fn connect(mongo_url: &str, database: &str) -> Result<Self, RulesError> {
+        let mut opts = ClientOptions::parse(mongo_url).await.map_err(|e| {
+            // The driver's message may quote parts of the URL, which can carry a password: quote it only
+            // when it cannot.
+            let detail = e.to_string();
+            RulesError::Config(if detail.contains('@') {
+                "cannot parse the MongoDB URL".to_owned()
+            } else {
+                format!("cannot parse the MongoDB URL: {detail}")
+            })
+        })?;
+        opts.server_selection_timeout
+            .get_or_insert(SERVER_SELECTION_TIMEOUT);
+        opts.connect_timeout.get_or_insert(SERVER_SELECTION_TIMEOUT);
+        opts.app_name.get_or_insert_with(|| "klaxon".to_owned());
+        let client = Client::with_options(opts).map_err(|e| RulesError::from_driver("connect", e))?;
+        let db = client.database(database);
+        db.run_command(doc! {"ping": 1})
+            .await
+            .map_err(|e| RulesError::from_driver("ping", e))?;
+        let store = RuleStore {
+            inner: Arc::new(Inner {
+                database: database.to_owned(),
+                projects: db.collection(PROJECTS),
+                queries: AtomicU64::new(0),
+                problems_reported: AtomicU64::new(0),
+                indexes: AtomicU64::new(0),
+                reported: Mutex::new(HashSet::new()),
+            }),
+        };
+        store.ensure_indexes().await;
+        Ok(store)
+    }
+
+    /// Creates the index on `notifications._id` where the server supports it; logs once and carries on
+    /// where it does not (lookups by project use `_id`, which is always indexed).
+    async fn ensure_indexes(&self) {
+        let model = IndexModel::builder()
+            .keys(doc! {"notifications._id": 1})
+            .options(
+                mongodb::options::IndexOptions::builder()
+                    .name(RULE_ID_INDEX.to_owned())
+                    .build(),
+            )
+            .build();
+        match tokio::time::timeout(SERVER_SELECTION_TIMEOUT, self.inner.projects.create_index(model)).await {
+            Ok(Ok(_)) => {
+                self.inner.indexes.store(1, Ordering::Relaxed);
+                tracing::debug!(index = RULE_ID_INDEX, "index ready");
+            }
+            Ok(Err(e)) => tracing::info!(
+                index = RULE_ID_INDEX,
+                error = %e,
+                "server cannot create indexes; rule-id lookups will scan projects"
+            ),
+            Err(_) => tracing::info!(
+                index = RULE_ID_INDEX,
+                "index creation timed out; carrying on without it"
+            ),
+        }
+    }
+
+    /// Whether the `notifications._id` index was created (false on servers without `createIndexes`).
+    pub fn has_rule_index(&self) -> bool {
+        self.inner.indexes.load(Ordering::Relaxed) == 1
+    }
+
+    /// The database in use.
+    pub fn database(&self) -> &str {
+        &self.inner.database
+    }
+
+    /// The `projects` collection (for change streams).
+    pub(crate) fn collection(&self) -> &Collection<Document> {
+        &self.inner.projects
+    }
+
+    /// How many project reads went to MongoDB through [`RuleStore::load`].
+    pub fn queries(&self) -> u64 {
+        self.inner.queries.load(Ordering::Relaxed)
+    }
+
+    /// How many distinct rule problems (per rule version) were logged.
+    pub fn problems_reported(&self) -> u64 {
+        self.inner.problems_reported.load(Ordering::Relaxed)
+    }
+
+    /// Loads and validates one project's rules. `None` means no such project (also for an id that is not a
+    /// 24-hex ObjectId: Hawk's project ids always are, so no query is made). Rule problems are logged, once
+    /// per rule version.
+    pub async fn load(&self, project_id: &str) -> Result<Option<ProjectRules>, RulesError> {
+        let Ok(oid) = parse_object_id("project id", project_id) else {
+            tracing::debug!(project_id, "project id is not an ObjectId; no rules");
+            return Ok(None);
+        };
+        self.inner.queries.fetch_add(1, Ordering::Relaxed);
+        let found = self
+            .inner
+            .projects
+            .find_one(doc! {"_id": oid})
+            .projection(doc! {"notifications": 1})
+            .await
+            .map_err(|e| RulesError::from_driver("find project", e))?;
+        let Some(doc) = found else {
+            return Ok(None);
+        };
+        let notifications = doc.get("notifications").cloned().map(Bson::into_relaxed_extjson);
+        let rules = ProjectRules::from_notifications(notifications.as_ref());
+        if !rules.problems.is_empty() {
+            self.report_problems(project_id, notifications.as_ref(), &rules);
+        }
+        Ok(Some(rules))
+    }
+
+    fn report_problems(&self, project_id: &str, notifications: Option<&Value>, rules: &ProjectRules) {
+        // A rule's version is its stored content: the same broken rule is reported once, an edited one again.
+        let mut versions: HashMap<String, String> = HashMap::new();
+        if let Some(Value::Array(items)) = notifications {
+            for item in items {
+                if let Some(id) = item
+                    .get("_id")
+                    .and_then(|v| v.get("$oid").or(Some(v)))
+                    .and_then(Value::as_str)
+                {
+                    versions.insert(id.to_owned(), item.to_string());
+                }
+            }
+        }
+        let Ok(mut reported) = self.inner.reported.lock() else {
+            return;
+        };
+        if reported.len() > MAX_REPORTED {
+            reported.clear();
+        }
+        for p in &rules.problems {
+            let rule_id = p.rule_id.as_deref().unwrap_or("");
+            let version = versions.get(rule_id).map(String::as_str).unwrap_or("");
+            if reported.insert(fingerprint(&[project_id, rule_id, version, &p.message])) {
+                self.inner.problems_reported.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    project_id,
+                    rule_id = p.rule_id.as_deref().unwrap_or("<none>"),
+                    skipped = if p.fatal { "rule" } else { "part" },
+                    problem = %p.message,
+                    fix = %p.fix,
+                    "unusable rule configuration"
+                );
+            }
+        }
+    }
+
+    async fn find_project(&self, oid: ObjectId) -> Result<Option<Document>, RulesError> {
+        self.inner
+            .projects
+            .find_one(doc! {"_id": oid})
+            .projection(doc! {"notifications": 1})
+            .await
+            .map_err(|e| RulesError::from_driver("find project", e))
+    }
+
+    /// The stored rules of one project (`None`: no such project).
+    pub async fn project(&self, project_id: &str) -> Result<Option<StoredProject>, RulesError> {
+        let oid = parse_object_id("project id", project_id)?;
+        Ok(self.find_project(oid).await?.map(|d| StoredProject {
+            project_id: oid.to_hex(),
+            notifications: notifications_of(&d).iter().map(document_to_json).collect(),
+        }))
+    }
+
+    async fn scan(&self, filter: Document) -> Result<Vec<Document>, RulesError> {
+        self.inner
+            .projects
+            .find(filter)
+            .projection(doc! {"notifications": 1})
+            .sort(doc! {"_id": 1})
+            .await
+            .map_err(|e| RulesError::from_driver("find projects", e))?
+            .try_collect()
+            .await
+            .map_err(|e| RulesError::from_driver("find projects", e))
+    }
+
+    /// Every project that has a `notifications` array, in `_id` order (filtered here: not every server we
+    /// target supports `$exists`).
+    pub async fn projects(&self) -> Result<Vec<ProjectNotifications>, RulesError> {
+        let mut out: Vec<ProjectNotifications> = self
+            .scan(Document::new())
+            .await?
+            .into_iter()
+            .filter(|d| matches!(d.get("notifications"), Some(Bson::Array(_))))
+            .filter_map(|d| {
+                Some(ProjectNotifications {
+                    project_id: d.get_object_id("_id").ok()?,
+                    notifications: notifications_of(&d),
+                })
+            })
+            .collect();
+        out.sort_by_key(|p| p.project_id);
+        Ok(out)
+    }
+
+    /// The stored rules of the given projects (all projects with rules when `project_ids` is empty), in the
+    /// export shape. An unknown listed project is exported with no rules.
+    pub async fn export(&self, project_ids: &[String]) -> Result<Vec<ProjectNotifications>, RulesError> {
+        if project_ids.is_empty() {
+            return self.projects().await;
+        }
+        let mut out = Vec::with_capacity(project_ids.len());
+        for id in project_ids {
+            let oid = parse_object_id("project id", id)?;
+            let notifications = self
+                .find_project(oid)
+                .await?
+                .map(|d| notifications_of(&d))
+                .unwrap_or_default();
+            out.push(ProjectNotifications {
+                project_id: oid,
+                notifications,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Sets the `notifications` of an existing project, or creates the project document. Upserts are not
+    /// used (PoloDB ignores them): find, then update or insert; a concurrent insert is retried as an update.
+    async fn put_notifications(&self, project: &ProjectNotifications) -> Result<(), RulesError> {
+        let rules: Vec<Bson> = project
+            .notifications
+            .iter()
+            .cloned()
+            .map(Bson::Document)
+            .collect();
+        let set = |rules: Vec<Bson>| doc! {"$set": {"notifications": rules}};
+        if self.find_project(project.project_id).await?.is_some() {
+            self.update(project.project_id, set(rules)).await?;
+            return Ok(());
+        }
+        let insert = self
+            .inner
+            .projects
+            .insert_one(doc! {"_id": project.project_id, "notifications": rules.clone()})
+            .await;
+        match insert {
+            Ok(_) => Ok(()),
+            Err(e) if is_duplicate_key(&e) => self.update(project.project_id, set(rules)).await,
+            Err(e) => Err(RulesError::from_driver("insert project", e)),
+        }
+    }
+
+    async fn update(&self, oid: ObjectId, update: Document) -> Result<(), RulesError> {
+        self.inner
+            .projects
+            .update_one(doc! {"_id": oid}, update)
+            .await
+            .map_err(|e| RulesError::from_driver("update project", e))?;
+        Ok(())
+    }
+
+    /// Replaces the `notifications` of each listed project (import). The input was validated as a whole
+    /// before this is called; projects are written one by one, in order.
+    pub async fn replace(&self, projects: &[ProjectNotifications]) -> Result<(), RulesError> {
+        for p in projects {
+            self.put_notifications(p).await?;
+            tracing::info!(project_id = %p.project_id, rules = p.notifications.len(), "notifications replaced");
+        }
+        Ok(())
+    }
+
+    /// Appends a rule (JSON form; `_id` assigned when absent) to a project, creating the project document
+    /// when needed. Returns the rule id.
+    pub async fn add_rule(&self, project_id: &str, rule: &Value) -> Result<String, RulesError> {
+        let oid = parse_object_id("project id", project_id)?;
+        let doc = rule_to_document(rule)?;
+        let rule_id = doc.get_object_id("_id").map(|o| o.to_hex()).unwrap_or_default();
+        match self.find_project(oid).await? {
+            Some(existing) if matches!(existing.get("notifications"), Some(Bson::Array(_)) | None) => {
+                self.update(oid, doc! {"$push": {"notifications": doc}}).await?;
+            }
+            Some(_) => {
+                // `notifications` is there but not an array (null, …): `$push` would fail, replace it.
+                self.update(oid, doc! {"$set": {"notifications": [doc]}}).await?;
+            }
+            None => {
+                self.put_notifications(&ProjectNotifications {
+                    project_id: oid,
+                    notifications: vec![doc],
+                })
+                .await?;
+            }
+        }
+        Ok(rule_id)
+    }
+
+    /// Finds the project holding a rule: the given one, or by searching (`notifications._id` query, then a
+    /// scan for servers that cannot match inside arrays).
+    async fn locate(
+        &self,
+        project_id: Option<&str>,
+        rule: ObjectId,
+    ) -> Result<(ObjectId, Vec<Document>), RulesError> {
+        let holds = |d: &Document| {
+            notifications_of(d)
+                .iter()
+                .any(|r| r.get_object_id("_id").ok() == Some(rule))
+        };
+        let candidates = match project_id {
+            Some(p) => {
+                let oid = parse_object_id("project id", p)?;
+                self.find_project(oid).await?.into_iter().collect()
+            }
+            None => {
+                let hits: Vec<Document> = self.scan(doc! {"notifications._id": rule}).await?;
+                if hits.iter().any(holds) {
+                    hits
+                } else {
+                    self.scan(Document::new()).await?
+                }
+            }
+        };
+        let mut found = candidates.into_iter().filter(holds);
+        let first = found
+            .next()
+            .ok_or_else(|| RulesError::RuleNotFound(rule.to_hex()))?;
+        if found.next().is_some() {
+            return Err(RulesError::AmbiguousRule(rule.to_hex()));
+        }
+        let oid = first
+            .get_object_id("_id")
+            .map_err(|_| RulesError::InvalidInput("project document without an ObjectId `_id`".into()))?;
+        Ok((oid, notifications_of(&first)))
+    }
+
+    /// Applies `edit` to the rule and writes the project's `notifications` back. Returns the project id.
+    async fn edit_rule(
+        &self,
+        project_id: Option<&str>,
+        rule_id: &str,
+        edit: impl FnOnce(&mut Vec<Document>, usize),
+    ) -> Result<String, RulesError> {
+        let rule = parse_object_id("rule id", rule_id)?;
+        let (project, mut rules) = self.locate(project_id, rule).await?;
+        let idx = rules
+            .iter()
+            .position(|r| r.get_object_id("_id").ok() == Some(rule))
+            .ok_or_else(|| RulesError::RuleNotFound(rule_id.to_owned()))?;
+        edit(&mut rules, idx);
+        let rules: Vec<Bson> = rules.into_iter().map(Bson::Document).collect();
+        self.update(project, doc! {"$set": {"notifications": rules}})
+            .await?;
+        Ok(project.to_hex())
+    }
+
+    /// Removes a rule. Without `project_id` the rule is searched in every project. Returns the project id.
+    pub async fn remove_rule(&self, project_id: Option<&str>, rule_id: &str) -> Result<String, RulesError> {
+        self.edit_rule(project_id, rule_id, |rules, i| {
+            rules.remove(i);
+        })
+        .await
+    }
+
+    /// Enables or disables a rule. Returns the project id.
+    pub async fn set_enabled(
+        &self,
+        project_id: Option<&str>,
+        rule_id: &str,
+        enabled: bool,
+    ) -> Result<String, RulesError> {
+        self.edit_rule(project_id, rule_id, |rules, i| {
+            rules[i].insert("isEnabled", enabled);
+        })
+        .await
+    }
+}
+
+fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    match e.kind.as_ref() {
+        ErrorKind::Write(WriteFailure::WriteError(w)) => w.code == 11000,
+        ErrorKind::InsertMany(m) => m
+            .write_errors
+            .as_ref()
+            .is_some_and(|ws| ws.iter().any(|w| w.code == 11000)),
+        _ => e.to_string().contains("E11000") || e.to_string().to_lowercase().contains("duplicate"),
+    }
+}
