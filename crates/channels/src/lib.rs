@@ -1,1 +1,351 @@
-//! placeholder
+//! Klaxon's delivery adapters: Slack, Telegram, email and signed webhooks.
+//!
+//! ```text
+//! NotificationTask ──Channels::deliver──▶ render (minijinja templates in templates/, escaped per channel)
+//!                                      ──▶ slack.rs / telegram.rs / webhook.rs ──▶ http.rs (one reqwest client)
+//!                                      ──▶ email.rs ──▶ one pooled lettre SMTP transport
+//!                  ◀── Ok(Delivered) | Err(DeliveryError::Transient{reason, retry_after} | Permanent{reason})
+//! ```
+//!
+//! This crate only makes one attempt. The sender loop (`klaxon-engine`) owns retries, dead letters,
+//! deduplication, rate limits and circuit breakers, and uses what this crate gives it for that:
+//! the error class and `retry_after` ([`DeliveryError`]), a rate-limit key per destination
+//! ([`Channels::destination_key`]), a breaker/bulkhead key per host ([`Channels::host_key`]) and a
+//! loggable form of the endpoint ([`redact_endpoint`]).
+//!
+//! Safety: endpoints are user input. Unless `allow_private_endpoints` is set, HTTP deliveries to loopback,
+//! private, link-local, multicast or unspecified addresses are refused with a permanent error before any byte
+//! is sent, and the check is done on the very addresses the client connects to (see [`safety`]). Redirects
+//! are never followed and proxies are not used. Secrets — the bot token, the SMTP password, the webhook secret
+//! and the endpoints themselves — are held in [`Secret`] or redacted, and are scrubbed from every reason.
+#![deny(missing_docs)]
+
+mod email;
+pub mod error;
+mod http;
+pub mod render;
+pub mod safety;
+mod secret;
+mod slack;
+mod telegram;
+pub mod webhook;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use klaxon_core::{ChannelKind, NotificationEvent, NotificationTask, Reason};
+use lettre::message::Mailbox;
+use lettre::{AsyncSmtpTransport, Tokio1Executor};
+use url::Url;
+
+pub use error::{ChannelError, DeliveryError};
+use secret::short_hash;
+pub use secret::{redact_endpoint, Secret};
+
+/// Delivery settings, validated once by [`Channels::new`]. `Debug` shows no secret.
+#[derive(Debug, Clone)]
+pub struct ChannelsConfig {
+    /// Telegram Bot API base URL (`--telegram-api`).
+    pub telegram_api: String,
+    /// Telegram bot token (`KLAXON_TELEGRAM_BOT_TOKEN`); without it, chat-id deliveries fail permanently.
+    pub telegram_bot_token: Option<Secret>,
+    /// SMTP server URL (`--smtp-url`), see the forms in the `email` module docs: `smtp://host:port`,
+    /// `smtp://host:port?tls=starttls`, `smtps://user:pass@host:port`.
+    pub smtp_url: Secret,
+    /// The From address (`--smtp-from`).
+    pub smtp_from: String,
+    /// HMAC key for webhook signatures (`KLAXON_WEBHOOK_SECRET`).
+    pub webhook_secret: Option<Secret>,
+    /// Allow endpoints on loopback/private/link-local addresses (`--allow-private-endpoints`).
+    pub allow_private_endpoints: bool,
+    /// TCP (and TLS) connect timeout.
+    pub connect_timeout: Duration,
+    /// Whole-request timeout for HTTP; per-command timeout for SMTP.
+    pub request_timeout: Duration,
+}
+
+impl Default for ChannelsConfig {
+    /// The defaults of INTERFACE.md: public Telegram API, `smtp://127.0.0.1:25`, `klaxon@localhost`, private
+    /// endpoints refused, 5 s connect and 10 s request timeouts.
+    fn default() -> Self {
+        ChannelsConfig {
+            telegram_api: "https://api.telegram.org".into(),
+            telegram_bot_token: None,
+            smtp_url: Secret::new("smtp://127.0.0.1:25"),
+            smtp_from: "klaxon@localhost".into(),
+            webhook_secret: None,
+            allow_private_endpoints: false,
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A successful delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivered {
+    /// Messages sent: more than 1 when a long Telegram message was split.
+    pub messages: usize,
+}
+
+struct Inner {
+    cfg: ChannelsConfig,
+    telegram_api: Url,
+    from: Mailbox,
+    http: http::Http,
+    smtp: AsyncSmtpTransport<Tokio1Executor>,
+    renderer: render::Renderer,
+}
+
+/// The delivery adapters. Cheap to clone: clones share one HTTP client (and its connection pool), one pooled
+/// SMTP transport and the compiled templates.
+#[derive(Clone)]
+pub struct Channels {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Channels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Channels")
+            .field("cfg", &self.inner.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Channels {
+    /// Validates the configuration and builds the clients. Nothing connects yet. Call it inside a Tokio
+    /// runtime (the SMTP pool runs a task on it).
+    pub fn new(cfg: ChannelsConfig) -> Result<Self, ChannelError> {
+        let invalid = |setting: &'static str, reason: String| ChannelError::InvalidConfig { setting, reason };
+        let telegram_api =
+            Url::parse(cfg.telegram_api.trim()).map_err(|e| invalid("telegram_api", e.to_string()))?;
+        if !matches!(telegram_api.scheme(), "http" | "https") || telegram_api.host_str().is_none() {
+            return Err(invalid(
+                "telegram_api",
+                "must be an http(s) URL with a host".into(),
+            ));
+        }
+        if cfg.connect_timeout.is_zero() || cfg.request_timeout.is_zero() {
+            return Err(invalid("timeouts", "must be greater than zero".into()));
+        }
+        let from = email::parse_from(&cfg.smtp_from)?;
+        let smtp = email::transport(&cfg.smtp_url, cfg.request_timeout)?;
+        let http = http::Http::new(
+            cfg.allow_private_endpoints,
+            cfg.connect_timeout,
+            cfg.request_timeout,
+        )
+        .map_err(|e| invalid("http client", e.without_url().to_string()))?;
+        let renderer = render::Renderer::new().map_err(|e| invalid("templates", e.to_string()))?;
+        Ok(Channels {
+            inner: Arc::new(Inner {
+                cfg,
+                telegram_api,
+                from,
+                http,
+                smtp,
+                renderer,
+            }),
+        })
+    }
+
+    /// Delivers one notification, one attempt. Logs the outcome with the redacted destination.
+    pub async fn deliver(&self, task: &NotificationTask) -> Result<Delivered, DeliveryError> {
+        let started = Instant::now();
+        let result = if task.events.is_empty() {
+            Err(DeliveryError::permanent("notification has no events"))
+        } else {
+            match task.channel {
+                ChannelKind::Slack => self.deliver_slack(task).await,
+                ChannelKind::Telegram => self.deliver_telegram(task).await,
+                ChannelKind::Email => self.deliver_email(task).await,
+                ChannelKind::Webhook => self.deliver_webhook(task).await,
+            }
+        };
+        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        match &result {
+            Ok(d) => tracing::debug!(
+                channel = task.channel.as_str(),
+                notification_id = %task.notification_id,
+                destination = %redact_endpoint(task.channel, &task.endpoint),
+                messages = d.messages,
+                elapsed_ms,
+                "notification delivered"
+            ),
+            Err(e) => tracing::info!(
+                channel = task.channel.as_str(),
+                notification_id = %task.notification_id,
+                destination = %redact_endpoint(task.channel, &task.endpoint),
+                class = e.class(),
+                reason = e.reason(),
+                retry_after_ms = e.retry_after().map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                elapsed_ms,
+                "notification delivery failed"
+            ),
+        }
+        result
+    }
+
+    /// The rate-limit / dedup key of a task's destination, with the secret parts hashed:
+    /// `telegram:chat:<hash>`, `telegram:<host>/<hash>` (notify-bot URL), `slack:<host>/<hash>`,
+    /// `webhook:<host>/<hash>`, `email:<domain>[,<domain>…]`.
+    pub fn destination_key(task: &NotificationTask) -> String {
+        let endpoint = task.endpoint.trim();
+        match task.channel {
+            ChannelKind::Email => {
+                let mut domains: Vec<String> = endpoint
+                    .split(',')
+                    .filter_map(|a| a.trim().trim_end_matches('>').rsplit_once('@'))
+                    .map(|(_, d)| d.to_ascii_lowercase())
+                    .collect();
+                domains.sort();
+                domains.dedup();
+                format!("email:{}", domains.join(","))
+            }
+            ChannelKind::Telegram if !endpoint.contains("://") => {
+                format!("telegram:chat:{}", short_hash(endpoint))
+            }
+            channel => match Url::parse(endpoint) {
+                Ok(url) => format!(
+                    "{}:{}/{}",
+                    channel.as_str(),
+                    url.host_str().unwrap_or(""),
+                    short_hash(endpoint)
+                ),
+                Err(_) => format!("{}:invalid/{}", channel.as_str(), short_hash(endpoint)),
+            },
+        }
+    }
+
+    /// The breaker/bulkhead key of the host a task is delivered through: `host:<name>` for HTTP endpoints,
+    /// `telegram-api` for Bot API deliveries (all chats share it), `smtp` for email (all go through the one
+    /// SMTP server).
+    pub fn host_key(task: &NotificationTask) -> String {
+        let endpoint = task.endpoint.trim();
+        match task.channel {
+            ChannelKind::Email => "smtp".to_owned(),
+            ChannelKind::Telegram if !endpoint.contains("://") => "telegram-api".to_owned(),
+            _ => match Url::parse(endpoint) {
+                Ok(url) => format!("host:{}", url.host_str().unwrap_or("").to_ascii_lowercase()),
+                Err(_) => "host:invalid".to_owned(),
+            },
+        }
+    }
+}
+
+/// A "test notification" for `klaxon test-notify`: a new-error notification titled
+/// `Klaxon test notification`, with a fresh id so that deduplication never swallows it.
+pub fn test_task(channel: ChannelKind, endpoint: &str) -> NotificationTask {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let fired_at_ms = i64::try_from(now.as_millis()).unwrap_or(i64::MAX);
+    NotificationTask {
+        notification_id: format!("test-{:x}", now.as_nanos()),
+        project_id: "klaxon-test".into(),
+        rule_id: "test-notify".into(),
+        channel,
+        endpoint: endpoint.to_owned(),
+        min_period_s: 0,
+        fired_at_ms,
+        reason: Reason::New,
+        events: vec![NotificationEvent {
+            group_hash: "klaxon-test".into(),
+            title: "Klaxon test notification".into(),
+            count: 1,
+            repetition_id: None,
+        }],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_hide_secrets() {
+        let table = [
+            (
+                ChannelKind::Slack,
+                "https://hooks.slack.com/services/T/B/SECRET",
+                "slack:hooks.slack.com/",
+                "host:hooks.slack.com",
+            ),
+            (
+                ChannelKind::Webhook,
+                "https://Example.com/h?t=SECRET",
+                "webhook:example.com/",
+                "host:example.com",
+            ),
+            (
+                ChannelKind::Telegram,
+                "-100SECRET",
+                "telegram:chat:",
+                "telegram-api",
+            ),
+            (
+                ChannelKind::Telegram,
+                "https://notify.bot.codex.so/u/SECRET",
+                "telegram:notify.bot.codex.so/",
+                "host:notify.bot.codex.so",
+            ),
+            (
+                ChannelKind::Email,
+                "SECRET@B.test, x@a.test",
+                "email:a.test,b.test",
+                "smtp",
+            ),
+        ];
+        for (channel, endpoint, key_prefix, host) in table {
+            let t = test_task(channel, endpoint);
+            let key = Channels::destination_key(&t);
+            assert!(key.starts_with(key_prefix), "{key}");
+            assert!(!key.contains("SECRET"), "{key}");
+            assert_eq!(Channels::host_key(&t), host);
+        }
+        // different endpoints on one host are different destinations
+        let a = Channels::destination_key(&test_task(ChannelKind::Slack, "https://hooks.slack.com/a"));
+        let b = Channels::destination_key(&test_task(ChannelKind::Slack, "https://hooks.slack.com/b"));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn needs_a_runtime_and_says_so() {
+        let err = Channels::new(ChannelsConfig::default()).expect_err("no runtime");
+        assert!(err.to_string().contains("Tokio runtime"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn config_validation_and_debug() {
+        let cfg = ChannelsConfig {
+            telegram_bot_token: Some(Secret::new("123:TOKEN")),
+            smtp_url: Secret::new("smtps://user:PASSWORD@mail.example.com"),
+            webhook_secret: Some(Secret::new("HMACKEY")),
+            ..ChannelsConfig::default()
+        };
+        let channels = Channels::new(cfg.clone()).expect("valid");
+        let debug = format!("{channels:?} {cfg:?}");
+        for secret in ["TOKEN", "PASSWORD", "HMACKEY"] {
+            assert!(!debug.contains(secret), "{debug}");
+        }
+        for bad in [
+            ChannelsConfig {
+                telegram_api: "ftp://x".into(),
+                ..cfg.clone()
+            },
+            ChannelsConfig {
+                smtp_from: "nobody".into(),
+                ..cfg.clone()
+            },
+            ChannelsConfig {
+                smtp_url: Secret::new("imap://user:PASSWORD@x"),
+                ..cfg.clone()
+            },
+            ChannelsConfig {
+                request_timeout: Duration::ZERO,
+                ..cfg.clone()
+            },
+        ] {
+            let err = Channels::new(bad).expect_err("invalid");
+            assert!(!err.to_string().contains("PASSWORD"), "{err}");
+        }
+    }
+}

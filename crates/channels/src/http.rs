@@ -1,0 +1,173 @@
+//! The one HTTP client every HTTP channel shares, and how its failures are classified.
+
+use std::time::{Duration, SystemTime};
+
+use url::{Host, Url};
+
+use crate::error::{classify_status, parse_retry_after, tidy};
+use crate::safety::{non_public_kind, RefusedAddress, VettingResolver};
+use crate::DeliveryError;
+
+/// How much of an error response we read, for the reason string.
+const MAX_ERROR_BODY: usize = 4096;
+
+/// An HTTP answer, read and bounded.
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) retry_after: Option<Duration>,
+    pub(crate) body: String,
+}
+
+impl Answer {
+    /// `Err` unless 2xx; `detail` is a secret-free snippet of the body.
+    pub(crate) fn check(&self, what: &str, detail: &str) -> Result<(), DeliveryError> {
+        match classify_status(self.status, self.retry_after, what, detail) {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct Http {
+    client: reqwest::Client,
+    allow_private: bool,
+}
+
+impl Http {
+    pub(crate) fn new(
+        allow_private: bool,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+    ) -> Result<Self, reqwest::Error> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(connect_timeout)
+            .timeout(request_timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            // a proxy would resolve and connect on our behalf, around the address check
+            .no_proxy()
+            .dns_resolver(std::sync::Arc::new(VettingResolver { allow_private }))
+            .user_agent(concat!("klaxon/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(Http {
+            client,
+            allow_private,
+        })
+    }
+
+    /// Refuses IP-literal hosts that are not public (names are vetted by the resolver, at connect time).
+    pub(crate) fn vet_literal(&self, url: &Url, what: &str) -> Result<(), DeliveryError> {
+        if self.allow_private {
+            return Ok(());
+        }
+        let ip = match url.host() {
+            Some(Host::Ipv4(ip)) => std::net::IpAddr::V4(ip),
+            Some(Host::Ipv6(ip)) => std::net::IpAddr::V6(ip),
+            Some(Host::Domain(_)) => return Ok(()),
+            None => return Err(DeliveryError::permanent(format!("{what}: endpoint has no host"))),
+        };
+        match non_public_kind(ip) {
+            None => Ok(()),
+            Some(kind) => Err(DeliveryError::permanent(format!(
+                "{what}: {}",
+                RefusedAddress { kind }
+            ))),
+        }
+    }
+
+    /// POSTs `body` and reads the answer. `secrets` are scrubbed from any reason produced.
+    pub(crate) async fn post(
+        &self,
+        url: &Url,
+        content_type: &str,
+        headers: &[(&str, String)],
+        body: Vec<u8>,
+        what: &str,
+        secrets: &[&str],
+    ) -> Result<Answer, DeliveryError> {
+        self.vet_literal(url, what)?;
+        let mut req = self
+            .client
+            .post(url.clone())
+            .header(reqwest::header::CONTENT_TYPE, content_type)
+            .body(body);
+        for (name, value) in headers {
+            req = req.header(*name, value);
+        }
+        let mut resp = req.send().await.map_err(|e| classify_reqwest(e, what, secrets))?;
+        let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| parse_retry_after(v, SystemTime::now()));
+        let mut raw = Vec::new();
+        // The body only feeds the reason string: read a bounded prefix, and a failure to read it does not
+        // change the outcome the status already decided.
+        while raw.len() < MAX_ERROR_BODY {
+            match resp.chunk().await {
+                Ok(Some(chunk)) => raw.extend_from_slice(&chunk),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        raw.truncate(MAX_ERROR_BODY);
+        Ok(Answer {
+            status,
+            retry_after,
+            body: String::from_utf8_lossy(&raw).into_owned(),
+        })
+    }
+}
+
+/// Classifies a failed request. reqwest errors print the URL, which may carry a token: it is stripped first.
+pub(crate) fn classify_reqwest(err: reqwest::Error, what: &str, secrets: &[&str]) -> DeliveryError {
+    let err = err.without_url();
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&err);
+    let mut chain = Vec::new();
+    while let Some(e) = source {
+        if let Some(refused) = e.downcast_ref::<RefusedAddress>() {
+            return DeliveryError::permanent(format!("{what}: {refused}"));
+        }
+        chain.push(e.to_string());
+        source = e.source();
+    }
+    chain.dedup();
+    let detail = tidy(&chain.join(": "), secrets);
+    if err.is_timeout() {
+        DeliveryError::transient(format!("{what}: timed out ({detail})"))
+    } else if err.is_builder() {
+        DeliveryError::permanent(format!("{what}: invalid request ({detail})"))
+    } else if err.is_connect() {
+        DeliveryError::transient(format!("{what}: connect error ({detail})"))
+    } else {
+        DeliveryError::transient(format!("{what}: request failed ({detail})"))
+    }
+}
+
+/// Parses an HTTP(S) endpoint; anything else is a permanent error that never shows the endpoint itself.
+pub(crate) fn parse_http_endpoint(raw: &str, channel: &str) -> Result<Url, DeliveryError> {
+    let url = Url::parse(raw.trim())
+        .map_err(|_| DeliveryError::permanent(format!("{channel}: endpoint is not a valid URL")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(DeliveryError::permanent(format!(
+            "{channel}: endpoint scheme `{}` is not http(s)",
+            tidy(url.scheme(), &[])
+        )));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(DeliveryError::permanent(format!(
+            "{channel}: endpoint has no host"
+        )));
+    }
+    Ok(url)
+}
+
+/// `"<channel> <host>"`: names a destination in reasons without the secret parts of its URL.
+pub(crate) fn label(channel: &str, url: &Url) -> String {
+    format!("{channel} {}", url.host_str().unwrap_or("?"))
+}
+
+/// A short, secret-free snippet of an error body.
+pub(crate) fn body_detail(body: &str, secrets: &[&str]) -> String {
+    tidy(body, secrets)
+}

@@ -1,0 +1,446 @@
+//! Rendering a [`NotificationTask`] into message text, from the minijinja templates in `templates/`.
+//!
+//! One view model feeds every template, so all channels say the same thing: project, rule, title(s), counts,
+//! window and firing time. Escaping is chosen by template name and applied by the engine to every value, so a
+//! template cannot forget it: `*.tg.html` gets Telegram's HTML escaping (`&`, `<`, `>`, `"` only: the entities
+//! Telegram's parser knows), `*.html` full HTML escaping, `*.mrkdwn` Slack's (`&`, `<`, `>`), and `*.txt`
+//! none. Titles are shown on one line (control characters become spaces) and cut at [`MAX_TITLE_CHARS`];
+//! the webhook body, which is data rather than text, carries them untouched.
+
+use klaxon_core::{NotificationTask, Reason, Window};
+use minijinja::{AutoEscape, Environment, Value};
+use serde::Serialize;
+
+use crate::DeliveryError;
+
+/// Groups listed in a digest before "and K more".
+pub const DIGEST_MAX_GROUPS: usize = 20;
+/// Longest title shown in a message, in characters.
+pub const MAX_TITLE_CHARS: usize = 1000;
+/// Telegram's message limit (UTF-16 code units, which is never less than characters).
+pub const TELEGRAM_MAX: usize = 4096;
+/// Slack's limit for a section block's text.
+pub const SLACK_SECTION_MAX: usize = 3000;
+
+pub(crate) const TELEGRAM: &str = "telegram.tg.html";
+pub(crate) const SLACK: &str = "slack.mrkdwn";
+pub(crate) const EMAIL_TEXT: &str = "email.txt";
+pub(crate) const EMAIL_HTML: &str = "email.html";
+pub(crate) const EMAIL_SUBJECT: &str = "email_subject.txt";
+
+#[derive(Serialize)]
+struct ViewEvent {
+    title: String,
+    count: u64,
+}
+
+#[derive(Serialize)]
+struct View {
+    kind: &'static str,
+    project: String,
+    rule: String,
+    notification_id: String,
+    fired_at: String,
+    window: String,
+    window_kind: &'static str,
+    threshold: u64,
+    total: u64,
+    events: Vec<ViewEvent>,
+    more: usize,
+}
+
+/// The template engine with every template loaded (they are compiled into the binary).
+pub(crate) struct Renderer {
+    env: Environment<'static>,
+}
+
+impl Renderer {
+    pub(crate) fn new() -> Result<Self, minijinja::Error> {
+        let mut env = Environment::new();
+        env.set_auto_escape_callback(|name| {
+            if name.ends_with(".tg.html") {
+                AutoEscape::Custom("telegram")
+            } else if name.ends_with(".html") {
+                AutoEscape::Html
+            } else if name.ends_with(".mrkdwn") {
+                AutoEscape::Custom("mrkdwn")
+            } else {
+                AutoEscape::None
+            }
+        });
+        env.set_formatter(|out, state, value| match state.auto_escape() {
+            AutoEscape::Custom(which) if !value.is_safe() => {
+                let raw = value_text(value);
+                let escaped = if which == "telegram" {
+                    escape_telegram(&raw)
+                } else {
+                    escape_mrkdwn(&raw)
+                };
+                out.write_str(&escaped).map_err(minijinja::Error::from)
+            }
+            _ => minijinja::escape_formatter(out, state, value),
+        });
+        env.add_template(TELEGRAM, include_str!("../templates/telegram.tg.html"))?;
+        env.add_template(SLACK, include_str!("../templates/slack.mrkdwn"))?;
+        env.add_template(EMAIL_TEXT, include_str!("../templates/email.txt"))?;
+        env.add_template(EMAIL_HTML, include_str!("../templates/email.html"))?;
+        env.add_template(EMAIL_SUBJECT, include_str!("../templates/email_subject.txt"))?;
+        Ok(Renderer { env })
+    }
+
+    /// Renders one template for a task.
+    pub(crate) fn render(&self, template: &str, task: &NotificationTask) -> Result<String, DeliveryError> {
+        let view = view(task);
+        self.env
+            .get_template(template)
+            .and_then(|t| t.render(Value::from_serialize(&view)))
+            .map_err(|e| DeliveryError::permanent(format!("rendering {template} failed: {e}")))
+    }
+}
+
+fn value_text(value: &Value) -> String {
+    if value.is_undefined() || value.is_none() {
+        String::new()
+    } else {
+        value.to_string()
+    }
+}
+
+/// Escapes text for Telegram's HTML parse mode.
+pub fn escape_telegram(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Escapes text for Slack's mrkdwn.
+pub fn escape_mrkdwn(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A title as shown in messages: one line, at most [`MAX_TITLE_CHARS`].
+pub fn display_title(title: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in title.chars().enumerate() {
+        if i == MAX_TITLE_CHARS {
+            out.push('…');
+            break;
+        }
+        out.push(if c.is_control() { ' ' } else { c });
+    }
+    out
+}
+
+/// "30 seconds", "1 minute", "5 minutes", "2 hours".
+pub fn human_duration(secs: u64) -> String {
+    let (n, unit) = if secs >= 3600 && secs % 3600 == 0 {
+        (secs / 3600, "hour")
+    } else if secs >= 60 && secs % 60 == 0 {
+        (secs / 60, "minute")
+    } else {
+        (secs, "second")
+    };
+    let mut s = format!("{n} {unit}");
+    if n != 1 {
+        s.push('s');
+    }
+    s
+}
+
+fn view(task: &NotificationTask) -> View {
+    let digest = matches!(task.reason, Reason::Digest { .. }) || task.events.len() > 1;
+    let (kind, window_secs, window_kind, threshold) = match task.reason {
+        Reason::Threshold {
+            threshold,
+            period_ms,
+            window,
+        } if !digest => (
+            "threshold",
+            period_ms / 1000,
+            match window {
+                Window::Fixed => "fixed",
+                Window::Sliding => "sliding",
+            },
+            threshold,
+        ),
+        Reason::New if !digest => ("new", 0, "", 0),
+        Reason::Digest { min_period_s } => ("digest", min_period_s, "", 0),
+        _ => ("digest", task.min_period_s, "", 0),
+    };
+    let mut events: Vec<&klaxon_core::NotificationEvent> = task.events.iter().collect();
+    if digest {
+        // stable: equal counts keep the order the digest collected them in
+        events.sort_by(|a, b| b.count.cmp(&a.count));
+    }
+    let more = events.len().saturating_sub(DIGEST_MAX_GROUPS);
+    View {
+        kind,
+        project: task.project_id.clone(),
+        rule: task.rule_id.clone(),
+        notification_id: task.notification_id.clone(),
+        fired_at: task.fired_at_rfc3339(),
+        window: human_duration(window_secs),
+        window_kind,
+        threshold,
+        total: task.events.iter().map(|e| e.count).sum(),
+        events: events
+            .into_iter()
+            .take(DIGEST_MAX_GROUPS)
+            .map(|e| ViewEvent {
+                title: display_title(&e.title),
+                count: e.count,
+            })
+            .collect(),
+        more,
+    }
+}
+
+fn utf16_len(s: &str) -> usize {
+    s.chars().map(char::len_utf16).sum()
+}
+
+/// Splits a message into parts of at most `limit` UTF-16 units on line boundaries; concatenating the parts
+/// gives the message back. A single line longer than `limit` is cut at character boundaries as a last resort,
+/// backing off so that an HTML tag or entity (`<b>`, `&amp;`) is never cut in half.
+pub fn split_message(text: &str, limit: usize) -> Vec<String> {
+    let limit = limit.max(16);
+    let mut parts = Vec::new();
+    let mut current = String::new();
+    let mut current_len = 0;
+    for line in text.split_inclusive('\n') {
+        let len = utf16_len(line);
+        if current_len + len <= limit {
+            current.push_str(line);
+            current_len += len;
+            continue;
+        }
+        if !current.is_empty() {
+            parts.push(std::mem::take(&mut current));
+        }
+        if len <= limit {
+            current.push_str(line);
+            current_len = len;
+            continue;
+        }
+        let mut rest = line;
+        while utf16_len(rest) > limit {
+            let cut = cut_point(rest, limit);
+            parts.push(rest[..cut].to_owned());
+            rest = &rest[cut..];
+        }
+        current.push_str(rest);
+        current_len = utf16_len(rest);
+    }
+    if !current.is_empty() {
+        parts.push(current);
+    }
+    parts
+}
+
+/// Byte index at most `limit` UTF-16 units into `s` (which is longer than that), not inside a tag or entity.
+fn cut_point(s: &str, limit: usize) -> usize {
+    let mut units = 0;
+    let mut end = 0;
+    for (i, c) in s.char_indices() {
+        if units + c.len_utf16() > limit {
+            break;
+        }
+        units += c.len_utf16();
+        end = i + c.len_utf8();
+    }
+    let head = &s[..end];
+    let mut cut = end;
+    for (open, close) in [('<', '>'), ('&', ';')] {
+        if let Some(at) = head.rfind(open) {
+            if !head[at..].contains(close) && at > 0 {
+                cut = cut.min(at);
+            }
+        }
+    }
+    if cut == 0 {
+        end
+    } else {
+        cut
+    }
+}
+
+/// Slack `blocks`: the rendered mrkdwn in section blocks of at most [`SLACK_SECTION_MAX`] characters.
+pub(crate) fn slack_blocks(text: &str) -> Vec<serde_json::Value> {
+    split_message(text, SLACK_SECTION_MAX)
+        .into_iter()
+        .map(|part| {
+            serde_json::json!({
+                "type": "section",
+                "text": {"type": "mrkdwn", "text": part.trim_end()},
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use klaxon_core::{ChannelKind, NotificationEvent};
+
+    fn task(reason: Reason, events: Vec<(&str, u64)>) -> NotificationTask {
+        NotificationTask {
+            notification_id: "nid".into(),
+            project_id: "proj".into(),
+            rule_id: "rule".into(),
+            channel: ChannelKind::Telegram,
+            endpoint: "1".into(),
+            min_period_s: 300,
+            fired_at_ms: 1_700_000_000_123,
+            reason,
+            events: events
+                .into_iter()
+                .map(|(t, c)| NotificationEvent {
+                    group_hash: format!("g-{t}"),
+                    title: t.into(),
+                    count: c,
+                    repetition_id: None,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn renders_every_kind_in_every_template() {
+        let r = Renderer::new().expect("templates");
+        let threshold = Reason::Threshold {
+            threshold: 100,
+            period_ms: 60_000,
+            window: Window::Sliding,
+        };
+        for t in [
+            task(Reason::New, vec![("Boom", 1)]),
+            task(threshold, vec![("Boom", 100)]),
+            task(
+                Reason::Digest { min_period_s: 300 },
+                vec![("Bang", 3), ("Boom", 5)],
+            ),
+        ] {
+            for name in [TELEGRAM, SLACK, EMAIL_TEXT, EMAIL_HTML, EMAIL_SUBJECT] {
+                let out = r.render(name, &t).expect("render");
+                assert!(out.contains("Boom"), "{name}: {out}");
+                if name != EMAIL_SUBJECT {
+                    assert!(out.contains("2023-11-14T22:13:20.123Z"), "{name}: {out}");
+                }
+            }
+        }
+        let out = r
+            .render(TELEGRAM, &task(threshold, vec![("Boom", 100)]))
+            .expect("render");
+        assert!(
+            out.contains("Seen 100 times in 1 minute (sliding window, threshold 100)"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn digest_sorts_and_truncates() {
+        let r = Renderer::new().expect("templates");
+        let titles: Vec<String> = (0..25).map(|i| format!("Err{i:02}")).collect();
+        let events = titles
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.as_str(), i as u64 + 1))
+            .collect();
+        let out = r
+            .render(TELEGRAM, &task(Reason::Digest { min_period_s: 300 }, events))
+            .expect("render");
+        assert!(
+            out.starts_with("<b>325 errors in proj in the last 5 minutes</b>\n"),
+            "{out}"
+        );
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[1], "25 × Err24");
+        assert_eq!(lines[20], "6 × Err05");
+        assert_eq!(lines[21], "and 5 more");
+        assert!(!out.contains("Err04"));
+    }
+
+    #[test]
+    fn escaping_per_template() {
+        let r = Renderer::new().expect("templates");
+        let t = task(Reason::New, vec![("<script>&\"x", 1)]);
+        let tg = r.render(TELEGRAM, &t).expect("tg");
+        assert!(tg.contains("&lt;script&gt;&amp;&quot;x"), "{tg}");
+        let slack = r.render(SLACK, &t).expect("slack");
+        assert!(slack.contains("&lt;script&gt;&amp;\"x"), "{slack}");
+        let html = r.render(EMAIL_HTML, &t).expect("html");
+        assert!(html.contains("&lt;script&gt;&amp;&quot;x"), "{html}");
+        let text = r.render(EMAIL_TEXT, &t).expect("text");
+        assert!(text.contains("<script>&\"x"), "{text}");
+    }
+
+    #[test]
+    fn titles_become_one_bounded_line() {
+        assert_eq!(display_title("a\nb\tc"), "a b c");
+        let long = display_title(&"x".repeat(5000));
+        assert_eq!(long.chars().count(), MAX_TITLE_CHARS + 1);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(human_duration(30), "30 seconds");
+        assert_eq!(human_duration(60), "1 minute");
+        assert_eq!(human_duration(300), "5 minutes");
+        assert_eq!(human_duration(90), "90 seconds");
+        assert_eq!(human_duration(7200), "2 hours");
+        assert_eq!(human_duration(1), "1 second");
+    }
+
+    #[test]
+    fn split_keeps_every_char_and_line() {
+        let text: String = (0..300)
+            .map(|i| format!("line {i:04} {}\n", "é".repeat(20)))
+            .collect();
+        let parts = split_message(&text, 1000);
+        assert!(parts.len() > 1);
+        assert_eq!(parts.concat(), text);
+        for p in &parts {
+            assert!(utf16_len(p) <= 1000);
+            assert!(p.ends_with('\n'), "parts end on a line boundary");
+        }
+        assert_eq!(split_message("short", 4096), vec!["short".to_owned()]);
+        assert!(split_message("", 4096).is_empty());
+    }
+
+    #[test]
+    fn split_cuts_overlong_lines_outside_tags_and_entities() {
+        let line = format!("{}&amp;<b>{}</b>", "a".repeat(97), "b".repeat(250));
+        let parts = split_message(&line, 100);
+        assert_eq!(parts.concat(), line);
+        assert_eq!(parts[0], "a".repeat(97), "backs off before the entity");
+        assert!(parts[1].starts_with("&amp;<b>"));
+        // a cut that would fall inside a tag backs off before it
+        let line = format!("{}<b>{}", "a".repeat(99), "b".repeat(50));
+        assert_eq!(split_message(&line, 100)[0], "a".repeat(99));
+        for p in &parts {
+            assert!(utf16_len(p) <= 100);
+        }
+        // astral chars count double and are never split
+        let emoji = "😀".repeat(60);
+        let parts = split_message(&emoji, 100);
+        assert_eq!(parts.concat(), emoji);
+        assert_eq!(parts[0].chars().count(), 50);
+    }
+}

@@ -1,0 +1,178 @@
+//! Telegram: the Bot API's `sendMessage` with HTML parse mode, or — for Hawk compatibility — a form POST to
+//! Hawk's notify-bot when the endpoint is a URL.
+//!
+//! Messages over 4096 characters are split on line boundaries and sent in order. If a later part fails, the
+//! error says how many parts went out; a retry sends them all again (Telegram has no idempotency key).
+
+use klaxon_core::NotificationTask;
+use url::Url;
+
+use crate::http::{body_detail, label, parse_http_endpoint};
+use crate::render::{split_message, TELEGRAM, TELEGRAM_MAX};
+use crate::{Channels, Delivered, DeliveryError};
+
+/// A chat id: an integer (users, groups, `-100…` channels) or a public `@channelusername`.
+fn valid_chat_id(s: &str) -> bool {
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    let numeric = !digits.is_empty() && digits.len() <= 20 && digits.bytes().all(|b| b.is_ascii_digit());
+    let username = s.strip_prefix('@').is_some_and(|u| {
+        (4..=64).contains(&u.len()) && u.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    });
+    numeric || username
+}
+
+/// Telegram's own rate-limit hint: `{"parameters": {"retry_after": N}}` on 429.
+fn body_retry_after(body: &str) -> Option<std::time::Duration> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    v.pointer("/parameters/retry_after")
+        .and_then(serde_json::Value::as_u64)
+        .map(std::time::Duration::from_secs)
+}
+
+/// Telegram's `description` (e.g. `Bad Request: chat not found`), else the raw body.
+fn body_description(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("description").and_then(|d| d.as_str()).map(str::to_owned))
+        .unwrap_or_else(|| body.to_owned())
+}
+
+impl Channels {
+    pub(crate) async fn deliver_telegram(&self, task: &NotificationTask) -> Result<Delivered, DeliveryError> {
+        let endpoint = task.endpoint.trim();
+        let text = self.inner.renderer.render(TELEGRAM, task)?;
+        let parts = split_message(&text, TELEGRAM_MAX);
+        if endpoint.starts_with("https://") || endpoint.starts_with("http://") {
+            return self.deliver_notify_bot(task, endpoint, &parts).await;
+        }
+        if !valid_chat_id(endpoint) {
+            return Err(DeliveryError::permanent(
+                "telegram: endpoint is not a chat id or a URL",
+            ));
+        }
+        let token = self
+            .inner
+            .cfg
+            .telegram_bot_token
+            .as_ref()
+            .filter(|t| !t.expose().is_empty())
+            .ok_or_else(|| DeliveryError::permanent("telegram: no bot token configured"))?;
+        let secrets = [token.expose(), endpoint];
+        let url = Url::parse(&format!(
+            "{}/bot{}/sendMessage",
+            self.inner.telegram_api.as_str().trim_end_matches('/'),
+            token.expose()
+        ))
+        .map_err(|_| DeliveryError::permanent("telegram: bot token does not fit in a URL"))?;
+        let what = label("telegram", &url);
+        for (i, part) in parts.iter().enumerate() {
+            let body = serde_json::json!({"chat_id": endpoint, "text": part, "parse_mode": "HTML"});
+            let result = async {
+                let answer = self
+                    .inner
+                    .http
+                    .post(
+                        &url,
+                        "application/json",
+                        &[],
+                        body.to_string().into_bytes(),
+                        &what,
+                        &secrets,
+                    )
+                    .await?;
+                let detail = body_detail(&body_description(&answer.body), &secrets);
+                answer.check(&what, &detail).map_err(|e| match e {
+                    DeliveryError::Transient { reason, retry_after } => DeliveryError::Transient {
+                        reason,
+                        retry_after: retry_after.or_else(|| body_retry_after(&answer.body)),
+                    },
+                    permanent => permanent,
+                })
+            }
+            .await;
+            result.map_err(|e| after_parts(e, i, parts.len()))?;
+        }
+        Ok(Delivered {
+            messages: parts.len(),
+        })
+    }
+
+    /// Hawk's notify-bot: `POST <endpoint>` with a form `message=…&parse_mode=HTML`.
+    async fn deliver_notify_bot(
+        &self,
+        task: &NotificationTask,
+        endpoint: &str,
+        parts: &[String],
+    ) -> Result<Delivered, DeliveryError> {
+        let url = parse_http_endpoint(endpoint, "telegram")?;
+        let what = label("telegram", &url);
+        let secrets = [task.endpoint.as_str()];
+        for (i, part) in parts.iter().enumerate() {
+            let body = url::form_urlencoded::Serializer::new(String::new())
+                .append_pair("message", part)
+                .append_pair("parse_mode", "HTML")
+                .finish();
+            let result = async {
+                let answer = self
+                    .inner
+                    .http
+                    .post(
+                        &url,
+                        "application/x-www-form-urlencoded",
+                        &[],
+                        body.into_bytes(),
+                        &what,
+                        &secrets,
+                    )
+                    .await?;
+                answer.check(&what, &body_detail(&answer.body, &secrets))
+            }
+            .await;
+            result.map_err(|e| after_parts(e, i, parts.len()))?;
+        }
+        Ok(Delivered {
+            messages: parts.len(),
+        })
+    }
+}
+
+/// Notes in the reason how many parts of a split message already went out.
+fn after_parts(e: DeliveryError, sent: usize, total: usize) -> DeliveryError {
+    if sent == 0 {
+        return e;
+    }
+    let note = format!(" (after {sent} of {total} parts were sent)");
+    match e {
+        DeliveryError::Transient { reason, retry_after } => DeliveryError::Transient {
+            reason: reason + &note,
+            retry_after,
+        },
+        DeliveryError::Permanent { reason } => DeliveryError::Permanent {
+            reason: reason + &note,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chat_ids() {
+        for ok in ["12345", "-1001234567890", "@my_channel"] {
+            assert!(valid_chat_id(ok), "{ok}");
+        }
+        for bad in ["", "-", "12a", "@ab", "@bad-name", "../x", "1 2"] {
+            assert!(!valid_chat_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn telegram_bodies() {
+        let body = r#"{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 7","parameters":{"retry_after":7}}"#;
+        assert_eq!(body_retry_after(body), Some(std::time::Duration::from_secs(7)));
+        assert_eq!(body_description(body), "Too Many Requests: retry after 7");
+        assert_eq!(body_retry_after("nope"), None);
+        assert_eq!(body_description("nope"), "nope");
+    }
+}
