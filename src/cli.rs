@@ -74,6 +74,10 @@ impl GlobalOpts {
 pub enum Command {
     /// Evaluate events and deliver notifications in one process.
     Run(crate::cmd::run::RunArgs),
+    /// Evaluate events only: consume events, count, publish notification tasks.
+    Worker(crate::cmd::run::RunArgs),
+    /// Deliver notifications only: consume notification tasks and send them.
+    Sender(crate::cmd::run::RunArgs),
     /// Manage notification rules in MongoDB.
     Rules(crate::cmd::rules::RulesArgs),
     /// Publish test events to the events queue.

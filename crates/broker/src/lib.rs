@@ -131,6 +131,13 @@ impl Topology {
         format!("{}.dead", self.namespace)
     }
 
+    /// `<ns>.retry.<channel>.<tier>s`: a delay queue whose messages expire after `tier_s` seconds and are then
+    /// dead-lettered back to `<ns>.notify.<channel>`. One queue per tier means a message never waits behind a
+    /// longer delay (a per-message TTL in one queue would block at the head).
+    pub fn retry_queue(&self, channel: ChannelKind, tier_s: u64) -> String {
+        format!("{}.retry.{}.{}s", self.namespace, channel.as_str(), tier_s)
+    }
+
     /// Every queue of the namespace, in declaration order.
     pub fn queues(&self) -> Vec<String> {
         let mut q = vec![self.events_queue.clone(), self.invalid_queue(), self.dead_queue()];
@@ -394,6 +401,26 @@ impl Publisher {
     /// Declares a queue through this channel (idempotent).
     pub async fn declare(&self, topology: &Topology) -> Result<(), BrokerError> {
         topology.declare(&self.channel).await
+    }
+
+    /// Declares the retry (delay) queues of one channel, one per tier in `tiers_s`.
+    pub async fn declare_retry(
+        &self,
+        topology: &Topology,
+        channel: ChannelKind,
+        tiers_s: &[u64],
+    ) -> Result<(), BrokerError> {
+        for tier in tiers_s {
+            let mut args = topology.arguments();
+            args.insert("x-message-ttl".into(), AMQPValue::LongLongInt((*tier as i64) * 1000));
+            args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
+            args.insert(
+                "x-dead-letter-routing-key".into(),
+                AMQPValue::LongString(topology.notify_queue(channel).as_str().into()),
+            );
+            declare_queue(&self.channel, &topology.retry_queue(channel, *tier), args).await?;
+        }
+        Ok(())
     }
 
     /// Closes the channel.

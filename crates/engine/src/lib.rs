@@ -1,1 +1,82 @@
-//! placeholder
+//! Klaxon's engine: the long-running loops and how they are wired.
+//!
+//! ```text
+//!            ┌──────── worker (evaluate) ────────┐          ┌────── sender (deliver), per channel ──────┐
+//! events ──▶ │ parse → rules (cache) → counter   │ ──tasks─▶│ channels adapter → ack | retry | dead     │
+//!  queue     │ (one Redis round trip per batch)  │  queues  │ (retries wait in RabbitMQ delay queues)   │
+//!            └───────────────────────────────────┘          └───────────────────────────────────────────┘
+//! ```
+//! Every loop takes its dependencies and a `CancellationToken` (`run(deps, ready, shutdown)`), so `main` and the
+//! tests share one path. A loop that loses a connection marks itself not ready, backs off (jittered, capped) and
+//! reconnects; nothing is acked while its outcome is unknown.
+#![deny(missing_docs)]
+
+pub mod http;
+pub mod metrics;
+pub mod sender;
+pub mod worker;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+/// Why a loop's session ended.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// RabbitMQ failed (transient unless the topology clashes).
+    #[error(transparent)]
+    Broker(#[from] klaxon_broker::BrokerError),
+    /// Redis failed (transient).
+    #[error(transparent)]
+    Counter(#[from] klaxon_counter::CounterError),
+    /// Rules could not be loaded and none were cached (transient).
+    #[error(transparent)]
+    Rules(#[from] klaxon_rules::RulesError),
+    /// The broker cancelled our consumer (transient: e.g. the queue was deleted).
+    #[error("the broker closed the consumer")]
+    ConsumerClosed,
+    /// A task could not be encoded (permanent; a bug).
+    #[error("cannot encode a notification task: {0}")]
+    Encode(String),
+}
+
+/// Runs `session` again and again until `shutdown`, with a jittered, capped backoff after failures.
+pub(crate) async fn supervise<F, Fut>(
+    role: &str,
+    ready: Arc<AtomicBool>,
+    shutdown: CancellationToken,
+    metrics: Arc<metrics::Metrics>,
+    mut session: F,
+) where
+    F: FnMut(Arc<AtomicBool>, CancellationToken) -> Fut,
+    Fut: Future<Output = Result<(), EngineError>>,
+{
+    let mut failures: u32 = 0;
+    while !shutdown.is_cancelled() {
+        let started = tokio::time::Instant::now();
+        match session(ready.clone(), shutdown.clone()).await {
+            Ok(()) => break,
+            Err(err) => {
+                ready.store(false, Ordering::Relaxed);
+                if matches!(err, EngineError::Broker(_) | EngineError::ConsumerClosed) {
+                    metrics.broker_errors.inc();
+                }
+                // A session that ran for a while resets the backoff.
+                if started.elapsed() > Duration::from_secs(30) {
+                    failures = 0;
+                }
+                let wait = klaxon_broker::backoff(failures, Duration::from_secs(30));
+                failures = failures.saturating_add(1);
+                tracing::warn!(role, error = %format!("{err:#}"), retry_in_ms = wait.as_millis() as u64, "session ended; reconnecting");
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+        }
+    }
+    ready.store(false, Ordering::Relaxed);
+}

@@ -1,0 +1,138 @@
+//! Prometheus metrics. Names are `klaxon_<noun>_<verb>_total`; labels are low-cardinality (channel, outcome,
+//! window), never ids, titles or recipients.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// Label set with a channel and an outcome.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ChannelOutcome {
+    /// email, telegram, slack, webhook.
+    pub channel: String,
+    /// sent, retried, dead, ….
+    pub outcome: String,
+}
+
+/// Label set with one channel.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ChannelLabel {
+    /// email, telegram, slack, webhook.
+    pub channel: String,
+}
+
+/// Label set with a window kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WindowLabel {
+    /// fixed, sliding, first_seen.
+    pub window: String,
+}
+
+/// Every metric the engine exports.
+pub struct Metrics {
+    registry: Registry,
+    /// Events taken from the events queue.
+    pub events_consumed: Counter,
+    /// Events moved to `<ns>.events.invalid`.
+    pub events_invalid: Counter,
+    /// (event, rule) pairs that passed the rule's filters.
+    pub rules_matched: Counter,
+    /// Threshold crossings (and first occurrences) that fired a rule.
+    pub thresholds_crossed: Family<WindowLabel, Counter>,
+    /// Notification tasks published to the sender queues.
+    pub notifications_published: Family<ChannelLabel, Counter>,
+    /// Delivery attempts by outcome.
+    pub deliveries: Family<ChannelOutcome, Counter>,
+    /// Redis failures.
+    pub redis_errors: Counter,
+    /// RabbitMQ failures.
+    pub broker_errors: Counter,
+    /// MongoDB failures while loading rules.
+    pub rules_errors: Counter,
+    /// Rule problems reported (unusable rules or parts).
+    pub rules_problems: Counter,
+    /// Events per processed batch.
+    pub batch_size: Histogram,
+    /// Seconds from a batch's first delivery to its ack.
+    pub batch_seconds: Histogram,
+    /// 1 while the process can do its work.
+    pub ready: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("klaxon");
+        let m = Metrics {
+            events_consumed: Counter::default(),
+            events_invalid: Counter::default(),
+            rules_matched: Counter::default(),
+            thresholds_crossed: Family::default(),
+            notifications_published: Family::default(),
+            deliveries: Family::default(),
+            redis_errors: Counter::default(),
+            broker_errors: Counter::default(),
+            rules_errors: Counter::default(),
+            rules_problems: Counter::default(),
+            batch_size: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
+            batch_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+            ready: Gauge::default(),
+            registry: Registry::default(),
+        };
+        // prometheus-client appends `_total` to counters itself.
+        registry.register("events_consumed", "Events taken from the events queue", m.events_consumed.clone());
+        registry.register("events_invalid", "Events moved to the invalid queue", m.events_invalid.clone());
+        registry.register("rules_matched", "Event and rule pairs that passed the filters", m.rules_matched.clone());
+        registry.register(
+            "thresholds_crossed",
+            "Rule firings (threshold crossings and first occurrences)",
+            m.thresholds_crossed.clone(),
+        );
+        registry.register(
+            "notifications_published",
+            "Notification tasks published to sender queues",
+            m.notifications_published.clone(),
+        );
+        registry.register("deliveries", "Delivery attempts by channel and outcome", m.deliveries.clone());
+        registry.register("redis_errors", "Redis failures", m.redis_errors.clone());
+        registry.register("broker_errors", "RabbitMQ failures", m.broker_errors.clone());
+        registry.register("rules_errors", "MongoDB failures while loading rules", m.rules_errors.clone());
+        registry.register("rules_problems", "Rule problems reported", m.rules_problems.clone());
+        registry.register("batch_size", "Events per processed batch", m.batch_size.clone());
+        registry.register(
+            "batch_seconds",
+            "Seconds from a batch's first delivery to its ack",
+            m.batch_seconds.clone(),
+        );
+        registry.register("ready", "1 while the process can do its work", m.ready.clone());
+        Metrics { registry, ..m }
+    }
+
+    /// Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+
+    /// Counts one delivery outcome.
+    pub fn delivery(&self, channel: &str, outcome: &str) {
+        self.deliveries
+            .get_or_create(&ChannelOutcome {
+                channel: channel.to_owned(),
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+}

@@ -1,0 +1,291 @@
+//! The evaluate loop: events in, notification tasks out.
+//!
+//! Per batch (up to `batch_max` deliveries gathered for at most `batch_wait`):
+//! 1. parse every body; invalid ones are set aside to `<ns>.events.invalid` untouched, with the reason;
+//! 2. load the rules of every project in the batch (cached, one query per project at most);
+//! 3. evaluate every rule against every event and count all hits in **one** Redis round trip;
+//! 4. publish a notification task per enabled channel of each firing (persistent, publisher confirms);
+//! 5. ack the whole batch with one multiple-ack — only now, when every outcome is durable.
+//!
+//! Any failure in 2–4 ends the session without acking: the connection closes, RabbitMQ hands the batch back,
+//! and the loop reconnects with a jittered, capped backoff.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use klaxon_broker::{set_aside, Broker, Consumer, Delivery, Outgoing, Publisher, Topology};
+use klaxon_core::filter::Title;
+use klaxon_core::notification::{notification_id, NotificationEvent, NotificationTask, Reason};
+use klaxon_core::rule::{CompiledRule, Want};
+use klaxon_core::{EventTask, ProjectRules, Window};
+use klaxon_counter::{Counter, Hit, HitSpec, Outcome};
+use klaxon_rules::RuleCache;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::{ChannelLabel, Metrics, WindowLabel};
+use crate::EngineError;
+
+/// Tuning of the evaluate loop.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Unacked deliveries RabbitMQ may hand this worker.
+    pub prefetch: u16,
+    /// Most deliveries per batch.
+    pub batch_max: usize,
+    /// Longest wait for a batch to fill after its first delivery.
+    pub batch_wait: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            prefetch: 512,
+            batch_max: 256,
+            batch_wait: Duration::from_millis(2),
+        }
+    }
+}
+
+/// What the evaluate loop needs.
+#[derive(Clone)]
+pub struct WorkerDeps {
+    /// RabbitMQ URL.
+    pub amqp_url: String,
+    /// Queue names.
+    pub topology: Topology,
+    /// Redis counting.
+    pub counter: Counter,
+    /// Rules, cached.
+    pub rules: RuleCache,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Tuning.
+    pub config: WorkerConfig,
+}
+
+/// Runs the evaluate loop until `shutdown`, reconnecting after failures.
+pub async fn run(deps: WorkerDeps, ready: Arc<AtomicBool>, shutdown: CancellationToken) {
+    crate::supervise("worker", ready, shutdown, deps.metrics.clone(), |ready, shutdown| {
+        let deps = deps.clone();
+        async move { session(&deps, ready, shutdown).await }
+    })
+    .await;
+}
+
+async fn session(
+    deps: &WorkerDeps,
+    ready: Arc<AtomicBool>,
+    shutdown: CancellationToken,
+) -> Result<(), EngineError> {
+    let broker = Broker::connect(&deps.amqp_url, Duration::from_secs(10)).await?;
+    let publisher = broker.publisher().await?;
+    publisher.declare(&deps.topology).await?;
+    let mut consumer = broker
+        .consume(deps.topology.events_queue(), deps.config.prefetch, "klaxon-worker")
+        .await?;
+    ready.store(true, Ordering::Relaxed);
+    tracing::info!(queue = deps.topology.events_queue(), prefetch = deps.config.prefetch, "worker consuming");
+    let result = consume_loop(deps, &mut consumer, &publisher, &shutdown).await;
+    ready.store(false, Ordering::Relaxed);
+    consumer.close().await;
+    publisher.close().await;
+    broker.close().await;
+    result
+}
+
+async fn consume_loop(
+    deps: &WorkerDeps,
+    consumer: &mut Consumer,
+    publisher: &Publisher,
+    shutdown: &CancellationToken,
+) -> Result<(), EngineError> {
+    loop {
+        let first = tokio::select! {
+            _ = shutdown.cancelled() => {
+                let _ = consumer.cancel().await;
+                return Ok(());
+            }
+            d = consumer.next() => d,
+        };
+        let first = match first {
+            Some(d) => d?,
+            None => return Err(EngineError::ConsumerClosed),
+        };
+        let started = Instant::now();
+        let mut batch = vec![first];
+        let deadline = tokio::time::Instant::now() + deps.config.batch_wait;
+        while batch.len() < deps.config.batch_max {
+            match tokio::time::timeout_at(deadline, consumer.next()).await {
+                Ok(Some(d)) => batch.push(d?),
+                Ok(None) => break,
+                Err(_) => break,
+            }
+        }
+        let last_tag = batch.iter().map(|d| d.delivery_tag).max().unwrap_or(0);
+        process_batch(deps, publisher, &batch).await?;
+        consumer.ack_up_to(last_tag).await?;
+        deps.metrics.batch_size.observe(batch.len() as f64);
+        deps.metrics.batch_seconds.observe(started.elapsed().as_secs_f64());
+    }
+}
+
+/// Which (event, rule) a hit belongs to.
+struct HitSource<'a> {
+    event: usize,
+    rule: &'a CompiledRule,
+    want: Want,
+}
+
+async fn process_batch(deps: &WorkerDeps, publisher: &Publisher, batch: &[Delivery]) -> Result<(), EngineError> {
+    let m = &deps.metrics;
+    m.events_consumed.inc_by(batch.len() as u64);
+    let mut out: Vec<Outgoing> = Vec::new();
+    let mut events: Vec<(EventTask, Option<String>)> = Vec::with_capacity(batch.len());
+    for d in batch {
+        match EventTask::parse(&d.data) {
+            Ok(task) => {
+                let id = d.properties.message_id().as_ref().map(|s| s.as_str().to_owned());
+                events.push((task, id));
+            }
+            Err(reason) => {
+                tracing::warn!(reason = %reason, bytes = d.data.len(), "invalid event set aside");
+                m.events_invalid.inc();
+                out.push(set_aside(d, deps.topology.invalid_queue(), &reason.0));
+            }
+        }
+    }
+
+    let rules = load_rules(deps, &events).await?;
+
+    let mut hits = Vec::new();
+    let mut sources = Vec::new();
+    for (i, (task, event_id)) in events.iter().enumerate() {
+        let Some(project) = rules.get(task.project_id.as_str()) else {
+            continue;
+        };
+        if project.rules.is_empty() {
+            continue;
+        }
+        let title = Title::new(&task.event.title);
+        for rule in &project.rules {
+            let Some(want) = rule.wants(&task.event, &title) else {
+                continue;
+            };
+            m.rules_matched.inc();
+            let mut hit = Hit::new(rule.id.as_str(), task.event.group_hash.as_str(), HitSpec::from(want));
+            if let Some(id) = event_id {
+                hit = hit.with_event_id(id.as_str());
+            }
+            hits.push(hit);
+            sources.push(HitSource { event: i, rule, want });
+        }
+    }
+
+    if !hits.is_empty() {
+        let outcomes = deps.counter.hit_batch(&hits, None).await.inspect_err(|_| {
+            m.redis_errors.inc();
+        })?;
+        for (outcome, src) in outcomes.iter().zip(&sources) {
+            let Outcome::Fired { count, firing, at_ms } = outcome else {
+                continue;
+            };
+            let (task, _) = &events[src.event];
+            let (reason, window) = match src.want {
+                Want::FirstSeen => (Reason::New, "first_seen"),
+                Want::Count {
+                    threshold,
+                    period_ms,
+                    window,
+                } => (
+                    Reason::Threshold {
+                        threshold,
+                        period_ms,
+                        window,
+                    },
+                    match window {
+                        Window::Fixed => "fixed",
+                        Window::Sliding => "sliding",
+                    },
+                ),
+            };
+            m.thresholds_crossed
+                .get_or_create(&WindowLabel {
+                    window: window.to_owned(),
+                })
+                .inc();
+            for ch in &src.rule.channels {
+                let nt = NotificationTask {
+                    notification_id: notification_id(
+                        &task.project_id,
+                        &src.rule.id,
+                        &task.event.group_hash,
+                        firing,
+                        ch.kind,
+                    ),
+                    project_id: task.project_id.clone(),
+                    rule_id: src.rule.id.clone(),
+                    channel: ch.kind,
+                    endpoint: ch.endpoint.clone(),
+                    min_period_s: ch.min_period_s,
+                    fired_at_ms: *at_ms,
+                    reason,
+                    events: vec![NotificationEvent {
+                        group_hash: task.event.group_hash.clone(),
+                        title: task.event.title.clone(),
+                        count: *count,
+                        repetition_id: task.event.repetition_id.clone(),
+                    }],
+                };
+                tracing::info!(
+                    notification_id = %nt.notification_id,
+                    project = %nt.project_id,
+                    rule = %nt.rule_id,
+                    channel = %ch.kind,
+                    count = *count,
+                    "rule fired"
+                );
+                m.notifications_published
+                    .get_or_create(&ChannelLabel {
+                        channel: ch.kind.as_str().to_owned(),
+                    })
+                    .inc();
+                let body = serde_json::to_vec(&nt).map_err(|e| EngineError::Encode(e.to_string()))?;
+                let mut msg = Outgoing::json(deps.topology.notify_queue(ch.kind), body);
+                msg.message_id = Some(nt.notification_id);
+                out.push(msg);
+            }
+        }
+    }
+
+    if !out.is_empty() {
+        publisher.publish_all(&out).await.inspect_err(|_| {
+            m.broker_errors.inc();
+        })?;
+    }
+    Ok(())
+}
+
+async fn load_rules<'a>(
+    deps: &WorkerDeps,
+    events: &'a [(EventTask, Option<String>)],
+) -> Result<HashMap<&'a str, Arc<ProjectRules>>, EngineError> {
+    let mut projects: Vec<&str> = events.iter().map(|(t, _)| t.project_id.as_str()).collect();
+    projects.sort_unstable();
+    projects.dedup();
+    let loaded = futures_util::future::join_all(projects.iter().map(|p| deps.rules.get(p))).await;
+    let mut out = HashMap::with_capacity(projects.len());
+    for (p, r) in projects.into_iter().zip(loaded) {
+        match r {
+            Ok(rules) => {
+                out.insert(p, rules);
+            }
+            Err(e) => {
+                deps.metrics.rules_errors.inc();
+                return Err(EngineError::Rules(e));
+            }
+        }
+    }
+    Ok(out)
+}

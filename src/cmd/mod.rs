@@ -1,0 +1,5 @@
+//! One module per subcommand.
+
+pub mod publish;
+pub mod rules;
+pub mod run;

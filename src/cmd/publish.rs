@@ -1,0 +1,96 @@
+//! `klaxon publish`: send events to the events queue (for trying Klaxon out, tests and benchmarks).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use klaxon_broker::{Broker, Outgoing, QueueType, Topology};
+
+use crate::cli::GlobalOpts;
+
+/// Publishes `--count` copies of one event (each with its own AMQP message_id), or one raw body.
+#[derive(Debug, Args)]
+pub struct PublishArgs {
+    /// Project id (24-hex ObjectId).
+    #[arg(long, required_unless_present = "body")]
+    pub project: Option<String>,
+    /// Event title.
+    #[arg(long, required_unless_present = "body")]
+    pub title: Option<String>,
+    /// Group hash.
+    #[arg(long, required_unless_present = "body")]
+    pub group: Option<String>,
+    /// Mark the first event as new (`isNew: true`).
+    #[arg(long)]
+    pub new: bool,
+    /// How many events to publish.
+    #[arg(long, default_value_t = 1)]
+    pub count: u64,
+    /// Publish this body as is, instead of building an event (e.g. to try the invalid-event path).
+    #[arg(long, conflicts_with_all = ["project", "title", "group", "new"])]
+    pub body: Option<String>,
+    /// Queue type used if the events queue must be declared.
+    #[arg(long, env = "KLAXON_QUEUE_TYPE", default_value = "classic")]
+    pub queue_type: QueueType,
+}
+
+const CHUNK: usize = 1000;
+
+pub async fn run(args: PublishArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
+    let queue = global.events_queue();
+    if let Some(p) = &args.project {
+        anyhow::ensure!(
+            klaxon_core::event::is_object_id(p),
+            "--project must be a 24-hex-digit ObjectId, got {p:?}"
+        );
+    }
+    let broker = Broker::connect(&global.amqp_url, Duration::from_secs(10))
+        .await
+        .context("cannot connect to RabbitMQ (--amqp-url / KLAXON_AMQP_URL)")?;
+    let publisher = broker.publisher().await?;
+    let topology = Topology::new(&global.namespace, &queue, args.queue_type);
+    publisher.declare(&topology).await?;
+
+    let run_id = format!("{:016x}", rand_u64());
+    let mut sent = 0u64;
+    while sent < args.count {
+        let n = (args.count - sent).min(CHUNK as u64);
+        let mut batch = Vec::with_capacity(n as usize);
+        for i in sent..sent + n {
+            let body = match &args.body {
+                Some(b) => b.clone().into_bytes(),
+                None => serde_json::to_vec(&serde_json::json!({
+                    "projectId": args.project,
+                    "event": {
+                        "title": args.title,
+                        "groupHash": args.group,
+                        "isNew": args.new && i == 0,
+                        "repetitionId": null,
+                    }
+                }))?,
+            };
+            let mut msg = Outgoing::json(queue.clone(), body);
+            msg.message_id = Some(format!("publish-{run_id}-{i}"));
+            batch.push(msg);
+        }
+        publisher.publish_all(&batch).await?;
+        sent += n;
+    }
+    publisher.close().await;
+    broker.close().await;
+    println!("published {sent} event(s) to {queue}");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish()
+}
