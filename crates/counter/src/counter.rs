@@ -15,7 +15,8 @@ static FIXED_WINDOW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/fixed_window.lua")));
 static SLIDING_WINDOW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/sliding_window.lua")));
-static FIRST_SEEN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/first_seen.lua")));
+static FIRST_SEEN: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../lua/first_seen.lua")));
 
 /// How long the ONLY_NEW "already fired" mark lives by default: 7 days. It must outlast every redelivery of
 /// an `isNew` event (a consumer down over a weekend, messages parked in retry queues). `isNew` is true only
@@ -56,14 +57,8 @@ impl Kind {
 fn parts(spec: HitSpec) -> (Kind, u64, u64) {
     match spec {
         HitSpec::FirstSeen => (Kind::FirstSeen, 0, 0),
-        HitSpec::Fixed {
-            threshold,
-            period_ms,
-        } => (Kind::Fixed, threshold, period_ms),
-        HitSpec::Sliding {
-            threshold,
-            period_ms,
-        } => (Kind::Sliding, threshold, period_ms),
+        HitSpec::Fixed { threshold, period_ms } => (Kind::Fixed, threshold, period_ms),
+        HitSpec::Sliding { threshold, period_ms } => (Kind::Sliding, threshold, period_ms),
     }
 }
 
@@ -358,11 +353,7 @@ fn decode(call: &Call<'_>, value: Value, outcomes: &mut [Option<Outcome>]) -> Re
         return Err(bad(format!("expected an array, got {value:?}")));
     };
     if items.len() != 3 + call.hits.len() {
-        return Err(bad(format!(
-            "{} items for {} hits",
-            items.len(),
-            call.hits.len()
-        )));
+        return Err(bad(format!("{} items for {} hits", items.len(), call.hits.len())));
     }
     let head: Option<Vec<i64>> = items[..3].iter().map(int).collect();
     let Some([fired_at, fired_count, token]) = head.as_deref().map(|h| [h[0], h[1], h[2]]) else {

@@ -52,8 +52,9 @@ impl RedisHandle {
         match nodes.as_slice() {
             [] => Err(CounterError::InvalidUrl("no Redis URL given".into())),
             [one] => {
-                let client = redis::Client::open(*one)
-                    .map_err(|e| CounterError::InvalidUrl(format!("cannot parse the URL ({:?})", e.kind())))?;
+                let client = redis::Client::open(*one).map_err(|e| {
+                    CounterError::InvalidUrl(format!("cannot parse the URL ({:?})", e.kind()))
+                })?;
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(CONNECT_TIMEOUT))
                     .set_response_timeout(Some(RESPONSE_TIMEOUT))
@@ -73,7 +74,10 @@ impl RedisHandle {
                     .map_err(|e| {
                         CounterError::InvalidUrl(format!("cannot use the cluster node list ({:?})", e.kind()))
                     })?;
-                let conn = client.get_async_connection().await.map_err(CounterError::from_redis)?;
+                let conn = client
+                    .get_async_connection()
+                    .await
+                    .map_err(CounterError::from_redis)?;
                 Ok(RedisHandle {
                     inner: Inner::Cluster(conn),
                 })

@@ -33,18 +33,12 @@ impl From<Want> for HitSpec {
                 threshold,
                 period_ms,
                 window: Window::Fixed,
-            } => HitSpec::Fixed {
-                threshold,
-                period_ms,
-            },
+            } => HitSpec::Fixed { threshold, period_ms },
             Want::Count {
                 threshold,
                 period_ms,
                 window: Window::Sliding,
-            } => HitSpec::Sliding {
-                threshold,
-                period_ms,
-            },
+            } => HitSpec::Sliding { threshold, period_ms },
         }
     }
 }
