@@ -1,0 +1,77 @@
+//! Shared helpers for the channel tests.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::time::Duration;
+
+use klaxon_channels::{Channels, ChannelsConfig, DeliveryError, Secret};
+use klaxon_core::{ChannelKind, NotificationEvent, NotificationTask, Reason, Window};
+
+/// Every secret the tests configure; none may ever show up in an error or a Debug output.
+pub const TOKEN: &str = "987654:SECRETTOKENabc";
+pub const HMAC_KEY: &str = "SECRETHMACkey";
+pub const SMTP_PASSWORD: &str = "SECRETSMTPpw";
+pub const ENDPOINT_SECRET: &str = "SECRETPATHxyz";
+pub const ALL_SECRETS: [&str; 4] = [TOKEN, HMAC_KEY, SMTP_PASSWORD, ENDPOINT_SECRET];
+
+/// A config for loopback sinks: private endpoints allowed, short timeouts.
+pub fn config(telegram_api: &str) -> ChannelsConfig {
+    ChannelsConfig {
+        telegram_api: telegram_api.to_owned(),
+        telegram_bot_token: Some(Secret::new(TOKEN)),
+        smtp_url: Secret::new(klaxon_testkit::smtp_url()),
+        smtp_from: "klaxon-test@localhost".into(),
+        webhook_secret: Some(Secret::new(HMAC_KEY)),
+        allow_private_endpoints: true,
+        connect_timeout: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(5),
+    }
+}
+
+pub fn channels(cfg: ChannelsConfig) -> Channels {
+    Channels::new(cfg).expect("valid channels config")
+}
+
+pub fn task(
+    channel: ChannelKind,
+    endpoint: &str,
+    reason: Reason,
+    events: &[(&str, u64)],
+) -> NotificationTask {
+    let ns = klaxon_testkit::unique_namespace();
+    NotificationTask {
+        notification_id: format!("nid-{ns}"),
+        project_id: format!("proj-{ns}"),
+        rule_id: format!("rule-{ns}"),
+        channel,
+        endpoint: endpoint.to_owned(),
+        min_period_s: 0,
+        fired_at_ms: 1_700_000_000_123,
+        reason,
+        events: events
+            .iter()
+            .enumerate()
+            .map(|(i, (title, count))| NotificationEvent {
+                group_hash: format!("g{i}-{ns}"),
+                title: (*title).to_owned(),
+                count: *count,
+                repetition_id: if i == 0 { Some(format!("rep-{ns}")) } else { None },
+            })
+            .collect(),
+    }
+}
+
+pub fn threshold() -> Reason {
+    Reason::Threshold {
+        threshold: 100,
+        period_ms: 60_000,
+        window: Window::Fixed,
+    }
+}
+
+/// Fails the test if a secret shows in the error's reason, Display or Debug.
+pub fn assert_secret_free(err: &DeliveryError) {
+    let shown = format!("{} | {err} | {err:?}", err.reason());
+    for secret in ALL_SECRETS {
+        assert!(!shown.contains(secret), "secret leaked: {shown}");
+    }
+}

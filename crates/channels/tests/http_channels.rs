@@ -1,0 +1,468 @@
+//! Slack, Telegram and webhook deliveries against local recording HTTP servers.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use klaxon_channels::{ChannelsConfig, DeliveryError};
+use klaxon_core::{ChannelKind, Reason};
+use klaxon_testkit::{HttpSink, Reply};
+use sha2::{Digest, Sha256};
+
+const WAIT: Duration = Duration::from_secs(5);
+
+fn slack_endpoint(sink: &HttpSink) -> String {
+    sink.url(&format!("/services/T000/B000/{ENDPOINT_SECRET}"))
+}
+
+#[tokio::test]
+async fn slack_payload_has_text_blocks_and_escaped_title() {
+    let sink = HttpSink::start().await.expect("sink");
+    let ch = channels(config("http://127.0.0.1:1"));
+    let t = task(
+        ChannelKind::Slack,
+        &slack_endpoint(&sink),
+        threshold(),
+        &[("<script>&\"boom", 100)],
+    );
+    let delivered = ch.deliver(&t).await.expect("delivered");
+    assert_eq!(delivered.messages, 1);
+
+    let reqs = sink.wait_for_count(1, WAIT).await;
+    assert_eq!(reqs.len(), 1);
+    let req = &reqs[0];
+    assert_eq!(req.method, "POST");
+    assert_eq!(req.uri, format!("/services/T000/B000/{ENDPOINT_SECRET}"));
+    assert_eq!(req.header("content-type"), Some("application/json"));
+    let body = req.json();
+    let text = body["text"].as_str().expect("text");
+    assert!(text.contains("&lt;script&gt;&amp;\"boom"), "{text}");
+    assert!(!text.contains("<script>"), "{text}");
+    assert!(
+        text.contains(&t.project_id) && text.contains(&t.rule_id),
+        "{text}"
+    );
+    assert!(
+        text.contains("Seen 100 times in 1 minute (fixed window, threshold 100)"),
+        "{text}"
+    );
+    assert!(text.contains("2023-11-14T22:13:20.123Z"), "{text}");
+    let blocks = body["blocks"].as_array().expect("blocks");
+    assert!(!blocks.is_empty());
+    assert_eq!(blocks[0]["type"], "section");
+    assert_eq!(blocks[0]["text"]["type"], "mrkdwn");
+    assert!(blocks[0]["text"]["text"]
+        .as_str()
+        .expect("block text")
+        .contains("&lt;script&gt;"));
+}
+
+#[tokio::test]
+async fn telegram_payload_is_html_escaped_json() {
+    let sink = HttpSink::start().await.expect("sink");
+    let ch = channels(config(&sink.url("")));
+    let t = task(
+        ChannelKind::Telegram,
+        "-1001234567890",
+        Reason::New,
+        &[("<script>&\"boom", 1)],
+    );
+    assert_eq!(ch.deliver(&t).await.expect("delivered").messages, 1);
+
+    let reqs = sink.wait_for_count(1, WAIT).await;
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].uri, format!("/bot{TOKEN}/sendMessage"));
+    assert_eq!(reqs[0].header("content-type"), Some("application/json"));
+    let body = reqs[0].json();
+    assert_eq!(body["chat_id"], "-1001234567890");
+    assert_eq!(body["parse_mode"], "HTML");
+    let text = body["text"].as_str().expect("text");
+    assert!(text.contains("&lt;script&gt;&amp;&quot;boom"), "{text}");
+    assert!(!text.contains("<script>"), "{text}");
+    assert!(
+        text.starts_with(&format!("<b>New error in project {}</b>", t.project_id)),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn telegram_long_message_is_split_in_order_without_loss() {
+    let sink = HttpSink::start().await.expect("sink");
+    let ch = channels(config(&sink.url("/")));
+    // six groups of ~900 characters: about 5,500 characters in all, over Telegram's 4,096
+    let titles: Vec<String> = (0..6)
+        .map(|i| format!("T{i}:{}", char::from(b'a' + i as u8).to_string().repeat(900)))
+        .collect();
+    let events: Vec<(&str, u64)> = titles
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.as_str(), 60 - i as u64))
+        .collect();
+    let t = task(
+        ChannelKind::Telegram,
+        "12345",
+        Reason::Digest { min_period_s: 600 },
+        &events,
+    );
+    let delivered = ch.deliver(&t).await.expect("delivered");
+    assert_eq!(delivered.messages, 2);
+
+    let reqs = sink.wait_for_count(2, WAIT).await;
+    assert_eq!(reqs.len(), 2);
+    let parts: Vec<String> = reqs
+        .iter()
+        .map(|r| r.json()["text"].as_str().expect("text").to_owned())
+        .collect();
+    for p in &parts {
+        assert!(p.chars().count() <= 4096, "part of {} chars", p.chars().count());
+    }
+    assert!(parts[0].starts_with("<b>345 errors in "), "{}", &parts[0][..60]);
+    assert!(parts[0].contains("in the last 10 minutes</b>"));
+    let all = parts.concat();
+    // every line whole and in count order, across the split
+    let mut last = 0;
+    for (i, title) in titles.iter().enumerate() {
+        let line = format!("{} × {title}\n", 60 - i);
+        let at = all.find(&line).unwrap_or_else(|| panic!("line {i} lost or cut"));
+        assert!(at >= last, "line {i} out of order");
+        last = at;
+    }
+    assert!(parts[1].trim_end().ends_with("</i>"), "footer last");
+}
+
+#[tokio::test]
+async fn telegram_hawk_notify_bot_url_gets_a_form() {
+    let sink = HttpSink::start().await.expect("sink");
+    let ch = channels(config("http://127.0.0.1:1"));
+    let endpoint = sink.url(&format!("/u/{ENDPOINT_SECRET}"));
+    let t = task(
+        ChannelKind::Telegram,
+        &endpoint,
+        Reason::New,
+        &[("Boom & <bang>", 1)],
+    );
+    ch.deliver(&t).await.expect("delivered");
+    let reqs = sink.wait_for_count(1, WAIT).await;
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].uri, format!("/u/{ENDPOINT_SECRET}"));
+    assert_eq!(
+        reqs[0].header("content-type"),
+        Some("application/x-www-form-urlencoded")
+    );
+    let form: Vec<(String, String)> = url::form_urlencoded::parse(&reqs[0].body).into_owned().collect();
+    assert_eq!(form[0].0, "message");
+    assert!(form[0].1.contains("Boom &amp; &lt;bang&gt;"), "{}", form[0].1);
+    assert_eq!(form[1], ("parse_mode".to_owned(), "HTML".to_owned()));
+}
+
+#[tokio::test]
+async fn telegram_without_token_or_with_bad_chat_is_permanent_and_sends_nothing() {
+    let sink = HttpSink::start().await.expect("sink");
+    let ch = channels(ChannelsConfig {
+        telegram_bot_token: None,
+        ..config(&sink.url(""))
+    });
+    let err = ch
+        .deliver(&task(ChannelKind::Telegram, "12345", Reason::New, &[("x", 1)]))
+        .await
+        .expect_err("no token");
+    assert!(!err.is_transient(), "{err:?}");
+    assert!(err.reason().contains("bot token"), "{err}");
+    let ch = channels(config(&sink.url("")));
+    let err = ch
+        .deliver(&task(
+            ChannelKind::Telegram,
+            "not a chat",
+            Reason::New,
+            &[("x", 1)],
+        ))
+        .await
+        .expect_err("bad chat");
+    assert!(!err.is_transient(), "{err:?}");
+    assert_eq!(sink.count(), 0);
+}
+
+/// HMAC-SHA256 written out from RFC 2104 with plain SHA-256, independent of the `hmac` crate.
+fn reference_hmac_sha256(key: &[u8], msg: &[u8]) -> String {
+    let mut block = [0u8; 64];
+    if key.len() > 64 {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let ipad: Vec<u8> = block.iter().map(|b| b ^ 0x36).collect();
+    let opad: Vec<u8> = block.iter().map(|b| b ^ 0x5c).collect();
+    let inner = Sha256::digest([ipad.as_slice(), msg].concat());
+    let outer = Sha256::digest([opad.as_slice(), inner.as_slice()].concat());
+    hex::encode(outer)
+}
+
+#[test]
+fn reference_hmac_matches_rfc4231_case_2() {
+    assert_eq!(
+        reference_hmac_sha256(b"Jefe", b"what do ya want for nothing?"),
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+    );
+}
+
+#[tokio::test]
+async fn webhook_body_headers_and_signature() {
+    let sink = HttpSink::start().await.expect("sink");
+    let ch = channels(config("http://127.0.0.1:1"));
+    let endpoint = sink.url(&format!("/hook?token={ENDPOINT_SECRET}"));
+    let t = task(
+        ChannelKind::Webhook,
+        &endpoint,
+        threshold(),
+        &[("TypeError: <x> & \"y\"", 100)],
+    );
+    ch.deliver(&t).await.expect("delivered");
+
+    let reqs = sink.wait_for_count(1, WAIT).await;
+    assert_eq!(reqs.len(), 1);
+    let req = &reqs[0];
+    assert_eq!(req.header("content-type"), Some("application/json"));
+    assert_eq!(
+        req.header("x-klaxon-notification-id"),
+        Some(t.notification_id.as_str())
+    );
+    let want = format!("sha256={}", reference_hmac_sha256(HMAC_KEY.as_bytes(), &req.body));
+    assert_eq!(req.header("x-klaxon-signature"), Some(want.as_str()));
+
+    let body = req.json();
+    let expected = serde_json::json!({
+        "notificationId": t.notification_id,
+        "projectId": t.project_id,
+        "ruleId": t.rule_id,
+        "channel": "webhook",
+        "firedAt": "2023-11-14T22:13:20.123Z",
+        "events": [{
+            "groupHash": t.events[0].group_hash,
+            "title": "TypeError: <x> & \"y\"",
+            "count": 100,
+            "repetitionId": t.events[0].repetition_id,
+        }],
+    });
+    assert_eq!(body, expected);
+}
+
+#[tokio::test]
+async fn webhook_without_secret_is_unsigned_and_repetition_id_null() {
+    let sink = HttpSink::start().await.expect("sink");
+    let ch = channels(ChannelsConfig {
+        webhook_secret: None,
+        ..config("http://127.0.0.1:1")
+    });
+    let mut t = task(ChannelKind::Webhook, &sink.url("/h"), Reason::New, &[("x", 1)]);
+    t.events[0].repetition_id = None;
+    ch.deliver(&t).await.expect("delivered");
+    let reqs = sink.wait_for_count(1, WAIT).await;
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].header("x-klaxon-signature"), None);
+    assert_eq!(
+        reqs[0].json()["events"][0]["repetitionId"],
+        serde_json::Value::Null
+    );
+}
+
+#[tokio::test]
+async fn webhook_redirects_are_not_followed() {
+    let sink = HttpSink::start().await.expect("sink");
+    sink.script([Reply::status(302).header("location", &sink.url("/elsewhere"))]);
+    let ch = channels(config("http://127.0.0.1:1"));
+    let err = ch
+        .deliver(&task(
+            ChannelKind::Webhook,
+            &sink.url("/h"),
+            Reason::New,
+            &[("x", 1)],
+        ))
+        .await
+        .expect_err("redirect");
+    assert!(!err.is_transient(), "{err:?}");
+    assert_eq!(sink.count(), 1, "the redirect target was not requested");
+}
+
+fn expect_transient(err: &DeliveryError) -> Option<Duration> {
+    match err {
+        DeliveryError::Transient { retry_after, .. } => *retry_after,
+        DeliveryError::Permanent { reason } => panic!("expected transient, got permanent: {reason}"),
+    }
+}
+
+#[tokio::test]
+async fn http_statuses_are_classified() {
+    let sink = HttpSink::start().await.expect("sink");
+    let in_90s = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(90));
+    sink.script([
+        Reply::status(500),
+        Reply::status(503).header("Retry-After", "7"),
+        Reply::status(408),
+        Reply::status(429).header("Retry-After", "3"),
+        Reply::status(429).header("Retry-After", &in_90s),
+        Reply::status(404).body("no_service"),
+        Reply::status(400).body("invalid_payload"),
+        Reply::status(403).body("action_prohibited"),
+    ]);
+    let ch = channels(config("http://127.0.0.1:1"));
+    let t = task(
+        ChannelKind::Slack,
+        &slack_endpoint(&sink),
+        Reason::New,
+        &[("x", 1)],
+    );
+    let mut errs = Vec::new();
+    for _ in 0..8 {
+        let err = ch.deliver(&t).await.expect_err("scripted failure");
+        assert_secret_free(&err);
+        errs.push(err);
+    }
+    assert_eq!(expect_transient(&errs[0]), None);
+    assert!(errs[0].reason().contains("HTTP 500"), "{}", errs[0]);
+    assert_eq!(expect_transient(&errs[1]), Some(Duration::from_secs(7)));
+    assert_eq!(expect_transient(&errs[2]), None);
+    assert_eq!(expect_transient(&errs[3]), Some(Duration::from_secs(3)));
+    let date_wait = expect_transient(&errs[4]).expect("retry-after from HTTP-date");
+    assert!(
+        date_wait > Duration::from_secs(80) && date_wait <= Duration::from_secs(90),
+        "{date_wait:?}"
+    );
+    for (err, detail) in errs[5..]
+        .iter()
+        .zip(["no_service", "invalid_payload", "action_prohibited"])
+    {
+        assert!(!err.is_transient(), "{err:?}");
+        assert!(err.reason().contains(detail), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn telegram_429_uses_retry_after_from_body_and_errors_hide_the_token() {
+    let sink = HttpSink::start().await.expect("sink");
+    sink.script([
+        Reply::status(429).body(
+            r#"{"ok":false,"error_code":429,"description":"Too Many Requests: retry after 11","parameters":{"retry_after":11}}"#,
+        ),
+        Reply::status(400).body(r#"{"ok":false,"error_code":400,"description":"Bad Request: chat not found"}"#),
+        Reply::status(401).body(r#"{"ok":false,"error_code":401,"description":"Unauthorized"}"#),
+    ]);
+    let ch = channels(config(&sink.url("")));
+    let t = task(ChannelKind::Telegram, "12345", Reason::New, &[("x", 1)]);
+    let e1 = ch.deliver(&t).await.expect_err("429");
+    assert_eq!(expect_transient(&e1), Some(Duration::from_secs(11)));
+    let e2 = ch.deliver(&t).await.expect_err("400");
+    assert!(
+        !e2.is_transient() && e2.reason().contains("chat not found"),
+        "{e2}"
+    );
+    let e3 = ch.deliver(&t).await.expect_err("401");
+    assert!(!e3.is_transient(), "{e3}");
+    for e in [&e1, &e2, &e3] {
+        assert_secret_free(e);
+    }
+}
+
+#[tokio::test]
+async fn slow_reply_times_out_as_transient() {
+    let sink = HttpSink::start().await.expect("sink");
+    sink.script([Reply::status(200).delayed(Duration::from_secs(3))]);
+    let ch = channels(ChannelsConfig {
+        request_timeout: Duration::from_millis(300),
+        ..config("http://127.0.0.1:1")
+    });
+    let t = task(
+        ChannelKind::Webhook,
+        &sink.url(&format!("/h/{ENDPOINT_SECRET}")),
+        Reason::New,
+        &[("x", 1)],
+    );
+    let err = ch.deliver(&t).await.expect_err("timeout");
+    assert_eq!(expect_transient(&err), None);
+    assert!(err.reason().contains("timed out"), "{err}");
+    assert_secret_free(&err);
+}
+
+#[tokio::test]
+async fn connection_refused_is_transient() {
+    // bind, learn the port, close: nothing listens there any more
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let ch = channels(config(&format!("http://127.0.0.1:{port}")));
+    for t in [
+        task(
+            ChannelKind::Webhook,
+            &format!("http://127.0.0.1:{port}/h/{ENDPOINT_SECRET}"),
+            Reason::New,
+            &[("x", 1)],
+        ),
+        task(ChannelKind::Telegram, "12345", Reason::New, &[("x", 1)]),
+    ] {
+        let err = ch.deliver(&t).await.expect_err("refused");
+        assert_eq!(expect_transient(&err), None);
+        assert!(err.reason().contains("connect"), "{err}");
+        assert_secret_free(&err);
+    }
+}
+
+#[tokio::test]
+async fn invalid_endpoints_are_permanent() {
+    let ch = channels(config("http://127.0.0.1:1"));
+    for (channel, endpoint) in [
+        (ChannelKind::Slack, "not a url"),
+        (ChannelKind::Webhook, "ftp://example.com/x"),
+        (ChannelKind::Webhook, ""),
+    ] {
+        let err = ch
+            .deliver(&task(channel, endpoint, Reason::New, &[("x", 1)]))
+            .await
+            .expect_err(endpoint);
+        assert!(!err.is_transient(), "{endpoint}: {err:?}");
+    }
+    let mut empty = task(ChannelKind::Webhook, "http://127.0.0.1:1/h", Reason::New, &[]);
+    empty.events.clear();
+    assert!(!ch.deliver(&empty).await.expect_err("no events").is_transient());
+}
+
+#[tokio::test]
+async fn digest_lists_groups_by_count_with_and_more() {
+    let sink = HttpSink::start().await.expect("sink");
+    let ch = channels(config("http://127.0.0.1:1"));
+    let titles: Vec<String> = (0..23).map(|i| format!("Error number {i:02}")).collect();
+    // counts 1..=23 in scrambled order
+    let events: Vec<(&str, u64)> = titles
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.as_str(), ((i * 7) % 23 + 1) as u64))
+        .collect();
+    let t = task(
+        ChannelKind::Slack,
+        &slack_endpoint(&sink),
+        Reason::Digest { min_period_s: 300 },
+        &events,
+    );
+    ch.deliver(&t).await.expect("delivered");
+    let reqs = sink.wait_for_count(1, WAIT).await;
+    assert_eq!(reqs.len(), 1);
+    let text = reqs[0].json()["text"].as_str().expect("text").to_owned();
+    let total: u64 = (1..=23).sum();
+    assert!(
+        text.starts_with(&format!(
+            "*{total} errors in {} in the last 5 minutes*\n",
+            t.project_id
+        )),
+        "{text}"
+    );
+    let counts: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.split_once(" × ").and_then(|(c, _)| c.parse().ok()))
+        .collect();
+    assert_eq!(
+        counts,
+        (4..=23).rev().collect::<Vec<u64>>(),
+        "top 20 by count, descending"
+    );
+    assert!(text.contains("\nand 3 more\n"), "{text}");
+}
