@@ -1,0 +1,211 @@
+//! Shared plumbing for the end-to-end tests: run the real `klaxon` binary against the real services.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_klaxon");
+
+/// A free loopback port (bound then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// The environment every klaxon process of a test shares.
+#[derive(Clone)]
+pub struct Env {
+    pub namespace: String,
+    pub vars: Vec<(String, String)>,
+}
+
+impl Env {
+    pub fn new() -> Self {
+        let namespace = klaxon_testkit::unique_namespace();
+        let vars = vec![
+            ("KLAXON_NAMESPACE".into(), namespace.clone()),
+            ("KLAXON_AMQP_URL".into(), klaxon_testkit::amqp_url()),
+            ("KLAXON_REDIS_URL".into(), klaxon_testkit::redis_url()),
+            ("KLAXON_MONGO_URL".into(), klaxon_testkit::mongo_url()),
+            ("KLAXON_SMTP_URL".into(), klaxon_testkit::smtp_url()),
+            ("KLAXON_ALLOW_PRIVATE_ENDPOINTS".into(), "true".into()),
+            ("KLAXON_LOG".into(), "info,lapin=warn".into()),
+        ];
+        Env { namespace, vars }
+    }
+
+    pub fn set(mut self, k: &str, v: &str) -> Self {
+        self.vars.retain(|(name, _)| name != k);
+        self.vars.push((k.into(), v.into()));
+        self
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args).stdin(Stdio::null());
+        for (k, _) in std::env::vars() {
+            if k.starts_with("KLAXON_") && !k.starts_with("KLAXON_TEST_") {
+                cmd.env_remove(k);
+            }
+        }
+        for (k, v) in &self.vars {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    /// Runs a one-shot subcommand; returns (exit code, stdout, stderr).
+    pub fn run(&self, args: &[&str]) -> (i32, String, String) {
+        let out = self.command(args).output().expect("run klaxon");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Runs a one-shot subcommand that must succeed.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let (code, out, err) = self.run(args);
+        assert_eq!(code, 0, "klaxon {args:?} failed: {out}\n{err}");
+        out
+    }
+
+    /// Starts a long-running process (`run`, `worker`, `sender`) and waits until /readyz answers 200.
+    pub fn spawn(&self, sub: &str, extra: &[&str]) -> Klaxon {
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let log = std::env::temp_dir().join(format!("{}-{sub}-{port}.log", self.namespace));
+        let file = std::fs::File::create(&log).expect("log file");
+        let mut args = vec![sub, "--http-addr", addr.as_str()];
+        args.extend_from_slice(extra);
+        let child = self
+            .command(&args)
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("spawn klaxon");
+        let k = Klaxon {
+            child: Some(child),
+            addr,
+            log,
+        };
+        k.wait_ready(Duration::from_secs(60));
+        k
+    }
+}
+
+pub struct Klaxon {
+    child: Option<Child>,
+    pub addr: String,
+    pub log: PathBuf,
+}
+
+impl Klaxon {
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&self.addr).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+        let mut buf = String::new();
+        s.read_to_string(&mut buf).ok()?;
+        let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+        let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+        Some((status, body))
+    }
+
+    pub fn wait_ready(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some((200, _)) = self.get("/readyz") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("klaxon at {} not ready in {timeout:?}; log:\n{}", self.addr, self.logs());
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// SIGTERM, then wait (bounded) for the exit status.
+    pub fn terminate(&mut self, within: Duration) -> Option<i32> {
+        let mut child = self.child.take()?;
+        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+
+    /// kill -9.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Klaxon {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A 24-hex ObjectId-looking id, unique enough for tests.
+pub fn object_id() -> String {
+    let ns = klaxon_testkit::unique_namespace();
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{:014x}{}", t & 0xff_ffff_ffff_ffff, &ns[ns.len() - 10..])
+}
+
+/// Writes `value` to a temp file and returns its path.
+pub fn json_file(env: &Env, name: &str, value: &serde_json::Value) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("{}-{name}.json", env.namespace));
+    std::fs::write(&p, serde_json::to_vec_pretty(value).expect("json")).expect("write");
+    p
+}
+
+/// Removes the namespace's queues so tests leave nothing behind.
+pub async fn delete_queues(env: &Env) {
+    let Ok(broker) = klaxon_broker::Broker::connect(&klaxon_testkit::amqp_url(), Duration::from_secs(5)).await
+    else {
+        return;
+    };
+    let Ok(ch) = broker.channel().await else { return };
+    let topo = klaxon_broker::Topology::new(
+        &env.namespace,
+        &format!("{}.events", env.namespace),
+        klaxon_broker::QueueType::Classic,
+    );
+    let mut queues = topo.queues();
+    for kind in klaxon_core::ChannelKind::ALL {
+        for tier in klaxon_engine::sender::RETRY_TIERS_S {
+            queues.push(topo.retry_queue(kind, tier));
+        }
+    }
+    for q in queues {
+        let _ = ch
+            .queue_delete(q.as_str().into(), lapin::options::QueueDeleteOptions::default())
+            .await;
+    }
+    broker.close().await;
+}
