@@ -1,7 +1,8 @@
 //! Reading what the SMTP sink from `scripts/services` received.
 //!
 //! `scripts/smtp-sink.py` (aiosmtpd) stores every message it accepts as one `.eml` file in
-//! `KLAXON_TEST_SMTP_DIR` (default `target/smtp-sink`), named after the time it arrived.
+//! `KLAXON_TEST_SMTP_DIR` (default `/tmp/klaxon-smtp-sink`, one directory for the whole machine so that a sink
+//! started from one checkout serves tests run from another), named after the time it arrived.
 
 use std::path::PathBuf;
 
@@ -10,8 +11,7 @@ pub fn smtp_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("KLAXON_TEST_SMTP_DIR") {
         return PathBuf::from(dir);
     }
-    // crates/testkit → workspace root
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/smtp-sink")
+    PathBuf::from("/tmp/klaxon-smtp-sink")
 }
 
 /// Every stored message whose raw text contains `needle` (e.g. a unique namespace in the subject).
