@@ -187,7 +187,7 @@ fn view(task: &NotificationTask) -> View {
     let mut events: Vec<&klaxon_core::NotificationEvent> = task.events.iter().collect();
     if digest {
         // stable: equal counts keep the order the digest collected them in
-        events.sort_by(|a, b| b.count.cmp(&a.count));
+        events.sort_by_key(|e| std::cmp::Reverse(e.count));
     }
     let more = events.len().saturating_sub(DIGEST_MAX_GROUPS);
     View {

@@ -1,0 +1,253 @@
+//! Email against the real SMTP sink (`scripts/smtp-sink.py`, aiosmtpd on 127.0.0.1:2525) and, for the error
+//! classes, against a scripted SMTP server on loopback that answers `MAIL FROM` with a chosen reply.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use klaxon_channels::{ChannelsConfig, DeliveryError, Secret};
+use klaxon_core::{ChannelKind, Reason};
+use mailparse::MailHeaderMap;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+async fn wait_for_mail(needle: &str) -> String {
+    let found = klaxon_testkit::wait_for(Duration::from_secs(10), || {
+        let needle = needle.to_owned();
+        async move {
+            klaxon_testkit::smtp::messages_containing(&needle)
+                .into_iter()
+                .next()
+        }
+    })
+    .await;
+    found.unwrap_or_else(|| {
+        panic!(
+            "no message with {needle} in {} (is the SMTP sink on {} running?)",
+            klaxon_testkit::smtp::smtp_dir().display(),
+            klaxon_testkit::smtp_url()
+        )
+    })
+}
+
+fn part_body(mail: &mailparse::ParsedMail<'_>, mime: &str) -> String {
+    mail.subparts
+        .iter()
+        .find(|p| p.ctype.mimetype == mime)
+        .unwrap_or_else(|| panic!("no {mime} part"))
+        .get_body()
+        .expect("decodable body")
+}
+
+#[tokio::test]
+async fn email_is_multipart_to_every_recipient_with_escaped_html() {
+    let ch = channels(config("http://127.0.0.1:1"));
+    let ns = klaxon_testkit::unique_namespace();
+    let title = format!("<script>&\"boom {ns}");
+    let t = task(
+        ChannelKind::Email,
+        "dev@example.test, ops@example.org",
+        threshold(),
+        &[(&title, 100)],
+    );
+    assert_eq!(ch.deliver(&t).await.expect("delivered").messages, 1);
+
+    let raw = wait_for_mail(&t.notification_id).await;
+    let mail = mailparse::parse_mail(raw.as_bytes()).expect("parse");
+    let subject = mail.headers.get_first_value("Subject").expect("subject");
+    assert!(subject.contains(&title), "{subject}");
+    assert_eq!(
+        mail.headers.get_first_value("From").as_deref(),
+        Some("klaxon-test@localhost")
+    );
+    let to = mail.headers.get_first_value("To").expect("to");
+    assert!(
+        to.contains("dev@example.test") && to.contains("ops@example.org"),
+        "{to}"
+    );
+    let envelope = mail.headers.get_first_value("X-Envelope-To").expect("envelope");
+    assert!(
+        envelope.contains("dev@example.test") && envelope.contains("ops@example.org"),
+        "{envelope}"
+    );
+    assert_eq!(mail.ctype.mimetype, "multipart/alternative");
+
+    let text = part_body(&mail, "text/plain");
+    assert!(text.contains(&title), "{text}");
+    assert!(
+        text.contains("Seen 100 times in 1 minute (fixed window, threshold 100)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&t.project_id) && text.contains(&t.rule_id),
+        "{text}"
+    );
+    assert!(text.contains("2023-11-14T22:13:20.123Z"), "{text}");
+
+    let html = part_body(&mail, "text/html");
+    assert!(
+        html.contains(&format!("&lt;script&gt;&amp;&quot;boom {ns}")),
+        "{html}"
+    );
+    assert!(!html.contains("<script>"), "{html}");
+}
+
+#[tokio::test]
+async fn email_digest_lists_groups() {
+    let ch = channels(config("http://127.0.0.1:1"));
+    let titles: Vec<String> = (0..22).map(|i| format!("Digest error {i:02}")).collect();
+    let events: Vec<(&str, u64)> = titles
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.as_str(), i as u64 + 1))
+        .collect();
+    let t = task(
+        ChannelKind::Email,
+        "dev@example.test",
+        Reason::Digest { min_period_s: 3600 },
+        &events,
+    );
+    ch.deliver(&t).await.expect("delivered");
+    let raw = wait_for_mail(&t.notification_id).await;
+    let mail = mailparse::parse_mail(raw.as_bytes()).expect("parse");
+    let subject = mail.headers.get_first_value("Subject").expect("subject");
+    assert!(
+        subject.contains("253 errors in") && subject.contains("in the last 1 hour"),
+        "{subject}"
+    );
+    assert!(
+        subject.contains("Digest error 21"),
+        "top group's title: {subject}"
+    );
+    let text = part_body(&mail, "text/plain");
+    let first = text.find("22 × Digest error 21").expect("top group");
+    let second = text.find("21 × Digest error 20").expect("second group");
+    assert!(first < second, "{text}");
+    assert!(text.contains("and 2 more"), "{text}");
+    assert!(!text.contains("Digest error 01"), "{text}");
+}
+
+/// A minimal SMTP server that answers `MAIL FROM` with `mail_reply` and everything else politely.
+async fn scripted_smtp(mail_reply: &'static str) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        // bounded: a handful of connections, a handful of commands each
+        for _ in 0..4 {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let (read, mut write) = stream.into_split();
+            let mut lines = BufReader::new(read).lines();
+            if write.write_all(b"220 scripted ESMTP\r\n").await.is_err() {
+                continue;
+            }
+            for _ in 0..16 {
+                let Ok(Ok(Some(line))) =
+                    tokio::time::timeout(Duration::from_secs(5), lines.next_line()).await
+                else {
+                    break;
+                };
+                let verb = line.split_whitespace().next().unwrap_or("").to_ascii_uppercase();
+                let reply: &[u8] = match verb.as_str() {
+                    "EHLO" | "HELO" => b"250 scripted\r\n",
+                    "MAIL" => mail_reply.as_bytes(),
+                    "QUIT" => b"221 bye\r\n",
+                    _ => b"250 ok\r\n",
+                };
+                if write.write_all(reply).await.is_err() || verb == "QUIT" {
+                    break;
+                }
+            }
+        }
+    });
+    port
+}
+
+fn smtp_config(url: String) -> ChannelsConfig {
+    ChannelsConfig {
+        smtp_url: Secret::new(url),
+        connect_timeout: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(2),
+        ..config("http://127.0.0.1:1")
+    }
+}
+
+#[tokio::test]
+async fn smtp_4xx_is_transient_and_5xx_permanent() {
+    for (reply, transient) in [
+        ("451 4.3.0 try again later\r\n", true),
+        ("421 4.7.0 too busy\r\n", true),
+        ("550 5.7.1 relaying denied\r\n", false),
+        ("554 5.7.1 rejected\r\n", false),
+    ] {
+        let port = scripted_smtp(reply).await;
+        let ch = channels(smtp_config(format!("smtp://127.0.0.1:{port}")));
+        let err = ch
+            .deliver(&task(
+                ChannelKind::Email,
+                "dev@example.test",
+                Reason::New,
+                &[("x", 1)],
+            ))
+            .await
+            .expect_err(reply);
+        assert_eq!(err.is_transient(), transient, "{reply}: {err:?}");
+        assert!(err.reason().contains(&reply[..3]), "{err}");
+        assert_secret_free(&err);
+    }
+}
+
+#[tokio::test]
+async fn smtp_errors_never_show_the_password() {
+    // credentials in the URL, but the server offers no AUTH: a configuration problem, permanent
+    let port = scripted_smtp("250 ok\r\n").await;
+    let ch = channels(smtp_config(format!(
+        "smtp://klaxon:{SMTP_PASSWORD}@127.0.0.1:{port}"
+    )));
+    let err = ch
+        .deliver(&task(
+            ChannelKind::Email,
+            "dev@example.test",
+            Reason::New,
+            &[("x", 1)],
+        ))
+        .await
+        .expect_err("no auth offered");
+    assert!(!err.is_transient(), "{err:?}");
+    assert_secret_free(&err);
+    assert!(!format!("{ch:?}").contains(SMTP_PASSWORD));
+}
+
+#[tokio::test]
+async fn smtp_connection_refused_is_transient_and_bad_address_permanent() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr").port()
+    };
+    let ch = channels(smtp_config(format!(
+        "smtp://klaxon:{SMTP_PASSWORD}@127.0.0.1:{port}"
+    )));
+    let err = ch
+        .deliver(&task(
+            ChannelKind::Email,
+            "dev@example.test",
+            Reason::New,
+            &[("x", 1)],
+        ))
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, DeliveryError::Transient { .. }), "{err:?}");
+    assert_secret_free(&err);
+
+    let err = ch
+        .deliver(&task(
+            ChannelKind::Email,
+            "dev@example.test, not-an-address",
+            Reason::New,
+            &[("x", 1)],
+        ))
+        .await
+        .expect_err("bad address");
+    assert!(!err.is_transient(), "{err:?}");
+}
