@@ -1,0 +1,331 @@
+//! End-to-end tests of `klaxon rules …`: the real binary against the MongoDB-wire server
+//! (`KLAXON_TEST_MONGO_URL`). PoloDB serves one database whatever its name, so every test works on project
+//! ids of its own as well as in its own namespace.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use mongodb::bson::oid::ObjectId;
+use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `klaxon rules <args>` (stdin fed from `input`), killed after 60 s.
+async fn klaxon(ns: &str, args: &[&str], input: Option<&str>) -> Out {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_klaxon"))
+        .arg("rules")
+        .args(args)
+        .env("KLAXON_NAMESPACE", ns)
+        .env("KLAXON_MONGO_URL", klaxon_testkit::mongo_url())
+        .env_remove("KLAXON_MONGO_DB")
+        .env("KLAXON_LOG", "warn")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn klaxon");
+    let mut stdin = child.stdin.take().expect("stdin");
+    if let Some(text) = input {
+        stdin.write_all(text.as_bytes()).await.expect("write stdin");
+    }
+    drop(stdin);
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("klaxon rules finishes within 60 s")
+        .expect("wait");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn ok(o: &Out) -> &str {
+    assert_eq!(o.code, 0, "stdout: {}\nstderr: {}", o.stdout, o.stderr);
+    &o.stdout
+}
+
+fn json_of(o: &Out) -> Value {
+    serde_json::from_str(ok(o)).unwrap_or_else(|e| panic!("not JSON ({e}): {}", o.stdout))
+}
+
+#[tokio::test]
+async fn add_list_disable_enable_rm() {
+    let ns = klaxon_testkit::unique_namespace();
+    let p = ObjectId::new().to_hex();
+    let added = json_of(
+        &klaxon(
+            &ns,
+            &[
+                "add",
+                "--project",
+                &p,
+                "--seen-more",
+                "100/1h",
+                "--window",
+                "sliding",
+                "--slack",
+                "https://hooks.slack.test/SECRET",
+                "--telegram",
+                "-100123",
+                "--email",
+                "a@b.c",
+                "--webhook",
+                "https://x.test/h",
+                "--including",
+                "db,timeout",
+                "--excluding",
+                "auth",
+                "--pattern",
+                "Timeout.*",
+                "--min-period",
+                "60",
+                "--json",
+            ],
+            None,
+        )
+        .await,
+    );
+    let rid = added["rule"]["_id"].as_str().expect("rule id").to_owned();
+    assert_eq!(added["rule"]["threshold"], 100);
+    assert_eq!(added["rule"]["thresholdPeriod"], 3_600_000);
+    let only_new = klaxon(
+        &ns,
+        &[
+            "add",
+            "--project",
+            &p,
+            "--only-new",
+            "--webhook",
+            "https://x.test/n",
+        ],
+        None,
+    )
+    .await;
+    assert!(ok(&only_new).starts_with("added rule "), "{}", only_new.stdout);
+
+    let table = klaxon(&ns, &["list", "--project", &p], None).await;
+    let text = ok(&table);
+    assert!(text.contains(&rid), "{text}");
+    assert!(
+        text.contains("SEEN_MORE 100/1h") && text.contains("sliding"),
+        "{text}"
+    );
+    assert!(
+        text.contains("email(60s),slack(60s),telegram(60s),webhook(60s)"),
+        "{text}"
+    );
+    assert!(text.contains("+db,timeout -auth ~/Timeout.*/"), "{text}");
+    assert!(!text.contains("SECRET"), "tables never show endpoints: {text}");
+
+    ok(&klaxon(&ns, &["disable", &rid], None).await);
+    let listed = json_of(&klaxon(&ns, &["list", "--project", &p, "--json"], None).await);
+    let rules = listed.as_array().expect("array");
+    assert_eq!(rules.len(), 2);
+    let mine = rules
+        .iter()
+        .find(|r| r["rule"]["_id"] == rid.as_str())
+        .expect("listed");
+    assert_eq!(mine["rule"]["isEnabled"], false);
+    assert_eq!(mine["problems"], json!([]));
+
+    ok(&klaxon(&ns, &["enable", &rid, "--project", &p], None).await);
+    let listed = json_of(&klaxon(&ns, &["list", "--project", &p, "--json"], None).await);
+    assert!(listed
+        .as_array()
+        .expect("array")
+        .iter()
+        .any(|r| r["rule"]["_id"] == rid.as_str() && r["rule"]["isEnabled"] == true));
+
+    ok(&klaxon(&ns, &["rm", &rid], None).await);
+    let listed = json_of(&klaxon(&ns, &["list", "--project", &p, "--json"], None).await);
+    assert_eq!(listed.as_array().expect("array").len(), 1);
+    let gone = klaxon(&ns, &["rm", &rid], None).await;
+    assert_eq!(gone.code, 1);
+    assert!(gone.stderr.contains("no rule with id"), "{}", gone.stderr);
+
+    let check = klaxon(&ns, &["check", "--project", &p], None).await;
+    assert!(ok(&check).contains("no problems"), "{}", check.stdout);
+}
+
+#[tokio::test]
+async fn invalid_flags_are_refused_before_anything_is_written() {
+    let ns = klaxon_testkit::unique_namespace();
+    let p = ObjectId::new().to_hex();
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["--seen-more", "0/1h", "--slack", "https://s.test/x"],
+            "threshold",
+        ),
+        (
+            &["--seen-more", "5/1", "--slack", "https://s.test/x"],
+            "needs a unit",
+        ),
+        (
+            &["--seen-more", "5/100ms", "--slack", "https://s.test/x"],
+            "thresholdPeriod",
+        ),
+        (
+            &["--only-new", "--pattern", "(bad", "--slack", "https://s.test/x"],
+            "invalid regex",
+        ),
+        (&["--only-new"], "--slack"),
+    ];
+    for (extra, want) in cases {
+        let mut args = vec!["add", "--project", p.as_str()];
+        args.extend_from_slice(extra);
+        let o = klaxon(&ns, &args, None).await;
+        assert_ne!(o.code, 0, "{args:?} should fail");
+        assert!(
+            o.stderr.contains(want),
+            "{args:?}: {} should mention {want}",
+            o.stderr
+        );
+    }
+    let o = klaxon(&ns, &["list", "--project", &p], None).await;
+    assert_eq!(o.code, 1, "no project was created: {}", o.stdout);
+}
+
+#[tokio::test]
+async fn import_hawk_documents_check_reports_the_bad_rule_and_export_round_trips() {
+    let ns = klaxon_testkit::unique_namespace();
+    let p = ObjectId::new().to_hex();
+    let good = ObjectId::new().to_hex();
+    let bad = ObjectId::new().to_hex();
+    let file = json!([{"_id": {"$oid": p}, "notifications": [
+        {"_id": good, "uidAdded": ObjectId::new().to_hex(), "isEnabled": true, "whatToReceive": "SEEN_MORE",
+         "including": ["db"], "excluding": [], "threshold": 100, "thresholdPeriod": 3_600_000,
+         "channels": {"telegram": {"isEnabled": true, "endpoint": "-100123", "minPeriod": 0},
+                      "loop": {"isEnabled": true, "endpoint": "x"}, "webPush": {"isEnabled": true},
+                      "desktopPush": {"isEnabled": false}},
+         "hawkOnlyField": {"nested": [1, 2]}},
+        {"_id": bad, "isEnabled": true, "whatToReceive": "SEEN_MORE", "thresholdPeriod": 60000,
+         "channels": {"slack": {"isEnabled": true, "endpoint": "https://s.test/x"}}},
+        {"isEnabled": false, "whatToReceive": "ONLY_NEW",
+         "channels": {"email": {"isEnabled": true, "endpoint": "a@b.c"}}}
+    ]}])
+    .to_string();
+
+    // A rule that cannot be used is refused unless forced, and nothing is written.
+    let refused = klaxon(&ns, &["import", "--file", "-"], Some(&file)).await;
+    assert_eq!(refused.code, 1);
+    assert!(
+        refused.stderr.contains(&bad) && refused.stderr.contains("nothing imported"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(klaxon(&ns, &["list", "--project", &p], None).await.code, 1);
+
+    let stored = klaxon(&ns, &["import", "--file", "-", "--force"], Some(&file)).await;
+    assert!(
+        ok(&stored).contains(&format!("project {p}: stored 3 rule(s)")),
+        "{}",
+        stored.stdout
+    );
+
+    let check = klaxon(&ns, &["check", "--project", &p], None).await;
+    assert_eq!(check.code, 1, "{}", check.stdout);
+    assert!(check.stdout.contains(&format!(
+        "rule {bad}: [rule skipped] SEEN_MORE rule has no `threshold`"
+    )));
+    assert!(check.stdout.contains("fix: set `threshold`"), "{}", check.stdout);
+    assert!(
+        !check.stdout.contains(&good),
+        "the good rule has no problem: {}",
+        check.stdout
+    );
+    let check_json = klaxon(&ns, &["check", "--project", &p, "--json"], None).await;
+    assert_eq!(check_json.code, 1);
+    let problems: Value = serde_json::from_str(&check_json.stdout).expect("JSON");
+    assert_eq!(problems.as_array().map(Vec::len), Some(1));
+    assert_eq!(problems[0]["ruleId"], bad.as_str());
+
+    let list = klaxon(&ns, &["list", "--project", &p], None).await;
+    let text = ok(&list);
+    assert!(
+        text.lines().any(|l| l.contains(&bad) && l.contains("INVALID")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains(&good) && l.contains("telegram") && !l.contains("loop")),
+        "{text}"
+    );
+
+    // Export, then import the export: same documents, ids kept, unknown fields kept.
+    let dir = tempfile_dir();
+    let path = dir.join("rules.json");
+    let path = path.to_str().expect("utf-8 path");
+    ok(&klaxon(&ns, &["export", "--project", &p, "--file", path], None).await);
+    let exported: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("read")).expect("JSON");
+    assert_eq!(exported[0]["_id"], p.as_str());
+    assert_eq!(exported[0]["notifications"][0]["_id"], good.as_str());
+    assert_eq!(
+        exported[0]["notifications"][0]["hawkOnlyField"],
+        json!({"nested": [1, 2]})
+    );
+    assert!(
+        exported[0]["notifications"][2]["_id"]
+            .as_str()
+            .is_some_and(|s| s.len() == 24),
+        "id assigned"
+    );
+    ok(&klaxon(&ns, &["import", "--file", path, "--force"], None).await);
+    let again = klaxon(&ns, &["export", "--project", &p], None).await;
+    assert_eq!(serde_json::from_str::<Value>(ok(&again)).expect("JSON"), exported);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn bad_import_files_name_the_problem_and_write_nothing() {
+    let ns = klaxon_testkit::unique_namespace();
+    let p = ObjectId::new().to_hex();
+    let cases = [
+        ("[{\"_id\": ", "not valid JSON"),
+        (
+            r#"[{"_id": "12345", "notifications": []}]"#,
+            "invalid project id \"12345\"",
+        ),
+        (
+            &*format!(r#"[{{"_id": "{p}", "notifications": [{{"_id": "zz"}}]}}]"#),
+            "invalid rule id \"zz\"",
+        ),
+        (
+            &*format!(r#"[{{"_id": "{p}", "notifications": "x"}}]"#),
+            "must be an array",
+        ),
+    ];
+    for (text, want) in cases {
+        let o = klaxon(&ns, &["import", "--file", "-"], Some(text)).await;
+        assert_eq!(o.code, 1, "{text}");
+        assert!(
+            o.stderr.contains(want),
+            "{text}: {} should mention {want}",
+            o.stderr
+        );
+    }
+    assert_eq!(
+        klaxon(&ns, &["list", "--project", &p], None).await.code,
+        1,
+        "nothing written"
+    );
+    let missing = klaxon(&ns, &["import", "--file", "/nonexistent/rules.json"], None).await;
+    assert_eq!(missing.code, 1);
+    assert!(
+        missing.stderr.contains("cannot read /nonexistent/rules.json"),
+        "{}",
+        missing.stderr
+    );
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("klaxon-rules-cli-{}", klaxon_testkit::unique_namespace()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
