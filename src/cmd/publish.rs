@@ -27,6 +27,10 @@ pub struct PublishArgs {
     /// How many events to publish.
     #[arg(long, default_value_t = 1)]
     pub count: u64,
+    /// Spread the events round-robin over this many groups: `<group>-0` … `<group>-<n-1>`, each with the title
+    /// `<title> (<group>-<i>)`.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub groups: u64,
     /// Publish this body as is, instead of building an event (e.g. to try the invalid-event path).
     #[arg(long, conflicts_with_all = ["project", "title", "group", "new"])]
     pub body: Option<String>,
@@ -60,15 +64,25 @@ pub async fn run(args: PublishArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
         for i in sent..sent + n {
             let body = match &args.body {
                 Some(b) => b.clone().into_bytes(),
-                None => serde_json::to_vec(&serde_json::json!({
-                    "projectId": args.project,
-                    "event": {
-                        "title": args.title,
-                        "groupHash": args.group,
-                        "isNew": args.new && i == 0,
-                        "repetitionId": null,
-                    }
-                }))?,
+                None => {
+                    let title = args.title.as_deref().unwrap_or_default();
+                    let group = args.group.as_deref().unwrap_or_default();
+                    let (title, group) = if args.groups > 1 {
+                        let g = format!("{group}-{}", i % args.groups);
+                        (format!("{title} ({g})"), g)
+                    } else {
+                        (title.to_owned(), group.to_owned())
+                    };
+                    serde_json::to_vec(&serde_json::json!({
+                        "projectId": args.project,
+                        "event": {
+                            "title": title,
+                            "groupHash": group,
+                            "isNew": args.new && i < args.groups,
+                            "repetitionId": null,
+                        }
+                    }))?
+                }
             };
             let mut msg = Outgoing::json(queue.clone(), body);
             msg.message_id = Some(format!("publish-{run_id}-{i}"));
