@@ -93,7 +93,7 @@ fn v6_kind(ip: Ipv6Addr) -> Option<&'static str> {
 /// The error the resolver returns for a refused name; the delivery code finds it in reqwest's error chain and
 /// classifies the failure as permanent.
 #[derive(Debug, thiserror::Error)]
-#[error("endpoint resolves to a {kind} address, refused (set allow_private_endpoints to allow)")]
+#[error("endpoint resolves to a non-public address ({kind}); refused (allow_private_endpoints is off)")]
 pub struct RefusedAddress {
     /// Which kind of address.
     pub kind: &'static str,

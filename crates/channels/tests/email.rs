@@ -192,6 +192,7 @@ async fn smtp_4xx_is_transient_and_5xx_permanent() {
             ))
             .await
             .expect_err(reply);
+        eprintln!("{err:?}");
         assert_eq!(err.is_transient(), transient, "{reply}: {err:?}");
         assert!(err.reason().contains(&reply[..3]), "{err}");
         assert_secret_free(&err);
@@ -214,6 +215,7 @@ async fn smtp_errors_never_show_the_password() {
         ))
         .await
         .expect_err("no auth offered");
+    eprintln!("{err:?}");
     assert!(!err.is_transient(), "{err:?}");
     assert_secret_free(&err);
     assert!(!format!("{ch:?}").contains(SMTP_PASSWORD));

@@ -315,6 +315,7 @@ async fn http_statuses_are_classified() {
     let mut errs = Vec::new();
     for _ in 0..8 {
         let err = ch.deliver(&t).await.expect_err("scripted failure");
+        eprintln!("{err:?}");
         assert_secret_free(&err);
         errs.push(err);
     }
@@ -378,6 +379,7 @@ async fn slow_reply_times_out_as_transient() {
         &[("x", 1)],
     );
     let err = ch.deliver(&t).await.expect_err("timeout");
+    eprintln!("{err:?}");
     assert_eq!(expect_transient(&err), None);
     assert!(err.reason().contains("timed out"), "{err}");
     assert_secret_free(&err);
@@ -401,6 +403,7 @@ async fn connection_refused_is_transient() {
         task(ChannelKind::Telegram, "12345", Reason::New, &[("x", 1)]),
     ] {
         let err = ch.deliver(&t).await.expect_err("refused");
+        eprintln!("{err:?}");
         assert_eq!(expect_transient(&err), None);
         assert!(err.reason().contains("connect"), "{err}");
         assert_secret_free(&err);

@@ -31,6 +31,7 @@ async fn default_config_refuses_internal_addresses_without_sending() {
         for channel in [ChannelKind::Webhook, ChannelKind::Slack, ChannelKind::Telegram] {
             let t = task(channel, endpoint, Reason::New, &[("x", 1)]);
             let err = ch.deliver(&t).await.expect_err(endpoint);
+            eprintln!("{err:?}");
             assert!(!err.is_transient(), "{channel} {endpoint}: {err:?}");
             assert!(err.reason().contains("refused"), "{err}");
             assert_secret_free(&err);
