@@ -33,7 +33,12 @@ pub struct RunArgs {
     #[arg(long, env = "KLAXON_TELEGRAM_API", default_value = "https://api.telegram.org")]
     pub telegram_api: String,
     /// SMTP server: smtp://host:port, smtp://host:port?tls=starttls, smtps://user:pass@host:port.
-    #[arg(long, env = "KLAXON_SMTP_URL", default_value = "smtp://127.0.0.1:25", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "KLAXON_SMTP_URL",
+        default_value = "smtp://127.0.0.1:25",
+        hide_env_values = true
+    )]
     pub smtp_url: String,
     /// The From address of emails.
     #[arg(long, env = "KLAXON_SMTP_FROM", default_value = "klaxon@localhost")]
@@ -90,11 +95,18 @@ impl Roles {
 }
 
 fn env_secret(name: &str) -> Option<Secret> {
-    std::env::var(name).ok().filter(|v| !v.is_empty()).map(Secret::new)
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .map(Secret::new)
 }
 
 /// Retries `connect` with a jittered, capped backoff until it succeeds or shutdown begins.
-async fn connect_with_retry<T, E, F, Fut>(what: &str, shutdown: &CancellationToken, mut connect: F) -> Option<T>
+async fn connect_with_retry<T, E, F, Fut>(
+    what: &str,
+    shutdown: &CancellationToken,
+    mut connect: F,
+) -> Option<T>
 where
     E: std::fmt::Display,
     F: FnMut() -> Fut,
@@ -144,9 +156,14 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
     let shutdown = CancellationToken::new();
     let metrics = Arc::new(Metrics::new());
     let readiness = Readiness::default();
-    let http = klaxon_engine::http::serve(args.http_addr, metrics.clone(), readiness.clone(), shutdown.clone())
-        .await
-        .with_context(|| format!("cannot serve HTTP on --http-addr {}", args.http_addr))?;
+    let http = klaxon_engine::http::serve(
+        args.http_addr,
+        metrics.clone(),
+        readiness.clone(),
+        shutdown.clone(),
+    )
+    .await
+    .with_context(|| format!("cannot serve HTTP on --http-addr {}", args.http_addr))?;
 
     let signals = shutdown.clone();
     tokio::spawn(async move {
@@ -164,11 +181,19 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
             return Ok(ExitCode::SUCCESS);
         };
         let mongo_db = global.mongo_db();
-        let Some(store) =
-            connect_with_retry("mongodb", &shutdown, || RuleStore::connect(&global.mongo_url, &mongo_db)).await
+        let Some(store) = connect_with_retry("mongodb", &shutdown, || {
+            RuleStore::connect(&global.mongo_url, &mongo_db)
+        })
+        .await
         else {
             return Ok(ExitCode::SUCCESS);
         };
+        let counter = Counter::new(redis, &global.namespace);
+        tracker.spawn(klaxon_engine::probe_redis(
+            counter.clone(),
+            readiness.role("redis"),
+            shutdown.clone(),
+        ));
         let rules = RuleCache::new(store, Duration::from_secs(args.rules_ttl));
         {
             let rules = rules.clone();
@@ -180,7 +205,7 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
         let deps = worker::WorkerDeps {
             amqp_url: global.amqp_url.clone(),
             topology: topology.clone(),
-            counter: Counter::new(redis, &global.namespace),
+            counter,
             rules,
             metrics: metrics.clone(),
             config: worker::WorkerConfig {
@@ -209,7 +234,10 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
     tracing::info!(namespace = %global.namespace, http = %args.http_addr, "klaxon started");
 
     shutdown.cancelled().await;
-    if tokio::time::timeout(DRAIN_DEADLINE, tracker.wait()).await.is_err() {
+    if tokio::time::timeout(DRAIN_DEADLINE, tracker.wait())
+        .await
+        .is_err()
+    {
         tracing::warn!("in-flight work did not finish in time; unacked messages go back to their queues");
     }
     let _ = http.await;

@@ -80,3 +80,28 @@ pub(crate) async fn supervise<F, Fut>(
     }
     ready.store(false, Ordering::Relaxed);
 }
+
+/// Keeps `ready` true while Redis answers, checking every 2 s (1 s timeout). An idle worker thereby reports a
+/// Redis outage on `/readyz` before the next event would have failed on it.
+pub async fn probe_redis(counter: klaxon_counter::Counter, ready: Arc<AtomicBool>, shutdown: CancellationToken) {
+    let mut was_up = true;
+    while !shutdown.is_cancelled() {
+        let up = matches!(
+            tokio::time::timeout(Duration::from_secs(1), counter.server_time_ms()).await,
+            Ok(Ok(_))
+        );
+        if up != was_up {
+            if up {
+                tracing::info!("redis reachable again");
+            } else {
+                tracing::warn!("redis unreachable; not ready");
+            }
+            was_up = up;
+        }
+        ready.store(up, Ordering::Relaxed);
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+        }
+    }
+}
