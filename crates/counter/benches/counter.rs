@@ -1,1 +1,254 @@
-fn main() {}
+//! Counting throughput and sliding-window memory, against one Redis, in one run.
+//!
+//! `cargo bench -p klaxon-counter` (Redis from `KLAXON_TEST_REDIS_URL`, default 127.0.0.1:6379; set it to
+//! a comma-separated node list to measure the cluster). Prints a Markdown table (see README.md).
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use klaxon_counter::{Counter, Hit, HitSpec, RedisHandle};
+
+const BATCH: usize = 1000;
+const HOT_KEYS: usize = 50;
+/// How long each batched case runs.
+const BATCHED_FOR: Duration = Duration::from_secs(3);
+/// How long each one-at-a-time case runs.
+const SINGLE_FOR: Duration = Duration::from_secs(2);
+const HAWK_STYLE: &str = include_str!("hawk_style.lua");
+
+struct Row {
+    case: String,
+    hits_per_s: f64,
+}
+
+/// Runs `step` (which does `per_step` hits) for about `dur`, returns hits/s.
+async fn measure<F, Fut>(dur: Duration, per_step: usize, mut step: F) -> f64
+where
+    F: FnMut(u64) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    // Warm-up (script load, connection).
+    step(0).await;
+    let start = Instant::now();
+    let mut n: u64 = 0;
+    // Bounded: stops after `dur` or 10 million steps.
+    while start.elapsed() < dur && n < 10_000_000 {
+        n += 1;
+        step(n).await;
+    }
+    (n as f64 * per_step as f64) / start.elapsed().as_secs_f64()
+}
+
+fn hits(spec: HitSpec, keys: usize, offset: usize) -> Vec<Hit> {
+    (0..BATCH)
+        .map(|i| Hit::new("bench-rule", format!("group-{}", (offset + i) % keys), spec))
+        .collect()
+}
+
+#[tokio::main]
+async fn main() {
+    let url = klaxon_testkit::redis_url();
+    let redis = RedisHandle::connect(&url).await.expect("redis");
+    let ns = klaxon_testkit::unique_namespace();
+    let counter = Counter::new(redis.clone(), &ns);
+    counter.load_scripts().await.unwrap();
+    let hour = 3_600_000;
+    let specs = [
+        (
+            "fixed",
+            HitSpec::Fixed {
+                threshold: 1_000_000_000,
+                period_ms: hour,
+            },
+        ),
+        (
+            "sliding (threshold 100)",
+            HitSpec::Sliding {
+                threshold: 100,
+                period_ms: hour,
+            },
+        ),
+        ("first-seen", HitSpec::FirstSeen),
+    ];
+    let mut rows: Vec<Row> = Vec::new();
+
+    // Raw INCR, pipelined the same way (one batch of 1,000 = one pipeline) and one at a time.
+    for (label, keys) in [("hot: 50 keys", HOT_KEYS), ("cold: 1,000 keys", BATCH)] {
+        let r = measure(BATCHED_FOR, BATCH, |n| {
+            let mut conn = redis.clone();
+            let ns = ns.clone();
+            async move {
+                let mut pipe = redis::pipe();
+                for i in 0..BATCH {
+                    pipe.cmd("INCR")
+                        .arg(format!("{ns}:incr:{}", (n as usize * 7 + i) % keys))
+                        .ignore();
+                }
+                let () = pipe.query_async(&mut conn).await.unwrap();
+            }
+        })
+        .await;
+        rows.push(Row {
+            case: format!("raw INCR, pipelined batches of 1,000 ({label})"),
+            hits_per_s: r,
+        });
+        for (name, spec) in specs {
+            let c = counter.clone();
+            let r = measure(BATCHED_FOR, BATCH, |n| {
+                let c = c.clone();
+                async move {
+                    let batch = hits(spec, keys, n as usize * 7);
+                    c.hit_batch(&batch, None).await.unwrap();
+                }
+            })
+            .await;
+            rows.push(Row {
+                case: format!("{name}, hit_batch of 1,000 ({label})"),
+                hits_per_s: r,
+            });
+        }
+    }
+
+    let r = measure(SINGLE_FOR, 1, |n| {
+        let mut conn = redis.clone();
+        let key = format!("{ns}:incr1:{}", n as usize % HOT_KEYS);
+        async move {
+            let _: i64 = redis::cmd("INCR").arg(key).query_async(&mut conn).await.unwrap();
+        }
+    })
+    .await;
+    rows.push(Row {
+        case: "raw INCR, one at a time".into(),
+        hits_per_s: r,
+    });
+    for (name, spec) in specs {
+        let c = counter.clone();
+        let r = measure(SINGLE_FOR, 1, |n| {
+            let c = c.clone();
+            async move {
+                let h = Hit::new("bench-rule-1", format!("group-{}", n as usize % HOT_KEYS), spec);
+                c.hit(&h, None).await.unwrap();
+            }
+        })
+        .await;
+        rows.push(Row {
+            case: format!("{name}, hit one at a time"),
+            hits_per_s: r,
+        });
+    }
+    // Hawk's notifier: the script text sent with EVAL for every event, one at a time.
+    let r = measure(SINGLE_FOR, 1, |n| {
+        let mut conn = redis.clone();
+        let key = format!("{ns}:hawk:{}", n as usize % HOT_KEYS);
+        async move {
+            let now = 1_700_000_000_000_i64 + n as i64;
+            let _: i64 = redis::cmd("EVAL")
+                .arg(HAWK_STYLE)
+                .arg(1)
+                .arg(key)
+                .arg(now)
+                .arg(hour)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    rows.push(Row {
+        case: "Hawk's way: EVAL with the script text per hit, one at a time".into(),
+        hits_per_s: r,
+    });
+
+    let incr_hot = rows[0].hits_per_s;
+    println!(
+        "\nRedis: {} ({})\n",
+        if redis.is_cluster() {
+            "cluster"
+        } else {
+            "single node"
+        },
+        url
+    );
+    println!("| case | hits/s | × raw pipelined INCR (hot) |");
+    println!("|---|---:|---:|");
+    for row in &rows {
+        println!(
+            "| {} | {:.0} | {:.2} |",
+            row.case,
+            row.hits_per_s,
+            row.hits_per_s / incr_hot
+        );
+    }
+
+    // Memory of a full sliding key (exactly `threshold` members kept), per threshold.
+    println!("\n| sliding threshold | members kept | encoding | bytes/key, 36-char event ids | bytes/key, no ids | cooldown key bytes |");
+    println!("|---:|---:|---|---:|---:|---:|");
+    for threshold in [10_u64, 100, 1000] {
+        let spec = HitSpec::Sliding {
+            threshold,
+            period_ms: hour,
+        };
+        let mut sizes = Vec::new();
+        let mut members: i64 = 0;
+        let mut encoding = String::new();
+        let mut cooldown = 0;
+        for with_ids in [true, false] {
+            let rule = format!("mem-{threshold}-{with_ids}");
+            let batch: Vec<Hit> = (0..threshold * 2)
+                .map(|i| {
+                    let h = Hit::new(rule.as_str(), "g", spec);
+                    if with_ids {
+                        h.with_event_id(format!("{:08x}-4b1e-4f5a-9c3d-{:012x}", i, i * 7919))
+                    } else {
+                        h
+                    }
+                })
+                .collect();
+            counter.hit_batch(&batch, None).await.unwrap();
+            let keys = counter.keys_of(&batch[0]);
+            let mut conn = redis.clone();
+            let bytes: i64 = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(&keys[0])
+                .arg("SAMPLES")
+                .arg(0)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            members = redis::cmd("ZCARD")
+                .arg(&keys[0])
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            encoding = redis::cmd("OBJECT")
+                .arg("ENCODING")
+                .arg(&keys[0])
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            cooldown = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(&keys[1])
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            sizes.push(bytes);
+        }
+        println!(
+            "| {threshold} | {members} | {encoding} | {} | {} | {cooldown} |",
+            sizes[0], sizes[1]
+        );
+    }
+    // Leave nothing behind.
+    let mut conn = redis.clone();
+    if !redis.is_cluster() {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{ns}:*"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        for chunk in keys.chunks(500) {
+            let _: i64 = redis::cmd("DEL").arg(chunk).query_async(&mut conn).await.unwrap();
+        }
+    }
+}
