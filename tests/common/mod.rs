@@ -113,7 +113,10 @@ impl Klaxon {
         let mut buf = String::new();
         s.read_to_string(&mut buf).ok()?;
         let status = buf.split_whitespace().nth(1)?.parse().ok()?;
-        let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+        let body = buf
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
         Some((status, body))
     }
 
@@ -125,7 +128,11 @@ impl Klaxon {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("klaxon at {} not ready in {timeout:?}; log:\n{}", self.addr, self.logs());
+        panic!(
+            "klaxon at {} not ready in {timeout:?}; log:\n{}",
+            self.addr,
+            self.logs()
+        );
     }
 
     pub fn logs(&self) -> String {
@@ -139,7 +146,9 @@ impl Klaxon {
     /// SIGTERM, then wait (bounded) for the exit status.
     pub fn terminate(&mut self, within: Duration) -> Option<i32> {
         let mut child = self.child.take()?;
-        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
             if let Ok(Some(status)) = child.try_wait() {
@@ -186,7 +195,8 @@ pub fn json_file(env: &Env, name: &str, value: &serde_json::Value) -> PathBuf {
 
 /// Removes the namespace's queues so tests leave nothing behind.
 pub async fn delete_queues(env: &Env) {
-    let Ok(broker) = klaxon_broker::Broker::connect(&klaxon_testkit::amqp_url(), Duration::from_secs(5)).await
+    let Ok(broker) =
+        klaxon_broker::Broker::connect(&klaxon_testkit::amqp_url(), Duration::from_secs(5)).await
     else {
         return;
     };
@@ -196,15 +206,17 @@ pub async fn delete_queues(env: &Env) {
         &format!("{}.events", env.namespace),
         klaxon_broker::QueueType::Classic,
     );
+    let delay = topo.delay();
     let mut queues = topo.queues();
-    for kind in klaxon_core::ChannelKind::ALL {
-        for tier in klaxon_engine::sender::RETRY_TIERS_S {
-            queues.push(topo.retry_queue(kind, tier));
-        }
-    }
+    queues.extend(delay.queues());
     for q in queues {
         let _ = ch
             .queue_delete(q.as_str().into(), lapin::options::QueueDeleteOptions::default())
+            .await;
+    }
+    for x in delay.exchanges() {
+        let _ = ch
+            .exchange_delete(x.as_str().into(), lapin::options::ExchangeDeleteOptions::default())
             .await;
     }
     broker.close().await;

@@ -8,8 +8,14 @@
 //! <ns>.events.invalid       ← bodies that are not notifier tasks, untouched, reason in `x-klaxon-error`
 //! <ns>.notify.<channel>     ← notification tasks (email, telegram, slack, webhook); consumed by senders
 //! <ns>.dead                 ← notifications that could not be delivered, reason in `x-klaxon-error`
+//! <ns>.digest.flush         ← "close this digest window" messages, scheduled through the delay engine
+//! <ns>.delay.L0 … L19       ← the delay engine (see [`delay`]): every delayed message in Klaxon waits here
 //! ```
 #![deny(missing_docs)]
+
+pub mod delay;
+
+pub use delay::{DelayTopology, MAX_DELAY};
 
 use std::time::Duration;
 
@@ -131,17 +137,34 @@ impl Topology {
         format!("{}.dead", self.namespace)
     }
 
-    /// `<ns>.retry.<channel>.<tier>s`: a delay queue whose messages expire after `tier_s` seconds and are then
-    /// dead-lettered back to `<ns>.notify.<channel>`. One queue per tier means a message never waits behind a
-    /// longer delay (a per-message TTL in one queue would block at the head).
-    pub fn retry_queue(&self, channel: ChannelKind, tier_s: u64) -> String {
-        format!("{}.retry.{}.{}s", self.namespace, channel.as_str(), tier_s)
+    /// `<ns>.digest.flush`: digest windows due to be flushed (delayed messages).
+    pub fn digest_flush_queue(&self) -> String {
+        format!("{}.digest.flush", self.namespace)
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The namespace's delay engine.
+    pub fn delay(&self) -> DelayTopology {
+        DelayTopology::new(&self.namespace)
+    }
+
+    /// Queues that receive delayed messages (bound to the delay engine): the notify queues and the digest
+    /// flush queue.
+    pub fn delay_targets(&self) -> Vec<String> {
+        let mut q: Vec<String> = ChannelKind::ALL.iter().map(|c| self.notify_queue(*c)).collect();
+        q.push(self.digest_flush_queue());
+        q
     }
 
     /// Every queue of the namespace, in declaration order.
     pub fn queues(&self) -> Vec<String> {
         let mut q = vec![self.events_queue.clone(), self.invalid_queue(), self.dead_queue()];
         q.extend(ChannelKind::ALL.iter().map(|c| self.notify_queue(*c)));
+        q.push(self.digest_flush_queue());
         q
     }
 
@@ -153,10 +176,15 @@ impl Topology {
         args
     }
 
-    /// Declares every queue (idempotent).
+    /// Declares every queue, the delay engine, and binds the delay targets to it (idempotent).
     pub async fn declare(&self, channel: &Channel) -> Result<(), BrokerError> {
         for q in self.queues() {
             declare_queue(channel, &q, self.arguments()).await?;
+        }
+        let delay = self.delay();
+        delay.declare(channel).await?;
+        for q in self.delay_targets() {
+            delay.bind(channel, &q).await?;
         }
         Ok(())
     }
@@ -265,10 +293,7 @@ pub struct Consumer {
 impl Consumer {
     /// The next delivery; `None` when the consumer was cancelled or the channel closed.
     pub async fn next(&mut self) -> Option<Result<Delivery, BrokerError>> {
-        self.inner
-            .next()
-            .await
-            .map(|r| r.map_err(amqp("basic.deliver")))
+        self.inner.next().await.map(|r| r.map_err(amqp("basic.deliver")))
     }
 
     /// The next delivery if one arrives within `wait`.
@@ -356,7 +381,10 @@ impl Outgoing {
         if !self.headers.is_empty() {
             let mut table = props.headers().clone().unwrap_or_default();
             for (k, v) in &self.headers {
-                table.insert(k.as_str().into(), AMQPValue::LongString(LongString::from(v.as_bytes())));
+                table.insert(
+                    k.as_str().into(),
+                    AMQPValue::LongString(LongString::from(v.as_bytes())),
+                );
             }
             props = props.with_headers(table);
         }
@@ -390,9 +418,7 @@ impl Publisher {
         for (confirm, queue) in pending {
             let c = confirm.await.map_err(amqp("publisher confirm"))?;
             if !c.is_ack() {
-                return Err(BrokerError::Nacked {
-                    queue: queue.clone(),
-                });
+                return Err(BrokerError::Nacked { queue: queue.clone() });
             }
         }
         Ok(())
@@ -401,26 +427,6 @@ impl Publisher {
     /// Declares a queue through this channel (idempotent).
     pub async fn declare(&self, topology: &Topology) -> Result<(), BrokerError> {
         topology.declare(&self.channel).await
-    }
-
-    /// Declares the retry (delay) queues of one channel, one per tier in `tiers_s`.
-    pub async fn declare_retry(
-        &self,
-        topology: &Topology,
-        channel: ChannelKind,
-        tiers_s: &[u64],
-    ) -> Result<(), BrokerError> {
-        for tier in tiers_s {
-            let mut args = topology.arguments();
-            args.insert("x-message-ttl".into(), AMQPValue::LongLongInt((*tier as i64) * 1000));
-            args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
-            args.insert(
-                "x-dead-letter-routing-key".into(),
-                AMQPValue::LongString(topology.notify_queue(channel).as_str().into()),
-            );
-            declare_queue(&self.channel, &topology.retry_queue(channel, *tier), args).await?;
-        }
-        Ok(())
     }
 
     /// Closes the channel.

@@ -1,24 +1,50 @@
 //! The deliver loop: notification tasks in, messages out.
 //!
-//! One loop per channel queue (`<ns>.notify.<channel>`). A task is acked only once its outcome is durable:
-//! delivered, re-published to a retry queue (transient failure), or re-published to `<ns>.dead` (permanent failure
-//! or attempts exhausted). Retries wait in RabbitMQ, in tiered delay queues, never in a sleeping task holding a
-//! prefetch slot.
+//! One loop per channel queue (`<ns>.notify.<channel>`), processing up to `prefetch` tasks at once, each acked
+//! on its own once its outcome is durable: delivered (and marked in the dedup store), re-published through the
+//! delay engine (`klaxon_broker::delay`) for a retry or to wait, or re-published to `<ns>.dead` (permanent
+//! failure or attempts exhausted). Nothing waits in a sleeping task holding a prefetch slot, except a
+//! reserved rate-limit slot at most [`RateLimiter::max_sleep`] away.
+//!
+//! Per task:
+//! ```text
+//! claim notificationId (dedup) ─ already sent ─▶ ack (no second message)
+//!        │                     └ leased by another sender ─▶ park (delay engine), ack
+//!        ▼
+//! breaker of the host ─ open ─▶ park until it may close, ack (attempts unchanged)
+//!        ▼
+//! rate limit (GCRA, fleet-wide) ─ no slot soon ─▶ park until the slot, ack (never dropped)
+//!        ▼
+//! bulkhead of the host (semaphore) ─▶ deliver ─▶ sent: mark, ack
+//!                                           ├──▶ transient, attempts left: retry after backoff + jitter, ack
+//!                                           └──▶ permanent or exhausted: <ns>.dead with reason, ack
+//! ```
+//! Every outcome is also appended to the delivery trail ([`crate::trail`]), which never blocks a delivery.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use klaxon_broker::{header, Broker, Consumer, Delivery, Outgoing, Publisher, Topology, ERROR_HEADER};
-use klaxon_channels::{Channels, DeliveryError};
+use klaxon_channels::{redact_endpoint, Channels, DeliveryError};
 use klaxon_core::{ChannelKind, NotificationTask};
+use rand::Rng;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::breaker::{Admission, Breakers, Bulkheads, Transition};
+use crate::dedup::{Claim, Dedup};
 use crate::metrics::Metrics;
+use crate::ratelimit::{RateLimiter, Slot};
+use crate::trail::{now_ms, Record, Status, Trail};
 use crate::EngineError;
 
 /// Header counting delivery attempts made so far.
 pub const ATTEMPTS_HEADER: &str = "x-klaxon-attempts";
+
+/// How long in-flight tasks may take to finish after shutdown began before the session gives up on them
+/// (they go back to the queue unacked).
+const DRAIN: Duration = Duration::from_secs(7);
 
 /// What the deliver loop needs.
 #[derive(Clone)]
@@ -33,22 +59,39 @@ pub struct SenderDeps {
     pub metrics: Arc<Metrics>,
     /// Attempts before a task goes to the dead-letter queue.
     pub max_attempts: u32,
-    /// Unacked tasks per channel queue.
+    /// Tasks per channel queue processed at once (and unacked at most).
     pub prefetch: u16,
+    /// Delay before attempt n+1 is entry n (the last repeats), jittered; see [`retry_delay`].
+    pub retry_schedule: Arc<[Duration]>,
+    /// Delivered-once marks.
+    pub dedup: Dedup,
+    /// Fleet-wide rate limits.
+    pub limiter: RateLimiter,
+    /// Circuit breakers per host (shared by the channel loops of the process).
+    pub breakers: Arc<Breakers>,
+    /// Concurrency budget per host (shared by the channel loops of the process).
+    pub bulkheads: Arc<Bulkheads>,
+    /// The delivery trail.
+    pub trail: Trail,
 }
 
 /// Runs the deliver loop of one channel until `shutdown`, reconnecting after failures.
-pub async fn run(deps: SenderDeps, channel: ChannelKind, ready: Arc<AtomicBool>, shutdown: CancellationToken) {
+pub async fn run(
+    deps: SenderDeps,
+    channel: ChannelKind,
+    ready: Arc<AtomicBool>,
+    shutdown: CancellationToken,
+) {
     let role = format!("sender.{channel}");
     crate::supervise(&role, ready, shutdown, deps.metrics.clone(), |ready, shutdown| {
         let deps = deps.clone();
-        async move { session(&deps, channel, ready, shutdown).await }
+        async move { session(deps, channel, ready, shutdown).await }
     })
     .await;
 }
 
 async fn session(
-    deps: &SenderDeps,
+    deps: SenderDeps,
     channel: ChannelKind,
     ready: Arc<AtomicBool>,
     shutdown: CancellationToken,
@@ -56,136 +99,347 @@ async fn session(
     let broker = Broker::connect(&deps.amqp_url, Duration::from_secs(10)).await?;
     let publisher = broker.publisher().await?;
     publisher.declare(&deps.topology).await?;
-    publisher
-        .declare_retry(&deps.topology, channel, &RETRY_TIERS_S)
-        .await?;
     let queue = deps.topology.notify_queue(channel);
     let mut consumer = broker
         .consume(&queue, deps.prefetch, &format!("klaxon-sender-{channel}"))
         .await?;
     ready.store(true, Ordering::Relaxed);
-    tracing::info!(queue = %queue, "sender consuming");
-    let result = consume_loop(deps, channel, &mut consumer, &publisher, &shutdown).await;
+    tracing::info!(queue = %queue, prefetch = deps.prefetch, "sender consuming");
+    let ctx = Arc::new(Ctx {
+        deps,
+        channel,
+        publisher,
+    });
+    let result = consume_loop(&ctx, &mut consumer, &shutdown).await;
     ready.store(false, Ordering::Relaxed);
     consumer.close().await;
-    publisher.close().await;
+    ctx.publisher.close().await;
     broker.close().await;
     result
 }
 
-async fn consume_loop(
-    deps: &SenderDeps,
+struct Ctx {
+    deps: SenderDeps,
     channel: ChannelKind,
+    publisher: Publisher,
+}
+
+async fn consume_loop(
+    ctx: &Arc<Ctx>,
     consumer: &mut Consumer,
-    publisher: &Publisher,
     shutdown: &CancellationToken,
 ) -> Result<(), EngineError> {
+    let limit = usize::from(ctx.deps.prefetch.max(1));
+    let mut in_flight: JoinSet<(u64, Result<(), EngineError>)> = JoinSet::new();
     loop {
-        let next = tokio::select! {
-            _ = shutdown.cancelled() => {
-                let _ = consumer.cancel().await;
-                return Ok(());
+        tokio::select! {
+            biased;
+            Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
+                finish(consumer, done).await?;
             }
-            d = consumer.next() => d,
-        };
-        let delivery = match next {
-            Some(d) => d?,
-            None => return Err(EngineError::ConsumerClosed),
-        };
-        handle(deps, channel, publisher, &delivery).await?;
-        consumer.ack(delivery.delivery_tag).await?;
-    }
-}
-
-/// Retry tiers: the delay before attempt n+1 is the n-th tier (the last one repeats), or the server's
-/// `Retry-After` rounded up to a tier.
-pub const RETRY_TIERS_S: [u64; 6] = [1, 5, 30, 120, 600, 3600];
-
-fn tier_for(attempts: u32, retry_after: Option<Duration>) -> u64 {
-    let idx = (attempts.saturating_sub(1) as usize).min(RETRY_TIERS_S.len() - 1);
-    let mut tier = RETRY_TIERS_S[idx];
-    if let Some(ra) = retry_after {
-        let want = ra.as_secs_f64().ceil() as u64;
-        if let Some(t) = RETRY_TIERS_S.iter().copied().find(|t| *t >= want) {
-            tier = tier.max(t);
-        } else {
-            tier = RETRY_TIERS_S[RETRY_TIERS_S.len() - 1];
+            _ = shutdown.cancelled() => break,
+            next = consumer.next(), if in_flight.len() < limit => {
+                let delivery = match next {
+                    Some(d) => d?,
+                    None => return Err(EngineError::ConsumerClosed),
+                };
+                let ctx = ctx.clone();
+                in_flight.spawn(async move {
+                    let tag = delivery.delivery_tag;
+                    (tag, handle(&ctx, &delivery).await)
+                });
+            }
         }
     }
-    tier
+    // Shutdown: no new tasks; let the started ones finish (bounded) and ack them.
+    let _ = consumer.cancel().await;
+    let deadline = tokio::time::Instant::now() + DRAIN;
+    while !in_flight.is_empty() {
+        match tokio::time::timeout_at(deadline, in_flight.join_next()).await {
+            Ok(Some(done)) => finish(consumer, done).await?,
+            Ok(None) => break,
+            Err(_) => {
+                tracing::warn!(
+                    channel = %ctx.channel,
+                    in_flight = in_flight.len(),
+                    "deliveries still running at shutdown; they go back to the queue"
+                );
+                in_flight.abort_all();
+                break;
+            }
+        }
+    }
+    Ok(())
 }
 
-async fn handle(
-    deps: &SenderDeps,
-    channel: ChannelKind,
-    publisher: &Publisher,
-    delivery: &Delivery,
+async fn finish(
+    consumer: &Consumer,
+    done: Result<(u64, Result<(), EngineError>), tokio::task::JoinError>,
 ) -> Result<(), EngineError> {
+    match done {
+        Ok((tag, Ok(()))) => Ok(consumer.ack(tag).await?),
+        // The outcome could not be made durable: end the session; unacked tasks go back to the queue.
+        Ok((_, Err(e))) => Err(e),
+        Err(e) => Err(EngineError::Encode(format!("delivery task failed: {e}"))),
+    }
+}
+
+/// The default retry schedule, seconds: 1 s, 5 s, 30 s, 2 min, 10 min, 1 h (the last repeats).
+pub const RETRY_SCHEDULE_S: [u64; 6] = [1, 5, 30, 120, 600, 3600];
+
+/// The delay before attempt `attempts + 1`: the schedule's entry for `attempts` (the last repeats) times a
+/// random factor in [0.8, 1.2) (`jitter`, so that a burst of failures does not come back as a burst), never
+/// less than the destination's `Retry-After` (capped at the schedule's last entry). The delay engine rounds
+/// up to whole seconds.
+pub fn retry_delay(
+    schedule: &[Duration],
+    attempts: u32,
+    retry_after: Option<Duration>,
+    jitter: f64,
+) -> Duration {
+    let Some(last) = schedule.last().copied() else {
+        return retry_after.unwrap_or(Duration::from_secs(1));
+    };
+    let idx = (attempts.saturating_sub(1) as usize).min(schedule.len() - 1);
+    let base = schedule[idx].mul_f64(jitter.clamp(0.5, 1.5));
+    retry_after.map_or(base, |ra| base.max(ra.min(last)))
+}
+
+fn jitter() -> f64 {
+    rand::thread_rng().gen_range(0.8..1.2)
+}
+
+fn token() -> String {
+    format!("{:016x}", rand::thread_rng().gen::<u64>())
+}
+
+async fn handle(ctx: &Ctx, delivery: &Delivery) -> Result<(), EngineError> {
+    let deps = &ctx.deps;
+    let channel = ctx.channel;
     let m = &deps.metrics;
-    let attempts: u32 = header(&delivery.properties, ATTEMPTS_HEADER)
+    let before: u32 = header(&delivery.properties, ATTEMPTS_HEADER)
         .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
-        + 1;
+        .unwrap_or(0);
     let task: NotificationTask = match serde_json::from_slice(&delivery.data) {
         Ok(t) => t,
         Err(e) => {
             let reason = format!("not a notification task: {e}");
-            tracing::warn!(reason = %reason, "notification task dead-lettered");
+            tracing::warn!(channel = %channel, reason = %reason, "notification task dead-lettered");
             m.delivery(channel.as_str(), "dead");
-            return dead(deps, publisher, delivery, attempts, &reason).await;
+            return dead(ctx, delivery, before, &reason).await;
         }
     };
-    match deps.channels.deliver(&task).await {
+    let id = task.notification_id.as_str();
+
+    // 1. Dedup: never a second message for one notification id.
+    let token = token();
+    match deps.dedup.claim(id, &token).await {
+        Ok(Claim::Claimed) => {}
+        Ok(Claim::AlreadySent) => {
+            tracing::info!(notification_id = %id, channel = %channel, "already delivered; duplicate dropped");
+            m.delivery(channel.as_str(), "duplicate");
+            return Ok(());
+        }
+        Ok(Claim::Busy(left)) => {
+            return park(
+                ctx,
+                delivery,
+                &task,
+                left.max(Duration::from_secs(1)),
+                "being delivered elsewhere",
+            )
+            .await;
+        }
+        Err(e) => {
+            // Without the dedup store we cannot promise "once": wait rather than risk a second message.
+            tracing::warn!(notification_id = %id, channel = %channel, error = %e, "dedup store unavailable");
+            return park(
+                ctx,
+                delivery,
+                &task,
+                Duration::from_secs(5),
+                "dedup store unavailable",
+            )
+            .await;
+        }
+    }
+
+    // From here on, every path either marks the id sent or releases the lease.
+    let host = Channels::host_key(&task);
+    let probe = match deps.breakers.admit(&host, Instant::now()) {
+        Admission::Allow => false,
+        Admission::Probe => true,
+        Admission::Reject(left) => {
+            release(deps, id, &token).await;
+            return park(
+                ctx,
+                delivery,
+                &task,
+                left.max(Duration::from_secs(1)),
+                "circuit breaker open",
+            )
+            .await;
+        }
+    };
+
+    match deps.limiter.acquire(&task).await {
+        Ok(Slot::Reserved(wait)) => {
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
+        }
+        Ok(Slot::Later(wait)) => {
+            release(deps, id, &token).await;
+            return park(
+                ctx,
+                delivery,
+                &task,
+                wait.max(Duration::from_secs(1)),
+                "rate limited",
+            )
+            .await;
+        }
+        Err(e) => {
+            tracing::warn!(notification_id = %id, channel = %channel, error = %e, "rate limiter unavailable");
+            release(deps, id, &token).await;
+            return park(
+                ctx,
+                delivery,
+                &task,
+                Duration::from_secs(5),
+                "rate limiter unavailable",
+            )
+            .await;
+        }
+    }
+
+    let result = {
+        let _permit = deps.bulkheads.acquire(&host).await;
+        deps.channels.deliver(&task).await
+    };
+    let attempts = before + 1;
+    let host_ok = !matches!(result, Err(DeliveryError::Transient { .. }));
+    match deps.breakers.record(&host, host_ok, Instant::now()) {
+        Some(Transition::Opened) => {
+            m.breaker("open");
+            tracing::warn!(host = %host, probe, "circuit breaker opened");
+        }
+        Some(Transition::Closed) => {
+            m.breaker("closed");
+            tracing::info!(host = %host, "circuit breaker closed");
+        }
+        None => {}
+    }
+
+    match result {
         Ok(_) => {
+            if let Err(e) = deps.dedup.mark_sent(id).await {
+                // Delivered all the same; only a redelivery in the lease's lifetime is still caught.
+                tracing::warn!(notification_id = %id, error = %e, "cannot mark notification delivered");
+            }
             m.delivery(channel.as_str(), "sent");
-            tracing::info!(notification_id = %task.notification_id, channel = %channel, attempts, "delivered");
+            tracing::info!(notification_id = %id, channel = %channel, attempts, "delivered");
+            trail(deps, &task, attempts, Status::Sent, None);
             Ok(())
         }
         Err(DeliveryError::Transient { reason, retry_after }) if attempts < deps.max_attempts => {
-            let tier = tier_for(attempts, retry_after);
+            release(deps, id, &token).await;
+            let wait = retry_delay(&deps.retry_schedule, attempts, retry_after, jitter());
             tracing::warn!(
-                notification_id = %task.notification_id, channel = %channel, attempts, retry_in_s = tier,
-                reason = %reason, "delivery failed, will retry"
+                notification_id = %id, channel = %channel, attempts,
+                retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), reason = %reason,
+                "delivery failed, will retry"
             );
             m.delivery(channel.as_str(), "retried");
-            let mut msg = Outgoing::json(deps.topology.retry_queue(channel, tier), delivery.data.clone());
+            trail(deps, &task, attempts, Status::Retrying, Some(reason.clone()));
+            let mut msg = Outgoing::json(deps.topology.notify_queue(channel), delivery.data.clone());
             msg.base = Some(delivery.properties.clone());
             msg.headers = vec![
                 (ATTEMPTS_HEADER.to_owned(), attempts.to_string()),
                 (ERROR_HEADER.to_owned(), reason),
             ];
-            publisher.publish_all(&[msg]).await?;
+            ctx.publisher
+                .publish_delayed(&deps.topology.delay(), &[(msg, wait)])
+                .await?;
             Ok(())
         }
         Err(err) => {
+            release(deps, id, &token).await;
             let reason = match &err {
-                DeliveryError::Transient { reason, .. } => format!("gave up after {attempts} attempts: {reason}"),
+                DeliveryError::Transient { reason, .. } => {
+                    format!("gave up after {attempts} attempts: {reason}")
+                }
                 DeliveryError::Permanent { reason } => reason.clone(),
             };
             tracing::warn!(
-                notification_id = %task.notification_id, channel = %channel, attempts, reason = %reason,
+                notification_id = %id, channel = %channel, attempts, reason = %reason,
                 "notification dead-lettered"
             );
             m.delivery(channel.as_str(), "dead");
-            dead(deps, publisher, delivery, attempts, &reason).await
+            trail(deps, &task, attempts, Status::Dead, Some(reason.clone()));
+            dead(ctx, delivery, attempts, &reason).await
         }
     }
 }
 
-async fn dead(
+async fn release(deps: &SenderDeps, id: &str, token: &str) {
+    if let Err(e) = deps.dedup.release(id, token).await {
+        // The lease runs out by itself; the retry waits for it at worst.
+        tracing::debug!(notification_id = %id, error = %e, "cannot release dedup lease");
+    }
+}
+
+fn trail(
     deps: &SenderDeps,
-    publisher: &Publisher,
-    delivery: &Delivery,
+    task: &NotificationTask,
     attempts: u32,
-    reason: &str,
+    status: Status,
+    last_error: Option<String>,
+) {
+    deps.trail.record(Record {
+        notification_id: task.notification_id.clone(),
+        project_id: task.project_id.clone(),
+        rule_id: task.rule_id.clone(),
+        channel: task.channel.as_str().to_owned(),
+        destination: redact_endpoint(task.channel, &task.endpoint),
+        attempts,
+        status,
+        last_error,
+        fired_at_ms: task.fired_at_ms,
+        at_ms: now_ms(),
+    });
+}
+
+/// Puts the task back through the delay engine, unchanged (attempts included): it waits `wait`, then comes
+/// back to this channel's queue.
+async fn park(
+    ctx: &Ctx,
+    delivery: &Delivery,
+    task: &NotificationTask,
+    wait: Duration,
+    why: &'static str,
 ) -> Result<(), EngineError> {
-    let mut msg = Outgoing::json(deps.topology.dead_queue(), delivery.data.clone());
+    tracing::info!(
+        notification_id = %task.notification_id, channel = %ctx.channel, why,
+        wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), "delivery parked"
+    );
+    ctx.deps.metrics.parked(ctx.channel.as_str());
+    let mut msg = Outgoing::json(ctx.deps.topology.notify_queue(ctx.channel), delivery.data.clone());
+    msg.base = Some(delivery.properties.clone());
+    ctx.publisher
+        .publish_delayed(&ctx.deps.topology.delay(), &[(msg, wait)])
+        .await?;
+    Ok(())
+}
+
+async fn dead(ctx: &Ctx, delivery: &Delivery, attempts: u32, reason: &str) -> Result<(), EngineError> {
+    let mut msg = Outgoing::json(ctx.deps.topology.dead_queue(), delivery.data.clone());
     msg.base = Some(delivery.properties.clone());
     msg.headers = vec![
         (ATTEMPTS_HEADER.to_owned(), attempts.to_string()),
         (ERROR_HEADER.to_owned(), reason.to_owned()),
     ];
-    publisher.publish_all(&[msg]).await?;
+    ctx.publisher.publish_all(&[msg]).await?;
     Ok(())
 }
 
@@ -194,13 +448,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tiers() {
-        assert_eq!(tier_for(1, None), 1);
-        assert_eq!(tier_for(2, None), 5);
-        assert_eq!(tier_for(6, None), 3600);
-        assert_eq!(tier_for(20, None), 3600);
-        assert_eq!(tier_for(1, Some(Duration::from_secs(3))), 5);
-        assert_eq!(tier_for(1, Some(Duration::from_millis(200))), 1);
-        assert_eq!(tier_for(1, Some(Duration::from_secs(99_999))), 3600);
+    fn retry_delays() {
+        let s = Duration::from_secs;
+        let schedule: Vec<Duration> = RETRY_SCHEDULE_S.iter().map(|x| s(*x)).collect();
+        // (attempts, retry_after, jitter, want)
+        let table = [
+            (1, None, 1.0, s(1)),
+            (2, None, 1.0, s(5)),
+            (6, None, 1.0, s(3600)),
+            (20, None, 1.0, s(3600)),
+            (1, Some(s(3)), 1.0, s(3)),
+            (2, Some(s(3)), 1.0, s(5)),
+            (1, Some(Duration::from_millis(200)), 1.0, s(1)),
+            (1, Some(s(99_999)), 1.0, s(3600)),
+            (2, None, 0.8, s(4)),
+            (2, None, 1.2, s(6)),
+            // jitter never goes below Retry-After
+            (1, Some(s(1)), 0.8, s(1)),
+        ];
+        for (attempts, retry_after, j, want) in table {
+            assert_eq!(
+                retry_delay(&schedule, attempts, retry_after, j),
+                want,
+                "{attempts} {retry_after:?} {j}"
+            );
+        }
+        assert_eq!(retry_delay(&[], 1, None, 1.0), s(1));
+        for _ in 0..100 {
+            let j = jitter();
+            assert!((0.8..1.2).contains(&j));
+        }
     }
 }
