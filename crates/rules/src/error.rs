@@ -48,15 +48,13 @@ impl RulesError {
     /// Classifies a driver error: server selection and I/O problems mean "unavailable".
     pub(crate) fn from_driver(op: &'static str, e: mongodb::error::Error) -> Self {
         use mongodb::error::ErrorKind;
+        let text = crate::store::short(&e.to_string());
         match *e.kind {
             ErrorKind::ServerSelection { .. }
             | ErrorKind::Io(_)
-            | ErrorKind::ConnectionPoolCleared { .. } => RulesError::Unavailable(format!("{op}: {e}")),
-            ErrorKind::InvalidArgument { .. } => RulesError::Config(format!("{op}: {e}")),
-            _ => RulesError::Query {
-                op,
-                message: e.to_string(),
-            },
+            | ErrorKind::ConnectionPoolCleared { .. } => RulesError::Unavailable(format!("{op}: {text}")),
+            ErrorKind::InvalidArgument { .. } => RulesError::Config(format!("{op}: {text}")),
+            _ => RulesError::Query { op, message: text },
         }
     }
 }

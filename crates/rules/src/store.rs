@@ -43,6 +43,7 @@ struct Inner {
     queries: AtomicU64,
     problems_reported: AtomicU64,
     indexes: AtomicU64,
+    no_array_filters: std::sync::atomic::AtomicBool,
     reported: Mutex<HashSet<u64>>,
 }
 
@@ -122,6 +123,7 @@ impl RuleStore {
                 queries: AtomicU64::new(0),
                 problems_reported: AtomicU64::new(0),
                 indexes: AtomicU64::new(0),
+                no_array_filters: std::sync::atomic::AtomicBool::new(false),
                 reported: Mutex::new(HashSet::new()),
             }),
         };
@@ -428,23 +430,62 @@ impl RuleStore {
     }
 
     /// Applies `edit` to the rule and writes the project's `notifications` back. Returns the project id.
+    ///
+    /// The write is a compare-and-set (`{_id, notifications: <as read>}`), retried on a concurrent change, so
+    /// an edit made meanwhile by Hawk or another `klaxon rules` is not lost. A server that cannot compare
+    /// arrays in a filter (detected: nothing matched although the array is unchanged) gets a plain write.
     async fn edit_rule(
         &self,
         project_id: Option<&str>,
         rule_id: &str,
-        edit: impl FnOnce(&mut Vec<Document>, usize),
+        edit: impl Fn(&mut Vec<Document>, usize),
     ) -> Result<String, RulesError> {
+        const ATTEMPTS: usize = 5;
         let rule = parse_object_id("rule id", rule_id)?;
-        let (project, mut rules) = self.locate(project_id, rule).await?;
-        let idx = rules
-            .iter()
-            .position(|r| r.get_object_id("_id").ok() == Some(rule))
-            .ok_or_else(|| RulesError::RuleNotFound(rule_id.to_owned()))?;
-        edit(&mut rules, idx);
-        let rules: Vec<Bson> = rules.into_iter().map(Bson::Document).collect();
-        self.update(project, doc! {"$set": {"notifications": rules}})
-            .await?;
-        Ok(project.to_hex())
+        for _ in 0..ATTEMPTS {
+            let (project, before) = self.locate(project_id, rule).await?;
+            let idx = before
+                .iter()
+                .position(|r| r.get_object_id("_id").ok() == Some(rule))
+                .ok_or_else(|| RulesError::RuleNotFound(rule_id.to_owned()))?;
+            let mut after = before.clone();
+            edit(&mut after, idx);
+            let as_bson = |v: &[Document]| -> Vec<Bson> { v.iter().cloned().map(Bson::Document).collect() };
+            let set = doc! {"$set": {"notifications": as_bson(&after)}};
+            if self.inner.no_array_filters.load(Ordering::Relaxed) {
+                self.update(project, set).await?;
+                return Ok(project.to_hex());
+            }
+            let filter = doc! {"_id": project, "notifications": as_bson(&before)};
+            let cas = match self.inner.projects.update_one(filter, set.clone()).await {
+                Ok(r) => r,
+                Err(e) if matches!(*e.kind, mongodb::error::ErrorKind::Command(_)) => {
+                    // PoloDB refuses array values in filters: remember, and write without the comparison.
+                    tracing::info!(
+                        error = %short(&e.to_string()),
+                        "server cannot compare arrays; rule edits are not compare-and-set"
+                    );
+                    self.inner.no_array_filters.store(true, Ordering::Relaxed);
+                    self.update(project, set).await?;
+                    return Ok(project.to_hex());
+                }
+                Err(e) => return Err(RulesError::from_driver("update project", e)),
+            };
+            if cas.matched_count == 1 {
+                return Ok(project.to_hex());
+            }
+            let now = self.find_project(project).await?.map(|d| notifications_of(&d));
+            if now.as_deref() == Some(before.as_slice()) {
+                tracing::debug!(project_id = %project, "server cannot match arrays in filters; plain update");
+                self.update(project, set).await?;
+                return Ok(project.to_hex());
+            }
+            tracing::debug!(project_id = %project, "notifications changed concurrently; retrying the edit");
+        }
+        Err(RulesError::Query {
+            op: "update rule",
+            message: format!("the project kept changing during {ATTEMPTS} attempts; try again"),
+        })
     }
 
     /// Removes a rule. Without `project_id` the rule is searched in every project. Returns the project id.
@@ -466,6 +507,15 @@ impl RuleStore {
             rules[i].insert("isEnabled", enabled);
         })
         .await
+    }
+}
+
+/// Some servers (PoloDB) put a backtrace in error messages: keep log lines readable.
+pub(crate) fn short(message: &str) -> String {
+    const MAX: usize = 300;
+    match message.char_indices().nth(MAX) {
+        Some((i, _)) => format!("{}…", &message[..i]),
+        None => message.to_owned(),
     }
 }
 
