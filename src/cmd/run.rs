@@ -12,7 +12,11 @@ use klaxon_channels::{Channels, ChannelsConfig, Secret};
 use klaxon_core::ChannelKind;
 use klaxon_counter::{Counter, RedisHandle};
 use klaxon_engine::http::Readiness;
+use klaxon_engine::breaker::{BreakerConfig, Breakers, Bulkheads};
+use klaxon_engine::dedup::Dedup;
 use klaxon_engine::metrics::Metrics;
+use klaxon_engine::ratelimit::{RateLimiter, RateLimits};
+use klaxon_engine::trail::Trail;
 use klaxon_engine::{sender, worker};
 use klaxon_rules::{RuleCache, RuleStore};
 use tokio_util::sync::CancellationToken;
@@ -70,6 +74,49 @@ pub struct RunArgs {
     /// Whole-request timeout for deliveries, in seconds.
     #[arg(long, env = "KLAXON_REQUEST_TIMEOUT", default_value_t = 10)]
     pub request_timeout: u64,
+    /// Retry schedule, comma-separated seconds: the delay before attempt n+1 is entry n (the last repeats),
+    /// jittered ±20 %, never shorter than the destination's Retry-After.
+    #[arg(long, env = "KLAXON_RETRY_SCHEDULE", default_value = "1,5,30,120,600,3600")]
+    pub retry_schedule: String,
+    /// Notification tasks each channel's sender processes at once.
+    #[arg(long, env = "KLAXON_SENDER_PREFETCH", default_value_t = 16)]
+    pub sender_prefetch: u16,
+    /// How long a delivered notification id is remembered (no second delivery), in seconds.
+    #[arg(long, env = "KLAXON_DEDUP_TTL", default_value_t = 7 * 24 * 3600)]
+    pub dedup_ttl: u64,
+    /// Rate limit per Telegram chat, messages per second (0 = none); shared by every sender of the namespace.
+    #[arg(long, env = "KLAXON_RATE_TELEGRAM_CHAT", default_value_t = 1.0)]
+    pub rate_telegram_chat: f64,
+    /// Rate limit per Telegram bot (all chats), messages per second (0 = none).
+    #[arg(long, env = "KLAXON_RATE_TELEGRAM_BOT", default_value_t = 30.0)]
+    pub rate_telegram_bot: f64,
+    /// Rate limit per Slack webhook, messages per second (0 = none).
+    #[arg(long, env = "KLAXON_RATE_SLACK", default_value_t = 1.0)]
+    pub rate_slack: f64,
+    /// Rate limit per webhook URL, messages per second (0 = none).
+    #[arg(long, env = "KLAXON_RATE_WEBHOOK", default_value_t = 0.0)]
+    pub rate_webhook: f64,
+    /// Rate limit per set of recipient domains for email, messages per second (0 = none).
+    #[arg(long, env = "KLAXON_RATE_EMAIL", default_value_t = 0.0)]
+    pub rate_email: f64,
+    /// Circuit breaker: sliding window of outcomes per host, in seconds.
+    #[arg(long, env = "KLAXON_BREAKER_WINDOW", default_value_t = 30)]
+    pub breaker_window: u64,
+    /// Circuit breaker: outcomes in the window before it may open.
+    #[arg(long, env = "KLAXON_BREAKER_MIN_REQUESTS", default_value_t = 5)]
+    pub breaker_min_requests: u32,
+    /// Circuit breaker: failure ratio (0..1] that opens it.
+    #[arg(long, env = "KLAXON_BREAKER_FAILURE_RATIO", default_value_t = 0.5)]
+    pub breaker_failure_ratio: f64,
+    /// Circuit breaker: seconds it stays open before a probe.
+    #[arg(long, env = "KLAXON_BREAKER_OPEN", default_value_t = 30)]
+    pub breaker_open: u64,
+    /// Concurrent deliveries per destination host (bulkhead).
+    #[arg(long, env = "KLAXON_HOST_CONCURRENCY", default_value_t = 4)]
+    pub host_concurrency: usize,
+    /// Days the delivery trail keeps records (TTL index, where the server supports it).
+    #[arg(long, env = "KLAXON_TRAIL_TTL_DAYS", default_value_t = 30)]
+    pub trail_ttl_days: u64,
 }
 
 /// Which loops a process runs.
@@ -92,6 +139,19 @@ impl Roles {
         worker: false,
         sender: true,
     };
+}
+
+/// Parses `--retry-schedule`: comma-separated whole seconds, at least one, each ≥ 1.
+fn parse_schedule(s: &str) -> anyhow::Result<Vec<Duration>> {
+    let out = s
+        .split(',')
+        .map(|p| match p.trim().parse::<u64>() {
+            Ok(n) if n >= 1 => Ok(Duration::from_secs(n)),
+            _ => Err(anyhow::anyhow!("--retry-schedule: `{}` is not a whole number of seconds ≥ 1", p.trim())),
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    anyhow::ensure!(!out.is_empty(), "--retry-schedule needs at least one delay");
+    Ok(out)
 }
 
 fn env_secret(name: &str) -> Option<Secret> {
@@ -152,6 +212,22 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
     anyhow::ensure!(args.batch_max >= 1, "--batch-max must be at least 1");
     anyhow::ensure!(args.prefetch >= 1, "--prefetch must be at least 1");
     anyhow::ensure!(args.max_attempts >= 1, "--max-attempts must be at least 1");
+    let retry_schedule = parse_schedule(&args.retry_schedule)?;
+    anyhow::ensure!(args.sender_prefetch >= 1, "--sender-prefetch must be at least 1");
+    anyhow::ensure!(args.host_concurrency >= 1, "--host-concurrency must be at least 1");
+    anyhow::ensure!(
+        args.breaker_failure_ratio > 0.0 && args.breaker_failure_ratio <= 1.0,
+        "--breaker-failure-ratio must be in (0, 1]"
+    );
+    for (flag, rate) in [
+        ("--rate-telegram-chat", args.rate_telegram_chat),
+        ("--rate-telegram-bot", args.rate_telegram_bot),
+        ("--rate-slack", args.rate_slack),
+        ("--rate-webhook", args.rate_webhook),
+        ("--rate-email", args.rate_email),
+    ] {
+        anyhow::ensure!(rate.is_finite() && rate >= 0.0, "{flag} must be a number of messages per second ≥ 0");
+    }
 
     let shutdown = CancellationToken::new();
     let metrics = Arc::new(Metrics::new());
@@ -217,13 +293,56 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
         tracker.spawn(worker::run(deps, ready, shutdown.clone()));
     }
     if let Some(channels) = channels {
+        let Some(redis) =
+            connect_with_retry("redis", &shutdown, || RedisHandle::connect(&global.redis_url)).await
+        else {
+            return Ok(ExitCode::SUCCESS);
+        };
+        let (trail, trail_task) = Trail::start(
+            global.mongo_url.clone(),
+            global.mongo_db(),
+            Duration::from_secs(args.trail_ttl_days.saturating_mul(24 * 3600).max(1)),
+            metrics.clone(),
+            shutdown.clone(),
+        );
+        tracker.spawn(async move {
+            let _ = trail_task.await;
+        });
         let deps = sender::SenderDeps {
             amqp_url: global.amqp_url.clone(),
             topology: topology.clone(),
             channels,
             metrics: metrics.clone(),
             max_attempts: args.max_attempts,
-            prefetch: 16,
+            prefetch: args.sender_prefetch,
+            retry_schedule: retry_schedule.clone().into(),
+            dedup: Dedup::new(
+                redis.clone(),
+                &global.namespace,
+                Duration::from_secs(args.dedup_ttl),
+                // longer than one attempt can take (connect + request timeouts) plus a rate-limit sleep
+                Duration::from_secs(args.connect_timeout + args.request_timeout + 30),
+            ),
+            limiter: RateLimiter::new(
+                redis,
+                &global.namespace,
+                RateLimits {
+                    telegram_chat: args.rate_telegram_chat,
+                    telegram_bot: args.rate_telegram_bot,
+                    slack: args.rate_slack,
+                    webhook: args.rate_webhook,
+                    email: args.rate_email,
+                },
+                Duration::from_secs(1),
+            ),
+            breakers: Arc::new(Breakers::new(BreakerConfig {
+                window: Duration::from_secs(args.breaker_window),
+                min_requests: args.breaker_min_requests,
+                failure_ratio: args.breaker_failure_ratio,
+                open_for: Duration::from_secs(args.breaker_open),
+            })),
+            bulkheads: Arc::new(Bulkheads::new(args.host_concurrency)),
+            trail,
         };
         for kind in ChannelKind::ALL {
             let ready = readiness.role(&format!("sender.{kind}"));

@@ -9,11 +9,21 @@
 //! Every loop takes its dependencies and a `CancellationToken` (`run(deps, ready, shutdown)`), so `main` and the
 //! tests share one path. A loop that loses a connection marks itself not ready, backs off (jittered, capped) and
 //! reconnects; nothing is acked while its outcome is unknown.
+//!
+//! The sender's delivery pipeline (see [`sender`]) is built from small parts: [`dedup`] (a notification id is
+//! delivered once, Redis + `lua/dedup_*.lua`), [`ratelimit`] (fleet-wide GCRA per destination,
+//! `lua/gcra_reserve.lua`), [`breaker`] (circuit breaker and bulkhead per host, in process) and [`trail`] (the
+//! append-only `deliveries` collection in MongoDB, written in the background). Every wait longer than a
+//! second goes through the broker's delay engine.
 #![deny(missing_docs)]
 
+pub mod breaker;
+pub mod dedup;
 pub mod http;
 pub mod metrics;
+pub mod ratelimit;
 pub mod sender;
+pub mod trail;
 pub mod worker;
 
 use std::future::Future;
@@ -38,6 +48,12 @@ pub enum EngineError {
     /// The broker cancelled our consumer (transient: e.g. the queue was deleted).
     #[error("the broker closed the consumer")]
     ConsumerClosed,
+    /// A delivery-pipeline Redis call (dedup, rate limit) failed (transient).
+    #[error("Redis failed: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// The delivery trail could not be read or written (transient: MongoDB unavailable or refused).
+    #[error("delivery trail: {0}")]
+    Trail(String),
     /// A task could not be encoded (permanent; a bug).
     #[error("cannot encode a notification task: {0}")]
     Encode(String),
@@ -83,7 +99,11 @@ pub(crate) async fn supervise<F, Fut>(
 
 /// Keeps `ready` true while Redis answers, checking every 2 s (1 s timeout). An idle worker thereby reports a
 /// Redis outage on `/readyz` before the next event would have failed on it.
-pub async fn probe_redis(counter: klaxon_counter::Counter, ready: Arc<AtomicBool>, shutdown: CancellationToken) {
+pub async fn probe_redis(
+    counter: klaxon_counter::Counter,
+    ready: Arc<AtomicBool>,
+    shutdown: CancellationToken,
+) {
     let mut was_up = true;
     while !shutdown.is_cancelled() {
         let up = matches!(

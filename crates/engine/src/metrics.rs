@@ -31,6 +31,13 @@ pub struct WindowLabel {
     pub window: String,
 }
 
+/// Label set of a breaker transition.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BreakerLabel {
+    /// The state entered: open or closed.
+    pub state: String,
+}
+
 /// Every metric the engine exports.
 pub struct Metrics {
     registry: Registry,
@@ -60,6 +67,14 @@ pub struct Metrics {
     pub batch_seconds: Histogram,
     /// 1 while the process can do its work.
     pub ready: Gauge,
+    /// Circuit-breaker transitions by the state entered.
+    pub breaker_transitions: Family<BreakerLabel, Counter>,
+    /// Tasks parked in a delay queue (breaker open, rate limit, dedup lease held elsewhere), by channel.
+    pub deliveries_parked: Family<ChannelLabel, Counter>,
+    /// Delivery-trail records dropped because the writer's queue was full.
+    pub trail_dropped: Counter,
+    /// Delivery-trail inserts that failed.
+    pub trail_errors: Counter,
 }
 
 impl Default for Metrics {
@@ -86,12 +101,28 @@ impl Metrics {
             batch_size: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             batch_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             ready: Gauge::default(),
+            breaker_transitions: Family::default(),
+            deliveries_parked: Family::default(),
+            trail_dropped: Counter::default(),
+            trail_errors: Counter::default(),
             registry: Registry::default(),
         };
         // prometheus-client appends `_total` to counters itself.
-        registry.register("events_consumed", "Events taken from the events queue", m.events_consumed.clone());
-        registry.register("events_invalid", "Events moved to the invalid queue", m.events_invalid.clone());
-        registry.register("rules_matched", "Event and rule pairs that passed the filters", m.rules_matched.clone());
+        registry.register(
+            "events_consumed",
+            "Events taken from the events queue",
+            m.events_consumed.clone(),
+        );
+        registry.register(
+            "events_invalid",
+            "Events moved to the invalid queue",
+            m.events_invalid.clone(),
+        );
+        registry.register(
+            "rules_matched",
+            "Event and rule pairs that passed the filters",
+            m.rules_matched.clone(),
+        );
         registry.register(
             "thresholds_crossed",
             "Rule firings (threshold crossings and first occurrences)",
@@ -102,11 +133,23 @@ impl Metrics {
             "Notification tasks published to sender queues",
             m.notifications_published.clone(),
         );
-        registry.register("deliveries", "Delivery attempts by channel and outcome", m.deliveries.clone());
+        registry.register(
+            "deliveries",
+            "Delivery attempts by channel and outcome",
+            m.deliveries.clone(),
+        );
         registry.register("redis_errors", "Redis failures", m.redis_errors.clone());
         registry.register("broker_errors", "RabbitMQ failures", m.broker_errors.clone());
-        registry.register("rules_errors", "MongoDB failures while loading rules", m.rules_errors.clone());
-        registry.register("rules_problems", "Rule problems reported", m.rules_problems.clone());
+        registry.register(
+            "rules_errors",
+            "MongoDB failures while loading rules",
+            m.rules_errors.clone(),
+        );
+        registry.register(
+            "rules_problems",
+            "Rule problems reported",
+            m.rules_problems.clone(),
+        );
         registry.register("batch_size", "Events per processed batch", m.batch_size.clone());
         registry.register(
             "batch_seconds",
@@ -114,6 +157,26 @@ impl Metrics {
             m.batch_seconds.clone(),
         );
         registry.register("ready", "1 while the process can do its work", m.ready.clone());
+        registry.register(
+            "breaker_transitions",
+            "Circuit-breaker transitions by the state entered",
+            m.breaker_transitions.clone(),
+        );
+        registry.register(
+            "deliveries_parked",
+            "Tasks parked in a delay queue (breaker open, rate limit, dedup lease)",
+            m.deliveries_parked.clone(),
+        );
+        registry.register(
+            "trail_dropped",
+            "Delivery-trail records dropped (queue full)",
+            m.trail_dropped.clone(),
+        );
+        registry.register(
+            "trail_errors",
+            "Delivery-trail inserts that failed",
+            m.trail_errors.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -124,6 +187,24 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+
+    /// Counts one breaker transition.
+    pub fn breaker(&self, state: &str) {
+        self.breaker_transitions
+            .get_or_create(&BreakerLabel {
+                state: state.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one parked task.
+    pub fn parked(&self, channel: &str) {
+        self.deliveries_parked
+            .get_or_create(&ChannelLabel {
+                channel: channel.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts one delivery outcome.

@@ -1,0 +1,196 @@
+//! Fleet-wide rate limits per destination: GCRA in Redis (`lua/gcra_reserve.lua`).
+//!
+//! A sender asks for a send slot before each attempt. A slot at most [`RateLimiter::max_sleep`] away is
+//! *reserved* and the sender sleeps until it (short waits only, so a prefetch slot is never held long); a
+//! slot further away reserves nothing and the task is delayed through the broker, then asks again. Because
+//! every sender of the namespace reserves slots in the same Redis key on the Redis clock, the limit holds
+//! across processes, and an over-limit task is delayed, never dropped.
+//!
+//! Limits (messages per second, 0 = none) are per destination ([`klaxon_channels::Channels::destination_key`]):
+//! Telegram 1/s per chat and 30/s per bot, Slack 1/s per webhook by default; webhooks and email are unlimited
+//! unless configured. Keys are `<ns>:{rl:<destination>}`.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use klaxon_channels::Channels;
+use klaxon_core::{ChannelKind, NotificationTask};
+use klaxon_counter::RedisHandle;
+use redis::Script;
+
+use crate::EngineError;
+
+static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/gcra_reserve.lua")));
+
+/// Messages per second per destination kind; 0 (or less) means unlimited.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimits {
+    /// Per Telegram chat (default 1).
+    pub telegram_chat: f64,
+    /// Per Telegram bot, i.e. all Bot API deliveries of this namespace (default 30).
+    pub telegram_bot: f64,
+    /// Per Slack webhook (default 1).
+    pub slack: f64,
+    /// Per webhook URL (default unlimited).
+    pub webhook: f64,
+    /// Per set of recipient domains (default unlimited).
+    pub email: f64,
+}
+
+impl Default for RateLimits {
+    fn default() -> Self {
+        RateLimits {
+            telegram_chat: 1.0,
+            telegram_bot: 30.0,
+            slack: 1.0,
+            webhook: 0.0,
+            email: 0.0,
+        }
+    }
+}
+
+/// One limit to check for a task: a Redis key suffix and a rate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limit {
+    /// `<destination key>` (no namespace).
+    pub key: String,
+    /// Messages per second (> 0).
+    pub per_second: f64,
+}
+
+impl RateLimits {
+    /// The limits that apply to `task`, most specific first.
+    pub fn limits_for(&self, task: &NotificationTask) -> Vec<Limit> {
+        let mut out = Vec::with_capacity(2);
+        let mut push = |key: String, per_second: f64| {
+            if per_second > 0.0 && per_second.is_finite() {
+                out.push(Limit { key, per_second });
+            }
+        };
+        let dest = Channels::destination_key(task);
+        match task.channel {
+            ChannelKind::Telegram => {
+                push(dest, self.telegram_chat);
+                // Bot API chats share the bot's global limit; notify-bot URLs do not use our bot.
+                if Channels::host_key(task) == "telegram-api" {
+                    push("telegram:bot".to_owned(), self.telegram_bot);
+                }
+            }
+            ChannelKind::Slack => push(dest, self.slack),
+            ChannelKind::Webhook => push(dest, self.webhook),
+            ChannelKind::Email => push(dest, self.email),
+        }
+        out
+    }
+}
+
+/// The answer to a slot request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    /// A slot is reserved this far from now (zero = now): sleep, then send.
+    Reserved(Duration),
+    /// No slot within the accepted wait: delay the task about this long and ask again.
+    Later(Duration),
+}
+
+/// Typed front of `lua/gcra_reserve.lua`. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct RateLimiter {
+    redis: RedisHandle,
+    namespace: String,
+    limits: RateLimits,
+    max_sleep: Duration,
+}
+
+impl RateLimiter {
+    /// A limiter with these limits; reservations at most `max_sleep` away are taken.
+    pub fn new(redis: RedisHandle, namespace: &str, limits: RateLimits, max_sleep: Duration) -> Self {
+        RateLimiter {
+            redis,
+            namespace: namespace.to_owned(),
+            limits,
+            max_sleep,
+        }
+    }
+
+    /// The longest in-process wait for a reserved slot.
+    pub fn max_sleep(&self) -> Duration {
+        self.max_sleep
+    }
+
+    /// Asks for a slot for `task` under every limit that applies. With two limits (Telegram chat and bot),
+    /// a slot taken under the first is kept even when the second says "later": that costs the chat one
+    /// slot, never a lost message.
+    pub async fn acquire(&self, task: &NotificationTask) -> Result<Slot, EngineError> {
+        let mut wait = Duration::ZERO;
+        for limit in self.limits.limits_for(task) {
+            match self
+                .reserve(&limit.key, limit.per_second, 1, self.max_sleep, None)
+                .await?
+            {
+                Slot::Reserved(w) => wait = wait.max(w),
+                later @ Slot::Later(_) => return Ok(later),
+            }
+        }
+        Ok(Slot::Reserved(wait))
+    }
+
+    /// One GCRA reservation on `<ns>:{rl:<key>}`: `per_second` with a burst of `burst` messages, accepting
+    /// a wait up to `max_wait`; `now_ms` is the Redis clock unless given (tests).
+    pub async fn reserve(
+        &self,
+        key: &str,
+        per_second: f64,
+        burst: u32,
+        max_wait: Duration,
+        now_ms: Option<u64>,
+    ) -> Result<Slot, EngineError> {
+        let interval_ms = (1000.0 / per_second).ceil().max(1.0) as u64;
+        let tolerance_ms = interval_ms.saturating_mul(u64::from(burst.max(1) - 1));
+        let (reserved, wait_ms): (i64, i64) = GCRA
+            .key(format!("{}:{{rl:{}}}", self.namespace, key))
+            .arg(interval_ms)
+            .arg(tolerance_ms)
+            .arg(u64::try_from(max_wait.as_millis()).unwrap_or(u64::MAX))
+            .arg(now_ms.map(|n| n.to_string()).unwrap_or_default())
+            .invoke_async(&mut self.redis.clone())
+            .await?;
+        let wait = Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0));
+        Ok(if reserved == 1 {
+            Slot::Reserved(wait)
+        } else {
+            Slot::Later(wait)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_per_channel() {
+        let l = RateLimits::default();
+        let chat = klaxon_channels::test_task(ChannelKind::Telegram, "-100123");
+        let got = l.limits_for(&chat);
+        assert_eq!(got.len(), 2);
+        assert!(got[0].key.starts_with("telegram:chat:"));
+        assert_eq!(
+            got[1],
+            Limit {
+                key: "telegram:bot".into(),
+                per_second: 30.0
+            }
+        );
+        let bot_url = klaxon_channels::test_task(ChannelKind::Telegram, "https://notify.bot.codex.so/u/x");
+        assert_eq!(l.limits_for(&bot_url).len(), 1);
+        let slack = klaxon_channels::test_task(ChannelKind::Slack, "https://hooks.slack.com/services/x");
+        assert_eq!(l.limits_for(&slack)[0].per_second, 1.0);
+        let hook = klaxon_channels::test_task(ChannelKind::Webhook, "https://example.com/h");
+        assert!(l.limits_for(&hook).is_empty());
+        let email = klaxon_channels::test_task(ChannelKind::Email, "a@b.test");
+        assert!(l.limits_for(&email).is_empty());
+        let custom = RateLimits { webhook: 5.0, ..l };
+        assert_eq!(custom.limits_for(&hook)[0].per_second, 5.0);
+    }
+}

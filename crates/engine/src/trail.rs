@@ -1,0 +1,399 @@
+//! The delivery trail: one append-only record per delivery outcome in MongoDB collection `deliveries`.
+//!
+//! ```text
+//! sender ──Trail::record (try_send, never waits)──▶ bounded channel ──▶ writer task ──insert_one──▶ deliveries
+//!                      └─ channel full: record dropped, klaxon_trail_dropped_total++ (delivery goes on)
+//! ```
+//! Records are only ever inserted (no upserts, no positional updates), so the trail works on every
+//! MongoDB-wire server we target. A TTL index on `at` (default 30 days) is created where the server
+//! supports it; where it does not, that is logged once and the trail grows until pruned by an operator.
+//! Writing the trail never blocks or fails a delivery: a full channel or a failed insert only bumps
+//! `klaxon_trail_dropped_total` / `klaxon_trail_errors_total`.
+//!
+//! [`TrailReader`] serves `klaxon deliveries list`: the newest record of each notification wins.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::TryStreamExt;
+use mongodb::bson::{doc, Bson, DateTime, Document};
+use mongodb::options::{ClientOptions, IndexOptions};
+use mongodb::{Client, Collection, IndexModel};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+use crate::EngineError;
+
+/// The collection of the trail.
+pub const DELIVERIES: &str = "deliveries";
+/// Default age after which the TTL index removes records.
+pub const DEFAULT_TRAIL_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Records waiting for the writer; more are dropped (and counted).
+const QUEUE: usize = 4096;
+const SERVER_TIMEOUT: Duration = Duration::from_secs(5);
+const TTL_INDEX: &str = "klaxon_deliveries_ttl";
+
+/// A delivery's state after one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Delivered.
+    Sent,
+    /// Failed transiently; a retry is scheduled.
+    Retrying,
+    /// Moved to `<ns>.dead` (permanent failure or attempts exhausted).
+    Dead,
+}
+
+impl Status {
+    /// `sent`, `retrying`, `dead`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Sent => "sent",
+            Status::Retrying => "retrying",
+            Status::Dead => "dead",
+        }
+    }
+}
+
+impl std::str::FromStr for Status {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sent" => Ok(Status::Sent),
+            "retrying" => Ok(Status::Retrying),
+            "dead" => Ok(Status::Dead),
+            other => Err(format!("unknown status `{other}`: use sent, retrying or dead")),
+        }
+    }
+}
+
+/// One attempt record. `destination` is redacted ([`klaxon_channels::redact_endpoint`]); `last_error` is the
+/// adapters' secret-free reason.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    /// The notification.
+    pub notification_id: String,
+    /// Its project.
+    pub project_id: String,
+    /// Its rule.
+    pub rule_id: String,
+    /// email, telegram, slack, webhook.
+    pub channel: String,
+    /// Redacted endpoint.
+    pub destination: String,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// Outcome.
+    pub status: Status,
+    /// The last failure, if any.
+    pub last_error: Option<String>,
+    /// When the rule fired, unix ms.
+    pub fired_at_ms: i64,
+    /// When this record was made, unix ms.
+    pub at_ms: i64,
+}
+
+impl Record {
+    fn to_document(&self) -> Document {
+        doc! {
+            "notificationId": &self.notification_id,
+            "projectId": &self.project_id,
+            "ruleId": &self.rule_id,
+            "channel": &self.channel,
+            "destination": &self.destination,
+            "attempts": i64::from(self.attempts),
+            "status": self.status.as_str(),
+            "lastError": self.last_error.as_deref().map(Bson::from).unwrap_or(Bson::Null),
+            "firedAt": DateTime::from_millis(self.fired_at_ms),
+            "at": DateTime::from_millis(self.at_ms),
+        }
+    }
+
+    fn from_document(d: &Document) -> Option<Record> {
+        let s = |k: &str| d.get_str(k).ok().map(str::to_owned);
+        let ms = |k: &str| d.get_datetime(k).ok().map(|t| t.timestamp_millis());
+        let attempts = match d.get("attempts") {
+            Some(Bson::Int64(n)) => u32::try_from(*n).ok()?,
+            Some(Bson::Int32(n)) => u32::try_from(*n).ok()?,
+            _ => return None,
+        };
+        Some(Record {
+            notification_id: s("notificationId")?,
+            project_id: s("projectId").unwrap_or_default(),
+            rule_id: s("ruleId").unwrap_or_default(),
+            channel: s("channel").unwrap_or_default(),
+            destination: s("destination").unwrap_or_default(),
+            attempts,
+            status: s("status")?.parse().ok()?,
+            last_error: s("lastError"),
+            fired_at_ms: ms("firedAt").unwrap_or(0),
+            at_ms: ms("at").unwrap_or(0),
+        })
+    }
+}
+
+/// Unix ms now.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The sender's handle on the trail. Cheap to clone; [`Trail::disabled`] records nothing.
+#[derive(Clone)]
+pub struct Trail {
+    tx: Option<mpsc::Sender<Record>>,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Trail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trail")
+            .field("enabled", &self.tx.is_some())
+            .finish()
+    }
+}
+
+async fn collection(mongo_url: &str, database: &str) -> Result<Collection<Document>, EngineError> {
+    let mut opts = ClientOptions::parse(mongo_url)
+        .await
+        .map_err(|_| EngineError::Trail("cannot parse the MongoDB URL".into()))?;
+    opts.server_selection_timeout.get_or_insert(SERVER_TIMEOUT);
+    opts.connect_timeout.get_or_insert(SERVER_TIMEOUT);
+    opts.app_name.get_or_insert_with(|| "klaxon".to_owned());
+    let client = Client::with_options(opts).map_err(|e| EngineError::Trail(e.to_string()))?;
+    let db = client.database(database);
+    db.run_command(doc! {"ping": 1})
+        .await
+        .map_err(|e| EngineError::Trail(format!("ping: {e}")))?;
+    Ok(db.collection(DELIVERIES))
+}
+
+impl Trail {
+    /// A trail that records nothing.
+    pub fn disabled(metrics: Arc<Metrics>) -> Self {
+        Trail { tx: None, metrics }
+    }
+
+    /// Starts the background writer (it connects, and reconnects, by itself) and returns the handle and the
+    /// writer's task. The writer stops at `shutdown`, after writing what is queued (bounded: 2 s).
+    pub fn start(
+        mongo_url: String,
+        database: String,
+        ttl: Duration,
+        metrics: Arc<Metrics>,
+        shutdown: CancellationToken,
+    ) -> (Self, tokio::task::JoinHandle<()>) {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let task = tokio::spawn(writer(mongo_url, database, ttl, metrics.clone(), rx, shutdown));
+        (
+            Trail {
+                tx: Some(tx),
+                metrics,
+            },
+            task,
+        )
+    }
+
+    /// Queues a record; never waits. A full queue drops it and counts `klaxon_trail_dropped_total`.
+    pub fn record(&self, record: Record) {
+        if let Some(tx) = &self.tx {
+            if tx.try_send(record).is_err() {
+                self.metrics.trail_dropped.inc();
+            }
+        }
+    }
+}
+
+async fn writer(
+    mongo_url: String,
+    database: String,
+    ttl: Duration,
+    metrics: Arc<Metrics>,
+    mut rx: mpsc::Receiver<Record>,
+    shutdown: CancellationToken,
+) {
+    let mut failures = 0u32;
+    let coll = loop {
+        match collection(&mongo_url, &database).await {
+            Ok(c) => break c,
+            Err(e) => {
+                let wait = klaxon_broker::backoff(failures, Duration::from_secs(30));
+                failures = failures.saturating_add(1);
+                tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "delivery trail: cannot connect");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+        }
+    };
+    ensure_ttl_index(&coll, ttl).await;
+    let mut logged_error = false;
+    loop {
+        let record = tokio::select! {
+            r = rx.recv() => r,
+            _ = shutdown.cancelled() => break,
+        };
+        let Some(record) = record else { return };
+        insert(&coll, &record, &metrics, &mut logged_error).await;
+    }
+    // Drain what is queued, bounded.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while let Ok(Some(record)) = tokio::time::timeout_at(deadline, rx.recv()).await {
+        insert(&coll, &record, &metrics, &mut logged_error).await;
+    }
+}
+
+async fn insert(coll: &Collection<Document>, record: &Record, metrics: &Metrics, logged_error: &mut bool) {
+    match tokio::time::timeout(SERVER_TIMEOUT, coll.insert_one(record.to_document())).await {
+        Ok(Ok(_)) => {
+            *logged_error = false;
+        }
+        failed => {
+            metrics.trail_errors.inc();
+            if !*logged_error {
+                *logged_error = true;
+                let error = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "timed out".to_owned(),
+                };
+                tracing::warn!(error = %error, "delivery trail: insert failed (further failures are only counted)");
+            }
+        }
+    }
+}
+
+async fn ensure_ttl_index(coll: &Collection<Document>, ttl: Duration) {
+    let model = IndexModel::builder()
+        .keys(doc! {"at": 1})
+        .options(
+            IndexOptions::builder()
+                .name(TTL_INDEX.to_owned())
+                .expire_after(ttl)
+                .build(),
+        )
+        .build();
+    match tokio::time::timeout(SERVER_TIMEOUT, coll.create_index(model)).await {
+        Ok(Ok(_)) => tracing::debug!(index = TTL_INDEX, "delivery trail TTL index ready"),
+        Ok(Err(e)) => tracing::info!(
+            index = TTL_INDEX,
+            error = %e,
+            "server cannot create the trail's TTL index; old delivery records are kept"
+        ),
+        Err(_) => tracing::info!(
+            index = TTL_INDEX,
+            "trail TTL index creation timed out; carrying on"
+        ),
+    }
+}
+
+/// Reads the trail (for `klaxon deliveries list`).
+pub struct TrailReader {
+    coll: Collection<Document>,
+}
+
+impl TrailReader {
+    /// Connects to `database` at `mongo_url`.
+    pub async fn connect(mongo_url: &str, database: &str) -> Result<Self, EngineError> {
+        Ok(TrailReader {
+            coll: collection(mongo_url, database).await?,
+        })
+    }
+
+    /// The newest record of each notification (of `project`, if given), filtered by `status`, newest first,
+    /// at most `limit`. Reads at most `scan` records.
+    pub async fn latest(
+        &self,
+        project: Option<&str>,
+        status: Option<Status>,
+        limit: usize,
+        scan: usize,
+    ) -> Result<Vec<Record>, EngineError> {
+        let filter = match project {
+            Some(p) => doc! {"projectId": p},
+            None => doc! {},
+        };
+        let mut cursor = self
+            .coll
+            .find(filter)
+            .await
+            .map_err(|e| EngineError::Trail(format!("find: {e}")))?;
+        let mut newest: HashMap<String, Record> = HashMap::new();
+        let mut seen = 0usize;
+        while seen < scan {
+            let Some(d) = cursor
+                .try_next()
+                .await
+                .map_err(|e| EngineError::Trail(format!("find: {e}")))?
+            else {
+                break;
+            };
+            seen += 1;
+            let Some(r) = Record::from_document(&d) else {
+                continue;
+            };
+            let newer = newest.get(&r.notification_id).is_none_or(|old| {
+                (r.at_ms, r.attempts, rank(r.status)) >= (old.at_ms, old.attempts, rank(old.status))
+            });
+            if newer {
+                newest.insert(r.notification_id.clone(), r);
+            }
+        }
+        let mut out: Vec<Record> = newest
+            .into_values()
+            .filter(|r| status.is_none_or(|s| r.status == s))
+            .collect();
+        out.sort_by(|a, b| {
+            b.at_ms
+                .cmp(&a.at_ms)
+                .then_with(|| a.notification_id.cmp(&b.notification_id))
+        });
+        out.truncate(limit);
+        Ok(out)
+    }
+}
+
+/// Final states win ties over `retrying`.
+fn rank(s: Status) -> u8 {
+    match s {
+        Status::Retrying => 0,
+        Status::Dead => 1,
+        Status::Sent => 2,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trips_through_bson() {
+        let r = Record {
+            notification_id: "n".into(),
+            project_id: "p".into(),
+            rule_id: "r".into(),
+            channel: "slack".into(),
+            destination: "https://hooks.slack.com/…".into(),
+            attempts: 3,
+            status: Status::Retrying,
+            last_error: Some("HTTP 500".into()),
+            fired_at_ms: 1_700_000_000_000,
+            at_ms: 1_700_000_001_000,
+        };
+        assert_eq!(Record::from_document(&r.to_document()), Some(r.clone()));
+        let sent = Record {
+            last_error: None,
+            status: Status::Sent,
+            ..r
+        };
+        assert_eq!(Record::from_document(&sent.to_document()), Some(sent));
+        for s in ["sent", "retrying", "dead"] {
+            assert_eq!(s.parse::<Status>().map(|s| s.as_str()), Ok(s));
+        }
+        assert!("lost".parse::<Status>().is_err());
+    }
+}
