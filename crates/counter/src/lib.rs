@@ -23,14 +23,18 @@
 //!   cooldowns at their end, first-seen marks after [`DEFAULT_FIRST_SEEN_TTL`].
 //! * **Scripts on the server.** Calls use `EVALSHA`; a NOSCRIPT reply (server restart, failover) loads the
 //!   script on every node and resends only the calls that did not run.
+//! * **Digests.** [`Digests`] holds the Redis half of `minPeriod` digests (`lua/digest_*.lua`): an atomic,
+//!   idempotent append that says when a window opens, and an atomic take-and-mark claim of a due window.
 #![deny(missing_docs)]
 
 mod counter;
+pub mod digest;
 mod error;
 mod handle;
 mod hit;
 
 pub use counter::{Counter, DEFAULT_FIRST_SEEN_TTL};
+pub use digest::{Appended, Claim, DigestKey, Digests};
 pub use error::CounterError;
 pub use handle::RedisHandle;
 pub use hit::{Hit, HitSpec, Outcome};

@@ -1,0 +1,249 @@
+//! [`Digests`]: the Redis half of digests (`minPeriod`): buffers of firings per (project, rule, channel) and
+//! the atomic take-and-mark of a due window. The timing half (when a window is flushed) lives in RabbitMQ's
+//! delay engine; see `klaxon_engine::digest`.
+//!
+//! Keys share the hash tag `{dg:<project>:<rule>:<channel>}`, so every script call stays in one cluster slot:
+//! `…:win` (window start and opener), `…:buf` (groups), `…:ids` (appended notification ids),
+//! `…:claim:<start>` and `…:lease:<start>` (a claimed window until its digest is published).
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use klaxon_core::{ChannelKind, NotificationEvent};
+use redis::{Script, Value};
+
+use crate::{CounterError, RedisHandle};
+
+static APPEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../lua/digest_append.lua")));
+static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/digest_claim.lua")));
+static DONE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/digest_done.lua")));
+
+/// Most groups one digest window keeps; later new groups are ignored (known ones still merge).
+pub const DIGEST_MAX_GROUPS: usize = 1000;
+/// How long digest keys outlive their window when nobody flushes them (a safety net against leaks).
+const KEEP: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How long a flusher may hold a claimed window before another one may recover it.
+pub const DEFAULT_CLAIM_LEASE: Duration = Duration::from_secs(10);
+
+/// Which digest: one per (project, rule, channel).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DigestKey<'a> {
+    /// The project.
+    pub project_id: &'a str,
+    /// The rule.
+    pub rule_id: &'a str,
+    /// The channel.
+    pub channel: ChannelKind,
+}
+
+/// What [`Digests::append`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    /// True when the caller must schedule the window's flush at `window_start_ms + minPeriod` (this append
+    /// opened the window, is a redelivery of the one that did, or the window is overdue).
+    pub schedule_flush: bool,
+    /// Start of the window, unix ms on the Redis clock.
+    pub window_start_ms: i64,
+    /// Now, on the Redis clock.
+    pub now_ms: i64,
+}
+
+impl Appended {
+    /// How long from now until the window is due (zero when already due).
+    pub fn flush_in(&self, min_period_s: u64) -> Duration {
+        let due = self
+            .window_start_ms
+            .saturating_add((min_period_s as i64).saturating_mul(1000));
+        Duration::from_millis(u64::try_from(due.saturating_sub(self.now_ms)).unwrap_or(0))
+    }
+}
+
+/// What [`Digests::claim`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This caller owns the window: publish one digest of `events` (possibly empty), then call
+    /// [`Digests::done`]. Also returned when a crashed flusher's claim is recovered.
+    Claimed {
+        /// Now, on the Redis clock.
+        now_ms: i64,
+        /// The groups, in no particular order.
+        events: Vec<NotificationEvent>,
+    },
+    /// Another flusher holds the claim: look again after this long.
+    Busy(Duration),
+    /// The window is not due yet: look again after this long.
+    Early(Duration),
+    /// Nothing to do: the window was already flushed and completed.
+    Gone,
+}
+
+/// The digest scripts, typed. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Digests {
+    redis: RedisHandle,
+    namespace: Arc<str>,
+    lease: Duration,
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+fn now_arg(now_ms: Option<i64>) -> String {
+    now_ms.map(|n| n.to_string()).unwrap_or_default()
+}
+
+fn bad(script: &'static str, detail: impl Into<String>) -> CounterError {
+    CounterError::BadReply {
+        script,
+        detail: detail.into(),
+    }
+}
+
+fn int(v: &Value, script: &'static str) -> Result<i64, CounterError> {
+    match v {
+        Value::Int(n) => Ok(*n),
+        other => Err(bad(script, format!("expected an integer, got {other:?}"))),
+    }
+}
+
+fn text(v: &Value, script: &'static str) -> Result<String, CounterError> {
+    match v {
+        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Ok(s.clone()),
+        Value::Int(n) => Ok(n.to_string()),
+        other => Err(bad(script, format!("expected a string, got {other:?}"))),
+    }
+}
+
+impl Digests {
+    /// Digest state under `<namespace>:`.
+    pub fn new(redis: RedisHandle, namespace: &str) -> Self {
+        Digests {
+            redis,
+            namespace: namespace.into(),
+            lease: DEFAULT_CLAIM_LEASE,
+        }
+    }
+
+    /// Changes how long a claim is protected before another flusher may recover it (at least 1 ms).
+    pub fn with_claim_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// The key prefix of one digest: `<ns>:{dg:<project>:<rule>:<channel>}`.
+    pub fn key_base(&self, key: &DigestKey<'_>) -> String {
+        format!(
+            "{}:{{dg:{}:{}:{}}}",
+            self.namespace,
+            key.project_id,
+            key.rule_id,
+            key.channel.as_str()
+        )
+    }
+
+    /// Adds one firing (its notification id and its group) to the digest. Idempotent per notification id.
+    /// `now_ms` replaces the Redis clock (tests).
+    pub async fn append(
+        &self,
+        key: &DigestKey<'_>,
+        notification_id: &str,
+        event: &NotificationEvent,
+        min_period_s: u64,
+        now_ms: Option<i64>,
+    ) -> Result<Appended, CounterError> {
+        let base = self.key_base(key);
+        let reply: Vec<i64> = APPEND
+            .key(format!("{base}:win"))
+            .key(format!("{base}:buf"))
+            .key(format!("{base}:ids"))
+            .arg(notification_id)
+            .arg(&event.group_hash)
+            .arg(event.count)
+            .arg(&event.title)
+            .arg(event.repetition_id.as_deref().unwrap_or(""))
+            .arg(min_period_s.max(1).saturating_mul(1000))
+            .arg(now_arg(now_ms))
+            .arg(DIGEST_MAX_GROUPS)
+            .arg(ms(KEEP))
+            .invoke_async(&mut self.redis.clone())
+            .await?;
+        match reply.as_slice() {
+            [schedule, start, now] => Ok(Appended {
+                schedule_flush: *schedule == 1,
+                window_start_ms: *start,
+                now_ms: *now,
+            }),
+            other => Err(bad("digest_append.lua", format!("{} values", other.len()))),
+        }
+    }
+
+    /// Take-and-mark: closes the window that started at `window_start_ms` if it is due and hands its buffer
+    /// to this caller only. `now_ms` replaces the Redis clock (tests).
+    pub async fn claim(
+        &self,
+        key: &DigestKey<'_>,
+        window_start_ms: i64,
+        min_period_s: u64,
+        now_ms: Option<i64>,
+    ) -> Result<Claim, CounterError> {
+        const S: &str = "digest_claim.lua";
+        let base = self.key_base(key);
+        let reply: Vec<Value> = CLAIM
+            .key(format!("{base}:win"))
+            .key(format!("{base}:buf"))
+            .key(format!("{base}:claim:{window_start_ms}"))
+            .key(format!("{base}:lease:{window_start_ms}"))
+            .arg(window_start_ms)
+            .arg(min_period_s.max(1).saturating_mul(1000))
+            .arg(ms(self.lease))
+            .arg(now_arg(now_ms))
+            .arg(ms(KEEP))
+            .invoke_async(&mut self.redis.clone())
+            .await?;
+        let Some(tag) = reply.first() else {
+            return Err(bad(S, "empty reply"));
+        };
+        let wait = |i: usize| -> Result<Duration, CounterError> {
+            let v = reply.get(i).ok_or_else(|| bad(S, "missing wait"))?;
+            Ok(Duration::from_millis(u64::try_from(int(v, S)?).unwrap_or(0)))
+        };
+        match text(tag, S)?.as_str() {
+            "gone" => Ok(Claim::Gone),
+            "busy" => Ok(Claim::Busy(wait(1)?)),
+            "early" => Ok(Claim::Early(wait(1)?)),
+            "claimed" => {
+                let now_ms = int(reply.get(1).ok_or_else(|| bad(S, "missing now"))?, S)?;
+                let rest = &reply[2..];
+                if rest.len() % 4 != 0 {
+                    return Err(bad(S, "entries are not groups of four"));
+                }
+                let mut events = Vec::with_capacity(rest.len() / 4);
+                for e in rest.chunks_exact(4) {
+                    let rep = text(&e[3], S)?;
+                    events.push(NotificationEvent {
+                        group_hash: text(&e[0], S)?,
+                        count: u64::try_from(int(&e[1], S)?).unwrap_or(0),
+                        title: text(&e[2], S)?,
+                        repetition_id: (!rep.is_empty()).then_some(rep),
+                    });
+                }
+                Ok(Claim::Claimed { now_ms, events })
+            }
+            other => Err(bad(S, format!("unknown reply `{other}`"))),
+        }
+    }
+
+    /// Completes a claimed window once its digest is published (idempotent).
+    pub async fn done(&self, key: &DigestKey<'_>, window_start_ms: i64) -> Result<(), CounterError> {
+        let base = self.key_base(key);
+        let _: i64 = DONE
+            .key(format!("{base}:claim:{window_start_ms}"))
+            .key(format!("{base}:lease:{window_start_ms}"))
+            .invoke_async(&mut self.redis.clone())
+            .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,97 @@
+//! The digest scripts against single-node Redis and the cluster, with injected time.
+
+mod common;
+
+use std::time::Duration;
+
+use klaxon_core::{ChannelKind, NotificationEvent};
+use klaxon_counter::{Claim, DigestKey, Digests};
+
+const KEY: DigestKey<'static> = DigestKey {
+    project_id: "p1",
+    rule_id: "r1",
+    channel: ChannelKind::Slack,
+};
+
+fn ev(group: &str, count: u64) -> NotificationEvent {
+    NotificationEvent {
+        group_hash: group.into(),
+        title: format!("Error in {group}"),
+        count,
+        repetition_id: (group == "g1").then(|| "rep-1".to_owned()),
+    }
+}
+
+fn sorted(claim: Claim) -> Vec<NotificationEvent> {
+    match claim {
+        Claim::Claimed { mut events, .. } => {
+            events.sort_by(|a, b| a.group_hash.cmp(&b.group_hash));
+            events
+        }
+        other => panic!("expected a claim, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_window_opens_once_merges_and_is_claimed_once() {
+    common::on_both(|env| async move {
+        let d = Digests::new(env.redis.clone(), &env.ns);
+        let t0 = 1_000_000;
+        let a = d.append(&KEY, "n1", &ev("g1", 5), 2, Some(t0)).await.expect("append");
+        assert!(a.schedule_flush, "the first append opens the window");
+        assert_eq!(a.window_start_ms, t0);
+        assert_eq!(a.flush_in(2), Duration::from_secs(2));
+        // later firings only append; a larger count of the same group wins, a smaller one does not
+        for (id, e, t) in [("n2", ev("g2", 3), 100), ("n3", ev("g1", 9), 200), ("n4", ev("g1", 7), 300)] {
+            let a = d.append(&KEY, id, &e, 2, Some(t0 + t)).await.expect("append");
+            assert!(!a.schedule_flush, "{id}");
+            assert_eq!(a.window_start_ms, t0);
+        }
+        // a redelivered firing counts nothing; the redelivered opener asks for the flush again
+        let dup = d.append(&KEY, "n2", &ev("g2", 50), 2, Some(t0 + 400)).await.expect("append");
+        assert!(!dup.schedule_flush);
+        let again = d.append(&KEY, "n1", &ev("g1", 5), 2, Some(t0 + 500)).await.expect("append");
+        assert!(again.schedule_flush);
+        assert_eq!(again.window_start_ms, t0);
+
+        assert!(matches!(d.claim(&KEY, t0, 2, Some(t0 + 1500)).await, Ok(Claim::Early(w)) if w == Duration::from_millis(500)));
+        let claimed = sorted(d.claim(&KEY, t0, 2, Some(t0 + 2000)).await.expect("claim"));
+        assert_eq!(claimed, vec![ev("g1", 9), ev("g2", 3)]);
+        // a second flusher is told to come back later while the lease runs
+        assert!(matches!(d.claim(&KEY, t0, 2, Some(t0 + 2001)).await, Ok(Claim::Busy(_))));
+
+        // the next firing opens a new window
+        let b = d.append(&KEY, "n5", &ev("g3", 1), 2, Some(t0 + 2100)).await.expect("append");
+        assert!(b.schedule_flush);
+        assert_eq!(b.window_start_ms, t0 + 2100);
+
+        d.done(&KEY, t0).await.expect("done");
+        assert_eq!(d.claim(&KEY, t0, 2, Some(t0 + 3000)).await.expect("claim"), Claim::Gone);
+        let second = sorted(d.claim(&KEY, t0 + 2100, 2, Some(t0 + 4100)).await.expect("claim"));
+        assert_eq!(second, vec![ev("g3", 1)]);
+        d.done(&KEY, t0 + 2100).await.expect("done");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_crashed_claim_is_recovered_after_its_lease() {
+    common::on_both(|env| async move {
+        let d = Digests::new(env.redis.clone(), &env.ns).with_claim_lease(Duration::from_millis(300));
+        let t0 = 5_000_000;
+        d.append(&KEY, "n1", &ev("g1", 2), 1, Some(t0))
+            .await
+            .expect("append");
+        let first = sorted(d.claim(&KEY, t0, 1, Some(t0 + 1000)).await.expect("claim"));
+        // the flusher "crashes": no done. While the lease runs nobody else takes it...
+        assert!(matches!(d.claim(&KEY, t0, 1, None).await, Ok(Claim::Busy(_))));
+        // ...after it, the same record comes back, once
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let recovered = sorted(d.claim(&KEY, t0, 1, None).await.expect("claim"));
+        assert_eq!(recovered, first);
+        assert!(matches!(d.claim(&KEY, t0, 1, None).await, Ok(Claim::Busy(_))));
+        d.done(&KEY, t0).await.expect("done");
+        assert_eq!(d.claim(&KEY, t0, 1, None).await.expect("claim"), Claim::Gone);
+    })
+    .await;
+}

@@ -1,0 +1,74 @@
+-- digest_append.lua: adds one firing to the digest buffer of a (project, rule, channel) and says whether the
+-- caller must schedule the window's flush.
+--
+-- KEYS[1]  hash   `<ns>:{dg:<project>:<rule>:<channel>}:win`  {start = window start ms, opener = notification id}
+-- KEYS[2]  hash   `…:buf`  groupHash -> cjson {count, title, repetitionId}, merged by max count
+-- KEYS[3]  set    `…:ids`  notification ids already appended (idempotence of redelivered firings)
+-- ARGV[1]  notification id of the firing
+-- ARGV[2]  groupHash
+-- ARGV[3]  count
+-- ARGV[4]  title
+-- ARGV[5]  repetition id, '' when none
+-- ARGV[6]  min period in ms (> 0)
+-- ARGV[7]  now in ms, or '' to read the server's TIME
+-- ARGV[8]  most groups kept per window (later new groups are ignored; existing ones still merge)
+-- ARGV[9]  keep ms: how long keys live after the last append (safety net; the flush normally deletes them)
+--
+-- Returns {schedule, start_ms, now_ms}. schedule = 1 when this append opened the window, when it is the
+-- redelivery of the append that opened it (the flush may never have been scheduled), or when the window is
+-- overdue by more than a minute (its flush was lost); else 0. Scheduling twice is harmless: the claim is atomic.
+--
+-- Complexity: O(1); memory O(groups) per open window plus O(firings in `keep`) ids.
+local now
+if ARGV[7] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+else
+  now = tonumber(ARGV[7])
+end
+local id = ARGV[1]
+local period = tonumber(ARGV[6])
+local keep = tonumber(ARGV[9])
+
+local start = tonumber(redis.call('HGET', KEYS[1], 'start'))
+if redis.call('SADD', KEYS[3], id) == 0 then
+  -- a redelivered firing: count nothing again
+  local schedule = 0
+  if start and redis.call('HGET', KEYS[1], 'opener') == id then
+    schedule = 1
+  end
+  return {schedule, start or now, now}
+end
+redis.call('PEXPIRE', KEYS[3], keep)
+
+local schedule = 0
+if not start then
+  start = now
+  redis.call('HSET', KEYS[1], 'start', start, 'opener', id)
+  schedule = 1
+elseif now >= start + period + 60000 then
+  schedule = 1
+end
+
+local group = ARGV[2]
+local count = tonumber(ARGV[3])
+local old = redis.call('HGET', KEYS[2], group)
+local keepit = true
+if old then
+  local o = cjson.decode(old)
+  if tonumber(o['count']) >= count then
+    keepit = false
+  end
+elseif redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[8]) then
+  keepit = false
+end
+if keepit then
+  local rep = ARGV[5]
+  if rep == '' then rep = cjson.null end
+  redis.call('HSET', KEYS[2], group, cjson.encode({count = count, title = ARGV[4], repetitionId = rep}))
+end
+redis.call('PEXPIRE', KEYS[1], period + keep)
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('PEXPIRE', KEYS[2], period + keep)
+end
+return {schedule, start, now}

@@ -1,0 +1,69 @@
+-- digest_claim.lua: take-and-mark. Closes a due digest window and hands its buffer to exactly one flusher,
+-- leaving a recoverable claimed record until digest_done.lua deletes it.
+--
+-- KEYS[1]  hash    `<ns>:{dg:<project>:<rule>:<channel>}:win`  (see digest_append.lua)
+-- KEYS[2]  hash    `…:buf`
+-- KEYS[3]  hash    `…:claim:<start>`  the claimed buffer of the window that started at <start>
+-- KEYS[4]  string  `…:lease:<start>`  present while a flusher works on the claim
+-- ARGV[1]  window start ms (from the flush message)
+-- ARGV[2]  min period ms
+-- ARGV[3]  lease ms: how long a flusher may take to publish before another may recover the claim
+-- ARGV[4]  now in ms, or '' to read the server's TIME
+-- ARGV[5]  keep ms: how long a claimed record survives if it is never completed
+--
+-- Returns one of
+--   {'claimed', now_ms, g_1, count_1, title_1, rep_1, …}  the caller publishes the digest (rep '' = none);
+--          also returned when a claimed record whose lease expired is recovered (a flusher crashed)
+--   {'busy', ms}   another flusher holds the lease for ms more: try again later
+--   {'early', ms}  the window is not due for ms more: try again later
+--   {'gone'}       nothing to do: the window was flushed and completed (a duplicate flush message)
+--
+-- Complexity: O(groups) for the reply; the take itself is one RENAME.
+local now
+if ARGV[4] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+else
+  now = tonumber(ARGV[4])
+end
+
+local function reply()
+  local out = {'claimed', now}
+  local flat = redis.call('HGETALL', KEYS[3])
+  for i = 1, #flat, 2 do
+    local e = cjson.decode(flat[i + 1])
+    local rep = e['repetitionId']
+    if rep == nil or rep == cjson.null then rep = '' end
+    out[#out + 1] = flat[i]
+    out[#out + 1] = tonumber(e['count'])
+    out[#out + 1] = e['title']
+    out[#out + 1] = rep
+  end
+  return out
+end
+
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  local ttl = redis.call('PTTL', KEYS[4])
+  if ttl > 0 then
+    return {'busy', ttl}
+  end
+  redis.call('SET', KEYS[4], now, 'PX', ARGV[3])
+  return reply()
+end
+
+local start = redis.call('HGET', KEYS[1], 'start')
+if (not start) or start ~= ARGV[1] then
+  return {'gone'}
+end
+local due = tonumber(start) + tonumber(ARGV[2])
+if now < due then
+  return {'early', due - now}
+end
+redis.call('DEL', KEYS[1])
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  return {'claimed', now}
+end
+redis.call('RENAME', KEYS[2], KEYS[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[5])
+redis.call('SET', KEYS[4], now, 'PX', ARGV[3])
+return reply()
