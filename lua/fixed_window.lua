@@ -1,31 +1,32 @@
--- fixed_window.lua: Hawk's fixed window, decided atomically for one (rule, groupHash).
+-- fixed_window.lua: Hawk's fixed window, decided atomically per (rule, groupHash).
 --
 -- The window starts at the first counted event and lasts `period` ms. The hit whose count makes the window's
 -- count EQUAL `threshold` fires, once per window: the firing is recorded in the key, so a later threshold
 -- change (lower, or higher again) cannot make the same window fire twice.
 --
--- KEYS[1]  window hash `<ns>:{<rule>:<group>}:fx`, fields:
+-- One call handles several keys (the client packs the keys of one batch that share a node/slot), each with
+-- several hits (hits of one key in one batch are coalesced), so a batch costs one script call, not one per
+-- event.
+--
+-- KEYS[j]  window hash `<ns>:{<rule>:<group>}:fx`, fields:
 --            s  window start (ms)         c  count in this window
 --            f  fired at (ms, absent until the window fires)
 --            fc count at the firing       fe event id of the firing hit ('' when it had none)
 --          It expires (PEXPIRE) when the window ends; nothing is kept longer.
 -- ARGV[1]  now in ms, or '' to read the server's TIME (one clock for the fleet)
--- ARGV[2]  threshold (>= 1)
--- ARGV[3]  period in ms (>= 1)
--- ARGV[4..4+n-1]  one entry per hit of this call, in order: the hit's event id, or '' when it has none.
---          Several hits of one key in one batch are coalesced into one call.
+-- then, per key j in order: threshold (>= 1), period ms (>= 1), n (hits), and n event ids ('' = none)
 --
 -- A hit whose event id equals the stored `fe` is the redelivery of the event that fired (the worker crashed
 -- before publishing): it is not counted again and is answered FIRED with the same token. Hits without an
 -- event id are counted at least once: a redelivered one counts twice.
 --
--- Returns {fired_at, fired_count, token, r_1, ..., r_n}
+-- Returns, per key j in order: fired_at, fired_count, token, r_1, ..., r_n
 --   fired_at     firing time (ms) of this window, or -1 when the window has not fired
 --   fired_count  count at the firing (0 when not fired)
 --   token        the window start (ms): identifies the firing inside its (rule, group)
 --   r_i          -1 when hit i is the firing (first or redelivered), else its count in the window
 --
--- Complexity: O(n) for n hits; memory O(1) per key (five hash fields).
+-- Complexity: O(total hits); memory O(1) per key (five hash fields).
 local now
 if ARGV[1] == '' then
   local t = redis.call('TIME')
@@ -33,62 +34,69 @@ if ARGV[1] == '' then
 else
   now = tonumber(ARGV[1])
 end
-local threshold = tonumber(ARGV[2])
-local period = tonumber(ARGV[3])
-local key = KEYS[1]
 
-local w = redis.call('HMGET', key, 's', 'c', 'f', 'fc', 'fe')
-local start = tonumber(w[1])
-local count = tonumber(w[2]) or 0
-local fired_at = tonumber(w[3])
-local fired_count = tonumber(w[4]) or 0
-local fired_id = w[5]
+local out = {}
+local a = 2
+for k = 1, #KEYS do
+  local key = KEYS[k]
+  local threshold = tonumber(ARGV[a])
+  local period = tonumber(ARGV[a + 1])
+  local first = a + 3
+  local last = first + tonumber(ARGV[a + 2]) - 1
+  a = last + 1
 
-local fresh = false
-if start == nil or now >= start + period then
-  -- No window, or one that has ended but not expired yet (injected time, or a clock step): start anew.
-  if start ~= nil then
-    redis.call('DEL', key)
+  local w = redis.call('HMGET', key, 's', 'c', 'f', 'fc', 'fe')
+  local start = tonumber(w[1])
+  local count = tonumber(w[2]) or 0
+  local fired_at = tonumber(w[3])
+  local fired_count = tonumber(w[4]) or 0
+  local fired_id = w[5]
+
+  local fresh = false
+  if start == nil or now >= start + period then
+    -- No window, or one that has ended but not expired yet (injected time, or a clock step): start anew.
+    if start ~= nil then
+      redis.call('DEL', key)
+    end
+    start, count, fired_at, fired_count, fired_id = now, 0, nil, 0, false
+    fresh = true
   end
-  start, count, fired_at, fired_count, fired_id = now, 0, nil, 0, false
-  fresh = true
-end
 
-local out = {-1, 0, start}
-local counted = false
-local fired_now = false
-for i = 4, #ARGV do
-  local id = ARGV[i]
-  if fired_at ~= nil and id ~= '' and id == fired_id then
-    out[#out + 1] = -1
-  else
-    count = count + 1
-    counted = true
-    if fired_at == nil and count == threshold then
-      fired_at, fired_count, fired_id = now, count, id
-      fired_now = true
+  local head = #out + 1
+  out[head], out[head + 1], out[head + 2] = -1, 0, start
+  local counted = false
+  local fired_now = false
+  for i = first, last do
+    local id = ARGV[i]
+    if fired_at ~= nil and id ~= '' and id == fired_id then
       out[#out + 1] = -1
     else
-      out[#out + 1] = count
+      count = count + 1
+      counted = true
+      if fired_at == nil and count == threshold then
+        fired_at, fired_count, fired_id = now, count, id
+        fired_now = true
+        out[#out + 1] = -1
+      else
+        out[#out + 1] = count
+      end
     end
   end
-end
 
-if fired_now then
-  redis.call('HSET', key, 's', start, 'c', count, 'f', fired_at, 'fc', fired_count, 'fe', fired_id)
-elseif counted then
-  if fresh then
-    redis.call('HSET', key, 's', start, 'c', count)
-  else
-    redis.call('HSET', key, 'c', count)
+  if fired_now then
+    redis.call('HSET', key, 's', start, 'c', count, 'f', fired_at, 'fc', fired_count, 'fe', fired_id)
+  elseif counted then
+    if fresh then
+      redis.call('HSET', key, 's', start, 'c', count)
+    else
+      redis.call('HSET', key, 'c', count)
+    end
   end
-end
-if fresh then
-  redis.call('PEXPIRE', key, period)
-end
-
-if fired_at ~= nil then
-  out[1] = fired_at
-  out[2] = fired_count
+  if fresh then
+    redis.call('PEXPIRE', key, period)
+  end
+  if fired_at ~= nil then
+    out[head], out[head + 1] = fired_at, fired_count
+  end
 end
 return out

@@ -1,4 +1,4 @@
--- sliding_window.lua: a trailing window of `period` ms with a cooldown, decided atomically for one
+-- sliding_window.lua: a trailing window of `period` ms with a cooldown, decided atomically per
 -- (rule, groupHash).
 --
 -- The hit that makes the count of events in (now - period, now] reach `threshold` fires; then the
@@ -7,27 +7,28 @@
 -- members (the newest `threshold` are the ones that decide the answer), so a threshold <= 128 stays in
 -- Redis's compact listpack encoding.
 --
--- KEYS[1]  sorted set `<ns>:{<rule>:<group>}:sl`: member = the event's idempotency key (or a unique id the
---          client made up when the event has none), score = event time (ms). Expires `period` after the
---          last hit.
--- KEYS[2]  cooldown hash `<ns>:{<rule>:<group>}:slc`: a = fired at (ms), c = count at the firing,
---          m = member of the firing hit. Expires when the cooldown ends.
+-- One call handles several (rule, group) pairs (two keys each), each with several hits, in order.
+--
+-- KEYS[2j-1]  sorted set `<ns>:{<rule>:<group>}:sl`: member = the event's idempotency key (or a unique id
+--             the client made up when the event has none), score = event time (ms). Expires `period` after
+--             the last hit.
+-- KEYS[2j]    cooldown hash `<ns>:{<rule>:<group>}:slc`: a = fired at (ms), c = count at the firing,
+--             m = member of the firing hit. Expires when the cooldown ends.
 -- ARGV[1]  now in ms, or '' to read the server's TIME
--- ARGV[2]  threshold (>= 1)
--- ARGV[3]  period in ms (>= 1)
--- ARGV[4..4+n-1]  one member per hit of this call, in order (coalesced hits of one key in one batch).
+-- then, per pair j in order: threshold (>= 1), period ms (>= 1), n (hits), and n members
 --
--- A member already in the set (a redelivered event) is not counted twice. A member equal to the cooldown's
--- `m` is the redelivery of the event that fired: answered FIRED again with the same token.
+-- A member already in the set (a redelivered event) is not counted twice, and only a newly counted event
+-- can fire. A member equal to the cooldown's `m` is the redelivery of the event that fired: answered FIRED
+-- again with the same token.
 --
--- Returns {fired_at, fired_count, token, r_1, ..., r_n}
+-- Returns, per pair j in order: fired_at, fired_count, token, r_1, ..., r_n
 --   fired_at     time (ms) of the firing whose cooldown is running, or -1
 --   fired_count  count at that firing (0 when none)
 --   token        the firing time (ms), or -1
 --   r_i          -1 when hit i is the firing (first or redelivered), else the count in the trailing window
 --                (saturates at `threshold`, since no more members are kept)
 --
--- Complexity: O(n log(threshold)) for n hits, plus the members dropped; memory O(threshold) per key.
+-- Complexity: O(n log(threshold)) for n hits, plus the members dropped; memory O(threshold) per pair.
 local now
 if ARGV[1] == '' then
   local t = redis.call('TIME')
@@ -35,64 +36,69 @@ if ARGV[1] == '' then
 else
   now = tonumber(ARGV[1])
 end
-local threshold = tonumber(ARGV[2])
-local period = tonumber(ARGV[3])
-local zkey = KEYS[1]
-local ckey = KEYS[2]
 
--- The trailing window is (now - period, now]: an event exactly `period` old no longer counts.
-redis.call('ZREMRANGEBYSCORE', zkey, '-inf', now - period)
-local count = redis.call('ZCARD', zkey)
+local out = {}
+local a = 2
+for k = 1, #KEYS, 2 do
+  local zkey = KEYS[k]
+  local ckey = KEYS[k + 1]
+  local threshold = tonumber(ARGV[a])
+  local period = tonumber(ARGV[a + 1])
+  local first = a + 3
+  local last = first + tonumber(ARGV[a + 2]) - 1
+  a = last + 1
 
-local cd = redis.call('HMGET', ckey, 'a', 'c', 'm')
-local fired_at = tonumber(cd[1])
-local fired_count = tonumber(cd[2]) or 0
-local fired_m = cd[3]
-if fired_at ~= nil and now >= fired_at + period then
-  -- The cooldown is over but the key has not expired yet (injected time): it no longer holds.
-  fired_at, fired_count, fired_m = nil, 0, false
-end
+  -- The trailing window is (now - period, now]: an event exactly `period` old no longer counts.
+  redis.call('ZREMRANGEBYSCORE', zkey, '-inf', now - period)
+  local count = redis.call('ZCARD', zkey)
 
-local out = {-1, 0, -1}
-local added = false
-local fired_now = false
-for i = 4, #ARGV do
-  local m = ARGV[i]
-  if fired_at ~= nil and m == fired_m then
-    out[#out + 1] = -1
-  else
-    local is_new = redis.call('ZADD', zkey, 'NX', now, m) == 1
-    if is_new then
-      added = true
-      count = count + 1
-      if count > threshold then
-        redis.call('ZPOPMIN', zkey, count - threshold)
-        count = threshold
-      end
-    end
-    -- Only a newly counted event can fire: a redelivered one that did not fire before does not now.
-    if is_new and fired_at == nil and count >= threshold then
-      fired_at, fired_count, fired_m = now, count, m
-      fired_now = true
+  local cd = redis.call('HMGET', ckey, 'a', 'c', 'm')
+  local fired_at = tonumber(cd[1])
+  local fired_count = tonumber(cd[2]) or 0
+  local fired_m = cd[3]
+  if fired_at ~= nil and now >= fired_at + period then
+    -- The cooldown is over but the key has not expired yet (injected time): it no longer holds.
+    fired_at, fired_count, fired_m = nil, 0, false
+  end
+
+  local head = #out + 1
+  out[head], out[head + 1], out[head + 2] = -1, 0, -1
+  local added = false
+  local fired_now = false
+  for i = first, last do
+    local m = ARGV[i]
+    if fired_at ~= nil and m == fired_m then
       out[#out + 1] = -1
     else
-      out[#out + 1] = count
+      local is_new = redis.call('ZADD', zkey, 'NX', now, m) == 1
+      if is_new then
+        added = true
+        count = count + 1
+        if count > threshold then
+          redis.call('ZPOPMIN', zkey, count - threshold)
+          count = threshold
+        end
+      end
+      if is_new and fired_at == nil and count >= threshold then
+        fired_at, fired_count, fired_m = now, count, m
+        fired_now = true
+        out[#out + 1] = -1
+      else
+        out[#out + 1] = count
+      end
     end
   end
-end
 
-if added then
-  redis.call('PEXPIRE', zkey, period)
-end
-if fired_now then
-  redis.call('DEL', ckey)
-  redis.call('HSET', ckey, 'a', fired_at, 'c', fired_count, 'm', fired_m)
-  redis.call('PEXPIRE', ckey, period)
-end
-
-if fired_at ~= nil then
-  out[1] = fired_at
-  out[2] = fired_count
-  out[3] = fired_at
+  if added then
+    redis.call('PEXPIRE', zkey, period)
+  end
+  if fired_now then
+    redis.call('DEL', ckey)
+    redis.call('HSET', ckey, 'a', fired_at, 'c', fired_count, 'm', fired_m)
+    redis.call('PEXPIRE', ckey, period)
+  end
+  if fired_at ~= nil then
+    out[head], out[head + 1], out[head + 2] = fired_at, fired_count, fired_at
+  end
 end
 return out

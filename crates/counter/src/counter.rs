@@ -27,6 +27,10 @@ pub const DEFAULT_FIRST_SEEN_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Redis's compact listpack encoding (entries up to 64 bytes).
 const MAX_MEMBER_LEN: usize = 48;
 
+/// At most this many (rule, group) pairs go into one script call, so a call stays short (well under a
+/// millisecond of server time for typical batches).
+const MAX_KEYS_PER_CALL: usize = 128;
+
 /// Which script a hit runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Kind {
@@ -73,6 +77,17 @@ struct Call<'h> {
     members: Vec<Cow<'h, str>>,
     /// Per hit, its index in the batch.
     hits: Vec<usize>,
+}
+
+/// One EVALSHA: the calls of one script that share a slot.
+#[derive(Clone)]
+struct Invocation {
+    kind: Kind,
+    /// The cluster slot of its keys (`None` on single-node Redis).
+    slot: Option<Slot>,
+    /// Indices into the batch's calls, in the order of the script's keys.
+    calls: Vec<usize>,
+    cmd: Cmd,
 }
 
 /// Counts hits in Redis and says which one fires. Cheap to clone; clones share the connection.
@@ -147,8 +162,10 @@ impl Counter {
     }
 
     /// Counts a batch of hits in one Redis round trip (one pipeline; in a cluster one per slot, sent at
-    /// once over each node's connection). Hits of the same (rule, group, spec) are coalesced into one
-    /// script call, processed in input order. Outcomes come back in input order.
+    /// once over each node's connection). Hits of the same (rule, group, spec) are coalesced and processed
+    /// in input order, and the keys of one script that share a node (single Redis) or a slot (cluster) go
+    /// into one script call, so that a batch costs a few script calls rather than one per event.
+    /// Outcomes come back in input order.
     ///
     /// On error, some script calls of the batch may have run: hits with an event id are recognised when
     /// the batch is retried (a firing fires again with the same token); hits without one may be counted
@@ -158,11 +175,11 @@ impl Counter {
             return Ok(Vec::new());
         }
         let calls = coalesce(hits)?;
-        let cmds: Vec<Cmd> = calls.iter().map(|c| self.command(c, now_ms)).collect();
-        let mut replies = self.run(&calls, &cmds).await?;
+        let invocations = self.pack(&calls, now_ms);
+        let mut replies = self.run(&invocations).await?;
 
         // A server that lost its scripts (restart, SCRIPT FLUSH, failover) answers NOSCRIPT: nothing ran,
-        // so load the scripts and send those calls again, once.
+        // so load the scripts and send those invocations again, once.
         let missing: Vec<usize> = replies
             .iter()
             .enumerate()
@@ -170,24 +187,24 @@ impl Counter {
             .map(|(i, _)| i)
             .collect();
         if !missing.is_empty() {
-            let mut kinds: Vec<Kind> = missing.iter().map(|&i| calls[i].kind).collect();
+            let mut kinds: Vec<Kind> = missing.iter().map(|&i| invocations[i].kind).collect();
+            kinds.sort_by_key(|k| k.name());
             kinds.dedup();
             for kind in kinds {
                 tracing::info!(script = kind.name(), "loading counter script after NOSCRIPT");
                 kind.script().load_async(&mut self.redis.clone()).await?;
             }
-            let retry_calls: Vec<&Call<'_>> = missing.iter().map(|&i| &calls[i]).collect();
-            let retry_cmds: Vec<Cmd> = missing.iter().map(|&i| cmds[i].clone()).collect();
-            let again = self.run_refs(&retry_calls, &retry_cmds).await?;
+            let retry: Vec<Invocation> = missing.iter().map(|&i| invocations[i].clone()).collect();
+            let again = self.run(&retry).await?;
             for (i, r) in missing.into_iter().zip(again) {
                 replies[i] = r;
             }
         }
 
         let mut outcomes: Vec<Option<Outcome>> = vec![None; hits.len()];
-        for (call, reply) in calls.iter().zip(replies) {
+        for (inv, reply) in invocations.iter().zip(replies) {
             let value = reply.map_err(CounterError::from_redis)?;
-            decode(call, value, &mut outcomes)?;
+            decode(inv, &calls, value, &mut outcomes)?;
         }
         outcomes
             .into_iter()
@@ -200,57 +217,101 @@ impl Counter {
             .collect()
     }
 
-    fn command(&self, call: &Call<'_>, now_ms: Option<i64>) -> Cmd {
-        let base = self.key_base(call.rule_id, call.group_hash);
+    /// Packs calls into script invocations: one per (script, slot) — in single-node Redis one per script — with at most [`MAX_KEYS_PER_CALL`] (rule, group) pairs each, so that one call never
+    /// holds the server for long.
+    fn pack(&self, calls: &[Call<'_>], now_ms: Option<i64>) -> Vec<Invocation> {
+        let cluster = self.redis.is_cluster();
+        let mut open: HashMap<(Kind, Option<Slot>), usize> = HashMap::new();
+        let mut groups: Vec<(Kind, Option<Slot>, Vec<usize>)> = Vec::new();
+        let mut bases: Vec<String> = Vec::with_capacity(calls.len());
+        for (i, call) in calls.iter().enumerate() {
+            let base = self.key_base(call.rule_id, call.group_hash);
+            let slot = cluster.then(|| Slot::for_key(&base));
+            bases.push(base);
+            let g = match open.get(&(call.kind, slot)) {
+                Some(&g) if groups[g].2.len() < MAX_KEYS_PER_CALL => g,
+                _ => {
+                    groups.push((call.kind, slot, Vec::new()));
+                    open.insert((call.kind, slot), groups.len() - 1);
+                    groups.len() - 1
+                }
+            };
+            groups[g].2.push(i);
+        }
+        groups
+            .into_iter()
+            .map(|(kind, slot, members)| {
+                let cmd = self.command(kind, &members, calls, &bases, now_ms);
+                Invocation {
+                    kind,
+                    slot,
+                    calls: members,
+                    cmd,
+                }
+            })
+            .collect()
+    }
+
+    fn command(
+        &self,
+        kind: Kind,
+        members: &[usize],
+        calls: &[Call<'_>],
+        bases: &[String],
+        now_ms: Option<i64>,
+    ) -> Cmd {
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(call.kind.script().get_hash());
-        match call.kind {
-            Kind::FirstSeen => cmd.arg(1).arg(format!("{base}:new")),
-            Kind::Fixed => cmd.arg(1).arg(format!("{base}:fx")),
-            Kind::Sliding => cmd.arg(2).arg(format!("{base}:sl")).arg(format!("{base}:slc")),
+        cmd.arg(kind.script().get_hash());
+        match kind {
+            Kind::Sliding => cmd.arg(2 * members.len()),
+            Kind::FirstSeen | Kind::Fixed => cmd.arg(members.len()),
         };
+        for &i in members {
+            let base = &bases[i];
+            match kind {
+                Kind::FirstSeen => cmd.arg(format!("{base}:new")),
+                Kind::Fixed => cmd.arg(format!("{base}:fx")),
+                Kind::Sliding => cmd.arg(format!("{base}:sl")).arg(format!("{base}:slc")),
+            };
+        }
         match now_ms {
             Some(now) => cmd.arg(now),
             None => cmd.arg(""),
         };
-        match call.kind {
-            Kind::FirstSeen => cmd.arg(self.first_seen_ttl_ms),
-            Kind::Fixed | Kind::Sliding => cmd.arg(call.threshold).arg(call.period_ms),
-        };
-        for m in &call.members {
-            cmd.arg(m.as_ref());
+        if kind == Kind::FirstSeen {
+            cmd.arg(self.first_seen_ttl_ms);
+        }
+        for &i in members {
+            let call = &calls[i];
+            if kind != Kind::FirstSeen {
+                cmd.arg(call.threshold).arg(call.period_ms);
+            }
+            cmd.arg(call.members.len());
+            for m in &call.members {
+                cmd.arg(m.as_ref());
+            }
         }
         cmd
     }
 
-    async fn run(&self, calls: &[Call<'_>], cmds: &[Cmd]) -> Result<Vec<RedisResult<Value>>, CounterError> {
-        let refs: Vec<&Call<'_>> = calls.iter().collect();
-        self.run_refs(&refs, cmds).await
-    }
-
-    /// Sends `cmds` (one per call) and returns one reply per call, in order.
-    async fn run_refs(
-        &self,
-        calls: &[&Call<'_>],
-        cmds: &[Cmd],
-    ) -> Result<Vec<RedisResult<Value>>, CounterError> {
+    /// Sends the invocations and returns one reply per invocation, in order.
+    async fn run(&self, invocations: &[Invocation]) -> Result<Vec<RedisResult<Value>>, CounterError> {
         if !self.redis.is_cluster() {
-            return pipeline(&mut self.redis.clone(), cmds.iter()).await;
+            return pipeline(&mut self.redis.clone(), invocations.iter().map(|i| &i.cmd)).await;
         }
         // A cluster pipeline must stay in one slot: one pipeline per slot, all sent at once. The cluster
         // connection multiplexes them over one connection per node.
-        let mut by_slot: HashMap<Slot, Vec<usize>> = HashMap::new();
-        for (i, call) in calls.iter().enumerate() {
-            let slot = Slot::for_key(self.key_base(call.rule_id, call.group_hash));
-            by_slot.entry(slot).or_default().push(i);
+        let mut by_slot: HashMap<Option<Slot>, Vec<usize>> = HashMap::new();
+        for (i, inv) in invocations.iter().enumerate() {
+            by_slot.entry(inv.slot).or_default().push(i);
         }
         let groups: Vec<Vec<usize>> = by_slot.into_values().collect();
         let sent = groups.iter().map(|idx| {
             let mut conn = self.redis.clone();
-            async move { pipeline(&mut conn, idx.iter().map(|&i| &cmds[i])).await }
+            async move { pipeline(&mut conn, idx.iter().map(|&i| &invocations[i].cmd)).await }
         });
         let answers = futures_util::future::join_all(sent).await;
-        let mut replies: Vec<Option<RedisResult<Value>>> = (0..calls.len()).map(|_| None).collect();
+        let mut replies: Vec<Option<RedisResult<Value>>> = (0..invocations.len()).map(|_| None).collect();
         for (idx, answer) in groups.iter().zip(answers) {
             for (&i, r) in idx.iter().zip(answer?) {
                 replies[i] = Some(r);
@@ -261,7 +322,7 @@ impl Counter {
             .map(|r| {
                 r.ok_or(CounterError::BadReply {
                     script: "batch",
-                    detail: "a call got no reply".into(),
+                    detail: "an invocation got no reply".into(),
                 })
             })
             .collect()
@@ -343,41 +404,55 @@ fn int(v: &Value) -> Option<i64> {
     }
 }
 
-/// Reads `{fired_at, fired_count, token, r_1..r_n}` into the outcomes of the call's hits.
-fn decode(call: &Call<'_>, value: Value, outcomes: &mut [Option<Outcome>]) -> Result<(), CounterError> {
+/// Reads an invocation's reply — per call, `fired_at, fired_count, token, r_1..r_n` — into the outcomes
+/// of the calls' hits.
+fn decode(
+    inv: &Invocation,
+    calls: &[Call<'_>],
+    value: Value,
+    outcomes: &mut [Option<Outcome>],
+) -> Result<(), CounterError> {
     let bad = |detail: String| CounterError::BadReply {
-        script: call.kind.name(),
+        script: inv.kind.name(),
         detail,
     };
     let Value::Array(items) = value else {
         return Err(bad(format!("expected an array, got {value:?}")));
     };
-    if items.len() != 3 + call.hits.len() {
-        return Err(bad(format!("{} items for {} hits", items.len(), call.hits.len())));
+    let expected: usize = inv.calls.iter().map(|&c| 3 + calls[c].hits.len()).sum();
+    if items.len() != expected {
+        return Err(bad(format!("{} items, expected {expected}", items.len())));
     }
-    let head: Option<Vec<i64>> = items[..3].iter().map(int).collect();
-    let Some([fired_at, fired_count, token]) = head.as_deref().map(|h| [h[0], h[1], h[2]]) else {
-        return Err(bad("non-integer header".into()));
-    };
-    for (&hit, item) in call.hits.iter().zip(&items[3..]) {
-        let r = int(item).ok_or_else(|| bad(format!("non-integer result {item:?}")))?;
-        outcomes[hit] = Some(if r == -1 {
-            if fired_at < 0 {
-                return Err(bad("a hit fired but the reply has no firing time".into()));
-            }
-            Outcome::Fired {
-                count: u64::try_from(fired_count).unwrap_or(0),
-                firing: match call.kind {
-                    Kind::FirstSeen => "new".to_owned(),
-                    Kind::Fixed | Kind::Sliding => token.to_string(),
-                },
-                at_ms: fired_at,
-            }
-        } else {
-            Outcome::Counted {
-                count: u64::try_from(r).map_err(|_| bad(format!("negative count {r}")))?,
-            }
-        });
+    let mut rest = items.as_slice();
+    for &c in &inv.calls {
+        let call = &calls[c];
+        let (head, tail) = rest.split_at(3);
+        let (results, tail) = tail.split_at(call.hits.len());
+        rest = tail;
+        let (Some(fired_at), Some(fired_count), Some(token)) = (int(&head[0]), int(&head[1]), int(&head[2]))
+        else {
+            return Err(bad("non-integer header".into()));
+        };
+        for (&hit, item) in call.hits.iter().zip(results) {
+            let r = int(item).ok_or_else(|| bad(format!("non-integer result {item:?}")))?;
+            outcomes[hit] = Some(if r == -1 {
+                if fired_at < 0 {
+                    return Err(bad("a hit fired but the reply has no firing time".into()));
+                }
+                Outcome::Fired {
+                    count: u64::try_from(fired_count).unwrap_or(0),
+                    firing: match call.kind {
+                        Kind::FirstSeen => "new".to_owned(),
+                        Kind::Fixed | Kind::Sliding => token.to_string(),
+                    },
+                    at_ms: fired_at,
+                }
+            } else {
+                Outcome::Counted {
+                    count: u64::try_from(r).map_err(|_| bad(format!("negative count {r}")))?,
+                }
+            });
+        }
     }
     Ok(())
 }

@@ -2,8 +2,8 @@
 //! rule's threshold.
 //!
 //! ```text
-//!   [Hit] ──coalesce by key──▶ one EVALSHA per (rule, group, spec) ──pipeline──▶ Redis / Redis Cluster
-//!        ◀──── Outcome per hit (Counted{count} | Fired{count, firing, at_ms}) ◀── {fired_at, count, token, r_i…}
+//!   [Hit] ──coalesce by key──▶ calls ──pack by (script, slot)──▶ EVALSHA… ──one pipeline──▶ Redis / Cluster
+//!        ◀── Outcome per hit (Counted{count} | Fired{count, firing, at_ms}) ◀── per key {fired_at, count, token, r_i…}
 //! ```
 //!
 //! * **The scripts decide.** `lua/fixed_window.lua`, `lua/sliding_window.lua` and `lua/first_seen.lua` hold
@@ -11,8 +11,10 @@
 //!   with a comment giving its keys, arguments, reply and complexity.
 //! * **One clock.** Windows run on Redis `TIME` unless the caller injects `now` (tests, replay).
 //! * **Batching.** [`Counter::hit_batch`] sends a whole batch in one pipeline (per slot in a cluster, all at
-//!   once). Hits of the same key in a batch become one script call that reports which hit crossed: a hot
-//!   key (one error flooding) costs one call per batch, not one per event.
+//!   once). Hits of the same key in a batch are coalesced and the script reports which hit crossed: a hot
+//!   key (one error flooding) costs a few Lua steps per batch, not a script call per event. The keys of one
+//!   script are packed into one call (up to 128 keys; per slot in a cluster, since a script may only touch
+//!   one slot there), because Lua's per-call overhead, not the counting, dominates the server's time.
 //! * **Crash-safe firing.** Each script stores the event id of the hit that fired. When a worker crashes
 //!   after the firing but before publishing, the redelivered event fires again with the same `firing`
 //!   token, so the engine republishes the same deterministic notification id and delivery drops the

@@ -454,6 +454,18 @@ async fn batch_reports_which_hit_crossed(env: Env) {
     assert_eq!(out[3], counted(1));
     assert_eq!(out[10], counted(10));
     assert!(env.counter.hit_batch(&[], None).await.expect("empty").is_empty());
+
+    // More keys than one script call takes (128): split over several calls, still one outcome each.
+    let many: Vec<Hit> = (0..300)
+        .flat_map(|k| {
+            let h = Hit::new("r", format!("many{k}"), fixed(2, 60_000));
+            [h.clone(), h]
+        })
+        .collect();
+    let out = env.counter.hit_batch(&many, Some(T0)).await.expect("many");
+    for (i, o) in out.iter().enumerate() {
+        assert_eq!(o.is_fired(), i % 2 == 1, "[{}] hit {i}: {o:?}", env.topology);
+    }
 }
 
 #[tokio::test]
