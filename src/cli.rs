@@ -82,4 +82,10 @@ pub enum Command {
     Rules(crate::cmd::rules::RulesArgs),
     /// Publish test events to the events queue.
     Publish(crate::cmd::publish::PublishArgs),
+    /// Read the delivery trail.
+    Deliveries(crate::cmd::deliveries::DeliveriesArgs),
+    /// Inspect and replay the dead-letter queue.
+    Dead(crate::cmd::dead::DeadArgs),
+    /// Send a real test notification through one channel.
+    TestNotify(crate::cmd::test_notify::TestNotifyArgs),
 }

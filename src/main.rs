@@ -31,6 +31,9 @@ async fn main() -> ExitCode {
         cli::Command::Sender(args) => cmd::run::run(args, &global, cmd::run::Roles::SENDER).await,
         cli::Command::Rules(args) => cmd::rules::run(args, &global).await,
         cli::Command::Publish(args) => cmd::publish::run(args, &global).await,
+        cli::Command::Deliveries(args) => cmd::deliveries::run(args, &global).await,
+        cli::Command::Dead(args) => cmd::dead::run(args, &global).await,
+        cli::Command::TestNotify(args) => cmd::test_notify::run(args, &global).await,
     };
     match result {
         Ok(code) => code,

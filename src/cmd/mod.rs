@@ -1,5 +1,8 @@
 //! One module per subcommand.
 
+pub mod dead;
+pub mod deliveries;
 pub mod publish;
 pub mod rules;
 pub mod run;
+pub mod test_notify;
