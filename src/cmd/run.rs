@@ -290,7 +290,20 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
                 batch_wait: Duration::from_millis(args.batch_wait_ms),
             },
         };
+        let digest_deps = klaxon_engine::digest::DigestDeps {
+            amqp_url: global.amqp_url.clone(),
+            topology: topology.clone(),
+            digests: klaxon_counter::Digests::new(deps.counter.redis().clone(), &global.namespace),
+            metrics: metrics.clone(),
+            prefetch: 16,
+        };
         tracker.spawn(worker::run(deps, ready, shutdown.clone()));
+        // flushes due digest windows (minPeriod > 0): part of the evaluate side, next to the worker
+        tracker.spawn(klaxon_engine::digest::run(
+            digest_deps,
+            readiness.role("digest"),
+            shutdown.clone(),
+        ));
     }
     if let Some(channels) = channels {
         let Some(redis) =

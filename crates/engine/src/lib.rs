@@ -19,6 +19,7 @@
 
 pub mod breaker;
 pub mod dedup;
+pub mod digest;
 pub mod http;
 pub mod metrics;
 pub mod ratelimit;

@@ -67,10 +67,16 @@ pub struct WorkerDeps {
 
 /// Runs the evaluate loop until `shutdown`, reconnecting after failures.
 pub async fn run(deps: WorkerDeps, ready: Arc<AtomicBool>, shutdown: CancellationToken) {
-    crate::supervise("worker", ready, shutdown, deps.metrics.clone(), |ready, shutdown| {
-        let deps = deps.clone();
-        async move { session(&deps, ready, shutdown).await }
-    })
+    crate::supervise(
+        "worker",
+        ready,
+        shutdown,
+        deps.metrics.clone(),
+        |ready, shutdown| {
+            let deps = deps.clone();
+            async move { session(&deps, ready, shutdown).await }
+        },
+    )
     .await;
 }
 
@@ -83,10 +89,18 @@ async fn session(
     let publisher = broker.publisher().await?;
     publisher.declare(&deps.topology).await?;
     let mut consumer = broker
-        .consume(deps.topology.events_queue(), deps.config.prefetch, "klaxon-worker")
+        .consume(
+            deps.topology.events_queue(),
+            deps.config.prefetch,
+            "klaxon-worker",
+        )
         .await?;
     ready.store(true, Ordering::Relaxed);
-    tracing::info!(queue = deps.topology.events_queue(), prefetch = deps.config.prefetch, "worker consuming");
+    tracing::info!(
+        queue = deps.topology.events_queue(),
+        prefetch = deps.config.prefetch,
+        "worker consuming"
+    );
     let result = consume_loop(deps, &mut consumer, &publisher, &shutdown).await;
     ready.store(false, Ordering::Relaxed);
     consumer.close().await;
@@ -127,7 +141,9 @@ async fn consume_loop(
         process_batch(deps, publisher, &batch).await?;
         consumer.ack_up_to(last_tag).await?;
         deps.metrics.batch_size.observe(batch.len() as f64);
-        deps.metrics.batch_seconds.observe(started.elapsed().as_secs_f64());
+        deps.metrics
+            .batch_seconds
+            .observe(started.elapsed().as_secs_f64());
     }
 }
 
@@ -138,10 +154,15 @@ struct HitSource<'a> {
     want: Want,
 }
 
-async fn process_batch(deps: &WorkerDeps, publisher: &Publisher, batch: &[Delivery]) -> Result<(), EngineError> {
+async fn process_batch(
+    deps: &WorkerDeps,
+    publisher: &Publisher,
+    batch: &[Delivery],
+) -> Result<(), EngineError> {
     let m = &deps.metrics;
     m.events_consumed.inc_by(batch.len() as u64);
     let mut out: Vec<Outgoing> = Vec::new();
+    let mut digest_firings: Vec<NotificationTask> = Vec::new();
     let mut events: Vec<(EventTask, Option<String>)> = Vec::with_capacity(batch.len());
     for d in batch {
         match EventTask::parse(&d.data) {
@@ -174,7 +195,11 @@ async fn process_batch(deps: &WorkerDeps, publisher: &Publisher, batch: &[Delive
                 continue;
             };
             m.rules_matched.inc();
-            let mut hit = Hit::new(rule.id.as_str(), task.event.group_hash.as_str(), HitSpec::from(want));
+            let mut hit = Hit::new(
+                rule.id.as_str(),
+                task.event.group_hash.as_str(),
+                HitSpec::from(want),
+            );
             if let Some(id) = event_id {
                 hit = hit.with_event_id(id.as_str());
             }
@@ -246,6 +271,11 @@ async fn process_batch(deps: &WorkerDeps, publisher: &Publisher, batch: &[Delive
                     count = *count,
                     "rule fired"
                 );
+                if nt.min_period_s > 0 {
+                    // digest channel: buffered in Redis, delivered by the flush loop (crate::digest)
+                    digest_firings.push(nt);
+                    continue;
+                }
                 m.notifications_published
                     .get_or_create(&ChannelLabel {
                         channel: ch.kind.as_str().to_owned(),
@@ -259,6 +289,22 @@ async fn process_batch(deps: &WorkerDeps, publisher: &Publisher, batch: &[Delive
         }
     }
 
+    if !digest_firings.is_empty() {
+        let digests = klaxon_counter::Digests::new(deps.counter.redis().clone(), deps.topology.namespace());
+        let flushes = crate::digest::append_firings(&digests, &deps.topology, &digest_firings)
+            .await
+            .inspect_err(|_| {
+                m.redis_errors.inc();
+            })?;
+        if !flushes.is_empty() {
+            publisher
+                .publish_delayed(&deps.topology.delay(), &flushes)
+                .await
+                .inspect_err(|_| {
+                    m.broker_errors.inc();
+                })?;
+        }
+    }
     if !out.is_empty() {
         publisher.publish_all(&out).await.inspect_err(|_| {
             m.broker_errors.inc();

@@ -1,0 +1,372 @@
+//! Digests (`minPeriod > 0`): every firing of a (project, rule, channel) within `minPeriod` seconds becomes
+//! **one** notification.
+//!
+//! State lives in Redis, timing in RabbitMQ:
+//!
+//! ```text
+//! worker: firing ──▶ digest_append.lua ──opened?──▶ flush message ──delay engine (minPeriod)──▶ <ns>.digest.flush
+//!                    (buffer, atomic,                (persistent, confirmed, "not earlier than")        │
+//!                     idempotent per id)                                                                ▼
+//! flush loop: digest_claim.lua (take-and-mark) ──▶ one NotificationTask (reason Digest, deterministic id)
+//!             ──publish, confirmed──▶ <ns>.notify.<channel> ──▶ digest_done.lua ──▶ ack the flush message
+//! ```
+//!
+//! * The first firing of a window appends and schedules one flush at `window start + minPeriod`; later ones
+//!   only append. A redelivered firing appends nothing twice, and the redelivered opener schedules again.
+//! * The claim is atomic: exactly one flusher gets the window. It leaves a claimed record with a lease
+//!   (`klaxon_counter::digest::DEFAULT_CLAIM_LEASE`) until the notification is published with a confirm;
+//!   if the flusher dies in between, the flush message comes back and the record is recovered once the lease
+//!   ran out, so the same notification (same id) is published — the sender drops a duplicate.
+//! * A flush that finds the window not due yet, or busy, is re-scheduled through the delay engine.
+//!
+//! Test hook: `KLAXON_TEST_CRASH_AFTER_CLAIM=1` makes the flush loop abort the process right after a
+//! successful claim, before publishing (used by the kill-between-claim-and-publish test). Never set it in
+//! production.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use klaxon_broker::{set_aside, Broker, Consumer, Delivery, Outgoing, Publisher, Topology};
+use klaxon_core::notification::{notification_id, NotificationTask, Reason};
+use klaxon_core::ChannelKind;
+use klaxon_counter::{Claim, DigestKey, Digests};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+use crate::EngineError;
+
+/// The test hook's environment variable (see the module docs).
+pub const CRASH_AFTER_CLAIM_ENV: &str = "KLAXON_TEST_CRASH_AFTER_CLAIM";
+
+/// What the digest flush loop needs.
+#[derive(Clone)]
+pub struct DigestDeps {
+    /// RabbitMQ URL.
+    pub amqp_url: String,
+    /// Queue names.
+    pub topology: Topology,
+    /// Digest state in Redis.
+    pub digests: Digests,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Unacked flush messages.
+    pub prefetch: u16,
+}
+
+/// A due-window message: which digest, and which window of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Flush {
+    project_id: String,
+    rule_id: String,
+    channel: ChannelKind,
+    endpoint: String,
+    min_period_s: u64,
+    window_start_ms: i64,
+}
+
+impl Flush {
+    fn key(&self) -> DigestKey<'_> {
+        DigestKey {
+            project_id: &self.project_id,
+            rule_id: &self.rule_id,
+            channel: self.channel,
+        }
+    }
+
+    fn to_json(&self) -> Vec<u8> {
+        json!({
+            "projectId": self.project_id,
+            "ruleId": self.rule_id,
+            "channel": self.channel.as_str(),
+            "endpoint": self.endpoint,
+            "minPeriodS": self.min_period_s,
+            "windowStartMs": self.window_start_ms,
+        })
+        .to_string()
+        .into_bytes()
+    }
+
+    fn parse(body: &[u8]) -> Result<Self, String> {
+        let v: Value = serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
+        let s = |k: &str| {
+            v.get(k)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .ok_or_else(|| format!("missing string `{k}`"))
+        };
+        let channel = s("channel")?;
+        let channel = ChannelKind::ALL
+            .into_iter()
+            .find(|c| c.as_str() == channel)
+            .ok_or_else(|| format!("unknown channel `{channel}`"))?;
+        Ok(Flush {
+            project_id: s("projectId")?,
+            rule_id: s("ruleId")?,
+            channel,
+            endpoint: s("endpoint")?,
+            min_period_s: v
+                .get("minPeriodS")
+                .and_then(Value::as_u64)
+                .filter(|p| *p > 0)
+                .ok_or("missing positive `minPeriodS`")?,
+            window_start_ms: v
+                .get("windowStartMs")
+                .and_then(Value::as_i64)
+                .ok_or("missing `windowStartMs`")?,
+        })
+    }
+
+    /// The message that flushes this window, delayed by `wait`.
+    fn message(&self, topology: &Topology) -> Outgoing {
+        let mut msg = Outgoing::json(topology.digest_flush_queue(), self.to_json());
+        msg.message_id = Some(format!(
+            "flush:{}",
+            notification_id(
+                &self.project_id,
+                &self.rule_id,
+                "",
+                &self.window_start_ms.to_string(),
+                self.channel
+            )
+        ));
+        msg
+    }
+
+    /// The one notification of this window: its id depends only on (project, rule, channel, window start).
+    fn task(&self, fired_at_ms: i64, events: Vec<klaxon_core::NotificationEvent>) -> NotificationTask {
+        let mut events = events;
+        events.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.group_hash.cmp(&b.group_hash)));
+        NotificationTask {
+            notification_id: notification_id(
+                &self.project_id,
+                &self.rule_id,
+                "",
+                &format!("digest:{}", self.window_start_ms),
+                self.channel,
+            ),
+            project_id: self.project_id.clone(),
+            rule_id: self.rule_id.clone(),
+            channel: self.channel,
+            endpoint: self.endpoint.clone(),
+            min_period_s: self.min_period_s,
+            fired_at_ms,
+            reason: Reason::Digest {
+                min_period_s: self.min_period_s,
+            },
+            events,
+        }
+    }
+}
+
+/// Appends firings of digest channels (`min_period_s > 0`) to their buffers and returns the flush messages to
+/// publish through the delay engine (one per window this batch opened). Call before acking the firings' events.
+pub(crate) async fn append_firings(
+    digests: &Digests,
+    topology: &Topology,
+    firings: &[NotificationTask],
+) -> Result<Vec<(Outgoing, Duration)>, EngineError> {
+    let mut flushes = Vec::new();
+    for t in firings {
+        let key = DigestKey {
+            project_id: &t.project_id,
+            rule_id: &t.rule_id,
+            channel: t.channel,
+        };
+        for e in &t.events {
+            let appended = digests
+                .append(&key, &t.notification_id, e, t.min_period_s, None)
+                .await?;
+            tracing::debug!(
+                notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
+                channel = %t.channel, window_start_ms = appended.window_start_ms,
+                schedule = appended.schedule_flush, "firing added to digest"
+            );
+            if appended.schedule_flush {
+                let flush = Flush {
+                    project_id: t.project_id.clone(),
+                    rule_id: t.rule_id.clone(),
+                    channel: t.channel,
+                    endpoint: t.endpoint.clone(),
+                    min_period_s: t.min_period_s,
+                    window_start_ms: appended.window_start_ms,
+                };
+                flushes.push((flush.message(topology), appended.flush_in(t.min_period_s)));
+            }
+        }
+    }
+    Ok(flushes)
+}
+
+/// Runs the digest flush loop until `shutdown`, reconnecting after failures.
+pub async fn run(deps: DigestDeps, ready: Arc<AtomicBool>, shutdown: CancellationToken) {
+    let crash_after_claim = std::env::var(CRASH_AFTER_CLAIM_ENV).is_ok_and(|v| v == "1");
+    if crash_after_claim {
+        tracing::warn!(env = CRASH_AFTER_CLAIM_ENV, "test hook on: the process aborts after its first claim");
+    }
+    crate::supervise("digest", ready, shutdown, deps.metrics.clone(), |ready, shutdown| {
+        let deps = deps.clone();
+        async move { session(&deps, crash_after_claim, ready, shutdown).await }
+    })
+    .await;
+}
+
+async fn session(
+    deps: &DigestDeps,
+    crash_after_claim: bool,
+    ready: Arc<AtomicBool>,
+    shutdown: CancellationToken,
+) -> Result<(), EngineError> {
+    let broker = Broker::connect(&deps.amqp_url, Duration::from_secs(10)).await?;
+    let publisher = broker.publisher().await?;
+    publisher.declare(&deps.topology).await?;
+    let queue = deps.topology.digest_flush_queue();
+    let mut consumer = broker.consume(&queue, deps.prefetch, "klaxon-digest").await?;
+    ready.store(true, Ordering::Relaxed);
+    tracing::info!(queue = %queue, "digest flusher consuming");
+    let result = consume_loop(deps, crash_after_claim, &mut consumer, &publisher, &shutdown).await;
+    ready.store(false, Ordering::Relaxed);
+    consumer.close().await;
+    publisher.close().await;
+    broker.close().await;
+    result
+}
+
+async fn consume_loop(
+    deps: &DigestDeps,
+    crash_after_claim: bool,
+    consumer: &mut Consumer,
+    publisher: &Publisher,
+    shutdown: &CancellationToken,
+) -> Result<(), EngineError> {
+    loop {
+        let next = tokio::select! {
+            _ = shutdown.cancelled() => {
+                let _ = consumer.cancel().await;
+                return Ok(());
+            }
+            d = consumer.next() => d,
+        };
+        let delivery = match next {
+            Some(d) => d?,
+            None => return Err(EngineError::ConsumerClosed),
+        };
+        flush(deps, crash_after_claim, publisher, &delivery).await?;
+        consumer.ack(delivery.delivery_tag).await?;
+    }
+}
+
+/// Handles one flush message; returns once its outcome is durable (then the caller acks it).
+async fn flush(
+    deps: &DigestDeps,
+    crash_after_claim: bool,
+    publisher: &Publisher,
+    delivery: &Delivery,
+) -> Result<(), EngineError> {
+    let f = match Flush::parse(&delivery.data) {
+        Ok(f) => f,
+        Err(reason) => {
+            let reason = format!("not a digest flush message: {reason}");
+            tracing::warn!(reason = %reason, "digest flush message set aside");
+            publisher
+                .publish_all(&[set_aside(delivery, deps.topology.dead_queue(), &reason)])
+                .await?;
+            return Ok(());
+        }
+    };
+    let claim = deps
+        .digests
+        .claim(&f.key(), f.window_start_ms, f.min_period_s, None)
+        .await
+        .inspect_err(|_| {
+            deps.metrics.redis_errors.inc();
+        })?;
+    match claim {
+        Claim::Gone => {
+            tracing::debug!(project = %f.project_id, rule = %f.rule_id, channel = %f.channel,
+                window_start_ms = f.window_start_ms, "digest window already flushed");
+            Ok(())
+        }
+        Claim::Busy(wait) | Claim::Early(wait) => {
+            tracing::info!(project = %f.project_id, rule = %f.rule_id, channel = %f.channel,
+                window_start_ms = f.window_start_ms, retry_in_ms = wait.as_millis() as u64,
+                "digest window not ready to flush; rescheduled");
+            publisher
+                .publish_delayed(&deps.topology.delay(), &[(f.message(&deps.topology), wait)])
+                .await?;
+            Ok(())
+        }
+        Claim::Claimed { now_ms, events } => {
+            if crash_after_claim {
+                tracing::error!(env = CRASH_AFTER_CLAIM_ENV, "test hook: aborting between claim and publish");
+                std::process::abort();
+            }
+            if !events.is_empty() {
+                let groups = events.len();
+                let task = f.task(now_ms, events);
+                let body = serde_json::to_vec(&task).map_err(|e| EngineError::Encode(e.to_string()))?;
+                let mut msg = Outgoing::json(deps.topology.notify_queue(f.channel), body);
+                msg.message_id = Some(task.notification_id.clone());
+                publisher.publish_all(&[msg]).await?;
+                tracing::info!(
+                    notification_id = %task.notification_id, project = %f.project_id, rule = %f.rule_id,
+                    channel = %f.channel, groups, window_start_ms = f.window_start_ms, "digest published"
+                );
+            }
+            deps.digests
+                .done(&f.key(), f.window_start_ms)
+                .await
+                .inspect_err(|_| {
+            deps.metrics.redis_errors.inc();
+        })?;
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use klaxon_core::NotificationEvent;
+
+    fn flush() -> Flush {
+        Flush {
+            project_id: "p".into(),
+            rule_id: "r".into(),
+            channel: ChannelKind::Telegram,
+            endpoint: "123".into(),
+            min_period_s: 60,
+            window_start_ms: 1_700_000_000_000,
+        }
+    }
+
+    #[test]
+    fn flush_messages_round_trip() {
+        let f = flush();
+        assert_eq!(Flush::parse(&f.to_json()), Ok(f));
+        for bad in [&b"nope"[..], br#"{"projectId":"p"}"#, br#"{"projectId":"p","ruleId":"r","channel":"fax","endpoint":"","minPeriodS":1,"windowStartMs":1}"#] {
+            assert!(Flush::parse(bad).is_err());
+        }
+    }
+
+    #[test]
+    fn digest_tasks_are_deterministic_and_sorted() {
+        let ev = |g: &str, c| NotificationEvent {
+            group_hash: g.into(),
+            title: g.into(),
+            count: c,
+            repetition_id: None,
+        };
+        let f = flush();
+        let a = f.task(1, vec![ev("a", 1), ev("b", 5), ev("c", 3)]);
+        let b = f.task(2, vec![ev("c", 3), ev("a", 1), ev("b", 5)]);
+        assert_eq!(a.notification_id, b.notification_id);
+        assert_eq!(a.events, b.events);
+        assert_eq!(a.events[0].group_hash, "b");
+        assert_eq!(a.reason, Reason::Digest { min_period_s: 60 });
+        let mut later = flush();
+        later.window_start_ms += 1;
+        assert_ne!(later.task(1, vec![]).notification_id, a.notification_id);
+    }
+}
