@@ -27,7 +27,7 @@ pub struct RulesArgs {
 #[derive(Debug, Subcommand)]
 enum RulesCommand {
     /// Add a rule to a project (the project document is created when missing).
-    Add(AddArgs),
+    Add(Box<AddArgs>),
     /// List stored rules with their status.
     List(ListArgs),
     /// Remove a rule.
