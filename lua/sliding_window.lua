@@ -8,6 +8,7 @@
 -- Redis's compact listpack encoding.
 --
 -- One call handles several (rule, group) pairs (two keys each), each with several hits, in order.
+-- Needs Redis >= 6.2 (ZMSCORE).
 --
 -- KEYS[2j-1]  sorted set `<ns>:{<rule>:<group>}:sl`: member = the event's idempotency key (or a unique id
 --             the client made up when the event has none), score = event time (ms). Expires `period` after
@@ -28,7 +29,8 @@
 --   r_i          -1 when hit i is the firing (first or redelivered), else the count in the trailing window
 --                (saturates at `threshold`, since no more members are kept)
 --
--- Complexity: O(n log(threshold)) for n hits, plus the members dropped; memory O(threshold) per pair.
+-- Complexity: O(n log(threshold + n)) for n hits, in a handful of Redis calls per pair (ZMSCORE, ZADD,
+-- ZPOPMIN per 500 hits); memory O(threshold) per pair: the set never holds more than `threshold` members.
 local now
 if ARGV[1] == '' then
   local t = redis.call('TIME')
@@ -36,6 +38,9 @@ if ARGV[1] == '' then
 else
   now = tonumber(ARGV[1])
 end
+
+-- Members per ZMSCORE/ZADD call: keeps `unpack` well inside Lua's stack limit.
+local CHUNK = 500
 
 local out = {}
 local a = 2
@@ -63,33 +68,60 @@ for k = 1, #KEYS, 2 do
 
   local head = #out + 1
   out[head], out[head + 1], out[head + 2] = -1, 0, -1
-  local added = false
+  -- Which members are already counted, in one call per chunk (ZMSCORE), instead of one ZADD per hit:
+  -- Lua's per-call overhead dominates a hot key's cost.
+  local known = {}
+  for c = first, last, CHUNK do
+    local c_last = math.min(c + CHUNK - 1, last)
+    local scores = redis.call('ZMSCORE', zkey, unpack(ARGV, c, c_last))
+    for i = c, c_last do
+      if scores[i - c + 1] then
+        known[ARGV[i]] = true
+      end
+    end
+  end
+  local added = {}
   local fired_now = false
   for i = first, last do
     local m = ARGV[i]
     if fired_at ~= nil and m == fired_m then
       out[#out + 1] = -1
     else
-      local is_new = redis.call('ZADD', zkey, 'NX', now, m) == 1
+      local is_new = not known[m]
       if is_new then
-        added = true
+        known[m] = true
+        added[#added + 1] = m
         count = count + 1
-        if count > threshold then
-          redis.call('ZPOPMIN', zkey, count - threshold)
-          count = threshold
-        end
       end
-      if is_new and fired_at == nil and count >= threshold then
-        fired_at, fired_count, fired_m = now, count, m
+      -- Only the newest `threshold` members are kept, so the count saturates there.
+      local kept = math.min(count, threshold)
+      if is_new and fired_at == nil and kept >= threshold then
+        fired_at, fired_count, fired_m = now, kept, m
         fired_now = true
         out[#out + 1] = -1
       else
-        out[#out + 1] = count
+        out[#out + 1] = kept
       end
     end
   end
 
-  if added then
+  -- Keep the newest `threshold` members: drop the oldest first and add only the new members that stay, so
+  -- the set never grows past `threshold` (it would leave the compact encoding for good).
+  local n_new = #added
+  local keep_from = math.max(1, n_new - threshold + 1)
+  local excess = (count - n_new) + (n_new - keep_from + 1) - threshold
+  if excess > 0 then
+    redis.call('ZPOPMIN', zkey, excess)
+  end
+  for c = keep_from, n_new, CHUNK do
+    local pairs_ = {}
+    for i = c, math.min(c + CHUNK - 1, n_new) do
+      pairs_[#pairs_ + 1] = now
+      pairs_[#pairs_ + 1] = added[i]
+    end
+    redis.call('ZADD', zkey, unpack(pairs_))
+  end
+  if #added > 0 then
     redis.call('PEXPIRE', zkey, period)
   end
   if fired_now then
