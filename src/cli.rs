@@ -88,4 +88,6 @@ pub enum Command {
     Dead(crate::cmd::dead::DeadArgs),
     /// Send a real test notification through one channel.
     TestNotify(crate::cmd::test_notify::TestNotifyArgs),
+    /// Measure throughput and cost side by side on this machine.
+    Bench(crate::cmd::bench::BenchArgs),
 }

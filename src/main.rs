@@ -12,7 +12,9 @@ fn init_tracing(format: &str) {
     let filter = EnvFilter::try_from_env("KLAXON_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new("info,lapin=warn,mongodb=warn,hyper=warn,reqwest=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().flatten_event(true).init();
     } else {
@@ -34,6 +36,7 @@ async fn main() -> ExitCode {
         cli::Command::Deliveries(args) => cmd::deliveries::run(args, &global).await,
         cli::Command::Dead(args) => cmd::dead::run(args, &global).await,
         cli::Command::TestNotify(args) => cmd::test_notify::run(args, &global).await,
+        cli::Command::Bench(args) => cmd::bench::run(args, &global).await,
     };
     match result {
         Ok(code) => code,

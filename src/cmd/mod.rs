@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod bench;
 pub mod dead;
 pub mod deliveries;
 pub mod publish;

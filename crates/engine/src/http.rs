@@ -13,10 +13,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 
+/// The named flags of [`Readiness`].
+type Flags = Vec<(String, Arc<AtomicBool>)>;
+
 /// Readiness of the roles running in this process: each sets its flag while it is able to work.
 #[derive(Clone, Default)]
 pub struct Readiness {
-    flags: Arc<std::sync::Mutex<Vec<(String, Arc<AtomicBool>)>>>,
+    flags: Arc<std::sync::Mutex<Flags>>,
 }
 
 impl Readiness {
@@ -51,9 +54,14 @@ struct Ops {
 }
 
 async fn metrics_handler(State(ops): State<Ops>) -> impl IntoResponse {
-    ops.metrics.ready.set(i64::from(ops.readiness.not_ready().is_empty()));
+    ops.metrics
+        .ready
+        .set(i64::from(ops.readiness.not_ready().is_empty()));
     (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         ops.metrics.encode(),
     )
 }

@@ -1,0 +1,320 @@
+//! Failures mid-stream: Redis and RabbitMQ restarted under a running Klaxon. These tests never touch the shared
+//! services other tests use: each starts its own `redis-server` or RabbitMQ node on free loopback ports, and they
+//! run one at a time.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{free_port, json_file, object_id, Env, Klaxon};
+use klaxon_testkit::HttpSink;
+use serde_json::json;
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn port_open(port: u16) -> bool {
+    std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(300)).is_ok()
+}
+
+fn wait_port(port: u16, open: bool, within: Duration) {
+    let deadline = Instant::now() + within;
+    while port_open(port) != open {
+        assert!(
+            Instant::now() < deadline,
+            "port {port} did not become {}",
+            if open { "open" } else { "closed" }
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn wait_status(k: &Klaxon, path: &str, want: u16, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        if k.get(path).map(|r| r.0) == Some(want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} did not answer {want} within {within:?}; log:\n{}",
+            k.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn consumed(k: &Klaxon) -> u64 {
+    k.get("/metrics")
+        .and_then(|(_, m)| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("klaxon_events_consumed_total "))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn wait_consumed(k: &Klaxon, at_least: u64, within: Duration) {
+    let deadline = Instant::now() + within;
+    while consumed(k) < at_least {
+        assert!(
+            Instant::now() < deadline,
+            "consumed {} < {at_least}; log:\n{}",
+            consumed(k),
+            k.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+struct OwnRedis {
+    port: u16,
+    child: Option<Child>,
+}
+
+impl OwnRedis {
+    fn start(port: u16) -> Self {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server (apt-get install redis-server)");
+        wait_port(port, true, Duration::from_secs(10));
+        OwnRedis {
+            port,
+            child: Some(child),
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        wait_port(self.port, false, Duration::from_secs(10));
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A RabbitMQ node of our own: its own node name, AMQP and distribution ports, data and log directories.
+struct OwnRabbit {
+    dir: PathBuf,
+    port: u16,
+    dist_port: u16,
+    child: Option<Child>,
+}
+
+impl OwnRabbit {
+    fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!("klaxon-rmq-{}", klaxon_testkit::unique_namespace()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("enabled_plugins"), "[].\n").expect("plugins file");
+        let mut r = OwnRabbit {
+            dir,
+            port: free_port(),
+            dist_port: free_port(),
+            child: None,
+        };
+        r.boot();
+        r
+    }
+
+    fn url(&self) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port)
+    }
+
+    fn boot(&mut self) {
+        let d = &self.dir;
+        let child = Command::new("/usr/lib/rabbitmq/bin/rabbitmq-server")
+            .current_dir(d)
+            .env("HOME", d)
+            .env("RABBITMQ_NODENAME", format!("klaxon{}@localhost", self.port))
+            .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
+            .env("RABBITMQ_NODE_PORT", self.port.to_string())
+            .env("RABBITMQ_DIST_PORT", self.dist_port.to_string())
+            .env("RABBITMQ_MNESIA_BASE", d.join("mnesia"))
+            .env("RABBITMQ_LOG_BASE", d.join("log"))
+            .env("RABBITMQ_ENABLED_PLUGINS_FILE", d.join("enabled_plugins"))
+            .env("RABBITMQ_CONFIG_FILE", d.join("rabbitmq"))
+            .env("RABBITMQ_ADVANCED_CONFIG_FILE", d.join("advanced.config"))
+            .env("RABBITMQ_PID_FILE", d.join("pid"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("rabbitmq-server (apt-get install rabbitmq-server)");
+        self.child = Some(child);
+        wait_port(self.port, true, Duration::from_secs(90));
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        // The node's Erlang VM may outlive the wrapper script: stop it by its pid file.
+        if let Ok(pid) = std::fs::read_to_string(self.dir.join("pid")) {
+            let _ = Command::new("kill").args(["-TERM", pid.trim()]).status();
+        }
+        wait_port(self.port, false, Duration::from_secs(30));
+    }
+}
+
+impl Drop for OwnRabbit {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn import_rule(env: &Env, project: &str, threshold: u64, endpoint: &str) {
+    let rules = json!([{"_id": project, "notifications": [{
+        "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": threshold, "thresholdPeriod": 3_600_000,
+        "channels": {"slack": {"isEnabled": true, "endpoint": endpoint, "minPeriod": 0}}}]}]);
+    let file = json_file(env, "rules", &rules);
+    env.ok(&["rules", "import", "--file", file.to_str().expect("path")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restart_mid_stream_loses_no_unacked_event() {
+    let _serial = SERIAL.lock().await;
+    let port = free_port();
+    let mut redis = OwnRedis::start(port);
+    let env = Env::new().set("KLAXON_REDIS_URL", &format!("redis://127.0.0.1:{port}/"));
+    let slack = HttpSink::start().await.expect("sink");
+    let project = object_id();
+    import_rule(&env, &project, 50, &slack.url("/hook"));
+    let k = env.spawn("run", &[]);
+
+    env.ok(&[
+        "publish",
+        "--project",
+        &project,
+        "--title",
+        "group A",
+        "--group",
+        "a",
+        "--count",
+        "20",
+    ]);
+    wait_consumed(&k, 20, Duration::from_secs(20));
+
+    redis.stop();
+    wait_status(&k, "/readyz", 503, Duration::from_secs(15));
+    // Published while Redis is down: consumed, not countable, so not acked.
+    env.ok(&[
+        "publish",
+        "--project",
+        &project,
+        "--title",
+        "group B",
+        "--group",
+        "b",
+        "--count",
+        "50",
+    ]);
+    std::thread::sleep(Duration::from_secs(3));
+    let _redis = OwnRedis::start(port);
+    wait_status(&k, "/readyz", 200, Duration::from_secs(45));
+
+    // All 50 events of B come back and are counted: B fires exactly once.
+    let got = slack.wait_for_count(1, Duration::from_secs(60)).await;
+    assert_eq!(got.len(), 1, "log:\n{}", k.logs());
+    // A's 20 counts were in the lost Redis: 30 more start a new window at 1 and do not reach 50.
+    env.ok(&[
+        "publish",
+        "--project",
+        &project,
+        "--title",
+        "group A",
+        "--group",
+        "a",
+        "--count",
+        "30",
+    ]);
+    std::thread::sleep(Duration::from_secs(3));
+    let got = slack.requests();
+    assert_eq!(got.len(), 1, "only B fired");
+    assert!(got[0].json()["text"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("group B"));
+    common::delete_queues(&env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_restart_mid_stream_recovers_by_itself() {
+    let _serial = SERIAL.lock().await;
+    let mut rabbit = OwnRabbit::start();
+    let env = Env::new().set("KLAXON_AMQP_URL", &rabbit.url());
+    let slack = HttpSink::start().await.expect("sink");
+    let project = object_id();
+    import_rule(&env, &project, 100, &slack.url("/hook"));
+    let k = env.spawn("run", &[]);
+
+    env.ok(&[
+        "publish",
+        "--project",
+        &project,
+        "--title",
+        "Disk full",
+        "--group",
+        "d",
+        "--count",
+        "60",
+    ]);
+    wait_consumed(&k, 60, Duration::from_secs(20));
+
+    rabbit.stop();
+    wait_status(&k, "/readyz", 503, Duration::from_secs(15));
+    rabbit.boot();
+    wait_status(&k, "/readyz", 200, Duration::from_secs(60));
+
+    // The 60 acked events stayed counted; 40 more cross the threshold once.
+    env.ok(&[
+        "publish",
+        "--project",
+        &project,
+        "--title",
+        "Disk full",
+        "--group",
+        "d",
+        "--count",
+        "40",
+    ]);
+    let got = slack.wait_for_count(1, Duration::from_secs(60)).await;
+    assert_eq!(got.len(), 1, "log:\n{}", k.logs());
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(slack.count(), 1);
+    assert!(
+        k.logs().contains("reconnecting"),
+        "the worker noticed and reconnected"
+    );
+}
