@@ -245,7 +245,8 @@ async fn handle(ctx: &Ctx, delivery: &Delivery) -> Result<(), EngineError> {
                 ctx,
                 delivery,
                 &task,
-                left.max(Duration::from_secs(1)),
+                // Usually the holder finishes within a second; the lease only matters after a crash.
+                left.clamp(Duration::from_secs(1), Duration::from_secs(5)),
                 "being delivered elsewhere",
             )
             .await;
