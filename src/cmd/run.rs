@@ -11,9 +11,9 @@ use klaxon_broker::{QueueType, Topology};
 use klaxon_channels::{Channels, ChannelsConfig, Secret};
 use klaxon_core::ChannelKind;
 use klaxon_counter::{Counter, RedisHandle};
-use klaxon_engine::http::Readiness;
 use klaxon_engine::breaker::{BreakerConfig, Breakers, Bulkheads};
 use klaxon_engine::dedup::Dedup;
+use klaxon_engine::http::Readiness;
 use klaxon_engine::metrics::Metrics;
 use klaxon_engine::ratelimit::{RateLimiter, RateLimits};
 use klaxon_engine::trail::Trail;
@@ -147,7 +147,10 @@ fn parse_schedule(s: &str) -> anyhow::Result<Vec<Duration>> {
         .split(',')
         .map(|p| match p.trim().parse::<u64>() {
             Ok(n) if n >= 1 => Ok(Duration::from_secs(n)),
-            _ => Err(anyhow::anyhow!("--retry-schedule: `{}` is not a whole number of seconds ≥ 1", p.trim())),
+            _ => Err(anyhow::anyhow!(
+                "--retry-schedule: `{}` is not a whole number of seconds ≥ 1",
+                p.trim()
+            )),
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     anyhow::ensure!(!out.is_empty(), "--retry-schedule needs at least one delay");
@@ -214,7 +217,10 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
     anyhow::ensure!(args.max_attempts >= 1, "--max-attempts must be at least 1");
     let retry_schedule = parse_schedule(&args.retry_schedule)?;
     anyhow::ensure!(args.sender_prefetch >= 1, "--sender-prefetch must be at least 1");
-    anyhow::ensure!(args.host_concurrency >= 1, "--host-concurrency must be at least 1");
+    anyhow::ensure!(
+        args.host_concurrency >= 1,
+        "--host-concurrency must be at least 1"
+    );
     anyhow::ensure!(
         args.breaker_failure_ratio > 0.0 && args.breaker_failure_ratio <= 1.0,
         "--breaker-failure-ratio must be in (0, 1]"
@@ -226,7 +232,10 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
         ("--rate-webhook", args.rate_webhook),
         ("--rate-email", args.rate_email),
     ] {
-        anyhow::ensure!(rate.is_finite() && rate >= 0.0, "{flag} must be a number of messages per second ≥ 0");
+        anyhow::ensure!(
+            rate.is_finite() && rate >= 0.0,
+            "{flag} must be a number of messages per second ≥ 0"
+        );
     }
 
     let shutdown = CancellationToken::new();
@@ -271,6 +280,15 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
             shutdown.clone(),
         ));
         let rules = RuleCache::new(store, Duration::from_secs(args.rules_ttl));
+        {
+            let rules = rules.clone();
+            metrics.add_scrape_hook(Box::new(move |m: &Metrics| {
+                Metrics::sync_counter(&m.rules_queries, rules.queries());
+                Metrics::sync_counter(&m.rules_stale_served, rules.stale_served());
+                Metrics::sync_counter(&m.rules_load_errors, rules.load_errors());
+                Metrics::sync_counter(&m.rules_problems, rules.store().problems_reported());
+            }));
+        }
         {
             let rules = rules.clone();
             let shutdown = shutdown.clone();

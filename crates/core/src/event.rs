@@ -54,7 +54,9 @@ struct WireEvent {
 
 fn required_string(value: Option<serde_json::Value>, field: &str) -> Result<String, InvalidEvent> {
     match value {
-        None | Some(serde_json::Value::Null) => Err(InvalidEvent(format!("missing required field `{field}`"))),
+        None | Some(serde_json::Value::Null) => {
+            Err(InvalidEvent(format!("missing required field `{field}`")))
+        }
         Some(serde_json::Value::String(s)) if s.is_empty() => {
             Err(InvalidEvent(format!("field `{field}` must not be empty")))
         }

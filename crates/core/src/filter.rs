@@ -70,10 +70,12 @@ fn words(field: &'static str, list: &[String]) -> Result<Option<AhoCorasick>, Fi
     if lowered.is_empty() {
         return Ok(None);
     }
-    AhoCorasick::new(&lowered).map(Some).map_err(|e| FilterError::Words {
-        field,
-        message: e.to_string(),
-    })
+    AhoCorasick::new(&lowered)
+        .map(Some)
+        .map_err(|e| FilterError::Words {
+            field,
+            message: e.to_string(),
+        })
 }
 
 fn patterns(field: &'static str, list: &[String]) -> Result<Option<RegexSet>, FilterError> {
@@ -164,14 +166,24 @@ mod tests {
         ];
         for (inc, exc, ip, ep, title, want) in cases {
             let f = TitleFilter::new(&v(inc), &v(exc), &v(ip), &v(ep)).expect("compiles");
-            assert_eq!(f.matches(&Title::new(title)), *want, "{inc:?} {exc:?} {ip:?} {ep:?} {title:?}");
+            assert_eq!(
+                f.matches(&Title::new(title)),
+                *want,
+                "{inc:?} {exc:?} {ip:?} {ep:?} {title:?}"
+            );
         }
     }
 
     #[test]
     fn bad_regex_is_an_error() {
         let err = TitleFilter::new(&[], &[], &v(&["(unclosed"]), &[]).expect_err("bad");
-        assert!(matches!(err, FilterError::Regex { field: "includingPatterns", .. }));
+        assert!(matches!(
+            err,
+            FilterError::Regex {
+                field: "includingPatterns",
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -20,6 +20,6 @@ pub use event::{Event, EventTask, InvalidEvent};
 pub use filter::{Title, TitleFilter};
 pub use notification::{notification_id, NotificationEvent, NotificationTask, Reason};
 pub use rule::{
-    parse_rule_value, ChannelConfig, ChannelKind, CompiledRule, ProjectRules, RawRule, RuleProblem,
-    Want, WhatToReceive, Window,
+    parse_rule_value, ChannelConfig, ChannelKind, CompiledRule, ProjectRules, RawRule, RuleProblem, Want,
+    WhatToReceive, Window,
 };

@@ -102,9 +102,22 @@ pub fn rfc3339_ms(ms: i64) -> String {
 /// `firing` identifies the firing inside its (rule, group): the window start for a fixed window, the firing
 /// time for a sliding window, `"new"` for ONLY_NEW. Every worker computes the same id for the same firing, so
 /// senders can drop duplicates.
-pub fn notification_id(project_id: &str, rule_id: &str, group_hash: &str, firing: &str, channel: ChannelKind) -> String {
+pub fn notification_id(
+    project_id: &str,
+    rule_id: &str,
+    group_hash: &str,
+    firing: &str,
+    channel: ChannelKind,
+) -> String {
     let mut h = Sha256::new();
-    for part in ["klaxon/v1", project_id, rule_id, group_hash, firing, channel.as_str()] {
+    for part in [
+        "klaxon/v1",
+        project_id,
+        rule_id,
+        group_hash,
+        firing,
+        channel.as_str(),
+    ] {
         h.update(part.as_bytes());
         h.update([0u8]);
     }

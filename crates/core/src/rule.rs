@@ -228,10 +228,7 @@ impl CompiledRule {
         let want = match self.what {
             WhatToReceive::OnlyNew if event.is_new => Want::FirstSeen,
             WhatToReceive::OnlyNew => return None,
-            WhatToReceive::SeenMore {
-                threshold,
-                period_ms,
-            } => Want::Count {
+            WhatToReceive::SeenMore { threshold, period_ms } => Want::Count {
                 threshold,
                 period_ms,
                 window: self.window,
@@ -251,9 +248,11 @@ fn id_of(v: Option<&Value>) -> Option<String> {
 
 fn as_u64(v: &Value) -> Option<u64> {
     match v {
-        Value::Number(n) => n
-            .as_u64()
-            .or_else(|| n.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64)),
+        Value::Number(n) => n.as_u64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                .map(|f| f as u64)
+        }),
         // Relaxed extended JSON of an int64 that does not fit a double, or a canonical one.
         Value::Object(m) => m
             .get("$numberLong")
@@ -383,13 +382,18 @@ pub fn parse_rule_value(value: &Value) -> Result<(CompiledRule, Vec<RuleProblem>
     let lists = ["including", "excluding", "includingPatterns", "excludingPatterns"]
         .map(|f| string_list(rule, f).map_err(|m| fatal(m, "store a JSON array of strings")));
     let [including, excluding, including_patterns, excluding_patterns] = lists;
-    let filter = TitleFilter::new(&including?, &excluding?, &including_patterns?, &excluding_patterns?)
-        .map_err(|e| {
-            fatal(
-                e.to_string(),
-                "fix the pattern (Rust `regex` syntax, no look-around or backreferences)",
-            )
-        })?;
+    let filter = TitleFilter::new(
+        &including?,
+        &excluding?,
+        &including_patterns?,
+        &excluding_patterns?,
+    )
+    .map_err(|e| {
+        fatal(
+            e.to_string(),
+            "fix the pattern (Rust `regex` syntax, no look-around or backreferences)",
+        )
+    })?;
 
     let mut problems = Vec::new();
     let mut channels = Vec::new();
@@ -548,14 +552,38 @@ mod tests {
     #[test]
     fn fatal_problems_name_the_rule() {
         let cases = [
-            (json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "thresholdPeriod": 60000, "channels": slack()}), "no `threshold`"),
-            (json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 5, "channels": slack()}), "no `thresholdPeriod`"),
-            (json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 0, "thresholdPeriod": 60000, "channels": slack()}), "`threshold` must be"),
-            (json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 5, "thresholdPeriod": 10, "channels": slack()}), "`thresholdPeriod` must be"),
-            (json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW", "window": "hopping", "channels": slack()}), "unknown `window`"),
-            (json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SOMETIMES", "channels": slack()}), "unknown `whatToReceive`"),
-            (json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW", "includingPatterns": ["(bad"], "channels": slack()}), "invalid regex"),
-            (json!({"isEnabled": true, "whatToReceive": "ONLY_NEW", "channels": slack()}), "no `_id`"),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "thresholdPeriod": 60000, "channels": slack()}),
+                "no `threshold`",
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 5, "channels": slack()}),
+                "no `thresholdPeriod`",
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 0, "thresholdPeriod": 60000, "channels": slack()}),
+                "`threshold` must be",
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 5, "thresholdPeriod": 10, "channels": slack()}),
+                "`thresholdPeriod` must be",
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW", "window": "hopping", "channels": slack()}),
+                "unknown `window`",
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SOMETIMES", "channels": slack()}),
+                "unknown `whatToReceive`",
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW", "includingPatterns": ["(bad"], "channels": slack()}),
+                "invalid regex",
+            ),
+            (
+                json!({"isEnabled": true, "whatToReceive": "ONLY_NEW", "channels": slack()}),
+                "no `_id`",
+            ),
         ];
         for (doc, want) in cases {
             let p = parse_rule_value(&doc).expect_err("unusable");
@@ -575,7 +603,10 @@ mod tests {
         assert_eq!(pr.rules.len(), 1);
         assert_eq!(pr.rules[0].id, "5e3eef0679fa3700a0198a42");
         assert_eq!(pr.problems.len(), 1);
-        assert_eq!(pr.problems[0].rule_id.as_deref(), Some("5e3eef0679fa3700a0198a41"));
+        assert_eq!(
+            pr.problems[0].rule_id.as_deref(),
+            Some("5e3eef0679fa3700a0198a41")
+        );
     }
 
     #[test]
@@ -615,7 +646,11 @@ mod tests {
         for (doc, title, is_new, want) in cases {
             let (rule, _) = parse_rule_value(doc).expect("usable");
             let ev = event(title, is_new);
-            assert_eq!(rule.wants(&ev, &Title::new(&ev.title)), want, "{doc} {title} {is_new}");
+            assert_eq!(
+                rule.wants(&ev, &Title::new(&ev.title)),
+                want,
+                "{doc} {title} {is_new}"
+            );
         }
     }
 

@@ -38,9 +38,19 @@ pub struct BreakerLabel {
     pub state: String,
 }
 
+/// A function run before each scrape.
+pub type ScrapeHook = Box<dyn Fn(&Metrics) + Send + Sync>;
+
 /// Every metric the engine exports.
 pub struct Metrics {
     registry: Registry,
+    scrape_hooks: std::sync::Mutex<Vec<ScrapeHook>>,
+    /// MongoDB reads made by the rule cache (synced from the cache at scrape time).
+    pub rules_queries: Counter,
+    /// Lookups answered with stale rules because MongoDB failed (synced at scrape time).
+    pub rules_stale_served: Counter,
+    /// Failed rule loads (synced at scrape time).
+    pub rules_load_errors: Counter,
     /// Events taken from the events queue.
     pub events_consumed: Counter,
     /// Events moved to `<ns>.events.invalid`.
@@ -106,7 +116,18 @@ impl Metrics {
             trail_dropped: Counter::default(),
             trail_errors: Counter::default(),
             registry: Registry::default(),
+            scrape_hooks: std::sync::Mutex::new(Vec::new()),
+            rules_queries: Counter::default(),
+            rules_stale_served: Counter::default(),
+            rules_load_errors: Counter::default(),
         };
+        registry.register("rules_queries", "MongoDB reads made by the rule cache", m.rules_queries.clone());
+        registry.register(
+            "rules_stale_served",
+            "Rule lookups answered with the last good rules because MongoDB failed",
+            m.rules_stale_served.clone(),
+        );
+        registry.register("rules_load_errors", "Failed rule loads", m.rules_load_errors.clone());
         // prometheus-client appends `_total` to counters itself.
         registry.register(
             "events_consumed",
@@ -180,8 +201,25 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
+    /// Registers a function run before every scrape, to copy counters kept elsewhere (e.g. the rule cache's)
+    /// into the registry.
+    pub fn add_scrape_hook(&self, hook: ScrapeHook) {
+        self.scrape_hooks.lock().unwrap_or_else(|p| p.into_inner()).push(hook);
+    }
+
+    /// Raises `counter` to `total` (counters only go up; a smaller total is ignored).
+    pub fn sync_counter(counter: &Counter, total: u64) {
+        let now = counter.get();
+        if total > now {
+            counter.inc_by(total - now);
+        }
+    }
+
     /// Prometheus text exposition.
     pub fn encode(&self) -> String {
+        for hook in self.scrape_hooks.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            hook(self);
+        }
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
             out.clear();

@@ -14,7 +14,10 @@ pub use http_sink::{HttpSink, Reply, Request};
 use std::time::Duration;
 
 fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| default.to_owned())
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| default.to_owned())
 }
 
 /// Single-node Redis (`KLAXON_TEST_REDIS_URL`).
