@@ -137,7 +137,11 @@ impl Flush {
     /// The one notification of this window: its id depends only on (project, rule, channel, window start).
     fn task(&self, fired_at_ms: i64, events: Vec<klaxon_core::NotificationEvent>) -> NotificationTask {
         let mut events = events;
-        events.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.group_hash.cmp(&b.group_hash)));
+        events.sort_by(|a, b| {
+            b.count
+                .cmp(&a.count)
+                .then_with(|| a.group_hash.cmp(&b.group_hash))
+        });
         NotificationTask {
             notification_id: notification_id(
                 &self.project_id,
@@ -203,12 +207,21 @@ pub(crate) async fn append_firings(
 pub async fn run(deps: DigestDeps, ready: Arc<AtomicBool>, shutdown: CancellationToken) {
     let crash_after_claim = std::env::var(CRASH_AFTER_CLAIM_ENV).is_ok_and(|v| v == "1");
     if crash_after_claim {
-        tracing::warn!(env = CRASH_AFTER_CLAIM_ENV, "test hook on: the process aborts after its first claim");
+        tracing::warn!(
+            env = CRASH_AFTER_CLAIM_ENV,
+            "test hook on: the process aborts after its first claim"
+        );
     }
-    crate::supervise("digest", ready, shutdown, deps.metrics.clone(), |ready, shutdown| {
-        let deps = deps.clone();
-        async move { session(&deps, crash_after_claim, ready, shutdown).await }
-    })
+    crate::supervise(
+        "digest",
+        ready,
+        shutdown,
+        deps.metrics.clone(),
+        |ready, shutdown| {
+            let deps = deps.clone();
+            async move { session(&deps, crash_after_claim, ready, shutdown).await }
+        },
+    )
     .await;
 }
 
@@ -299,7 +312,10 @@ async fn flush(
         }
         Claim::Claimed { now_ms, events } => {
             if crash_after_claim {
-                tracing::error!(env = CRASH_AFTER_CLAIM_ENV, "test hook: aborting between claim and publish");
+                tracing::error!(
+                    env = CRASH_AFTER_CLAIM_ENV,
+                    "test hook: aborting between claim and publish"
+                );
                 std::process::abort();
             }
             if !events.is_empty() {
@@ -318,8 +334,8 @@ async fn flush(
                 .done(&f.key(), f.window_start_ms)
                 .await
                 .inspect_err(|_| {
-            deps.metrics.redis_errors.inc();
-        })?;
+                    deps.metrics.redis_errors.inc();
+                })?;
             Ok(())
         }
     }
