@@ -60,7 +60,10 @@ pub async fn run(args: DeadArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
         .await
         .context("cannot connect to RabbitMQ")?;
     let publisher = broker.publisher().await?;
-    publisher.declare(&topology).await.context("cannot declare queues")?;
+    publisher
+        .declare(&topology)
+        .await
+        .context("cannot declare queues")?;
     let queue = topology.dead_queue();
     let count = {
         let ch = broker.channel().await?;
@@ -83,7 +86,11 @@ pub async fn run(args: DeadArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
         DeadCommand::Replay { id, all } => (count, Some((id.clone(), *all))),
     };
     let mut consumer = broker
-        .consume(&queue, u16::try_from(limit.clamp(1, 1000)).unwrap_or(1000), "klaxon-dead-cli")
+        .consume(
+            &queue,
+            u16::try_from(limit.clamp(1, 1000)).unwrap_or(1000),
+            "klaxon-dead-cli",
+        )
         .await?;
     let mut seen = 0u32;
     let mut replayed = 0u32;
@@ -91,7 +98,9 @@ pub async fn run(args: DeadArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
         println!("NOTIFICATION\tPROJECT\tRULE\tCHANNEL\tATTEMPTS\tDESTINATION\tREASON");
     }
     while seen < limit {
-        let Some(Some(next)) = consumer.next_within(NEXT_WAIT).await else { break };
+        let Some(Some(next)) = consumer.next_within(NEXT_WAIT).await else {
+            break;
+        };
         let delivery = next?;
         seen += 1;
         let task: Option<NotificationTask> = serde_json::from_slice(&delivery.data).ok();

@@ -25,7 +25,12 @@ pub struct TestNotifyArgs {
     #[arg(long, env = "KLAXON_TELEGRAM_API", default_value = "https://api.telegram.org")]
     pub telegram_api: String,
     /// SMTP server: smtp://host:port, smtp://host:port?tls=starttls, smtps://user:pass@host:port.
-    #[arg(long, env = "KLAXON_SMTP_URL", default_value = "smtp://127.0.0.1:25", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "KLAXON_SMTP_URL",
+        default_value = "smtp://127.0.0.1:25",
+        hide_env_values = true
+    )]
     pub smtp_url: String,
     /// The From address of emails.
     #[arg(long, env = "KLAXON_SMTP_FROM", default_value = "klaxon@localhost")]
@@ -42,11 +47,15 @@ pub struct TestNotifyArgs {
 }
 
 fn parse_channel(s: &str) -> Result<ChannelKind, String> {
-    ChannelKind::parse(s).ok_or_else(|| format!("unknown channel `{s}`: use slack, telegram, email or webhook"))
+    ChannelKind::parse(s)
+        .ok_or_else(|| format!("unknown channel `{s}`: use slack, telegram, email or webhook"))
 }
 
 fn env_secret(name: &str) -> Option<Secret> {
-    std::env::var(name).ok().filter(|v| !v.is_empty()).map(Secret::new)
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .map(Secret::new)
 }
 
 pub async fn run(args: TestNotifyArgs, _global: &GlobalOpts) -> anyhow::Result<ExitCode> {
