@@ -35,7 +35,17 @@ fn import(env: &Env, rules: &serde_json::Value) {
 fn burst(env: &Env, project: &str, title: &str, group: &str, n: u64) {
     let n = n.to_string();
     env.ok(&[
-        "publish", "--project", project, "--title", title, "--group", group, "--count", &n, "--groups", &n,
+        "publish",
+        "--project",
+        project,
+        "--title",
+        title,
+        "--group",
+        group,
+        "--count",
+        &n,
+        "--groups",
+        &n,
     ]);
 }
 
@@ -64,11 +74,18 @@ async fn a_burst_becomes_one_digest_after_min_period_and_the_next_burst_another(
     assert_eq!(got.len(), 1, "one digest expected; log:\n{}", k.logs());
     let after = got[0].at.duration_since(t0);
     assert!(after >= Duration::from_secs(2), "not before minPeriod: {after:?}");
-    assert!(after < Duration::from_secs(4), "soon after minPeriod: {after:?}; log:\n{}", k.logs());
+    assert!(
+        after < Duration::from_secs(4),
+        "soon after minPeriod: {after:?}; log:\n{}",
+        k.logs()
+    );
     let text = slack_text(&got[0]);
     assert!(text.contains("5 errors in"), "{text}");
     for i in 0..5 {
-        assert!(text.contains(&format!("{title} (a-{i})")), "group a-{i} missing from {text}");
+        assert!(
+            text.contains(&format!("{title} (a-{i})")),
+            "group a-{i} missing from {text}"
+        );
     }
     tokio::time::sleep(QUIET).await;
     assert_eq!(slack.count(), 1, "exactly one message for the whole burst");
@@ -107,7 +124,11 @@ async fn two_processes_still_send_one_digest_per_window() {
     let got = slack.wait_for_count(1, Duration::from_secs(15)).await;
     assert_eq!(got.len(), 1, "log a:\n{}\nlog b:\n{}", a.logs(), b.logs());
     tokio::time::sleep(QUIET).await;
-    assert_eq!(slack.count(), 1, "one digest per window, whatever process flushes it");
+    assert_eq!(
+        slack.count(),
+        1,
+        "one digest per window, whatever process flushes it"
+    );
     assert!(slack_text(&slack.requests()[0]).contains("20 errors in"));
     assert_eq!(a.terminate(Duration::from_secs(10)), Some(0));
     assert_eq!(b.terminate(Duration::from_secs(10)), Some(0));
@@ -127,7 +148,10 @@ async fn a_flusher_killed_between_claim_and_publish_still_delivers_the_digest_on
         ),
     );
     let mut sender = env.spawn("sender", &[]);
-    let mut crashing = env.clone().set("KLAXON_TEST_CRASH_AFTER_CLAIM", "1").spawn("worker", &[]);
+    let mut crashing = env
+        .clone()
+        .set("KLAXON_TEST_CRASH_AFTER_CLAIM", "1")
+        .spawn("worker", &[]);
     let title = format!("Panic ({})", env.namespace);
     burst(&env, &project, &title, "k", 5);
 
@@ -137,8 +161,16 @@ async fn a_flusher_killed_between_claim_and_publish_still_delivers_the_digest_on
         async move { (!up).then_some(()) }
     })
     .await;
-    assert!(died.is_some(), "the test hook must abort the worker; log:\n{}", crashing.logs());
-    assert!(crashing.logs().contains("aborting between claim and publish"), "{}", crashing.logs());
+    assert!(
+        died.is_some(),
+        "the test hook must abort the worker; log:\n{}",
+        crashing.logs()
+    );
+    assert!(
+        crashing.logs().contains("aborting between claim and publish"),
+        "{}",
+        crashing.logs()
+    );
     assert_eq!(slack.count(), 0, "nothing was published before the crash");
     crashing.kill();
 
@@ -148,7 +180,10 @@ async fn a_flusher_killed_between_claim_and_publish_still_delivers_the_digest_on
     assert_eq!(got.len(), 1, "log:\n{}", healthy.logs());
     let text = slack_text(&got[0]);
     for i in 0..5 {
-        assert!(text.contains(&format!("{title} (k-{i})")), "group k-{i} missing from {text}");
+        assert!(
+            text.contains(&format!("{title} (k-{i})")),
+            "group k-{i} missing from {text}"
+        );
     }
     tokio::time::sleep(QUIET).await;
     assert_eq!(slack.count(), 1);
@@ -197,10 +232,16 @@ async fn digests_work_on_all_four_channels() {
 
     let all = hooks.requests();
     assert_eq!(all.len(), 2);
-    let webhook = all.iter().find(|r| r.uri == "/webhook").expect("webhook request").json();
+    let webhook = all
+        .iter()
+        .find(|r| r.uri == "/webhook")
+        .expect("webhook request")
+        .json();
     let events = webhook["events"].as_array().cloned().unwrap_or_default();
     assert_eq!(events.len(), 3, "{webhook}");
-    assert!(events.iter().all(|e| e["count"] == 1 && e["title"].as_str().unwrap_or("").contains(&title)));
+    assert!(events
+        .iter()
+        .all(|e| e["count"] == 1 && e["title"].as_str().unwrap_or("").contains(&title)));
     let slack = all.iter().find(|r| r.uri == "/slack").expect("slack request");
     assert!(slack_text(slack).contains("3 errors in"), "{}", slack_text(slack));
     let tg = telegram.requests();

@@ -216,7 +216,10 @@ pub async fn delete_queues(env: &Env) {
     }
     for x in delay.exchanges() {
         let _ = ch
-            .exchange_delete(x.as_str().into(), lapin::options::ExchangeDeleteOptions::default())
+            .exchange_delete(
+                x.as_str().into(),
+                lapin::options::ExchangeDeleteOptions::default(),
+            )
             .await;
     }
     broker.close().await;
