@@ -28,7 +28,13 @@ async fn a_bad_rule_beside_a_good_one_is_reported_and_the_good_one_fires() {
     let (code, _, err) = env.run(&["rules", "import", "--file", file.to_str().expect("path")]);
     assert_ne!(code, 0, "import refuses an unusable rule without --force");
     assert!(err.contains(bad_id), "{err}");
-    env.ok(&["rules", "import", "--force", "--file", file.to_str().expect("path")]);
+    env.ok(&[
+        "rules",
+        "import",
+        "--force",
+        "--file",
+        file.to_str().expect("path"),
+    ]);
 
     let (code, out, err) = env.run(&["rules", "check", "--project", &project]);
     assert_eq!(code, 1, "check exits 1 when a rule has a problem: {out}{err}");
@@ -37,13 +43,25 @@ async fn a_bad_rule_beside_a_good_one_is_reported_and_the_good_one_fires() {
 
     let mut k = env.spawn("run", &[]);
     let title = format!("Fresh error ({})", env.namespace);
-    env.ok(&["publish", "--project", &project, "--title", &title, "--group", "fresh", "--new"]);
+    env.ok(&[
+        "publish",
+        "--project",
+        &project,
+        "--title",
+        &title,
+        "--group",
+        "fresh",
+        "--new",
+    ]);
     let got = slack.wait_for_count(1, Duration::from_secs(30)).await;
     assert_eq!(got.len(), 1, "log:\n{}", k.logs());
     assert_eq!(got[0].uri, "/good");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(slack.count(), 1);
-    assert!(k.logs().contains(bad_id), "the unusable rule is reported in the log");
+    assert!(
+        k.logs().contains(bad_id),
+        "the unusable rule is reported in the log"
+    );
     let (_, metrics) = k.get("/metrics").expect("metrics");
     assert!(!metrics.contains("klaxon_rules_problems_total 0\n"), "{metrics}");
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));

@@ -33,7 +33,15 @@ async fn seen_more_fires_exactly_once_for_250_events_with_threshold_100() {
     let mut k = env.spawn("run", &[]);
     let title = format!("TypeError: x is undefined ({})", env.namespace);
     env.ok(&[
-        "publish", "--project", &project, "--title", &title, "--group", "11da", "--count", "250",
+        "publish",
+        "--project",
+        &project,
+        "--title",
+        &title,
+        "--group",
+        "11da",
+        "--count",
+        "250",
     ]);
 
     let got = slack.wait_for_count(1, Duration::from_secs(30)).await;
@@ -44,12 +52,19 @@ async fn seen_more_fires_exactly_once_for_250_events_with_threshold_100() {
     assert_eq!(got[0].method, "POST");
     assert_eq!(got[0].uri, "/services/T/B/X");
     let text = got[0].json()["text"].as_str().unwrap_or_default().to_owned();
-    assert!(text.contains(&title), "slack text {text:?} must contain the title");
+    assert!(
+        text.contains(&title),
+        "slack text {text:?} must contain the title"
+    );
 
     let (_, metrics) = k.get("/metrics").expect("metrics");
     assert!(metrics.contains("klaxon_events_consumed_total 250"), "{metrics}");
 
-    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0), "exit 0 on SIGTERM within 10 s");
+    assert_eq!(
+        k.terminate(Duration::from_secs(10)),
+        Some(0),
+        "exit 0 on SIGTERM within 10 s"
+    );
     common::delete_queues(&env).await;
 }
 
@@ -73,19 +88,61 @@ async fn only_new_fires_once_per_group() {
 
     let title = format!("DB connection lost ({})", env.namespace);
     // not new: never notifies
-    env.ok(&["publish", "--project", &project, "--title", &title, "--group", "g-old", "--count", "3"]);
+    env.ok(&[
+        "publish",
+        "--project",
+        &project,
+        "--title",
+        &title,
+        "--group",
+        "g-old",
+        "--count",
+        "3",
+    ]);
     // new, then the same group flagged new again (a redelivered first occurrence)
-    env.ok(&["publish", "--project", &project, "--title", &title, "--group", "g-new", "--new", "--count", "3"]);
-    env.ok(&["publish", "--project", &project, "--title", &title, "--group", "g-new", "--new"]);
+    env.ok(&[
+        "publish",
+        "--project",
+        &project,
+        "--title",
+        &title,
+        "--group",
+        "g-new",
+        "--new",
+        "--count",
+        "3",
+    ]);
+    env.ok(&[
+        "publish",
+        "--project",
+        &project,
+        "--title",
+        &title,
+        "--group",
+        "g-new",
+        "--new",
+    ]);
     // new but filtered out by `including`
-    env.ok(&["publish", "--project", &project, "--title", "Cache miss", "--group", "g-other", "--new"]);
+    env.ok(&[
+        "publish",
+        "--project",
+        &project,
+        "--title",
+        "Cache miss",
+        "--group",
+        "g-other",
+        "--new",
+    ]);
 
     let got = slack.wait_for_count(1, Duration::from_secs(30)).await;
     assert_eq!(got.len(), 1, "log:\n{}", k.logs());
     tokio::time::sleep(QUIET).await;
     let got = slack.requests();
     assert_eq!(got.len(), 1, "one notification for one new group");
-    assert!(got[0].json()["text"].as_str().unwrap_or_default().contains(&title));
+    assert!(got[0].json()["text"]
+        .as_str()
+        .unwrap_or_default()
+        .contains(&title));
 
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;

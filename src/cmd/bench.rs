@@ -376,13 +376,13 @@ async fn one(global: &GlobalOpts, args: &PipelineArgs, qt: QueueType) -> anyhow:
     // Leave nothing behind.
     if let Ok(ch) = broker.channel().await {
         let topo = Topology::new(&ns, &format!("{ns}.events"), qt);
-        let mut queues = topo.queues();
-        queues.push(format!("{ns}.raw"));
-        for q in queues {
-            let _ = ch
-                .queue_delete(q.as_str().into(), lapin::options::QueueDeleteOptions::default())
-                .await;
-        }
+        let _ = topo.delete(&ch).await;
+        let _ = ch
+            .queue_delete(
+                format!("{ns}.raw").as_str().into(),
+                lapin::options::QueueDeleteOptions::default(),
+            )
+            .await;
     }
     broker.close().await;
     Ok(Row {

@@ -206,21 +206,6 @@ pub async fn delete_queues(env: &Env) {
         &format!("{}.events", env.namespace),
         klaxon_broker::QueueType::Classic,
     );
-    let delay = topo.delay();
-    let mut queues = topo.queues();
-    queues.extend(delay.queues());
-    for q in queues {
-        let _ = ch
-            .queue_delete(q.as_str().into(), lapin::options::QueueDeleteOptions::default())
-            .await;
-    }
-    for x in delay.exchanges() {
-        let _ = ch
-            .exchange_delete(
-                x.as_str().into(),
-                lapin::options::ExchangeDeleteOptions::default(),
-            )
-            .await;
-    }
+    let _ = topo.delete(&ch).await;
     broker.close().await;
 }

@@ -119,6 +119,24 @@ impl DelayTopology {
         p
     }
 
+    /// Deletes every queue and exchange of the engine (tests, benchmarks, decommissioning a namespace).
+    /// Messages waiting in it are lost.
+    pub async fn delete(&self, channel: &Channel) -> Result<(), BrokerError> {
+        for q in self.queues() {
+            crate::delete_queue(channel, &q).await?;
+        }
+        for x in self.exchanges() {
+            channel
+                .exchange_delete(
+                    x.as_str().into(),
+                    lapin::options::ExchangeDeleteOptions::default(),
+                )
+                .await
+                .map_err(amqp("exchange.delete"))?;
+        }
+        Ok(())
+    }
+
     /// Declares every level, the deliver exchange and their bindings (idempotent).
     pub async fn declare(&self, channel: &Channel) -> Result<(), BrokerError> {
         let durable = ExchangeDeclareOptions {

@@ -188,6 +188,23 @@ impl Topology {
         }
         Ok(())
     }
+
+    /// Deletes every queue and exchange of the namespace, the delay engine's included (tests, benchmarks,
+    /// decommissioning). Messages in them are lost.
+    pub async fn delete(&self, channel: &Channel) -> Result<(), BrokerError> {
+        for q in self.queues() {
+            delete_queue(channel, &q).await?;
+        }
+        self.delay().delete(channel).await
+    }
+}
+
+async fn delete_queue(channel: &Channel, name: &str) -> Result<(), BrokerError> {
+    channel
+        .queue_delete(name.into(), lapin::options::QueueDeleteOptions::default())
+        .await
+        .map(|_| ())
+        .map_err(amqp("queue.delete"))
 }
 
 async fn declare_queue(channel: &Channel, name: &str, args: FieldTable) -> Result<(), BrokerError> {

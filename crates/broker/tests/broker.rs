@@ -9,17 +9,17 @@ const T: Duration = Duration::from_secs(10);
 
 async fn delete_all(broker: &Broker, topo: &Topology) {
     let ch = broker.channel().await.expect("channel");
-    for q in topo.queues() {
-        let _ = ch
-            .queue_delete(q.as_str().into(), lapin::options::QueueDeleteOptions::default())
-            .await;
-    }
+    topo.delete(&ch)
+        .await
+        .expect("delete the namespace's queues and exchanges");
 }
 
 #[tokio::test]
 async fn publish_confirm_consume_ack_and_set_aside() {
     let ns = klaxon_testkit::unique_namespace();
-    let broker = Broker::connect(&klaxon_testkit::amqp_url(), T).await.expect("connect");
+    let broker = Broker::connect(&klaxon_testkit::amqp_url(), T)
+        .await
+        .expect("connect");
     let topo = Topology::new(&ns, &format!("{ns}.events"), QueueType::Classic);
     let publisher = broker.publisher().await.expect("publisher");
     publisher.declare(&topo).await.expect("declare");
@@ -33,12 +33,28 @@ async fn publish_confirm_consume_ack_and_set_aside() {
         .await
         .expect("publish");
 
-    let mut consumer = broker.consume(topo.events_queue(), 10, "t").await.expect("consume");
-    let d1 = consumer.next_within(T).await.expect("in time").expect("open").expect("ok");
+    let mut consumer = broker
+        .consume(topo.events_queue(), 10, "t")
+        .await
+        .expect("consume");
+    let d1 = consumer
+        .next_within(T)
+        .await
+        .expect("in time")
+        .expect("open")
+        .expect("ok");
     assert_eq!(d1.data, b"{\"a\":1}");
-    assert_eq!(d1.properties.message_id().as_ref().map(|s| s.as_str()), Some("m-1"));
+    assert_eq!(
+        d1.properties.message_id().as_ref().map(|s| s.as_str()),
+        Some("m-1")
+    );
     assert_eq!(*d1.properties.delivery_mode(), Some(2));
-    let d2 = consumer.next_within(T).await.expect("in time").expect("open").expect("ok");
+    let d2 = consumer
+        .next_within(T)
+        .await
+        .expect("in time")
+        .expect("open")
+        .expect("ok");
 
     publisher
         .publish_all(&[set_aside(&d2, topo.invalid_queue(), "body is not JSON")])
@@ -46,17 +62,34 @@ async fn publish_confirm_consume_ack_and_set_aside() {
         .expect("set aside");
     consumer.ack_up_to(d2.delivery_tag).await.expect("ack");
 
-    let mut invalid = broker.consume(&topo.invalid_queue(), 10, "t2").await.expect("consume invalid");
-    let moved = invalid.next_within(T).await.expect("in time").expect("open").expect("ok");
+    let mut invalid = broker
+        .consume(&topo.invalid_queue(), 10, "t2")
+        .await
+        .expect("consume invalid");
+    let moved = invalid
+        .next_within(T)
+        .await
+        .expect("in time")
+        .expect("open")
+        .expect("ok");
     assert_eq!(moved.data, b"not json", "moved untouched");
-    assert_eq!(header(&moved.properties, ERROR_HEADER).as_deref(), Some("body is not JSON"));
+    assert_eq!(
+        header(&moved.properties, ERROR_HEADER).as_deref(),
+        Some("body is not JSON")
+    );
     invalid.ack(moved.delivery_tag).await.expect("ack");
 
     // nothing left on the events queue after the multiple ack
     consumer.cancel().await.expect("cancel");
     consumer.close().await;
-    let mut again = broker.consume(topo.events_queue(), 10, "t3").await.expect("consume");
-    assert!(again.next_within(Duration::from_millis(500)).await.is_none(), "queue drained");
+    let mut again = broker
+        .consume(topo.events_queue(), 10, "t3")
+        .await
+        .expect("consume");
+    assert!(
+        again.next_within(Duration::from_millis(500)).await.is_none(),
+        "queue drained"
+    );
     again.close().await;
     invalid.close().await;
     delete_all(&broker, &topo).await;
@@ -66,18 +99,33 @@ async fn publish_confirm_consume_ack_and_set_aside() {
 #[tokio::test]
 async fn unacked_messages_come_back_after_the_channel_closes() {
     let ns = klaxon_testkit::unique_namespace();
-    let broker = Broker::connect(&klaxon_testkit::amqp_url(), T).await.expect("connect");
+    let broker = Broker::connect(&klaxon_testkit::amqp_url(), T)
+        .await
+        .expect("connect");
     let topo = Topology::new(&ns, &format!("{ns}.events"), QueueType::Classic);
     let publisher = broker.publisher().await.expect("publisher");
     publisher.declare(&topo).await.expect("declare");
     let q = topo.notify_queue(ChannelKind::Slack);
-    publisher.publish_all(&[Outgoing::json(&q, b"x".to_vec())]).await.expect("publish");
+    publisher
+        .publish_all(&[Outgoing::json(&q, b"x".to_vec())])
+        .await
+        .expect("publish");
     let mut c = broker.consume(&q, 1, "a").await.expect("consume");
-    let d = c.next_within(T).await.expect("in time").expect("open").expect("ok");
+    let d = c
+        .next_within(T)
+        .await
+        .expect("in time")
+        .expect("open")
+        .expect("ok");
     assert!(!d.redelivered);
     c.close().await;
     let mut c2 = broker.consume(&q, 1, "b").await.expect("consume");
-    let d = c2.next_within(T).await.expect("in time").expect("open").expect("ok");
+    let d = c2
+        .next_within(T)
+        .await
+        .expect("in time")
+        .expect("open")
+        .expect("ok");
     assert!(d.redelivered, "handed back, not lost");
     c2.ack(d.delivery_tag).await.expect("ack");
     c2.close().await;
@@ -88,7 +136,9 @@ async fn unacked_messages_come_back_after_the_channel_closes() {
 #[tokio::test]
 async fn quorum_queues_work_on_a_single_node_and_clash_is_reported() {
     let ns = klaxon_testkit::unique_namespace();
-    let broker = Broker::connect(&klaxon_testkit::amqp_url(), T).await.expect("connect");
+    let broker = Broker::connect(&klaxon_testkit::amqp_url(), T)
+        .await
+        .expect("connect");
     let quorum = Topology::new(&ns, &format!("{ns}.events"), QueueType::Quorum);
     let publisher = broker.publisher().await.expect("publisher");
     publisher.declare(&quorum).await.expect("declare quorum");
@@ -96,8 +146,16 @@ async fn quorum_queues_work_on_a_single_node_and_clash_is_reported() {
         .publish_all(&[Outgoing::json(quorum.events_queue(), b"q".to_vec())])
         .await
         .expect("publish");
-    let mut c = broker.consume(quorum.events_queue(), 5, "q").await.expect("consume");
-    let d = c.next_within(T).await.expect("in time").expect("open").expect("ok");
+    let mut c = broker
+        .consume(quorum.events_queue(), 5, "q")
+        .await
+        .expect("consume");
+    let d = c
+        .next_within(T)
+        .await
+        .expect("in time")
+        .expect("open")
+        .expect("ok");
     assert_eq!(d.data, b"q");
     c.ack(d.delivery_tag).await.expect("ack");
     c.close().await;

@@ -40,21 +40,13 @@ impl Setup {
 
     async fn cleanup(self) {
         let ch = self.broker.channel().await.expect("channel");
-        let mut queues = self.delay.queues();
-        queues.push(self.queue.clone());
-        for q in queues {
-            let _ = ch
-                .queue_delete(q.as_str().into(), lapin::options::QueueDeleteOptions::default())
-                .await;
-        }
-        for x in self.delay.exchanges() {
-            let _ = ch
-                .exchange_delete(
-                    x.as_str().into(),
-                    lapin::options::ExchangeDeleteOptions::default(),
-                )
-                .await;
-        }
+        let _ = ch
+            .queue_delete(
+                self.queue.as_str().into(),
+                lapin::options::QueueDeleteOptions::default(),
+            )
+            .await;
+        self.delay.delete(&ch).await.expect("delete the delay engine");
         self.broker.close().await;
     }
 }

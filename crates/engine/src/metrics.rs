@@ -121,13 +121,21 @@ impl Metrics {
             rules_stale_served: Counter::default(),
             rules_load_errors: Counter::default(),
         };
-        registry.register("rules_queries", "MongoDB reads made by the rule cache", m.rules_queries.clone());
+        registry.register(
+            "rules_queries",
+            "MongoDB reads made by the rule cache",
+            m.rules_queries.clone(),
+        );
         registry.register(
             "rules_stale_served",
             "Rule lookups answered with the last good rules because MongoDB failed",
             m.rules_stale_served.clone(),
         );
-        registry.register("rules_load_errors", "Failed rule loads", m.rules_load_errors.clone());
+        registry.register(
+            "rules_load_errors",
+            "Failed rule loads",
+            m.rules_load_errors.clone(),
+        );
         // prometheus-client appends `_total` to counters itself.
         registry.register(
             "events_consumed",
@@ -204,7 +212,10 @@ impl Metrics {
     /// Registers a function run before every scrape, to copy counters kept elsewhere (e.g. the rule cache's)
     /// into the registry.
     pub fn add_scrape_hook(&self, hook: ScrapeHook) {
-        self.scrape_hooks.lock().unwrap_or_else(|p| p.into_inner()).push(hook);
+        self.scrape_hooks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(hook);
     }
 
     /// Raises `counter` to `total` (counters only go up; a smaller total is ignored).
