@@ -70,6 +70,60 @@ impl GlobalOpts {
     }
 }
 
+/// Delivery settings shared by `klaxon run|sender` and `klaxon test-notify`. Secrets come from the
+/// environment only: `KLAXON_TELEGRAM_BOT_TOKEN`, `KLAXON_WEBHOOK_SECRET` (and SMTP credentials inside the URL).
+#[derive(Debug, Clone, Args)]
+pub struct DeliveryOpts {
+    /// Telegram Bot API base URL.
+    #[arg(long, env = "KLAXON_TELEGRAM_API", default_value = "https://api.telegram.org")]
+    pub telegram_api: String,
+    /// SMTP server: smtp://host:port, smtp://host:port?tls=starttls, smtps://user:pass@host:port.
+    #[arg(
+        long,
+        env = "KLAXON_SMTP_URL",
+        default_value = "smtp://127.0.0.1:25",
+        hide_env_values = true
+    )]
+    pub smtp_url: String,
+    /// The From address of emails.
+    #[arg(long, env = "KLAXON_SMTP_FROM", default_value = "klaxon@localhost")]
+    pub smtp_from: String,
+    /// Allow deliveries to loopback/private/link-local addresses.
+    #[arg(long, env = "KLAXON_ALLOW_PRIVATE_ENDPOINTS", default_value_t = false)]
+    pub allow_private_endpoints: bool,
+    /// Connect timeout for deliveries, in seconds.
+    #[arg(long, env = "KLAXON_CONNECT_TIMEOUT", default_value_t = 5)]
+    pub connect_timeout: u64,
+    /// Whole-request timeout for deliveries, in seconds.
+    #[arg(long, env = "KLAXON_REQUEST_TIMEOUT", default_value_t = 10)]
+    pub request_timeout: u64,
+}
+
+fn env_secret(name: &str) -> Option<klaxon_channels::Secret> {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .map(klaxon_channels::Secret::new)
+}
+
+impl DeliveryOpts {
+    /// The validated adapters (must be called inside the tokio runtime: the SMTP pool starts a task).
+    pub fn channels(&self) -> anyhow::Result<klaxon_channels::Channels> {
+        use anyhow::Context;
+        klaxon_channels::Channels::new(klaxon_channels::ChannelsConfig {
+            telegram_api: self.telegram_api.clone(),
+            telegram_bot_token: env_secret("KLAXON_TELEGRAM_BOT_TOKEN"),
+            smtp_url: klaxon_channels::Secret::new(self.smtp_url.clone()),
+            smtp_from: self.smtp_from.clone(),
+            webhook_secret: env_secret("KLAXON_WEBHOOK_SECRET"),
+            allow_private_endpoints: self.allow_private_endpoints,
+            connect_timeout: std::time::Duration::from_secs(self.connect_timeout),
+            request_timeout: std::time::Duration::from_secs(self.request_timeout),
+        })
+        .context("invalid delivery settings")
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Evaluate events and deliver notifications in one process.

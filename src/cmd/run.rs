@@ -8,7 +8,6 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use klaxon_broker::{QueueType, Topology};
-use klaxon_channels::{Channels, ChannelsConfig, Secret};
 use klaxon_core::ChannelKind;
 use klaxon_counter::{Counter, RedisHandle};
 use klaxon_engine::breaker::{BreakerConfig, Breakers, Bulkheads};
@@ -22,7 +21,7 @@ use klaxon_rules::{RuleCache, RuleStore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::cli::GlobalOpts;
+use crate::cli::{DeliveryOpts, GlobalOpts};
 
 /// How long in-flight work may take to finish after SIGTERM/SIGINT before the process exits anyway.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(8);
@@ -33,23 +32,8 @@ pub struct RunArgs {
     /// Serves GET /metrics, /healthz and /readyz.
     #[arg(long, env = "KLAXON_HTTP_ADDR", default_value = "127.0.0.1:9464")]
     pub http_addr: SocketAddr,
-    /// Telegram Bot API base URL.
-    #[arg(long, env = "KLAXON_TELEGRAM_API", default_value = "https://api.telegram.org")]
-    pub telegram_api: String,
-    /// SMTP server: smtp://host:port, smtp://host:port?tls=starttls, smtps://user:pass@host:port.
-    #[arg(
-        long,
-        env = "KLAXON_SMTP_URL",
-        default_value = "smtp://127.0.0.1:25",
-        hide_env_values = true
-    )]
-    pub smtp_url: String,
-    /// The From address of emails.
-    #[arg(long, env = "KLAXON_SMTP_FROM", default_value = "klaxon@localhost")]
-    pub smtp_from: String,
-    /// Allow deliveries to loopback/private/link-local addresses.
-    #[arg(long, env = "KLAXON_ALLOW_PRIVATE_ENDPOINTS", default_value_t = false)]
-    pub allow_private_endpoints: bool,
+    #[command(flatten)]
+    pub delivery: DeliveryOpts,
     /// Queue type for newly declared queues: classic or quorum.
     #[arg(long, env = "KLAXON_QUEUE_TYPE", default_value = "classic")]
     pub queue_type: QueueType,
@@ -68,12 +52,6 @@ pub struct RunArgs {
     /// Delivery attempts before a notification goes to the dead-letter queue.
     #[arg(long, env = "KLAXON_MAX_ATTEMPTS", default_value_t = 8)]
     pub max_attempts: u32,
-    /// Connect timeout for deliveries, in seconds.
-    #[arg(long, env = "KLAXON_CONNECT_TIMEOUT", default_value_t = 5)]
-    pub connect_timeout: u64,
-    /// Whole-request timeout for deliveries, in seconds.
-    #[arg(long, env = "KLAXON_REQUEST_TIMEOUT", default_value_t = 10)]
-    pub request_timeout: u64,
     /// Retry schedule, comma-separated seconds: the delay before attempt n+1 is entry n (the last repeats),
     /// jittered ±20 %, never shorter than the destination's Retry-After.
     #[arg(long, env = "KLAXON_RETRY_SCHEDULE", default_value = "1,5,30,120,600,3600")]
@@ -157,13 +135,6 @@ fn parse_schedule(s: &str) -> anyhow::Result<Vec<Duration>> {
     Ok(out)
 }
 
-fn env_secret(name: &str) -> Option<Secret> {
-    std::env::var(name)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .map(Secret::new)
-}
-
 /// Retries `connect` with a jittered, capped backoff until it succeeds or shutdown begins.
 async fn connect_with_retry<T, E, F, Fut>(
     what: &str,
@@ -196,19 +167,7 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
     // Validate everything before connecting to anything.
     let topology = Topology::new(&global.namespace, &global.events_queue(), args.queue_type);
     let channels = if roles.sender {
-        Some(
-            Channels::new(ChannelsConfig {
-                telegram_api: args.telegram_api.clone(),
-                telegram_bot_token: env_secret("KLAXON_TELEGRAM_BOT_TOKEN"),
-                smtp_url: Secret::new(args.smtp_url.clone()),
-                smtp_from: args.smtp_from.clone(),
-                webhook_secret: env_secret("KLAXON_WEBHOOK_SECRET"),
-                allow_private_endpoints: args.allow_private_endpoints,
-                connect_timeout: Duration::from_secs(args.connect_timeout),
-                request_timeout: Duration::from_secs(args.request_timeout),
-            })
-            .context("invalid delivery settings")?,
-        )
+        Some(args.delivery.channels()?)
     } else {
         None
     };
@@ -352,7 +311,7 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
                 &global.namespace,
                 Duration::from_secs(args.dedup_ttl),
                 // longer than one attempt can take (connect + request timeouts) plus a rate-limit sleep
-                Duration::from_secs(args.connect_timeout + args.request_timeout + 30),
+                Duration::from_secs(args.delivery.connect_timeout + args.delivery.request_timeout + 30),
             ),
             limiter: RateLimiter::new(
                 redis,
