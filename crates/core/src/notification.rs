@@ -7,7 +7,7 @@ use crate::rule::{ChannelKind, Window};
 
 /// Why a notification was produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "type")]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "type")]
 pub enum Reason {
     /// ONLY_NEW: a first occurrence.
     New,
@@ -174,6 +174,11 @@ mod tests {
             }],
         };
         let json = serde_json::to_string(&t).expect("serialize");
+        assert!(
+            json.contains(r#""reason":{"type":"threshold","threshold":100,"periodMs":60000,"window":"sliding"}"#),
+            "{json}"
+        );
+        assert!(json.contains(r#""notificationId":"id""#) && json.contains(r#""firedAtMs":5"#), "{json}");
         let back: NotificationTask = serde_json::from_str(&json).expect("parse");
         assert_eq!(back, t);
         assert!(!format!("{t:?}").contains("SECRET"));
