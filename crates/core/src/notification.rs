@@ -175,10 +175,15 @@ mod tests {
         };
         let json = serde_json::to_string(&t).expect("serialize");
         assert!(
-            json.contains(r#""reason":{"type":"threshold","threshold":100,"periodMs":60000,"window":"sliding"}"#),
+            json.contains(
+                r#""reason":{"type":"threshold","threshold":100,"periodMs":60000,"window":"sliding"}"#
+            ),
             "{json}"
         );
-        assert!(json.contains(r#""notificationId":"id""#) && json.contains(r#""firedAtMs":5"#), "{json}");
+        assert!(
+            json.contains(r#""notificationId":"id""#) && json.contains(r#""firedAtMs":5"#),
+            "{json}"
+        );
         let back: NotificationTask = serde_json::from_str(&json).expect("parse");
         assert_eq!(back, t);
         assert!(!format!("{t:?}").contains("SECRET"));
