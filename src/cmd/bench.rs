@@ -339,13 +339,15 @@ async fn one(global: &GlobalOpts, args: &PipelineArgs, qt: QueueType) -> anyhow:
         async move {
             let deadline = Instant::now() + Duration::from_secs(600);
             loop {
+                // `klaxon_batch_size_sum` counts events of batches that are done (published and acked);
+                // `klaxon_events_consumed_total` would also count the batch still being processed.
                 if let Some((_, m)) = http_get(&addr, "/metrics").await {
-                    if metric(&m, "klaxon_events_consumed_total") >= n {
+                    if metric(&m, "klaxon_batch_size_sum") >= n {
                         return Ok(m);
                     }
                 }
                 if Instant::now() > deadline {
-                    bail!("the bench worker did not consume {n} events in 600 s");
+                    bail!("the bench worker did not finish {n} events in 600 s");
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
