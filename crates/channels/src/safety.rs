@@ -53,29 +53,11 @@ fn v6_kind(ip: Ipv6Addr) -> Option<&'static str> {
     if let Some(v4) = ip.to_ipv4_mapped() {
         return v4_kind(v4);
     }
-    if seg[..6] == [0; 6] {
-        return v4_kind(Ipv4Addr::new(
-            (seg[6] >> 8) as u8,
-            seg[6] as u8,
-            (seg[7] >> 8) as u8,
-            seg[7] as u8,
-        ));
-    }
-    if seg[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        return v4_kind(Ipv4Addr::new(
-            (seg[6] >> 8) as u8,
-            seg[6] as u8,
-            (seg[7] >> 8) as u8,
-            seg[7] as u8,
-        ));
+    if seg[..6] == [0; 6] || seg[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        return v4_kind(embedded_v4(seg[6], seg[7]));
     }
     if seg[0] == 0x2002 {
-        return v4_kind(Ipv4Addr::new(
-            (seg[1] >> 8) as u8,
-            seg[1] as u8,
-            (seg[2] >> 8) as u8,
-            seg[2] as u8,
-        ));
+        return v4_kind(embedded_v4(seg[1], seg[2]));
     }
     if seg[0] & 0xff00 == 0xff00 {
         Some("multicast")
@@ -88,6 +70,11 @@ fn v6_kind(ip: Ipv6Addr) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// The IPv4 address held in two 16-bit segments of an IPv6 address.
+fn embedded_v4(hi: u16, lo: u16) -> Ipv4Addr {
+    Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo))
 }
 
 /// The error the resolver returns for a refused name; the delivery code finds it in reqwest's error chain and
