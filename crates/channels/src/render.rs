@@ -108,27 +108,23 @@ fn value_text(value: &Value) -> String {
 
 /// Escapes text for Telegram's HTML parse mode.
 pub fn escape_telegram(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            c => out.push(c),
-        }
-    }
-    out
+    escape_entities(s, true)
 }
 
 /// Escapes text for Slack's mrkdwn.
 pub fn escape_mrkdwn(s: &str) -> String {
+    escape_entities(s, false)
+}
+
+/// `&`, `<` and `>` as entities, and `"` too when `quote`.
+fn escape_entities(s: &str, quote: bool) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
+            '"' if quote => out.push_str("&quot;"),
             c => out.push(c),
         }
     }
