@@ -12,7 +12,7 @@ use klaxon_core::NotificationTask;
 use lettre::message::{Mailbox, MultiPart};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 
-use crate::error::tidy;
+use crate::error::{one_line, tidy};
 use crate::render::{EMAIL_HTML, EMAIL_SUBJECT, EMAIL_TEXT};
 use crate::secret::redact_endpoint;
 use crate::{ChannelError, Channels, Delivered, DeliveryError, Secret};
@@ -89,22 +89,6 @@ fn recipients(endpoint: &str) -> Result<Vec<Mailbox>, DeliveryError> {
     Ok(out)
 }
 
-fn one_line(s: &str, max: usize) -> String {
-    let line: String = s
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect::<String>()
-        .trim()
-        .to_owned();
-    if line.chars().count() > max {
-        let mut cut: String = line.chars().take(max).collect();
-        cut.push('…');
-        cut
-    } else {
-        line
-    }
-}
-
 /// Classifies an SMTP failure: 4xx replies, timeouts and connection trouble are transient; 5xx replies and
 /// client-side problems (an AUTH mechanism or TLS requirement the server cannot meet) are permanent.
 fn classify_smtp(e: &lettre::transport::smtp::Error, secrets: &[&str]) -> DeliveryError {
@@ -126,7 +110,7 @@ impl Channels {
     pub(crate) async fn deliver_email(&self, task: &NotificationTask) -> Result<Delivered, DeliveryError> {
         let to = recipients(&task.endpoint)?;
         let r = &self.inner.renderer;
-        let subject = one_line(&r.render(EMAIL_SUBJECT, task)?, MAX_SUBJECT_CHARS);
+        let subject = one_line(&r.render(EMAIL_SUBJECT, task)?, &[], MAX_SUBJECT_CHARS);
         let text = r.render(EMAIL_TEXT, task)?;
         let html = r.render(EMAIL_HTML, task)?;
         let mut builder = Message::builder()
@@ -187,7 +171,7 @@ mod tests {
 
     #[test]
     fn subjects_are_one_bounded_line() {
-        assert_eq!(one_line(" a\nb ", 10), "a b");
-        assert_eq!(one_line(&"x".repeat(300), 250).chars().count(), 251);
+        assert_eq!(one_line(" a\nb ", &[], 10), "a b");
+        assert_eq!(one_line(&"x".repeat(300), &[], 250).chars().count(), 251);
     }
 }

@@ -132,7 +132,13 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
 
 /// Keeps an error detail short, on one line, and free of the given secrets.
 pub(crate) fn tidy(detail: &str, secrets: &[&str]) -> String {
-    let mut s: String = detail
+    one_line(detail, secrets, 160)
+}
+
+/// `text` on one line (control characters become spaces), trimmed, free of the given secrets and cut after
+/// `max` characters (marked with `…`).
+pub(crate) fn one_line(text: &str, secrets: &[&str], max: usize) -> String {
+    let mut s: String = text
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
@@ -140,9 +146,8 @@ pub(crate) fn tidy(detail: &str, secrets: &[&str]) -> String {
         s = s.replace(secret, "<redacted>");
     }
     let s = s.trim();
-    const MAX: usize = 160;
-    if s.chars().count() > MAX {
-        let cut: String = s.chars().take(MAX).collect();
+    if s.chars().count() > max {
+        let cut: String = s.chars().take(max).collect();
         format!("{cut}…")
     } else {
         s.to_owned()
