@@ -55,6 +55,15 @@ impl Kind {
             Kind::Sliding => "sliding_window.lua",
         }
     }
+
+    /// The suffixes of the keys the script takes per (rule, group), in the order of its KEYS.
+    fn key_suffixes(self) -> &'static [&'static str] {
+        match self {
+            Kind::FirstSeen => &["new"],
+            Kind::Fixed => &["fx"],
+            Kind::Sliding => &["sl", "slc"],
+        }
+    }
 }
 
 /// Splits a spec into (script, threshold, period); first-seen has neither.
@@ -126,11 +135,10 @@ impl Counter {
     pub fn keys_of(&self, hit: &Hit) -> Vec<String> {
         let (kind, _, _) = parts(hit.spec);
         let base = self.key_base(&hit.rule_id, &hit.group_hash);
-        match kind {
-            Kind::FirstSeen => vec![format!("{base}:new")],
-            Kind::Fixed => vec![format!("{base}:fx")],
-            Kind::Sliding => vec![format!("{base}:sl"), format!("{base}:slc")],
-        }
+        kind.key_suffixes()
+            .iter()
+            .map(|s| format!("{base}:{s}"))
+            .collect()
     }
 
     fn key_base(&self, rule_id: &str, group_hash: &str) -> String {
@@ -217,8 +225,9 @@ impl Counter {
             .collect()
     }
 
-    /// Packs calls into script invocations: one per (script, slot) — in single-node Redis one per script — with at most [`MAX_KEYS_PER_CALL`] (rule, group) pairs each, so that one call never
-    /// holds the server for long.
+    /// Packs calls into script invocations: one per (script, slot) — in single-node Redis one per script —
+    /// with at most [`MAX_KEYS_PER_CALL`] (rule, group) pairs each, so that one call never holds the server
+    /// for long.
     fn pack(&self, calls: &[Call<'_>], now_ms: Option<i64>) -> Vec<Invocation> {
         let cluster = self.redis.is_cluster();
         let mut open: HashMap<(Kind, Option<Slot>), usize> = HashMap::new();
@@ -262,17 +271,13 @@ impl Counter {
     ) -> Cmd {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(kind.script().get_hash());
-        match kind {
-            Kind::Sliding => cmd.arg(2 * members.len()),
-            Kind::FirstSeen | Kind::Fixed => cmd.arg(members.len()),
-        };
+        let suffixes = kind.key_suffixes();
+        cmd.arg(suffixes.len() * members.len());
         for &i in members {
             let base = &bases[i];
-            match kind {
-                Kind::FirstSeen => cmd.arg(format!("{base}:new")),
-                Kind::Fixed => cmd.arg(format!("{base}:fx")),
-                Kind::Sliding => cmd.arg(format!("{base}:sl")).arg(format!("{base}:slc")),
-            };
+            for s in suffixes {
+                cmd.arg(format!("{base}:{s}"));
+            }
         }
         match now_ms {
             Some(now) => cmd.arg(now),
