@@ -9,7 +9,7 @@ use redis::cluster_routing::Slot;
 use redis::{Cmd, Pipeline, RedisResult, Script, ServerErrorKind, Value};
 use sha2::{Digest, Sha256};
 
-use crate::{CounterError, Hit, HitSpec, Outcome, RedisHandle};
+use crate::{ms, CounterError, Hit, HitSpec, Outcome, RedisHandle};
 
 static FIXED_WINDOW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/fixed_window.lua")));
@@ -116,13 +116,13 @@ impl Counter {
         Counter {
             redis,
             namespace: namespace.into(),
-            first_seen_ttl_ms: DEFAULT_FIRST_SEEN_TTL.as_millis() as u64,
+            first_seen_ttl_ms: ms(DEFAULT_FIRST_SEEN_TTL),
         }
     }
 
     /// Changes how long ONLY_NEW remembers a firing (default [`DEFAULT_FIRST_SEEN_TTL`]; at least 1 ms).
     pub fn with_first_seen_ttl(mut self, ttl: Duration) -> Self {
-        self.first_seen_ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.first_seen_ttl_ms = ms(ttl);
         self
     }
 

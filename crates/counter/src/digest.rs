@@ -12,7 +12,7 @@ use std::time::Duration;
 use klaxon_core::{ChannelKind, NotificationEvent};
 use redis::{Script, Value};
 
-use crate::{CounterError, RedisHandle};
+use crate::{ms, CounterError, RedisHandle};
 
 static APPEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/digest_append.lua")));
@@ -84,10 +84,6 @@ pub struct Digests {
     redis: RedisHandle,
     namespace: Arc<str>,
     lease: Duration,
-}
-
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 fn now_arg(now_ms: Option<i64>) -> String {

@@ -40,3 +40,8 @@ pub use digest::{Appended, Claim, DigestKey, Digests};
 pub use error::CounterError;
 pub use handle::RedisHandle;
 pub use hit::{Hit, HitSpec, Outcome};
+
+/// A duration as a script's ms argument: saturating, and at least 1 ms (Redis refuses a zero `PX`).
+pub(crate) fn ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}

@@ -193,14 +193,7 @@ impl RuleStore {
             return Ok(None);
         };
         self.inner.queries.fetch_add(1, Ordering::Relaxed);
-        let found = self
-            .inner
-            .projects
-            .find_one(doc! {"_id": oid})
-            .projection(doc! {"notifications": 1})
-            .await
-            .map_err(|e| RulesError::from_driver("find project", e))?;
-        let Some(doc) = found else {
+        let Some(doc) = self.find_project(oid).await? else {
             return Ok(None);
         };
         let notifications = doc.get("notifications").cloned().map(Bson::into_relaxed_extjson);
