@@ -87,6 +87,10 @@ fn notifications_of(doc: &Document) -> Vec<Document> {
     }
 }
 
+fn as_bson(rules: &[Document]) -> Vec<Bson> {
+    rules.iter().cloned().map(Bson::Document).collect()
+}
+
 fn fingerprint(parts: &[&str]) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     parts.hash(&mut h);
@@ -316,12 +320,7 @@ impl RuleStore {
     /// Sets the `notifications` of an existing project, or creates the project document. Upserts are not
     /// used (PoloDB ignores them): find, then update or insert; a concurrent insert is retried as an update.
     async fn put_notifications(&self, project: &ProjectNotifications) -> Result<(), RulesError> {
-        let rules: Vec<Bson> = project
-            .notifications
-            .iter()
-            .cloned()
-            .map(Bson::Document)
-            .collect();
+        let rules = as_bson(&project.notifications);
         let set = |rules: Vec<Bson>| doc! {"$set": {"notifications": rules}};
         if self.find_project(project.project_id).await?.is_some() {
             self.update(project.project_id, set(rules)).await?;
@@ -443,7 +442,6 @@ impl RuleStore {
                 .ok_or_else(|| RulesError::RuleNotFound(rule_id.to_owned()))?;
             let mut after = before.clone();
             edit(&mut after, idx);
-            let as_bson = |v: &[Document]| -> Vec<Bson> { v.iter().cloned().map(Bson::Document).collect() };
             let set = doc! {"$set": {"notifications": as_bson(&after)}};
             if self.inner.no_array_filters.load(Ordering::Relaxed) {
                 self.update(project, set).await?;
