@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -42,8 +42,8 @@ struct Inner {
     projects: Collection<Document>,
     queries: AtomicU64,
     problems_reported: AtomicU64,
-    indexes: AtomicU64,
-    no_array_filters: std::sync::atomic::AtomicBool,
+    has_rule_index: AtomicBool,
+    no_array_filters: AtomicBool,
     reported: Mutex<HashSet<u64>>,
 }
 
@@ -126,8 +126,8 @@ impl RuleStore {
                 projects: db.collection(PROJECTS),
                 queries: AtomicU64::new(0),
                 problems_reported: AtomicU64::new(0),
-                indexes: AtomicU64::new(0),
-                no_array_filters: std::sync::atomic::AtomicBool::new(false),
+                has_rule_index: AtomicBool::new(false),
+                no_array_filters: AtomicBool::new(false),
                 reported: Mutex::new(HashSet::new()),
             }),
         };
@@ -148,7 +148,7 @@ impl RuleStore {
             .build();
         match tokio::time::timeout(SERVER_SELECTION_TIMEOUT, self.inner.projects.create_index(model)).await {
             Ok(Ok(_)) => {
-                self.inner.indexes.store(1, Ordering::Relaxed);
+                self.inner.has_rule_index.store(true, Ordering::Relaxed);
                 tracing::debug!(index = RULE_ID_INDEX, "index ready");
             }
             Ok(Err(e)) => tracing::info!(
@@ -165,7 +165,7 @@ impl RuleStore {
 
     /// Whether the `notifications._id` index was created (false on servers without `createIndexes`).
     pub fn has_rule_index(&self) -> bool {
-        self.inner.indexes.load(Ordering::Relaxed) == 1
+        self.inner.has_rule_index.load(Ordering::Relaxed)
     }
 
     /// The database in use.
