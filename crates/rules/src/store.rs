@@ -518,6 +518,9 @@ fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
             .write_errors
             .as_ref()
             .is_some_and(|ws| ws.iter().any(|w| w.code == 11000)),
-        _ => e.to_string().contains("E11000") || e.to_string().to_lowercase().contains("duplicate"),
+        _ => {
+            let message = e.to_string();
+            message.contains("E11000") || message.to_lowercase().contains("duplicate")
+        }
     }
 }
