@@ -68,7 +68,6 @@ if keepit then
   redis.call('HSET', KEYS[2], group, cjson.encode({count = count, title = ARGV[4], repetitionId = rep}))
 end
 redis.call('PEXPIRE', KEYS[1], period + keep)
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  redis.call('PEXPIRE', KEYS[2], period + keep)
-end
+-- (a no-op when nothing is buffered: PEXPIRE of a missing key does nothing)
+redis.call('PEXPIRE', KEYS[2], period + keep)
 return {schedule, start, now}
