@@ -115,19 +115,29 @@ struct SlotState {
 enum Lookup {
     Fresh(Arc<ProjectRules>),
     Stale(Arc<ProjectRules>),
-    Miss,
+    /// Must be loaded; carries the previous value, if any.
+    Miss(Option<Arc<ProjectRules>>),
 }
 
 impl Slot {
-    fn lookup(&self, now: Instant) -> (Lookup, Option<Arc<ProjectRules>>) {
+    fn lookup(&self, now: Instant) -> Lookup {
         let Ok(st) = self.state.lock() else {
-            return (Lookup::Miss, None);
+            return Lookup::Miss(None);
         };
         let fresh = st.fresh_until.is_some_and(|t| now < t);
         match (&st.value, fresh) {
-            (Some(v), true) if st.stale => (Lookup::Stale(v.clone()), Some(v.clone())),
-            (Some(v), true) => (Lookup::Fresh(v.clone()), Some(v.clone())),
-            (v, _) => (Lookup::Miss, v.clone()),
+            (Some(v), true) if st.stale => Lookup::Stale(v.clone()),
+            (Some(v), true) => Lookup::Fresh(v.clone()),
+            (v, _) => Lookup::Miss(v.clone()),
+        }
+    }
+
+    /// Marks the value for reload on next use; a load already under way is not trusted.
+    fn expire(&self) {
+        if let Ok(mut st) = self.state.lock() {
+            st.fresh_until = None;
+            st.last_error = None;
+            st.generation += 1;
         }
     }
 
@@ -199,6 +209,18 @@ impl RuleCache {
         slots.entry(key).or_default().clone()
     }
 
+    /// The value a lookup found (counting a stale one as served), or on a miss `Err` with the previous value.
+    fn serve(&self, lookup: Lookup) -> Result<Arc<ProjectRules>, Option<Arc<ProjectRules>>> {
+        match lookup {
+            Lookup::Fresh(v) => Ok(v),
+            Lookup::Stale(v) => {
+                self.inner.stale_served.fetch_add(1, Ordering::Relaxed);
+                Ok(v)
+            }
+            Lookup::Miss(previous) => Err(previous),
+        }
+    }
+
     /// The validated rules of a project; an unknown project has no rules.
     ///
     /// Never fails while a previous good value exists (stale-while-error); errors only when there is nothing
@@ -207,13 +229,9 @@ impl RuleCache {
         let key = Self::key(project_id);
         let slot = self.slot(key.clone());
         let asked = Instant::now();
-        let previous = match slot.lookup(asked) {
-            (Lookup::Fresh(v), _) => return Ok(v),
-            (Lookup::Stale(v), _) => {
-                self.inner.stale_served.fetch_add(1, Ordering::Relaxed);
-                return Ok(v);
-            }
-            (Lookup::Miss, previous) => previous,
+        let previous = match self.serve(slot.lookup(asked)) {
+            Ok(v) => return Ok(v),
+            Err(previous) => previous,
         };
         let _flight = match slot.refresh.try_lock() {
             Ok(guard) => guard,
@@ -222,13 +240,8 @@ impl RuleCache {
             Err(_) => slot.refresh.lock().await,
         };
         // Whoever held the flight may have done the work.
-        match slot.lookup(Instant::now()) {
-            (Lookup::Fresh(v), _) => return Ok(v),
-            (Lookup::Stale(v), _) => {
-                self.inner.stale_served.fetch_add(1, Ordering::Relaxed);
-                return Ok(v);
-            }
-            (Lookup::Miss, _) => {}
+        if let Ok(v) = self.serve(slot.lookup(Instant::now())) {
+            return Ok(v);
         }
         if let Some(e) = slot.recent_error(asked) {
             return Err(e);
@@ -291,11 +304,7 @@ impl RuleCache {
         let key = Self::key(project_id);
         let slot = self.inner.slots.lock().ok().and_then(|s| s.get(&key).cloned());
         if let Some(slot) = slot {
-            if let Ok(mut st) = slot.state.lock() {
-                st.fresh_until = None;
-                st.last_error = None;
-                st.generation += 1;
-            }
+            slot.expire();
             self.inner.invalidations.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -309,11 +318,7 @@ impl RuleCache {
             .map(|s| s.values().cloned().collect())
             .unwrap_or_default();
         for slot in slots {
-            if let Ok(mut st) = slot.state.lock() {
-                st.fresh_until = None;
-                st.last_error = None;
-                st.generation += 1;
-            }
+            slot.expire();
         }
         self.inner.invalidations.fetch_add(1, Ordering::Relaxed);
     }
