@@ -254,16 +254,8 @@ async fn consume_loop(
     shutdown: &CancellationToken,
 ) -> Result<(), EngineError> {
     loop {
-        let next = tokio::select! {
-            _ = shutdown.cancelled() => {
-                let _ = consumer.cancel().await;
-                return Ok(());
-            }
-            d = consumer.next() => d,
-        };
-        let delivery = match next {
-            Some(d) => d?,
-            None => return Err(EngineError::ConsumerClosed),
+        let Some(delivery) = crate::next_or_shutdown(consumer, shutdown).await? else {
+            return Ok(());
         };
         flush(deps, crash_after_claim, publisher, &delivery).await?;
         consumer.ack(delivery.delivery_tag).await?;

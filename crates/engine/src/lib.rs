@@ -60,6 +60,25 @@ pub enum EngineError {
     Encode(String),
 }
 
+/// The next delivery of `consumer`, or `None` once `shutdown` fires — the consumer is then cancelled, so no new
+/// deliveries arrive while the ones already received can still be finished and acked. A consumer the broker
+/// closed is an error (the session ends and reconnects).
+pub(crate) async fn next_or_shutdown(
+    consumer: &mut klaxon_broker::Consumer,
+    shutdown: &CancellationToken,
+) -> Result<Option<klaxon_broker::Delivery>, EngineError> {
+    tokio::select! {
+        _ = shutdown.cancelled() => {
+            let _ = consumer.cancel().await;
+            Ok(None)
+        }
+        next = consumer.next() => match next {
+            Some(d) => Ok(Some(d?)),
+            None => Err(EngineError::ConsumerClosed),
+        },
+    }
+}
+
 /// Runs `session` again and again until `shutdown`, with a jittered, capped backoff after failures.
 pub(crate) async fn supervise<F, Fut>(
     role: &str,

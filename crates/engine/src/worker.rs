@@ -116,16 +116,8 @@ async fn consume_loop(
     shutdown: &CancellationToken,
 ) -> Result<(), EngineError> {
     loop {
-        let first = tokio::select! {
-            _ = shutdown.cancelled() => {
-                let _ = consumer.cancel().await;
-                return Ok(());
-            }
-            d = consumer.next() => d,
-        };
-        let first = match first {
-            Some(d) => d?,
-            None => return Err(EngineError::ConsumerClosed),
+        let Some(first) = crate::next_or_shutdown(consumer, shutdown).await? else {
+            return Ok(());
         };
         let started = Instant::now();
         let mut batch = vec![first];
