@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{json_file, object_id, Env, Klaxon};
+use common::{object_id, Env, Klaxon};
 use klaxon_broker::{Broker, Outgoing, QueueType, Topology};
 use klaxon_core::{ChannelKind, NotificationEvent, NotificationTask, Reason};
 use klaxon_testkit::{HttpSink, Reply};
@@ -129,8 +129,7 @@ async fn transient_failures_retry_then_deliver_once_with_one_notification_id() {
             "channels": {"webhook": {"isEnabled": true, "endpoint": hook.url("/hook"), "minPeriod": 0}}
         }]
     }]);
-    let file = json_file(&env, "rules", &rules);
-    env.ok(&["rules", "import", "--file", file.to_str().expect("path")]);
+    env.import(&rules);
     let mut k = env.spawn("run", &[]);
     let title = format!("Flaky receiver ({})", env.namespace);
     env.ok(&[

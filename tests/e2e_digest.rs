@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{json_file, object_id, Env};
+use common::{object_id, Env};
 use klaxon_testkit::HttpSink;
 use serde_json::json;
 
@@ -24,11 +24,6 @@ fn rules(project: &str, channels: serde_json::Value) -> serde_json::Value {
             "channels": channels
         }]
     }])
-}
-
-fn import(env: &Env, rules: &serde_json::Value) {
-    let file = json_file(env, "rules", rules);
-    env.ok(&["rules", "import", "--file", file.to_str().expect("path")]);
 }
 
 /// Publishes one event to each of `n` groups `<group>-0..n` (titles `<title> (<group>-<i>)`), in one process.
@@ -58,13 +53,10 @@ async fn a_burst_becomes_one_digest_after_min_period_and_the_next_burst_another(
     let env = Env::new();
     let slack = HttpSink::start().await.expect("sink");
     let project = object_id();
-    import(
-        &env,
-        &rules(
-            &project,
-            json!({"slack": {"isEnabled": true, "endpoint": slack.url("/hook"), "minPeriod": 2}}),
-        ),
-    );
+    env.import(&rules(
+        &project,
+        json!({"slack": {"isEnabled": true, "endpoint": slack.url("/hook"), "minPeriod": 2}}),
+    ));
     let mut k = env.spawn("run", &[]);
     let title = format!("TypeError ({})", env.namespace);
 
@@ -110,13 +102,10 @@ async fn two_processes_still_send_one_digest_per_window() {
     let env = Env::new();
     let slack = HttpSink::start().await.expect("sink");
     let project = object_id();
-    import(
-        &env,
-        &rules(
-            &project,
-            json!({"slack": {"isEnabled": true, "endpoint": slack.url("/hook"), "minPeriod": 2}}),
-        ),
-    );
+    env.import(&rules(
+        &project,
+        json!({"slack": {"isEnabled": true, "endpoint": slack.url("/hook"), "minPeriod": 2}}),
+    ));
     let mut a = env.spawn("run", &[]);
     let mut b = env.spawn("run", &[]);
     let title = format!("Timeout ({})", env.namespace);
@@ -140,13 +129,10 @@ async fn a_flusher_killed_between_claim_and_publish_still_delivers_the_digest_on
     let env = Env::new();
     let slack = HttpSink::start().await.expect("sink");
     let project = object_id();
-    import(
-        &env,
-        &rules(
-            &project,
-            json!({"slack": {"isEnabled": true, "endpoint": slack.url("/hook"), "minPeriod": 1}}),
-        ),
-    );
+    env.import(&rules(
+        &project,
+        json!({"slack": {"isEnabled": true, "endpoint": slack.url("/hook"), "minPeriod": 1}}),
+    ));
     let mut sender = env.spawn("sender", &[]);
     let mut crashing = env
         .clone()
@@ -201,8 +187,7 @@ async fn digests_work_on_all_four_channels() {
         .set("KLAXON_TELEGRAM_API", &telegram.url(""))
         .set("KLAXON_TELEGRAM_BOT_TOKEN", TOKEN);
     let project = object_id();
-    import(
-        &env,
+    env.import(
         &rules(
             &project,
             json!({

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, json_file, object_id, Env, Klaxon};
+use common::{free_port, object_id, Env, Klaxon};
 use klaxon_testkit::HttpSink;
 use serde_json::json;
 
@@ -198,8 +198,7 @@ fn import_rule(env: &Env, project: &str, threshold: u64, endpoint: &str) {
     let rules = json!([{"_id": project, "notifications": [{
         "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": threshold, "thresholdPeriod": 3_600_000,
         "channels": {"slack": {"isEnabled": true, "endpoint": endpoint, "minPeriod": 0}}}]}]);
-    let file = json_file(env, "rules", &rules);
-    env.ok(&["rules", "import", "--file", file.to_str().expect("path")]);
+    env.import(&rules);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,7 @@ mod common;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::{json_file, object_id, Env};
+use common::{object_id, Env};
 use klaxon_broker::{header, Broker, Outgoing, Publisher, QueueType, Topology, ERROR_HEADER};
 use klaxon_core::ChannelKind;
 use klaxon_testkit::HttpSink;
@@ -32,8 +32,7 @@ async fn connect(env: &Env) -> (Broker, Publisher, Topology) {
 }
 
 fn import(env: &Env, project: &str, rule: serde_json::Value) {
-    let file = json_file(env, "rules", &json!([{"_id": project, "notifications": [rule]}]));
-    env.ok(&["rules", "import", "--file", file.to_str().expect("path")]);
+    env.import(&json!([{"_id": project, "notifications": [rule]}]));
 }
 
 /// Drains `queue` until `want` messages arrived, then listens `quiet` longer for extras.

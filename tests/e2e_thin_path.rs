@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{json_file, object_id, Env};
+use common::{object_id, Env};
 use klaxon_testkit::HttpSink;
 use serde_json::json;
 
@@ -27,8 +27,7 @@ async fn seen_more_fires_exactly_once_for_250_events_with_threshold_100() {
             "channels": {"slack": {"isEnabled": true, "endpoint": slack.url("/services/T/B/X"), "minPeriod": 0}}
         }]
     }]);
-    let file = json_file(&env, "rules", &rules);
-    env.ok(&["rules", "import", "--file", file.to_str().expect("path")]);
+    env.import(&rules);
 
     let mut k = env.spawn("run", &[]);
     let title = format!("TypeError: x is undefined ({})", env.namespace);
@@ -82,8 +81,7 @@ async fn only_new_fires_once_per_group() {
             "channels": {"slack": {"isEnabled": true, "endpoint": slack.url("/hook"), "minPeriod": 0}}
         }]
     }]);
-    let file = json_file(&env, "rules", &rules);
-    env.ok(&["rules", "import", "--file", file.to_str().expect("path")]);
+    env.import(&rules);
     let mut k = env.spawn("run", &[]);
 
     let title = format!("DB connection lost ({})", env.namespace);

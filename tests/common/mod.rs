@@ -74,6 +74,12 @@ impl Env {
         out
     }
 
+    /// Stores rules with `klaxon rules import` (the INTERFACE.md JSON format); the import must succeed.
+    pub fn import(&self, rules: &serde_json::Value) {
+        let file = json_file(self, "rules", rules);
+        self.ok(&["rules", "import", "--file", file.to_str().expect("path")]);
+    }
+
     /// Starts a long-running process (`run`, `worker`, `sender`) and waits until /readyz answers 200.
     pub fn spawn(&self, sub: &str, extra: &[&str]) -> Klaxon {
         let port = free_port();
