@@ -86,6 +86,11 @@ pub struct Digests {
     lease: Duration,
 }
 
+/// The scripts' min period argument: at least one second, in ms.
+fn period_ms(min_period_s: u64) -> u64 {
+    min_period_s.max(1).saturating_mul(1000)
+}
+
 fn now_arg(now_ms: Option<i64>) -> String {
     now_ms.map(|n| n.to_string()).unwrap_or_default()
 }
@@ -160,7 +165,7 @@ impl Digests {
             .arg(event.count)
             .arg(&event.title)
             .arg(event.repetition_id.as_deref().unwrap_or(""))
-            .arg(min_period_s.max(1).saturating_mul(1000))
+            .arg(period_ms(min_period_s))
             .arg(now_arg(now_ms))
             .arg(DIGEST_MAX_GROUPS)
             .arg(ms(KEEP))
@@ -193,7 +198,7 @@ impl Digests {
             .key(format!("{base}:claim:{window_start_ms}"))
             .key(format!("{base}:lease:{window_start_ms}"))
             .arg(window_start_ms)
-            .arg(min_period_s.max(1).saturating_mul(1000))
+            .arg(period_ms(min_period_s))
             .arg(ms(self.lease))
             .arg(now_arg(now_ms))
             .arg(ms(KEEP))
