@@ -367,6 +367,14 @@ fn build_rule(a: &AddArgs) -> anyhow::Result<Value> {
     }
 }
 
+/// Every problem the core finds in a stored rule: its warnings, or the one that makes it unusable.
+fn problems_of(rule: &Value) -> Vec<RuleProblem> {
+    match parse_rule_value(rule) {
+        Ok((_, problems)) => problems,
+        Err(p) => vec![p],
+    }
+}
+
 fn describe(problems: &[RuleProblem]) -> String {
     problems
         .iter()
@@ -389,10 +397,11 @@ fn read_import(a: &ImportArgs) -> anyhow::Result<Vec<klaxon_rules::ProjectNotifi
     let mut problems = Vec::new();
     for p in &projects {
         for rule in &p.notifications {
-            match parse_rule_value(&document_to_json(rule)) {
-                Ok((_, ps)) => problems.extend(ps.into_iter().map(|x| (p.project_id, x))),
-                Err(x) => problems.push((p.project_id, x)),
-            }
+            problems.extend(
+                problems_of(&document_to_json(rule))
+                    .into_iter()
+                    .map(|x| (p.project_id, x)),
+            );
         }
     }
     if !problems.is_empty() {
@@ -582,10 +591,7 @@ async fn list(store: &RuleStore, a: ListArgs) -> anyhow::Result<ExitCode> {
         let mut out = Vec::new();
         for (project, rules) in &projects {
             for rule in rules {
-                let problems: Vec<RuleProblem> = match parse_rule_value(rule) {
-                    Ok((_, ps)) => ps,
-                    Err(p) => vec![p],
-                };
+                let problems = problems_of(rule);
                 out.push(
                     json!({"projectId": project, "rule": oids_to_hex(rule.clone()), "problems": problems}),
                 );
@@ -618,10 +624,7 @@ async fn check(store: &RuleStore, a: CheckArgs) -> anyhow::Result<ExitCode> {
     for (project, rules) in &projects {
         rules_seen += rules.len();
         for rule in rules {
-            match parse_rule_value(rule) {
-                Ok((_, ps)) => found.extend(ps.into_iter().map(|p| (project.clone(), p))),
-                Err(p) => found.push((project.clone(), p)),
-            }
+            found.extend(problems_of(rule).into_iter().map(|p| (project.clone(), p)));
         }
     }
     if a.json {
