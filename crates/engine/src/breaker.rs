@@ -12,7 +12,7 @@
 //! Time is a parameter (`now: Instant`), so the state machine is tested without sleeping.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -76,8 +76,20 @@ struct Host {
 
 /// Most outcomes remembered per host (the window is also bounded by time).
 const MAX_OUTCOMES: usize = 1024;
-/// Most hosts tracked; idle closed hosts are forgotten past this.
+/// Most hosts tracked; idle hosts are forgotten past this.
 const MAX_HOSTS: usize = 10_000;
+
+/// Locks a per-host map, recovering it from a poisoned lock.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Before tracking a new `host` in a full map, forgets the hosts that `keep` says are idle.
+fn make_room<V>(hosts: &mut HashMap<String, V>, host: &str, keep: impl FnMut(&String, &mut V) -> bool) {
+    if hosts.len() >= MAX_HOSTS && !hosts.contains_key(host) {
+        hosts.retain(keep);
+    }
+}
 
 /// Every host's breaker. Cheap to share behind an `Arc`; never holds its lock across an await.
 #[derive(Debug)]
@@ -95,13 +107,9 @@ impl Breakers {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Host>> {
-        self.hosts.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// May a delivery to `host` go ahead at `now`?
     pub fn admit(&self, host: &str, now: Instant) -> Admission {
-        let mut hosts = self.lock();
+        let mut hosts = lock(&self.hosts);
         let Some(h) = hosts.get_mut(host) else {
             return Admission::Allow;
         };
@@ -125,10 +133,10 @@ impl Breakers {
 
     /// Records the outcome of a delivery to `host` (`ok` = delivered or refused for a non-host reason).
     pub fn record(&self, host: &str, ok: bool, now: Instant) -> Option<Transition> {
-        let mut hosts = self.lock();
-        if hosts.len() >= MAX_HOSTS && !hosts.contains_key(host) {
-            hosts.retain(|_, h| !matches!(h.state, State::Closed) || h.outcomes.iter().any(|(_, ok)| !ok));
-        }
+        let mut hosts = lock(&self.hosts);
+        make_room(&mut hosts, host, |_, h| {
+            !matches!(h.state, State::Closed) || h.outcomes.iter().any(|(_, ok)| !ok)
+        });
         let h = hosts.entry(host.to_owned()).or_insert_with(|| Host {
             state: State::Closed,
             outcomes: VecDeque::new(),
@@ -195,11 +203,9 @@ impl Bulkheads {
     /// Waits for a slot on `host`; the slot is held until the permit is dropped.
     pub async fn acquire(&self, host: &str) -> OwnedSemaphorePermit {
         let sem = {
-            let mut hosts = self.hosts.lock().unwrap_or_else(|p| p.into_inner());
-            if hosts.len() >= MAX_HOSTS && !hosts.contains_key(host) {
-                // Forget idle hosts (nobody holds or waits for their semaphore).
-                hosts.retain(|_, s| Arc::strong_count(s) > 1);
-            }
+            let mut hosts = lock(&self.hosts);
+            // Idle: nobody holds or waits for their semaphore.
+            make_room(&mut hosts, host, |_, s| Arc::strong_count(s) > 1);
             hosts
                 .entry(host.to_owned())
                 .or_insert_with(|| Arc::new(Semaphore::new(self.per_host)))
