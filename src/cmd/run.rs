@@ -43,7 +43,7 @@ pub struct RunArgs {
     /// Most events evaluated per batch.
     #[arg(long, env = "KLAXON_BATCH_MAX", default_value_t = 256)]
     pub batch_max: usize,
-    /// Longest wait for a batch to fill, in milliseconds.
+    /// How long a batch fills after its first delivery, in milliseconds.
     #[arg(long, env = "KLAXON_BATCH_WAIT_MS", default_value_t = 2)]
     pub batch_wait_ms: u64,
     /// How long a project's rules are cached, in seconds.

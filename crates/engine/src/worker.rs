@@ -35,7 +35,7 @@ pub struct WorkerConfig {
     pub prefetch: u16,
     /// Most deliveries per batch.
     pub batch_max: usize,
-    /// Longest wait for a batch to fill after its first delivery.
+    /// How long a batch fills after its first delivery (then whatever has arrived is taken).
     pub batch_wait: Duration,
 }
 
