@@ -317,9 +317,12 @@ impl TrailReader {
             Some(p) => doc! {"projectId": p},
             None => doc! {},
         };
+        // Newest first, so that `scan` bounds the read to the most recent records (a server that ignores the
+        // sort still gets a correct, if older, answer: the newest record per notification is picked below).
         let mut cursor = self
             .coll
             .find(filter)
+            .sort(doc! {"at": -1})
             .await
             .map_err(|e| EngineError::Trail(format!("find: {e}")))?;
         let mut newest: HashMap<String, Record> = HashMap::new();
