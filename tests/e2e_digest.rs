@@ -92,6 +92,15 @@ async fn a_burst_becomes_one_digest_after_min_period_and_the_next_burst_another(
     assert!(!text.contains(&format!("{title} (a-0)")), "{text}");
     tokio::time::sleep(QUIET).await;
     assert_eq!(slack.count(), 2);
+    let (_, metrics) = k.get("/metrics").expect("metrics");
+    assert!(
+        metrics.contains(r#"klaxon_digest_firings_total{channel="slack"} 8"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"klaxon_digests_published_total{channel="slack"} 2"#),
+        "{metrics}"
+    );
 
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;

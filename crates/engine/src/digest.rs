@@ -317,6 +317,7 @@ async fn flush(
                 let mut msg = Outgoing::json(deps.topology.notify_queue(f.channel), body);
                 msg.message_id = Some(task.notification_id.clone());
                 publisher.publish_all(&[msg]).await?;
+                Metrics::channel(&deps.metrics.digests_published, f.channel);
                 tracing::info!(
                     notification_id = %task.notification_id, project = %f.project_id, rule = %f.rule_id,
                     channel = %f.channel, groups, window_start_ms = f.window_start_ms, "digest published"

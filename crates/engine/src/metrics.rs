@@ -45,6 +45,10 @@ pub type ScrapeHook = Box<dyn Fn(&Metrics) + Send + Sync>;
 pub struct Metrics {
     registry: Registry,
     scrape_hooks: std::sync::Mutex<Vec<ScrapeHook>>,
+    /// Firings buffered into a digest (channels with `minPeriod > 0`).
+    pub digest_firings: Family<ChannelLabel, Counter>,
+    /// Digest notifications published (one per flushed window).
+    pub digests_published: Family<ChannelLabel, Counter>,
     /// MongoDB reads made by the rule cache (synced from the cache at scrape time).
     pub rules_queries: Counter,
     /// Lookups answered with stale rules because MongoDB failed (synced at scrape time).
@@ -117,10 +121,22 @@ impl Metrics {
             trail_errors: Counter::default(),
             registry: Registry::default(),
             scrape_hooks: std::sync::Mutex::new(Vec::new()),
+            digest_firings: Family::default(),
+            digests_published: Family::default(),
             rules_queries: Counter::default(),
             rules_stale_served: Counter::default(),
             rules_load_errors: Counter::default(),
         };
+        registry.register(
+            "digest_firings",
+            "Firings buffered into a digest",
+            m.digest_firings.clone(),
+        );
+        registry.register(
+            "digests_published",
+            "Digest notifications published",
+            m.digests_published.clone(),
+        );
         registry.register(
             "rules_queries",
             "MongoDB reads made by the rule cache",
@@ -252,6 +268,15 @@ impl Metrics {
         self.deliveries_parked
             .get_or_create(&ChannelLabel {
                 channel: channel.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one event of a per-channel family.
+    pub fn channel(family: &Family<ChannelLabel, Counter>, channel: klaxon_core::ChannelKind) {
+        family
+            .get_or_create(&ChannelLabel {
+                channel: channel.as_str().to_owned(),
             })
             .inc();
     }

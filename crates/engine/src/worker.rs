@@ -25,7 +25,7 @@ use klaxon_counter::{Counter, Hit, HitSpec, Outcome};
 use klaxon_rules::RuleCache;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::{ChannelLabel, Metrics, WindowLabel};
+use crate::metrics::{Metrics, WindowLabel};
 use crate::EngineError;
 
 /// Tuning of the evaluate loop.
@@ -270,14 +270,11 @@ async fn process_batch(
                 );
                 if nt.min_period_s > 0 {
                     // digest channel: buffered in Redis, delivered by the flush loop (crate::digest)
+                    Metrics::channel(&m.digest_firings, ch.kind);
                     digest_firings.push(nt);
                     continue;
                 }
-                m.notifications_published
-                    .get_or_create(&ChannelLabel {
-                        channel: ch.kind.as_str().to_owned(),
-                    })
-                    .inc();
+                Metrics::channel(&m.notifications_published, ch.kind);
                 let body = serde_json::to_vec(&nt).map_err(|e| EngineError::Encode(e.to_string()))?;
                 let mut msg = Outgoing::json(deps.topology.notify_queue(ch.kind), body);
                 msg.message_id = Some(nt.notification_id);
