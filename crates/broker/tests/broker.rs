@@ -2,10 +2,22 @@
 
 use std::time::Duration;
 
-use klaxon_broker::{header, set_aside, Broker, Outgoing, QueueType, Topology, ERROR_HEADER};
+use klaxon_broker::{
+    header, set_aside, Broker, Consumer, Delivery, Outgoing, QueueType, Topology, ERROR_HEADER,
+};
 use klaxon_core::ChannelKind;
 
 const T: Duration = Duration::from_secs(10);
+
+/// The next delivery, which must arrive within `T`.
+async fn recv(consumer: &mut Consumer) -> Delivery {
+    consumer
+        .next_within(T)
+        .await
+        .expect("in time")
+        .expect("open")
+        .expect("ok")
+}
 
 async fn delete_all(broker: &Broker, topo: &Topology) {
     let ch = broker.channel().await.expect("channel");
@@ -37,24 +49,14 @@ async fn publish_confirm_consume_ack_and_set_aside() {
         .consume(topo.events_queue(), 10, "t")
         .await
         .expect("consume");
-    let d1 = consumer
-        .next_within(T)
-        .await
-        .expect("in time")
-        .expect("open")
-        .expect("ok");
+    let d1 = recv(&mut consumer).await;
     assert_eq!(d1.data, b"{\"a\":1}");
     assert_eq!(
         d1.properties.message_id().as_ref().map(|s| s.as_str()),
         Some("m-1")
     );
     assert_eq!(*d1.properties.delivery_mode(), Some(2));
-    let d2 = consumer
-        .next_within(T)
-        .await
-        .expect("in time")
-        .expect("open")
-        .expect("ok");
+    let d2 = recv(&mut consumer).await;
 
     publisher
         .publish_all(&[set_aside(&d2, topo.invalid_queue(), "body is not JSON")])
@@ -66,12 +68,7 @@ async fn publish_confirm_consume_ack_and_set_aside() {
         .consume(&topo.invalid_queue(), 10, "t2")
         .await
         .expect("consume invalid");
-    let moved = invalid
-        .next_within(T)
-        .await
-        .expect("in time")
-        .expect("open")
-        .expect("ok");
+    let moved = recv(&mut invalid).await;
     assert_eq!(moved.data, b"not json", "moved untouched");
     assert_eq!(
         header(&moved.properties, ERROR_HEADER).as_deref(),
@@ -111,21 +108,11 @@ async fn unacked_messages_come_back_after_the_channel_closes() {
         .await
         .expect("publish");
     let mut c = broker.consume(&q, 1, "a").await.expect("consume");
-    let d = c
-        .next_within(T)
-        .await
-        .expect("in time")
-        .expect("open")
-        .expect("ok");
+    let d = recv(&mut c).await;
     assert!(!d.redelivered);
     c.close().await;
     let mut c2 = broker.consume(&q, 1, "b").await.expect("consume");
-    let d = c2
-        .next_within(T)
-        .await
-        .expect("in time")
-        .expect("open")
-        .expect("ok");
+    let d = recv(&mut c2).await;
     assert!(d.redelivered, "handed back, not lost");
     c2.ack(d.delivery_tag).await.expect("ack");
     c2.close().await;
@@ -150,12 +137,7 @@ async fn quorum_queues_work_on_a_single_node_and_clash_is_reported() {
         .consume(quorum.events_queue(), 5, "q")
         .await
         .expect("consume");
-    let d = c
-        .next_within(T)
-        .await
-        .expect("in time")
-        .expect("open")
-        .expect("ok");
+    let d = recv(&mut c).await;
     assert_eq!(d.data, b"q");
     c.ack(d.delivery_tag).await.expect("ack");
     c.close().await;
