@@ -1,4 +1,4 @@
-//! Digests (`minPeriod`) end to end: the real `klaxon` binary, RabbitMQ's delay engine, Redis buffers, and local
+//! Digests (`minPeriod`, leading edge) end to end: the real `klaxon` binary, RabbitMQ's delay engine, Redis buffers, and local
 //! sinks playing Slack, Telegram, a webhook receiver and an SMTP server.
 
 mod common;
@@ -48,8 +48,26 @@ fn slack_text(r: &klaxon_testkit::http_sink::Request) -> String {
     r.json()["text"].as_str().unwrap_or_default().to_owned()
 }
 
+/// Publishes the leading edge (one group `<group>-0`) and checks that it arrives within a second, alone.
+/// Returns when it arrived.
+async fn leading_edge(env: &Env, sink: &HttpSink, project: &str, title: &str, group: &str, before: usize) -> Instant {
+    burst(env, project, title, group, 1);
+    let published = Instant::now();
+    let got = sink.wait_for_count(before + 1, Duration::from_secs(5)).await;
+    assert_eq!(got.len(), before + 1, "the leading edge must be sent at once");
+    let at = got[before].at;
+    assert!(
+        at.duration_since(published) < Duration::from_secs(1),
+        "the first message of a quiet channel waits for nothing: {:?}",
+        at.duration_since(published)
+    );
+    let text = slack_text(&got[before]);
+    assert!(text.contains(title) && text.contains("Seen 1 times"), "a single notification: {text}");
+    at
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burst_becomes_one_digest_after_min_period_and_the_next_burst_another() {
+async fn the_first_firing_goes_at_once_and_the_window_after_it_becomes_one_digest() {
     let env = Env::new();
     let slack = HttpSink::start().await.expect("sink");
     let project = object_id();
@@ -60,38 +78,42 @@ async fn a_burst_becomes_one_digest_after_min_period_and_the_next_burst_another(
     let mut k = env.spawn("run", &[]);
     let title = format!("TypeError ({})", env.namespace);
 
-    let t0 = Instant::now();
-    burst(&env, &project, &title, "a", 5);
-    let got = slack.wait_for_count(1, Duration::from_secs(15)).await;
-    assert_eq!(got.len(), 1, "one digest expected; log:\n{}", k.logs());
-    let after = got[0].at.duration_since(t0);
+    let first = leading_edge(&env, &slack, &project, &title, "lead", 0).await;
+    // four more firings within minPeriod: one digest, minPeriod after the first message
+    burst(&env, &project, &title, "a", 4);
+    let got = slack.wait_for_count(2, Duration::from_secs(15)).await;
+    assert_eq!(got.len(), 2, "one digest expected; log:\n{}", k.logs());
+    let after = got[1].at.duration_since(first);
     assert!(after >= Duration::from_secs(2), "not before minPeriod: {after:?}");
     assert!(
         after < Duration::from_secs(4),
         "soon after minPeriod: {after:?}; log:\n{}",
         k.logs()
     );
-    let text = slack_text(&got[0]);
-    assert!(text.contains("5 errors in"), "{text}");
-    for i in 0..5 {
+    let text = slack_text(&got[1]);
+    assert!(text.contains("4 errors in"), "{text}");
+    for i in 0..4 {
         assert!(
             text.contains(&format!("{title} (a-{i})")),
             "group a-{i} missing from {text}"
         );
     }
+    assert!(!text.contains("lead"), "{text}");
     tokio::time::sleep(QUIET).await;
-    assert_eq!(slack.count(), 1, "exactly one message for the whole burst");
+    assert_eq!(slack.count(), 2, "exactly one message for the whole window");
 
-    // a second burst, after the flush, is a second digest with only its own groups
-    burst(&env, &project, &title, "b", 3);
-    let got = slack.wait_for_count(2, Duration::from_secs(15)).await;
-    assert_eq!(got.len(), 2, "second digest expected; log:\n{}", k.logs());
-    let text = slack_text(&got[1]);
-    assert!(text.contains("3 errors in"), "{text}");
-    assert!(text.contains(&format!("{title} (b-2)")), "{text}");
+    // minPeriod after the digest the channel is quiet again: a new leading edge goes at once
+    let again = leading_edge(&env, &slack, &project, &title, "b", 2).await;
+    burst(&env, &project, &title, "c", 2);
+    let got = slack.wait_for_count(4, Duration::from_secs(15)).await;
+    assert_eq!(got.len(), 4, "second digest expected; log:\n{}", k.logs());
+    assert!(got[3].at.duration_since(again) >= Duration::from_secs(2));
+    let text = slack_text(&got[3]);
+    assert!(text.contains("2 errors in"), "{text}");
+    assert!(text.contains(&format!("{title} (c-1)")), "{text}");
     assert!(!text.contains(&format!("{title} (a-0)")), "{text}");
     tokio::time::sleep(QUIET).await;
-    assert_eq!(slack.count(), 2);
+    assert_eq!(slack.count(), 4);
     let (_, metrics) = k.get("/metrics").expect("metrics");
     assert!(
         metrics.contains(r#"klaxon_digest_firings_total{channel="slack"} 8"#),
@@ -107,7 +129,7 @@ async fn a_burst_becomes_one_digest_after_min_period_and_the_next_burst_another(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_processes_still_send_one_digest_per_window() {
+async fn three_processes_send_one_leading_edge_then_one_digest_per_window() {
     let env = Env::new();
     let slack = HttpSink::start().await.expect("sink");
     let project = object_id();
@@ -115,21 +137,24 @@ async fn two_processes_still_send_one_digest_per_window() {
         &project,
         json!({"slack": {"isEnabled": true, "endpoint": slack.url("/hook"), "minPeriod": 2}}),
     ));
-    let mut a = env.spawn("run", &[]);
-    let mut b = env.spawn("run", &[]);
+    let mut fleet: Vec<_> = (0..3).map(|_| env.spawn("run", &["--prefetch", "4"])).collect();
     let title = format!("Timeout ({})", env.namespace);
+    let first = leading_edge(&env, &slack, &project, &title, "lead", 0).await;
     burst(&env, &project, &title, "g", 20);
-    let got = slack.wait_for_count(1, Duration::from_secs(15)).await;
-    assert_eq!(got.len(), 1, "log a:\n{}\nlog b:\n{}", a.logs(), b.logs());
+    let got = slack.wait_for_count(2, Duration::from_secs(15)).await;
+    let logs = || fleet.iter().map(|k| k.logs()).collect::<Vec<_>>().join("\n---\n");
+    assert_eq!(got.len(), 2, "logs:\n{}", logs());
+    assert!(got[1].at.duration_since(first) >= Duration::from_secs(2));
     tokio::time::sleep(QUIET).await;
     assert_eq!(
         slack.count(),
-        1,
-        "one digest per window, whatever process flushes it"
+        2,
+        "one leading edge and one digest per window, whatever process sends them"
     );
-    assert!(slack_text(&slack.requests()[0]).contains("20 errors in"));
-    assert_eq!(a.terminate(Duration::from_secs(10)), Some(0));
-    assert_eq!(b.terminate(Duration::from_secs(10)), Some(0));
+    assert!(slack_text(&slack.requests()[1]).contains("20 errors in"));
+    for k in &mut fleet {
+        assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    }
     common::delete_queues(&env).await;
 }
 
@@ -148,6 +173,8 @@ async fn a_flusher_killed_between_claim_and_publish_still_delivers_the_digest_on
         .set("KLAXON_TEST_CRASH_AFTER_CLAIM", "1")
         .spawn("worker", &[]);
     let title = format!("Panic ({})", env.namespace);
+    // the leading edge is not a digest: it goes out at once, before any claim
+    leading_edge(&env, &slack, &project, &title, "lead", 0).await;
     burst(&env, &project, &title, "k", 5);
 
     // the worker claims the window and aborts before publishing
@@ -166,14 +193,14 @@ async fn a_flusher_killed_between_claim_and_publish_still_delivers_the_digest_on
         "{}",
         crashing.logs()
     );
-    assert_eq!(slack.count(), 0, "nothing was published before the crash");
+    assert_eq!(slack.count(), 1, "no digest was published before the crash");
     crashing.kill();
 
     // a healthy worker recovers the claimed window (after its lease) and publishes it, once
     let mut healthy = env.spawn("worker", &[]);
-    let got = slack.wait_for_count(1, Duration::from_secs(30)).await;
-    assert_eq!(got.len(), 1, "log:\n{}", healthy.logs());
-    let text = slack_text(&got[0]);
+    let got = slack.wait_for_count(2, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 2, "log:\n{}", healthy.logs());
+    let text = slack_text(&got[1]);
     for i in 0..5 {
         assert!(
             text.contains(&format!("{title} (k-{i})")),
@@ -181,7 +208,7 @@ async fn a_flusher_killed_between_claim_and_publish_still_delivers_the_digest_on
         );
     }
     tokio::time::sleep(QUIET).await;
-    assert_eq!(slack.count(), 1);
+    assert_eq!(slack.count(), 2);
     assert_eq!(healthy.terminate(Duration::from_secs(10)), Some(0));
     assert_eq!(sender.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;
@@ -211,38 +238,39 @@ async fn digests_work_on_all_four_channels() {
     let title = format!("DbError ({})", env.namespace);
     burst(&env, &project, &title, "c", 3);
 
-    let got = hooks.wait_for_count(2, Duration::from_secs(15)).await;
-    assert_eq!(got.len(), 2, "slack + webhook; log:\n{}", k.logs());
-    let tg = telegram.wait_for_count(1, Duration::from_secs(10)).await;
-    assert_eq!(tg.len(), 1, "telegram; log:\n{}", k.logs());
+    // each channel: the leading edge (c-0) at once, then one digest of the other two groups
+    let got = hooks.wait_for_count(4, Duration::from_secs(15)).await;
+    assert_eq!(got.len(), 4, "slack + webhook, twice; log:\n{}", k.logs());
+    let tg = telegram.wait_for_count(2, Duration::from_secs(10)).await;
+    assert_eq!(tg.len(), 2, "telegram; log:\n{}", k.logs());
     let mail = klaxon_testkit::wait_for(Duration::from_secs(10), || {
         let found = klaxon_testkit::smtp::messages_containing(&env.namespace);
-        async move { (!found.is_empty()).then_some(found) }
+        async move { (found.len() >= 2).then_some(found) }
     })
     .await
     .unwrap_or_default();
-    assert_eq!(mail.len(), 1, "email; log:\n{}", k.logs());
+    assert_eq!(mail.len(), 2, "email; log:\n{}", k.logs());
     tokio::time::sleep(QUIET).await;
 
     let all = hooks.requests();
-    assert_eq!(all.len(), 2);
+    assert_eq!(all.len(), 4);
     let webhook = all
         .iter()
-        .find(|r| r.uri == "/webhook")
+        .rfind(|r| r.uri == "/webhook")
         .expect("webhook request")
         .json();
     let events = webhook["events"].as_array().cloned().unwrap_or_default();
-    assert_eq!(events.len(), 3, "{webhook}");
+    assert_eq!(events.len(), 2, "{webhook}");
     assert!(events
         .iter()
         .all(|e| e["count"] == 1 && e["title"].as_str().unwrap_or("").contains(&title)));
-    let slack = all.iter().find(|r| r.uri == "/slack").expect("slack request");
-    assert!(slack_text(slack).contains("3 errors in"), "{}", slack_text(slack));
+    let slack = all.iter().rfind(|r| r.uri == "/slack").expect("slack request");
+    assert!(slack_text(slack).contains("2 errors in"), "{}", slack_text(slack));
     let tg = telegram.requests();
-    assert_eq!(tg.len(), 1);
-    let tg_text = tg[0].json()["text"].as_str().unwrap_or_default().to_owned();
-    assert!(tg_text.contains("3 errors in"), "{tg_text}");
-    assert_eq!(klaxon_testkit::smtp::messages_containing(&env.namespace).len(), 1);
+    assert_eq!(tg.len(), 2);
+    let tg_text = tg[1].json()["text"].as_str().unwrap_or_default().to_owned();
+    assert!(tg_text.contains("2 errors in"), "{tg_text}");
+    assert_eq!(klaxon_testkit::smtp::messages_containing(&env.namespace).len(), 2);
 
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;

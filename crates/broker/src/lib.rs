@@ -446,6 +446,12 @@ impl Publisher {
         topology.declare(&self.channel).await
     }
 
+    /// Declares one durable queue without arguments (idempotent), as other applications' workers declare
+    /// theirs (Hawk's `assertQueue(name)`), so both declarations agree.
+    pub async fn declare_plain(&self, name: &str) -> Result<(), BrokerError> {
+        declare_queue(&self.channel, name, FieldTable::default()).await
+    }
+
     /// Closes the channel.
     pub async fn close(&self) {
         let _ = self.channel.close(200, "bye".into()).await;

@@ -3,7 +3,8 @@
 //! delay engine; see `klaxon_engine::digest`.
 //!
 //! Keys share the hash tag `{dg:<project>:<rule>:<channel>}`, so every script call stays in one cluster slot:
-//! `…:win` (window start and opener), `…:buf` (groups), `…:ids` (appended notification ids),
+//! `…:win` (window start and opener), `…:buf` (groups), `…:ids` (seen notification ids), `…:last` (the
+//! last message sent: decides leading edge vs digest),
 //! `…:claim:<start>` and `…:lease:<start>` (a claimed window until its digest is published).
 
 use std::sync::{Arc, LazyLock};
@@ -40,10 +41,15 @@ pub struct DigestKey<'a> {
 /// What [`Digests::append`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Appended {
-    /// True when the caller must schedule the window's flush at `window_start_ms + minPeriod` (this append
-    /// opened the window, is a redelivery of the one that did, or the window is overdue).
+    /// True when the channel was quiet: the caller sends this firing at once as a normal single notification
+    /// (the leading edge); nothing was buffered. Also true for a redelivery of that same firing.
+    pub send_now: bool,
+    /// True when the firing was buffered and the caller must schedule the window's flush at
+    /// `window_start_ms + minPeriod` (this append opened the window, is a redelivery of the one that did, or
+    /// the window is overdue).
     pub schedule_flush: bool,
-    /// Start of the window, unix ms on the Redis clock.
+    /// Start of the window: the time of the previous message (unix ms on the Redis clock); the digest is due
+    /// `minPeriod` after it. For `send_now`, the time of this message.
     pub window_start_ms: i64,
     /// Now, on the Redis clock.
     pub now_ms: i64,
@@ -52,9 +58,8 @@ pub struct Appended {
 impl Appended {
     /// How long from now until the window is due (zero when already due).
     pub fn flush_in(&self, min_period_s: u64) -> Duration {
-        let due = self
-            .window_start_ms
-            .saturating_add((min_period_s as i64).saturating_mul(1000));
+        let period = i64::try_from(period_ms(min_period_s)).unwrap_or(i64::MAX);
+        let due = self.window_start_ms.saturating_add(period);
         Duration::from_millis(u64::try_from(due.saturating_sub(self.now_ms)).unwrap_or(0))
     }
 }
@@ -86,9 +91,16 @@ pub struct Digests {
     lease: Duration,
 }
 
-/// The scripts' min period argument: at least one second, in ms.
-fn period_ms(min_period_s: u64) -> u64 {
-    min_period_s.max(1).saturating_mul(1000)
+/// Longest min period the scripts accept (a year); larger ones (refused by rule validation anyway) are capped
+/// so that every sum in the scripts stays an exact integer in Lua's doubles and a valid Redis expiry.
+pub const MAX_MIN_PERIOD_S: u64 = 365 * 24 * 3600;
+
+/// The scripts' min period argument: at least one second, at most [`MAX_MIN_PERIOD_S`], in ms.
+pub fn period_ms(min_period_s: u64) -> u64 {
+    min_period_s
+        .clamp(1, MAX_MIN_PERIOD_S)
+        .checked_mul(1000)
+        .unwrap_or(MAX_MIN_PERIOD_S * 1000)
 }
 
 fn now_arg(now_ms: Option<i64>) -> String {
@@ -160,6 +172,7 @@ impl Digests {
             .key(format!("{base}:win"))
             .key(format!("{base}:buf"))
             .key(format!("{base}:ids"))
+            .key(format!("{base}:last"))
             .arg(notification_id)
             .arg(&event.group_hash)
             .arg(event.count)
@@ -172,8 +185,9 @@ impl Digests {
             .invoke_async(&mut self.redis.clone())
             .await?;
         match reply.as_slice() {
-            [schedule, start, now] => Ok(Appended {
-                schedule_flush: *schedule == 1,
+            [action, start, now] => Ok(Appended {
+                send_now: *action == 2,
+                schedule_flush: *action == 1,
                 window_start_ms: *start,
                 now_ms: *now,
             }),
@@ -197,6 +211,7 @@ impl Digests {
             .key(format!("{base}:buf"))
             .key(format!("{base}:claim:{window_start_ms}"))
             .key(format!("{base}:lease:{window_start_ms}"))
+            .key(format!("{base}:last"))
             .arg(window_start_ms)
             .arg(period_ms(min_period_s))
             .arg(ms(self.lease))

@@ -1,5 +1,7 @@
-//! Digests (`minPeriod > 0`): every firing of a (project, rule, channel) within `minPeriod` seconds becomes
-//! **one** notification.
+//! Digests (`minPeriod > 0`): at most one message per (project, rule, channel) every `minPeriod` seconds,
+//! losing nothing. The first firing of a quiet channel is sent at once (leading edge, a normal single
+//! notification); what fires in the next `minPeriod` seconds becomes **one** digest, sent `minPeriod` after the
+//! previous message; then the channel is quiet again, or the next window starts if more fired.
 //!
 //! State lives in Redis, timing in RabbitMQ:
 //!
@@ -11,8 +13,11 @@
 //!             ──publish, confirmed──▶ <ns>.notify.<channel> ──▶ digest_done.lua ──▶ ack the flush message
 //! ```
 //!
-//! * The first firing of a window appends and schedules one flush at `window start + minPeriod`; later ones
-//!   only append. A redelivered firing appends nothing twice, and the redelivered opener schedules again.
+//! * `digest_append.lua` decides atomically, fleet-wide: quiet channel (no message in the last `minPeriod`) →
+//!   "send now" and remember it as the last message; else the firing is buffered, and the first buffered one
+//!   schedules one flush at `previous message + minPeriod`. A redelivered firing appends nothing twice, the
+//!   redelivered opener schedules again, the redelivered leading edge is sent again (same id).
+//! * A claimed digest becomes the last message, so firings after it wait `minPeriod` after it.
 //! * The claim is atomic: exactly one flusher gets the window. It leaves a claimed record with a lease
 //!   (`klaxon_counter::digest::DEFAULT_CLAIM_LEASE`) until the notification is published with a confirm;
 //!   if the flusher dies in between, the flush message comes back and the record is recovered once the lease
@@ -53,6 +58,8 @@ pub struct DigestDeps {
     pub metrics: Arc<Metrics>,
     /// Unacked flush messages.
     pub prefetch: u16,
+    /// Where digests go (`--output`).
+    pub output: crate::output::Output,
 }
 
 /// A due-window message: which digest, and which window of it.
@@ -164,15 +171,26 @@ impl Flush {
     }
 }
 
-/// Appends firings of digest channels (`min_period_s > 0`) to their buffers and returns the flush messages to
-/// publish through the delay engine (one per window this batch opened). Call before acking the firings' events.
+/// What [`append_firings`] decided for a batch.
+#[derive(Default)]
+pub(crate) struct Decided {
+    /// Leading edges: firings of quiet channels, to publish at once as normal single notifications.
+    pub send_now: Vec<NotificationTask>,
+    /// Flush messages to publish through the delay engine (one per window this batch opened).
+    pub flushes: Vec<(Outgoing, Duration)>,
+}
+
+/// Decides, atomically in Redis, for each firing of a digest channel (`min_period_s > 0`): send it now (the
+/// channel was quiet: leading edge) or buffer it into the current window's digest. Call before acking the
+/// firings' events, and publish both halves of the result before acking.
 pub(crate) async fn append_firings(
     digests: &Digests,
     topology: &Topology,
-    firings: &[NotificationTask],
-) -> Result<Vec<(Outgoing, Duration)>, EngineError> {
-    let mut flushes = Vec::new();
+    firings: Vec<NotificationTask>,
+) -> Result<Decided, EngineError> {
+    let mut decided = Decided::default();
     for t in firings {
+        let mut send_now = false;
         let key = DigestKey {
             project_id: &t.project_id,
             rule_id: &t.rule_id,
@@ -185,8 +203,9 @@ pub(crate) async fn append_firings(
             tracing::debug!(
                 notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
                 channel = %t.channel, window_start_ms = appended.window_start_ms,
-                schedule = appended.schedule_flush, "firing added to digest"
+                send_now = appended.send_now, schedule = appended.schedule_flush, "digest channel firing decided"
             );
+            send_now |= appended.send_now;
             if appended.schedule_flush {
                 let flush = Flush {
                     project_id: t.project_id.clone(),
@@ -196,11 +215,16 @@ pub(crate) async fn append_firings(
                     min_period_s: t.min_period_s,
                     window_start_ms: appended.window_start_ms,
                 };
-                flushes.push((flush.message(topology), appended.flush_in(t.min_period_s)));
+                decided
+                    .flushes
+                    .push((flush.message(topology), appended.flush_in(t.min_period_s)));
             }
         }
+        if send_now {
+            decided.send_now.push(t);
+        }
     }
-    Ok(flushes)
+    Ok(decided)
 }
 
 /// Runs the digest flush loop until `shutdown`, reconnecting after failures.
@@ -234,6 +258,7 @@ async fn session(
     let broker = Broker::connect(&deps.amqp_url, Duration::from_secs(10)).await?;
     let publisher = broker.publisher().await?;
     publisher.declare(&deps.topology).await?;
+    crate::output::declare(&publisher, deps.output).await?;
     let queue = deps.topology.digest_flush_queue();
     let mut consumer = broker.consume(&queue, deps.prefetch, "klaxon-digest").await?;
     ready.store(true, Ordering::Relaxed);
@@ -313,9 +338,7 @@ async fn flush(
             if !events.is_empty() {
                 let groups = events.len();
                 let task = f.task(now_ms, events);
-                let body = serde_json::to_vec(&task).map_err(|e| EngineError::Encode(e.to_string()))?;
-                let mut msg = Outgoing::json(deps.topology.notify_queue(f.channel), body);
-                msg.message_id = Some(task.notification_id.clone());
+                let msg = crate::output::message(&deps.topology, deps.output, &task)?;
                 publisher.publish_all(&[msg]).await?;
                 Metrics::channel(&deps.metrics.digests_published, f.channel);
                 tracing::info!(

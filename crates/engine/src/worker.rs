@@ -64,6 +64,8 @@ pub struct WorkerDeps {
     pub metrics: Arc<Metrics>,
     /// Tuning.
     pub config: WorkerConfig,
+    /// Where notifications go (`--output`).
+    pub output: crate::output::Output,
 }
 
 /// Runs the evaluate loop until `shutdown`, reconnecting after failures.
@@ -89,6 +91,7 @@ async fn session(
     let broker = Broker::connect(&deps.amqp_url, Duration::from_secs(10)).await?;
     let publisher = broker.publisher().await?;
     publisher.declare(&deps.topology).await?;
+    crate::output::declare(&publisher, deps.output).await?;
     let mut consumer = broker
         .consume(
             deps.topology.events_queue(),
@@ -275,24 +278,26 @@ async fn process_batch(
                     continue;
                 }
                 Metrics::channel(&m.notifications_published, ch.kind);
-                let body = serde_json::to_vec(&nt).map_err(|e| EngineError::Encode(e.to_string()))?;
-                let mut msg = Outgoing::json(deps.topology.notify_queue(ch.kind), body);
-                msg.message_id = Some(nt.notification_id);
-                out.push(msg);
+                out.push(crate::output::message(&deps.topology, deps.output, &nt)?);
             }
         }
     }
 
     if !digest_firings.is_empty() {
         let digests = klaxon_counter::Digests::new(deps.counter.redis().clone(), deps.topology.namespace());
-        let flushes = crate::digest::append_firings(&digests, &deps.topology, &digest_firings)
+        let decided = crate::digest::append_firings(&digests, &deps.topology, digest_firings)
             .await
             .inspect_err(|_| {
                 m.redis_errors.inc();
             })?;
-        if !flushes.is_empty() {
+        for nt in decided.send_now {
+            // leading edge of a quiet digest channel: a normal single notification, now
+            Metrics::channel(&m.notifications_published, nt.channel);
+            out.push(crate::output::message(&deps.topology, deps.output, &nt)?);
+        }
+        if !decided.flushes.is_empty() {
             publisher
-                .publish_delayed(&deps.topology.delay(), &flushes)
+                .publish_delayed(&deps.topology.delay(), &decided.flushes)
                 .await
                 .inspect_err(|_| {
                     m.broker_errors.inc();
