@@ -50,7 +50,14 @@ fn slack_text(r: &klaxon_testkit::http_sink::Request) -> String {
 
 /// Publishes the leading edge (one group `<group>-0`) and checks that it arrives within a second, alone.
 /// Returns when it arrived.
-async fn leading_edge(env: &Env, sink: &HttpSink, project: &str, title: &str, group: &str, before: usize) -> Instant {
+async fn leading_edge(
+    env: &Env,
+    sink: &HttpSink,
+    project: &str,
+    title: &str,
+    group: &str,
+    before: usize,
+) -> Instant {
     burst(env, project, title, group, 1);
     let published = Instant::now();
     let got = sink.wait_for_count(before + 1, Duration::from_secs(5)).await;
@@ -62,7 +69,10 @@ async fn leading_edge(env: &Env, sink: &HttpSink, project: &str, title: &str, gr
         at.duration_since(published)
     );
     let text = slack_text(&got[before]);
-    assert!(text.contains(title) && text.contains("Seen 1 times"), "a single notification: {text}");
+    assert!(
+        text.contains(title) && text.contains("Seen 1 times"),
+        "a single notification: {text}"
+    );
     at
 }
 

@@ -91,12 +91,21 @@ async fn the_leading_edge_goes_at_once_then_one_window_opens_merges_and_is_claim
 async fn a_huge_min_period_is_capped_not_overflowed() {
     common::on_both(|env| async move {
         let d = Digests::new(env.redis.clone(), &env.ns);
-        let lead = d.append(&KEY, "h0", &ev("g0", 1), u64::MAX, None).await.expect("append");
+        let lead = d
+            .append(&KEY, "h0", &ev("g0", 1), u64::MAX, None)
+            .await
+            .expect("append");
         assert!(lead.send_now);
-        let next = d.append(&KEY, "h1", &ev("g1", 1), u64::MAX, None).await.expect("append");
+        let next = d
+            .append(&KEY, "h1", &ev("g1", 1), u64::MAX, None)
+            .await
+            .expect("append");
         assert!(next.schedule_flush);
         assert!(next.flush_in(u64::MAX) > Duration::from_secs(364 * 24 * 3600));
-        assert!(matches!(d.claim(&KEY, next.window_start_ms, u64::MAX, None).await, Ok(Claim::Early(_))));
+        assert!(matches!(
+            d.claim(&KEY, next.window_start_ms, u64::MAX, None).await,
+            Ok(Claim::Early(_))
+        ));
     })
     .await;
 }
@@ -106,7 +115,10 @@ async fn a_crashed_claim_is_recovered_after_its_lease() {
     common::on_both(|env| async move {
         let d = Digests::new(env.redis.clone(), &env.ns).with_claim_lease(Duration::from_millis(300));
         let t0 = 5_000_000;
-        let lead = d.append(&KEY, "n0", &ev("g0", 2), 1, Some(t0)).await.expect("append");
+        let lead = d
+            .append(&KEY, "n0", &ev("g0", 2), 1, Some(t0))
+            .await
+            .expect("append");
         assert!(lead.send_now);
         d.append(&KEY, "n1", &ev("g1", 2), 1, Some(t0 + 10))
             .await

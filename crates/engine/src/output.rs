@@ -82,7 +82,11 @@ pub fn hawk_task(task: &NotificationTask) -> Value {
 
 /// The message that carries `task` to its channel's queue in `output`'s shape; `message_id` is the
 /// notification id either way.
-pub fn message(topology: &Topology, output: Output, task: &NotificationTask) -> Result<Outgoing, EngineError> {
+pub fn message(
+    topology: &Topology,
+    output: Output,
+    task: &NotificationTask,
+) -> Result<Outgoing, EngineError> {
     let (queue, body) = match output {
         Output::Klaxon => (
             topology.notify_queue(task.channel),
