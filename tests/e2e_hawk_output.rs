@@ -109,7 +109,7 @@ async fn hawk_output_publishes_hawks_sender_tasks_with_leading_edge_digests() {
         .expect("amqp");
     // Hawk's `assertQueue(name)` (durable, no arguments) agrees with the queues klaxon declared
     let publisher = broker.publisher().await.expect("publisher");
-    for ch in ["email", "telegram", "slack", "webhook"] {
+    for ch in ["email", "telegram", "slack", "loop", "webhook"] {
         publisher
             .declare_plain(&format!("sender/{ch}"))
             .await

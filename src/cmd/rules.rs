@@ -620,11 +620,27 @@ async fn list(store: &RuleStore, a: ListArgs) -> anyhow::Result<ExitCode> {
 async fn check(store: &RuleStore, a: CheckArgs) -> anyhow::Result<ExitCode> {
     let projects = stored_projects(store, a.project.as_deref()).await?;
     let mut found = Vec::new();
+    let mut ignored = Vec::new();
     let mut rules_seen = 0usize;
     for (project, rules) in &projects {
         rules_seen += rules.len();
         for rule in rules {
             found.extend(problems_of(rule).into_iter().map(|p| (project.clone(), p)));
+            let id = rule
+                .get("_id")
+                .map(|v| v.get("$oid").unwrap_or(v))
+                .and_then(Value::as_str)
+                .unwrap_or("<no id>")
+                .to_owned();
+            for ch in klaxon_core::rule::ignored_channels(rule) {
+                ignored.push((project.clone(), id.clone(), ch));
+            }
+        }
+    }
+    if !a.json {
+        // not problems: channels Hawk offers that nobody delivers (Hawk has no sender for them either)
+        for (project, rule, ch) in &ignored {
+            println!("project {project} rule {rule}: channel `{ch}` is ignored: Klaxon does not deliver it");
         }
     }
     if a.json {

@@ -23,6 +23,7 @@
 mod email;
 pub mod error;
 mod http;
+mod mattermost;
 pub mod render;
 pub mod safety;
 mod secret;
@@ -160,6 +161,7 @@ impl Channels {
                 ChannelKind::Telegram => self.deliver_telegram(task).await,
                 ChannelKind::Email => self.deliver_email(task).await,
                 ChannelKind::Webhook => self.deliver_webhook(task).await,
+                ChannelKind::Loop => self.deliver_loop(task).await,
             }
         };
         let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);

@@ -70,7 +70,7 @@ pub fn redact_endpoint(channel: ChannelKind, endpoint: &str) -> String {
             .collect::<Vec<_>>()
             .join(", "),
         ChannelKind::Telegram => mask_middle(endpoint),
-        ChannelKind::Slack | ChannelKind::Webhook => "<invalid url>".to_owned(),
+        ChannelKind::Slack | ChannelKind::Webhook | ChannelKind::Loop => "<invalid url>".to_owned(),
     }
 }
 

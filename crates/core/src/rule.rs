@@ -65,15 +65,18 @@ pub enum ChannelKind {
     Slack,
     /// Generic signed JSON webhook.
     Webhook,
+    /// Hawk's `loop`: a Mattermost-compatible incoming webhook (`{"text": …}`, Markdown).
+    Loop,
 }
 
 impl ChannelKind {
     /// Every channel, in a stable order.
-    pub const ALL: [ChannelKind; 4] = [
+    pub const ALL: [ChannelKind; 5] = [
         ChannelKind::Email,
         ChannelKind::Telegram,
         ChannelKind::Slack,
         ChannelKind::Webhook,
+        ChannelKind::Loop,
     ];
 
     /// The key used in Hawk's `channels` object and in queue names.
@@ -83,6 +86,7 @@ impl ChannelKind {
             ChannelKind::Telegram => "telegram",
             ChannelKind::Slack => "slack",
             ChannelKind::Webhook => "webhook",
+            ChannelKind::Loop => "loop",
         }
     }
 
@@ -90,6 +94,20 @@ impl ChannelKind {
     pub fn parse(s: &str) -> Option<Self> {
         ChannelKind::ALL.into_iter().find(|k| k.as_str() == s)
     }
+}
+
+/// The enabled channels of a rule document that Klaxon does not deliver (Hawk's `webPush`, `desktopPush`, or
+/// any unknown key), sorted by key: they are ignored, not errors.
+pub fn ignored_channels(rule: &Value) -> Vec<String> {
+    let Some(Value::Object(chs)) = rule.get("channels") else {
+        return Vec::new();
+    };
+    chs.iter()
+        .filter(|(key, ch)| {
+            ChannelKind::parse(key).is_none() && ch.get("isEnabled").and_then(Value::as_bool) == Some(true)
+        })
+        .map(|(key, _)| key.clone())
+        .collect()
 }
 
 impl fmt::Display for ChannelKind {
@@ -399,14 +417,15 @@ pub fn parse_rule_value(value: &Value) -> Result<(CompiledRule, Vec<RuleProblem>
     let mut channels = Vec::new();
     if let Some(Value::Object(chs)) = rule.get("channels") {
         for (key, ch) in chs {
-            // Channels Klaxon does not deliver (Hawk's `loop`, `webPush`, `desktopPush`) are left to Hawk.
-            let Some(kind) = ChannelKind::parse(key) else {
-                continue;
-            };
             let Some(ch) = ch.as_object() else { continue };
             if ch.get("isEnabled").and_then(Value::as_bool) != Some(true) {
                 continue;
             }
+            // Channels Klaxon does not deliver (Hawk's `webPush`, `desktopPush`: Hawk has no sender for them
+            // either) are left alone; `klaxon rules check` lists them as ignored (`ignored_channels`).
+            let Some(kind) = ChannelKind::parse(key) else {
+                continue;
+            };
             let endpoint = ch.get("endpoint").and_then(Value::as_str).unwrap_or("").trim();
             if endpoint.is_empty() {
                 problems.push(RuleProblem {
@@ -545,8 +564,14 @@ mod tests {
             }
         );
         assert_eq!(rule.window, Window::Fixed);
-        assert_eq!(rule.channels.len(), 1);
+        // Hawk's `loop` is delivered; `webPush`/`desktopPush` are ignored, and listed as such
+        assert_eq!(rule.channels.len(), 2);
         assert_eq!(rule.channels[0].kind, ChannelKind::Telegram);
+        assert_eq!(rule.channels[1].kind, ChannelKind::Loop);
+        assert_eq!(
+            ignored_channels(&doc),
+            vec!["desktopPush".to_owned(), "webPush".to_owned()]
+        );
     }
 
     #[test]

@@ -111,7 +111,8 @@ async fn reads_a_hawk_document_with_extra_fields_and_unsupported_channels() {
     );
     assert_eq!(
         r.channels.iter().map(|c| c.kind).collect::<Vec<_>>(),
-        vec![ChannelKind::Telegram]
+        vec![ChannelKind::Telegram, ChannelKind::Loop],
+        "Hawk's loop is delivered; webPush and desktopPush are ignored"
     );
     assert_eq!(store.queries(), 1);
 }
