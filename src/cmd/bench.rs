@@ -5,6 +5,11 @@
 //! events queue of a real `klaxon worker` child process (parse, rules, one Redis round trip per batch, publish of
 //! notification tasks with confirms, multiple-ack). It prints both rates, their ratio, the worker's own CPU time
 //! per event (from /proc/<pid>/stat) and Redis round trips per event.
+//!
+//! `klaxon bench latency` ([`latency`]) measures crossing → delivered under a steady load, and the peak memory of
+//! the `klaxon run` process doing the work.
+
+mod latency;
 
 use std::process::{ExitCode, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,6 +33,8 @@ pub struct BenchArgs {
 pub enum BenchWhat {
     /// Worker events/s next to the raw broker rate for the same messages and queue settings.
     Pipeline(PipelineArgs),
+    /// Crossing → delivered latency (p50/p99/max) under a steady load, and the peak RSS of the process.
+    Latency(latency::LatencyArgs),
 }
 
 #[derive(Debug, Args)]
@@ -59,6 +66,13 @@ pub struct PipelineArgs {
 struct Row {
     queue_type: String,
     events: u64,
+    groups: u64,
+    projects: u64,
+    rules_per_project: u64,
+    prefetch: u16,
+    batch_max: usize,
+    worker_seconds: f64,
+    worker_cpu_seconds: f64,
     raw_broker_msgs_per_s: f64,
     worker_events_per_s: f64,
     ratio: f64,
@@ -71,6 +85,7 @@ struct Row {
 pub async fn run(args: BenchArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     match args.what {
         BenchWhat::Pipeline(p) => pipeline(p, global).await,
+        BenchWhat::Latency(l) => latency::latency(l, global).await,
     }
 }
 
@@ -385,11 +400,21 @@ async fn one(global: &GlobalOpts, args: &PipelineArgs, qt: QueueType) -> anyhow:
                 lapin::options::QueueDeleteOptions::default(),
             )
             .await;
+        // Closed before the connection: a channel merely dropped closes itself in the background, and when that
+        // races the connection's close lapin reports a "Connection error" at ERROR level.
+        let _ = ch.close(200, "bye".into()).await;
     }
     broker.close().await;
     Ok(Row {
         queue_type: label(qt).to_owned(),
         events: bodies.len() as u64,
+        groups: args.groups,
+        projects: args.projects,
+        rules_per_project: 3,
+        prefetch: args.prefetch,
+        batch_max: args.batch_max,
+        worker_seconds: elapsed,
+        worker_cpu_seconds: (cpu_after - cpu_before) as f64 / TICKS_PER_S,
         raw_broker_msgs_per_s: raw,
         worker_events_per_s: rate,
         ratio: rate / raw,

@@ -234,8 +234,35 @@ pub struct Broker {
 }
 
 impl Broker {
-    /// Connects (bounded by `timeout`).
+    /// Connects (each attempt bounded by `timeout`). `url` may be a comma-separated list of the nodes of one
+    /// RabbitMQ cluster: they are tried in turn, starting at a random one (so a fleet spreads over the nodes), and
+    /// the first that accepts wins; a node that is down only costs its connect attempt.
     pub async fn connect(url: &str, timeout: Duration) -> Result<Self, BrokerError> {
+        let urls: Vec<&str> = url.split(',').map(str::trim).filter(|u| !u.is_empty()).collect();
+        let start = if urls.len() > 1 {
+            use rand::Rng;
+            rand::thread_rng().gen_range(0..urls.len())
+        } else {
+            0
+        };
+        let mut last = None;
+        for i in 0..urls.len().max(1) {
+            let one = urls.get((start + i) % urls.len().max(1)).copied().unwrap_or(url);
+            match Self::connect_one(one, timeout).await {
+                Ok(b) => return Ok(b),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| BrokerError::Amqp {
+            op: "connect",
+            source: lapin::Error::from(lapin::ErrorKind::IOError(std::sync::Arc::new(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "no AMQP URL",
+            )))),
+        }))
+    }
+
+    async fn connect_one(url: &str, timeout: Duration) -> Result<Self, BrokerError> {
         let props = ConnectionProperties::default().with_connection_name("klaxon".into());
         let conn = tokio::time::timeout(timeout, Connection::connect(url, props))
             .await
