@@ -35,6 +35,8 @@ pub use lapin::BasicProperties as Properties;
 pub const ERROR_HEADER: &str = "x-klaxon-error";
 /// Persistent delivery mode.
 const PERSISTENT: u8 = 2;
+/// The AMQP frame size Klaxon proposes (bytes): see [`Broker::connect`].
+pub const FRAME_MAX: u32 = 16 * 1024;
 
 /// Errors from the broker. Connection-level problems are transient: reconnect and try again.
 #[derive(Debug, thiserror::Error)]
@@ -264,7 +266,18 @@ impl Broker {
 
     async fn connect_one(url: &str, timeout: Duration) -> Result<Self, BrokerError> {
         let props = ConnectionProperties::default().with_connection_name("klaxon".into());
-        let conn = tokio::time::timeout(timeout, Connection::connect(url, props))
+        let mut uri: lapin::uri::AMQPUri = url.parse().map_err(|e: String| BrokerError::Amqp {
+            op: "connect",
+            source: lapin::Error::from(lapin::ErrorKind::IOError(std::sync::Arc::new(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("invalid AMQP URL: {}", e.chars().take(200).collect::<String>()),
+            )))),
+        })?;
+        // lapin keeps a send and a receive buffer of 32 frames per connection, and RabbitMQ offers 128 KiB frames:
+        // 8 MiB per connection, most of a process's memory. Klaxon's messages are a few KiB at most (bigger ones
+        // are split into frames), so propose 16 KiB frames unless the URL asks for another size (`?frame_max=`).
+        uri.query.frame_max.get_or_insert(FRAME_MAX);
+        let conn = tokio::time::timeout(timeout, Connection::connect_uri(uri, props))
             .await
             .map_err(|_| BrokerError::Amqp {
                 op: "connect",
