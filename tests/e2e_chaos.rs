@@ -250,6 +250,45 @@ impl Fleet {
     }
 }
 
+/// Polls every process's /readyz every 100 ms from a fault on, to report who lost readiness and for how long.
+struct Sampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<Duration>>,
+}
+
+impl Sampler {
+    fn start(fleet: &Fleet) -> Self {
+        let addrs: Vec<String> = fleet.all().map(|k| k.addr.clone()).collect();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut down = vec![Duration::ZERO; addrs.len()];
+            let deadline = Instant::now() + Duration::from_secs(300);
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+                let t = Instant::now();
+                for (i, a) in addrs.iter().enumerate() {
+                    if common::http_status(a, "/readyz") != Some(200) {
+                        down[i] += Duration::from_millis(100);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100).saturating_sub(t.elapsed()));
+            }
+            down
+        });
+        Sampler { stop, thread }
+    }
+
+    /// (processes that were not ready at some point, the longest such time)
+    fn finish(self) -> (usize, Duration) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let down = self.thread.join().unwrap_or_default();
+        (
+            down.iter().filter(|d| !d.is_zero()).count(),
+            down.into_iter().max().unwrap_or_default(),
+        )
+    }
+}
+
 fn tail(s: &str, lines: usize) -> String {
     let v: Vec<&str> = s.lines().collect();
     v[v.len().saturating_sub(lines)..].join("\n")
@@ -304,6 +343,8 @@ struct FaultReport {
     name: String,
     recover_s: f64,
     publish_retries: u32,
+    not_ready: (usize, Duration),
+    redeliveries: u64,
 }
 
 /// Waits until every process is ready and every published event's batch is done; returns the seconds it took.
@@ -371,6 +412,8 @@ async fn fleet_survives_broker_redis_and_worker_failures_without_losing_or_dupli
 
         // (a) the node leading the events queue stops
         let leader = clusters.leader_of(&queue);
+        let (consumed0, published0) = (fleet.consumed(), published);
+        let sampler = Sampler::start(&fleet);
         let t = Instant::now();
         clusters.rmq(&["stop-node", &leader.to_string()]);
         let mut retries = 0;
@@ -381,12 +424,15 @@ async fn fleet_survives_broker_redis_and_worker_failures_without_losing_or_dupli
             round += 1;
         }
         let recover = wait_recovered(&fleet, published, t, Duration::from_secs(120));
+        let not_ready = sampler.finish();
         clusters.rmq(&["start-node", &leader.to_string()]);
         let new_leader = clusters.leader_of(&queue);
         reports.push(FaultReport {
             name: format!("(a) RabbitMQ leader node {leader} stopped (new leader: node {new_leader})"),
             recover_s: recover,
             publish_retries: retries,
+            not_ready,
+            redeliveries: (fleet.consumed() - consumed0).saturating_sub(published - published0),
         });
         wait_recovered(&fleet, published, Instant::now(), Duration::from_secs(120));
 
@@ -398,6 +444,8 @@ async fn fleet_survives_broker_redis_and_worker_failures_without_losing_or_dupli
         } else {
             (replica, master)
         };
+        let (consumed0, published0) = (fleet.consumed(), published);
+        let sampler = Sampler::start(&fleet);
         let t = Instant::now();
         clusters.redis(&["kill-node", &master.to_string()]);
         let mut retries = 0;
@@ -416,28 +464,42 @@ async fn fleet_survives_broker_redis_and_worker_failures_without_losing_or_dupli
             t.elapsed().as_secs_f64()
         };
         let recover = wait_recovered(&fleet, published, t, Duration::from_secs(120));
+        let not_ready = sampler.finish();
         clusters.redis(&["start-node", &master.to_string()]);
         reports.push(FaultReport {
             name: format!("(b) Redis master {master} killed, replica {replica} promoted after {promoted:.1} s"),
             recover_s: recover,
             publish_retries: retries,
+            not_ready,
+            redeliveries: (fleet.consumed() - consumed0).saturating_sub(published - published0),
         });
 
-        // (c) a worker is killed and started again
-        let t = Instant::now();
-        fleet.dead_consumed += metric_sum(&fleet.workers[0], "klaxon_events_consumed_total");
-        fleet.dead_done += metric_sum(&fleet.workers[0], "klaxon_batch_size_sum");
-        fleet.workers[0].kill();
+        // (c) a worker is killed while a round is being published and consumed, then started again
+        let (consumed0, published0) = (fleet.consumed(), published);
+        let sampler = Sampler::start(&fleet);
         let msgs = send_round(round);
-        publish_reliably(&amqp, &msgs).await;
         published += msgs.len() as u64;
         round += 1;
+        let publishing = {
+            let amqp = amqp.clone();
+            tokio::spawn(async move { publish_reliably(&amqp, &msgs).await })
+        };
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        let t = Instant::now();
+        let before_kill = metric_sum(&fleet.workers[0], "klaxon_events_consumed_total");
+        fleet.dead_done += metric_sum(&fleet.workers[0], "klaxon_batch_size_sum");
+        fleet.workers[0].kill();
+        fleet.dead_consumed += before_kill;
+        let retries = publishing.await.expect("publish task");
         fleet.workers[0] = fleet.env.spawn("worker", &[]);
         let recover = wait_recovered(&fleet, published, t, Duration::from_secs(120));
+        let not_ready = sampler.finish();
         reports.push(FaultReport {
-            name: "(c) worker 1 killed (-9) and restarted".into(),
+            name: "(c) worker 1 killed (-9) mid-round and restarted".into(),
             recover_s: recover,
-            publish_retries: 0,
+            publish_retries: retries,
+            not_ready,
+            redeliveries: (fleet.consumed() - consumed0).saturating_sub(published - published0),
         });
 
         // the rest of the cycle's rounds
@@ -472,8 +534,14 @@ async fn fleet_survives_broker_redis_and_worker_failures_without_losing_or_dupli
     println!("chaos: clusters booted in {cluster_boot_s:.0} s; {published} events, {groups} groups, threshold {THRESHOLD}");
     for r in &reports {
         println!(
-            "chaos: {}: fleet ready and caught up {:.1} s after the fault; producer publish retries {}",
-            r.name, r.recover_s, r.publish_retries
+            "chaos: {}: fleet ready and caught up {:.1} s after the fault; {} process(es) not ready for up to \
+             {:.1} s; redeliveries {}; producer publish retries {}",
+            r.name,
+            r.recover_s,
+            r.not_ready.0,
+            r.not_ready.1.as_secs_f64(),
+            r.redeliveries,
+            r.publish_retries
         );
     }
     println!(
