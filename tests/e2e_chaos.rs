@@ -337,6 +337,19 @@ fn round_events(queue: &str, project: &str, round: u64, first: u64) -> Vec<Outgo
         .collect()
 }
 
+/// `n` events of a project that has no rules: consumed and acked, never counted.
+fn filler(queue: &str, n: u64, cycle: u64) -> Vec<Outgoing> {
+    let project = format!("{:024x}", 0xf111_0000u64 + cycle);
+    (0..n)
+        .map(|i| {
+            let body = json!({"projectId": project, "event": {"title": "filler", "groupHash": "filler"}});
+            let mut m = Outgoing::json(queue, serde_json::to_vec(&body).expect("json"));
+            m.message_id = Some(format!("filler-{cycle}-{i}"));
+            m
+        })
+        .collect()
+}
+
 const ROUNDS: u64 = THRESHOLD + 9;
 
 struct FaultReport {
@@ -477,14 +490,16 @@ async fn fleet_survives_broker_redis_and_worker_failures_without_losing_or_dupli
         // (c) a worker is killed while a round is being published and consumed, then started again
         let (consumed0, published0) = (fleet.consumed(), published);
         let sampler = Sampler::start(&fleet);
-        let msgs = send_round(round);
-        published += msgs.len() as u64;
+        let mut msgs = send_round(round);
         round += 1;
+        // and a burst of events of a project without rules, so that the worker holds unacked deliveries when it dies
+        msgs.extend(filler(&queue, 3000, cycle));
+        published += msgs.len() as u64;
         let publishing = {
             let amqp = amqp.clone();
             tokio::spawn(async move { publish_reliably(&amqp, &msgs).await })
         };
-        tokio::time::sleep(Duration::from_millis(40)).await;
+        tokio::time::sleep(Duration::from_millis(150)).await;
         let t = Instant::now();
         let before_kill = metric_sum(&fleet.workers[0], "klaxon_events_consumed_total");
         fleet.dead_done += metric_sum(&fleet.workers[0], "klaxon_batch_size_sum");
@@ -511,7 +526,11 @@ async fn fleet_survives_broker_redis_and_worker_failures_without_losing_or_dupli
         }
     }
     assert_eq!(round, total_rounds);
-    assert_eq!(published, groups * THRESHOLD, "each group got exactly THRESHOLD events");
+    assert_eq!(
+        published,
+        groups * THRESHOLD + cycles * 3000,
+        "each group got exactly THRESHOLD events (and each cycle 3000 fillers)"
+    );
 
     // Every crossing delivered, exactly once.
     let got = sink.wait_for_count(groups as usize, Duration::from_secs(120)).await;
