@@ -140,15 +140,11 @@ async fn transient_failures_retry_then_deliver_once_with_one_notification_id() {
         "retries wait in the delay engine ({gap:?})"
     );
     assert_eq!(
-        k.metric(
-            "klaxon_deliveries_total{channel=\"webhook\",outcome=\"retried\"}"
-        ),
+        k.metric("klaxon_deliveries_total{channel=\"webhook\",outcome=\"retried\"}"),
         2.0
     );
     assert_eq!(
-        k.metric(
-            "klaxon_deliveries_total{channel=\"webhook\",outcome=\"sent\"}"
-        ),
+        k.metric("klaxon_deliveries_total{channel=\"webhook\",outcome=\"sent\"}"),
         1.0
     );
 
@@ -323,9 +319,7 @@ async fn a_redelivered_task_sends_no_second_message() {
     );
     publish(&env, &[t]).await;
     let dups = eventually(Duration::from_secs(15), || {
-        let n = k.metric(
-            "klaxon_deliveries_total{channel=\"webhook\",outcome=\"duplicate\"}",
-        );
+        let n = k.metric("klaxon_deliveries_total{channel=\"webhook\",outcome=\"duplicate\"}");
         (n >= 2.0).then_some(n)
     })
     .await;
@@ -416,10 +410,7 @@ async fn breaker_opens_parks_tasks_and_recovers() {
 
     hook.set_default(Reply::status(200));
     let sent = eventually(Duration::from_secs(30), || {
-        (k.metric(
-            "klaxon_deliveries_total{channel=\"webhook\",outcome=\"sent\"}",
-        ) >= 4.0)
-            .then_some(())
+        (k.metric("klaxon_deliveries_total{channel=\"webhook\",outcome=\"sent\"}") >= 4.0).then_some(())
     })
     .await;
     assert!(sent.is_some(), "all delivered after recovery; log:\n{}", k.logs());

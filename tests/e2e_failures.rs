@@ -221,7 +221,11 @@ async fn redis_restart_mid_stream_loses_no_unacked_event() {
     ]);
     // The worker has taken B while Redis is down (consumed rises when a batch starts); none of it is acked.
     k.wait_metric("klaxon_events_consumed_total", 70.0, Duration::from_secs(20));
-    assert_eq!(k.metric("klaxon_events_acked_total"), 20.0, "nothing acked while Redis is down");
+    assert_eq!(
+        k.metric("klaxon_events_acked_total"),
+        20.0,
+        "nothing acked while Redis is down"
+    );
     let _redis = OwnRedis::start(port);
     wait_status(&k, "/readyz", 200, Duration::from_secs(45));
 

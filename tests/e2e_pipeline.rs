@@ -219,8 +219,12 @@ async fn three_workers_fire_each_of_20_groups_exactly_once() {
         "10000",
     ]);
     // Every event acked across the fleet: every firing's task is in the queue (tasks are confirmed before acks).
-    let acked = |ws: &[common::Klaxon]| -> f64 { ws.iter().map(|w| w.metric("klaxon_events_acked_total")).sum() };
-    let all_acked = common::eventually(Duration::from_secs(90), || (acked(&workers) >= 10_000.0).then_some(())).await;
+    let acked =
+        |ws: &[common::Klaxon]| -> f64 { ws.iter().map(|w| w.metric("klaxon_events_acked_total")).sum() };
+    let all_acked = common::eventually(Duration::from_secs(90), || {
+        (acked(&workers) >= 10_000.0).then_some(())
+    })
+    .await;
     assert!(
         all_acked.is_some(),
         "acked {} of 10000; log:\n{}",
