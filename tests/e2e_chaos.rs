@@ -94,7 +94,11 @@ impl Clusters {
             ("KLAXON_RUN_DIR", self.dir.display().to_string()),
             (
                 "KLAXON_RMQ_CLUSTER_PORTS",
-                self.rmq_ports.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(" "),
+                self.rmq_ports
+                    .iter()
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" "),
             ),
         ]
     }
@@ -134,7 +138,15 @@ impl Clusters {
             for i in 1..=self.rmq_ports.len() {
                 let out = Command::new(script("rabbitmq-cluster"))
                     .envs(self.rmq_env())
-                    .args(["ctl", &i.to_string(), "list_queues", "name", "leader", "--formatter", "json"])
+                    .args([
+                        "ctl",
+                        &i.to_string(),
+                        "list_queues",
+                        "name",
+                        "leader",
+                        "--formatter",
+                        "json",
+                    ])
                     .output();
                 let Ok(out) = out else { continue };
                 let Ok(rows) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
@@ -146,7 +158,11 @@ impl Clusters {
                         .and_then(|r| r["leader"].as_str().map(str::to_owned))
                 });
                 if let Some(leader) = leader {
-                    if let Some(k) = self.rmq_ports.iter().position(|p| leader == format!("klaxon-{p}@localhost")) {
+                    if let Some(k) = self
+                        .rmq_ports
+                        .iter()
+                        .position(|p| leader == format!("klaxon-{p}@localhost"))
+                    {
                         return k + 1;
                     }
                 }
@@ -169,23 +185,24 @@ impl Clusters {
 
 impl Drop for Clusters {
     fn drop(&mut self) {
-        let _ = Command::new(script("rabbitmq-cluster")).envs(self.rmq_env()).arg("clean").output();
-        let _ = Command::new(script("redis-cluster")).envs(self.redis_env()).arg("stop").output();
+        let _ = Command::new(script("rabbitmq-cluster"))
+            .envs(self.rmq_env())
+            .arg("clean")
+            .output();
+        let _ = Command::new(script("redis-cluster"))
+            .envs(self.redis_env())
+            .arg("stop")
+            .output();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
-fn metric_sum(k: &Klaxon, prefix: &str) -> u64 {
-    k.get("/metrics")
-        .map(|(_, m)| {
-            m.lines()
-                .filter(|l| l.starts_with(prefix))
-                .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.trim().parse::<f64>().ok()))
-                .map(|v| v as u64)
-                .sum()
-        })
-        .unwrap_or(0)
+fn metric(k: &Klaxon, series: &str) -> u64 {
+    k.metric(series) as u64
 }
+
+/// The sender's "already delivered, not sent again" outcome.
+const DUPLICATE: &str = "klaxon_deliveries_total{channel=\"webhook\",outcome=\"duplicate\"}";
 
 struct Fleet {
     env: Env,
@@ -193,7 +210,7 @@ struct Fleet {
     senders: Vec<Klaxon>,
     /// Events consumed by workers that were killed (their counters died with them).
     dead_consumed: u64,
-    /// Events of finished batches of workers that were killed.
+    /// Events acked by workers that were killed.
     dead_done: u64,
 }
 
@@ -207,35 +224,22 @@ impl Fleet {
             + self
                 .workers
                 .iter()
-                .map(|w| metric_sum(w, "klaxon_events_consumed_total"))
+                .map(|w| metric(w, "klaxon_events_consumed_total"))
                 .sum::<u64>()
     }
 
-    /// Events whose batch finished (counted, published, acked).
+    /// Events acked (counted, their tasks published, the batch acked).
     fn done(&self) -> u64 {
         self.dead_done
             + self
                 .workers
                 .iter()
-                .map(|w| metric_sum(w, "klaxon_batch_size_sum"))
+                .map(|w| metric(w, "klaxon_events_acked_total"))
                 .sum::<u64>()
     }
 
     fn duplicates(&self) -> u64 {
-        self.senders
-            .iter()
-            .map(|s| {
-                s.get("/metrics")
-                    .map(|(_, m)| {
-                        m.lines()
-                            .filter(|l| l.starts_with("klaxon_deliveries_total{") && l.contains("duplicate"))
-                            .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.trim().parse::<f64>().ok()))
-                            .map(|v| v as u64)
-                            .sum::<u64>()
-                    })
-                    .unwrap_or(0)
-            })
-            .sum()
+        self.senders.iter().map(|s| metric(s, DUPLICATE)).sum()
     }
 
     fn all_ready(&self) -> bool {
@@ -267,7 +271,7 @@ impl Sampler {
             while !flag.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
                 let t = Instant::now();
                 for (i, a) in addrs.iter().enumerate() {
-                    if common::http_status(a, "/readyz") != Some(200) {
+                    if common::http_get(a, "/readyz").map(|r| r.0) != Some(200) {
                         down[i] += Duration::from_millis(100);
                     }
                 }
@@ -307,7 +311,9 @@ async fn publish_reliably(url: &str, msgs: &[Outgoing]) -> u32 {
             broker.close().await;
             match r {
                 Ok(r) => r,
-                Err(_) => Err(klaxon_broker::BrokerError::Nacked { queue: "confirm timed out".into() }),
+                Err(_) => Err(klaxon_broker::BrokerError::Nacked {
+                    queue: "confirm timed out".into(),
+                }),
             }
         };
         match attempt.await {
@@ -480,7 +486,9 @@ async fn fleet_survives_broker_redis_and_worker_failures_without_losing_or_dupli
         let not_ready = sampler.finish();
         clusters.redis(&["start-node", &master.to_string()]);
         reports.push(FaultReport {
-            name: format!("(b) Redis master {master} killed, replica {replica} promoted after {promoted:.1} s"),
+            name: format!(
+                "(b) Redis master {master} killed, replica {replica} promoted after {promoted:.1} s"
+            ),
             recover_s: recover,
             publish_retries: retries,
             not_ready,
@@ -501,16 +509,20 @@ async fn fleet_survives_broker_redis_and_worker_failures_without_losing_or_dupli
         };
         tokio::time::sleep(Duration::from_millis(150)).await;
         let t = Instant::now();
-        let before_kill = metric_sum(&fleet.workers[0], "klaxon_events_consumed_total");
-        fleet.dead_done += metric_sum(&fleet.workers[0], "klaxon_batch_size_sum");
+        let consumed_at_kill = metric(&fleet.workers[0], "klaxon_events_consumed_total");
+        let acked_at_kill = metric(&fleet.workers[0], "klaxon_events_acked_total");
         fleet.workers[0].kill();
-        fleet.dead_consumed += before_kill;
+        fleet.dead_consumed += consumed_at_kill;
+        fleet.dead_done += acked_at_kill;
+        let in_flight = consumed_at_kill.saturating_sub(acked_at_kill);
         let retries = publishing.await.expect("publish task");
         fleet.workers[0] = fleet.env.spawn("worker", &[]);
         let recover = wait_recovered(&fleet, published, t, Duration::from_secs(120));
         let not_ready = sampler.finish();
         reports.push(FaultReport {
-            name: "(c) worker 1 killed (-9) mid-round and restarted".into(),
+            name: format!(
+                "(c) worker 1 killed (-9) mid-round holding {in_flight} unacked event(s), restarted"
+            ),
             recover_s: recover,
             publish_retries: retries,
             not_ready,
@@ -533,16 +545,25 @@ async fn fleet_survives_broker_redis_and_worker_failures_without_losing_or_dupli
     );
 
     // Every crossing delivered, exactly once.
-    let got = sink.wait_for_count(groups as usize, Duration::from_secs(120)).await;
+    let got = sink
+        .wait_for_count(groups as usize, Duration::from_secs(120))
+        .await;
     // anything late or duplicated would arrive within the retry schedule: give it that time
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let got = if sink.count() > got.len() { sink.requests() } else { got };
+    let got = if sink.count() > got.len() {
+        sink.requests()
+    } else {
+        got
+    };
     let mut per_group: HashMap<String, u32> = HashMap::new();
     let mut ids = HashSet::new();
     let mut duplicate_ids = 0;
     for r in &got {
         let body = r.json();
-        let group = body["events"][0]["groupHash"].as_str().unwrap_or_default().to_owned();
+        let group = body["events"][0]["groupHash"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         *per_group.entry(group).or_default() += 1;
         if !ids.insert(body["notificationId"].as_str().unwrap_or_default().to_owned()) {
             duplicate_ids += 1;
@@ -582,6 +603,10 @@ async fn fleet_survives_broker_redis_and_worker_failures_without_losing_or_dupli
         fleet.logs()
     );
     assert_eq!(got.len() as u64, groups);
-    assert!(fleet.all_ready(), "every process is ready at the end\n{}", fleet.logs());
+    assert!(
+        fleet.all_ready(),
+        "every process is ready at the end\n{}",
+        fleet.logs()
+    );
     drop(fleet);
 }

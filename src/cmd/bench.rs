@@ -400,7 +400,12 @@ async fn one(global: &GlobalOpts, args: &PipelineArgs, qt: QueueType) -> anyhow:
     let scrape = |addrs: Vec<String>| async move {
         let mut all = String::new();
         for addr in &addrs {
-            all.push_str(&http_get(addr, "/metrics").await.map(|(_, m)| m).unwrap_or_default());
+            all.push_str(
+                &http_get(addr, "/metrics")
+                    .await
+                    .map(|(_, m)| m)
+                    .unwrap_or_default(),
+            );
         }
         all
     };
@@ -425,7 +430,11 @@ async fn one(global: &GlobalOpts, args: &PipelineArgs, qt: QueueType) -> anyhow:
     let before = wait_consumed(warm_n).await?;
     let cpu_of = |pids: &[u32]| -> anyhow::Result<u64> { pids.iter().map(|p| proc_cpu_ticks(*p)).sum() };
     let cpu_before = cpu_of(&pids)?;
-    let watched_before: Vec<u64> = args.watch_pid.iter().map(|w| proc_cpu_ticks(w.pid).unwrap_or(0)).collect();
+    let watched_before: Vec<u64> = args
+        .watch_pid
+        .iter()
+        .map(|w| proc_cpu_ticks(w.pid).unwrap_or(0))
+        .collect();
     let pb = bar(
         bodies.len() as u64,
         &format!("klaxon worker ×{} ({})", args.workers, label(qt)),
@@ -522,12 +531,19 @@ async fn pipeline(args: PipelineArgs, global: &GlobalOpts) -> anyhow::Result<Exi
             "klaxon bench pipeline: {} events, {} groups, {} projects × 3 rules, prefetch {}, batch {}",
             args.events, args.groups, args.projects, args.prefetch, args.batch_max
         );
-        let watched: String = args.watch_pid.iter().map(|w| format!(" {} CPU % |", w.name)).collect();
+        let watched: String = args
+            .watch_pid
+            .iter()
+            .map(|w| format!(" {} CPU % |", w.name))
+            .collect();
         println!(
             "| queue | workers | raw broker msg/s | worker events/s | ratio | worker CPU µs/event | workers' CPU % | \
              Redis round trips/event | tasks |{watched}"
         );
-        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|{}", "---:|".repeat(args.watch_pid.len()));
+        println!(
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|{}",
+            "---:|".repeat(args.watch_pid.len())
+        );
         for r in &rows {
             let watched: String = r.watched.iter().map(|w| format!(" {:.0} |", w.cpu_pct)).collect();
             println!(

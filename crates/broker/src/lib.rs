@@ -257,10 +257,9 @@ impl Broker {
         }
         Err(last.unwrap_or_else(|| BrokerError::Amqp {
             op: "connect",
-            source: lapin::Error::from(lapin::ErrorKind::IOError(std::sync::Arc::new(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "no AMQP URL",
-            )))),
+            source: lapin::Error::from(lapin::ErrorKind::IOError(std::sync::Arc::new(
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, "no AMQP URL"),
+            ))),
         }))
     }
 
@@ -268,10 +267,12 @@ impl Broker {
         let props = ConnectionProperties::default().with_connection_name("klaxon".into());
         let mut uri: lapin::uri::AMQPUri = url.parse().map_err(|e: String| BrokerError::Amqp {
             op: "connect",
-            source: lapin::Error::from(lapin::ErrorKind::IOError(std::sync::Arc::new(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!("invalid AMQP URL: {}", e.chars().take(200).collect::<String>()),
-            )))),
+            source: lapin::Error::from(lapin::ErrorKind::IOError(std::sync::Arc::new(
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("invalid AMQP URL: {}", e.chars().take(200).collect::<String>()),
+                ),
+            ))),
         })?;
         // lapin keeps a send and a receive buffer of 32 frames per connection. Without a frame_max of our own they
         // start small and are grown (and filled) to 32 × the server's 128 KiB once connected: 8 MiB resident per

@@ -251,7 +251,10 @@ async fn probes(
         tick.tick().await;
         let mut m = Outgoing::json(&queue, probe_body(&project, n));
         m.message_id = Some(format!("probe-{n}"));
-        sent_at.lock().unwrap_or_else(|p| p.into_inner()).push(Instant::now());
+        sent_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Instant::now());
         publisher.publish_all(std::slice::from_ref(&m)).await?;
         n += 1;
     }
@@ -267,7 +270,10 @@ async fn terminate(child: &mut tokio::process::Child) {
             .status()
             .await;
     }
-    if tokio::time::timeout(Duration::from_secs(10), child.wait()).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .is_err()
+    {
         let _ = child.start_kill();
         let _ = child.wait().await;
     }
@@ -285,10 +291,11 @@ pub async fn latency(args: LatencyArgs, global: &GlobalOpts) -> anyhow::Result<E
     let qt = args.queue_type;
     let ns = format!(
         "bench_latency_{:08x}",
-        std::process::id() ^ (std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0))
+        std::process::id()
+            ^ (std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0))
     );
     let stop_receiver = tokio_util::sync::CancellationToken::new();
     let seen = Arc::new(Seen::default());
@@ -339,7 +346,10 @@ pub async fn latency(args: LatencyArgs, global: &GlobalOpts) -> anyhow::Result<E
     Ok(if r.probes_lost == 0 {
         ExitCode::SUCCESS
     } else {
-        eprintln!("klaxon bench latency: {} probe(s) were not delivered", r.probes_lost);
+        eprintln!(
+            "klaxon bench latency: {} probe(s) were not delivered",
+            r.probes_lost
+        );
         ExitCode::FAILURE
     })
 }
@@ -358,7 +368,8 @@ async fn measure(
     let probe_project = format!("{:024x}", 0x1a7e_ffff_0000u64);
     let load_hook = format!("{base}/load");
     let never = 1_000_000_000u64;
-    let channels = |url: &str| serde_json::json!({"webhook": {"isEnabled": true, "endpoint": url, "minPeriod": 0}});
+    let channels =
+        |url: &str| serde_json::json!({"webhook": {"isEnabled": true, "endpoint": url, "minPeriod": 0}});
     let mut import: Vec<serde_json::Value> = projects
         .iter()
         .map(|p| {
@@ -412,7 +423,17 @@ async fn measure(
         .kill_on_drop(true)
         .spawn()
         .context("start klaxon run")?;
-    let result = drive(args, global, ns, &probe_project, &projects, &addr, &mut child, seen).await;
+    let result = drive(
+        args,
+        global,
+        ns,
+        &probe_project,
+        &projects,
+        &addr,
+        &mut child,
+        seen,
+    )
+    .await;
     terminate(&mut child).await;
     result
 }
@@ -477,7 +498,10 @@ async fn drive(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let first_probe = sent_at.lock().unwrap_or_else(|p| p.into_inner()).len();
-    let before = http_get(addr, "/metrics").await.map(|(_, m)| m).unwrap_or_default();
+    let before = http_get(addr, "/metrics")
+        .await
+        .map(|(_, m)| m)
+        .unwrap_or_default();
     let cpu_before = proc_cpu_ticks(pid)?;
     let published_before = published.load(Ordering::Relaxed);
     let started = Instant::now();
@@ -489,7 +513,10 @@ async fn drive(
     }
     let cpu_after = proc_cpu_ticks(pid)?;
     let published_in_window = published.load(Ordering::Relaxed) - published_before;
-    let after = http_get(addr, "/metrics").await.map(|(_, m)| m).unwrap_or_default();
+    let after = http_get(addr, "/metrics")
+        .await
+        .map(|(_, m)| m)
+        .unwrap_or_default();
     let elapsed = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     load.await.context("load task")??;
@@ -513,7 +540,10 @@ async fn drive(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let (_, hwm) = proc_rss(pid)?;
-    let final_metrics = http_get(addr, "/metrics").await.map(|(_, m)| m).unwrap_or_default();
+    let final_metrics = http_get(addr, "/metrics")
+        .await
+        .map(|(_, m)| m)
+        .unwrap_or_default();
     let mut lat: Vec<f64> = {
         let got = seen.probes.lock().unwrap_or_else(|p| p.into_inner());
         want.iter()
@@ -524,7 +554,8 @@ async fn drive(
             .collect()
     };
     lat.sort_by(|a, b| a.total_cmp(b));
-    let consumed = metric(&after, "klaxon_events_consumed_total") - metric(&before, "klaxon_events_consumed_total");
+    let consumed =
+        metric(&after, "klaxon_events_consumed_total") - metric(&before, "klaxon_events_consumed_total");
     let cpu_s = (cpu_after - cpu_before) as f64 / TICKS_PER_S;
     let rate_achieved = published_in_window as f64 / elapsed;
     Ok(Report {
