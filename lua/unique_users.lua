@@ -1,0 +1,183 @@
+-- unique_users.lua: "affected more than N users": distinct users of a (rule, groupHash) in a fixed or a
+-- sliding window, decided atomically, exactly (no sketch), with memory bounded by the threshold.
+--
+-- fixed:   the window starts at the first counted event (the first with a user) and lasts `period` ms; the
+--          hit that brings the number of distinct users to `threshold` fires, once per window. Once it fired
+--          the users are dropped (nothing can fire again in that window), so the set never holds more than
+--          `threshold - 1` users.
+-- sliding: the hit that leaves `threshold` distinct users seen in (now - period, now] fires; then the
+--          (rule, group) does not fire again until `period` has passed since that firing. The set keeps the
+--          `threshold` users seen most recently (score = last seen): enough to answer "are there `threshold`
+--          users in the trailing window" exactly, since any user seen in the window but dropped is older than
+--          every kept one.
+-- A hit without a user ('') is not counted: it is answered with the current count and changes nothing.
+--
+-- One call handles several (rule, group) pairs (two keys each) of one mode, each with several hits, in order.
+--
+-- KEYS[2j-1]  sorted set `<ns>:{<rule>:<group>}:uf` (fixed) or `…:us` (sliding): member = user id (the client
+--             digests long ones), score = first seen (fixed) or last seen (sliding), ms.
+-- KEYS[2j]    hash `<ns>:{<rule>:<group>}:ufm` / `…:usm`:
+--               fixed:   s = window start, f = fired at, fc = users at the firing, fe = event id of the firing
+--               sliding: a = fired at, c = users at the firing, e = event id of the firing (the cooldown)
+--             Both keys expire when the window (fixed) or the trailing period / cooldown (sliding) ends.
+-- ARGV[1]  now in ms, or '' to read the server's TIME (one clock for the fleet)
+-- ARGV[2]  'fixed' or 'sliding'
+-- then, per pair j in order: threshold (>= 1), period ms (>= 1), n (hits), and n pairs: user, event id
+--          ('' = no user / no event id)
+--
+-- A hit whose event id equals the stored firing's is the redelivery of the event that fired (the worker
+-- crashed before publishing): answered FIRED again with the same token. A redelivered event never adds a
+-- user twice (a set), so counting is exactly-once with or without event ids.
+--
+-- Returns, per pair j in order: fired_at, fired_count, token, r_1, ..., r_n
+--   fired_at     firing time (ms) of this window / running cooldown, or -1
+--   fired_count  distinct users at that firing (0 when none)
+--   token        fixed: the window start (ms, -1 before the first user); sliding: the firing time, or -1
+--   r_i          -1 when hit i is the firing (first or redelivered), else the distinct users counted
+--                (sliding: saturates at `threshold`)
+--
+-- Complexity: O(n log(threshold)) for n hits, at most three Redis calls per hit and one per repeated user
+-- of a call; memory O(threshold) per pair.
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+else
+  now = tonumber(ARGV[1])
+end
+local sliding = ARGV[2] == 'sliding'
+
+local out = {}
+local a = 3
+for k = 1, #KEYS, 2 do
+  local zkey = KEYS[k]
+  local mkey = KEYS[k + 1]
+  local threshold = tonumber(ARGV[a])
+  local period = tonumber(ARGV[a + 1])
+  local first = a + 3
+  local last = first + 2 * tonumber(ARGV[a + 2]) - 1
+  a = last + 1
+
+  local head = #out + 1
+  out[head], out[head + 1], out[head + 2] = -1, 0, -1
+  -- Users already handled in this call: their score is already `now`, nothing to ask Redis again.
+  local seen = {}
+  local touched = false
+  local fired_now = false
+  local fired_at, fired_count, fired_e, count
+
+  if sliding then
+    redis.call('ZREMRANGEBYSCORE', zkey, '-inf', now - period)
+    count = redis.call('ZCARD', zkey)
+    local cd = redis.call('HMGET', mkey, 'a', 'c', 'e')
+    fired_at, fired_count, fired_e = tonumber(cd[1]), tonumber(cd[2]) or 0, cd[3]
+    if fired_at ~= nil and now >= fired_at + period then
+      -- The cooldown is over but the key has not expired yet (injected time).
+      fired_at, fired_count, fired_e = nil, 0, false
+    end
+    for i = first, last, 2 do
+      local user, eid = ARGV[i], ARGV[i + 1]
+      if fired_at ~= nil and eid ~= '' and eid == fired_e then
+        out[#out + 1] = -1
+      elseif user == '' then
+        out[#out + 1] = count
+      else
+        if not seen[user] then
+          seen[user] = true
+          touched = true
+          if not redis.call('ZSCORE', zkey, user) then
+            if count >= threshold then
+              -- Keep the `threshold` most recently seen users: drop the one seen longest ago.
+              redis.call('ZPOPMIN', zkey)
+            else
+              count = count + 1
+            end
+          end
+          redis.call('ZADD', zkey, now, user)
+        end
+        if fired_at == nil and count >= threshold then
+          fired_at, fired_count, fired_e = now, count, eid
+          fired_now = true
+          out[#out + 1] = -1
+        else
+          out[#out + 1] = count
+        end
+      end
+    end
+    if touched then
+      redis.call('PEXPIRE', zkey, period)
+    end
+    if fired_now then
+      redis.call('DEL', mkey)
+      redis.call('HSET', mkey, 'a', fired_at, 'c', fired_count, 'e', fired_e)
+      redis.call('PEXPIRE', mkey, period)
+    end
+    if fired_at ~= nil then
+      out[head], out[head + 1], out[head + 2] = fired_at, fired_count, fired_at
+    end
+  else
+    local w = redis.call('HMGET', mkey, 's', 'f', 'fc', 'fe')
+    local start = tonumber(w[1])
+    fired_at, fired_count, fired_e = tonumber(w[2]), tonumber(w[3]) or 0, w[4]
+    if start ~= nil and now >= start + period then
+      -- A window that has ended but not expired yet (injected time, a clock step): start anew.
+      redis.call('DEL', zkey, mkey)
+      start, fired_at, fired_count, fired_e = nil, nil, 0, false
+    end
+    local fresh = false
+    if fired_at ~= nil then
+      count = fired_count
+    elseif start ~= nil then
+      count = redis.call('ZCARD', zkey)
+    else
+      count = 0
+    end
+    for i = first, last, 2 do
+      local user, eid = ARGV[i], ARGV[i + 1]
+      if fired_at ~= nil and eid ~= '' and eid == fired_e then
+        out[#out + 1] = -1
+      elseif user == '' or fired_at ~= nil then
+        -- No user, or the window already fired: nothing more to remember in this window.
+        out[#out + 1] = count
+      else
+        if start == nil then
+          start, fresh = now, true
+        end
+        if not seen[user] then
+          seen[user] = true
+          if redis.call('ZADD', zkey, 'NX', now, user) == 1 then
+            count = count + 1
+            touched = true
+          end
+        end
+        if count >= threshold then
+          fired_at, fired_count, fired_e = now, count, eid
+          fired_now = true
+          out[#out + 1] = -1
+        else
+          out[#out + 1] = count
+        end
+      end
+    end
+    local ends_in = start ~= nil and (start + period - now) or 0
+    if fired_now then
+      -- Stop adding: the window cannot fire again, so its users are no longer needed.
+      redis.call('DEL', zkey)
+      redis.call('HSET', mkey, 's', start, 'f', fired_at, 'fc', fired_count, 'fe', fired_e)
+      redis.call('PEXPIRE', mkey, ends_in)
+    elseif fresh then
+      redis.call('HSET', mkey, 's', start)
+      redis.call('PEXPIRE', mkey, ends_in)
+    end
+    if touched and not fired_now then
+      redis.call('PEXPIRE', zkey, ends_in)
+    end
+    if start ~= nil then
+      out[head + 2] = start
+    end
+    if fired_at ~= nil then
+      out[head], out[head + 1] = fired_at, fired_count
+    end
+  end
+end
+return out
