@@ -507,6 +507,22 @@ pub fn parse_rule_value(value: &Value) -> Result<(CompiledRule, Vec<RuleProblem>
     ))
 }
 
+/// Longest project name kept, in characters (Hawk's own limit is far below; this bounds what goes into
+/// messages whatever the document holds).
+pub const MAX_PROJECT_NAME_CHARS: usize = 200;
+
+fn clean_name(raw: &str) -> Option<String> {
+    let mut out = String::new();
+    for (i, c) in raw.trim().chars().enumerate() {
+        if i == MAX_PROJECT_NAME_CHARS {
+            out.push('…');
+            break;
+        }
+        out.push(if c.is_control() { ' ' } else { c });
+    }
+    (!out.is_empty()).then_some(out)
+}
+
 /// The usable rules of one project and the problems found while reading them.
 #[derive(Debug, Clone, Default)]
 pub struct ProjectRules {
@@ -514,6 +530,9 @@ pub struct ProjectRules {
     pub rules: Vec<CompiledRule>,
     /// Every problem, fatal (rule skipped) or not (part skipped).
     pub problems: Vec<RuleProblem>,
+    /// The project's display `name` from the same `projects` document (Hawk keeps it there), when it has
+    /// one; messages show it instead of the id.
+    pub name: Option<String>,
 }
 
 impl ProjectRules {
@@ -533,6 +552,13 @@ impl ProjectRules {
             }
         }
         out
+    }
+
+    /// Sets the project's display name from the document's `name` field: trimmed, on one line, at most
+    /// [`MAX_PROJECT_NAME_CHARS`] characters; a missing, non-string or blank name is none.
+    pub fn with_name(mut self, name: Option<&Value>) -> Self {
+        self.name = name.and_then(Value::as_str).and_then(clean_name);
+        self
     }
 
     /// True when at least one rule can fire.
@@ -851,6 +877,18 @@ mod tests {
         assert_eq!(rule.channels[0].min_period_s, 30);
         assert_eq!(problems.len(), 1);
         assert!(!problems[0].fatal);
+    }
+
+    #[test]
+    fn project_names_are_one_bounded_line() {
+        let named = |v: Value| ProjectRules::default().with_name(Some(&v)).name;
+        assert_eq!(named(json!("  Acme web\n")), Some("Acme web".into()));
+        assert_eq!(named(json!("a\tb")), Some("a b".into()));
+        assert_eq!(named(json!("   ")), None);
+        assert_eq!(named(json!(42)), None);
+        assert_eq!(ProjectRules::default().with_name(None).name, None);
+        let long = named(json!("x".repeat(500))).expect("name");
+        assert_eq!(long.chars().count(), MAX_PROJECT_NAME_CHARS + 1);
     }
 
     #[test]

@@ -201,7 +201,8 @@ impl RuleStore {
             return Ok(None);
         };
         let notifications = doc.get("notifications").cloned().map(Bson::into_relaxed_extjson);
-        let rules = ProjectRules::from_notifications(notifications.as_ref());
+        let name = doc.get("name").cloned().map(Bson::into_relaxed_extjson);
+        let rules = ProjectRules::from_notifications(notifications.as_ref()).with_name(name.as_ref());
         if !rules.problems.is_empty() {
             self.report_problems(project_id, notifications.as_ref(), &rules);
         }
@@ -249,7 +250,7 @@ impl RuleStore {
         self.inner
             .projects
             .find_one(doc! {"_id": oid})
-            .projection(doc! {"notifications": 1})
+            .projection(doc! {"notifications": 1, "name": 1})
             .await
             .map_err(|e| RulesError::from_driver("find project", e))
     }
