@@ -44,7 +44,7 @@ async fn slack_payload_has_text_blocks_and_escaped_title() {
         "{text}"
     );
     assert!(
-        text.contains("Seen 100 times in 1 minute (fixed window, threshold 100)"),
+        text.contains("Seen 100 times in the last minute (fixed window, threshold 100)"),
         "{text}"
     );
     assert!(text.contains("2023-11-14T22:13:20.123Z"), "{text}");
