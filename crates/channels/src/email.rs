@@ -192,7 +192,9 @@ mod tests {
     fn subjects_are_one_bounded_line() {
         assert_eq!(one_line(" a\nb ", &[], 10), "a b");
         assert_eq!(
-            one_line(&"x".repeat(300), &[], MAX_SUBJECT_CHARS - 1).chars().count(),
+            one_line(&"x".repeat(300), &[], MAX_SUBJECT_CHARS - 1)
+                .chars()
+                .count(),
             MAX_SUBJECT_CHARS
         );
     }

@@ -91,8 +91,10 @@ impl Default for ChannelsConfig {
 /// the rule cache, so names are read and cached with the rules.
 pub trait ProjectNames: Send + Sync {
     /// The project's name, or `None` when unknown (or not reachable right now).
-    fn project_name<'a>(&'a self, project_id: &'a str)
-        -> Pin<Box<dyn Future<Output = Option<String>> + Send + 'a>>;
+    fn project_name<'a>(
+        &'a self,
+        project_id: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Option<String>> + Send + 'a>>;
 }
 
 /// How long a delivery waits for the project's name before showing the id instead: a slow or unreachable
@@ -207,7 +209,11 @@ impl Channels {
     }
 
     /// Renders what [`Channels::deliver`] would send for `task` with the given project name, without sending.
-    pub fn preview(&self, task: &NotificationTask, project_name: Option<&str>) -> Result<Preview, DeliveryError> {
+    pub fn preview(
+        &self,
+        task: &NotificationTask,
+        project_name: Option<&str>,
+    ) -> Result<Preview, DeliveryError> {
         let ctx = MessageContext {
             project_name,
             links: self.links.as_deref(),

@@ -59,7 +59,11 @@ impl UrlTemplate {
         let t = UrlTemplate {
             template: template.to_owned(),
         };
-        let sample = t.fill("5e3eef0679fa3700a0198a49", "11da", Some("5e3eef0679fa3700a0198a4a"));
+        let sample = t.fill(
+            "5e3eef0679fa3700a0198a49",
+            "11da",
+            Some("5e3eef0679fa3700a0198a4a"),
+        );
         let url = Url::parse(&sample).map_err(|e| invalid(format!("not a URL ({e})")))?;
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
             return Err(invalid("must be an http(s) URL with a host".into()));
@@ -94,7 +98,8 @@ mod tests {
     fn hawk_garage_links() {
         let t = UrlTemplate::parse(HAWK).expect("valid");
         assert_eq!(
-            t.link("5e3eef0679fa3700a0198a49", "11da", Some("6a1b")).as_deref(),
+            t.link("5e3eef0679fa3700a0198a49", "11da", Some("6a1b"))
+                .as_deref(),
             Some("https://garage.hawk.so/project/5e3eef0679fa3700a0198a49/event/11da/6a1b/overview")
         );
         assert_eq!(

@@ -260,7 +260,11 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>) -> View {
         ctx.links
             .and_then(|t| t.link(&task.project_id, &e.group_hash, e.repetition_id.as_deref()))
     };
-    let title_max = if digest { DIGEST_TITLE_CHARS } else { MAX_TITLE_CHARS };
+    let title_max = if digest {
+        DIGEST_TITLE_CHARS
+    } else {
+        MAX_TITLE_CHARS
+    };
     let mut events: Vec<&klaxon_core::NotificationEvent> = task.events.iter().collect();
     if digest {
         // stable: equal counts keep the order the digest collected them in
@@ -576,11 +580,15 @@ mod tests {
         t.events[0].repetition_id = Some("rep1".into());
         let tg = r.render_with(TELEGRAM, &t, ctx).expect("tg");
         assert!(
-            tg.contains("Seen by 50 users in the last hour (fixed window, threshold 50) in project Acme &lt;web&gt;"),
+            tg.contains(
+                "Seen by 50 users in the last hour (fixed window, threshold 50) in project Acme &lt;web&gt;"
+            ),
             "{tg}"
         );
         assert!(
-            tg.contains(r#"<a href="https://garage.hawk.so/project/proj/event/g-Boom/rep1/overview">Open event</a>"#),
+            tg.contains(
+                r#"<a href="https://garage.hawk.so/project/proj/event/g-Boom/rep1/overview">Open event</a>"#
+            ),
             "{tg}"
         );
         let slack = r.render_with(SLACK, &t, ctx).expect("slack");
@@ -602,12 +610,19 @@ mod tests {
         );
         // without a context: the id, no link
         let plain = r.render(TELEGRAM, &t).expect("plain");
-        assert!(plain.contains("in project proj\n") && !plain.contains("href"), "{plain}");
+        assert!(
+            plain.contains("in project proj\n") && !plain.contains("href"),
+            "{plain}"
+        );
     }
 
     #[test]
     fn html_parts_are_balanced_when_a_line_is_cut() {
-        let line = format!("<b>{}</b> <a href=\"https://x.test/e\">{}</a>\n<i>end</i>", "x".repeat(5000), "y".repeat(300));
+        let line = format!(
+            "<b>{}</b> <a href=\"https://x.test/e\">{}</a>\n<i>end</i>",
+            "x".repeat(5000),
+            "y".repeat(300)
+        );
         let parts = split_html(&line, TELEGRAM_MAX);
         assert!(parts.len() >= 2, "{}", parts.len());
         for p in &parts {
@@ -623,7 +638,10 @@ mod tests {
         }
         assert!(parts[1].starts_with("<b>"), "reopened: {}", &parts[1][..10]);
         // only the added tags differ from the text
-        let stripped: String = parts.concat().replace("</b><b>", "").replace("</a><a href=\"https://x.test/e\">", "");
+        let stripped: String = parts
+            .concat()
+            .replace("</b><b>", "")
+            .replace("</a><a href=\"https://x.test/e\">", "");
         assert_eq!(stripped.len(), line.len());
     }
 

@@ -30,14 +30,7 @@ impl Channels {
         let answer = self
             .inner
             .http
-            .post(
-                &url,
-                "application/json",
-                &[],
-                body.into_bytes(),
-                &what,
-                &secrets,
-            )
+            .post(&url, "application/json", &[], body.into_bytes(), &what, &secrets)
             .await?;
         // Slack explains failures in a short plain-text body (`invalid_payload`, `no_service`, …).
         answer.check(&what, &body_detail(&answer.body, &secrets))?;

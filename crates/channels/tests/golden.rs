@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use klaxon_channels::{Channels, Preview, MAX_SUBJECT_CHARS};
 use klaxon_core::{ChannelKind, NotificationEvent, NotificationTask, Reason, Window};
 
-const HAWK_GARAGE: &str = "https://garage.hawk.so/project/{projectId}/event/{groupHash}/{repetitionId}/overview";
+const HAWK_GARAGE: &str =
+    "https://garage.hawk.so/project/{projectId}/event/{groupHash}/{repetitionId}/overview";
 const PROJECT: &str = "5e3eef0679fa3700a0198a49";
 const NAME: &str = "Acme <web> & \"shop\"";
 
@@ -51,7 +52,14 @@ fn task(channel: ChannelKind, reason: Reason, events: &[(&str, u64, Option<&str>
 fn cases(channel: ChannelKind) -> Vec<(&'static str, NotificationTask)> {
     let title = "TypeError: Cannot read properties of undefined (reading 'id') <App> & \"more\"";
     vec![
-        ("new", task(channel, Reason::New, &[(title, 1, Some("6a1b2c3d4e5f60718293a4b5"))])),
+        (
+            "new",
+            task(
+                channel,
+                Reason::New,
+                &[(title, 1, Some("6a1b2c3d4e5f60718293a4b5"))],
+            ),
+        ),
         (
             "threshold",
             task(
@@ -117,7 +125,12 @@ async fn every_channel_matches_its_golden_files() {
     let bless = std::env::var("KLAXON_BLESS").is_ok_and(|v| v == "1");
     let ch = channels();
     let mut mismatches = Vec::new();
-    for channel in [ChannelKind::Slack, ChannelKind::Telegram, ChannelKind::Email, ChannelKind::Webhook] {
+    for channel in [
+        ChannelKind::Slack,
+        ChannelKind::Telegram,
+        ChannelKind::Email,
+        ChannelKind::Webhook,
+    ] {
         for (case, t) in cases(channel) {
             let got = as_text(&ch.preview(&t, Some(NAME)).expect("renders"));
             let path = golden_dir().join(channel.as_str()).join(format!("{case}.txt"));
@@ -143,11 +156,19 @@ async fn every_channel_matches_its_golden_files() {
 #[tokio::test]
 async fn without_a_name_or_template_messages_show_the_id_and_no_link() {
     let ch = common::channels(common::config("http://127.0.0.1:9"));
-    for channel in [ChannelKind::Slack, ChannelKind::Telegram, ChannelKind::Email, ChannelKind::Webhook] {
+    for channel in [
+        ChannelKind::Slack,
+        ChannelKind::Telegram,
+        ChannelKind::Email,
+        ChannelKind::Webhook,
+    ] {
         let (_, t) = cases(channel).remove(1);
         let text = as_text(&ch.preview(&t, None).expect("renders"));
         assert!(text.contains(PROJECT), "{channel}: {text}");
-        assert!(!text.contains("garage.hawk.so") && !text.contains("Acme"), "{channel}: {text}");
+        assert!(
+            !text.contains("garage.hawk.so") && !text.contains("Acme"),
+            "{channel}: {text}"
+        );
     }
 }
 
@@ -182,14 +203,29 @@ async fn slack_blocks_stay_within_slack_limits() {
         let p = ch.preview(&t, Some(&"N".repeat(500))).expect("renders");
         let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
         let text = body["text"].as_str().expect("text");
-        assert!(text.chars().count() <= 40_000, "text {} chars", text.chars().count());
+        assert!(
+            text.chars().count() <= 40_000,
+            "text {} chars",
+            text.chars().count()
+        );
         let blocks = body["blocks"].as_array().expect("blocks");
-        assert!(!blocks.is_empty() && blocks.len() <= 50, "{} blocks", blocks.len());
+        assert!(
+            !blocks.is_empty() && blocks.len() <= 50,
+            "{} blocks",
+            blocks.len()
+        );
         for b in blocks {
             assert_eq!(b["type"], "section");
-            assert!(b.get("fields").is_none(), "no section fields (limit 10 × 2,000 chars)");
+            assert!(
+                b.get("fields").is_none(),
+                "no section fields (limit 10 × 2,000 chars)"
+            );
             let t = b["text"]["text"].as_str().expect("block text");
-            assert!(!t.is_empty() && t.chars().count() <= 3000, "block {} chars", t.chars().count());
+            assert!(
+                !t.is_empty() && t.chars().count() <= 3000,
+                "block {} chars",
+                t.chars().count()
+            );
         }
     }
 }
@@ -217,9 +253,16 @@ async fn telegram_parts_stay_within_4096_and_balanced_html() {
                     .chars()
                     .take_while(|c| c.is_ascii_alphanumeric())
                     .collect();
-                assert!(["b", "i", "a", "code"].contains(&name.as_str()), "tag <{tag}> outside the subset");
+                assert!(
+                    ["b", "i", "a", "code"].contains(&name.as_str()),
+                    "tag <{tag}> outside the subset"
+                );
                 if tag.starts_with('/') {
-                    assert_eq!(stack.pop().as_deref(), Some(name.as_str()), "unbalanced in {text:.80}");
+                    assert_eq!(
+                        stack.pop().as_deref(),
+                        Some(name.as_str()),
+                        "unbalanced in {text:.80}"
+                    );
                 } else {
                     stack.push(name);
                 }
@@ -241,10 +284,16 @@ async fn telegram_parts_stay_within_4096_and_balanced_html() {
 async fn email_subjects_are_one_line_of_at_most_200_chars() {
     let ch = channels();
     for t in worst_cases(ChannelKind::Email) {
-        let p = ch.preview(&t, Some(&format!("Acme\r\n{}", "n".repeat(400)))).expect("renders");
+        let p = ch
+            .preview(&t, Some(&format!("Acme\r\n{}", "n".repeat(400))))
+            .expect("renders");
         let subject = p.subject.expect("subject");
         assert!(!subject.contains(['\r', '\n']), "{subject:?}");
-        assert!(subject.chars().count() <= MAX_SUBJECT_CHARS, "{} chars", subject.chars().count());
+        assert!(
+            subject.chars().count() <= MAX_SUBJECT_CHARS,
+            "{} chars",
+            subject.chars().count()
+        );
         assert!(subject.starts_with("[Klaxon] "), "{subject}");
         assert_eq!(p.bodies.len(), 2, "text and HTML parts");
     }
