@@ -99,7 +99,23 @@ fn cases(channel: ChannelKind) -> Vec<(&'static str, NotificationTask)> {
     ]
 }
 
-/// A preview as one reviewable text: the subject, then each body (JSON pretty-printed).
+/// JSON with its keys sorted at every level, so the golden files do not depend on whether serde_json's
+/// `preserve_order` feature happens to be enabled in a build.
+fn canonical(v: serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(m) => {
+            let mut entries: Vec<(String, serde_json::Value)> = m.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(entries.into_iter().map(|(k, v)| (k, canonical(v))).collect())
+        }
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.into_iter().map(canonical).collect())
+        }
+        other => other,
+    }
+}
+
+/// A preview as one reviewable text: the subject, then each body (JSON pretty-printed, keys sorted).
 fn as_text(p: &Preview) -> String {
     let mut out = String::new();
     if let Some(s) = &p.subject {
@@ -109,7 +125,7 @@ fn as_text(p: &Preview) -> String {
         let shown = serde_json::from_str::<serde_json::Value>(b)
             .ok()
             .filter(serde_json::Value::is_object)
-            .and_then(|v| serde_json::to_string_pretty(&v).ok())
+            .and_then(|v| serde_json::to_string_pretty(&canonical(v)).ok())
             .unwrap_or_else(|| b.clone());
         out.push_str(&format!("=== body {}\n{shown}\n", i + 1));
     }
