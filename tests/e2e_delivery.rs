@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{object_id, Env, Klaxon};
+use common::{eventually, object_id, Env};
 use klaxon_broker::{Broker, Outgoing, QueueType, Topology};
 use klaxon_core::{ChannelKind, NotificationEvent, NotificationTask, Reason};
 use klaxon_testkit::{HttpSink, Reply};
@@ -64,30 +64,6 @@ async fn publish(env: &Env, tasks: &[NotificationTask]) {
     publisher.publish_all(&msgs).await.expect("publish");
     publisher.close().await;
     broker.close().await;
-}
-
-/// The value of one exported metric line (`name{labels}`), 0 when absent.
-fn metric(k: &Klaxon, series: &str) -> f64 {
-    let Some((_, body)) = k.get("/metrics") else {
-        return 0.0;
-    };
-    body.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
-        .unwrap_or(0.0)
-}
-
-/// Polls `check` every 200 ms for up to `timeout`.
-async fn eventually<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check() {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// The log without ANSI colour codes.
@@ -164,17 +140,11 @@ async fn transient_failures_retry_then_deliver_once_with_one_notification_id() {
         "retries wait in the delay engine ({gap:?})"
     );
     assert_eq!(
-        metric(
-            &k,
-            "klaxon_deliveries_total{channel=\"webhook\",outcome=\"retried\"}"
-        ),
+        k.metric("klaxon_deliveries_total{channel=\"webhook\",outcome=\"retried\"}"),
         2.0
     );
     assert_eq!(
-        metric(
-            &k,
-            "klaxon_deliveries_total{channel=\"webhook\",outcome=\"sent\"}"
-        ),
+        k.metric("klaxon_deliveries_total{channel=\"webhook\",outcome=\"sent\"}"),
         1.0
     );
 
@@ -341,14 +311,15 @@ async fn a_redelivered_task_sends_no_second_message() {
     publish(&env, &[t.clone(), t.clone()]).await;
     let got = hook.wait_for_count(1, Duration::from_secs(15)).await;
     assert_eq!(got.len(), 1, "log:\n{}", k.logs());
-    // ... and one redelivered after the delivery.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // ... and one redelivered after the delivery was recorded as sent.
+    k.wait_metric(
+        "klaxon_deliveries_total{channel=\"webhook\",outcome=\"sent\"}",
+        1.0,
+        Duration::from_secs(15),
+    );
     publish(&env, &[t]).await;
     let dups = eventually(Duration::from_secs(15), || {
-        let n = metric(
-            &k,
-            "klaxon_deliveries_total{channel=\"webhook\",outcome=\"duplicate\"}",
-        );
+        let n = k.metric("klaxon_deliveries_total{channel=\"webhook\",outcome=\"duplicate\"}");
         (n >= 2.0).then_some(n)
     })
     .await;
@@ -420,7 +391,7 @@ async fn breaker_opens_parks_tasks_and_recovers() {
     publish(&env, &tasks).await;
 
     let opened = eventually(Duration::from_secs(20), || {
-        (metric(&k, "klaxon_breaker_transitions_total{state=\"open\"}") >= 1.0).then_some(())
+        (k.metric("klaxon_breaker_transitions_total{state=\"open\"}") >= 1.0).then_some(())
     })
     .await;
     assert!(opened.is_some(), "breaker opened; log:\n{}", k.logs());
@@ -433,21 +404,17 @@ async fn breaker_opens_parks_tasks_and_recovers() {
         "no request reaches the host while the breaker is open"
     );
     assert!(
-        metric(&k, "klaxon_deliveries_parked_total{channel=\"webhook\"}") >= 1.0,
+        k.metric("klaxon_deliveries_parked_total{channel=\"webhook\"}") >= 1.0,
         "tasks parked"
     );
 
     hook.set_default(Reply::status(200));
     let sent = eventually(Duration::from_secs(30), || {
-        (metric(
-            &k,
-            "klaxon_deliveries_total{channel=\"webhook\",outcome=\"sent\"}",
-        ) >= 4.0)
-            .then_some(())
+        (k.metric("klaxon_deliveries_total{channel=\"webhook\",outcome=\"sent\"}") >= 4.0).then_some(())
     })
     .await;
     assert!(sent.is_some(), "all delivered after recovery; log:\n{}", k.logs());
-    assert!(metric(&k, "klaxon_breaker_transitions_total{state=\"closed\"}") >= 1.0);
+    assert!(k.metric("klaxon_breaker_transitions_total{state=\"closed\"}") >= 1.0);
     assert!(k.logs().contains("circuit breaker closed"));
 
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));

@@ -218,13 +218,26 @@ async fn three_workers_fire_each_of_20_groups_exactly_once() {
         "--count",
         "10000",
     ]);
+    // Every event acked across the fleet: every firing's task is in the queue (tasks are confirmed before acks).
+    let acked =
+        |ws: &[common::Klaxon]| -> f64 { ws.iter().map(|w| w.metric("klaxon_events_acked_total")).sum() };
+    let all_acked = common::eventually(Duration::from_secs(90), || {
+        (acked(&workers) >= 10_000.0).then_some(())
+    })
+    .await;
+    assert!(
+        all_acked.is_some(),
+        "acked {} of 10000; log:\n{}",
+        acked(&workers),
+        workers[0].logs()
+    );
     let (broker, _publisher, topo) = connect(&env).await;
     let tasks = drain(
         &broker,
         &topo.notify_queue(ChannelKind::Slack),
         20,
-        Duration::from_secs(60),
-        Duration::from_secs(3),
+        Duration::from_secs(10),
+        Duration::from_millis(500),
     )
     .await;
     let ids: HashSet<String> = tasks
@@ -249,17 +262,11 @@ async fn three_workers_fire_each_of_20_groups_exactly_once() {
     assert_eq!(tasks.len(), 20, "exactly 20 tasks; logs:\n{}", workers[0].logs());
     assert_eq!(ids.len(), 20, "20 distinct notification ids");
     assert_eq!(groups.len(), 20, "one per group");
-    let consumed: u64 = workers
+    let consumed: f64 = workers
         .iter()
-        .map(|w| {
-            let (_, m) = w.get("/metrics").expect("metrics");
-            m.lines()
-                .find_map(|l| l.strip_prefix("klaxon_events_consumed_total "))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0)
-        })
+        .map(|w| w.metric("klaxon_events_consumed_total"))
         .sum();
-    assert_eq!(consumed, 10_000, "every event consumed once across the fleet");
+    assert_eq!(consumed, 10_000.0, "every event consumed once across the fleet");
     let busy = workers.iter().filter(|w| !w.logs().is_empty()).count();
     assert!(busy >= 1);
     for mut w in workers {
@@ -299,19 +306,8 @@ async fn killing_a_worker_mid_stream_loses_nothing_and_notifies_once() {
         })
     };
     // Let both workers get going, then kill one without warning and start it again.
-    let consumed = |k: &common::Klaxon| -> u64 {
-        k.get("/metrics")
-            .and_then(|(_, m)| {
-                m.lines()
-                    .find_map(|l| l.strip_prefix("klaxon_events_consumed_total "))
-                    .and_then(|v| v.trim().parse().ok())
-            })
-            .unwrap_or(0)
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while consumed(&a) < 500 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // Mid-stream on purpose: kill it once it has taken (not necessarily finished) 500 events.
+    a.wait_metric("klaxon_events_consumed_total", 500.0, Duration::from_secs(30));
     a.kill();
     let a2 = env.spawn("worker", &["--batch-max", "32"]);
     publish.join().expect("publisher thread");

@@ -56,6 +56,12 @@ async fn a_bad_rule_beside_a_good_one_is_reported_and_the_good_one_fires() {
     let got = slack.wait_for_count(1, Duration::from_secs(30)).await;
     assert_eq!(got.len(), 1, "log:\n{}", k.logs());
     assert_eq!(got[0].uri, "/good");
+    k.wait_acked(1, Duration::from_secs(30));
+    assert_eq!(
+        k.metric("klaxon_notifications_published_total{channel=\"slack\"}"),
+        1.0,
+        "the bad rule beside it published nothing"
+    );
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(slack.count(), 1);
     assert!(

@@ -141,6 +141,39 @@ impl Klaxon {
         );
     }
 
+    /// The value of one exported series, `name` or `name{labels}` exactly as `/metrics` prints it; 0 when the
+    /// series is absent or the process does not answer.
+    pub fn metric(&self, series: &str) -> f64 {
+        let Some((_, body)) = self.get("/metrics") else {
+            return 0.0;
+        };
+        metric_in(&body, series)
+    }
+
+    /// Waits (bounded) until `series` is at least `at_least`; panics with the process log otherwise.
+    pub fn wait_metric(&self, series: &str, at_least: f64, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let v = self.metric(series);
+            if v >= at_least {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{series} = {v} < {at_least} after {within:?}; log:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until `n` events are acked: counted, their tasks published and the batch acked. This is the point
+    /// where a test may assume the events' effects are durable (unlike `klaxon_events_consumed_total`, which
+    /// rises when a batch starts).
+    pub fn wait_acked(&self, n: u64, within: Duration) {
+        self.wait_metric("klaxon_events_acked_total", n as f64, within);
+    }
+
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -179,6 +212,31 @@ impl Klaxon {
 impl Drop for Klaxon {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// The value of `series` in a Prometheus text body, 0 when absent.
+pub fn metric_in(body: &str, series: &str) -> f64 {
+    body.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .filter(|rest| rest.starts_with(' '))
+                .and_then(|rest| rest.trim().parse().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+/// Polls `check` every 100 ms until it gives a value or `timeout` passes.
+pub async fn eventually<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -137,6 +137,7 @@ async fn consume_loop(
         let last_tag = batch.iter().map(|d| d.delivery_tag).max().unwrap_or(0);
         process_batch(deps, publisher, &batch).await?;
         consumer.ack_up_to(last_tag).await?;
+        deps.metrics.events_acked.inc_by(batch.len() as u64);
         deps.metrics.batch_size.observe(batch.len() as f64);
         deps.metrics
             .batch_seconds
