@@ -12,30 +12,10 @@ use serde_json::json;
 /// After the expected notifications, keep listening this long for a (wrong) extra one.
 const QUIET: Duration = Duration::from_secs(3);
 
-/// `klaxon_events_consumed_total` as the process reports it.
-fn consumed(k: &Klaxon) -> u64 {
-    k.get("/metrics")
-        .and_then(|(_, m)| {
-            m.lines()
-                .find_map(|l| l.strip_prefix("klaxon_events_consumed_total "))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// Waits (≤ 30 s) until the process has consumed at least `n` events: their outcome is then decided.
-async fn wait_consumed(k: &Klaxon, n: u64) {
-    let got = klaxon_testkit::wait_for(Duration::from_secs(30), || {
-        let c = consumed(k);
-        async move { (c >= n).then_some(c) }
-    })
-    .await;
-    assert!(
-        got.is_some(),
-        "{} of {n} events consumed; log:\n{}",
-        consumed(k),
-        k.logs()
-    );
+/// Waits (≤ 30 s) until the process has acked at least `n` events: their outcome is then durable (any
+/// notification published).
+fn wait_acked(k: &Klaxon, n: u64) {
+    k.wait_metric("klaxon_events_acked_total", n as f64, Duration::from_secs(30));
 }
 
 fn publish(env: &Env, project: &str, title: &str, extra: &[&str]) {
@@ -71,7 +51,7 @@ async fn distinct_users_fire_once_in_fixed_and_sliding_windows_and_repeats_or_an
     // 40 events from one user and 40 without a user: one user counted, never three.
     publish(&env, &project, &title, &["--user", "ann", "--count", "40"]);
     publish(&env, &project, &title, &["--count", "40"]);
-    wait_consumed(&k, 80).await;
+    wait_acked(&k, 80);
     tokio::time::sleep(QUIET).await;
     assert_eq!(
         slack.requests().len(),
@@ -96,7 +76,7 @@ async fn distinct_users_fire_once_in_fixed_and_sliding_windows_and_repeats_or_an
         &title,
         &["--user", "cid", "--users", "10", "--count", "30"],
     );
-    wait_consumed(&k, 140).await;
+    wait_acked(&k, 140);
     tokio::time::sleep(QUIET).await;
     let got = slack.requests();
     assert_eq!(got.len(), 2, "exactly once per rule; log:\n{}", k.logs());
