@@ -36,8 +36,8 @@
 --   r_i          -1 when hit i is the firing (first or redelivered), else the distinct users counted
 --                (sliding: saturates at `threshold`)
 --
--- Complexity: O(n log(threshold)) for n hits, at most three Redis calls per hit and one per repeated user
--- of a call; memory O(threshold) per pair.
+-- Complexity: O(n log(threshold)) for n hits. Sliding: a handful of Redis calls per pair (ZMSCORE, ZADD,
+-- ZPOPMIN per 500 users); fixed: one ZADD per distinct user of the call. Memory O(threshold) per pair.
 local now
 if ARGV[1] == '' then
   local t = redis.call('TIME')
@@ -46,6 +46,8 @@ else
   now = tonumber(ARGV[1])
 end
 local sliding = ARGV[2] == 'sliding'
+-- Members per ZMSCORE/ZADD call: keeps `unpack` well inside Lua's stack limit.
+local CHUNK = 500
 
 local out = {}
 local a = 3
@@ -75,6 +77,28 @@ for k = 1, #KEYS, 2 do
       -- The cooldown is over but the key has not expired yet (injected time).
       fired_at, fired_count, fired_e = nil, 0, false
     end
+    -- Which of the call's users are already kept, in one ZMSCORE per chunk instead of a call per hit (Lua's
+    -- per-call overhead dominates a hot key's cost).
+    local distinct = {}
+    for i = first, last, 2 do
+      local user = ARGV[i]
+      if user ~= '' and not seen[user] then
+        seen[user] = false
+        distinct[#distinct + 1] = user
+      end
+    end
+    local known = {}
+    for c = 1, #distinct, CHUNK do
+      local c_last = math.min(c + CHUNK - 1, #distinct)
+      local scores = redis.call('ZMSCORE', zkey, unpack(distinct, c, c_last))
+      for j = c, c_last do
+        if scores[j - c + 1] then
+          known[distinct[j]] = true
+        end
+      end
+    end
+    local kept_before = count
+    local refreshed, added = {}, {}
     for i = first, last, 2 do
       local user, eid = ARGV[i], ARGV[i + 1]
       if fired_at ~= nil and eid ~= '' and eid == fired_e then
@@ -84,16 +108,13 @@ for k = 1, #KEYS, 2 do
       else
         if not seen[user] then
           seen[user] = true
-          touched = true
-          if not redis.call('ZSCORE', zkey, user) then
-            if count >= threshold then
-              -- Keep the `threshold` most recently seen users: drop the one seen longest ago.
-              redis.call('ZPOPMIN', zkey)
-            else
-              count = count + 1
-            end
+          if known[user] then
+            refreshed[#refreshed + 1] = user
+          else
+            added[#added + 1] = user
+            -- A new user when `threshold` are kept replaces the one seen longest ago: the count saturates.
+            count = math.min(count + 1, threshold)
           end
-          redis.call('ZADD', zkey, now, user)
         end
         if fired_at == nil and count >= threshold then
           fired_at, fired_count, fired_e = now, count, eid
@@ -104,6 +125,36 @@ for k = 1, #KEYS, 2 do
         end
       end
     end
+    -- Every user of this call is now the most recently seen. Keep the `threshold` most recent: refresh the
+    -- known ones, drop the oldest of the others, then add the new ones that stay, so the set never holds
+    -- more than `threshold` members (past 128 it would leave the compact encoding for good).
+    local function zadd(list, from, to, flag)
+      for c = from, to, CHUNK do
+        local args = {}
+        if flag then
+          args[1] = flag
+        end
+        for j = c, math.min(c + CHUNK - 1, to) do
+          args[#args + 1] = now
+          args[#args + 1] = list[j]
+        end
+        redis.call('ZADD', zkey, unpack(args))
+      end
+    end
+    if #refreshed + #added >= threshold then
+      -- The call alone brings `threshold` users: they are the ones kept.
+      redis.call('DEL', zkey)
+      zadd(refreshed, 1, math.min(#refreshed, threshold))
+      zadd(added, 1, threshold - math.min(#refreshed, threshold))
+    else
+      zadd(refreshed, 1, #refreshed, 'XX')
+      local excess = kept_before + #added - threshold
+      if excess > 0 then
+        redis.call('ZPOPMIN', zkey, excess)
+      end
+      zadd(added, 1, #added)
+    end
+    touched = #distinct > 0
     if touched then
       redis.call('PEXPIRE', zkey, period)
     end

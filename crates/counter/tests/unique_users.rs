@@ -192,6 +192,38 @@ async fn sliding_one_user_flooding_never_fires() {
     on_both(sliding_one_user_flooding).await;
 }
 
+async fn sliding_keeps_the_most_recent_users(env: Env) {
+    let spec = users(100, MINUTE as u64, Window::Sliding);
+    let t = env.topology;
+    // 150 distinct users in one batch: the 100th fires, and only 100 users are kept, in compact encoding.
+    let first: Vec<Hit> = (0..150).map(|i| user_hit(spec, &format!("u{i}"))).collect();
+    let out = env.counter.hit_batch(&first, Some(T0)).await.expect("batch");
+    assert_eq!(out.iter().position(Outcome::is_fired), Some(99), "[{t}]");
+    let keys = env.counter.keys_of(&first[0]);
+    assert_eq!(zcard(&env, &keys[0]).await, 100, "[{t}]");
+    let enc: String = env
+        .query(redis::cmd("OBJECT").arg("ENCODING").arg(&keys[0]))
+        .await;
+    assert_eq!(enc, "listpack", "[{t}]");
+    // 50 new users half a minute later (in the cooldown) replace the 50 seen longest ago.
+    let second: Vec<Hit> = (0..50).map(|i| user_hit(spec, &format!("v{i}"))).collect();
+    let out = env
+        .counter
+        .hit_batch(&second, Some(T0 + 30_000))
+        .await
+        .expect("batch");
+    assert!(out.iter().all(|o| *o == counted(100)), "[{t}] {:?}", &out[..3]);
+    assert_eq!(zcard(&env, &keys[0]).await, 100, "[{t}]");
+    // A minute after the first batch its users have aged out; the 50 recent ones are still counted.
+    let o = hit(&env, &user_hit(spec, "w"), T0 + MINUTE + 1_000).await;
+    assert_eq!(o, counted(51), "[{t}]");
+}
+
+#[tokio::test]
+async fn sliding_keeps_the_threshold_most_recent_users_in_compact_encoding() {
+    on_both(sliding_keeps_the_most_recent_users).await;
+}
+
 // --- Both windows ---------------------------------------------------------------------------------------
 
 async fn redelivered_firing_fires_again(env: Env) {
