@@ -145,3 +145,38 @@ async fn a_bad_event_url_template_is_refused_before_connecting() {
     assert_ne!(code, 0);
     assert!(err.contains("unknown placeholder"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_only_process_shows_the_project_name_too() {
+    let hooks = HttpSink::start().await.expect("sink");
+    let env = Env::new();
+    let project = object_id();
+    let name = format!("Billing {}", env.namespace);
+    env.import(&json!([{"_id": project, "notifications": [{
+        "isEnabled": true, "whatToReceive": "ONLY_NEW", "including": [], "excluding": [],
+        "channels": {"slack": {"isEnabled": true, "endpoint": hooks.url("/slack"), "minPeriod": 0}}}]}]));
+    name_project(&env, &project, &name).await;
+    // The sender has no worker beside it: it reads names through a rule cache of its own.
+    let mut sender = env.spawn("sender", &[]);
+    let mut worker = env.spawn("worker", &[]);
+    let title = format!("New failure ({})", env.namespace);
+    env.ok(&[
+        "publish",
+        "--project",
+        &project,
+        "--title",
+        &title,
+        "--group",
+        "g1",
+        "--new",
+    ]);
+    let got = hooks.wait_for_count(1, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 1, "log:\n{}\n{}", worker.logs(), sender.logs());
+    let text = got[0].json()["text"].as_str().unwrap_or_default().to_owned();
+    assert!(text.contains(&format!("*New error in project {name}*")), "{text}");
+    assert!(text.contains("First seen"), "{text}");
+    assert!(!text.contains("Open event"), "no template, no link: {text}");
+    assert_eq!(worker.terminate(Duration::from_secs(10)), Some(0));
+    assert_eq!(sender.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}
