@@ -37,7 +37,7 @@
 --                (sliding: saturates at `threshold`)
 --
 -- Complexity: O(n log(threshold)) for n hits. Sliding: a handful of Redis calls per pair (ZMSCORE, ZADD,
--- ZPOPMIN per 500 users); fixed: one ZADD per distinct user of the call. Memory O(threshold) per pair.
+-- ZPOPMIN per 500 users); fixed: ZMSCORE and ZADD per 500 users. Memory O(threshold) per pair.
 local now
 if ARGV[1] == '' then
   local t = redis.call('TIME')
@@ -183,6 +183,28 @@ for k = 1, #KEYS, 2 do
     else
       count = 0
     end
+    -- Which of the call's users the window already has: one ZMSCORE per chunk, not a call per hit.
+    local known = {}
+    if fired_at == nil and start ~= nil then
+      local distinct, listed = {}, {}
+      for i = first, last, 2 do
+        local user = ARGV[i]
+        if user ~= '' and not listed[user] then
+          listed[user] = true
+          distinct[#distinct + 1] = user
+        end
+      end
+      for c = 1, #distinct, CHUNK do
+        local c_last = math.min(c + CHUNK - 1, #distinct)
+        local scores = redis.call('ZMSCORE', zkey, unpack(distinct, c, c_last))
+        for j = c, c_last do
+          if scores[j - c + 1] then
+            known[distinct[j]] = true
+          end
+        end
+      end
+    end
+    local added = {}
     for i = first, last, 2 do
       local user, eid = ARGV[i], ARGV[i + 1]
       if fired_at ~= nil and eid ~= '' and eid == fired_e then
@@ -196,9 +218,9 @@ for k = 1, #KEYS, 2 do
         end
         if not seen[user] then
           seen[user] = true
-          if redis.call('ZADD', zkey, 'NX', now, user) == 1 then
+          if not known[user] then
             count = count + 1
-            touched = true
+            added[#added + 1] = user
           end
         end
         if count >= threshold then
@@ -211,6 +233,17 @@ for k = 1, #KEYS, 2 do
       end
     end
     local ends_in = start ~= nil and (start + period - now) or 0
+    if not fired_now and #added > 0 then
+      for c = 1, #added, CHUNK do
+        local args = { 'NX' }
+        for j = c, math.min(c + CHUNK - 1, #added) do
+          args[#args + 1] = now
+          args[#args + 1] = added[j]
+        end
+        redis.call('ZADD', zkey, unpack(args))
+      end
+      touched = true
+    end
     if fired_now then
       -- Stop adding: the window cannot fire again, so its users are no longer needed.
       redis.call('DEL', zkey)
