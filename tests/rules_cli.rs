@@ -329,3 +329,31 @@ fn tempfile_dir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
 }
+
+/// At the default log level a `rules` command prints its result and nothing else: no INFO lines (PoloDB's missing
+/// `createIndexes` used to add one with a raw BSON hex dump to every command).
+#[tokio::test]
+async fn default_log_level_prints_only_the_result() {
+    let ns = klaxon_testkit::unique_namespace();
+    // (`check` is left out: PoloDB shares one database between namespaces, so it sees other tests' bad rules.)
+    for args in [&["list"][..], &["export"][..]] {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_klaxon"))
+            .arg("rules")
+            .args(args)
+            .env("KLAXON_NAMESPACE", &ns)
+            .env("KLAXON_MONGO_URL", klaxon_testkit::mongo_url())
+            .env_remove("KLAXON_MONGO_DB")
+            .env_remove("KLAXON_LOG")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(60), out)
+            .await
+            .expect("klaxon rules finishes within 60 s")
+            .expect("run klaxon");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "rules {args:?}: {stderr}");
+        assert_eq!(stderr, "", "rules {args:?} wrote to stderr at the default level");
+    }
+}

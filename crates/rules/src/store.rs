@@ -151,12 +151,13 @@ impl RuleStore {
                 self.inner.has_rule_index.store(true, Ordering::Relaxed);
                 tracing::debug!(index = RULE_ID_INDEX, "index ready");
             }
-            Ok(Err(e)) => tracing::info!(
+            // Said once, in words: the driver's error carries the server's raw reply (a BSON hex dump on PoloDB),
+            // and a CLI command must print its result and nothing else at the default level.
+            Ok(Err(_)) => tracing::debug!(
                 index = RULE_ID_INDEX,
-                error = %e,
-                "server cannot create indexes; rule-id lookups will scan projects"
+                "the MongoDB-wire server does not support createIndexes (PoloDB does not); rule-id lookups scan projects"
             ),
-            Err(_) => tracing::info!(
+            Err(_) => tracing::debug!(
                 index = RULE_ID_INDEX,
                 "index creation timed out; carrying on without it"
             ),
