@@ -201,6 +201,9 @@ async fn process_batch(
             if let Some(id) = event_id {
                 hit = hit.with_event_id(id.as_str());
             }
+            if let (Want::UniqueUsers { .. }, Some(user)) = (want, &task.event.user) {
+                hit = hit.with_user(user.as_str());
+            }
             hits.push(hit);
             sources.push(HitSource { event: i, rule, want });
         }
@@ -223,6 +226,21 @@ async fn process_batch(
                     window,
                 } => (
                     Reason::Threshold {
+                        threshold,
+                        period_ms,
+                        window,
+                    },
+                    match window {
+                        Window::Fixed => "fixed",
+                        Window::Sliding => "sliding",
+                    },
+                ),
+                Want::UniqueUsers {
+                    threshold,
+                    period_ms,
+                    window,
+                } => (
+                    Reason::UniqueUsers {
                         threshold,
                         period_ms,
                         window,

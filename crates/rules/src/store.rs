@@ -151,12 +151,13 @@ impl RuleStore {
                 self.inner.has_rule_index.store(true, Ordering::Relaxed);
                 tracing::debug!(index = RULE_ID_INDEX, "index ready");
             }
-            Ok(Err(e)) => tracing::info!(
+            // Said once, in words: the driver's error carries the server's raw reply (a BSON hex dump on PoloDB),
+            // and a CLI command must print its result and nothing else at the default level.
+            Ok(Err(_)) => tracing::debug!(
                 index = RULE_ID_INDEX,
-                error = %e,
-                "server cannot create indexes; rule-id lookups will scan projects"
+                "the MongoDB-wire server does not support createIndexes (PoloDB does not); rule-id lookups scan projects"
             ),
-            Err(_) => tracing::info!(
+            Err(_) => tracing::debug!(
                 index = RULE_ID_INDEX,
                 "index creation timed out; carrying on without it"
             ),
@@ -201,7 +202,8 @@ impl RuleStore {
             return Ok(None);
         };
         let notifications = doc.get("notifications").cloned().map(Bson::into_relaxed_extjson);
-        let rules = ProjectRules::from_notifications(notifications.as_ref());
+        let name = doc.get("name").cloned().map(Bson::into_relaxed_extjson);
+        let rules = ProjectRules::from_notifications(notifications.as_ref()).with_name(name.as_ref());
         if !rules.problems.is_empty() {
             self.report_problems(project_id, notifications.as_ref(), &rules);
         }
@@ -249,7 +251,7 @@ impl RuleStore {
         self.inner
             .projects
             .find_one(doc! {"_id": oid})
-            .projection(doc! {"notifications": 1})
+            .projection(doc! {"notifications": 1, "name": 1})
             .await
             .map_err(|e| RulesError::from_driver("find project", e))
     }
