@@ -40,6 +40,9 @@ pub struct DigestKey<'a> {
 /// What [`Digests::append`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Appended {
+    /// True when the firing goes out at once, alone (leading edge): the channel sent nothing in the last
+    /// `minPeriod` and no window is open. Nothing was buffered; the quiet period starts now.
+    pub send_now: bool,
     /// True when the caller must schedule the window's flush at `window_start_ms + minPeriod` (this append
     /// opened the window, is a redelivery of the one that did, or the window is overdue).
     pub schedule_flush: bool,
@@ -160,6 +163,7 @@ impl Digests {
             .key(format!("{base}:win"))
             .key(format!("{base}:buf"))
             .key(format!("{base}:ids"))
+            .key(format!("{base}:last"))
             .arg(notification_id)
             .arg(&event.group_hash)
             .arg(event.count)
@@ -172,8 +176,9 @@ impl Digests {
             .invoke_async(&mut self.redis.clone())
             .await?;
         match reply.as_slice() {
-            [schedule, start, now] => Ok(Appended {
-                schedule_flush: *schedule == 1,
+            [action, start, now] => Ok(Appended {
+                send_now: *action == 2,
+                schedule_flush: *action == 1,
                 window_start_ms: *start,
                 now_ms: *now,
             }),
@@ -197,6 +202,7 @@ impl Digests {
             .key(format!("{base}:buf"))
             .key(format!("{base}:claim:{window_start_ms}"))
             .key(format!("{base}:lease:{window_start_ms}"))
+            .key(format!("{base}:last"))
             .arg(window_start_ms)
             .arg(period_ms(min_period_s))
             .arg(ms(self.lease))

@@ -33,26 +33,33 @@ fn sorted(claim: Claim) -> Vec<NotificationEvent> {
 }
 
 #[tokio::test]
-async fn a_window_opens_once_merges_and_is_claimed_once() {
+async fn leading_edge_then_one_window_merged_and_claimed_once() {
     common::on_both(|env| async move {
         let d = Digests::new(env.redis.clone(), &env.ns);
         let t0 = 1_000_000;
-        let a = d.append(&KEY, "n1", &ev("g1", 5), 2, Some(t0)).await.expect("append");
-        assert!(a.schedule_flush, "the first append opens the window");
+        // a quiet channel: the first firing goes out at once, nothing is buffered
+        let lead = d.append(&KEY, "n0", &ev("g0", 1), 2, Some(t0)).await.expect("append");
+        assert!(lead.send_now && !lead.schedule_flush, "{lead:?}");
+        // the next one, inside minPeriod, opens a window due minPeriod after that message
+        let a = d.append(&KEY, "n1", &ev("g1", 5), 2, Some(t0 + 100)).await.expect("append");
+        assert!(a.schedule_flush && !a.send_now, "{a:?}");
         assert_eq!(a.window_start_ms, t0);
-        assert_eq!(a.flush_in(2), Duration::from_secs(2));
+        assert_eq!(a.flush_in(2), Duration::from_millis(1900));
         // later firings only append; a larger count of the same group wins, a smaller one does not
-        for (id, e, t) in [("n2", ev("g2", 3), 100), ("n3", ev("g1", 9), 200), ("n4", ev("g1", 7), 300)] {
+        for (id, e, t) in [("n2", ev("g2", 3), 150), ("n3", ev("g1", 9), 200), ("n4", ev("g1", 7), 300)] {
             let a = d.append(&KEY, id, &e, 2, Some(t0 + t)).await.expect("append");
-            assert!(!a.schedule_flush, "{id}");
+            assert!(!a.schedule_flush && !a.send_now, "{id}");
             assert_eq!(a.window_start_ms, t0);
         }
-        // a redelivered firing counts nothing; the redelivered opener asks for the flush again
+        // a redelivered firing counts nothing; the redelivered opener asks for the flush again; the redelivered
+        // leading firing is sent again (same notification id: the sender drops the copy)
         let dup = d.append(&KEY, "n2", &ev("g2", 50), 2, Some(t0 + 400)).await.expect("append");
-        assert!(!dup.schedule_flush);
+        assert!(!dup.schedule_flush && !dup.send_now);
         let again = d.append(&KEY, "n1", &ev("g1", 5), 2, Some(t0 + 500)).await.expect("append");
         assert!(again.schedule_flush);
         assert_eq!(again.window_start_ms, t0);
+        let lead_again = d.append(&KEY, "n0", &ev("g0", 1), 2, Some(t0 + 600)).await.expect("append");
+        assert!(lead_again.send_now);
 
         assert!(matches!(d.claim(&KEY, t0, 2, Some(t0 + 1500)).await, Ok(Claim::Early(w)) if w == Duration::from_millis(500)));
         let claimed = sorted(d.claim(&KEY, t0, 2, Some(t0 + 2000)).await.expect("claim"));
@@ -60,16 +67,21 @@ async fn a_window_opens_once_merges_and_is_claimed_once() {
         // a second flusher is told to come back later while the lease runs
         assert!(matches!(d.claim(&KEY, t0, 2, Some(t0 + 2001)).await, Ok(Claim::Busy(_))));
 
-        // the next firing opens a new window
+        // the digest was the channel's newest message: a firing right after it waits for the next digest,
+        // due minPeriod after the digest
         let b = d.append(&KEY, "n5", &ev("g3", 1), 2, Some(t0 + 2100)).await.expect("append");
-        assert!(b.schedule_flush);
-        assert_eq!(b.window_start_ms, t0 + 2100);
+        assert!(b.schedule_flush && !b.send_now);
+        assert_eq!(b.window_start_ms, t0 + 2000);
 
         d.done(&KEY, t0).await.expect("done");
         assert_eq!(d.claim(&KEY, t0, 2, Some(t0 + 3000)).await.expect("claim"), Claim::Gone);
-        let second = sorted(d.claim(&KEY, t0 + 2100, 2, Some(t0 + 4100)).await.expect("claim"));
+        let second = sorted(d.claim(&KEY, t0 + 2000, 2, Some(t0 + 4000)).await.expect("claim"));
         assert_eq!(second, vec![ev("g3", 1)]);
-        d.done(&KEY, t0 + 2100).await.expect("done");
+        d.done(&KEY, t0 + 2000).await.expect("done");
+
+        // a full minPeriod after the last digest with nothing fired: quiet again, the next firing goes at once
+        let c = d.append(&KEY, "n6", &ev("g4", 1), 2, Some(t0 + 6000)).await.expect("append");
+        assert!(c.send_now, "{c:?}");
     })
     .await;
 }
@@ -79,7 +91,12 @@ async fn a_crashed_claim_is_recovered_after_its_lease() {
     common::on_both(|env| async move {
         let d = Digests::new(env.redis.clone(), &env.ns).with_claim_lease(Duration::from_millis(300));
         let t0 = 5_000_000;
-        d.append(&KEY, "n1", &ev("g1", 2), 1, Some(t0))
+        let lead = d
+            .append(&KEY, "n0", &ev("g0", 1), 1, Some(t0))
+            .await
+            .expect("append");
+        assert!(lead.send_now);
+        d.append(&KEY, "n1", &ev("g1", 2), 1, Some(t0 + 10))
             .await
             .expect("append");
         let first = sorted(d.claim(&KEY, t0, 1, Some(t0 + 1000)).await.expect("claim"));
