@@ -513,7 +513,8 @@ pub fn set_aside(delivery: &Delivery, queue: String, reason: &str) -> Outgoing {
         queue,
         body: delivery.data.clone(),
         message_id: None,
-        headers: vec![(ERROR_HEADER.to_owned(), reason.to_owned())],
+        // bounded here too: a header larger than the connection's frame_max makes the broker close it
+        headers: vec![(ERROR_HEADER.to_owned(), klaxon_core::text::reason(reason))],
         base: Some(delivery.properties.clone()),
     }
 }
