@@ -16,6 +16,11 @@ use crate::filter::{Title, TitleFilter};
 pub const MIN_PERIOD_MS: u64 = 1000;
 /// The largest `thresholdPeriod` accepted (30 days): windows are kept in Redis for their whole length.
 pub const MAX_PERIOD_MS: u64 = 30 * 24 * 3600 * 1000;
+/// The largest `threshold` accepted: a sliding window keeps up to `threshold` members per (rule, group), so the
+/// threshold is a tenant's lever on Redis memory.
+pub const MAX_THRESHOLD: u64 = 1_000_000;
+/// The largest channel `minPeriod` accepted, in seconds (7 days): digest state lives in Redis that long.
+pub const MAX_MIN_PERIOD_S: u64 = 7 * 24 * 3600;
 /// Window used for legacy `whatToReceive: "ALL"` rules that carry no `thresholdPeriod`.
 pub const LEGACY_ALL_PERIOD_MS: u64 = 60_000;
 
@@ -351,6 +356,10 @@ pub fn parse_rule_value(value: &Value) -> Result<(CompiledRule, Vec<RuleProblem>
                 format!("`threshold` must be a whole number ≥ 1, got {t}"),
                 "set `threshold` to a whole number ≥ 1",
             )),
+            Some(n) if n > MAX_THRESHOLD => Err(fatal(
+                format!("`threshold` must be at most {MAX_THRESHOLD}, got {n}"),
+                "set `threshold` to a whole number between 1 and 1000000",
+            )),
             Some(n) => Ok(n),
         }
     };
@@ -463,6 +472,14 @@ pub fn parse_rule_value(value: &Value) -> Result<(CompiledRule, Vec<RuleProblem>
             let min_period_s = match ch.get("minPeriod") {
                 None | Some(Value::Null) => 0,
                 Some(v) => match as_u64(v) {
+                    Some(n) if n > MAX_MIN_PERIOD_S => {
+                        return Err(fatal(
+                            format!(
+                                "channel `{key}` has `minPeriod` {v}, over the limit of {MAX_MIN_PERIOD_S} s (7 days)"
+                            ),
+                            "set `minPeriod` to whole seconds between 0 and 604800",
+                        ))
+                    }
                     Some(n) => n,
                     None => {
                         problems.push(RuleProblem {
@@ -638,6 +655,24 @@ mod tests {
             (
                 json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 5, "thresholdPeriod": 10, "channels": slack()}),
                 "`thresholdPeriod` must be",
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 1_000_001, "thresholdPeriod": 60000, "channels": slack()}),
+                "at most 1000000",
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 5, "thresholdPeriod": 31u64 * 24 * 3600 * 1000, "channels": slack()}),
+                "`thresholdPeriod` must be",
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW",
+                       "channels": {"slack": {"isEnabled": true, "endpoint": "https://hooks.slack.com/x", "minPeriod": 1e19}}}),
+                "over the limit",
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW",
+                       "channels": {"slack": {"isEnabled": true, "endpoint": "https://hooks.slack.com/x", "minPeriod": 604_801}}}),
+                "over the limit",
             ),
             (
                 json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW", "window": "hopping", "channels": slack()}),

@@ -367,7 +367,7 @@ async fn measure(
         .collect();
     let probe_project = format!("{:024x}", 0x1a7e_ffff_0000u64);
     let load_hook = format!("{base}/load");
-    let never = 1_000_000_000u64;
+    let never = klaxon_core::rule::MAX_THRESHOLD;
     let channels =
         |url: &str| serde_json::json!({"webhook": {"isEnabled": true, "endpoint": url, "minPeriod": 0}});
     let mut import: Vec<serde_json::Value> = projects
