@@ -412,6 +412,16 @@ fn read_import(a: &ImportArgs) -> anyhow::Result<Vec<klaxon_rules::ProjectNotifi
             );
         }
     }
+    // Import refuses only what the engine cannot use (fatal problems). A rule that is valid but cannot notify yet
+    // (Hawk's default rule with every channel disabled) is stored, with a warning.
+    let (problems, warnings): (Vec<_>, Vec<_>) = problems.into_iter().partition(|(_, p)| p.fatal);
+    if !warnings.is_empty() {
+        let mut msg = String::new();
+        for (project, p) in &warnings {
+            let _ = writeln!(msg, "  project {project}: {p}");
+        }
+        eprintln!("warning: stored with {} warning(s):\n{msg}", warnings.len());
+    }
     if !problems.is_empty() {
         let mut msg = String::new();
         for (project, p) in &problems {

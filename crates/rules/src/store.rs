@@ -354,7 +354,7 @@ impl RuleStore {
     pub async fn replace(&self, projects: &[ProjectNotifications]) -> Result<(), RulesError> {
         for p in projects {
             self.put_notifications(p).await?;
-            tracing::info!(project_id = %p.project_id, rules = p.notifications.len(), "notifications replaced");
+            tracing::debug!(project_id = %p.project_id, rules = p.notifications.len(), "notifications replaced");
         }
         Ok(())
     }
@@ -454,9 +454,9 @@ impl RuleStore {
                 Ok(r) => r,
                 Err(e) if matches!(*e.kind, mongodb::error::ErrorKind::Command(_)) => {
                     // PoloDB refuses array values in filters: remember, and write without the comparison.
-                    tracing::info!(
-                        error = %short(&e.to_string()),
-                        "server cannot compare arrays; rule edits are not compare-and-set"
+                    tracing::debug!(
+                        "the MongoDB-wire server cannot compare arrays in filters (PoloDB cannot); \
+                         rule edits are not compare-and-set"
                     );
                     self.inner.no_array_filters.store(true, Ordering::Relaxed);
                     self.update(project, set).await?;
