@@ -26,6 +26,8 @@ use crate::RulesError;
 pub const PROJECTS: &str = "projects";
 /// How long [`RuleStore::connect`] and every later operation wait for a usable server.
 pub const SERVER_SELECTION_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one rule lookup may take before it fails as a transient error.
+pub const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bound on the remembered "already reported" rule problems; the set is cleared when it grows past this.
 const MAX_REPORTED: usize = 10_000;
 /// Name of the index on rule ids (used by `rules rm|enable|disable` without a project).
@@ -248,12 +250,20 @@ impl RuleStore {
     }
 
     async fn find_project(&self, oid: ObjectId) -> Result<Option<Document>, RulesError> {
-        self.inner
+        // A server that answers heartbeats but stalls queries must not hang a batch (the driver has no
+        // per-operation deadline by default): a bounded wait, then a transient error the worker retries.
+        let find = self
+            .inner
             .projects
             .find_one(doc! {"_id": oid})
-            .projection(doc! {"notifications": 1, "name": 1})
-            .await
-            .map_err(|e| RulesError::from_driver("find project", e))
+            .projection(doc! {"notifications": 1, "name": 1});
+        match tokio::time::timeout(QUERY_TIMEOUT, find).await {
+            Ok(r) => r.map_err(|e| RulesError::from_driver("find project", e)),
+            Err(_) => Err(RulesError::Query {
+                op: "find project",
+                message: format!("no answer within {} s", QUERY_TIMEOUT.as_secs()),
+            }),
+        }
     }
 
     /// The stored rules of one project (`None`: no such project).
