@@ -4,7 +4,9 @@
 --
 -- KEYS[1]  hash   `<ns>:{dg:<project>:<rule>:<channel>}:win`  {start = window start ms, opener = notification id}
 -- KEYS[2]  hash   `…:buf`  groupHash -> cjson {count, title, repetitionId}, merged by max count
--- KEYS[3]  set    `…:ids`  notification ids already appended (idempotence of redelivered firings)
+-- KEYS[3]  zset   `…:idz`  notification ids appended in the last `minPeriod` + 10 minutes, scored by append time
+--                  (idempotence of redelivered firings; bounded by the firing rate, not by how long the channel
+--                  stays busy: older ids are trimmed on every append)
 -- KEYS[4]  hash   `…:last` {at = ms of the last message sent on the channel, id = its notification id when it was a
 --                  firing sent at once}; expires `minPeriod` after `at` (a quiet channel has none)
 -- ARGV[1]  notification id of the firing
@@ -26,7 +28,7 @@
 --               (its flush was lost). Scheduling twice is harmless: the claim is atomic.
 --   action = 0: buffered into a window whose flush is already scheduled.
 --
--- Complexity: O(1); memory O(groups) per open window plus O(firings in `keep`) ids.
+-- Complexity: O(log ids); memory O(groups) per open window plus the ids of the last `minPeriod` + 10 minutes.
 local now
 if ARGV[7] == '' then
   local t = redis.call('TIME')
@@ -39,7 +41,10 @@ local period = tonumber(ARGV[6])
 local keep = tonumber(ARGV[9])
 
 local start = tonumber(redis.call('HGET', KEYS[1], 'start'))
-if redis.call('SADD', KEYS[3], id) == 0 then
+-- How long an appended id is remembered after `minPeriod`: redeliveries come back within seconds or minutes.
+local ID_MARGIN = 600000
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now - period - ID_MARGIN))
+if redis.call('ZADD', KEYS[3], 'NX', now, id) == 0 then
   -- a redelivered firing: count nothing again
   if redis.call('HGET', KEYS[4], 'id') == id then
     return {2, now, now}
@@ -50,7 +55,7 @@ if redis.call('SADD', KEYS[3], id) == 0 then
   end
   return {schedule, start or now, now}
 end
-redis.call('PEXPIRE', KEYS[3], keep)
+redis.call('PEXPIRE', KEYS[3], period + ID_MARGIN)
 
 local schedule = 0
 if not start then

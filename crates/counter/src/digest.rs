@@ -21,6 +21,8 @@ static DONE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../..
 
 /// Most groups one digest window keeps; later new groups are ignored (known ones still merge).
 pub const DIGEST_MAX_GROUPS: usize = 1000;
+/// Titles are cut to this many bytes when buffered (1,000 groups × 1 KiB: a digest task stays near 1 MiB at most).
+pub const MAX_BUFFERED_TITLE_BYTES: usize = 1024;
 /// How long digest keys outlive their window when nobody flushes them (a safety net against leaks).
 const KEEP: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long a flusher may hold a claimed window before another one may recover it.
@@ -162,12 +164,17 @@ impl Digests {
         let reply: Vec<i64> = APPEND
             .key(format!("{base}:win"))
             .key(format!("{base}:buf"))
-            .key(format!("{base}:ids"))
+            .key(format!("{base}:idz"))
             .key(format!("{base}:last"))
             .arg(notification_id)
             .arg(&event.group_hash)
             .arg(event.count)
-            .arg(&event.title)
+            // shortened when buffered: the renderers show at most ~1,000 characters of a title, and a digest
+            // of up to DIGEST_MAX_GROUPS groups must stay a small message
+            .arg(klaxon_core::text::one_line(
+                &event.title,
+                MAX_BUFFERED_TITLE_BYTES,
+            ))
             .arg(event.repetition_id.as_deref().unwrap_or(""))
             .arg(period_ms(min_period_s))
             .arg(now_arg(now_ms))

@@ -112,3 +112,99 @@ async fn a_crashed_claim_is_recovered_after_its_lease() {
     })
     .await;
 }
+
+/// A channel that stays busy does not grow its digest state: 5,000 firings, one a second (a window every
+/// minute, claimed as it falls due), leave the id set bounded by the last `minPeriod` + 10 minutes of firings.
+#[tokio::test]
+async fn a_busy_channel_keeps_its_digest_state_bounded() {
+    common::on_both(|env| async move {
+        let d = Digests::new(env.redis.clone(), &env.ns);
+        let key = DigestKey {
+            project_id: "busy",
+            rule_id: "r1",
+            channel: ChannelKind::Slack,
+        };
+        let t0 = 10_000_000;
+        let mut open: Option<i64> = None;
+        for i in 0..5_000i64 {
+            let now = t0 + i * 1000;
+            if let Some(start) = open.filter(|s| now >= s + 60_000) {
+                let _ = d.claim(&key, start, 60, Some(now)).await.expect("claim");
+                d.done(&key, start).await.expect("done");
+                open = None;
+            }
+            let a = d
+                .append(
+                    &key,
+                    &format!("n{i}"),
+                    &ev(&format!("g{}", i % 7), 1),
+                    60,
+                    Some(now),
+                )
+                .await
+                .expect("append");
+            if a.schedule_flush {
+                open = Some(a.window_start_ms);
+            }
+        }
+        let ids = format!("{}:idz", d.key_base(&key));
+        let mut conn = env.redis.clone();
+        let card: u64 = redis::cmd("ZCARD")
+            .arg(&ids)
+            .query_async(&mut conn)
+            .await
+            .expect("zcard");
+        assert!(card <= 661, "ids kept: {card} (60 s + 600 s of firings at most)");
+        let bytes: u64 = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(&ids)
+            .query_async(&mut conn)
+            .await
+            .expect("memory usage");
+        assert!(bytes < 128 * 1024, "{bytes} bytes for the id set");
+    })
+    .await;
+}
+
+/// Titles are shortened when buffered: a window of 40 firings with 250 KB titles claims as a small digest.
+#[tokio::test]
+async fn huge_titles_are_shortened_when_buffered() {
+    common::on_both(|env| async move {
+        let d = Digests::new(env.redis.clone(), &env.ns);
+        let key = DigestKey {
+            project_id: "huge",
+            rule_id: "r1",
+            channel: ChannelKind::Webhook,
+        };
+        let t0 = 20_000_000;
+        let title = "T".repeat(250_000);
+        let mut start = None;
+        for i in 0..41 {
+            let e = NotificationEvent {
+                group_hash: format!("g{i}"),
+                title: title.clone(),
+                count: 1,
+                repetition_id: None,
+            };
+            let a = d
+                .append(&key, &format!("h{i}"), &e, 60, Some(t0 + i))
+                .await
+                .expect("append");
+            if a.schedule_flush {
+                start = Some(a.window_start_ms);
+            }
+        }
+        let start = start.expect("a window opened after the leading firing");
+        let events = sorted(d.claim(&key, start, 60, Some(t0 + 60_000)).await.expect("claim"));
+        assert_eq!(events.len(), 40);
+        let bytes: usize = events.iter().map(|e| e.title.len()).sum();
+        assert!(
+            events
+                .iter()
+                .all(|e| e.title.len() <= klaxon_counter::digest::MAX_BUFFERED_TITLE_BYTES),
+            "titles cut"
+        );
+        assert!(bytes <= 40 * 1024, "{bytes} bytes of titles");
+    })
+    .await;
+}
