@@ -1,11 +1,14 @@
--- digest_append.lua: the leading-edge decision for one firing of a (project, rule, channel) with minPeriod > 0:
--- "send now" when the channel is quiet, else "buffer" into the digest of the current window.
+-- digest_append.lua: the leading-edge decision for one firing on a channel with `minPeriod > 0`: send it at once
+-- (the channel is quiet), or add it to the digest buffer of the (project, rule, channel) and say whether the caller
+-- must schedule the window's flush.
 --
--- KEYS[1]  hash   `<ns>:{dg:<project>:<rule>:<channel>}:win`  {start = previous message ms, opener = id}
+-- KEYS[1]  hash   `<ns>:{dg:<project>:<rule>:<channel>}:win`  {start = window start ms, opener = notification id}
 -- KEYS[2]  hash   `…:buf`  groupHash -> cjson {count, title, repetitionId}, merged by max count
--- KEYS[3]  set    `…:ids`  notification ids already seen (idempotence of redelivered firings)
--- KEYS[4]  string `…:last` "<ms>|<id>" of the last message sent; quiet when absent or older than minPeriod
---          (it lives minPeriod + keep ms, so a late redelivery of a leading-edge firing is still recognised)
+-- KEYS[3]  zset   `…:idz`  notification ids appended in the last `minPeriod` + 10 minutes, scored by append time
+--                  (idempotence of redelivered firings; bounded by the firing rate, not by how long the channel
+--                  stays busy: older ids are trimmed on every append)
+-- KEYS[4]  hash   `…:last` {at = ms of the last message sent on the channel, id = its notification id when it was a
+--                  firing sent at once}; expires `minPeriod` after `at` (a quiet channel has none)
 -- ARGV[1]  notification id of the firing
 -- ARGV[2]  groupHash
 -- ARGV[3]  count
@@ -17,15 +20,15 @@
 -- ARGV[9]  keep ms: how long keys live after the last append (safety net; the flush normally deletes them)
 --
 -- Returns {action, start_ms, now_ms}:
---   action 2 = send now (leading edge): the channel was quiet; `last` now holds this firing. A redelivery of
---              that same firing answers 2 again (same notification id: the sender drops a duplicate).
---   action 1 = buffered and the caller must schedule the window's flush at start_ms + minPeriod (this append
---              opened the window, is a redelivery of the one that did, or the window is overdue by a minute).
---   action 0 = buffered, nothing to schedule.
--- start_ms is the time of the previous message: the digest is due minPeriod after it.
--- Scheduling twice is harmless: the claim is atomic.
+--   action = 2: send this firing now, alone (leading edge): no message on the channel in the last `minPeriod` and
+--               no window open. Also returned for the redelivery of that firing (same id: the sender dedups).
+--   action = 1: buffered, and the caller schedules the window's flush at start + minPeriod, where start is the
+--               time of the previous message (so the digest goes out `minPeriod` after it). Also for the
+--               redelivery of the append that opened the window, and for a window overdue by more than a minute
+--               (its flush was lost). Scheduling twice is harmless: the claim is atomic.
+--   action = 0: buffered into a window whose flush is already scheduled.
 --
--- Complexity: O(1); memory O(groups) per open window plus O(firings in `keep`) ids.
+-- Complexity: O(log ids); memory O(groups) per open window plus the ids of the last `minPeriod` + 10 minutes.
 local now
 if ARGV[7] == '' then
   local t = redis.call('TIME')
@@ -37,20 +40,14 @@ local id = ARGV[1]
 local period = tonumber(ARGV[6])
 local keep = tonumber(ARGV[9])
 
-local function parse_last()
-  local v = redis.call('GET', KEYS[4])
-  if not v then return nil, nil end
-  local sep = string.find(v, '|', 1, true)
-  if not sep then return nil, nil end
-  return tonumber(string.sub(v, 1, sep - 1)), string.sub(v, sep + 1)
-end
-
 local start = tonumber(redis.call('HGET', KEYS[1], 'start'))
-local last_ms, last_id = parse_last()
-if redis.call('SADD', KEYS[3], id) == 0 then
+-- How long an appended id is remembered after `minPeriod`: redeliveries come back within seconds or minutes.
+local ID_MARGIN = 600000
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now - period - ID_MARGIN))
+if redis.call('ZADD', KEYS[3], 'NX', now, id) == 0 then
   -- a redelivered firing: count nothing again
-  if last_id == id then
-    return {2, last_ms, now}
+  if redis.call('HGET', KEYS[4], 'id') == id then
+    return {2, now, now}
   end
   local schedule = 0
   if start and redis.call('HGET', KEYS[1], 'opener') == id then
@@ -58,17 +55,20 @@ if redis.call('SADD', KEYS[3], id) == 0 then
   end
   return {schedule, start or now, now}
 end
-redis.call('PEXPIRE', KEYS[3], keep)
+redis.call('PEXPIRE', KEYS[3], period + ID_MARGIN)
 
 local schedule = 0
 if not start then
-  if (not last_ms) or now >= last_ms + period then
-    -- quiet: the leading edge goes out at once
-    redis.call('SET', KEYS[4], now .. '|' .. id, 'PX', period + keep)
+  local last = tonumber(redis.call('HGET', KEYS[4], 'at'))
+  if (not last) or now >= last + period then
+    -- a quiet channel: this firing goes out at once and starts the channel's quiet period
+    redis.call('DEL', KEYS[4])
+    redis.call('HSET', KEYS[4], 'at', now, 'id', id)
+    redis.call('PEXPIRE', KEYS[4], period)
     return {2, now, now}
   end
-  -- a message went out less than minPeriod ago: open the window that is due minPeriod after it
-  start = last_ms
+  -- the channel spoke less than `minPeriod` ago: open a window that is due `minPeriod` after that message
+  start = last
   redis.call('HSET', KEYS[1], 'start', start, 'opener', id)
   schedule = 1
 elseif now >= start + period + 60000 then
@@ -93,5 +93,6 @@ if keepit then
   redis.call('HSET', KEYS[2], group, cjson.encode({count = count, title = ARGV[4], repetitionId = rep}))
 end
 redis.call('PEXPIRE', KEYS[1], period + keep)
+-- (a no-op when nothing is buffered: PEXPIRE of a missing key does nothing)
 redis.call('PEXPIRE', KEYS[2], period + keep)
 return {schedule, start, now}

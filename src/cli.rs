@@ -18,7 +18,7 @@ pub struct GlobalOpts {
     /// Prefixes every queue, Redis key and the default Mongo database.
     #[arg(long, env = "KLAXON_NAMESPACE", default_value = "klaxon", global = true)]
     pub namespace: String,
-    /// RabbitMQ URL.
+    /// RabbitMQ URL; a comma-separated list of the nodes of one cluster is tried in turn on each (re)connect.
     #[arg(
         long,
         env = "KLAXON_AMQP_URL",
@@ -97,6 +97,10 @@ pub struct DeliveryOpts {
     /// Whole-request timeout for deliveries, in seconds.
     #[arg(long, env = "KLAXON_REQUEST_TIMEOUT", default_value_t = 10)]
     pub request_timeout: u64,
+    /// Link every message to the event: a URL with {projectId}, {groupHash} and {repetitionId}, e.g. Hawk's
+    /// https://garage.hawk.so/project/{projectId}/event/{groupHash}/{repetitionId}/overview [default: no link].
+    #[arg(long, env = "KLAXON_EVENT_URL_TEMPLATE", value_name = "URL")]
+    pub event_url_template: Option<String>,
 }
 
 fn env_secret(name: &str) -> Option<klaxon_channels::Secret> {
@@ -120,6 +124,7 @@ impl DeliveryOpts {
             connect_timeout: std::time::Duration::from_secs(self.connect_timeout),
             request_timeout: std::time::Duration::from_secs(self.request_timeout),
         })
+        .and_then(|c| c.with_event_url_template(self.event_url_template.as_deref().unwrap_or("")))
         .context("invalid delivery settings")
     }
 }

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{object_id, Env, Klaxon};
+use common::{eventually, object_id, Env};
 use klaxon_broker::{Broker, Outgoing, QueueType, Topology};
 use klaxon_core::{ChannelKind, NotificationEvent, NotificationTask, Reason};
 use klaxon_testkit::{HttpSink, Reply};
@@ -64,30 +64,6 @@ async fn publish(env: &Env, tasks: &[NotificationTask]) {
     publisher.publish_all(&msgs).await.expect("publish");
     publisher.close().await;
     broker.close().await;
-}
-
-/// The value of one exported metric line (`name{labels}`), 0 when absent.
-fn metric(k: &Klaxon, series: &str) -> f64 {
-    let Some((_, body)) = k.get("/metrics") else {
-        return 0.0;
-    };
-    body.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
-        .unwrap_or(0.0)
-}
-
-/// Polls `check` every 200 ms for up to `timeout`.
-async fn eventually<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check() {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// The log without ANSI colour codes.
@@ -164,17 +140,11 @@ async fn transient_failures_retry_then_deliver_once_with_one_notification_id() {
         "retries wait in the delay engine ({gap:?})"
     );
     assert_eq!(
-        metric(
-            &k,
-            "klaxon_deliveries_total{channel=\"webhook\",outcome=\"retried\"}"
-        ),
+        k.metric("klaxon_deliveries_total{channel=\"webhook\",outcome=\"retried\"}"),
         2.0
     );
     assert_eq!(
-        metric(
-            &k,
-            "klaxon_deliveries_total{channel=\"webhook\",outcome=\"sent\"}"
-        ),
+        k.metric("klaxon_deliveries_total{channel=\"webhook\",outcome=\"sent\"}"),
         1.0
     );
 
@@ -341,14 +311,15 @@ async fn a_redelivered_task_sends_no_second_message() {
     publish(&env, &[t.clone(), t.clone()]).await;
     let got = hook.wait_for_count(1, Duration::from_secs(15)).await;
     assert_eq!(got.len(), 1, "log:\n{}", k.logs());
-    // ... and one redelivered after the delivery.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // ... and one redelivered after the delivery was recorded as sent.
+    k.wait_metric(
+        "klaxon_deliveries_total{channel=\"webhook\",outcome=\"sent\"}",
+        1.0,
+        Duration::from_secs(15),
+    );
     publish(&env, &[t]).await;
     let dups = eventually(Duration::from_secs(15), || {
-        let n = metric(
-            &k,
-            "klaxon_deliveries_total{channel=\"webhook\",outcome=\"duplicate\"}",
-        );
+        let n = k.metric("klaxon_deliveries_total{channel=\"webhook\",outcome=\"duplicate\"}");
         (n >= 2.0).then_some(n)
     })
     .await;
@@ -420,7 +391,7 @@ async fn breaker_opens_parks_tasks_and_recovers() {
     publish(&env, &tasks).await;
 
     let opened = eventually(Duration::from_secs(20), || {
-        (metric(&k, "klaxon_breaker_transitions_total{state=\"open\"}") >= 1.0).then_some(())
+        (k.metric("klaxon_breaker_transitions_total{state=\"open\"}") >= 1.0).then_some(())
     })
     .await;
     assert!(opened.is_some(), "breaker opened; log:\n{}", k.logs());
@@ -433,21 +404,17 @@ async fn breaker_opens_parks_tasks_and_recovers() {
         "no request reaches the host while the breaker is open"
     );
     assert!(
-        metric(&k, "klaxon_deliveries_parked_total{channel=\"webhook\"}") >= 1.0,
+        k.metric("klaxon_deliveries_parked_total{channel=\"webhook\"}") >= 1.0,
         "tasks parked"
     );
 
     hook.set_default(Reply::status(200));
     let sent = eventually(Duration::from_secs(30), || {
-        (metric(
-            &k,
-            "klaxon_deliveries_total{channel=\"webhook\",outcome=\"sent\"}",
-        ) >= 4.0)
-            .then_some(())
+        (k.metric("klaxon_deliveries_total{channel=\"webhook\",outcome=\"sent\"}") >= 4.0).then_some(())
     })
     .await;
     assert!(sent.is_some(), "all delivered after recovery; log:\n{}", k.logs());
-    assert!(metric(&k, "klaxon_breaker_transitions_total{state=\"closed\"}") >= 1.0);
+    assert!(k.metric("klaxon_breaker_transitions_total{state=\"closed\"}") >= 1.0);
     assert!(k.logs().contains("circuit breaker closed"));
 
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
@@ -591,5 +558,41 @@ async fn secrets_never_reach_logs_metrics_or_the_dead_letter_listing() {
         assert!(!metrics.contains(s), "secret {s} in the metrics");
         assert!(!dead.contains(s), "secret {s} in `dead list`:\n{dead}");
     }
+    common::delete_queues(&env).await;
+}
+
+/// A webhook endpoint with a 60,000-character hostname fails (it cannot resolve); its reason goes into logs, the
+/// trail and the retry or dead-letter header bounded, so the header frame stays small, the broker keeps the
+/// sender's connection, and the next task is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_hostname_fails_alone_and_the_sender_keeps_delivering() {
+    let env = Env::new();
+    let hook = HttpSink::start().await.expect("sink");
+    let k = env.spawn("sender", &[]);
+    let huge = format!("http://{}.example/hook", "a".repeat(60_000));
+    let bad = task(&env, ChannelKind::Webhook, &huge, 1);
+    let good = task(&env, ChannelKind::Webhook, &hook.url("/after"), 2);
+    publish(&env, &[bad]).await;
+    let failed = eventually(Duration::from_secs(20), || {
+        let n = k.metric("klaxon_deliveries_total{channel=\"webhook\",outcome=\"dead\"}")
+            + k.metric("klaxon_deliveries_total{channel=\"webhook\",outcome=\"retried\"}");
+        (n >= 1.0).then_some(n)
+    })
+    .await;
+    assert!(
+        failed.is_some(),
+        "the bad task failed on its own; log:\n{}",
+        k.logs()
+    );
+    publish(&env, &[good]).await;
+    let got = hook.wait_for_count(1, Duration::from_secs(20)).await;
+    assert_eq!(got.len(), 1, "the next task is delivered; log:\n{}", k.logs());
+    assert_eq!(
+        k.get("/readyz").map(|r| r.0),
+        Some(200),
+        "the sender is still consuming"
+    );
+    let longest = k.logs().lines().map(str::len).max().unwrap_or(0);
+    assert!(longest < 4_000, "log lines stay bounded: {longest} bytes");
     common::delete_queues(&env).await;
 }

@@ -45,6 +45,12 @@ async fn seen_more_fires_exactly_once_for_250_events_with_threshold_100() {
 
     let got = slack.wait_for_count(1, Duration::from_secs(30)).await;
     assert_eq!(got.len(), 1, "one notification expected; log:\n{}", k.logs());
+    // All 250 counted and acked: one task was published, and nothing more can fire.
+    k.wait_acked(250, Duration::from_secs(30));
+    assert_eq!(
+        k.metric("klaxon_notifications_published_total{channel=\"slack\"}"),
+        1.0
+    );
     tokio::time::sleep(QUIET).await;
     let got = slack.requests();
     assert_eq!(got.len(), 1, "exactly one notification for one crossing");
@@ -134,6 +140,12 @@ async fn only_new_fires_once_per_group() {
 
     let got = slack.wait_for_count(1, Duration::from_secs(30)).await;
     assert_eq!(got.len(), 1, "log:\n{}", k.logs());
+    // All 7 events acked: exactly one task was published for them.
+    k.wait_acked(7, Duration::from_secs(30));
+    assert_eq!(
+        k.metric("klaxon_notifications_published_total{channel=\"slack\"}"),
+        1.0
+    );
     tokio::time::sleep(QUIET).await;
     let got = slack.requests();
     assert_eq!(got.len(), 1, "one notification for one new group");

@@ -329,3 +329,79 @@ fn tempfile_dir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
 }
+
+/// At the default log level a `rules` command prints its result and nothing else: no INFO lines (PoloDB's missing
+/// `createIndexes` used to add one with a raw BSON hex dump to every command).
+#[tokio::test]
+async fn default_log_level_prints_only_the_result() {
+    let ns = klaxon_testkit::unique_namespace();
+    // (`check` is left out: PoloDB shares one database between namespaces, so it sees other tests' bad rules.)
+    for args in [&["list"][..], &["export"][..]] {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_klaxon"))
+            .arg("rules")
+            .args(args)
+            .env("KLAXON_NAMESPACE", &ns)
+            .env("KLAXON_MONGO_URL", klaxon_testkit::mongo_url())
+            .env_remove("KLAXON_MONGO_DB")
+            .env_remove("KLAXON_LOG")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(60), out)
+            .await
+            .expect("klaxon rules finishes within 60 s")
+            .expect("run klaxon");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "rules {args:?}: {stderr}");
+        assert_eq!(stderr, "", "rules {args:?} wrote to stderr at the default level");
+    }
+}
+
+/// `examples/rules.json` (the README's example) imports cleanly, every rule usable, under a fresh project id.
+#[tokio::test]
+async fn the_example_rules_import_cleanly() {
+    let ns = klaxon_testkit::unique_namespace();
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/rules.json"))
+        .expect("examples/rules.json");
+    let mut doc: Value = serde_json::from_str(&text).expect("examples/rules.json is JSON");
+    let project = ObjectId::new().to_hex();
+    doc[0]["_id"] = json!(project);
+    for rule in doc[0]["notifications"].as_array_mut().expect("notifications") {
+        rule["_id"] = json!(ObjectId::new().to_hex());
+    }
+    let input = serde_json::to_string(&doc).expect("json");
+    let out = klaxon(&ns, &["import", "--file", "-", "--json"], Some(&input)).await;
+    let stored = json_of(&out);
+    assert_eq!(stored[0]["_id"], json!(project));
+    assert_eq!(
+        stored[0]["notifications"].as_array().map(Vec::len),
+        Some(3),
+        "{stored}"
+    );
+    assert!(!out.stderr.contains("cannot be used"), "{}", out.stderr);
+}
+
+/// Hawk's default rule (enabled, every channel disabled) is valid but cannot notify yet: import stores it with a
+/// warning on stderr instead of refusing the whole file, so a Hawk export imports.
+#[tokio::test]
+async fn a_rule_that_cannot_notify_yet_is_stored_with_a_warning() {
+    let ns = klaxon_testkit::unique_namespace();
+    let project = ObjectId::new().to_hex();
+    let rule_id = ObjectId::new().to_hex();
+    let off = json!({"isEnabled": false, "endpoint": "", "minPeriod": 60});
+    let doc = json!([{"_id": project, "notifications": [{
+        "_id": rule_id, "isEnabled": true, "uidAdded": ObjectId::new().to_hex(), "whatToReceive": "SEEN_MORE",
+        "including": [], "excluding": [], "threshold": 20, "thresholdPeriod": 3_600_000,
+        "channels": {"email": off, "telegram": off, "slack": off, "loop": off}}]}]);
+    let out = klaxon(&ns, &["import", "--file", "-"], Some(&doc.to_string())).await;
+    ok(&out);
+    assert!(
+        out.stderr.contains("warning") && out.stderr.contains(&rule_id),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.contains("no usable channel"), "{}", out.stderr);
+    let listed = json_of(&klaxon(&ns, &["export", "--project", &project], None).await);
+    assert_eq!(listed[0]["notifications"][0]["_id"], json!(rule_id), "{listed}");
+}

@@ -31,8 +31,15 @@ pub struct PublishArgs {
     /// `<title> (<group>-<i>)`.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub groups: u64,
+    /// The affected user: events carry `event.user = {"id": USER}` (what `uniqueUsers` rules count).
+    #[arg(long)]
+    pub user: Option<String>,
+    /// Spread the events round-robin over this many users: `<user>-0` … `<user>-<n-1>` (`--user` defaults
+    /// to `user` then).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub users: Option<u64>,
     /// Publish this body as is, instead of building an event (e.g. to try the invalid-event path).
-    #[arg(long, conflicts_with_all = ["project", "title", "group", "new"])]
+    #[arg(long, conflicts_with_all = ["project", "title", "group", "new", "user", "users"])]
     pub body: Option<String>,
     /// Queue type used if the events queue must be declared.
     #[arg(long, env = "KLAXON_QUEUE_TYPE", default_value = "classic")]
@@ -73,7 +80,7 @@ pub async fn run(args: PublishArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
                     } else {
                         (title.to_owned(), group.to_owned())
                     };
-                    serde_json::to_vec(&serde_json::json!({
+                    let mut task = serde_json::json!({
                         "projectId": args.project,
                         "event": {
                             "title": title,
@@ -81,7 +88,11 @@ pub async fn run(args: PublishArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
                             "isNew": args.new && i < args.groups,
                             "repetitionId": null,
                         }
-                    }))?
+                    });
+                    if let Some(user) = user_of(&args, i) {
+                        task["event"]["user"] = serde_json::json!({ "id": user });
+                    }
+                    serde_json::to_vec(&task)?
                 }
             };
             let mut msg = Outgoing::json(queue.clone(), body);
@@ -95,6 +106,15 @@ pub async fn run(args: PublishArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
     broker.close().await;
     println!("published {sent} event(s) to {queue}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The user of the i-th event: `--user`, or `<user>-<i mod n>` with `--users n`.
+fn user_of(args: &PublishArgs, i: u64) -> Option<String> {
+    match (args.user.as_deref(), args.users) {
+        (None, None) => None,
+        (Some(u), None) => Some(u.to_owned()),
+        (u, Some(n)) => Some(format!("{}-{}", u.unwrap_or("user"), i % n)),
+    }
 }
 
 fn rand_u64() -> u64 {

@@ -60,6 +60,11 @@ struct AddArgs {
     /// How SEEN_MORE counts [default: fixed].
     #[arg(long, value_parser = ["fixed", "sliding"])]
     window: Option<String>,
+    /// SEEN_MORE counts distinct users (`event.user.id`) instead of events: `--seen-more 50/1h
+    /// --unique-users` fires when 50 different users hit the error within the window; events without a
+    /// user are not counted.
+    #[arg(long, requires = "seen_more")]
+    unique_users: bool,
     /// Slack incoming-webhook URL.
     #[arg(long, value_name = "URL")]
     slack: Option<String>,
@@ -330,6 +335,9 @@ fn build_rule(a: &AddArgs) -> anyhow::Result<Value> {
     if let Some(w) = &a.window {
         rule.insert("window".into(), json!(w));
     }
+    if a.unique_users {
+        rule.insert("uniqueUsers".into(), json!(true));
+    }
     rule.insert("including".into(), json!(clean(&a.including)));
     rule.insert("excluding".into(), json!(clean(&a.excluding)));
     if !a.patterns.is_empty() {
@@ -403,6 +411,16 @@ fn read_import(a: &ImportArgs) -> anyhow::Result<Vec<klaxon_rules::ProjectNotifi
                     .map(|x| (p.project_id, x)),
             );
         }
+    }
+    // Import refuses only what the engine cannot use (fatal problems). A rule that is valid but cannot notify yet
+    // (Hawk's default rule with every channel disabled) is stored, with a warning.
+    let (problems, warnings): (Vec<_>, Vec<_>) = problems.into_iter().partition(|(_, p)| p.fatal);
+    if !warnings.is_empty() {
+        let mut msg = String::new();
+        for (project, p) in &warnings {
+            let _ = writeln!(msg, "  project {project}: {p}");
+        }
+        eprintln!("warning: stored with {} warning(s):\n{msg}", warnings.len());
     }
     if !problems.is_empty() {
         let mut msg = String::new();
@@ -480,6 +498,9 @@ fn row(project: &str, rule: &Value) -> [String; 8] {
         Ok((r, problems)) => {
             let what = match r.what {
                 klaxon_core::WhatToReceive::OnlyNew => "ONLY_NEW".to_owned(),
+                klaxon_core::WhatToReceive::SeenMore { threshold, period_ms } if r.unique_users => {
+                    format!("SEEN_MORE {threshold} users/{}", period_text(period_ms))
+                }
                 klaxon_core::WhatToReceive::SeenMore { threshold, period_ms } => {
                     format!("SEEN_MORE {threshold}/{}", period_text(period_ms))
                 }

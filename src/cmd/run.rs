@@ -14,6 +14,7 @@ use klaxon_engine::breaker::{BreakerConfig, Breakers, Bulkheads};
 use klaxon_engine::dedup::Dedup;
 use klaxon_engine::http::Readiness;
 use klaxon_engine::metrics::Metrics;
+use klaxon_engine::names::CachedNames;
 use klaxon_engine::ratelimit::{RateLimiter, RateLimits};
 use klaxon_engine::trail::Trail;
 use klaxon_engine::{sender, worker};
@@ -222,6 +223,8 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
     });
 
     let tracker = TaskTracker::new();
+    // Project names for messages come from the rule cache (the same `projects` documents).
+    let names = CachedNames::default();
     if roles.worker {
         let ready = readiness.role("worker");
         let Some(redis) =
@@ -244,6 +247,7 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
             shutdown.clone(),
         ));
         let rules = RuleCache::new(store, Duration::from_secs(args.rules_ttl));
+        names.connect(rules.clone());
         {
             let rules = rules.clone();
             metrics.add_scrape_hook(Box::new(move |m: &Metrics| {
@@ -290,6 +294,21 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
         ));
     }
     if let Some(channels) = channels {
+        if !names.is_connected() {
+            // sender only: connect a rule cache for names in the background; deliveries never wait for it
+            let names = names.clone();
+            let shutdown = shutdown.clone();
+            let (mongo_url, mongo_db, ttl) = (global.mongo_url.clone(), global.mongo_db(), args.rules_ttl);
+            tracker.spawn(async move {
+                if let Some(store) =
+                    connect_with_retry("mongodb", &shutdown, || RuleStore::connect(&mongo_url, &mongo_db))
+                        .await
+                {
+                    names.connect(RuleCache::new(store, Duration::from_secs(ttl)));
+                }
+            });
+        }
+        let channels = channels.with_project_names(Arc::new(names.clone()));
         let Some(redis) =
             connect_with_retry("redis", &shutdown, || RedisHandle::connect(&global.redis_url)).await
         else {

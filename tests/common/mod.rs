@@ -104,6 +104,23 @@ impl Env {
     }
 }
 
+/// `GET path` on `addr` (bounded: 1 s to connect, 5 s to read): the status code and body, if an answer came.
+pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let sock: std::net::SocketAddr = addr.parse().ok()?;
+    let mut s = std::net::TcpStream::connect_timeout(&sock, Duration::from_secs(1)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
 pub struct Klaxon {
     child: Option<Child>,
     pub addr: String,
@@ -112,18 +129,7 @@ pub struct Klaxon {
 
 impl Klaxon {
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(&self.addr).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
-        let mut buf = String::new();
-        s.read_to_string(&mut buf).ok()?;
-        let status = buf.split_whitespace().nth(1)?.parse().ok()?;
-        let body = buf
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default();
-        Some((status, body))
+        http_get(&self.addr, path)
     }
 
     pub fn wait_ready(&self, timeout: Duration) {
@@ -139,6 +145,39 @@ impl Klaxon {
             self.addr,
             self.logs()
         );
+    }
+
+    /// The value of one exported series, `name` or `name{labels}` exactly as `/metrics` prints it; 0 when the
+    /// series is absent or the process does not answer.
+    pub fn metric(&self, series: &str) -> f64 {
+        let Some((_, body)) = self.get("/metrics") else {
+            return 0.0;
+        };
+        metric_in(&body, series)
+    }
+
+    /// Waits (bounded) until `series` is at least `at_least`; panics with the process log otherwise.
+    pub fn wait_metric(&self, series: &str, at_least: f64, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let v = self.metric(series);
+            if v >= at_least {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{series} = {v} < {at_least} after {within:?}; log:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until `n` events are acked: counted, their tasks published and the batch acked. This is the point
+    /// where a test may assume the events' effects are durable (unlike `klaxon_events_consumed_total`, which
+    /// rises when a batch starts).
+    pub fn wait_acked(&self, n: u64, within: Duration) {
+        self.wait_metric("klaxon_events_acked_total", n as f64, within);
     }
 
     pub fn logs(&self) -> String {
@@ -179,6 +218,31 @@ impl Klaxon {
 impl Drop for Klaxon {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// The value of `series` in a Prometheus text body, 0 when absent.
+pub fn metric_in(body: &str, series: &str) -> f64 {
+    body.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .filter(|rest| rest.starts_with(' '))
+                .and_then(|rest| rest.trim().parse().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+/// Polls `check` every 100 ms until it gives a value or `timeout` passes.
+pub async fn eventually<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

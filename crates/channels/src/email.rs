@@ -13,12 +13,13 @@ use lettre::message::{Mailbox, MultiPart};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 
 use crate::error::{one_line, tidy};
-use crate::render::{EMAIL_HTML, EMAIL_SUBJECT, EMAIL_TEXT};
+use crate::render::{MessageContext, EMAIL_HTML, EMAIL_SUBJECT, EMAIL_TEXT};
 use crate::secret::redact_endpoint;
 use crate::{ChannelError, Channels, Delivered, DeliveryError, Secret};
 
-/// Longest subject line, in characters.
-const MAX_SUBJECT_CHARS: usize = 250;
+/// Longest subject line, in characters, counting the `…` that marks a cut (RFC 5322 recommends lines of at
+/// most 78 characters and mail clients show far fewer; the key facts come first, the title last).
+pub const MAX_SUBJECT_CHARS: usize = 200;
 
 /// Builds the pooled transport from `--smtp-url`. Errors never repeat the URL (it may hold a password).
 pub(crate) fn transport(
@@ -107,12 +108,30 @@ fn classify_smtp(e: &lettre::transport::smtp::Error, secrets: &[&str]) -> Delive
 }
 
 impl Channels {
-    pub(crate) async fn deliver_email(&self, task: &NotificationTask) -> Result<Delivered, DeliveryError> {
-        let to = recipients(&task.endpoint)?;
+    /// Subject (one line, at most [`MAX_SUBJECT_CHARS`]), text part and HTML part.
+    pub(crate) fn email_parts(
+        &self,
+        task: &NotificationTask,
+        ctx: MessageContext<'_>,
+    ) -> Result<(String, String, String), DeliveryError> {
         let r = &self.inner.renderer;
-        let subject = one_line(&r.render(EMAIL_SUBJECT, task)?, &[], MAX_SUBJECT_CHARS);
-        let text = r.render(EMAIL_TEXT, task)?;
-        let html = r.render(EMAIL_HTML, task)?;
+        let subject = one_line(
+            &r.render_with(EMAIL_SUBJECT, task, ctx)?,
+            &[],
+            MAX_SUBJECT_CHARS - 1,
+        );
+        let text = r.render_with(EMAIL_TEXT, task, ctx)?;
+        let html = r.render_with(EMAIL_HTML, task, ctx)?;
+        Ok((subject, text, html))
+    }
+
+    pub(crate) async fn deliver_email(
+        &self,
+        task: &NotificationTask,
+        ctx: MessageContext<'_>,
+    ) -> Result<Delivered, DeliveryError> {
+        let to = recipients(&task.endpoint)?;
+        let (subject, text, html) = self.email_parts(task, ctx)?;
         let mut builder = Message::builder()
             .from(self.inner.from.clone())
             .subject(subject)
@@ -172,6 +191,11 @@ mod tests {
     #[test]
     fn subjects_are_one_bounded_line() {
         assert_eq!(one_line(" a\nb ", &[], 10), "a b");
-        assert_eq!(one_line(&"x".repeat(300), &[], 250).chars().count(), 251);
+        assert_eq!(
+            one_line(&"x".repeat(300), &[], MAX_SUBJECT_CHARS - 1)
+                .chars()
+                .count(),
+            MAX_SUBJECT_CHARS
+        );
     }
 }

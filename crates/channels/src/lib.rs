@@ -23,6 +23,7 @@
 mod email;
 pub mod error;
 mod http;
+pub mod link;
 mod mattermost;
 pub mod render;
 pub mod safety;
@@ -31,6 +32,8 @@ mod slack;
 mod telegram;
 pub mod webhook;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -39,7 +42,10 @@ use lettre::message::Mailbox;
 use lettre::{AsyncSmtpTransport, Tokio1Executor};
 use url::Url;
 
+pub use email::MAX_SUBJECT_CHARS;
 pub use error::{ChannelError, DeliveryError};
+pub use link::UrlTemplate;
+pub use render::MessageContext;
 use secret::short_hash;
 pub use secret::{redact_endpoint, Secret};
 
@@ -82,6 +88,30 @@ impl Default for ChannelsConfig {
     }
 }
 
+/// Looks up a project's display name (Hawk's `projects.name`) for messages. Implemented by the engine over
+/// the rule cache, so names are read and cached with the rules.
+pub trait ProjectNames: Send + Sync {
+    /// The project's name, or `None` when unknown (or not reachable right now).
+    fn project_name<'a>(
+        &'a self,
+        project_id: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Option<String>> + Send + 'a>>;
+}
+
+/// How long a delivery waits for the project's name before showing the id instead: a slow or unreachable
+/// MongoDB must never hold messages back.
+pub const NAME_LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What a delivery would send, rendered but not sent (golden tests, previews).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preview {
+    /// The email subject (email only).
+    pub subject: Option<String>,
+    /// Every body that would be sent, in order: the JSON request for Slack and webhooks, one request per
+    /// part for Telegram, the text and then the HTML part for email.
+    pub bodies: Vec<String>,
+}
+
 /// A successful delivery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Delivered {
@@ -103,6 +133,8 @@ struct Inner {
 #[derive(Clone)]
 pub struct Channels {
     inner: Arc<Inner>,
+    links: Option<Arc<UrlTemplate>>,
+    names: Option<Arc<dyn ProjectNames>>,
 }
 
 impl std::fmt::Debug for Channels {
@@ -147,21 +179,94 @@ impl Channels {
                 smtp,
                 renderer,
             }),
+            links: None,
+            names: None,
         })
+    }
+
+    /// Adds a link to the event to every message (`--event-url-template`, see [`link`]). The template is
+    /// validated here; an empty one means no links.
+    pub fn with_event_url_template(mut self, template: &str) -> Result<Self, ChannelError> {
+        self.links = if template.trim().is_empty() {
+            None
+        } else {
+            Some(Arc::new(UrlTemplate::parse(template)?))
+        };
+        Ok(self)
+    }
+
+    /// Shows project names instead of ids, looked up (within [`NAME_LOOKUP_TIMEOUT`]) at delivery time.
+    pub fn with_project_names(mut self, names: Arc<dyn ProjectNames>) -> Self {
+        self.names = Some(names);
+        self
+    }
+
+    async fn project_name(&self, project_id: &str) -> Option<String> {
+        let names = self.names.as_ref()?;
+        tokio::time::timeout(NAME_LOOKUP_TIMEOUT, names.project_name(project_id))
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// Renders what [`Channels::deliver`] would send for `task` with the given project name, without sending.
+    pub fn preview(
+        &self,
+        task: &NotificationTask,
+        project_name: Option<&str>,
+    ) -> Result<Preview, DeliveryError> {
+        let ctx = MessageContext {
+            project_name,
+            links: self.links.as_deref(),
+        };
+        let bodies = |bodies: Vec<String>| Preview {
+            subject: None,
+            bodies,
+        };
+        #[allow(unreachable_patterns)] // channels added later render here too, or say they cannot
+        match task.channel {
+            ChannelKind::Slack => Ok(bodies(vec![self.slack_body(task, ctx)?])),
+            ChannelKind::Telegram => Ok(bodies(
+                self.telegram_parts(task, ctx)?
+                    .into_iter()
+                    .map(|text| {
+                        serde_json::json!({"chat_id": task.endpoint.trim(), "text": text, "parse_mode": "HTML"})
+                            .to_string()
+                    })
+                    .collect(),
+            )),
+            ChannelKind::Email => {
+                let (subject, text, html) = self.email_parts(task, ctx)?;
+                Ok(Preview {
+                    subject: Some(subject),
+                    bodies: vec![text, html],
+                })
+            }
+            ChannelKind::Webhook => Ok(bodies(vec![String::from_utf8_lossy(
+                &webhook::webhook_body_with(task, ctx),
+            )
+            .into_owned()])),
+            _ => Err(DeliveryError::permanent("no preview for this channel")),
+        }
     }
 
     /// Delivers one notification, one attempt. Logs the outcome with the redacted destination.
     pub async fn deliver(&self, task: &NotificationTask) -> Result<Delivered, DeliveryError> {
         let started = Instant::now();
+        let name = self.project_name(&task.project_id).await;
+        let ctx = MessageContext {
+            project_name: name.as_deref(),
+            links: self.links.as_deref(),
+        };
         let result = if task.events.is_empty() {
             Err(DeliveryError::permanent("notification has no events"))
         } else {
             match task.channel {
-                ChannelKind::Slack => self.deliver_slack(task).await,
-                ChannelKind::Telegram => self.deliver_telegram(task).await,
-                ChannelKind::Email => self.deliver_email(task).await,
-                ChannelKind::Webhook => self.deliver_webhook(task).await,
-                ChannelKind::Loop => self.deliver_loop(task).await,
+                ChannelKind::Slack => self.deliver_slack(task, ctx).await,
+                ChannelKind::Telegram => self.deliver_telegram(task, ctx).await,
+                ChannelKind::Email => self.deliver_email(task, ctx).await,
+                ChannelKind::Webhook => self.deliver_webhook(task, ctx).await,
+                ChannelKind::Loop => self.deliver_loop(task, ctx).await,
             }
         };
         let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);

@@ -4,14 +4,18 @@
 use klaxon_core::NotificationTask;
 
 use crate::http::{body_detail, label, parse_http_endpoint};
-use crate::render::LOOP;
+use crate::render::{MessageContext, LOOP};
 use crate::{Channels, Delivered, DeliveryError};
 
 impl Channels {
-    pub(crate) async fn deliver_loop(&self, task: &NotificationTask) -> Result<Delivered, DeliveryError> {
+    pub(crate) async fn deliver_loop(
+        &self,
+        task: &NotificationTask,
+        ctx: MessageContext<'_>,
+    ) -> Result<Delivered, DeliveryError> {
         let url = parse_http_endpoint(&task.endpoint, "loop")?;
         let what = label("loop", &url);
-        let text = self.inner.renderer.render(LOOP, task)?;
+        let text = self.inner.renderer.render_with(LOOP, task, ctx)?;
         let body = serde_json::json!({ "text": text });
         let secrets = [task.endpoint.as_str()];
         let answer = self

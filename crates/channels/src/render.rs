@@ -1,13 +1,16 @@
 //! Rendering a [`NotificationTask`] into message text, from the minijinja templates in `templates/`.
 //!
-//! One view model feeds every template, so all channels say the same thing: project, rule, title(s), counts,
-//! window and firing time. Escaping is chosen by template name and applied by the engine to every value, so a
+//! One view model feeds every template, so all channels say the same thing: the project (its name when known,
+//! see [`MessageContext`]), rule, title(s), what happened in words ("first seen", "100 times in the last
+//! hour", "50 users in the last hour"), a link to the event (`--event-url-template`) and the firing time. Escaping is chosen by template name and applied by the engine to every value, so a
 //! template cannot forget it: `*.tg.html` gets Telegram's HTML escaping (`&`, `<`, `>`, `"` only: the entities
 //! Telegram's parser knows), `*.html` full HTML escaping, `*.mrkdwn` Slack's (`&`, `<`, `>`), `*.md`
 //! Markdown's (Loop/Mattermost: a backslash before the characters that would format), and `*.txt` none. Titles are shown on one line (control characters become spaces) and cut at [`MAX_TITLE_CHARS`];
 //! the webhook body, which is data rather than text, carries them untouched.
 
 use klaxon_core::{NotificationTask, Reason, Window};
+
+use crate::link::UrlTemplate;
 use minijinja::{AutoEscape, Environment, Value};
 use serde::Serialize;
 
@@ -17,6 +20,9 @@ use crate::DeliveryError;
 pub const DIGEST_MAX_GROUPS: usize = 20;
 /// Longest title shown in a message, in characters.
 pub const MAX_TITLE_CHARS: usize = 1000;
+/// Longest title shown on a digest line, in characters: 20 lines stay far below every channel's limit
+/// (Slack's 40,000-character `text`, 50 blocks) even when every character is escaped.
+pub const DIGEST_TITLE_CHARS: usize = 300;
 /// Telegram's message limit (UTF-16 code units, which is never less than characters).
 pub const TELEGRAM_MAX: usize = 4096;
 /// Slack's limit for a section block's text.
@@ -29,22 +35,35 @@ pub(crate) const EMAIL_TEXT: &str = "email.txt";
 pub(crate) const EMAIL_HTML: &str = "email.html";
 pub(crate) const EMAIL_SUBJECT: &str = "email_subject.txt";
 
+/// What a message says beyond the task itself.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MessageContext<'a> {
+    /// The project's display name (Hawk's `projects.name`); the id is shown when it is unknown.
+    pub project_name: Option<&'a str>,
+    /// `--event-url-template`: every event gets a link when set.
+    pub links: Option<&'a UrlTemplate>,
+}
+
 #[derive(Serialize)]
 struct ViewEvent {
     title: String,
     count: u64,
+    url: Option<String>,
 }
 
 #[derive(Serialize)]
 struct View {
     kind: &'static str,
     project: String,
+    project_id: String,
     rule: String,
     notification_id: String,
     fired_at: String,
     window: String,
     window_kind: &'static str,
     threshold: u64,
+    seen: String,
+    url: Option<String>,
     total: u64,
     events: Vec<ViewEvent>,
     more: usize,
@@ -92,9 +111,20 @@ impl Renderer {
         Ok(Renderer { env })
     }
 
-    /// Renders one template for a task.
+    /// Renders one template for a task, showing the project id and no links.
+    #[allow(dead_code)] // the adapters use render_with; kept for callers without a context
     pub(crate) fn render(&self, template: &str, task: &NotificationTask) -> Result<String, DeliveryError> {
-        let view = view(task);
+        self.render_with(template, task, MessageContext::default())
+    }
+
+    /// Renders one template for a task, with the project's name and event links when known.
+    pub(crate) fn render_with(
+        &self,
+        template: &str,
+        task: &NotificationTask,
+        ctx: MessageContext<'_>,
+    ) -> Result<String, DeliveryError> {
+        let view = view(task, ctx);
         self.env
             .get_template(template)
             .and_then(|t| t.render(Value::from_serialize(&view)))
@@ -161,9 +191,13 @@ fn escape_entities(s: &str, quote: bool) -> String {
 
 /// A title as shown in messages: one line, at most [`MAX_TITLE_CHARS`].
 pub fn display_title(title: &str) -> String {
+    bounded_line(title, MAX_TITLE_CHARS)
+}
+
+fn bounded_line(title: &str, max: usize) -> String {
     let mut out = String::new();
     for (i, c) in title.chars().enumerate() {
-        if i == MAX_TITLE_CHARS {
+        if i == max {
             out.push('…');
             break;
         }
@@ -188,25 +222,76 @@ pub fn human_duration(secs: u64) -> String {
     s
 }
 
-fn view(task: &NotificationTask) -> View {
+/// A period in words, as the end of "… in the last hour": "the last hour", "the last 5 minutes",
+/// "the last day", "the last 90 seconds".
+pub fn last_period(secs: u64) -> String {
+    let (n, unit) = if secs >= 86_400 && secs % 86_400 == 0 {
+        (secs / 86_400, "day")
+    } else if secs >= 3600 && secs % 3600 == 0 {
+        (secs / 3600, "hour")
+    } else if secs >= 60 && secs % 60 == 0 {
+        (secs / 60, "minute")
+    } else {
+        (secs, "second")
+    };
+    if n == 1 {
+        format!("the last {unit}")
+    } else {
+        format!("the last {n} {unit}s")
+    }
+}
+
+fn times(n: u64, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("{n} {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
+fn window_name(window: Window) -> &'static str {
+    match window {
+        Window::Fixed => "fixed",
+        Window::Sliding => "sliding",
+    }
+}
+
+fn view(task: &NotificationTask, ctx: MessageContext<'_>) -> View {
     let digest = matches!(task.reason, Reason::Digest { .. }) || task.events.len() > 1;
     let (kind, window_secs, window_kind, threshold) = match task.reason {
         Reason::Threshold {
             threshold,
             period_ms,
             window,
-        } if !digest => (
-            "threshold",
-            period_ms / 1000,
-            match window {
-                Window::Fixed => "fixed",
-                Window::Sliding => "sliding",
-            },
+        } if !digest => ("threshold", period_ms / 1000, window_name(window), threshold),
+        Reason::UniqueUsers {
             threshold,
-        ),
+            period_ms,
+            window,
+        } if !digest => ("users", period_ms / 1000, window_name(window), threshold),
         Reason::New if !digest => ("new", 0, "", 0),
         Reason::Digest { min_period_s } => ("digest", min_period_s, "", 0),
         _ => ("digest", task.min_period_s, "", 0),
+    };
+    let window = last_period(window_secs);
+    let first_count = task.events.first().map_or(0, |e| e.count);
+    let seen = match kind {
+        "new" => "first seen".to_owned(),
+        "threshold" => format!("{} in {window}", times(first_count, "time", "times")),
+        "users" => format!("{} in {window}", times(first_count, "user", "users")),
+        _ => format!(
+            "{} in {window}",
+            times(task.events.iter().map(|e| e.count).sum(), "error", "errors")
+        ),
+    };
+    let link = |e: &klaxon_core::NotificationEvent| {
+        ctx.links
+            .and_then(|t| t.link(&task.project_id, &e.group_hash, e.repetition_id.as_deref()))
+    };
+    let title_max = if digest {
+        DIGEST_TITLE_CHARS
+    } else {
+        MAX_TITLE_CHARS
     };
     let mut events: Vec<&klaxon_core::NotificationEvent> = task.events.iter().collect();
     if digest {
@@ -216,20 +301,28 @@ fn view(task: &NotificationTask) -> View {
     let more = events.len().saturating_sub(DIGEST_MAX_GROUPS);
     View {
         kind,
-        project: task.project_id.clone(),
+        project: ctx
+            .project_name
+            .map(|n| bounded_line(n, klaxon_core::rule::MAX_PROJECT_NAME_CHARS))
+            .filter(|n| !n.trim().is_empty())
+            .unwrap_or_else(|| task.project_id.clone()),
+        project_id: task.project_id.clone(),
         rule: task.rule_id.clone(),
         notification_id: task.notification_id.clone(),
         fired_at: task.fired_at_rfc3339(),
-        window: human_duration(window_secs),
+        window,
         window_kind,
         threshold,
+        seen,
+        url: events.first().and_then(|e| link(e)),
         total: task.events.iter().map(|e| e.count).sum(),
         events: events
             .into_iter()
             .take(DIGEST_MAX_GROUPS)
             .map(|e| ViewEvent {
-                title: display_title(&e.title),
+                title: bounded_line(&e.title, title_max),
                 count: e.count,
+                url: link(e),
             })
             .collect(),
         more,
@@ -305,6 +398,63 @@ fn cut_point(s: &str, limit: usize) -> usize {
     }
 }
 
+/// Splits Telegram HTML into parts of at most `limit` UTF-16 units like [`split_message`], and keeps every
+/// part valid on its own: tags still open where a part ends are closed there and opened again at the start
+/// of the next part (Telegram rejects a message whose tags do not balance). Tags added that way count
+/// against the limit: when they push a part over it, the text is split again with less room, a bounded
+/// number of times.
+pub fn split_html(text: &str, limit: usize) -> Vec<String> {
+    let mut budget = limit.max(64);
+    let mut parts = Vec::new();
+    for _ in 0..8 {
+        parts = balance(split_message(text, budget));
+        let longest = parts.iter().map(|p| utf16_len(p)).max().unwrap_or(0);
+        if longest <= limit {
+            break;
+        }
+        budget = budget.saturating_sub(longest - limit).max(64);
+    }
+    parts
+}
+
+/// Closes the tags left open at the end of each part and reopens them at the start of the next.
+fn balance(parts: Vec<String>) -> Vec<String> {
+    // (name, the opening tag as written)
+    let mut open: Vec<(String, String)> = Vec::new();
+    let mut out = Vec::with_capacity(parts.len());
+    for part in parts {
+        let mut balanced: String = open.iter().map(|(_, tag)| tag.as_str()).collect();
+        let mut rest = part.as_str();
+        while let Some(at) = rest.find('<') {
+            let Some(len) = rest[at..].find('>') else { break };
+            let tag = &rest[at..=at + len];
+            let closing = tag.starts_with("</");
+            let name: String = tag
+                .trim_start_matches("</")
+                .trim_start_matches('<')
+                .chars()
+                .take_while(|c| !c.is_whitespace() && *c != '>' && *c != '/')
+                .collect();
+            if closing {
+                if let Some(i) = open.iter().rposition(|(n, _)| *n == name) {
+                    open.remove(i);
+                }
+            } else if !tag.ends_with("/>") && !name.is_empty() {
+                open.push((name, tag.to_owned()));
+            }
+            rest = &rest[at + len + 1..];
+        }
+        balanced.push_str(&part);
+        for (name, _) in open.iter().rev() {
+            balanced.push_str("</");
+            balanced.push_str(name);
+            balanced.push('>');
+        }
+        out.push(balanced);
+    }
+    out
+}
+
 /// Slack `blocks`: the rendered mrkdwn in section blocks of at most [`SLACK_SECTION_MAX`] characters.
 pub(crate) fn slack_blocks(text: &str) -> Vec<serde_json::Value> {
     split_message(text, SLACK_SECTION_MAX)
@@ -373,7 +523,7 @@ mod tests {
             .render(TELEGRAM, &task(threshold, vec![("Boom", 100)]))
             .expect("render");
         assert!(
-            out.contains("Seen 100 times in 1 minute (sliding window, threshold 100)"),
+            out.contains("Seen 100 times in the last minute (sliding window, threshold 100)"),
             "{out}"
         );
     }
@@ -420,6 +570,107 @@ mod tests {
         assert_eq!(display_title("a\nb\tc"), "a b c");
         let long = display_title(&"x".repeat(5000));
         assert_eq!(long.chars().count(), MAX_TITLE_CHARS + 1);
+    }
+
+    #[test]
+    fn periods_in_words() {
+        for (secs, words) in [
+            (60, "the last minute"),
+            (300, "the last 5 minutes"),
+            (3600, "the last hour"),
+            (7200, "the last 2 hours"),
+            (86_400, "the last day"),
+            (604_800, "the last 7 days"),
+            (90, "the last 90 seconds"),
+            (1, "the last second"),
+        ] {
+            assert_eq!(last_period(secs), words);
+        }
+    }
+
+    #[test]
+    fn names_links_and_what_happened_in_words() {
+        let r = Renderer::new().expect("templates");
+        let links = UrlTemplate::parse(
+            "https://garage.hawk.so/project/{projectId}/event/{groupHash}/{repetitionId}/overview",
+        )
+        .expect("template");
+        let ctx = MessageContext {
+            project_name: Some("Acme <web>"),
+            links: Some(&links),
+        };
+        let users = Reason::UniqueUsers {
+            threshold: 50,
+            period_ms: 3_600_000,
+            window: Window::Fixed,
+        };
+        let mut t = task(users, vec![("Boom", 50)]);
+        t.events[0].repetition_id = Some("rep1".into());
+        let tg = r.render_with(TELEGRAM, &t, ctx).expect("tg");
+        assert!(
+            tg.contains(
+                "Seen by 50 users in the last hour (fixed window, threshold 50) in project Acme &lt;web&gt;"
+            ),
+            "{tg}"
+        );
+        assert!(
+            tg.contains(
+                r#"<a href="https://garage.hawk.so/project/proj/event/g-Boom/rep1/overview">Open event</a>"#
+            ),
+            "{tg}"
+        );
+        let slack = r.render_with(SLACK, &t, ctx).expect("slack");
+        assert!(
+            slack.contains("<https://garage.hawk.so/project/proj/event/g-Boom/rep1/overview|Open event>"),
+            "{slack}"
+        );
+        let new = r
+            .render_with(EMAIL_SUBJECT, &task(Reason::New, vec![("Boom", 1)]), ctx)
+            .expect("subject");
+        assert_eq!(new, "[Klaxon] New error in Acme <web>: Boom");
+        let text = r
+            .render_with(EMAIL_TEXT, &task(Reason::New, vec![("Boom", 1)]), ctx)
+            .expect("text");
+        assert!(text.contains("First seen."), "{text}");
+        assert!(
+            text.contains("Open event: https://garage.hawk.so/project/proj/event/g-Boom/overview"),
+            "{text}"
+        );
+        // without a context: the id, no link
+        let plain = r.render(TELEGRAM, &t).expect("plain");
+        assert!(
+            plain.contains("in project proj\n") && !plain.contains("href"),
+            "{plain}"
+        );
+    }
+
+    #[test]
+    fn html_parts_are_balanced_when_a_line_is_cut() {
+        let line = format!(
+            "<b>{}</b> <a href=\"https://x.test/e\">{}</a>\n<i>end</i>",
+            "x".repeat(5000),
+            "y".repeat(300)
+        );
+        let parts = split_html(&line, TELEGRAM_MAX);
+        assert!(parts.len() >= 2, "{}", parts.len());
+        for p in &parts {
+            assert!(utf16_len(p) <= TELEGRAM_MAX, "{}", utf16_len(p));
+            for tag in ["b", "a", "i"] {
+                assert_eq!(
+                    p.matches(&format!("<{tag}")).count(),
+                    p.matches(&format!("</{tag}>")).count(),
+                    "<{tag}> balanced in {}…",
+                    &p[..40]
+                );
+            }
+        }
+        assert!(parts[1].starts_with("<b>"), "reopened: {}", &parts[1][..10]);
+        // only the added tags differ from the text
+        let stripped: String = parts
+            .concat()
+            .replace("</b><b>", "")
+            .replace("</a><a href=\"https://x.test/e\">", "");
+        assert_eq!(stripped.len(), line.len());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use klaxon_core::NotificationTask;
 use url::Url;
 
 use crate::http::{body_detail, label, parse_http_endpoint};
-use crate::render::{split_message, TELEGRAM, TELEGRAM_MAX};
+use crate::render::{split_html, MessageContext, TELEGRAM, TELEGRAM_MAX};
 use crate::{Channels, Delivered, DeliveryError};
 
 /// A chat id: an integer (users, groups, `-100…` channels) or a public `@channelusername`.
@@ -38,10 +38,23 @@ fn body_description(body: &str) -> String {
 }
 
 impl Channels {
-    pub(crate) async fn deliver_telegram(&self, task: &NotificationTask) -> Result<Delivered, DeliveryError> {
+    /// The message as Telegram receives it: balanced HTML parts of at most 4096 characters.
+    pub(crate) fn telegram_parts(
+        &self,
+        task: &NotificationTask,
+        ctx: MessageContext<'_>,
+    ) -> Result<Vec<String>, DeliveryError> {
+        let text = self.inner.renderer.render_with(TELEGRAM, task, ctx)?;
+        Ok(split_html(&text, TELEGRAM_MAX))
+    }
+
+    pub(crate) async fn deliver_telegram(
+        &self,
+        task: &NotificationTask,
+        ctx: MessageContext<'_>,
+    ) -> Result<Delivered, DeliveryError> {
         let endpoint = task.endpoint.trim();
-        let text = self.inner.renderer.render(TELEGRAM, task)?;
-        let parts = split_message(&text, TELEGRAM_MAX);
+        let parts = self.telegram_parts(task, ctx)?;
         if endpoint.starts_with("https://") || endpoint.starts_with("http://") {
             return self.deliver_notify_bot(task, endpoint, &parts).await;
         }

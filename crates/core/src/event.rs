@@ -33,6 +33,9 @@ pub struct Event {
     pub repetition_id: Option<String>,
     /// When the event happened, unix seconds, if the producer said.
     pub timestamp: Option<f64>,
+    /// The affected user's id (`event.user.id`, or `event.user` when it is a string), if the producer said.
+    /// Only `uniqueUsers` rules read it; events without it are not counted by them.
+    pub user: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -50,6 +53,7 @@ struct WireEvent {
     is_new: Option<serde_json::Value>,
     repetition_id: Option<serde_json::Value>,
     timestamp: Option<serde_json::Value>,
+    user: Option<serde_json::Value>,
 }
 
 fn required_string(value: Option<serde_json::Value>, field: &str) -> Result<String, InvalidEvent> {
@@ -79,14 +83,48 @@ fn json_type(v: &serde_json::Value) -> &'static str {
     }
 }
 
+/// Longest user id kept, in bytes; a longer one is cut (at a character boundary). The counter stores ids
+/// longer than a few dozen bytes as digests anyway: this only bounds what a worker holds.
+pub const MAX_USER_ID_BYTES: usize = 512;
+
+/// Reads `event.user` tolerantly: Hawk's object with an `id` (a string, or a number written as one), or a
+/// plain string. Anything else (no id, an empty one, another type) means "no user": a `uniqueUsers` rule
+/// does not count the event, and every other rule still sees it (the field is optional, so a shape we do not
+/// know must not make the event invalid).
+fn user_of(value: Option<serde_json::Value>) -> Option<String> {
+    let id = match value? {
+        serde_json::Value::String(s) => s,
+        serde_json::Value::Object(mut m) => match m.remove("id")? {
+            serde_json::Value::String(s) => s,
+            serde_json::Value::Number(n) => n.to_string(),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    let id = id.trim();
+    if id.is_empty() {
+        return None;
+    }
+    let mut end = id.len().min(MAX_USER_ID_BYTES);
+    while !id.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(id[..end].to_owned())
+}
+
 /// True when `s` is a 24-character hexadecimal MongoDB ObjectId.
 pub fn is_object_id(s: &str) -> bool {
     s.len() == 24 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 impl EventTask {
-    /// Parses and validates one message body. Unknown fields are ignored.
+    /// Parses and validates one message body. Unknown fields are ignored. The reason of a refusal is one line of
+    /// at most [`crate::text::MAX_REASON_BYTES`] bytes, whatever the body holds.
     pub fn parse(body: &[u8]) -> Result<Self, InvalidEvent> {
+        Self::parse_unbounded(body).map_err(|e| InvalidEvent(crate::text::reason(&e.0)))
+    }
+
+    fn parse_unbounded(body: &[u8]) -> Result<Self, InvalidEvent> {
         if body.len() > MAX_BODY_BYTES {
             return Err(InvalidEvent(format!(
                 "body is {} bytes, over the {MAX_BODY_BYTES}-byte limit",
@@ -97,7 +135,11 @@ impl EventTask {
             if std::str::from_utf8(body).is_err() {
                 InvalidEvent("body is not valid UTF-8 JSON".to_owned())
             } else {
-                InvalidEvent(format!("body is not a valid notifier task: {e}"))
+                // serde's message can echo a whole (200 KB) string of the body: keep a short prefix of it
+                InvalidEvent(format!(
+                    "body is not a valid notifier task: {}",
+                    crate::text::one_line(&e.to_string(), 160)
+                ))
             }
         })?;
         let project_id = required_string(wire.project_id, "projectId")?;
@@ -149,6 +191,7 @@ impl EventTask {
                 is_new,
                 repetition_id,
                 timestamp,
+                user: user_of(ev.user),
             },
         })
     }
@@ -159,6 +202,25 @@ mod tests {
     use super::*;
 
     const P: &str = "5e3eef0679fa3700a0198a49";
+
+    #[test]
+    fn poison_bodies_give_short_one_line_reasons() {
+        let huge = "A".repeat(200 * 1024);
+        let bodies = [
+            serde_json::to_vec(&huge).expect("json"),
+            serde_json::to_vec(&serde_json::json!({"projectId": P, "event": huge})).expect("json"),
+            serde_json::to_vec(&serde_json::json!({"projectId": huge, "event": {}})).expect("json"),
+            serde_json::to_vec(
+                &serde_json::json!({"projectId": P, "event": {"title": 1, "groupHash": huge}}),
+            )
+            .expect("json"),
+        ];
+        for body in bodies {
+            let reason = EventTask::parse(&body).expect_err("poison").0;
+            assert!(reason.len() <= 200, "{} bytes: {reason}", reason.len());
+            assert!(!reason.contains('\n'));
+        }
+    }
 
     #[test]
     fn parses_hawk_task() {
@@ -194,6 +256,37 @@ mod tests {
             let err = EventTask::parse(body).expect_err("must be invalid");
             assert!(err.0.contains(want), "{err} should mention {want}");
         }
+    }
+
+    #[test]
+    fn reads_the_user_in_every_shape_and_never_rejects_for_it() {
+        let cases = [
+            (r#""user":{"id":"u-1","name":"Ann","photo":null}"#, Some("u-1")),
+            (r#""user":"u-2""#, Some("u-2")),
+            (r#""user":{"id":42}"#, Some("42")),
+            (r#""user":{"id":"  "}"#, None),
+            (r#""user":{"name":"no id"}"#, None),
+            (r#""user":{"id":["x"]}"#, None),
+            (r#""user":null"#, None),
+            (r#""user":7"#, None),
+            (r#""user":"""#, None),
+            (r#""other":1"#, None),
+        ];
+        for (field, want) in cases {
+            let body = format!(r#"{{"projectId":"{P}","event":{{"title":"t","groupHash":"g",{field}}}}}"#);
+            let t = EventTask::parse(body.as_bytes()).unwrap_or_else(|e| panic!("{field}: {e}"));
+            assert_eq!(t.event.user.as_deref(), want, "{field}");
+        }
+        let body = format!(
+            r#"{{"projectId":"{P}","event":{{"title":"t","groupHash":"g","user":"{}"}}}}"#,
+            "é".repeat(400)
+        );
+        let user = EventTask::parse(body.as_bytes())
+            .expect("valid")
+            .event
+            .user
+            .expect("user");
+        assert_eq!(user.len(), MAX_USER_ID_BYTES, "cut at a character boundary");
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod event;
 pub mod filter;
 pub mod notification;
 pub mod rule;
+pub mod text;
 
 pub use event::{Event, EventTask, InvalidEvent};
 pub use filter::{Title, TitleFilter};

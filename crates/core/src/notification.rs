@@ -20,6 +20,16 @@ pub enum Reason {
         /// Fixed or sliding.
         window: Window,
     },
+    /// SEEN_MORE with `uniqueUsers`: the number of distinct users in a window reached the threshold. The
+    /// events' `count` is that number of users.
+    UniqueUsers {
+        /// The rule's threshold (distinct users).
+        threshold: u64,
+        /// The rule's window length, ms.
+        period_ms: u64,
+        /// Fixed or sliding.
+        window: Window,
+    },
     /// Several firings coalesced over the channel's `minPeriod`.
     Digest {
         /// The digest period, seconds.

@@ -16,6 +16,11 @@ use crate::filter::{Title, TitleFilter};
 pub const MIN_PERIOD_MS: u64 = 1000;
 /// The largest `thresholdPeriod` accepted (30 days): windows are kept in Redis for their whole length.
 pub const MAX_PERIOD_MS: u64 = 30 * 24 * 3600 * 1000;
+/// The largest `threshold` accepted: a sliding window keeps up to `threshold` members per (rule, group), so the
+/// threshold is a tenant's lever on Redis memory.
+pub const MAX_THRESHOLD: u64 = 1_000_000;
+/// The largest channel `minPeriod` accepted, in seconds (7 days): digest state lives in Redis that long.
+pub const MAX_MIN_PERIOD_S: u64 = 7 * 24 * 3600;
 /// Window used for legacy `whatToReceive: "ALL"` rules that carry no `thresholdPeriod`.
 pub const LEGACY_ALL_PERIOD_MS: u64 = 60_000;
 
@@ -34,7 +39,7 @@ pub enum WhatToReceive {
 }
 
 /// How occurrences are counted for `SEEN_MORE`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Window {
     /// Hawk's window: starts at the first counted event and lasts `thresholdPeriod`.
@@ -176,6 +181,9 @@ pub struct RawRule {
     /// Regexes, none of which may match.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub excluding_patterns: Vec<String>,
+    /// SEEN_MORE counts distinct users (`event.user`) instead of events.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unique_users: bool,
 }
 
 /// Why a rule (or one of its parts) cannot be used, with a suggested fix.
@@ -218,6 +226,8 @@ pub struct CompiledRule {
     pub channels: Vec<ChannelConfig>,
     /// Compiled title filters.
     pub filter: TitleFilter,
+    /// SEEN_MORE counts distinct users (`uniqueUsers: true`) instead of events.
+    pub unique_users: bool,
 }
 
 /// What a rule asks the counter to do for one event.
@@ -234,6 +244,16 @@ pub enum Want {
         /// Fixed or sliding.
         window: Window,
     },
+    /// Count the event's user; fire when the number of distinct users in the window reaches `threshold`
+    /// (`uniqueUsers: true`). Only events with a user are wanted.
+    UniqueUsers {
+        /// Distinct users that fire.
+        threshold: u64,
+        /// Window length in ms.
+        period_ms: u64,
+        /// Fixed or sliding, with the same semantics as for events.
+        window: Window,
+    },
 }
 
 impl CompiledRule {
@@ -246,6 +266,13 @@ impl CompiledRule {
         let want = match self.what {
             WhatToReceive::OnlyNew if event.is_new => Want::FirstSeen,
             WhatToReceive::OnlyNew => return None,
+            // Events without a user are not counted by a unique-users rule.
+            WhatToReceive::SeenMore { .. } if self.unique_users && event.user.is_none() => return None,
+            WhatToReceive::SeenMore { threshold, period_ms } if self.unique_users => Want::UniqueUsers {
+                threshold,
+                period_ms,
+                window: self.window,
+            },
             WhatToReceive::SeenMore { threshold, period_ms } => Want::Count {
                 threshold,
                 period_ms,
@@ -347,6 +374,10 @@ pub fn parse_rule_value(value: &Value) -> Result<(CompiledRule, Vec<RuleProblem>
                 format!("`threshold` must be a whole number ≥ 1, got {t}"),
                 "set `threshold` to a whole number ≥ 1",
             )),
+            Some(n) if n > MAX_THRESHOLD => Err(fatal(
+                format!("`threshold` must be at most {MAX_THRESHOLD}, got {n}"),
+                "set `threshold` to a whole number between 1 and 1000000",
+            )),
             Some(n) => Ok(n),
         }
     };
@@ -397,6 +428,17 @@ pub fn parse_rule_value(value: &Value) -> Result<(CompiledRule, Vec<RuleProblem>
             ))
         }
     };
+    let unique_users = match rule.get("uniqueUsers") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(fatal(
+                format!("`uniqueUsers` must be a boolean, got {other}"),
+                "set `uniqueUsers` to true to count distinct users (`event.user.id`) instead of events, \
+                 or to false (or leave it out) to count events",
+            ))
+        }
+    };
     let lists = ["including", "excluding", "includingPatterns", "excludingPatterns"]
         .map(|f| string_list(rule, f).map_err(|m| fatal(m, "store a JSON array of strings")));
     let [including, excluding, including_patterns, excluding_patterns] = lists;
@@ -414,6 +456,16 @@ pub fn parse_rule_value(value: &Value) -> Result<(CompiledRule, Vec<RuleProblem>
     })?;
 
     let mut problems = Vec::new();
+    if unique_users && what == WhatToReceive::OnlyNew {
+        problems.push(RuleProblem {
+            rule_id: Some(id.clone()),
+            fatal: false,
+            message: "`uniqueUsers` counts distinct users toward a SEEN_MORE `threshold`; an ONLY_NEW rule \
+                      has no threshold, so it is ignored here"
+                .into(),
+            fix: "remove `uniqueUsers`, or make the rule SEEN_MORE with a `threshold` of users".into(),
+        });
+    }
     let mut channels = Vec::new();
     if let Some(Value::Object(chs)) = rule.get("channels") {
         for (key, ch) in chs {
@@ -439,6 +491,14 @@ pub fn parse_rule_value(value: &Value) -> Result<(CompiledRule, Vec<RuleProblem>
             let min_period_s = match ch.get("minPeriod") {
                 None | Some(Value::Null) => 0,
                 Some(v) => match as_u64(v) {
+                    Some(n) if n > MAX_MIN_PERIOD_S => {
+                        return Err(fatal(
+                            format!(
+                                "channel `{key}` has `minPeriod` {v}, over the limit of {MAX_MIN_PERIOD_S} s (7 days)"
+                            ),
+                            "set `minPeriod` to whole seconds between 0 and 604800",
+                        ))
+                    }
                     Some(n) => n,
                     None => {
                         problems.push(RuleProblem {
@@ -477,9 +537,26 @@ pub fn parse_rule_value(value: &Value) -> Result<(CompiledRule, Vec<RuleProblem>
             window,
             channels,
             filter,
+            unique_users,
         },
         problems,
     ))
+}
+
+/// Longest project name kept, in characters (Hawk's own limit is far below; this bounds what goes into
+/// messages whatever the document holds).
+pub const MAX_PROJECT_NAME_CHARS: usize = 200;
+
+fn clean_name(raw: &str) -> Option<String> {
+    let mut out = String::new();
+    for (i, c) in raw.trim().chars().enumerate() {
+        if i == MAX_PROJECT_NAME_CHARS {
+            out.push('…');
+            break;
+        }
+        out.push(if c.is_control() { ' ' } else { c });
+    }
+    (!out.is_empty()).then_some(out)
 }
 
 /// The usable rules of one project and the problems found while reading them.
@@ -489,6 +566,9 @@ pub struct ProjectRules {
     pub rules: Vec<CompiledRule>,
     /// Every problem, fatal (rule skipped) or not (part skipped).
     pub problems: Vec<RuleProblem>,
+    /// The project's display `name` from the same `projects` document (Hawk keeps it there), when it has
+    /// one; messages show it instead of the id.
+    pub name: Option<String>,
 }
 
 impl ProjectRules {
@@ -510,6 +590,13 @@ impl ProjectRules {
         out
     }
 
+    /// Sets the project's display name from the document's `name` field: trimmed, on one line, at most
+    /// [`MAX_PROJECT_NAME_CHARS`] characters; a missing, non-string or blank name is none.
+    pub fn with_name(mut self, name: Option<&Value>) -> Self {
+        self.name = name.and_then(Value::as_str).and_then(clean_name);
+        self
+    }
+
     /// True when at least one rule can fire.
     pub fn any_enabled(&self) -> bool {
         self.rules.iter().any(|r| r.enabled && !r.channels.is_empty())
@@ -528,6 +615,7 @@ mod tests {
             is_new,
             repetition_id: None,
             timestamp: None,
+            user: None,
         }
     }
 
@@ -592,6 +680,24 @@ mod tests {
             (
                 json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 5, "thresholdPeriod": 10, "channels": slack()}),
                 "`thresholdPeriod` must be",
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 1_000_001, "thresholdPeriod": 60000, "channels": slack()}),
+                "at most 1000000",
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 5, "thresholdPeriod": 31u64 * 24 * 3600 * 1000, "channels": slack()}),
+                "`thresholdPeriod` must be",
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW",
+                       "channels": {"slack": {"isEnabled": true, "endpoint": "https://hooks.slack.com/x", "minPeriod": 1e19}}}),
+                "over the limit",
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW",
+                       "channels": {"slack": {"isEnabled": true, "endpoint": "https://hooks.slack.com/x", "minPeriod": 604_801}}}),
+                "over the limit",
             ),
             (
                 json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW", "window": "hopping", "channels": slack()}),
@@ -748,6 +854,81 @@ mod tests {
     }
 
     #[test]
+    fn unique_users_table() {
+        let rule = |extra: Value| {
+            let mut doc = json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE",
+                "threshold": 3, "thresholdPeriod": 60000, "channels": slack()});
+            for (k, v) in extra.as_object().into_iter().flatten() {
+                doc[k] = v.clone();
+            }
+            doc
+        };
+        let users = |window| {
+            Some(Want::UniqueUsers {
+                threshold: 3,
+                period_ms: 60000,
+                window,
+            })
+        };
+        let count = Some(Want::Count {
+            threshold: 3,
+            period_ms: 60000,
+            window: Window::Fixed,
+        });
+        // (rule, event user, wanted)
+        let cases = [
+            (
+                rule(json!({"uniqueUsers": true})),
+                Some("u1"),
+                users(Window::Fixed),
+            ),
+            (rule(json!({"uniqueUsers": true})), None, None),
+            (
+                rule(json!({"uniqueUsers": true, "window": "sliding"})),
+                Some("u1"),
+                users(Window::Sliding),
+            ),
+            (rule(json!({"uniqueUsers": false})), None, count),
+            (rule(json!({"uniqueUsers": null})), Some("u1"), count),
+            (rule(json!({})), Some("u1"), count),
+        ];
+        for (doc, user, want) in cases {
+            let (r, problems) = parse_rule_value(&doc).expect("usable");
+            assert!(problems.is_empty(), "{problems:?}");
+            let mut ev = event("Boom", false);
+            ev.user = user.map(str::to_owned);
+            assert_eq!(r.wants(&ev, &Title::new(&ev.title)), want, "{doc} {user:?}");
+        }
+        let p = parse_rule_value(&rule(json!({"uniqueUsers": "yes"}))).expect_err("not a boolean");
+        assert!(
+            p.fatal && p.message.contains("`uniqueUsers` must be a boolean"),
+            "{p}"
+        );
+        assert!(p.fix.contains("distinct users"), "{p}");
+        let only_new = json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW",
+            "uniqueUsers": true, "channels": slack()});
+        let (r, problems) = parse_rule_value(&only_new).expect("usable, with a warning");
+        assert_eq!(problems.len(), 1);
+        assert!(
+            !problems[0].fatal && problems[0].message.contains("ONLY_NEW"),
+            "{problems:?}"
+        );
+        let ev = event("Boom", true);
+        assert_eq!(
+            r.wants(&ev, &Title::new(&ev.title)),
+            Some(Want::FirstSeen),
+            "still fires on new errors"
+        );
+        let raw: RawRule = serde_json::from_value(rule(json!({"uniqueUsers": true}))).expect("raw");
+        assert!(raw.unique_users);
+        assert!(serde_json::to_string(&raw)
+            .expect("json")
+            .contains(r#""uniqueUsers":true"#));
+        let raw: RawRule = serde_json::from_value(rule(json!({}))).expect("raw");
+        assert!(!serde_json::to_string(&raw).expect("json").contains("uniqueUsers"));
+    }
+
+    #[test]
     fn enabled_channel_without_endpoint_is_reported_not_fatal() {
         let doc = json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW",
             "channels": {"slack": {"isEnabled": true, "endpoint": ""}, "webhook": {"isEnabled": true, "endpoint": "https://x.test/h", "minPeriod": 30}}});
@@ -756,6 +937,18 @@ mod tests {
         assert_eq!(rule.channels[0].min_period_s, 30);
         assert_eq!(problems.len(), 1);
         assert!(!problems[0].fatal);
+    }
+
+    #[test]
+    fn project_names_are_one_bounded_line() {
+        let named = |v: Value| ProjectRules::default().with_name(Some(&v)).name;
+        assert_eq!(named(json!("  Acme web\n")), Some("Acme web".into()));
+        assert_eq!(named(json!("a\tb")), Some("a b".into()));
+        assert_eq!(named(json!("   ")), None);
+        assert_eq!(named(json!(42)), None);
+        assert_eq!(ProjectRules::default().with_name(None).name, None);
+        let long = named(json!("x".repeat(500))).expect("name");
+        assert_eq!(long.chars().count(), MAX_PROJECT_NAME_CHARS + 1);
     }
 
     #[test]

@@ -9,6 +9,8 @@ use redis::cluster_routing::Slot;
 use redis::{Cmd, Pipeline, RedisResult, Script, ServerErrorKind, Value};
 use sha2::{Digest, Sha256};
 
+use klaxon_core::Window;
+
 use crate::{ms, CounterError, Hit, HitSpec, Outcome, RedisHandle};
 
 static FIXED_WINDOW: LazyLock<Script> =
@@ -17,6 +19,8 @@ static SLIDING_WINDOW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/sliding_window.lua")));
 static FIRST_SEEN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/first_seen.lua")));
+static UNIQUE_USERS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../../lua/unique_users.lua")));
 
 /// How long the ONLY_NEW "already fired" mark lives by default: 7 days. It must outlast every redelivery of
 /// an `isNew` event (a consumer down over a weekend, messages parked in retry queues). `isNew` is true only
@@ -26,6 +30,10 @@ pub const DEFAULT_FIRST_SEEN_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Event ids longer than this are replaced by a 32-hex digest, so that sliding-window members stay within
 /// Redis's compact listpack encoding (entries up to 64 bytes).
 const MAX_MEMBER_LEN: usize = 48;
+
+/// A fixed window remembers at most this many of its most recent event ids, so that a redelivered batch (at most
+/// a prefetch's worth of one key's events) is not counted twice; memory stays bounded per window.
+const FIXED_WINDOW_IDS: usize = 1024;
 
 /// At most this many (rule, group) pairs go into one script call, so a call stays short (well under a
 /// millisecond of server time for typical batches).
@@ -37,6 +45,10 @@ enum Kind {
     FirstSeen,
     Fixed,
     Sliding,
+    /// `unique_users.lua` in fixed mode.
+    UsersFixed,
+    /// `unique_users.lua` in sliding mode.
+    UsersSliding,
 }
 
 impl Kind {
@@ -45,6 +57,7 @@ impl Kind {
             Kind::FirstSeen => &FIRST_SEEN,
             Kind::Fixed => &FIXED_WINDOW,
             Kind::Sliding => &SLIDING_WINDOW,
+            Kind::UsersFixed | Kind::UsersSliding => &UNIQUE_USERS,
         }
     }
 
@@ -53,15 +66,23 @@ impl Kind {
             Kind::FirstSeen => "first_seen.lua",
             Kind::Fixed => "fixed_window.lua",
             Kind::Sliding => "sliding_window.lua",
+            Kind::UsersFixed | Kind::UsersSliding => "unique_users.lua",
         }
+    }
+
+    /// True for the unique-users script, whose hits carry a user next to their event id.
+    fn counts_users(self) -> bool {
+        matches!(self, Kind::UsersFixed | Kind::UsersSliding)
     }
 
     /// The suffixes of the keys the script takes per (rule, group), in the order of its KEYS.
     fn key_suffixes(self) -> &'static [&'static str] {
         match self {
             Kind::FirstSeen => &["new"],
-            Kind::Fixed => &["fx"],
+            Kind::Fixed => &["fx", "fxi"],
             Kind::Sliding => &["sl", "slc"],
+            Kind::UsersFixed => &["uf", "ufm"],
+            Kind::UsersSliding => &["us", "usm"],
         }
     }
 }
@@ -72,6 +93,16 @@ fn parts(spec: HitSpec) -> (Kind, u64, u64) {
         HitSpec::FirstSeen => (Kind::FirstSeen, 0, 0),
         HitSpec::Fixed { threshold, period_ms } => (Kind::Fixed, threshold, period_ms),
         HitSpec::Sliding { threshold, period_ms } => (Kind::Sliding, threshold, period_ms),
+        HitSpec::UniqueUsers {
+            threshold,
+            period_ms,
+            window: Window::Fixed,
+        } => (Kind::UsersFixed, threshold, period_ms),
+        HitSpec::UniqueUsers {
+            threshold,
+            period_ms,
+            window: Window::Sliding,
+        } => (Kind::UsersSliding, threshold, period_ms),
     }
 }
 
@@ -84,6 +115,8 @@ struct Call<'h> {
     period_ms: u64,
     /// Per hit, its event id (fixed, first-seen) or sliding-window member.
     members: Vec<Cow<'h, str>>,
+    /// Per hit, its user ('' = none); unique-users calls only, empty for the others.
+    users: Vec<Cow<'h, str>>,
     /// Per hit, its index in the batch.
     hits: Vec<usize>,
 }
@@ -145,10 +178,10 @@ impl Counter {
         format!("{}:{{{rule_id}:{group_hash}}}", self.namespace)
     }
 
-    /// Loads the three scripts into every node (`SCRIPT LOAD`), so that the first batches do not pay for
+    /// Loads the counting scripts into every node (`SCRIPT LOAD`), so that the first batches do not pay for
     /// NOSCRIPT round trips. Optional: calls reload scripts by themselves when a server lost them.
     pub async fn load_scripts(&self) -> Result<(), CounterError> {
-        for kind in [Kind::FirstSeen, Kind::Fixed, Kind::Sliding] {
+        for kind in [Kind::FirstSeen, Kind::Fixed, Kind::Sliding, Kind::UsersFixed] {
             kind.script().load_async(&mut self.redis.clone()).await?;
         }
         Ok(())
@@ -283,8 +316,20 @@ impl Counter {
             Some(now) => cmd.arg(now),
             None => cmd.arg(""),
         };
-        if kind == Kind::FirstSeen {
-            cmd.arg(self.first_seen_ttl_ms);
+        match kind {
+            Kind::FirstSeen => {
+                cmd.arg(self.first_seen_ttl_ms);
+            }
+            Kind::UsersFixed => {
+                cmd.arg("fixed");
+            }
+            Kind::UsersSliding => {
+                cmd.arg("sliding");
+            }
+            Kind::Fixed => {
+                cmd.arg(FIXED_WINDOW_IDS);
+            }
+            Kind::Sliding => {}
         }
         for &i in members {
             let call = &calls[i];
@@ -292,8 +337,14 @@ impl Counter {
                 cmd.arg(call.threshold).arg(call.period_ms);
             }
             cmd.arg(call.members.len());
-            for m in &call.members {
-                cmd.arg(m.as_ref());
+            if kind.counts_users() {
+                for (user, m) in call.users.iter().zip(&call.members) {
+                    cmd.arg(user.as_ref()).arg(m.as_ref());
+                }
+            } else {
+                for m in &call.members {
+                    cmd.arg(m.as_ref());
+                }
             }
         }
         cmd
@@ -362,10 +413,19 @@ fn is_noscript(r: &RedisResult<Value>) -> bool {
 /// id a random one (so the event is counted; 64 random bits make collisions negligible).
 fn member_of(kind: Kind, event_id: Option<&str>) -> Cow<'_, str> {
     match event_id.filter(|id| !id.is_empty()) {
-        Some(id) if id.len() <= MAX_MEMBER_LEN => Cow::Borrowed(id),
-        Some(id) => Cow::Owned(format!("#{}", hex::encode(&Sha256::digest(id.as_bytes())[..16]))),
+        Some(id) => compact(id),
         None if kind == Kind::Sliding => Cow::Owned(format!("~{:016x}", rand::random::<u64>())),
         None => Cow::Borrowed(""),
+    }
+}
+
+/// An id as a set member: as is when short, else a 32-hex digest (`#…`), so members stay within Redis's
+/// compact encodings. Also used for user ids: two users collide only if their SHA-256 prefixes do.
+fn compact(id: &str) -> Cow<'_, str> {
+    if id.len() <= MAX_MEMBER_LEN {
+        Cow::Borrowed(id)
+    } else {
+        Cow::Owned(format!("#{}", hex::encode(&Sha256::digest(id.as_bytes())[..16])))
     }
 }
 
@@ -392,10 +452,15 @@ fn coalesce(hits: &[Hit]) -> Result<Vec<Call<'_>>, CounterError> {
                     threshold,
                     period_ms,
                     members: Vec::new(),
+                    users: Vec::new(),
                     hits: Vec::new(),
                 });
                 calls.len() - 1
             });
+        if kind.counts_users() {
+            let user = hit.user.as_deref().map_or(Cow::Borrowed(""), compact);
+            calls[slot].users.push(user);
+        }
         calls[slot].members.push(member);
         calls[slot].hits.push(i);
     }
@@ -448,7 +513,9 @@ fn decode(
                     count: u64::try_from(fired_count).unwrap_or(0),
                     firing: match call.kind {
                         Kind::FirstSeen => "new".to_owned(),
-                        Kind::Fixed | Kind::Sliding => token.to_string(),
+                        Kind::Fixed | Kind::Sliding | Kind::UsersFixed | Kind::UsersSliding => {
+                            token.to_string()
+                        }
                     },
                     at_ms: fired_at,
                 }

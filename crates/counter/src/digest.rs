@@ -3,8 +3,7 @@
 //! delay engine; see `klaxon_engine::digest`.
 //!
 //! Keys share the hash tag `{dg:<project>:<rule>:<channel>}`, so every script call stays in one cluster slot:
-//! `…:win` (window start and opener), `…:buf` (groups), `…:ids` (seen notification ids), `…:last` (the
-//! last message sent: decides leading edge vs digest),
+//! `…:win` (window start and opener), `…:buf` (groups), `…:ids` (appended notification ids),
 //! `…:claim:<start>` and `…:lease:<start>` (a claimed window until its digest is published).
 
 use std::sync::{Arc, LazyLock};
@@ -22,6 +21,8 @@ static DONE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../..
 
 /// Most groups one digest window keeps; later new groups are ignored (known ones still merge).
 pub const DIGEST_MAX_GROUPS: usize = 1000;
+/// Titles are cut to this many bytes when buffered (1,000 groups × 1 KiB: a digest task stays near 1 MiB at most).
+pub const MAX_BUFFERED_TITLE_BYTES: usize = 1024;
 /// How long digest keys outlive their window when nobody flushes them (a safety net against leaks).
 const KEEP: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long a flusher may hold a claimed window before another one may recover it.
@@ -41,15 +42,13 @@ pub struct DigestKey<'a> {
 /// What [`Digests::append`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Appended {
-    /// True when the channel was quiet: the caller sends this firing at once as a normal single notification
-    /// (the leading edge); nothing was buffered. Also true for a redelivery of that same firing.
+    /// True when the firing goes out at once, alone (leading edge): the channel sent nothing in the last
+    /// `minPeriod` and no window is open. Nothing was buffered; the quiet period starts now.
     pub send_now: bool,
-    /// True when the firing was buffered and the caller must schedule the window's flush at
-    /// `window_start_ms + minPeriod` (this append opened the window, is a redelivery of the one that did, or
-    /// the window is overdue).
+    /// True when the caller must schedule the window's flush at `window_start_ms + minPeriod` (this append
+    /// opened the window, is a redelivery of the one that did, or the window is overdue).
     pub schedule_flush: bool,
-    /// Start of the window: the time of the previous message (unix ms on the Redis clock); the digest is due
-    /// `minPeriod` after it. For `send_now`, the time of this message.
+    /// Start of the window, unix ms on the Redis clock.
     pub window_start_ms: i64,
     /// Now, on the Redis clock.
     pub now_ms: i64,
@@ -58,8 +57,9 @@ pub struct Appended {
 impl Appended {
     /// How long from now until the window is due (zero when already due).
     pub fn flush_in(&self, min_period_s: u64) -> Duration {
-        let period = i64::try_from(period_ms(min_period_s)).unwrap_or(i64::MAX);
-        let due = self.window_start_ms.saturating_add(period);
+        let due = self
+            .window_start_ms
+            .saturating_add((min_period_s as i64).saturating_mul(1000));
         Duration::from_millis(u64::try_from(due.saturating_sub(self.now_ms)).unwrap_or(0))
     }
 }
@@ -91,16 +91,9 @@ pub struct Digests {
     lease: Duration,
 }
 
-/// Longest min period the scripts accept (a year); larger ones (refused by rule validation anyway) are capped
-/// so that every sum in the scripts stays an exact integer in Lua's doubles and a valid Redis expiry.
-pub const MAX_MIN_PERIOD_S: u64 = 365 * 24 * 3600;
-
-/// The scripts' min period argument: at least one second, at most [`MAX_MIN_PERIOD_S`], in ms.
-pub fn period_ms(min_period_s: u64) -> u64 {
-    min_period_s
-        .clamp(1, MAX_MIN_PERIOD_S)
-        .checked_mul(1000)
-        .unwrap_or(MAX_MIN_PERIOD_S * 1000)
+/// The scripts' min period argument: at least one second, in ms.
+fn period_ms(min_period_s: u64) -> u64 {
+    min_period_s.max(1).saturating_mul(1000)
 }
 
 fn now_arg(now_ms: Option<i64>) -> String {
@@ -171,12 +164,17 @@ impl Digests {
         let reply: Vec<i64> = APPEND
             .key(format!("{base}:win"))
             .key(format!("{base}:buf"))
-            .key(format!("{base}:ids"))
+            .key(format!("{base}:idz"))
             .key(format!("{base}:last"))
             .arg(notification_id)
             .arg(&event.group_hash)
             .arg(event.count)
-            .arg(&event.title)
+            // shortened when buffered: the renderers show at most ~1,000 characters of a title, and a digest
+            // of up to DIGEST_MAX_GROUPS groups must stay a small message
+            .arg(klaxon_core::text::one_line(
+                &event.title,
+                MAX_BUFFERED_TITLE_BYTES,
+            ))
             .arg(event.repetition_id.as_deref().unwrap_or(""))
             .arg(period_ms(min_period_s))
             .arg(now_arg(now_ms))

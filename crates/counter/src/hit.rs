@@ -23,6 +23,16 @@ pub enum HitSpec {
         /// Window length and cooldown in ms (≥ 1).
         period_ms: u64,
     },
+    /// `SEEN_MORE` with `uniqueUsers`: distinct users in a fixed or sliding window (`lua/unique_users.lua`).
+    /// The hit's [`Hit::user`] is what is counted; a hit without one is not counted.
+    UniqueUsers {
+        /// Distinct users that fire (≥ 1).
+        threshold: u64,
+        /// Window length (and, sliding, cooldown) in ms (≥ 1).
+        period_ms: u64,
+        /// Fixed or sliding, with the semantics of the event-count windows.
+        window: Window,
+    },
 }
 
 impl From<Want> for HitSpec {
@@ -39,6 +49,15 @@ impl From<Want> for HitSpec {
                 period_ms,
                 window: Window::Sliding,
             } => HitSpec::Sliding { threshold, period_ms },
+            Want::UniqueUsers {
+                threshold,
+                period_ms,
+                window,
+            } => HitSpec::UniqueUsers {
+                threshold,
+                period_ms,
+                window,
+            },
         }
     }
 }
@@ -57,6 +76,9 @@ pub struct Hit {
     /// fired fires again with the same token, and a sliding window does not count it twice. An empty id
     /// counts as none.
     pub event_id: Option<Arc<str>>,
+    /// The event's user id, counted by [`HitSpec::UniqueUsers`] (ignored by the other specs). An empty id
+    /// counts as none.
+    pub user: Option<Arc<str>>,
 }
 
 impl Hit {
@@ -67,7 +89,14 @@ impl Hit {
             group_hash: group_hash.into(),
             spec,
             event_id: None,
+            user: None,
         }
+    }
+
+    /// Sets the event's user id (what a [`HitSpec::UniqueUsers`] hit counts).
+    pub fn with_user(mut self, user: impl Into<Arc<str>>) -> Self {
+        self.user = Some(user.into());
+        self
     }
 
     /// Sets the event's idempotency key.
@@ -83,7 +112,8 @@ pub enum Outcome {
     /// Counted, did not fire.
     Counted {
         /// Fixed: the count in the window. Sliding: the count in the trailing window, saturating at the
-        /// threshold (no more members are kept). First-seen: 0 (nothing is counted).
+        /// threshold (no more members are kept). First-seen: 0 (nothing is counted). Unique users: the
+        /// distinct users counted (sliding: saturating at the threshold).
         count: u64,
     },
     /// This hit is the firing: the one that crossed the threshold, or the redelivery of that same event
@@ -92,7 +122,7 @@ pub enum Outcome {
         /// The count at the firing.
         count: u64,
         /// Identifies the firing inside its (rule, group): fixed = window start ms, sliding = firing time
-        /// ms, first-seen = `"new"`. Feed it to `klaxon_core::notification_id` for a deterministic id.
+        /// ms (unique users alike), first-seen = `"new"`. Feed it to `klaxon_core::notification_id` for a deterministic id.
         firing: String,
         /// When it fired, ms since the epoch (Redis clock, or the injected `now`).
         at_ms: i64,

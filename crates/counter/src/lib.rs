@@ -6,8 +6,8 @@
 //!        ◀── Outcome per hit (Counted{count} | Fired{count, firing, at_ms}) ◀── per key {fired_at, count, token, r_i…}
 //! ```
 //!
-//! * **The scripts decide.** `lua/fixed_window.lua`, `lua/sliding_window.lua` and `lua/first_seen.lua` hold
-//!   the whole decision; this crate only builds keys, batches calls and decodes replies. Each script opens
+//! * **The scripts decide.** `lua/fixed_window.lua`, `lua/sliding_window.lua`, `lua/first_seen.lua` and
+//!   `lua/unique_users.lua` (distinct users, fixed or sliding, memory O(threshold)) hold the whole decision; this crate only builds keys, batches calls and decodes replies. Each script opens
 //!   with a comment giving its keys, arguments, reply and complexity.
 //! * **One clock.** Windows run on Redis `TIME` unless the caller injects `now` (tests, replay).
 //! * **Batching.** [`Counter::hit_batch`] sends a whole batch in one pipeline (per slot in a cluster, all at
@@ -20,7 +20,7 @@
 //!   token, so the engine republishes the same deterministic notification id and delivery drops the
 //!   duplicate. Without event ids, fixed windows count at least once (a redelivered event counts twice)
 //!   and a redelivered firing is not recognised.
-//! * **Keys.** `<ns>:{<rule>:<group>}:fx|sl|slc|new`; the hash tag puts the keys of one call in one cluster
+//! * **Keys.** `<ns>:{<rule>:<group>}:fx|sl|slc|new|uf|ufm|us|usm`; the hash tag puts the keys of one call in one cluster
 //!   slot. Every key expires: fixed windows at their end, sliding sets a period after their last event,
 //!   cooldowns at their end, first-seen marks after [`DEFAULT_FIRST_SEEN_TTL`].
 //! * **Scripts on the server.** Calls use `EVALSHA`; a NOSCRIPT reply (server restart, failover) loads the

@@ -1,7 +1,5 @@
-//! Digests (`minPeriod > 0`): at most one message per (project, rule, channel) every `minPeriod` seconds,
-//! losing nothing. The first firing of a quiet channel is sent at once (leading edge, a normal single
-//! notification); what fires in the next `minPeriod` seconds becomes **one** digest, sent `minPeriod` after the
-//! previous message; then the channel is quiet again, or the next window starts if more fired.
+//! Digests (`minPeriod > 0`): every firing of a (project, rule, channel) within `minPeriod` seconds becomes
+//! **one** notification.
 //!
 //! State lives in Redis, timing in RabbitMQ:
 //!
@@ -13,11 +11,14 @@
 //!             ──publish, confirmed──▶ <ns>.notify.<channel> ──▶ digest_done.lua ──▶ ack the flush message
 //! ```
 //!
-//! * `digest_append.lua` decides atomically, fleet-wide: quiet channel (no message in the last `minPeriod`) →
-//!   "send now" and remember it as the last message; else the firing is buffered, and the first buffered one
-//!   schedules one flush at `previous message + minPeriod`. A redelivered firing appends nothing twice, the
-//!   redelivered opener schedules again, the redelivered leading edge is sent again (same id).
-//! * A claimed digest becomes the last message, so firings after it wait `minPeriod` after it.
+//! * Leading edge: the first firing on a quiet (rule, channel) is not buffered at all — `digest_append.lua`
+//!   answers "send now", the worker publishes it at once as an ordinary notification, and the channel's quiet
+//!   period (`minPeriod`) starts. A firing inside the quiet period opens a window that is due `minPeriod` after
+//!   the previous message and schedules one flush for it; later ones only append. A claimed digest is the
+//!   channel's newest message, so what fires within `minPeriod` after it waits for the next digest; once a full
+//!   `minPeriod` passes with nothing, the channel is quiet again.
+//! * A redelivered firing appends nothing twice, the redelivered leading firing is sent again under the same
+//!   notification id (the sender drops the copy), and the redelivered opener schedules again.
 //! * The claim is atomic: exactly one flusher gets the window. It leaves a claimed record with a lease
 //!   (`klaxon_counter::digest::DEFAULT_CLAIM_LEASE`) until the notification is published with a confirm;
 //!   if the flusher dies in between, the flush message comes back and the record is recovered once the lease
@@ -171,26 +172,15 @@ impl Flush {
     }
 }
 
-/// What [`append_firings`] decided for a batch.
-#[derive(Default)]
-pub(crate) struct Decided {
-    /// Leading edges: firings of quiet channels, to publish at once as normal single notifications.
-    pub send_now: Vec<NotificationTask>,
-    /// Flush messages to publish through the delay engine (one per window this batch opened).
-    pub flushes: Vec<(Outgoing, Duration)>,
-}
-
-/// Decides, atomically in Redis, for each firing of a digest channel (`min_period_s > 0`): send it now (the
-/// channel was quiet: leading edge) or buffer it into the current window's digest. Call before acking the
-/// firings' events, and publish both halves of the result before acking.
+/// Appends firings of digest channels (`min_period_s > 0`) to their buffers and returns the flush messages to
+/// publish through the delay engine (one per window this batch opened). Call before acking the firings' events.
 pub(crate) async fn append_firings(
     digests: &Digests,
     topology: &Topology,
     firings: Vec<NotificationTask>,
-) -> Result<Decided, EngineError> {
-    let mut decided = Decided::default();
+) -> Result<Routed, EngineError> {
+    let mut routed = Routed::default();
     for t in firings {
-        let mut send_now = false;
         let key = DigestKey {
             project_id: &t.project_id,
             rule_id: &t.rule_id,
@@ -202,10 +192,14 @@ pub(crate) async fn append_firings(
                 .await?;
             tracing::debug!(
                 notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
-                channel = %t.channel, window_start_ms = appended.window_start_ms,
-                send_now = appended.send_now, schedule = appended.schedule_flush, "digest channel firing decided"
+                channel = %t.channel, window_start_ms = appended.window_start_ms, send_now = appended.send_now,
+                schedule = appended.schedule_flush, "firing routed by the channel's digest state"
             );
-            send_now |= appended.send_now;
+            if appended.send_now {
+                // Leading edge: a notification task carries one event, so one answer decides for the task.
+                routed.send_now.push(t.clone());
+                break;
+            }
             if appended.schedule_flush {
                 let flush = Flush {
                     project_id: t.project_id.clone(),
@@ -215,16 +209,22 @@ pub(crate) async fn append_firings(
                     min_period_s: t.min_period_s,
                     window_start_ms: appended.window_start_ms,
                 };
-                decided
+                routed
                     .flushes
                     .push((flush.message(topology), appended.flush_in(t.min_period_s)));
             }
         }
-        if send_now {
-            decided.send_now.push(t);
-        }
     }
-    Ok(decided)
+    Ok(routed)
+}
+
+/// Where the firings of digest channels go ([`append_firings`]).
+#[derive(Default)]
+pub(crate) struct Routed {
+    /// Firings of quiet channels: published at once as ordinary notifications (leading edge).
+    pub send_now: Vec<NotificationTask>,
+    /// Flush messages to schedule through the delay engine (one per newly opened window), with their delays.
+    pub flushes: Vec<(Outgoing, Duration)>,
 }
 
 /// Runs the digest flush loop until `shutdown`, reconnecting after failures.

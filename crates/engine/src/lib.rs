@@ -22,6 +22,7 @@ pub mod dedup;
 pub mod digest;
 pub mod http;
 pub mod metrics;
+pub mod names;
 pub mod output;
 pub mod ratelimit;
 pub mod sender;

@@ -57,6 +57,8 @@ pub struct Metrics {
     pub rules_load_errors: Counter,
     /// Events taken from the events queue.
     pub events_consumed: Counter,
+    /// Events acked: their batch's outcome (counted, tasks published, or set aside) is durable.
+    pub events_acked: Counter,
     /// Events moved to `<ns>.events.invalid`.
     pub events_invalid: Counter,
     /// (event, rule) pairs that passed the rule's filters.
@@ -103,6 +105,7 @@ impl Metrics {
         let mut registry = Registry::with_prefix("klaxon");
         let m = Metrics {
             events_consumed: Counter::default(),
+            events_acked: Counter::default(),
             events_invalid: Counter::default(),
             rules_matched: Counter::default(),
             thresholds_crossed: Family::default(),
@@ -157,6 +160,11 @@ impl Metrics {
             "events_consumed",
             "Events taken from the events queue",
             m.events_consumed.clone(),
+        );
+        registry.register(
+            "events_acked",
+            "Events acked after their batch's outcome was durable",
+            m.events_acked.clone(),
         );
         registry.register(
             "events_invalid",

@@ -279,12 +279,11 @@ async fn ensure_ttl_index(coll: &Collection<Document>, ttl: Duration) {
         .build();
     match tokio::time::timeout(SERVER_TIMEOUT, coll.create_index(model)).await {
         Ok(Ok(_)) => tracing::debug!(index = TTL_INDEX, "delivery trail TTL index ready"),
-        Ok(Err(e)) => tracing::info!(
+        Ok(Err(_)) => tracing::debug!(
             index = TTL_INDEX,
-            error = %e,
-            "server cannot create the trail's TTL index; old delivery records are kept"
+            "the MongoDB-wire server does not support createIndexes (PoloDB does not); old delivery records are kept"
         ),
-        Err(_) => tracing::info!(
+        Err(_) => tracing::debug!(
             index = TTL_INDEX,
             "trail TTL index creation timed out; carrying on"
         ),

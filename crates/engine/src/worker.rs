@@ -140,6 +140,7 @@ async fn consume_loop(
         let last_tag = batch.iter().map(|d| d.delivery_tag).max().unwrap_or(0);
         process_batch(deps, publisher, &batch).await?;
         consumer.ack_up_to(last_tag).await?;
+        deps.metrics.events_acked.inc_by(batch.len() as u64);
         deps.metrics.batch_size.observe(batch.len() as f64);
         deps.metrics
             .batch_seconds
@@ -203,6 +204,9 @@ async fn process_batch(
             if let Some(id) = event_id {
                 hit = hit.with_event_id(id.as_str());
             }
+            if let (Want::UniqueUsers { .. }, Some(user)) = (want, &task.event.user) {
+                hit = hit.with_user(user.as_str());
+            }
             hits.push(hit);
             sources.push(HitSource { event: i, rule, want });
         }
@@ -225,6 +229,21 @@ async fn process_batch(
                     window,
                 } => (
                     Reason::Threshold {
+                        threshold,
+                        period_ms,
+                        window,
+                    },
+                    match window {
+                        Window::Fixed => "fixed",
+                        Window::Sliding => "sliding",
+                    },
+                ),
+                Want::UniqueUsers {
+                    threshold,
+                    period_ms,
+                    window,
+                } => (
+                    Reason::UniqueUsers {
                         threshold,
                         period_ms,
                         window,
@@ -277,27 +296,25 @@ async fn process_batch(
                     digest_firings.push(nt);
                     continue;
                 }
-                Metrics::channel(&m.notifications_published, ch.kind);
-                out.push(crate::output::message(&deps.topology, deps.output, &nt)?);
+                out.push(task_message(deps, nt)?);
             }
         }
     }
 
     if !digest_firings.is_empty() {
         let digests = klaxon_counter::Digests::new(deps.counter.redis().clone(), deps.topology.namespace());
-        let decided = crate::digest::append_firings(&digests, &deps.topology, digest_firings)
+        let routed = crate::digest::append_firings(&digests, &deps.topology, digest_firings)
             .await
             .inspect_err(|_| {
                 m.redis_errors.inc();
             })?;
-        for nt in decided.send_now {
-            // leading edge of a quiet digest channel: a normal single notification, now
-            Metrics::channel(&m.notifications_published, nt.channel);
-            out.push(crate::output::message(&deps.topology, deps.output, &nt)?);
+        for nt in routed.send_now {
+            out.push(task_message(deps, nt)?);
         }
-        if !decided.flushes.is_empty() {
+        let flushes = routed.flushes;
+        if !flushes.is_empty() {
             publisher
-                .publish_delayed(&deps.topology.delay(), &decided.flushes)
+                .publish_delayed(&deps.topology.delay(), &flushes)
                 .await
                 .inspect_err(|_| {
                     m.broker_errors.inc();
@@ -310,6 +327,12 @@ async fn process_batch(
         })?;
     }
     Ok(())
+}
+
+/// A notification task for its channel's sender queue (counted as published), keyed by its notification id.
+fn task_message(deps: &WorkerDeps, nt: NotificationTask) -> Result<Outgoing, EngineError> {
+    Metrics::channel(&deps.metrics.notifications_published, nt.channel);
+    crate::output::message(&deps.topology, deps.output, &nt)
 }
 
 async fn load_rules<'a>(

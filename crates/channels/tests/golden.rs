@@ -1,0 +1,332 @@
+//! Golden files of what every channel sends (`tests/golden/<channel>/<case>.txt`), and every channel's own
+//! documented limits checked on worst-case messages.
+//!
+//! Re-bless after an intended change: `KLAXON_BLESS=1 cargo test -p klaxon-channels --test golden`, then
+//! review the diff of `tests/golden/`.
+
+mod common;
+
+use std::path::PathBuf;
+
+use klaxon_channels::{Channels, Preview, MAX_SUBJECT_CHARS};
+use klaxon_core::{ChannelKind, NotificationEvent, NotificationTask, Reason, Window};
+
+const HAWK_GARAGE: &str =
+    "https://garage.hawk.so/project/{projectId}/event/{groupHash}/{repetitionId}/overview";
+const PROJECT: &str = "5e3eef0679fa3700a0198a49";
+const NAME: &str = "Acme <web> & \"shop\"";
+
+fn channels() -> Channels {
+    common::channels(common::config("http://127.0.0.1:9"))
+        .with_event_url_template(HAWK_GARAGE)
+        .expect("template")
+}
+
+fn task(channel: ChannelKind, reason: Reason, events: &[(&str, u64, Option<&str>)]) -> NotificationTask {
+    NotificationTask {
+        notification_id: "0f1e2d3c4b5a69788796a5b4c3d2e1f0".into(),
+        project_id: PROJECT.into(),
+        rule_id: "5e3eef0679fa3700a0198a4a".into(),
+        channel,
+        endpoint: match channel {
+            ChannelKind::Email => "ops@example.com".into(),
+            ChannelKind::Telegram => "-1001234567890".into(),
+            _ => "https://hooks.example.com/services/T/B/X".into(),
+        },
+        min_period_s: 300,
+        fired_at_ms: 1_700_000_000_123,
+        reason,
+        events: events
+            .iter()
+            .enumerate()
+            .map(|(i, (title, count, rep))| NotificationEvent {
+                group_hash: format!("{i:02}da7c0ffee"),
+                title: (*title).to_owned(),
+                count: *count,
+                repetition_id: rep.map(str::to_owned),
+            })
+            .collect(),
+    }
+}
+
+fn cases(channel: ChannelKind) -> Vec<(&'static str, NotificationTask)> {
+    let title = "TypeError: Cannot read properties of undefined (reading 'id') <App> & \"more\"";
+    vec![
+        (
+            "new",
+            task(
+                channel,
+                Reason::New,
+                &[(title, 1, Some("6a1b2c3d4e5f60718293a4b5"))],
+            ),
+        ),
+        (
+            "threshold",
+            task(
+                channel,
+                Reason::Threshold {
+                    threshold: 100,
+                    period_ms: 3_600_000,
+                    window: Window::Fixed,
+                },
+                &[(title, 100, Some("6a1b2c3d4e5f60718293a4b5"))],
+            ),
+        ),
+        (
+            "users",
+            task(
+                channel,
+                Reason::UniqueUsers {
+                    threshold: 50,
+                    period_ms: 86_400_000,
+                    window: Window::Sliding,
+                },
+                &[(title, 50, None)],
+            ),
+        ),
+        (
+            "digest",
+            task(
+                channel,
+                Reason::Digest { min_period_s: 300 },
+                &[
+                    ("DB timeout after 30s", 3, None),
+                    (title, 12, Some("6a1b2c3d4e5f60718293a4b5")),
+                    ("ReferenceError: x is not defined", 5, Some("7b")),
+                ],
+            ),
+        ),
+    ]
+}
+
+/// JSON with its keys sorted at every level, so the golden files do not depend on whether serde_json's
+/// `preserve_order` feature happens to be enabled in a build.
+fn canonical(v: serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(m) => {
+            let mut entries: Vec<(String, serde_json::Value)> = m.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            serde_json::Value::Object(entries.into_iter().map(|(k, v)| (k, canonical(v))).collect())
+        }
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.into_iter().map(canonical).collect())
+        }
+        other => other,
+    }
+}
+
+/// A preview as one reviewable text: the subject, then each body (JSON pretty-printed, keys sorted).
+fn as_text(p: &Preview) -> String {
+    let mut out = String::new();
+    if let Some(s) = &p.subject {
+        out.push_str(&format!("=== subject\n{s}\n"));
+    }
+    for (i, b) in p.bodies.iter().enumerate() {
+        let shown = serde_json::from_str::<serde_json::Value>(b)
+            .ok()
+            .filter(serde_json::Value::is_object)
+            .and_then(|v| serde_json::to_string_pretty(&canonical(v)).ok())
+            .unwrap_or_else(|| b.clone());
+        out.push_str(&format!("=== body {}\n{shown}\n", i + 1));
+    }
+    out
+}
+
+fn golden_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+#[tokio::test]
+async fn every_channel_matches_its_golden_files() {
+    let bless = std::env::var("KLAXON_BLESS").is_ok_and(|v| v == "1");
+    let ch = channels();
+    let mut mismatches = Vec::new();
+    for channel in [
+        ChannelKind::Slack,
+        ChannelKind::Telegram,
+        ChannelKind::Email,
+        ChannelKind::Webhook,
+    ] {
+        for (case, t) in cases(channel) {
+            let got = as_text(&ch.preview(&t, Some(NAME)).expect("renders"));
+            let path = golden_dir().join(channel.as_str()).join(format!("{case}.txt"));
+            if bless {
+                std::fs::create_dir_all(path.parent().expect("dir")).expect("mkdir");
+                std::fs::write(&path, &got).expect("write golden");
+                continue;
+            }
+            let want = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e} (bless with KLAXON_BLESS=1)", path.display()));
+            if got != want {
+                mismatches.push(format!("--- {}\n{got}", path.display()));
+            }
+        }
+    }
+    assert!(
+        mismatches.is_empty(),
+        "rendered output differs from the golden files (KLAXON_BLESS=1 to accept):\n{}",
+        mismatches.join("\n")
+    );
+}
+
+#[tokio::test]
+async fn without_a_name_or_template_messages_show_the_id_and_no_link() {
+    let ch = common::channels(common::config("http://127.0.0.1:9"));
+    for channel in [
+        ChannelKind::Slack,
+        ChannelKind::Telegram,
+        ChannelKind::Email,
+        ChannelKind::Webhook,
+    ] {
+        let (_, t) = cases(channel).remove(1);
+        let text = as_text(&ch.preview(&t, None).expect("renders"));
+        assert!(text.contains(PROJECT), "{channel}: {text}");
+        assert!(
+            !text.contains("garage.hawk.so") && !text.contains("Acme"),
+            "{channel}: {text}"
+        );
+    }
+}
+
+/// The worst we can be asked to render: 25 groups (20 shown) whose titles are long and made of characters
+/// every channel must escape, and a single notification with such a title.
+fn worst_cases(channel: ChannelKind) -> Vec<NotificationTask> {
+    let nasty: String = "<&\">😀é".repeat(1500);
+    let titles: Vec<String> = (0..25).map(|i| format!("{i} {nasty}")).collect();
+    let digest: Vec<(&str, u64, Option<&str>)> = titles
+        .iter()
+        .map(|t| (t.as_str(), 7, Some("6a1b2c3d4e5f60718293a4b5")))
+        .collect();
+    vec![
+        task(channel, Reason::Digest { min_period_s: 60 }, &digest),
+        task(channel, Reason::New, &[(&nasty, 1, Some("r"))]),
+        task(
+            channel,
+            Reason::Threshold {
+                threshold: 5,
+                period_ms: 60_000,
+                window: Window::Sliding,
+            },
+            &[(&nasty, 5, None)],
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn slack_blocks_stay_within_slack_limits() {
+    let ch = channels();
+    for t in worst_cases(ChannelKind::Slack) {
+        let p = ch.preview(&t, Some(&"N".repeat(500))).expect("renders");
+        let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
+        let text = body["text"].as_str().expect("text");
+        assert!(
+            text.chars().count() <= 40_000,
+            "text {} chars",
+            text.chars().count()
+        );
+        let blocks = body["blocks"].as_array().expect("blocks");
+        assert!(
+            !blocks.is_empty() && blocks.len() <= 50,
+            "{} blocks",
+            blocks.len()
+        );
+        for b in blocks {
+            assert_eq!(b["type"], "section");
+            assert!(
+                b.get("fields").is_none(),
+                "no section fields (limit 10 × 2,000 chars)"
+            );
+            let t = b["text"]["text"].as_str().expect("block text");
+            assert!(
+                !t.is_empty() && t.chars().count() <= 3000,
+                "block {} chars",
+                t.chars().count()
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn telegram_parts_stay_within_4096_and_balanced_html() {
+    let ch = channels();
+    for t in worst_cases(ChannelKind::Telegram) {
+        let p = ch.preview(&t, Some(NAME)).expect("renders");
+        assert!(!p.bodies.is_empty());
+        for body in &p.bodies {
+            let v: serde_json::Value = serde_json::from_str(body).expect("json");
+            assert_eq!(v["parse_mode"], "HTML");
+            let text = v["text"].as_str().expect("text");
+            let units: usize = text.chars().map(char::len_utf16).sum();
+            assert!(units <= 4096, "{units} UTF-16 units");
+            // Only Telegram's HTML subset, and every tag closed in the same part.
+            let mut stack: Vec<String> = Vec::new();
+            let mut rest = text;
+            while let Some(at) = rest.find('<') {
+                let end = rest[at..].find('>').expect("tag closes") + at;
+                let tag = &rest[at + 1..end];
+                let name: String = tag
+                    .trim_start_matches('/')
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric())
+                    .collect();
+                assert!(
+                    ["b", "i", "a", "code"].contains(&name.as_str()),
+                    "tag <{tag}> outside the subset"
+                );
+                if tag.starts_with('/') {
+                    assert_eq!(
+                        stack.pop().as_deref(),
+                        Some(name.as_str()),
+                        "unbalanced in {text:.80}"
+                    );
+                } else {
+                    stack.push(name);
+                }
+                rest = &rest[end + 1..];
+            }
+            assert!(stack.is_empty(), "unclosed {stack:?}");
+            // Entities are whole: every `&` starts one of the four Telegram knows.
+            for (i, _) in text.match_indices('&') {
+                let ok = ["&amp;", "&lt;", "&gt;", "&quot;"]
+                    .iter()
+                    .any(|e| text[i..].starts_with(e));
+                assert!(ok, "broken entity at {i}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn email_subjects_are_one_line_of_at_most_200_chars() {
+    let ch = channels();
+    for t in worst_cases(ChannelKind::Email) {
+        let p = ch
+            .preview(&t, Some(&format!("Acme\r\n{}", "n".repeat(400))))
+            .expect("renders");
+        let subject = p.subject.expect("subject");
+        assert!(!subject.contains(['\r', '\n']), "{subject:?}");
+        assert!(
+            subject.chars().count() <= MAX_SUBJECT_CHARS,
+            "{} chars",
+            subject.chars().count()
+        );
+        assert!(subject.starts_with("[Klaxon] "), "{subject}");
+        assert_eq!(p.bodies.len(), 2, "text and HTML parts");
+    }
+}
+
+#[tokio::test]
+async fn webhook_bodies_carry_every_group_with_links() {
+    let ch = channels();
+    let t = worst_cases(ChannelKind::Webhook).remove(0);
+    let p = ch.preview(&t, Some(NAME)).expect("renders");
+    let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
+    assert_eq!(body["projectName"], NAME);
+    let events = body["events"].as_array().expect("events");
+    assert_eq!(events.len(), 25, "data, not text: nothing is cut");
+    assert_eq!(events[0]["title"], t.events[0].title, "titles untouched");
+    assert!(events[0]["url"]
+        .as_str()
+        .expect("url")
+        .starts_with("https://garage.hawk.so/project/5e3eef0679fa3700a0198a49/event/00da7c0ffee/"));
+}

@@ -1,0 +1,55 @@
+//! Project names: read from the same `projects` document as the rules and cached with them.
+
+mod common;
+
+use std::time::Duration;
+
+use klaxon_rules::RuleCache;
+use mongodb::bson::{doc, oid::ObjectId};
+
+#[tokio::test]
+async fn the_project_name_is_read_with_the_rules_and_cached_with_them() {
+    let store = common::fresh_store().await;
+    let projects = common::raw_projects(&store).await;
+    let named = ObjectId::new();
+    let unnamed = ObjectId::new();
+    let rule = doc! {"_id": ObjectId::new(), "isEnabled": true, "whatToReceive": "ONLY_NEW",
+    "channels": {"slack": {"isEnabled": true, "endpoint": "https://hooks.slack.test/x", "minPeriod": 0}}};
+    projects
+        .insert_one(
+            doc! {"_id": named, "name": "  Acme web\n", "token": "secret", "notifications": [rule.clone()]},
+        )
+        .await
+        .expect("insert named");
+    projects
+        .insert_one(doc! {"_id": unnamed, "notifications": [rule]})
+        .await
+        .expect("insert unnamed");
+
+    let loaded = store.load(&named.to_hex()).await.expect("load").expect("known");
+    assert_eq!(loaded.name.as_deref(), Some("Acme web"), "trimmed, one line");
+    assert_eq!(loaded.rules.len(), 1);
+    let loaded = store.load(&unnamed.to_hex()).await.expect("load").expect("known");
+    assert_eq!(loaded.name, None);
+
+    let cache = RuleCache::new(store.clone(), Duration::from_secs(60));
+    let queries = store.queries();
+    for _ in 0..5 {
+        let rules = cache.get(&named.to_hex()).await.expect("cached");
+        assert_eq!(rules.name.as_deref(), Some("Acme web"));
+    }
+    assert_eq!(
+        store.queries(),
+        queries + 1,
+        "one read serves the rules and the name"
+    );
+
+    // Renamed in Hawk: seen after the cache entry is invalidated (or its TTL ends).
+    projects
+        .update_one(doc! {"_id": named}, doc! {"$set": {"name": "Acme storefront"}})
+        .await
+        .expect("rename");
+    cache.invalidate(&named.to_hex());
+    let rules = cache.get(&named.to_hex()).await.expect("reloaded");
+    assert_eq!(rules.name.as_deref(), Some("Acme storefront"));
+}
