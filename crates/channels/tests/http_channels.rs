@@ -502,7 +502,7 @@ async fn loop_payload_is_markdown_text_with_escaped_title() {
     );
     assert!(text.starts_with("**"), "the title line is bold: {text}");
     assert!(
-        text.contains("Seen 100 times in 1 minute (fixed window, threshold 100)"),
+        text.contains("Seen 100 times in the last minute (fixed window, threshold 100)"),
         "{text}"
     );
     assert!(text.contains(&t.project_id), "{text}");

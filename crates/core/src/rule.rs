@@ -112,6 +112,8 @@ pub fn ignored_channels(rule: &Value) -> Vec<String> {
             ChannelKind::parse(key).is_none() && ch.get("isEnabled").and_then(Value::as_bool) == Some(true)
         })
         .map(|(key, _)| key.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
         .collect()
 }
 
