@@ -254,7 +254,7 @@ async fn import_hawk_documents_check_reports_the_bad_rule_and_export_round_trips
     );
     assert!(
         text.lines()
-            .any(|l| l.contains(&good) && l.contains("telegram") && !l.contains("loop")),
+            .any(|l| l.contains(&good) && l.contains("loop,telegram") && !l.contains("webPush")),
         "{text}"
     );
 

@@ -647,21 +647,20 @@ async fn check(store: &RuleStore, a: CheckArgs) -> anyhow::Result<ExitCode> {
         rules_seen += rules.len();
         for rule in rules {
             found.extend(problems_of(rule).into_iter().map(|p| (project.clone(), p)));
-            let id = rule
-                .get("_id")
-                .map(|v| v.get("$oid").unwrap_or(v))
-                .and_then(Value::as_str)
-                .unwrap_or("<no id>")
-                .to_owned();
             for ch in klaxon_core::rule::ignored_channels(rule) {
-                ignored.push((project.clone(), id.clone(), ch));
+                match ignored.iter_mut().find(|(p, c, _)| p == project && *c == ch) {
+                    Some((_, _, n)) => *n += 1,
+                    None => ignored.push((project.clone(), ch, 1usize)),
+                }
             }
         }
     }
     if !a.json {
         // not problems: channels Hawk offers that nobody delivers (Hawk has no sender for them either)
-        for (project, rule, ch) in &ignored {
-            println!("project {project} rule {rule}: channel `{ch}` is ignored: Klaxon does not deliver it");
+        for (project, ch, rules) in &ignored {
+            println!(
+                "project {project}: channel `{ch}` is ignored in {rules} rule(s): Klaxon does not deliver it (nor does Hawk)"
+            );
         }
     }
     if a.json {
