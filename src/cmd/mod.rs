@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod dead;
 pub mod deliveries;
+pub mod explain;
 pub mod publish;
 pub mod rules;
 pub mod run;

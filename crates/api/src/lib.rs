@@ -12,6 +12,7 @@
 //! every error leaves as `{"error": "…"}` with a 4xx/5xx status — never a stack.
 #![deny(missing_docs)]
 
+pub mod explain;
 pub mod invalidation;
 
 use std::net::SocketAddr;
@@ -159,6 +160,7 @@ pub fn router(config: ApiConfig) -> Router {
             "/api/v1/projects/{project_id}/rules",
             get(get_rules).put(put_rules),
         )
+        .route("/api/v1/projects/{project_id}/explain", post(post_explain))
         .route("/api/v1", get(not_found))
         .route("/api/v1/{*rest}", get(not_found).fallback(not_found))
         .layer(DefaultBodyLimit::max(MAX_BODY))
@@ -431,6 +433,42 @@ async fn put_rules(
         .cloned()
         .unwrap_or(Value::Null);
     Ok(json_response(StatusCode::OK, &out))
+}
+
+/// `POST /api/v1/projects/{id}/explain` `{"title", "groupHash", "isNew"?, "user"?}`: per rule, what this event
+/// would do. Reads only.
+async fn post_explain(
+    State(api): State<Api>,
+    Path(project_id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    check_project_id(&project_id)?;
+    let body = json_body(body)?;
+    if !body.is_object() {
+        return Err(ApiError::bad_request(
+            "the body must be an object {\"title\", \"groupHash\", \"isNew\"?, \"user\"?}",
+        ));
+    }
+    // Validated exactly like an event on the queue.
+    let task = json!({"projectId": project_id, "event": body}).to_string();
+    let event = EventTask::parse(task.as_bytes())
+        .map_err(|e| ApiError::bad_request(e.to_string()))?
+        .event;
+    let store = api.store().await?;
+    let Some(project) = store.project(&project_id).await.map_err(ApiError::rules)? else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("unknown project {project_id}"),
+        ));
+    };
+    let counter = klaxon_counter::Counter::new(api.redis().await?, &api.0.config.namespace);
+    let verdicts = explain::explain(&counter, &project.notifications, &event)
+        .await
+        .map_err(|e| ApiError::unavailable("Redis", e))?;
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"rules": verdicts.iter().map(explain::Verdict::to_json).collect::<Vec<_>>()}),
+    ))
 }
 
 fn random_u64() -> u64 {
