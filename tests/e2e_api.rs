@@ -451,3 +451,115 @@ async fn explain_reports_each_rule_reads_only_and_follows_the_live_counts() {
     assert_eq!(st, 400, "{e}");
     assert!(error_of(&e).contains("groupHash"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutes_silence_matching_firings_which_are_counted_not_delivered() {
+    let env = Env::new();
+    let sink = HttpSink::start().await.expect("sink");
+    let project = object_id();
+    let rule = rule(&sink, &[]);
+    let rule_id = rule["_id"].as_str().expect("id").to_owned();
+    env.import(&json!([{"_id": project, "notifications": [rule]}]));
+    let k = env.spawn("run", &[]);
+    let mutes = format!("/api/v1/projects/{project}/mutes");
+
+    // Bad bodies and an unknown project.
+    for bad in [
+        json!({}),
+        json!({"for": 0}),
+        json!({"until": "2001-01-01T00:00:00Z"}),
+        json!({"for": 5, "until": "2999-01-01T00:00:00Z"}),
+    ] {
+        let (st, v) = call(&k, "POST", &mutes, Some(&bad));
+        assert_eq!(st, 400, "{bad} → {v}");
+        error_of(&v);
+    }
+    let (st, _) = call(
+        &k,
+        "POST",
+        &format!("/api/v1/projects/{}/mutes", object_id()),
+        Some(&json!({"for": 60})),
+    );
+    assert_eq!(st, 404);
+
+    // Mute group g-muted of the rule for ten minutes.
+    let (st, v) = call(
+        &k,
+        "POST",
+        &mutes,
+        Some(&json!({"ruleId": rule_id, "groupHash": "g-muted", "for": 600})),
+    );
+    assert_eq!(st, 201, "{v}");
+    let mute_id = v["muteId"].as_str().expect("muteId").to_owned();
+    assert!(v["until"].is_string(), "{v}");
+    let (st, v) = call(&k, "GET", &mutes, None);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["mutes"][0]["muteId"], json!(mute_id), "{v}");
+    assert_eq!(v["mutes"][0]["groupHash"], "g-muted", "{v}");
+
+    // Explain says so.
+    let (_, v) = call(
+        &k,
+        "POST",
+        &format!("/api/v1/projects/{project}/explain"),
+        Some(&json!({"title": "x", "groupHash": "g-muted"})),
+    );
+    assert_eq!(v["rules"][0]["verdict"], "muted", "{v}");
+
+    // A muted group fires (counted) but nothing is delivered; another group is delivered.
+    let both = json!([
+        task(&project, "Boom", "g-muted"),
+        task(&project, "Boom", "g-open")
+    ]);
+    assert_eq!(call(&k, "POST", "/api/v1/events", Some(&both)).0, 202);
+    let got = sink.wait_for_count(1, Duration::from_secs(30)).await;
+    k.wait_metric("klaxon_firings_muted_total", 1.0, Duration::from_secs(30));
+    k.wait_acked(2, Duration::from_secs(30));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let groups: Vec<Value> = sink
+        .requests()
+        .iter()
+        .map(|r| r.json()["events"][0]["groupHash"].clone())
+        .collect();
+    assert_eq!(
+        groups,
+        vec![json!("g-open")],
+        "only the open group; {} log:\n{}",
+        got.len(),
+        k.logs()
+    );
+    assert_eq!(k.metric("klaxon_firings_muted_total"), 1.0);
+
+    // Removing it: 204, then 404; the muted firing is not sent later.
+    let (st, _) = call(&k, "DELETE", &format!("{mutes}/{mute_id}"), None);
+    assert_eq!(st, 204);
+    let (st, v) = call(&k, "DELETE", &format!("{mutes}/{mute_id}"), None);
+    assert_eq!(st, 404, "{v}");
+    let (_, v) = call(&k, "GET", &mutes, None);
+    assert_eq!(v["mutes"], json!([]), "{v}");
+
+    // The CLI: add, list, rm.
+    let out = env.ok(&[
+        "mute",
+        "add",
+        "--project",
+        &project,
+        "--group",
+        "g-cli",
+        "--for",
+        "2h",
+    ]);
+    let id = out.split_whitespace().nth(1).expect("id").to_owned();
+    let listed = env.ok(&["mute", "list", "--project", &project]);
+    assert!(listed.contains(&id) && listed.contains("g-cli"), "{listed}");
+    let (_, v) = call(&k, "GET", &mutes, None);
+    assert_eq!(
+        v["mutes"][0]["muteId"],
+        json!(id),
+        "the API sees the CLI's mute: {v}"
+    );
+    env.ok(&["mute", "rm", "--project", &project, &id]);
+    assert!(env
+        .ok(&["mute", "list", "--project", &project])
+        .contains("no active mutes"));
+}

@@ -54,8 +54,12 @@ pub async fn run(args: ExplainArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
     let redis = RedisHandle::connect(&global.redis_url)
         .await
         .context("cannot connect to Redis (--redis-url / KLAXON_REDIS_URL)")?;
-    let counter = Counter::new(redis, &global.namespace);
-    let verdicts = klaxon_api::explain::explain(&counter, &project.notifications, &event).await?;
+    let counter = Counter::new(redis.clone(), &global.namespace);
+    let now = counter.server_time_ms().await?;
+    let mutes = klaxon_counter::Mutes::new(redis, &global.namespace)
+        .list(&args.project, now)
+        .await?;
+    let verdicts = klaxon_api::explain::explain(&counter, &project.notifications, &mutes, &event).await?;
     if args.json {
         let rules: Vec<_> = verdicts.iter().map(|v| v.to_json()).collect();
         println!("{}", serde_json::to_string_pretty(&json!({ "rules": rules }))?);

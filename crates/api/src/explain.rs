@@ -222,10 +222,12 @@ pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> Verdict {
 }
 
 /// Explains every stored rule of a project for `event` (`notifications` in their JSON form). Reads Redis,
-/// never writes.
+/// never writes. A rule that counts the event while one of `mutes` matches it is `muted` (counted, not
+/// delivered).
 pub async fn explain(
     counter: &Counter,
     notifications: &[Value],
+    mutes: &[klaxon_core::mute::Mute],
     event: &Event,
 ) -> Result<Vec<Verdict>, CounterError> {
     let title = Title::new(&event.title);
@@ -258,7 +260,21 @@ pub async fn explain(
         let hits: Vec<Hit> = pending.iter().map(|p| p.3.clone()).collect();
         let peeks = counter.peek(&hits).await?;
         for ((i, id, want, _), peek) in pending.into_iter().zip(peeks) {
-            out[i] = Some(counted(&id, want, &peek));
+            let mut v = counted(&id, want, &peek);
+            if let Some(m) = mutes
+                .iter()
+                .find(|m| m.matches(&id, &event.group_hash, peek.now_ms))
+            {
+                v.reason = format!(
+                    "muted until {} (mute {}): counted, not delivered; without it: {} — {}",
+                    rfc3339_ms(m.until_ms),
+                    m.mute_id,
+                    v.verdict,
+                    v.reason
+                );
+                v.verdict = "muted";
+            }
+            out[i] = Some(v);
         }
     }
     Ok(out.into_iter().flatten().collect())

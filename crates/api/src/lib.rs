@@ -14,6 +14,7 @@
 
 pub mod explain;
 pub mod invalidation;
+pub mod mutes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -161,6 +162,14 @@ pub fn router(config: ApiConfig) -> Router {
             get(get_rules).put(put_rules),
         )
         .route("/api/v1/projects/{project_id}/explain", post(post_explain))
+        .route(
+            "/api/v1/projects/{project_id}/mutes",
+            get(list_mutes).post(add_mute),
+        )
+        .route(
+            "/api/v1/projects/{project_id}/mutes/{mute_id}",
+            axum::routing::delete(delete_mute),
+        )
         .route("/api/v1", get(not_found))
         .route("/api/v1/{*rest}", get(not_found).fallback(not_found))
         .layer(DefaultBodyLimit::max(MAX_BODY))
@@ -461,14 +470,109 @@ async fn post_explain(
             format!("unknown project {project_id}"),
         ));
     };
-    let counter = klaxon_counter::Counter::new(api.redis().await?, &api.0.config.namespace);
-    let verdicts = explain::explain(&counter, &project.notifications, &event)
+    let (counter, now) = api.redis_now().await?;
+    let mutes = api
+        .mutes(&counter)
+        .list(&project_id, now)
+        .await
+        .map_err(|e| ApiError::unavailable("Redis", e))?;
+    let verdicts = explain::explain(&counter, &project.notifications, &mutes, &event)
         .await
         .map_err(|e| ApiError::unavailable("Redis", e))?;
     Ok(json_response(
         StatusCode::OK,
         &json!({"rules": verdicts.iter().map(explain::Verdict::to_json).collect::<Vec<_>>()}),
     ))
+}
+
+impl Api {
+    /// The Redis clock (ms), the one mutes and windows use.
+    async fn redis_now(&self) -> Result<(klaxon_counter::Counter, i64), ApiError> {
+        let counter = klaxon_counter::Counter::new(self.redis().await?, &self.0.config.namespace);
+        let now = counter
+            .server_time_ms()
+            .await
+            .map_err(|e| ApiError::unavailable("Redis", e))?;
+        Ok((counter, now))
+    }
+
+    fn mutes(&self, counter: &klaxon_counter::Counter) -> klaxon_counter::Mutes {
+        klaxon_counter::Mutes::new(counter.redis().clone(), &self.0.config.namespace)
+    }
+
+    /// 404 unless the project exists.
+    async fn known_project(&self, project_id: &str) -> Result<(), ApiError> {
+        check_project_id(project_id)?;
+        match self
+            .store()
+            .await?
+            .project(project_id)
+            .await
+            .map_err(ApiError::rules)?
+        {
+            Some(_) => Ok(()),
+            None => Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("unknown project {project_id}"),
+            )),
+        }
+    }
+}
+
+/// `POST /api/v1/projects/{id}/mutes` → 201 `{"muteId", "until"}`.
+async fn add_mute(
+    State(api): State<Api>,
+    Path(project_id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = json_body(body)?;
+    api.known_project(&project_id).await?;
+    let (counter, now) = api.redis_now().await?;
+    let mute = mutes::mute_from_request(&body, now, format!("{:016x}", random_u64()))
+        .map_err(ApiError::bad_request)?;
+    api.mutes(&counter)
+        .add(&project_id, &mute)
+        .await
+        .map_err(|e| ApiError::unavailable("Redis", e))?;
+    let v = mutes::to_json(&mute);
+    Ok(json_response(
+        StatusCode::CREATED,
+        &json!({"muteId": v["muteId"], "until": v["until"]}),
+    ))
+}
+
+/// `GET /api/v1/projects/{id}/mutes` → `{"mutes": [{"muteId", "ruleId"?, "groupHash"?, "until"}]}`.
+async fn list_mutes(State(api): State<Api>, Path(project_id): Path<String>) -> Result<Response, ApiError> {
+    api.known_project(&project_id).await?;
+    let (counter, now) = api.redis_now().await?;
+    let list = api
+        .mutes(&counter)
+        .list(&project_id, now)
+        .await
+        .map_err(|e| ApiError::unavailable("Redis", e))?;
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"mutes": list.iter().map(mutes::to_json).collect::<Vec<_>>()}),
+    ))
+}
+
+/// `DELETE /api/v1/projects/{id}/mutes/{muteId}` → 204, or 404 for an unknown mute.
+async fn delete_mute(
+    State(api): State<Api>,
+    Path((project_id, mute_id)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    check_project_id(&project_id)?;
+    let (counter, _) = api.redis_now().await?;
+    let removed = api
+        .mutes(&counter)
+        .remove(&project_id, &mute_id)
+        .await
+        .map_err(|e| ApiError::unavailable("Redis", e))?;
+    if removed {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(ApiError::new(StatusCode::NOT_FOUND, "no such mute"))
+    }
 }
 
 fn random_u64() -> u64 {

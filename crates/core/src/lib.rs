@@ -13,6 +13,7 @@
 
 pub mod event;
 pub mod filter;
+pub mod mute;
 pub mod notification;
 pub mod rule;
 
