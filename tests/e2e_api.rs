@@ -563,3 +563,81 @@ async fn mutes_silence_matching_firings_which_are_counted_not_delivered() {
         .ok(&["mute", "list", "--project", &project])
         .contains("no active mutes"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_and_dead_letters_are_listed_and_replayed() {
+    let env = Env::new();
+    let sink = HttpSink::start().await.expect("sink");
+    sink.set_default(klaxon_testkit::Reply::status(400));
+    let project = object_id();
+    env.import(&json!([{"_id": project, "notifications": [rule(&sink, &[])]}]));
+    let k = env.spawn("run", &[]);
+
+    assert_eq!(call(&k, "GET", "/api/v1/dead?limit=0", None).0, 400);
+    assert_eq!(call(&k, "GET", "/api/v1/deliveries?projectId=nope", None).0, 400);
+    // A permanent failure (400) goes to the dead-letter queue at once.
+    assert_eq!(
+        call(
+            &k,
+            "POST",
+            "/api/v1/events",
+            Some(&task(&project, "Boom", "g-dead"))
+        )
+        .0,
+        202
+    );
+    let dead = common::eventually(Duration::from_secs(30), || {
+        let (st, v) = call(&k, "GET", "/api/v1/dead?limit=10", None);
+        (st == 200 && v["dead"].as_array().is_some_and(|a| a.len() == 1)).then_some(v)
+    })
+    .await
+    .unwrap_or_else(|| panic!("nothing dead-lettered; log:\n{}", k.logs()));
+    let id = dead["dead"][0]["notificationId"].as_str().expect("id").to_owned();
+    assert_eq!(dead["dead"][0]["projectId"], json!(project), "{dead}");
+    assert!(
+        !dead["dead"][0]["reason"].as_str().unwrap_or_default().is_empty(),
+        "{dead}"
+    );
+    let path = format!("/api/v1/deliveries?projectId={project}&limit=5");
+    let trail = common::eventually(Duration::from_secs(30), || {
+        let (_, v) = call(&k, "GET", &path, None);
+        (v["deliveries"][0]["status"] == "dead").then_some(v)
+    })
+    .await
+    .expect("the trail says dead");
+    assert_eq!(trail["deliveries"][0]["notificationId"], json!(id), "{trail}");
+
+    // Replay an unknown id: nothing; then the real one, once the endpoint works again.
+    let (st, v) = call(
+        &k,
+        "POST",
+        "/api/v1/dead/replay",
+        Some(&json!({"notificationIds": ["nope"]})),
+    );
+    assert_eq!((st, v["replayed"].clone()), (200, json!(0)), "{v}");
+    let (st, v) = call(
+        &k,
+        "POST",
+        "/api/v1/dead/replay",
+        Some(&json!({"notificationIds": "x"})),
+    );
+    assert_eq!(st, 400, "{v}");
+    sink.set_default(klaxon_testkit::Reply::status(200));
+    let (st, v) = call(
+        &k,
+        "POST",
+        "/api/v1/dead/replay",
+        Some(&json!({"notificationIds": [id]})),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["replayed"], 1, "{v}");
+    sink.wait_for_count(2, Duration::from_secs(30)).await;
+    common::eventually(Duration::from_secs(30), || {
+        let (_, v) = call(&k, "GET", &path, None);
+        (v["deliveries"][0]["status"] == "sent").then_some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("the trail says sent; log:\n{}", k.logs()));
+    let (_, v) = call(&k, "GET", "/api/v1/dead", None);
+    assert_eq!(v["dead"], json!([]), "{v}");
+}

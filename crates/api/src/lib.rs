@@ -12,6 +12,8 @@
 //! every error leaves as `{"error": "…"}` with a 4xx/5xx status — never a stack.
 #![deny(missing_docs)]
 
+pub mod dead;
+pub mod deliveries;
 pub mod explain;
 pub mod invalidation;
 pub mod mutes;
@@ -80,6 +82,7 @@ struct Inner {
     store: OnceCell<RuleStore>,
     redis: OnceCell<RedisHandle>,
     amqp: Mutex<Option<(Broker, Publisher)>>,
+    trail: OnceCell<klaxon_engine::trail::TrailReader>,
 }
 
 #[derive(Clone)]
@@ -154,6 +157,7 @@ pub fn router(config: ApiConfig) -> Router {
         store: OnceCell::new(),
         redis: OnceCell::new(),
         amqp: Mutex::new(None),
+        trail: OnceCell::new(),
     }));
     Router::new()
         .route("/api/v1/events", post(post_events))
@@ -170,6 +174,9 @@ pub fn router(config: ApiConfig) -> Router {
             "/api/v1/projects/{project_id}/mutes/{mute_id}",
             axum::routing::delete(delete_mute),
         )
+        .route("/api/v1/deliveries", get(get_deliveries))
+        .route("/api/v1/dead", get(get_dead))
+        .route("/api/v1/dead/replay", post(replay_dead))
         .route("/api/v1", get(not_found))
         .route("/api/v1/{*rest}", get(not_found).fallback(not_found))
         .layer(DefaultBodyLimit::max(MAX_BODY))
@@ -573,6 +580,123 @@ async fn delete_mute(
     } else {
         Err(ApiError::new(StatusCode::NOT_FOUND, "no such mute"))
     }
+}
+
+/// The query string's `key=value` pairs (values percent-decoded enough for ids and numbers).
+fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
+    query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => (k.to_owned(), v.replace('+', " ")),
+            None => (kv.to_owned(), String::new()),
+        })
+        .collect()
+}
+
+/// `limit` from the query: 1..=max, default `default`.
+fn limit_of(pairs: &[(String, String)], default: usize, max: usize) -> Result<usize, ApiError> {
+    match pairs.iter().find(|(k, _)| k == "limit") {
+        None => Ok(default),
+        Some((_, v)) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=max).contains(n))
+            .ok_or_else(|| ApiError::bad_request(format!("`limit` must be a whole number from 1 to {max}"))),
+    }
+}
+
+/// `GET /api/v1/deliveries?projectId=&limit=` → `{"deliveries": [...]}`, newest first.
+async fn get_deliveries(State(api): State<Api>, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
+    let pairs = query_pairs(query.as_deref());
+    let limit = limit_of(&pairs, 100, deliveries::MAX_LIMIT)?;
+    let project = pairs
+        .iter()
+        .find(|(k, v)| k == "projectId" && !v.is_empty())
+        .map(|(_, v)| v.clone());
+    if let Some(p) = &project {
+        check_project_id(p)?;
+    }
+    let c = &api.0.config;
+    let trail = api
+        .0
+        .trail
+        .get_or_try_init(|| klaxon_engine::trail::TrailReader::connect(&c.mongo_url, &c.mongo_db))
+        .await
+        .map_err(|e| ApiError::unavailable("MongoDB", e))?;
+    let records = trail
+        .latest(project.as_deref(), None, limit, deliveries::SCAN)
+        .await
+        .map_err(|e| ApiError::unavailable("MongoDB", e))?;
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"deliveries": records.iter().map(deliveries::record_json).collect::<Vec<_>>()}),
+    ))
+}
+
+/// One pass over the dead-letter queue on a connection of its own (rare, operator-driven).
+async fn dead_pass(api: &Api, what: dead::Pass<'_>) -> Result<Vec<dead::DeadItem>, ApiError> {
+    let c = &api.0.config;
+    let unavailable = |e: klaxon_broker::BrokerError| ApiError::unavailable("RabbitMQ", e);
+    let broker = Broker::connect(&c.amqp_url, Duration::from_secs(5))
+        .await
+        .map_err(unavailable)?;
+    let publisher = broker.publisher().await.map_err(unavailable)?;
+    let topology = Topology::new(&c.namespace, &c.events_queue, c.queue_type);
+    publisher.declare(&topology).await.map_err(unavailable)?;
+    let out = dead::pass(&broker, &publisher, &topology, what).await;
+    publisher.close().await;
+    broker.close().await;
+    out.map_err(unavailable)
+}
+
+/// `GET /api/v1/dead?limit=` → `{"dead": [...]}` (the messages stay in the queue).
+async fn get_dead(State(api): State<Api>, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
+    let limit = limit_of(&query_pairs(query.as_deref()), 100, 1000)?;
+    let items = dead_pass(&api, dead::Pass::List(limit as u32)).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"dead": items.iter().map(dead::DeadItem::to_json).collect::<Vec<_>>()}),
+    ))
+}
+
+/// `POST /api/v1/dead/replay` `{"notificationIds"?}` (absent: all) → `{"replayed": n, "notificationIds": [...]}`.
+async fn replay_dead(
+    State(api): State<Api>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let raw = body_of(body)?;
+    let body = if raw.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(&raw)
+            .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?
+    };
+    let ids: Option<Vec<String>> = match body.get("notificationIds") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(a)) => Some(
+            a.iter()
+                .map(|v| v.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| ApiError::bad_request("`notificationIds` must be a list of strings"))?,
+        ),
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "`notificationIds` must be a list of strings",
+            ))
+        }
+    };
+    if !body.is_object() {
+        return Err(ApiError::bad_request(
+            "the body must be an object {\"notificationIds\"?}",
+        ));
+    }
+    let items = dead_pass(&api, dead::Pass::Replay(ids.as_deref())).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"replayed": items.len(), "notificationIds": items.iter().map(|i| i.notification_id.clone()).collect::<Vec<_>>()}),
+    ))
 }
 
 fn random_u64() -> u64 {
