@@ -1,9 +1,14 @@
--- digest_append.lua: adds one firing to the digest buffer of a (project, rule, channel) and says whether the
--- caller must schedule the window's flush.
+-- digest_append.lua: the leading-edge decision for one firing on a channel with `minPeriod > 0`: send it at once
+-- (the channel is quiet), or add it to the digest buffer of the (project, rule, channel) and say whether the caller
+-- must schedule the window's flush.
 --
 -- KEYS[1]  hash   `<ns>:{dg:<project>:<rule>:<channel>}:win`  {start = window start ms, opener = notification id}
 -- KEYS[2]  hash   `…:buf`  groupHash -> cjson {count, title, repetitionId}, merged by max count
--- KEYS[3]  set    `…:ids`  notification ids already appended (idempotence of redelivered firings)
+-- KEYS[3]  zset   `…:idz`  notification ids appended in the last `minPeriod` + 10 minutes, scored by append time
+--                  (idempotence of redelivered firings; bounded by the firing rate, not by how long the channel
+--                  stays busy: older ids are trimmed on every append)
+-- KEYS[4]  hash   `…:last` {at = ms of the last message sent on the channel, id = its notification id when it was a
+--                  firing sent at once}; expires `minPeriod` after `at` (a quiet channel has none)
 -- ARGV[1]  notification id of the firing
 -- ARGV[2]  groupHash
 -- ARGV[3]  count
@@ -14,11 +19,16 @@
 -- ARGV[8]  most groups kept per window (later new groups are ignored; existing ones still merge)
 -- ARGV[9]  keep ms: how long keys live after the last append (safety net; the flush normally deletes them)
 --
--- Returns {schedule, start_ms, now_ms}. schedule = 1 when this append opened the window, when it is the
--- redelivery of the append that opened it (the flush may never have been scheduled), or when the window is
--- overdue by more than a minute (its flush was lost); else 0. Scheduling twice is harmless: the claim is atomic.
+-- Returns {action, start_ms, now_ms}:
+--   action = 2: send this firing now, alone (leading edge): no message on the channel in the last `minPeriod` and
+--               no window open. Also returned for the redelivery of that firing (same id: the sender dedups).
+--   action = 1: buffered, and the caller schedules the window's flush at start + minPeriod, where start is the
+--               time of the previous message (so the digest goes out `minPeriod` after it). Also for the
+--               redelivery of the append that opened the window, and for a window overdue by more than a minute
+--               (its flush was lost). Scheduling twice is harmless: the claim is atomic.
+--   action = 0: buffered into a window whose flush is already scheduled.
 --
--- Complexity: O(1); memory O(groups) per open window plus O(firings in `keep`) ids.
+-- Complexity: O(log ids); memory O(groups) per open window plus the ids of the last `minPeriod` + 10 minutes.
 local now
 if ARGV[7] == '' then
   local t = redis.call('TIME')
@@ -31,19 +41,34 @@ local period = tonumber(ARGV[6])
 local keep = tonumber(ARGV[9])
 
 local start = tonumber(redis.call('HGET', KEYS[1], 'start'))
-if redis.call('SADD', KEYS[3], id) == 0 then
+-- How long an appended id is remembered after `minPeriod`: redeliveries come back within seconds or minutes.
+local ID_MARGIN = 600000
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now - period - ID_MARGIN))
+if redis.call('ZADD', KEYS[3], 'NX', now, id) == 0 then
   -- a redelivered firing: count nothing again
+  if redis.call('HGET', KEYS[4], 'id') == id then
+    return {2, now, now}
+  end
   local schedule = 0
   if start and redis.call('HGET', KEYS[1], 'opener') == id then
     schedule = 1
   end
   return {schedule, start or now, now}
 end
-redis.call('PEXPIRE', KEYS[3], keep)
+redis.call('PEXPIRE', KEYS[3], period + ID_MARGIN)
 
 local schedule = 0
 if not start then
-  start = now
+  local last = tonumber(redis.call('HGET', KEYS[4], 'at'))
+  if (not last) or now >= last + period then
+    -- a quiet channel: this firing goes out at once and starts the channel's quiet period
+    redis.call('DEL', KEYS[4])
+    redis.call('HSET', KEYS[4], 'at', now, 'id', id)
+    redis.call('PEXPIRE', KEYS[4], period)
+    return {2, now, now}
+  end
+  -- the channel spoke less than `minPeriod` ago: open a window that is due `minPeriod` after that message
+  start = last
   redis.call('HSET', KEYS[1], 'start', start, 'opener', id)
   schedule = 1
 elseif now >= start + period + 60000 then

@@ -5,6 +5,7 @@
 -- KEYS[2]  hash    `…:buf`
 -- KEYS[3]  hash    `…:claim:<start>`  the claimed buffer of the window that started at <start>
 -- KEYS[4]  string  `…:lease:<start>`  present while a flusher works on the claim
+-- KEYS[5]  hash    `…:last`  the channel's last message (see digest_append.lua): a claimed digest is that message
 -- ARGV[1]  window start ms (from the flush message)
 -- ARGV[2]  min period ms
 -- ARGV[3]  lease ms: how long a flusher may take to publish before another may recover the claim
@@ -65,5 +66,9 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
 end
 redis.call('RENAME', KEYS[2], KEYS[3])
 redis.call('PEXPIRE', KEYS[3], ARGV[5])
+-- The digest is the channel's newest message: firings of the next `minPeriod` wait for the next digest.
+redis.call('DEL', KEYS[5])
+redis.call('HSET', KEYS[5], 'at', now)
+redis.call('PEXPIRE', KEYS[5], ARGV[2])
 redis.call('SET', KEYS[4], now, 'PX', ARGV[3])
 return reply()

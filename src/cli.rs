@@ -18,7 +18,7 @@ pub struct GlobalOpts {
     /// Prefixes every queue, Redis key and the default Mongo database.
     #[arg(long, env = "KLAXON_NAMESPACE", default_value = "klaxon", global = true)]
     pub namespace: String,
-    /// RabbitMQ URL.
+    /// RabbitMQ URL; a comma-separated list of the nodes of one cluster is tried in turn on each (re)connect.
     #[arg(
         long,
         env = "KLAXON_AMQP_URL",

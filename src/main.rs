@@ -7,11 +7,20 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-fn init_tracing(format: &str) {
+/// The log filter when neither `KLAXON_LOG` nor `RUST_LOG` is set: `info` for the services, `warn` for
+/// `klaxon bench`, whose stdout is the measurement and whose stderr should only say what went wrong.
+fn default_filter(command: &cli::Command) -> &'static str {
+    match command {
+        cli::Command::Bench(_) => "warn",
+        _ => "info,lapin=warn,mongodb=warn,hyper=warn,reqwest=warn",
+    }
+}
+
+fn init_tracing(format: &str, default: &str) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("KLAXON_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| EnvFilter::new("info,lapin=warn,mongodb=warn,hyper=warn,reqwest=warn"));
+        .unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -25,7 +34,7 @@ fn init_tracing(format: &str) {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    init_tracing(&cli.global.log_format);
+    init_tracing(&cli.global.log_format, default_filter(&cli.command));
     let global = cli.global;
     let result = match cli.command {
         cli::Command::Run(args) => cmd::run::run(args, &global, cmd::run::Roles::BOTH).await,

@@ -560,3 +560,39 @@ async fn secrets_never_reach_logs_metrics_or_the_dead_letter_listing() {
     }
     common::delete_queues(&env).await;
 }
+
+/// A webhook endpoint with a 60,000-character hostname fails (it cannot resolve); its reason goes into logs, the
+/// trail and the retry or dead-letter header bounded, so the header frame stays small, the broker keeps the
+/// sender's connection, and the next task is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_hostname_fails_alone_and_the_sender_keeps_delivering() {
+    let env = Env::new();
+    let hook = HttpSink::start().await.expect("sink");
+    let k = env.spawn("sender", &[]);
+    let huge = format!("http://{}.example/hook", "a".repeat(60_000));
+    let bad = task(&env, ChannelKind::Webhook, &huge, 1);
+    let good = task(&env, ChannelKind::Webhook, &hook.url("/after"), 2);
+    publish(&env, &[bad]).await;
+    let failed = eventually(Duration::from_secs(20), || {
+        let n = k.metric("klaxon_deliveries_total{channel=\"webhook\",outcome=\"dead\"}")
+            + k.metric("klaxon_deliveries_total{channel=\"webhook\",outcome=\"retried\"}");
+        (n >= 1.0).then_some(n)
+    })
+    .await;
+    assert!(
+        failed.is_some(),
+        "the bad task failed on its own; log:\n{}",
+        k.logs()
+    );
+    publish(&env, &[good]).await;
+    let got = hook.wait_for_count(1, Duration::from_secs(20)).await;
+    assert_eq!(got.len(), 1, "the next task is delivered; log:\n{}", k.logs());
+    assert_eq!(
+        k.get("/readyz").map(|r| r.0),
+        Some(200),
+        "the sender is still consuming"
+    );
+    let longest = k.logs().lines().map(str::len).max().unwrap_or(0);
+    assert!(longest < 4_000, "log lines stay bounded: {longest} bytes");
+    common::delete_queues(&env).await;
+}

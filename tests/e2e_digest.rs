@@ -1,5 +1,8 @@
 //! Digests (`minPeriod`) end to end: the real `klaxon` binary, RabbitMQ's delay engine, Redis buffers, and local
 //! sinks playing Slack, Telegram, a webhook receiver and an SMTP server.
+//!
+//! Leading edge: the first firing on a quiet (rule, channel) is sent at once and alone; what fires in the next
+//! `minPeriod` seconds arrives as one digest `minPeriod` after that first message.
 
 mod common;
 
@@ -48,8 +51,34 @@ fn slack_text(r: &klaxon_testkit::http_sink::Request) -> String {
     r.json()["text"].as_str().unwrap_or_default().to_owned()
 }
 
+/// Which of the groups `<group>-0..n` a message's text names.
+fn groups_in(text: &str, title: &str, group: &str, n: usize) -> Vec<usize> {
+    (0..n)
+        .filter(|i| text.contains(&format!("{title} ({group}-{i})")))
+        .collect()
+}
+
+/// The leading message names exactly one group, the digest every other one: together all `n`, none twice.
+fn assert_split(lead: &str, digest: &str, title: &str, group: &str, n: usize) {
+    let first = groups_in(lead, title, group, n);
+    let rest = groups_in(digest, title, group, n);
+    assert_eq!(first.len(), 1, "the first message is one firing, alone: {lead}");
+    assert_eq!(
+        rest.len(),
+        n - 1,
+        "the digest holds the other {}: {digest}",
+        n - 1
+    );
+    assert!(!rest.contains(&first[0]), "no group twice: {lead} / {digest}");
+    assert!(
+        digest.contains(&format!("{} errors in", n - 1)),
+        "a digest of {}: {digest}",
+        n - 1
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burst_becomes_one_digest_after_min_period_and_the_next_burst_another() {
+async fn the_first_firing_goes_at_once_and_the_rest_of_the_window_as_one_digest() {
     let env = Env::new();
     let slack = HttpSink::start().await.expect("sink");
     let project = object_id();
@@ -62,36 +91,50 @@ async fn a_burst_becomes_one_digest_after_min_period_and_the_next_burst_another(
 
     let t0 = Instant::now();
     burst(&env, &project, &title, "a", 5);
-    let got = slack.wait_for_count(1, Duration::from_secs(15)).await;
-    assert_eq!(got.len(), 1, "one digest expected; log:\n{}", k.logs());
-    let after = got[0].at.duration_since(t0);
-    assert!(after >= Duration::from_secs(2), "not before minPeriod: {after:?}");
+    let published = Instant::now();
+    let got = slack.wait_for_count(1, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 1, "the first firing at once; log:\n{}", k.logs());
+    let first_after = got[0].at.saturating_duration_since(published);
     assert!(
-        after < Duration::from_secs(4),
+        first_after < Duration::from_secs(1),
+        "the first message within a second: {first_after:?}"
+    );
+    // alone: nothing else before minPeriod has passed since it
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(slack.count(), 1, "the first message comes alone");
+
+    let got = slack.wait_for_count(2, Duration::from_secs(15)).await;
+    assert_eq!(got.len(), 2, "one digest expected; log:\n{}", k.logs());
+    let gap = got[1].at.duration_since(got[0].at);
+    assert!(
+        gap >= Duration::from_millis(1800),
+        "the digest not before minPeriod after the first message: {gap:?}"
+    );
+    let after = got[1].at.duration_since(t0);
+    assert!(
+        after < Duration::from_secs(5),
         "soon after minPeriod: {after:?}; log:\n{}",
         k.logs()
     );
-    let text = slack_text(&got[0]);
-    assert!(text.contains("5 errors in"), "{text}");
-    for i in 0..5 {
-        assert!(
-            text.contains(&format!("{title} (a-{i})")),
-            "group a-{i} missing from {text}"
-        );
-    }
+    assert_split(&slack_text(&got[0]), &slack_text(&got[1]), &title, "a", 5);
     tokio::time::sleep(QUIET).await;
-    assert_eq!(slack.count(), 1, "exactly one message for the whole burst");
+    assert_eq!(slack.count(), 2, "one message at once, one digest for the rest");
 
-    // a second burst, after the flush, is a second digest with only its own groups
+    // more than minPeriod after the digest the channel is quiet again: the next burst starts with a message at
+    // once, and its other groups follow as one digest that names only them
+    let published = Instant::now();
     burst(&env, &project, &title, "b", 3);
-    let got = slack.wait_for_count(2, Duration::from_secs(15)).await;
-    assert_eq!(got.len(), 2, "second digest expected; log:\n{}", k.logs());
-    let text = slack_text(&got[1]);
-    assert!(text.contains("3 errors in"), "{text}");
-    assert!(text.contains(&format!("{title} (b-2)")), "{text}");
-    assert!(!text.contains(&format!("{title} (a-0)")), "{text}");
+    let got = slack.wait_for_count(3, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 3, "log:\n{}", k.logs());
+    assert!(got[2].at.saturating_duration_since(published) < Duration::from_secs(1));
+    let got = slack.wait_for_count(4, Duration::from_secs(15)).await;
+    assert_eq!(got.len(), 4, "second digest expected; log:\n{}", k.logs());
+    assert!(got[3].at.duration_since(got[2].at) >= Duration::from_millis(1800));
+    assert_split(&slack_text(&got[2]), &slack_text(&got[3]), &title, "b", 3);
+    assert!(groups_in(&slack_text(&got[3]), &title, "a", 5).is_empty());
     tokio::time::sleep(QUIET).await;
-    assert_eq!(slack.count(), 2);
+    assert_eq!(slack.count(), 4);
+
     let (_, metrics) = k.get("/metrics").expect("metrics");
     assert!(
         metrics.contains(r#"klaxon_digest_firings_total{channel="slack"} 8"#),
@@ -101,13 +144,12 @@ async fn a_burst_becomes_one_digest_after_min_period_and_the_next_burst_another(
         metrics.contains(r#"klaxon_digests_published_total{channel="slack"} 2"#),
         "{metrics}"
     );
-
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_processes_still_send_one_digest_per_window() {
+async fn a_fleet_of_three_processes_sends_one_first_message_and_one_digest() {
     let env = Env::new();
     let slack = HttpSink::start().await.expect("sink");
     let project = object_id();
@@ -115,21 +157,22 @@ async fn two_processes_still_send_one_digest_per_window() {
         &project,
         json!({"slack": {"isEnabled": true, "endpoint": slack.url("/hook"), "minPeriod": 2}}),
     ));
-    let mut a = env.spawn("run", &[]);
-    let mut b = env.spawn("run", &[]);
+    let mut fleet: Vec<_> = (0..3).map(|_| env.spawn("run", &[])).collect();
     let title = format!("Timeout ({})", env.namespace);
     burst(&env, &project, &title, "g", 20);
-    let got = slack.wait_for_count(1, Duration::from_secs(15)).await;
-    assert_eq!(got.len(), 1, "log a:\n{}\nlog b:\n{}", a.logs(), b.logs());
+    let got = slack.wait_for_count(2, Duration::from_secs(15)).await;
+    let logs = || fleet.iter().map(|k| k.logs()).collect::<Vec<_>>().join("\n---\n");
+    assert_eq!(got.len(), 2, "logs:\n{}", logs());
     tokio::time::sleep(QUIET).await;
     assert_eq!(
         slack.count(),
-        1,
-        "one digest per window, whatever process flushes it"
+        2,
+        "one first message and one digest, whatever process handles them"
     );
-    assert!(slack_text(&slack.requests()[0]).contains("20 errors in"));
-    assert_eq!(a.terminate(Duration::from_secs(10)), Some(0));
-    assert_eq!(b.terminate(Duration::from_secs(10)), Some(0));
+    assert_split(&slack_text(&got[0]), &slack_text(&got[1]), &title, "g", 20);
+    for k in &mut fleet {
+        assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    }
     common::delete_queues(&env).await;
 }
 
@@ -150,7 +193,7 @@ async fn a_flusher_killed_between_claim_and_publish_still_delivers_the_digest_on
     let title = format!("Panic ({})", env.namespace);
     burst(&env, &project, &title, "k", 5);
 
-    // the worker claims the window and aborts before publishing
+    // the first firing is published at once; the worker then claims the window and aborts before publishing it
     let died = klaxon_testkit::wait_for(Duration::from_secs(15), || {
         let up = crashing.get("/healthz").is_some();
         async move { (!up).then_some(()) }
@@ -166,22 +209,19 @@ async fn a_flusher_killed_between_claim_and_publish_still_delivers_the_digest_on
         "{}",
         crashing.logs()
     );
-    assert_eq!(slack.count(), 0, "nothing was published before the crash");
+    let lead = slack.wait_for_count(1, Duration::from_secs(10)).await;
+    assert_eq!(lead.len(), 1, "the first message went out before the crash");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(slack.count(), 1, "the digest was not published before the crash");
     crashing.kill();
 
     // a healthy worker recovers the claimed window (after its lease) and publishes it, once
     let mut healthy = env.spawn("worker", &[]);
-    let got = slack.wait_for_count(1, Duration::from_secs(30)).await;
-    assert_eq!(got.len(), 1, "log:\n{}", healthy.logs());
-    let text = slack_text(&got[0]);
-    for i in 0..5 {
-        assert!(
-            text.contains(&format!("{title} (k-{i})")),
-            "group k-{i} missing from {text}"
-        );
-    }
+    let got = slack.wait_for_count(2, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 2, "log:\n{}", healthy.logs());
+    assert_split(&slack_text(&got[0]), &slack_text(&got[1]), &title, "k", 5);
     tokio::time::sleep(QUIET).await;
-    assert_eq!(slack.count(), 1);
+    assert_eq!(slack.count(), 2);
     assert_eq!(healthy.terminate(Duration::from_secs(10)), Some(0));
     assert_eq!(sender.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;
@@ -211,38 +251,48 @@ async fn digests_work_on_all_four_channels() {
     let title = format!("DbError ({})", env.namespace);
     burst(&env, &project, &title, "c", 3);
 
-    let got = hooks.wait_for_count(2, Duration::from_secs(15)).await;
-    assert_eq!(got.len(), 2, "slack + webhook; log:\n{}", k.logs());
-    let tg = telegram.wait_for_count(1, Duration::from_secs(10)).await;
-    assert_eq!(tg.len(), 1, "telegram; log:\n{}", k.logs());
+    // on every channel: the first firing at once, the other two as one digest
+    let got = hooks.wait_for_count(4, Duration::from_secs(15)).await;
+    assert_eq!(got.len(), 4, "slack + webhook, twice each; log:\n{}", k.logs());
+    let tg = telegram.wait_for_count(2, Duration::from_secs(10)).await;
+    assert_eq!(tg.len(), 2, "telegram; log:\n{}", k.logs());
     let mail = klaxon_testkit::wait_for(Duration::from_secs(10), || {
         let found = klaxon_testkit::smtp::messages_containing(&env.namespace);
-        async move { (!found.is_empty()).then_some(found) }
+        async move { (found.len() >= 2).then_some(found) }
     })
     .await
     .unwrap_or_default();
-    assert_eq!(mail.len(), 1, "email; log:\n{}", k.logs());
+    assert_eq!(mail.len(), 2, "email; log:\n{}", k.logs());
     tokio::time::sleep(QUIET).await;
 
     let all = hooks.requests();
-    assert_eq!(all.len(), 2);
-    let webhook = all
+    assert_eq!(all.len(), 4);
+    let webhooks: Vec<_> = all
         .iter()
-        .find(|r| r.uri == "/webhook")
-        .expect("webhook request")
-        .json();
-    let events = webhook["events"].as_array().cloned().unwrap_or_default();
-    assert_eq!(events.len(), 3, "{webhook}");
-    assert!(events
+        .filter(|r| r.uri == "/webhook")
+        .map(|r| r.json())
+        .collect();
+    assert_eq!(webhooks.len(), 2);
+    let sizes: Vec<usize> = webhooks
         .iter()
+        .map(|w| w["events"].as_array().map(Vec::len).unwrap_or(0))
+        .collect();
+    assert_eq!(
+        sizes,
+        vec![1, 2],
+        "one event at once, then a digest of two: {webhooks:?}"
+    );
+    assert!(webhooks
+        .iter()
+        .flat_map(|w| w["events"].as_array().cloned().unwrap_or_default())
         .all(|e| e["count"] == 1 && e["title"].as_str().unwrap_or("").contains(&title)));
-    let slack = all.iter().find(|r| r.uri == "/slack").expect("slack request");
-    assert!(slack_text(slack).contains("3 errors in"), "{}", slack_text(slack));
+    let slacks: Vec<String> = all.iter().filter(|r| r.uri == "/slack").map(slack_text).collect();
+    assert_split(&slacks[0], &slacks[1], &title, "c", 3);
     let tg = telegram.requests();
-    assert_eq!(tg.len(), 1);
-    let tg_text = tg[0].json()["text"].as_str().unwrap_or_default().to_owned();
-    assert!(tg_text.contains("3 errors in"), "{tg_text}");
-    assert_eq!(klaxon_testkit::smtp::messages_containing(&env.namespace).len(), 1);
+    assert_eq!(tg.len(), 2);
+    let tg_text = tg[1].json()["text"].as_str().unwrap_or_default().to_owned();
+    assert!(tg_text.contains("2 errors in"), "{tg_text}");
+    assert_eq!(klaxon_testkit::smtp::messages_containing(&env.namespace).len(), 2);
 
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;

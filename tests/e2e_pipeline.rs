@@ -128,6 +128,17 @@ async fn every_bad_input_shape_is_set_aside_and_good_events_still_notify() {
             "`event.isNew`",
         ),
         (oversized, "limit"),
+        // poison: under the size limit, but serde's error echoes the whole string; the reason must stay small
+        // or its header frame exceeds frame_max and the broker closes the connection (the batch never acks)
+        (
+            serde_json::to_vec(&"A".repeat(200 * 1024)).expect("json"),
+            "not a valid notifier task",
+        ),
+        (
+            serde_json::to_vec(&json!({"projectId": project, "event": "A".repeat(200 * 1024)}))
+                .expect("json"),
+            "not a valid notifier task",
+        ),
     ];
     let mut msgs = vec![Outgoing::json(topo.events_queue(), good("before"))];
     for (body, _) in &bad {
@@ -156,6 +167,11 @@ async fn every_bad_input_shape_is_set_aside_and_good_events_still_notify() {
         assert_eq!(&d.data, body, "moved untouched");
         let why = header(&d.properties, ERROR_HEADER).unwrap_or_default();
         assert!(why.contains(reason), "reason {why:?} should mention {reason}");
+        assert!(
+            why.len() <= klaxon_core::text::MAX_REASON_BYTES && !why.contains('\n'),
+            "a bounded one-line reason, not {} bytes",
+            why.len()
+        );
         assert_eq!(
             header(&d.properties, "x-test").as_deref(),
             Some("kept"),

@@ -5,6 +5,11 @@
 //! events queue of a real `klaxon worker` child process (parse, rules, one Redis round trip per batch, publish of
 //! notification tasks with confirms, multiple-ack). It prints both rates, their ratio, the worker's own CPU time
 //! per event (from /proc/<pid>/stat) and Redis round trips per event.
+//!
+//! `klaxon bench latency` ([`latency`]) measures crossing → delivered under a steady load, and the peak memory of
+//! the `klaxon run` process doing the work.
+
+mod latency;
 
 use std::process::{ExitCode, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,6 +33,8 @@ pub struct BenchArgs {
 pub enum BenchWhat {
     /// Worker events/s next to the raw broker rate for the same messages and queue settings.
     Pipeline(PipelineArgs),
+    /// Crossing → delivered latency (p50/p99/max) under a steady load, and the peak RSS of the process.
+    Latency(latency::LatencyArgs),
 }
 
 #[derive(Debug, Args)]
@@ -50,15 +57,58 @@ pub struct PipelineArgs {
     /// Worker batch size.
     #[arg(long, default_value_t = 256)]
     pub batch_max: usize,
+    /// Worker processes sharing the events queue.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub workers: u16,
+    /// Also report the CPU of this process over the workers' window (repeatable), e.g. `rabbitmq=$(pgrep beam.smp)`.
+    #[arg(long, value_parser = parse_watch_pid)]
+    pub watch_pid: Vec<WatchPid>,
     /// Print one JSON document instead of a table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// A process whose CPU the bench reports next to the workers' (`--watch-pid NAME=PID`).
+#[derive(Debug, Clone)]
+pub struct WatchPid {
+    name: String,
+    pid: u32,
+}
+
+fn parse_watch_pid(s: &str) -> Result<WatchPid, String> {
+    let (name, pid) = s.split_once('=').ok_or("expected NAME=PID, e.g. rabbitmq=1234")?;
+    let pid = pid.trim().parse().map_err(|_| format!("`{pid}` is not a pid"))?;
+    Ok(WatchPid {
+        name: name.trim().to_owned(),
+        pid,
+    })
+}
+
+#[derive(Debug, Serialize)]
+struct Watched {
+    name: String,
+    pid: u32,
+    /// In % of one core, over the workers' measured window.
+    cpu_pct: f64,
+    cpu_us_per_event: f64,
 }
 
 #[derive(Debug, Serialize)]
 struct Row {
     queue_type: String,
     events: u64,
+    groups: u64,
+    projects: u64,
+    rules_per_project: u64,
+    prefetch: u16,
+    batch_max: usize,
+    worker_seconds: f64,
+    worker_cpu_seconds: f64,
+    workers: u16,
+    /// All workers together, in % of one core.
+    worker_cpu_pct: f64,
+    /// Other processes (`--watch-pid`) over the same window as the workers.
+    watched: Vec<Watched>,
     raw_broker_msgs_per_s: f64,
     worker_events_per_s: f64,
     ratio: f64,
@@ -71,6 +121,7 @@ struct Row {
 pub async fn run(args: BenchArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     match args.what {
         BenchWhat::Pipeline(p) => pipeline(p, global).await,
+        BenchWhat::Latency(l) => latency::latency(l, global).await,
     }
 }
 
@@ -286,44 +337,55 @@ async fn one(global: &GlobalOpts, args: &PipelineArgs, qt: QueueType) -> anyhow:
 
     let raw = raw_rate(&broker, &ns, qt, &bodies, args).await?;
 
-    // The worker, as its own process, so that its CPU time is its own.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let addr = format!("127.0.0.1:{port}");
+    // The workers, as processes of their own, so that their CPU time is theirs.
     let exe = std::env::current_exe()?;
-    let mut child = tokio::process::Command::new(exe)
-        .args([
-            "worker",
-            "--http-addr",
-            &addr,
-            "--queue-type",
-            label(qt),
-            "--prefetch",
-            &args.prefetch.to_string(),
-            "--batch-max",
-            &args.batch_max.to_string(),
-        ])
-        .env("KLAXON_NAMESPACE", &ns)
-        .env("KLAXON_AMQP_URL", &global.amqp_url)
-        .env("KLAXON_REDIS_URL", &global.redis_url)
-        .env("KLAXON_MONGO_URL", &global.mongo_url)
-        .env("KLAXON_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .context("start klaxon worker")?;
-    let pid = child.id().context("worker pid")?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !matches!(http_get(&addr, "/readyz").await, Some((200, _))) {
-        if Instant::now() > deadline {
-            bail!("the bench worker did not become ready in 60 s");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut children = Vec::new();
+    let mut addrs = Vec::new();
+    for _ in 0..args.workers {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let addr = format!("127.0.0.1:{port}");
+        let child = tokio::process::Command::new(&exe)
+            .args([
+                "worker",
+                "--http-addr",
+                &addr,
+                "--queue-type",
+                label(qt),
+                "--prefetch",
+                &args.prefetch.to_string(),
+                "--batch-max",
+                &args.batch_max.to_string(),
+            ])
+            .env("KLAXON_NAMESPACE", &ns)
+            .env("KLAXON_AMQP_URL", &global.amqp_url)
+            .env("KLAXON_REDIS_URL", &global.redis_url)
+            .env("KLAXON_MONGO_URL", &global.mongo_url)
+            .env("KLAXON_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .context("start klaxon worker")?;
+        children.push(child);
+        addrs.push(addr);
     }
-    // Warm the rule cache and the scripts with one event per project, outside the measurement.
-    let warm: Vec<Vec<u8>> = projects
+    let pids: Vec<u32> = children
         .iter()
+        .map(|c| c.id().context("worker pid"))
+        .collect::<anyhow::Result<_>>()?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for addr in &addrs {
+        while !matches!(http_get(addr, "/readyz").await, Some((200, _))) {
+            if Instant::now() > deadline {
+                bail!("the bench worker did not become ready in 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // Warm the rule cache and the scripts with one event per project per worker, outside the measurement.
+    let warm: Vec<Vec<u8>> = (0..args.workers)
+        .flat_map(|_| projects.iter())
         .map(|p| {
             serde_json::to_vec(
                 &serde_json::json!({"projectId": p, "event": {"title": "warm-up", "groupHash": "warm"}}),
@@ -334,43 +396,78 @@ async fn one(global: &GlobalOpts, args: &PipelineArgs, qt: QueueType) -> anyhow:
     let hidden = indicatif::ProgressBar::hidden();
     publish(&broker, &format!("{ns}.events"), &warm, &hidden).await?;
     let warm_n = warm.len() as u64;
+    // The workers' metrics, summed.
+    let scrape = |addrs: Vec<String>| async move {
+        let mut all = String::new();
+        for addr in &addrs {
+            all.push_str(
+                &http_get(addr, "/metrics")
+                    .await
+                    .map(|(_, m)| m)
+                    .unwrap_or_default(),
+            );
+        }
+        all
+    };
     let wait_consumed = |n: u64| {
-        let addr = addr.clone();
+        let addrs = addrs.clone();
         async move {
             let deadline = Instant::now() + Duration::from_secs(600);
             loop {
                 // `klaxon_batch_size_sum` counts events of batches that are done (published and acked);
                 // `klaxon_events_consumed_total` would also count the batch still being processed.
-                if let Some((_, m)) = http_get(&addr, "/metrics").await {
-                    if metric(&m, "klaxon_batch_size_sum") >= n {
-                        return Ok(m);
-                    }
+                let m = scrape(addrs.clone()).await;
+                if metric_sum(&m, "klaxon_batch_size_sum ") >= n {
+                    return Ok(m);
                 }
                 if Instant::now() > deadline {
-                    bail!("the bench worker did not finish {n} events in 600 s");
+                    bail!("the bench workers did not finish {n} events in 600 s");
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
     };
     let before = wait_consumed(warm_n).await?;
-    let cpu_before = proc_cpu_ticks(pid)?;
+    let cpu_of = |pids: &[u32]| -> anyhow::Result<u64> { pids.iter().map(|p| proc_cpu_ticks(*p)).sum() };
+    let cpu_before = cpu_of(&pids)?;
+    let watched_before: Vec<u64> = args
+        .watch_pid
+        .iter()
+        .map(|w| proc_cpu_ticks(w.pid).unwrap_or(0))
+        .collect();
     let pb = bar(
         bodies.len() as u64,
-        &format!("klaxon worker ({})", label(qt)),
+        &format!("klaxon worker ×{} ({})", args.workers, label(qt)),
         args.json,
     );
     let started = Instant::now();
     publish(&broker, &format!("{ns}.events"), &bodies, &pb).await?;
     let after = wait_consumed(warm_n + bodies.len() as u64).await?;
     let elapsed = started.elapsed().as_secs_f64();
-    let cpu_after = proc_cpu_ticks(pid)?;
+    let cpu_after = cpu_of(&pids)?;
+    let watched: Vec<Watched> = args
+        .watch_pid
+        .iter()
+        .zip(watched_before)
+        .map(|(w, b)| {
+            let s = proc_cpu_ticks(w.pid).unwrap_or(b).saturating_sub(b) as f64 / TICKS_PER_S;
+            Watched {
+                name: w.name.clone(),
+                pid: w.pid,
+                cpu_pct: s / elapsed * 100.0,
+                cpu_us_per_event: s * 1e6 / bodies.len() as f64,
+            }
+        })
+        .collect();
     pb.finish_and_clear();
-    let _ = child.start_kill();
-    let _ = child.wait().await;
+    for mut child in children {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
 
     let n = bodies.len() as f64;
-    let batches = metric(&after, "klaxon_batch_size_count") - metric(&before, "klaxon_batch_size_count");
+    let batches =
+        metric_sum(&after, "klaxon_batch_size_count ") - metric_sum(&before, "klaxon_batch_size_count ");
     let tasks = metric_sum(&after, "klaxon_notifications_published_total{")
         - metric_sum(&before, "klaxon_notifications_published_total{");
     let rate = n / elapsed;
@@ -385,11 +482,24 @@ async fn one(global: &GlobalOpts, args: &PipelineArgs, qt: QueueType) -> anyhow:
                 lapin::options::QueueDeleteOptions::default(),
             )
             .await;
+        // Closed before the connection: a channel merely dropped closes itself in the background, and when that
+        // races the connection's close lapin reports a "Connection error" at ERROR level.
+        let _ = ch.close(200, "bye".into()).await;
     }
     broker.close().await;
     Ok(Row {
         queue_type: label(qt).to_owned(),
         events: bodies.len() as u64,
+        groups: args.groups,
+        projects: args.projects,
+        rules_per_project: 3,
+        prefetch: args.prefetch,
+        batch_max: args.batch_max,
+        worker_seconds: elapsed,
+        worker_cpu_seconds: (cpu_after - cpu_before) as f64 / TICKS_PER_S,
+        workers: args.workers,
+        worker_cpu_pct: (cpu_after - cpu_before) as f64 / TICKS_PER_S / elapsed * 100.0,
+        watched,
         raw_broker_msgs_per_s: raw,
         worker_events_per_s: rate,
         ratio: rate / raw,
@@ -421,16 +531,30 @@ async fn pipeline(args: PipelineArgs, global: &GlobalOpts) -> anyhow::Result<Exi
             "klaxon bench pipeline: {} events, {} groups, {} projects × 3 rules, prefetch {}, batch {}",
             args.events, args.groups, args.projects, args.prefetch, args.batch_max
         );
-        println!("| queue | raw broker msg/s | worker events/s | ratio | worker CPU µs/event | Redis round trips/event | tasks |");
-        println!("|---|---:|---:|---:|---:|---:|---:|");
+        let watched: String = args
+            .watch_pid
+            .iter()
+            .map(|w| format!(" {} CPU % |", w.name))
+            .collect();
+        println!(
+            "| queue | workers | raw broker msg/s | worker events/s | ratio | worker CPU µs/event | workers' CPU % | \
+             Redis round trips/event | tasks |{watched}"
+        );
+        println!(
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|{}",
+            "---:|".repeat(args.watch_pid.len())
+        );
         for r in &rows {
+            let watched: String = r.watched.iter().map(|w| format!(" {:.0} |", w.cpu_pct)).collect();
             println!(
-                "| {} | {:.0} | {:.0} | {:.2} | {:.1} | {:.4} | {} |",
+                "| {} | {} | {:.0} | {:.0} | {:.2} | {:.1} | {:.0} | {:.4} | {} |{watched}",
                 r.queue_type,
+                r.workers,
                 r.raw_broker_msgs_per_s,
                 r.worker_events_per_s,
                 r.ratio,
                 r.worker_cpu_us_per_event,
+                r.worker_cpu_pct,
                 r.redis_round_trips_per_event,
                 r.notification_tasks
             );

@@ -397,6 +397,16 @@ fn read_import(a: &ImportArgs) -> anyhow::Result<Vec<klaxon_rules::ProjectNotifi
     };
     let projects = parse_import(&text).with_context(|| format!("{}: nothing imported", a.file))?;
     let problems = klaxon_rules::format::import_problems(&projects);
+    // Import refuses only what the engine cannot use (fatal problems). A rule that is valid but cannot notify yet
+    // (Hawk's default rule with every channel disabled) is stored, with a warning.
+    let (problems, warnings): (Vec<_>, Vec<_>) = problems.into_iter().partition(|(_, p)| p.fatal);
+    if !warnings.is_empty() {
+        let mut msg = String::new();
+        for (project, p) in &warnings {
+            let _ = writeln!(msg, "  project {project}: {p}");
+        }
+        eprintln!("warning: stored with {} warning(s):\n{msg}", warnings.len());
+    }
     if !problems.is_empty() {
         let mut msg = String::new();
         for (project, p) in &problems {
@@ -616,11 +626,26 @@ async fn list(store: &RuleStore, a: ListArgs) -> anyhow::Result<ExitCode> {
 async fn check(store: &RuleStore, a: CheckArgs) -> anyhow::Result<ExitCode> {
     let projects = stored_projects(store, a.project.as_deref()).await?;
     let mut found = Vec::new();
+    let mut ignored = Vec::new();
     let mut rules_seen = 0usize;
     for (project, rules) in &projects {
         rules_seen += rules.len();
         for rule in rules {
             found.extend(problems_of(rule).into_iter().map(|p| (project.clone(), p)));
+            for ch in klaxon_core::rule::ignored_channels(rule) {
+                match ignored.iter_mut().find(|(p, c, _)| p == project && *c == ch) {
+                    Some((_, _, n)) => *n += 1,
+                    None => ignored.push((project.clone(), ch, 1usize)),
+                }
+            }
+        }
+    }
+    if !a.json {
+        // not problems: channels Hawk offers that nobody delivers (Hawk has no sender for them either)
+        for (project, ch, rules) in &ignored {
+            println!(
+                "project {project}: channel `{ch}` is ignored in {rules} rule(s): Klaxon does not deliver it (nor does Hawk)"
+            );
         }
     }
     if a.json {

@@ -35,6 +35,10 @@ pub struct RunArgs {
     pub http_addr: SocketAddr,
     #[command(flatten)]
     pub delivery: DeliveryOpts,
+    /// Where notifications go: `klaxon` (this program's senders deliver them) or `hawk` (Hawk's sender tasks
+    /// on `sender/<channel>`, for Hawk's sender workers; `run` then starts no senders).
+    #[arg(long, env = "KLAXON_OUTPUT", default_value = "klaxon")]
+    pub output: klaxon_engine::output::Output,
     /// Queue type for newly declared queues: classic or quorum.
     #[arg(long, env = "KLAXON_QUEUE_TYPE", default_value = "classic")]
     pub queue_type: QueueType,
@@ -167,7 +171,8 @@ where
 pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Result<ExitCode> {
     // Validate everything before connecting to anything.
     let topology = Topology::new(&global.namespace, &global.events_queue(), args.queue_type);
-    let channels = if roles.sender {
+    let hawk_output = args.output == klaxon_engine::output::Output::Hawk;
+    let channels = if roles.sender && !(hawk_output && roles.worker) {
         Some(args.delivery.channels()?)
     } else {
         None
@@ -289,6 +294,7 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
                 batch_max: args.batch_max,
                 batch_wait: Duration::from_millis(args.batch_wait_ms),
             },
+            output: args.output,
         };
         let digest_deps = klaxon_engine::digest::DigestDeps {
             amqp_url: global.amqp_url.clone(),
@@ -296,6 +302,7 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
             digests: klaxon_counter::Digests::new(deps.counter.redis().clone(), &global.namespace),
             metrics: metrics.clone(),
             prefetch: 16,
+            output: args.output,
         };
         tracker.spawn(worker::run(deps, ready, shutdown.clone()));
         // flushes due digest windows (minPeriod > 0): part of the evaluate side, next to the worker

@@ -109,6 +109,23 @@ impl Env {
     }
 }
 
+/// `GET path` on `addr` (bounded: 1 s to connect, 5 s to read): the status code and body, if an answer came.
+pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let sock: std::net::SocketAddr = addr.parse().ok()?;
+    let mut s = std::net::TcpStream::connect_timeout(&sock, Duration::from_secs(1)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
 pub struct Klaxon {
     child: Option<Child>,
     pub addr: String,
@@ -117,18 +134,7 @@ pub struct Klaxon {
 
 impl Klaxon {
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(&self.addr).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
-        let mut buf = String::new();
-        s.read_to_string(&mut buf).ok()?;
-        let status = buf.split_whitespace().nth(1)?.parse().ok()?;
-        let body = buf
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default();
-        Some((status, body))
+        http_get(&self.addr, path)
     }
 
     pub fn wait_ready(&self, timeout: Duration) {

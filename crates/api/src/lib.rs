@@ -412,7 +412,12 @@ async fn put_rules(
     obj.insert("_id".into(), Value::String(project_id.to_ascii_lowercase()));
     let text = Value::Array(vec![body]).to_string();
     let projects = klaxon_rules::parse_import(&text).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    let problems = klaxon_rules::format::import_problems(&projects);
+    // Like `klaxon rules import`: only what the engine cannot use (fatal problems) refuses the request; a rule
+    // that is valid but cannot notify yet is stored.
+    let problems: Vec<_> = klaxon_rules::format::import_problems(&projects)
+        .into_iter()
+        .filter(|(_, p)| p.fatal)
+        .collect();
     if !problems.is_empty() && !force {
         let list: Vec<Value> = problems
             .iter()

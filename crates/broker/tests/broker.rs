@@ -151,3 +151,53 @@ async fn quorum_queues_work_on_a_single_node_and_clash_is_reported() {
     delete_all(&broker, &quorum).await;
     broker.close().await;
 }
+
+#[tokio::test]
+async fn a_node_list_connects_past_a_dead_node_and_small_frames_carry_big_bodies() {
+    // a port nobody listens on (bound, then released)
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port");
+    let live = klaxon_testkit::amqp_url();
+    let dead_url = format!("amqp://guest:guest@127.0.0.1:{dead}/%2f");
+    // whichever node the random start picks, every attempt ends connected to the live one
+    for _ in 0..4 {
+        for list in [format!("{dead_url},{live}"), format!("{live}, {dead_url}")] {
+            let broker = Broker::connect(&list, Duration::from_secs(5))
+                .await
+                .expect("connects");
+            assert!(broker.is_connected());
+            broker.close().await;
+        }
+    }
+    assert!(
+        Broker::connect(&dead_url, Duration::from_secs(5)).await.is_err(),
+        "a list of dead nodes fails"
+    );
+
+    // a body much larger than the 16 KiB frames Klaxon proposes arrives whole
+    let broker = Broker::connect(&live, Duration::from_secs(5))
+        .await
+        .expect("connect");
+    let ns = klaxon_testkit::unique_namespace();
+    let topo = Topology::new(&ns, &format!("{ns}.events"), QueueType::Classic);
+    let publisher = broker.publisher().await.expect("publisher");
+    publisher.declare(&topo).await.expect("declare");
+    let body: Vec<u8> = (0..200_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    publisher
+        .publish_all(&[Outgoing::json(topo.events_queue(), body.clone())])
+        .await
+        .expect("publish");
+    let mut consumer = broker
+        .consume(topo.events_queue(), 1, "big")
+        .await
+        .expect("consume");
+    let d = recv(&mut consumer).await;
+    assert_eq!(d.data, body);
+    consumer.ack(d.delivery_tag).await.expect("ack");
+    consumer.close().await;
+    publisher.close().await;
+    delete_all(&broker, &topo).await;
+    broker.close().await;
+}

@@ -28,16 +28,18 @@ pub enum DeliveryError {
 }
 
 impl DeliveryError {
+    // Reasons are bounded where they are made (one line, ≤ 512 bytes): they carry hosts and response snippets
+    // into logs, the trail and AMQP headers.
     pub(crate) fn transient(reason: impl Into<String>) -> Self {
         DeliveryError::Transient {
-            reason: reason.into(),
+            reason: klaxon_core::text::reason(&reason.into()),
             retry_after: None,
         }
     }
 
     pub(crate) fn permanent(reason: impl Into<String>) -> Self {
         DeliveryError::Permanent {
-            reason: reason.into(),
+            reason: klaxon_core::text::reason(&reason.into()),
         }
     }
 
@@ -103,6 +105,7 @@ pub fn classify_status(
     } else {
         format!("{what} answered HTTP {status}: {detail}")
     };
+    let reason = klaxon_core::text::reason(&reason);
     Some(
         if status == 408 || status == 429 || (500..600).contains(&status) {
             DeliveryError::Transient { reason, retry_after }

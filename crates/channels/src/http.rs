@@ -164,7 +164,10 @@ pub(crate) fn parse_http_endpoint(raw: &str, channel: &str) -> Result<Url, Deliv
 
 /// `"<channel> <host>"`: names a destination in reasons without the secret parts of its URL.
 pub(crate) fn label(channel: &str, url: &Url) -> String {
-    format!("{channel} {}", url.host_str().unwrap_or("?"))
+    format!(
+        "{channel} {}",
+        klaxon_core::text::one_line(url.host_str().unwrap_or("?"), 200)
+    )
 }
 
 /// A short, secret-free snippet of an error body.

@@ -24,6 +24,7 @@ mod email;
 pub mod error;
 mod http;
 pub mod link;
+mod mattermost;
 pub mod render;
 pub mod safety;
 mod secret;
@@ -265,6 +266,7 @@ impl Channels {
                 ChannelKind::Telegram => self.deliver_telegram(task, ctx).await,
                 ChannelKind::Email => self.deliver_email(task, ctx).await,
                 ChannelKind::Webhook => self.deliver_webhook(task, ctx).await,
+                ChannelKind::Loop => self.deliver_loop(task, ctx).await,
             }
         };
         let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);

@@ -4,8 +4,8 @@
 //! see [`MessageContext`]), rule, title(s), what happened in words ("first seen", "100 times in the last
 //! hour", "50 users in the last hour"), a link to the event (`--event-url-template`) and the firing time. Escaping is chosen by template name and applied by the engine to every value, so a
 //! template cannot forget it: `*.tg.html` gets Telegram's HTML escaping (`&`, `<`, `>`, `"` only: the entities
-//! Telegram's parser knows), `*.html` full HTML escaping, `*.mrkdwn` Slack's (`&`, `<`, `>`), and `*.txt`
-//! none. Titles are shown on one line (control characters become spaces) and cut at [`MAX_TITLE_CHARS`];
+//! Telegram's parser knows), `*.html` full HTML escaping, `*.mrkdwn` Slack's (`&`, `<`, `>`), `*.md`
+//! Markdown's (Loop/Mattermost: a backslash before the characters that would format), and `*.txt` none. Titles are shown on one line (control characters become spaces) and cut at [`MAX_TITLE_CHARS`];
 //! the webhook body, which is data rather than text, carries them untouched.
 
 use klaxon_core::{NotificationTask, Reason, Window};
@@ -30,6 +30,7 @@ pub const SLACK_SECTION_MAX: usize = 3000;
 
 pub(crate) const TELEGRAM: &str = "telegram.tg.html";
 pub(crate) const SLACK: &str = "slack.mrkdwn";
+pub(crate) const LOOP: &str = "loop.md";
 pub(crate) const EMAIL_TEXT: &str = "email.txt";
 pub(crate) const EMAIL_HTML: &str = "email.html";
 pub(crate) const EMAIL_SUBJECT: &str = "email_subject.txt";
@@ -83,6 +84,8 @@ impl Renderer {
                 AutoEscape::Html
             } else if name.ends_with(".mrkdwn") {
                 AutoEscape::Custom("mrkdwn")
+            } else if name.ends_with(".md") {
+                AutoEscape::Custom("markdown")
             } else {
                 AutoEscape::None
             }
@@ -90,10 +93,10 @@ impl Renderer {
         env.set_formatter(|out, state, value| match state.auto_escape() {
             AutoEscape::Custom(which) if !value.is_safe() => {
                 let raw = value_text(value);
-                let escaped = if which == "telegram" {
-                    escape_telegram(&raw)
-                } else {
-                    escape_mrkdwn(&raw)
+                let escaped = match which {
+                    "telegram" => escape_telegram(&raw),
+                    "markdown" => escape_markdown(&raw),
+                    _ => escape_mrkdwn(&raw),
                 };
                 out.write_str(&escaped).map_err(minijinja::Error::from)
             }
@@ -101,6 +104,7 @@ impl Renderer {
         });
         env.add_template(TELEGRAM, include_str!("../templates/telegram.tg.html"))?;
         env.add_template(SLACK, include_str!("../templates/slack.mrkdwn"))?;
+        env.add_template(LOOP, include_str!("../templates/loop.md"))?;
         env.add_template(EMAIL_TEXT, include_str!("../templates/email.txt"))?;
         env.add_template(EMAIL_HTML, include_str!("../templates/email.html"))?;
         env.add_template(EMAIL_SUBJECT, include_str!("../templates/email_subject.txt"))?;
@@ -144,6 +148,30 @@ pub fn escape_telegram(s: &str) -> String {
 /// Escapes text for Slack's mrkdwn.
 pub fn escape_mrkdwn(s: &str) -> String {
     escape_entities(s, false)
+}
+
+/// Escapes text for Markdown (Loop, Mattermost): a backslash before every character that would start
+/// formatting, a link, an HTML tag or a table cell. `_` inside a word (`snake_case`) formats nothing in
+/// Mattermost's CommonMark and is left alone, so identifiers stay readable and searchable.
+pub fn escape_markdown(s: &str) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = String::with_capacity(s.len() + 8);
+    for (i, &c) in chars.iter().enumerate() {
+        let escape = match c {
+            '\\' | '`' | '*' | '~' | '[' | ']' | '<' | '>' | '#' | '|' | '!' => true,
+            '_' => {
+                let word =
+                    |j: Option<usize>| j.and_then(|j| chars.get(j)).is_some_and(|c| c.is_alphanumeric());
+                !(word(i.checked_sub(1)) && word(i.checked_add(1)))
+            }
+            _ => false,
+        };
+        if escape {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// `&`, `<` and `>` as entities, and `"` too when `quote`.

@@ -57,6 +57,11 @@ pub(crate) fn short_hash(s: &str) -> String {
 /// secrets. Telegram chat ids keep their first and last two characters, email addresses the first character of
 /// the local part and the domain (`j…@example.com`).
 pub fn redact_endpoint(channel: ChannelKind, endpoint: &str) -> String {
+    // bounded: an endpoint is a tenant's input (a 60,000-character hostname must not make a log line that long)
+    klaxon_core::text::one_line(&redact_endpoint_unbounded(channel, endpoint), 200)
+}
+
+fn redact_endpoint_unbounded(channel: ChannelKind, endpoint: &str) -> String {
     let endpoint = endpoint.trim();
     if let Ok(url) = url::Url::parse(endpoint) {
         if let Some(host) = url.host_str() {
@@ -70,7 +75,7 @@ pub fn redact_endpoint(channel: ChannelKind, endpoint: &str) -> String {
             .collect::<Vec<_>>()
             .join(", "),
         ChannelKind::Telegram => mask_middle(endpoint),
-        ChannelKind::Slack | ChannelKind::Webhook => "<invalid url>".to_owned(),
+        ChannelKind::Slack | ChannelKind::Webhook | ChannelKind::Loop => "<invalid url>".to_owned(),
     }
 }
 

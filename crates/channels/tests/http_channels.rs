@@ -470,3 +470,89 @@ async fn digest_lists_groups_by_count_with_and_more() {
     );
     assert!(text.contains("\nand 3 more\n"), "{text}");
 }
+
+#[tokio::test]
+async fn loop_payload_is_markdown_text_with_escaped_title() {
+    let sink = HttpSink::start().await.expect("sink");
+    let ch = channels(config("http://127.0.0.1:1"));
+    let endpoint = sink.url(&format!("/hooks/{ENDPOINT_SECRET}"));
+    let t = task(
+        ChannelKind::Loop,
+        &endpoint,
+        threshold(),
+        &[("*bold* [link](http://x) <b> snake_case `code`", 100)],
+    );
+    assert_eq!(ch.deliver(&t).await.expect("delivered").messages, 1);
+
+    let reqs = sink.wait_for_count(1, WAIT).await;
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].method, "POST");
+    assert_eq!(reqs[0].uri, format!("/hooks/{ENDPOINT_SECRET}"));
+    assert_eq!(reqs[0].header("content-type"), Some("application/json"));
+    let body = reqs[0].json();
+    assert_eq!(
+        body.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()),
+        Some(vec!["text".to_owned()]),
+        "Mattermost's incoming-webhook shape: {body}"
+    );
+    let text = body["text"].as_str().expect("text");
+    assert!(
+        text.contains(r"\*bold\* \[link\](http://x) \<b\> snake_case \`code\`"),
+        "{text}"
+    );
+    assert!(text.starts_with("**"), "the title line is bold: {text}");
+    assert!(
+        text.contains("Seen 100 times in the last minute (fixed window, threshold 100)"),
+        "{text}"
+    );
+    assert!(text.contains(&t.project_id), "{text}");
+
+    // a plain title is shown as is
+    let plain = task(
+        ChannelKind::Loop,
+        &endpoint,
+        Reason::New,
+        &[("TypeError: x is undefined", 1)],
+    );
+    ch.deliver(&plain).await.expect("delivered");
+    let reqs = sink.wait_for_count(2, WAIT).await;
+    assert!(reqs[1].json()["text"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("TypeError: x is undefined"));
+}
+
+#[tokio::test]
+async fn loop_statuses_are_classified_like_slack() {
+    let sink = HttpSink::start().await.expect("sink");
+    sink.script([
+        Reply::status(500),
+        Reply::status(429).header("Retry-After", "3"),
+        Reply::status(400).body(r#"{"id":"web.incoming_webhook.text.app_error"}"#),
+        Reply::status(404),
+    ]);
+    let ch = channels(config("http://127.0.0.1:1"));
+    let t = task(
+        ChannelKind::Loop,
+        &sink.url(&format!("/hooks/{ENDPOINT_SECRET}")),
+        Reason::New,
+        &[("x", 1)],
+    );
+    let mut errs = Vec::new();
+    for _ in 0..4 {
+        let err = ch.deliver(&t).await.expect_err("scripted failure");
+        assert_secret_free(&err);
+        errs.push(err);
+    }
+    assert_eq!(expect_transient(&errs[0]), None);
+    assert_eq!(expect_transient(&errs[1]), Some(Duration::from_secs(3)));
+    assert!(
+        !errs[2].is_transient() && errs[2].reason().contains("incoming_webhook"),
+        "{}",
+        errs[2]
+    );
+    assert!(!errs[3].is_transient(), "{:?}", errs[3]);
+    // an invalid endpoint is permanent and sends nothing
+    let bad = task(ChannelKind::Loop, "not a url", Reason::New, &[("x", 1)]);
+    assert!(!ch.deliver(&bad).await.expect_err("invalid").is_transient());
+}

@@ -118,8 +118,13 @@ pub fn is_object_id(s: &str) -> bool {
 }
 
 impl EventTask {
-    /// Parses and validates one message body. Unknown fields are ignored.
+    /// Parses and validates one message body. Unknown fields are ignored. The reason of a refusal is one line of
+    /// at most [`crate::text::MAX_REASON_BYTES`] bytes, whatever the body holds.
     pub fn parse(body: &[u8]) -> Result<Self, InvalidEvent> {
+        Self::parse_unbounded(body).map_err(|e| InvalidEvent(crate::text::reason(&e.0)))
+    }
+
+    fn parse_unbounded(body: &[u8]) -> Result<Self, InvalidEvent> {
         if body.len() > MAX_BODY_BYTES {
             return Err(InvalidEvent(format!(
                 "body is {} bytes, over the {MAX_BODY_BYTES}-byte limit",
@@ -130,7 +135,11 @@ impl EventTask {
             if std::str::from_utf8(body).is_err() {
                 InvalidEvent("body is not valid UTF-8 JSON".to_owned())
             } else {
-                InvalidEvent(format!("body is not a valid notifier task: {e}"))
+                // serde's message can echo a whole (200 KB) string of the body: keep a short prefix of it
+                InvalidEvent(format!(
+                    "body is not a valid notifier task: {}",
+                    crate::text::one_line(&e.to_string(), 160)
+                ))
             }
         })?;
         let project_id = required_string(wire.project_id, "projectId")?;
@@ -193,6 +202,25 @@ mod tests {
     use super::*;
 
     const P: &str = "5e3eef0679fa3700a0198a49";
+
+    #[test]
+    fn poison_bodies_give_short_one_line_reasons() {
+        let huge = "A".repeat(200 * 1024);
+        let bodies = [
+            serde_json::to_vec(&huge).expect("json"),
+            serde_json::to_vec(&serde_json::json!({"projectId": P, "event": huge})).expect("json"),
+            serde_json::to_vec(&serde_json::json!({"projectId": huge, "event": {}})).expect("json"),
+            serde_json::to_vec(
+                &serde_json::json!({"projectId": P, "event": {"title": 1, "groupHash": huge}}),
+            )
+            .expect("json"),
+        ];
+        for body in bodies {
+            let reason = EventTask::parse(&body).expect_err("poison").0;
+            assert!(reason.len() <= 200, "{} bytes: {reason}", reason.len());
+            assert!(!reason.contains('\n'));
+        }
+    }
 
     #[test]
     fn parses_hawk_task() {

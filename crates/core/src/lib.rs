@@ -16,6 +16,7 @@ pub mod filter;
 pub mod mute;
 pub mod notification;
 pub mod rule;
+pub mod text;
 
 pub use event::{Event, EventTask, InvalidEvent};
 pub use filter::{FilterMiss, Title, TitleFilter};

@@ -16,6 +16,11 @@ use crate::filter::{Title, TitleFilter};
 pub const MIN_PERIOD_MS: u64 = 1000;
 /// The largest `thresholdPeriod` accepted (30 days): windows are kept in Redis for their whole length.
 pub const MAX_PERIOD_MS: u64 = 30 * 24 * 3600 * 1000;
+/// The largest `threshold` accepted: a sliding window keeps up to `threshold` members per (rule, group), so the
+/// threshold is a tenant's lever on Redis memory.
+pub const MAX_THRESHOLD: u64 = 1_000_000;
+/// The largest channel `minPeriod` accepted, in seconds (7 days): digest state lives in Redis that long.
+pub const MAX_MIN_PERIOD_S: u64 = 7 * 24 * 3600;
 /// Window used for legacy `whatToReceive: "ALL"` rules that carry no `thresholdPeriod`.
 pub const LEGACY_ALL_PERIOD_MS: u64 = 60_000;
 
@@ -65,15 +70,18 @@ pub enum ChannelKind {
     Slack,
     /// Generic signed JSON webhook.
     Webhook,
+    /// Hawk's `loop`: a Mattermost-compatible incoming webhook (`{"text": …}`, Markdown).
+    Loop,
 }
 
 impl ChannelKind {
     /// Every channel, in a stable order.
-    pub const ALL: [ChannelKind; 4] = [
+    pub const ALL: [ChannelKind; 5] = [
         ChannelKind::Email,
         ChannelKind::Telegram,
         ChannelKind::Slack,
         ChannelKind::Webhook,
+        ChannelKind::Loop,
     ];
 
     /// The key used in Hawk's `channels` object and in queue names.
@@ -83,6 +91,7 @@ impl ChannelKind {
             ChannelKind::Telegram => "telegram",
             ChannelKind::Slack => "slack",
             ChannelKind::Webhook => "webhook",
+            ChannelKind::Loop => "loop",
         }
     }
 
@@ -90,6 +99,22 @@ impl ChannelKind {
     pub fn parse(s: &str) -> Option<Self> {
         ChannelKind::ALL.into_iter().find(|k| k.as_str() == s)
     }
+}
+
+/// The enabled channels of a rule document that Klaxon does not deliver (Hawk's `webPush`, `desktopPush`, or
+/// any unknown key), sorted by key: they are ignored, not errors.
+pub fn ignored_channels(rule: &Value) -> Vec<String> {
+    let Some(Value::Object(chs)) = rule.get("channels") else {
+        return Vec::new();
+    };
+    chs.iter()
+        .filter(|(key, ch)| {
+            ChannelKind::parse(key).is_none() && ch.get("isEnabled").and_then(Value::as_bool) == Some(true)
+        })
+        .map(|(key, _)| key.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect()
 }
 
 impl fmt::Display for ChannelKind {
@@ -378,6 +403,10 @@ pub fn parse_rule_value(value: &Value) -> Result<(CompiledRule, Vec<RuleProblem>
                 format!("`threshold` must be a whole number ≥ 1, got {t}"),
                 "set `threshold` to a whole number ≥ 1",
             )),
+            Some(n) if n > MAX_THRESHOLD => Err(fatal(
+                format!("`threshold` must be at most {MAX_THRESHOLD}, got {n}"),
+                "set `threshold` to a whole number between 1 and 1000000",
+            )),
             Some(n) => Ok(n),
         }
     };
@@ -469,14 +498,15 @@ pub fn parse_rule_value(value: &Value) -> Result<(CompiledRule, Vec<RuleProblem>
     let mut channels = Vec::new();
     if let Some(Value::Object(chs)) = rule.get("channels") {
         for (key, ch) in chs {
-            // Channels Klaxon does not deliver (Hawk's `loop`, `webPush`, `desktopPush`) are left to Hawk.
-            let Some(kind) = ChannelKind::parse(key) else {
-                continue;
-            };
             let Some(ch) = ch.as_object() else { continue };
             if ch.get("isEnabled").and_then(Value::as_bool) != Some(true) {
                 continue;
             }
+            // Channels Klaxon does not deliver (Hawk's `webPush`, `desktopPush`: Hawk has no sender for them
+            // either) are left alone; `klaxon rules check` lists them as ignored (`ignored_channels`).
+            let Some(kind) = ChannelKind::parse(key) else {
+                continue;
+            };
             let endpoint = ch.get("endpoint").and_then(Value::as_str).unwrap_or("").trim();
             if endpoint.is_empty() {
                 problems.push(RuleProblem {
@@ -490,6 +520,14 @@ pub fn parse_rule_value(value: &Value) -> Result<(CompiledRule, Vec<RuleProblem>
             let min_period_s = match ch.get("minPeriod") {
                 None | Some(Value::Null) => 0,
                 Some(v) => match as_u64(v) {
+                    Some(n) if n > MAX_MIN_PERIOD_S => {
+                        return Err(fatal(
+                            format!(
+                                "channel `{key}` has `minPeriod` {v}, over the limit of {MAX_MIN_PERIOD_S} s (7 days)"
+                            ),
+                            "set `minPeriod` to whole seconds between 0 and 604800",
+                        ))
+                    }
                     Some(n) => n,
                     None => {
                         problems.push(RuleProblem {
@@ -643,8 +681,14 @@ mod tests {
             }
         );
         assert_eq!(rule.window, Window::Fixed);
-        assert_eq!(rule.channels.len(), 1);
+        // Hawk's `loop` is delivered; `webPush`/`desktopPush` are ignored, and listed as such
+        assert_eq!(rule.channels.len(), 2);
         assert_eq!(rule.channels[0].kind, ChannelKind::Telegram);
+        assert_eq!(rule.channels[1].kind, ChannelKind::Loop);
+        assert_eq!(
+            ignored_channels(&doc),
+            vec!["desktopPush".to_owned(), "webPush".to_owned()]
+        );
     }
 
     #[test]
@@ -665,6 +709,24 @@ mod tests {
             (
                 json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 5, "thresholdPeriod": 10, "channels": slack()}),
                 "`thresholdPeriod` must be",
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 1_000_001, "thresholdPeriod": 60000, "channels": slack()}),
+                "at most 1000000",
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 5, "thresholdPeriod": 31u64 * 24 * 3600 * 1000, "channels": slack()}),
+                "`thresholdPeriod` must be",
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW",
+                       "channels": {"slack": {"isEnabled": true, "endpoint": "https://hooks.slack.com/x", "minPeriod": 1e19}}}),
+                "over the limit",
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW",
+                       "channels": {"slack": {"isEnabled": true, "endpoint": "https://hooks.slack.com/x", "minPeriod": 604_801}}}),
+                "over the limit",
             ),
             (
                 json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW", "window": "hopping", "channels": slack()}),

@@ -31,6 +31,10 @@ pub const DEFAULT_FIRST_SEEN_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Redis's compact listpack encoding (entries up to 64 bytes).
 const MAX_MEMBER_LEN: usize = 48;
 
+/// A fixed window remembers at most this many of its most recent event ids, so that a redelivered batch (at most
+/// a prefetch's worth of one key's events) is not counted twice; memory stays bounded per window.
+const FIXED_WINDOW_IDS: usize = 1024;
+
 /// At most this many (rule, group) pairs go into one script call, so a call stays short (well under a
 /// millisecond of server time for typical batches).
 const MAX_KEYS_PER_CALL: usize = 128;
@@ -75,7 +79,7 @@ impl Kind {
     fn key_suffixes(self) -> &'static [&'static str] {
         match self {
             Kind::FirstSeen => &["new"],
-            Kind::Fixed => &["fx"],
+            Kind::Fixed => &["fx", "fxi"],
             Kind::Sliding => &["sl", "slc"],
             Kind::UsersFixed => &["uf", "ufm"],
             Kind::UsersSliding => &["us", "usm"],
@@ -322,7 +326,10 @@ impl Counter {
             Kind::UsersSliding => {
                 cmd.arg("sliding");
             }
-            Kind::Fixed | Kind::Sliding => {}
+            Kind::Fixed => {
+                cmd.arg(FIXED_WINDOW_IDS);
+            }
+            Kind::Sliding => {}
         }
         for &i in members {
             let call = &calls[i];

@@ -21,6 +21,8 @@ static DONE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../..
 
 /// Most groups one digest window keeps; later new groups are ignored (known ones still merge).
 pub const DIGEST_MAX_GROUPS: usize = 1000;
+/// Titles are cut to this many bytes when buffered (1,000 groups × 1 KiB: a digest task stays near 1 MiB at most).
+pub const MAX_BUFFERED_TITLE_BYTES: usize = 1024;
 /// How long digest keys outlive their window when nobody flushes them (a safety net against leaks).
 const KEEP: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long a flusher may hold a claimed window before another one may recover it.
@@ -40,6 +42,9 @@ pub struct DigestKey<'a> {
 /// What [`Digests::append`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Appended {
+    /// True when the firing goes out at once, alone (leading edge): the channel sent nothing in the last
+    /// `minPeriod` and no window is open. Nothing was buffered; the quiet period starts now.
+    pub send_now: bool,
     /// True when the caller must schedule the window's flush at `window_start_ms + minPeriod` (this append
     /// opened the window, is a redelivery of the one that did, or the window is overdue).
     pub schedule_flush: bool,
@@ -159,11 +164,17 @@ impl Digests {
         let reply: Vec<i64> = APPEND
             .key(format!("{base}:win"))
             .key(format!("{base}:buf"))
-            .key(format!("{base}:ids"))
+            .key(format!("{base}:idz"))
+            .key(format!("{base}:last"))
             .arg(notification_id)
             .arg(&event.group_hash)
             .arg(event.count)
-            .arg(&event.title)
+            // shortened when buffered: the renderers show at most ~1,000 characters of a title, and a digest
+            // of up to DIGEST_MAX_GROUPS groups must stay a small message
+            .arg(klaxon_core::text::one_line(
+                &event.title,
+                MAX_BUFFERED_TITLE_BYTES,
+            ))
             .arg(event.repetition_id.as_deref().unwrap_or(""))
             .arg(period_ms(min_period_s))
             .arg(now_arg(now_ms))
@@ -172,8 +183,9 @@ impl Digests {
             .invoke_async(&mut self.redis.clone())
             .await?;
         match reply.as_slice() {
-            [schedule, start, now] => Ok(Appended {
-                schedule_flush: *schedule == 1,
+            [action, start, now] => Ok(Appended {
+                send_now: *action == 2,
+                schedule_flush: *action == 1,
                 window_start_ms: *start,
                 now_ms: *now,
             }),
@@ -197,6 +209,7 @@ impl Digests {
             .key(format!("{base}:buf"))
             .key(format!("{base}:claim:{window_start_ms}"))
             .key(format!("{base}:lease:{window_start_ms}"))
+            .key(format!("{base}:last"))
             .arg(window_start_ms)
             .arg(period_ms(min_period_s))
             .arg(ms(self.lease))

@@ -33,26 +33,33 @@ fn sorted(claim: Claim) -> Vec<NotificationEvent> {
 }
 
 #[tokio::test]
-async fn a_window_opens_once_merges_and_is_claimed_once() {
+async fn leading_edge_then_one_window_merged_and_claimed_once() {
     common::on_both(|env| async move {
         let d = Digests::new(env.redis.clone(), &env.ns);
         let t0 = 1_000_000;
-        let a = d.append(&KEY, "n1", &ev("g1", 5), 2, Some(t0)).await.expect("append");
-        assert!(a.schedule_flush, "the first append opens the window");
+        // a quiet channel: the first firing goes out at once, nothing is buffered
+        let lead = d.append(&KEY, "n0", &ev("g0", 1), 2, Some(t0)).await.expect("append");
+        assert!(lead.send_now && !lead.schedule_flush, "{lead:?}");
+        // the next one, inside minPeriod, opens a window due minPeriod after that message
+        let a = d.append(&KEY, "n1", &ev("g1", 5), 2, Some(t0 + 100)).await.expect("append");
+        assert!(a.schedule_flush && !a.send_now, "{a:?}");
         assert_eq!(a.window_start_ms, t0);
-        assert_eq!(a.flush_in(2), Duration::from_secs(2));
+        assert_eq!(a.flush_in(2), Duration::from_millis(1900));
         // later firings only append; a larger count of the same group wins, a smaller one does not
-        for (id, e, t) in [("n2", ev("g2", 3), 100), ("n3", ev("g1", 9), 200), ("n4", ev("g1", 7), 300)] {
+        for (id, e, t) in [("n2", ev("g2", 3), 150), ("n3", ev("g1", 9), 200), ("n4", ev("g1", 7), 300)] {
             let a = d.append(&KEY, id, &e, 2, Some(t0 + t)).await.expect("append");
-            assert!(!a.schedule_flush, "{id}");
+            assert!(!a.schedule_flush && !a.send_now, "{id}");
             assert_eq!(a.window_start_ms, t0);
         }
-        // a redelivered firing counts nothing; the redelivered opener asks for the flush again
+        // a redelivered firing counts nothing; the redelivered opener asks for the flush again; the redelivered
+        // leading firing is sent again (same notification id: the sender drops the copy)
         let dup = d.append(&KEY, "n2", &ev("g2", 50), 2, Some(t0 + 400)).await.expect("append");
-        assert!(!dup.schedule_flush);
+        assert!(!dup.schedule_flush && !dup.send_now);
         let again = d.append(&KEY, "n1", &ev("g1", 5), 2, Some(t0 + 500)).await.expect("append");
         assert!(again.schedule_flush);
         assert_eq!(again.window_start_ms, t0);
+        let lead_again = d.append(&KEY, "n0", &ev("g0", 1), 2, Some(t0 + 600)).await.expect("append");
+        assert!(lead_again.send_now);
 
         assert!(matches!(d.claim(&KEY, t0, 2, Some(t0 + 1500)).await, Ok(Claim::Early(w)) if w == Duration::from_millis(500)));
         let claimed = sorted(d.claim(&KEY, t0, 2, Some(t0 + 2000)).await.expect("claim"));
@@ -60,16 +67,21 @@ async fn a_window_opens_once_merges_and_is_claimed_once() {
         // a second flusher is told to come back later while the lease runs
         assert!(matches!(d.claim(&KEY, t0, 2, Some(t0 + 2001)).await, Ok(Claim::Busy(_))));
 
-        // the next firing opens a new window
+        // the digest was the channel's newest message: a firing right after it waits for the next digest,
+        // due minPeriod after the digest
         let b = d.append(&KEY, "n5", &ev("g3", 1), 2, Some(t0 + 2100)).await.expect("append");
-        assert!(b.schedule_flush);
-        assert_eq!(b.window_start_ms, t0 + 2100);
+        assert!(b.schedule_flush && !b.send_now);
+        assert_eq!(b.window_start_ms, t0 + 2000);
 
         d.done(&KEY, t0).await.expect("done");
         assert_eq!(d.claim(&KEY, t0, 2, Some(t0 + 3000)).await.expect("claim"), Claim::Gone);
-        let second = sorted(d.claim(&KEY, t0 + 2100, 2, Some(t0 + 4100)).await.expect("claim"));
+        let second = sorted(d.claim(&KEY, t0 + 2000, 2, Some(t0 + 4000)).await.expect("claim"));
         assert_eq!(second, vec![ev("g3", 1)]);
-        d.done(&KEY, t0 + 2100).await.expect("done");
+        d.done(&KEY, t0 + 2000).await.expect("done");
+
+        // a full minPeriod after the last digest with nothing fired: quiet again, the next firing goes at once
+        let c = d.append(&KEY, "n6", &ev("g4", 1), 2, Some(t0 + 6000)).await.expect("append");
+        assert!(c.send_now, "{c:?}");
     })
     .await;
 }
@@ -79,7 +91,12 @@ async fn a_crashed_claim_is_recovered_after_its_lease() {
     common::on_both(|env| async move {
         let d = Digests::new(env.redis.clone(), &env.ns).with_claim_lease(Duration::from_millis(300));
         let t0 = 5_000_000;
-        d.append(&KEY, "n1", &ev("g1", 2), 1, Some(t0))
+        let lead = d
+            .append(&KEY, "n0", &ev("g0", 1), 1, Some(t0))
+            .await
+            .expect("append");
+        assert!(lead.send_now);
+        d.append(&KEY, "n1", &ev("g1", 2), 1, Some(t0 + 10))
             .await
             .expect("append");
         let first = sorted(d.claim(&KEY, t0, 1, Some(t0 + 1000)).await.expect("claim"));
@@ -92,6 +109,102 @@ async fn a_crashed_claim_is_recovered_after_its_lease() {
         assert!(matches!(d.claim(&KEY, t0, 1, None).await, Ok(Claim::Busy(_))));
         d.done(&KEY, t0).await.expect("done");
         assert_eq!(d.claim(&KEY, t0, 1, None).await.expect("claim"), Claim::Gone);
+    })
+    .await;
+}
+
+/// A channel that stays busy does not grow its digest state: 5,000 firings, one a second (a window every
+/// minute, claimed as it falls due), leave the id set bounded by the last `minPeriod` + 10 minutes of firings.
+#[tokio::test]
+async fn a_busy_channel_keeps_its_digest_state_bounded() {
+    common::on_both(|env| async move {
+        let d = Digests::new(env.redis.clone(), &env.ns);
+        let key = DigestKey {
+            project_id: "busy",
+            rule_id: "r1",
+            channel: ChannelKind::Slack,
+        };
+        let t0 = 10_000_000;
+        let mut open: Option<i64> = None;
+        for i in 0..5_000i64 {
+            let now = t0 + i * 1000;
+            if let Some(start) = open.filter(|s| now >= s + 60_000) {
+                let _ = d.claim(&key, start, 60, Some(now)).await.expect("claim");
+                d.done(&key, start).await.expect("done");
+                open = None;
+            }
+            let a = d
+                .append(
+                    &key,
+                    &format!("n{i}"),
+                    &ev(&format!("g{}", i % 7), 1),
+                    60,
+                    Some(now),
+                )
+                .await
+                .expect("append");
+            if a.schedule_flush {
+                open = Some(a.window_start_ms);
+            }
+        }
+        let ids = format!("{}:idz", d.key_base(&key));
+        let mut conn = env.redis.clone();
+        let card: u64 = redis::cmd("ZCARD")
+            .arg(&ids)
+            .query_async(&mut conn)
+            .await
+            .expect("zcard");
+        assert!(card <= 661, "ids kept: {card} (60 s + 600 s of firings at most)");
+        let bytes: u64 = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(&ids)
+            .query_async(&mut conn)
+            .await
+            .expect("memory usage");
+        assert!(bytes < 128 * 1024, "{bytes} bytes for the id set");
+    })
+    .await;
+}
+
+/// Titles are shortened when buffered: a window of 40 firings with 250 KB titles claims as a small digest.
+#[tokio::test]
+async fn huge_titles_are_shortened_when_buffered() {
+    common::on_both(|env| async move {
+        let d = Digests::new(env.redis.clone(), &env.ns);
+        let key = DigestKey {
+            project_id: "huge",
+            rule_id: "r1",
+            channel: ChannelKind::Webhook,
+        };
+        let t0 = 20_000_000;
+        let title = "T".repeat(250_000);
+        let mut start = None;
+        for i in 0..41 {
+            let e = NotificationEvent {
+                group_hash: format!("g{i}"),
+                title: title.clone(),
+                count: 1,
+                repetition_id: None,
+            };
+            let a = d
+                .append(&key, &format!("h{i}"), &e, 60, Some(t0 + i))
+                .await
+                .expect("append");
+            if a.schedule_flush {
+                start = Some(a.window_start_ms);
+            }
+        }
+        let start = start.expect("a window opened after the leading firing");
+        let events = sorted(d.claim(&key, start, 60, Some(t0 + 60_000)).await.expect("claim"));
+        assert_eq!(events.len(), 40);
+        let bytes: usize = events.iter().map(|e| e.title.len()).sum();
+        assert!(
+            events
+                .iter()
+                .all(|e| e.title.len() <= klaxon_counter::digest::MAX_BUFFERED_TITLE_BYTES),
+            "titles cut"
+        );
+        assert!(bytes <= 40 * 1024, "{bytes} bytes of titles");
     })
     .await;
 }

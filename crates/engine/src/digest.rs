@@ -11,8 +11,14 @@
 //!             ──publish, confirmed──▶ <ns>.notify.<channel> ──▶ digest_done.lua ──▶ ack the flush message
 //! ```
 //!
-//! * The first firing of a window appends and schedules one flush at `window start + minPeriod`; later ones
-//!   only append. A redelivered firing appends nothing twice, and the redelivered opener schedules again.
+//! * Leading edge: the first firing on a quiet (rule, channel) is not buffered at all — `digest_append.lua`
+//!   answers "send now", the worker publishes it at once as an ordinary notification, and the channel's quiet
+//!   period (`minPeriod`) starts. A firing inside the quiet period opens a window that is due `minPeriod` after
+//!   the previous message and schedules one flush for it; later ones only append. A claimed digest is the
+//!   channel's newest message, so what fires within `minPeriod` after it waits for the next digest; once a full
+//!   `minPeriod` passes with nothing, the channel is quiet again.
+//! * A redelivered firing appends nothing twice, the redelivered leading firing is sent again under the same
+//!   notification id (the sender drops the copy), and the redelivered opener schedules again.
 //! * The claim is atomic: exactly one flusher gets the window. It leaves a claimed record with a lease
 //!   (`klaxon_counter::digest::DEFAULT_CLAIM_LEASE`) until the notification is published with a confirm;
 //!   if the flusher dies in between, the flush message comes back and the record is recovered once the lease
@@ -53,6 +59,8 @@ pub struct DigestDeps {
     pub metrics: Arc<Metrics>,
     /// Unacked flush messages.
     pub prefetch: u16,
+    /// Where digests go (`--output`).
+    pub output: crate::output::Output,
 }
 
 /// A due-window message: which digest, and which window of it.
@@ -169,9 +177,9 @@ impl Flush {
 pub(crate) async fn append_firings(
     digests: &Digests,
     topology: &Topology,
-    firings: &[NotificationTask],
-) -> Result<Vec<(Outgoing, Duration)>, EngineError> {
-    let mut flushes = Vec::new();
+    firings: Vec<NotificationTask>,
+) -> Result<Routed, EngineError> {
+    let mut routed = Routed::default();
     for t in firings {
         let key = DigestKey {
             project_id: &t.project_id,
@@ -184,9 +192,14 @@ pub(crate) async fn append_firings(
                 .await?;
             tracing::debug!(
                 notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
-                channel = %t.channel, window_start_ms = appended.window_start_ms,
-                schedule = appended.schedule_flush, "firing added to digest"
+                channel = %t.channel, window_start_ms = appended.window_start_ms, send_now = appended.send_now,
+                schedule = appended.schedule_flush, "firing routed by the channel's digest state"
             );
+            if appended.send_now {
+                // Leading edge: a notification task carries one event, so one answer decides for the task.
+                routed.send_now.push(t.clone());
+                break;
+            }
             if appended.schedule_flush {
                 let flush = Flush {
                     project_id: t.project_id.clone(),
@@ -196,11 +209,22 @@ pub(crate) async fn append_firings(
                     min_period_s: t.min_period_s,
                     window_start_ms: appended.window_start_ms,
                 };
-                flushes.push((flush.message(topology), appended.flush_in(t.min_period_s)));
+                routed
+                    .flushes
+                    .push((flush.message(topology), appended.flush_in(t.min_period_s)));
             }
         }
     }
-    Ok(flushes)
+    Ok(routed)
+}
+
+/// Where the firings of digest channels go ([`append_firings`]).
+#[derive(Default)]
+pub(crate) struct Routed {
+    /// Firings of quiet channels: published at once as ordinary notifications (leading edge).
+    pub send_now: Vec<NotificationTask>,
+    /// Flush messages to schedule through the delay engine (one per newly opened window), with their delays.
+    pub flushes: Vec<(Outgoing, Duration)>,
 }
 
 /// Runs the digest flush loop until `shutdown`, reconnecting after failures.
@@ -234,6 +258,7 @@ async fn session(
     let broker = Broker::connect(&deps.amqp_url, Duration::from_secs(10)).await?;
     let publisher = broker.publisher().await?;
     publisher.declare(&deps.topology).await?;
+    crate::output::declare(&publisher, deps.output).await?;
     let queue = deps.topology.digest_flush_queue();
     let mut consumer = broker.consume(&queue, deps.prefetch, "klaxon-digest").await?;
     ready.store(true, Ordering::Relaxed);
@@ -313,9 +338,7 @@ async fn flush(
             if !events.is_empty() {
                 let groups = events.len();
                 let task = f.task(now_ms, events);
-                let body = serde_json::to_vec(&task).map_err(|e| EngineError::Encode(e.to_string()))?;
-                let mut msg = Outgoing::json(deps.topology.notify_queue(f.channel), body);
-                msg.message_id = Some(task.notification_id.clone());
+                let msg = crate::output::message(&deps.topology, deps.output, &task)?;
                 publisher.publish_all(&[msg]).await?;
                 Metrics::channel(&deps.metrics.digests_published, f.channel);
                 tracing::info!(

@@ -23,6 +23,7 @@ pub mod digest;
 pub mod http;
 pub mod metrics;
 pub mod names;
+pub mod output;
 pub mod ratelimit;
 pub mod sender;
 pub mod trail;

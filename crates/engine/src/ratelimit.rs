@@ -76,7 +76,8 @@ impl RateLimits {
                     push("telegram:bot".to_owned(), self.telegram_bot);
                 }
             }
-            ChannelKind::Slack => push(dest, self.slack),
+            // Loop (Mattermost) incoming webhooks are paced like Slack's
+            ChannelKind::Slack | ChannelKind::Loop => push(dest, self.slack),
             ChannelKind::Webhook => push(dest, self.webhook),
             ChannelKind::Email => push(dest, self.email),
         }

@@ -223,7 +223,7 @@ async fn handle(ctx: &Ctx, delivery: &Delivery) -> Result<(), EngineError> {
     let task: NotificationTask = match serde_json::from_slice(&delivery.data) {
         Ok(t) => t,
         Err(e) => {
-            let reason = format!("not a notification task: {e}");
+            let reason = klaxon_core::text::reason(&format!("not a notification task: {e}"));
             tracing::warn!(channel = %channel, reason = %reason, "notification task dead-lettered");
             m.delivery(channel.as_str(), "dead");
             return dead(ctx, delivery, before, &reason).await;
@@ -344,6 +344,8 @@ async fn handle(ctx: &Ctx, delivery: &Delivery) -> Result<(), EngineError> {
             Ok(())
         }
         Err(DeliveryError::Transient { reason, retry_after }) if attempts < deps.max_attempts => {
+            // bounded before it reaches the log, the trail and the retry's header (a huge hostname, an echoed body)
+            let reason = klaxon_core::text::reason(&reason);
             release(deps, id, &token).await;
             let wait = retry_delay(&deps.retry_schedule, attempts, retry_after, jitter());
             tracing::warn!(
@@ -372,6 +374,7 @@ async fn handle(ctx: &Ctx, delivery: &Delivery) -> Result<(), EngineError> {
                 }
                 DeliveryError::Permanent { reason } => reason.clone(),
             };
+            let reason = klaxon_core::text::reason(&reason);
             tracing::warn!(
                 notification_id = %id, channel = %channel, attempts, reason = %reason,
                 "notification dead-lettered"

@@ -64,6 +64,8 @@ pub struct WorkerDeps {
     pub metrics: Arc<Metrics>,
     /// Tuning.
     pub config: WorkerConfig,
+    /// Where notifications go (`--output`).
+    pub output: crate::output::Output,
 }
 
 /// Runs the evaluate loop until `shutdown`, reconnecting after failures.
@@ -89,6 +91,7 @@ async fn session(
     let broker = Broker::connect(&deps.amqp_url, Duration::from_secs(10)).await?;
     let publisher = broker.publisher().await?;
     publisher.declare(&deps.topology).await?;
+    crate::output::declare(&publisher, deps.output).await?;
     let mut consumer = broker
         .consume(
             deps.topology.events_queue(),
@@ -320,22 +323,22 @@ async fn process_batch(
                     digest_firings.push(nt);
                     continue;
                 }
-                Metrics::channel(&m.notifications_published, ch.kind);
-                let body = serde_json::to_vec(&nt).map_err(|e| EngineError::Encode(e.to_string()))?;
-                let mut msg = Outgoing::json(deps.topology.notify_queue(ch.kind), body);
-                msg.message_id = Some(nt.notification_id);
-                out.push(msg);
+                out.push(task_message(deps, nt)?);
             }
         }
     }
 
     if !digest_firings.is_empty() {
         let digests = klaxon_counter::Digests::new(deps.counter.redis().clone(), deps.topology.namespace());
-        let flushes = crate::digest::append_firings(&digests, &deps.topology, &digest_firings)
+        let routed = crate::digest::append_firings(&digests, &deps.topology, digest_firings)
             .await
             .inspect_err(|_| {
                 m.redis_errors.inc();
             })?;
+        for nt in routed.send_now {
+            out.push(task_message(deps, nt)?);
+        }
+        let flushes = routed.flushes;
         if !flushes.is_empty() {
             publisher
                 .publish_delayed(&deps.topology.delay(), &flushes)
@@ -351,6 +354,12 @@ async fn process_batch(
         })?;
     }
     Ok(())
+}
+
+/// A notification task for its channel's sender queue (counted as published), keyed by its notification id.
+fn task_message(deps: &WorkerDeps, nt: NotificationTask) -> Result<Outgoing, EngineError> {
+    Metrics::channel(&deps.metrics.notifications_published, nt.channel);
+    crate::output::message(&deps.topology, deps.output, &nt)
 }
 
 async fn load_rules<'a>(

@@ -26,6 +26,8 @@ use crate::RulesError;
 pub const PROJECTS: &str = "projects";
 /// How long [`RuleStore::connect`] and every later operation wait for a usable server.
 pub const SERVER_SELECTION_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one rule lookup may take before it fails as a transient error.
+pub const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bound on the remembered "already reported" rule problems; the set is cleared when it grows past this.
 const MAX_REPORTED: usize = 10_000;
 /// Name of the index on rule ids (used by `rules rm|enable|disable` without a project).
@@ -248,12 +250,20 @@ impl RuleStore {
     }
 
     async fn find_project(&self, oid: ObjectId) -> Result<Option<Document>, RulesError> {
-        self.inner
+        // A server that answers heartbeats but stalls queries must not hang a batch (the driver has no
+        // per-operation deadline by default): a bounded wait, then a transient error the worker retries.
+        let find = self
+            .inner
             .projects
             .find_one(doc! {"_id": oid})
-            .projection(doc! {"notifications": 1, "name": 1})
-            .await
-            .map_err(|e| RulesError::from_driver("find project", e))
+            .projection(doc! {"notifications": 1, "name": 1});
+        match tokio::time::timeout(QUERY_TIMEOUT, find).await {
+            Ok(r) => r.map_err(|e| RulesError::from_driver("find project", e)),
+            Err(_) => Err(RulesError::Query {
+                op: "find project",
+                message: format!("no answer within {} s", QUERY_TIMEOUT.as_secs()),
+            }),
+        }
     }
 
     /// The stored rules of one project (`None`: no such project).
@@ -354,7 +364,7 @@ impl RuleStore {
     pub async fn replace(&self, projects: &[ProjectNotifications]) -> Result<(), RulesError> {
         for p in projects {
             self.put_notifications(p).await?;
-            tracing::info!(project_id = %p.project_id, rules = p.notifications.len(), "notifications replaced");
+            tracing::debug!(project_id = %p.project_id, rules = p.notifications.len(), "notifications replaced");
         }
         Ok(())
     }
@@ -454,9 +464,9 @@ impl RuleStore {
                 Ok(r) => r,
                 Err(e) if matches!(*e.kind, mongodb::error::ErrorKind::Command(_)) => {
                     // PoloDB refuses array values in filters: remember, and write without the comparison.
-                    tracing::info!(
-                        error = %short(&e.to_string()),
-                        "server cannot compare arrays; rule edits are not compare-and-set"
+                    tracing::debug!(
+                        "the MongoDB-wire server cannot compare arrays in filters (PoloDB cannot); \
+                         rule edits are not compare-and-set"
                     );
                     self.inner.no_array_filters.store(true, Ordering::Relaxed);
                     self.update(project, set).await?;

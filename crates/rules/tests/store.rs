@@ -111,7 +111,8 @@ async fn reads_a_hawk_document_with_extra_fields_and_unsupported_channels() {
     );
     assert_eq!(
         r.channels.iter().map(|c| c.kind).collect::<Vec<_>>(),
-        vec![ChannelKind::Telegram]
+        vec![ChannelKind::Telegram, ChannelKind::Loop],
+        "Hawk's loop is delivered; webPush and desktopPush are ignored"
     );
     assert_eq!(store.queries(), 1);
 }
@@ -315,4 +316,31 @@ async fn mongodb_stopped_mid_test_keeps_serving_cached_rules() {
         .expect("bounded")
         .expect_err("nothing cached");
     assert!(err.is_transient(), "{err}");
+}
+
+/// A server that accepts connections but stalls (here: frozen with SIGSTOP) makes a rule lookup fail as a
+/// transient error within the query deadline, instead of hanging the batch that asked.
+#[tokio::test]
+async fn a_stalled_server_fails_a_lookup_in_bounded_time() {
+    let polo = common::OwnPolo::start();
+    let db = klaxon_testkit::unique_namespace();
+    let store = klaxon_rules::RuleStore::connect(&polo.url, &db)
+        .await
+        .expect("own PoloDB");
+    let p = project();
+    store.add_rule(&p, &only_new_slack()).await.expect("add");
+    assert!(store.load(&p).await.expect("load").is_some());
+    polo.signal("STOP");
+    let started = std::time::Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(30), store.load(&p))
+        .await
+        .expect("the lookup returns by itself");
+    polo.signal("CONT");
+    let err = result.expect_err("a stalled server is an error");
+    assert!(err.is_transient(), "{err}");
+    let took = started.elapsed();
+    assert!(
+        took <= klaxon_rules::store::QUERY_TIMEOUT + Duration::from_secs(3),
+        "bounded: {took:?}"
+    );
 }

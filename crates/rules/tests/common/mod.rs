@@ -72,6 +72,17 @@ impl OwnPolo {
         }
     }
 
+    /// Sends the server a signal (`STOP` freezes it: connections stay open, nothing answers; `CONT` resumes).
+    pub fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let ok = Command::new("kill")
+                .args([&format!("-{sig}"), &c.id().to_string()])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "kill -{sig} PoloDB");
+        }
+    }
+
     /// Kills the server and waits for it to exit.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
