@@ -145,6 +145,10 @@ pub enum Command {
     Deliveries(crate::cmd::deliveries::DeliveriesArgs),
     /// Inspect and replay the dead-letter queue.
     Dead(crate::cmd::dead::DeadArgs),
+    /// Say what each rule of a project would do with an event, and why (reads only).
+    Explain(crate::cmd::explain::ExplainArgs),
+    /// Mute a project's firings (fleet-wide, in Redis): add, list, rm.
+    Mute(crate::cmd::mute::MuteArgs),
     /// Send a real test notification through one channel.
     TestNotify(crate::cmd::test_notify::TestNotifyArgs),
     /// Measure throughput and cost side by side on this machine.

@@ -44,6 +44,8 @@ async fn main() -> ExitCode {
         cli::Command::Publish(args) => cmd::publish::run(args, &global).await,
         cli::Command::Deliveries(args) => cmd::deliveries::run(args, &global).await,
         cli::Command::Dead(args) => cmd::dead::run(args, &global).await,
+        cli::Command::Explain(args) => cmd::explain::run(args, &global).await,
+        cli::Command::Mute(args) => cmd::mute::run(args, &global).await,
         cli::Command::TestNotify(args) => cmd::test_notify::run(args, &global).await,
         cli::Command::Bench(args) => cmd::bench::run(args, &global).await,
     };

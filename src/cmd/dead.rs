@@ -10,12 +10,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use klaxon_broker::{header, Broker, Delivery, Outgoing, Topology, ERROR_HEADER};
-use klaxon_channels::redact_endpoint;
-use klaxon_core::NotificationTask;
-use klaxon_engine::sender::ATTEMPTS_HEADER;
-use lapin::options::QueueDeclareOptions;
-use lapin::types::FieldTable;
+use klaxon_api::dead::{DeadItem, Pass};
+use klaxon_broker::{Broker, Topology};
 
 use crate::cli::GlobalOpts;
 
@@ -51,9 +47,6 @@ pub enum DeadCommand {
     },
 }
 
-/// How long to wait for the next message of a queue known to hold more.
-const NEXT_WAIT: Duration = Duration::from_secs(5);
-
 pub async fn run(args: DeadArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     let topology = Topology::new(&global.namespace, &global.events_queue(), args.queue_type);
     let broker = Broker::connect(&global.amqp_url, Duration::from_secs(10))
@@ -64,101 +57,51 @@ pub async fn run(args: DeadArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
         .declare(&topology)
         .await
         .context("cannot declare queues")?;
-    let queue = topology.dead_queue();
-    let count = {
-        let ch = broker.channel().await?;
-        let q = ch
-            .queue_declare(
-                queue.as_str().into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .context("cannot inspect the dead-letter queue")?;
-        let _ = ch.close(200, "bye".into()).await;
-        q.message_count()
-    };
-    let (limit, replay) = match &args.command {
-        DeadCommand::List { limit, .. } => (count.min(*limit), None),
-        DeadCommand::Replay { id, all } => (count, Some((id.clone(), *all))),
-    };
-    let mut consumer = broker
-        .consume(
-            &queue,
-            u16::try_from(limit.clamp(1, 1000)).unwrap_or(1000),
-            "klaxon-dead-cli",
-        )
-        .await?;
-    let mut seen = 0u32;
-    let mut replayed = 0u32;
-    if let DeadCommand::List { json: false, .. } = args.command {
-        println!("NOTIFICATION\tPROJECT\tRULE\tCHANNEL\tATTEMPTS\tDESTINATION\tREASON");
-    }
-    while seen < limit {
-        let Some(Some(next)) = consumer.next_within(NEXT_WAIT).await else {
-            break;
-        };
-        let delivery = next?;
-        seen += 1;
-        let task: Option<NotificationTask> = serde_json::from_slice(&delivery.data).ok();
-        match (&args.command, &replay) {
-            (DeadCommand::List { json, .. }, _) => print_one(&delivery, task.as_ref(), *json),
-            (_, Some((id, all))) => {
-                let Some(task) = task else { continue };
-                if !*all && id.as_deref() != Some(task.notification_id.as_str()) {
-                    continue;
-                }
-                let msg = Outgoing {
-                    queue: topology.notify_queue(task.channel),
-                    body: delivery.data.clone(),
-                    message_id: delivery.properties.message_id().as_ref().map(|s| s.to_string()),
-                    headers: Vec::new(),
-                    base: None,
-                };
-                publisher.publish_all(&[msg]).await.context("cannot republish")?;
-                consumer.ack(delivery.delivery_tag).await?;
-                replayed += 1;
-                println!("replayed {} ({})", task.notification_id, task.channel);
-            }
-            _ => {}
+    let ids: Vec<String>;
+    let what = match &args.command {
+        DeadCommand::List { limit, .. } => Pass::List(*limit),
+        DeadCommand::Replay { id, all } => {
+            ids = id.iter().cloned().collect();
+            Pass::Replay(if *all { None } else { Some(&ids) })
         }
-    }
-    // Whatever was not replayed goes back to the queue when the channel closes.
-    consumer.close().await;
+    };
+    let replay = matches!(what, Pass::Replay(_));
+    let items = klaxon_api::dead::pass(&broker, &publisher, &topology, what)
+        .await
+        .context("cannot read the dead-letter queue")?;
     publisher.close().await;
     broker.close().await;
-    if replay.is_some() {
-        println!("{replayed} replayed");
-        if replayed == 0 {
+    match args.command {
+        DeadCommand::List { json, .. } => {
+            if !json {
+                println!("NOTIFICATION\tPROJECT\tRULE\tCHANNEL\tATTEMPTS\tDESTINATION\tREASON");
+            }
+            for item in &items {
+                print_one(item, json);
+            }
+        }
+        DeadCommand::Replay { .. } => {
+            for item in &items {
+                println!("replayed {} ({})", item.notification_id, item.channel);
+            }
+        }
+    }
+    if replay {
+        println!("{} replayed", items.len());
+        if items.is_empty() {
             return Ok(ExitCode::from(1));
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_one(delivery: &Delivery, task: Option<&NotificationTask>, json: bool) {
-    let attempts = header(&delivery.properties, ATTEMPTS_HEADER).unwrap_or_else(|| "0".into());
-    let reason = header(&delivery.properties, ERROR_HEADER).unwrap_or_default();
-    let (id, project, rule, channel, dest) = match task {
-        Some(t) => (
-            t.notification_id.clone(),
-            t.project_id.clone(),
-            t.rule_id.clone(),
-            t.channel.as_str().to_owned(),
-            redact_endpoint(t.channel, &t.endpoint),
-        ),
-        None => ("-".into(), "-".into(), "-".into(), "-".into(), "-".into()),
-    };
+fn print_one(d: &DeadItem, json: bool) {
     if json {
-        let line = serde_json::json!({
-            "notificationId": id, "projectId": project, "ruleId": rule, "channel": channel,
-            "attempts": attempts.parse::<u64>().unwrap_or(0), "destination": dest, "reason": reason,
-        });
-        println!("{line}");
+        println!("{}", d.to_json());
     } else {
-        println!("{id}\t{project}\t{rule}\t{channel}\t{attempts}\t{dest}\t{reason}");
+        println!(
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            d.notification_id, d.project_id, d.rule_id, d.channel, d.attempts, d.destination, d.reason
+        );
     }
 }

@@ -51,18 +51,7 @@ pub async fn run(args: DeliveriesArgs, global: &GlobalOpts) -> anyhow::Result<Ex
         .context("cannot read the delivery trail")?;
     if args.json {
         for r in &records {
-            let line = serde_json::json!({
-                "notificationId": r.notification_id,
-                "projectId": r.project_id,
-                "ruleId": r.rule_id,
-                "channel": r.channel,
-                "destination": r.destination,
-                "attempts": r.attempts,
-                "status": r.status.as_str(),
-                "lastError": r.last_error,
-                "firedAt": klaxon_core::notification::rfc3339_ms(r.fired_at_ms),
-                "at": klaxon_core::notification::rfc3339_ms(r.at_ms),
-            });
+            let line = klaxon_api::deliveries::record_json(r);
             println!("{line}");
         }
     } else {

@@ -3,6 +3,8 @@
 pub mod bench;
 pub mod dead;
 pub mod deliveries;
+pub mod explain;
+pub mod mute;
 pub mod publish;
 pub mod rules;
 pub mod run;

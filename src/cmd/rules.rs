@@ -375,13 +375,7 @@ fn build_rule(a: &AddArgs) -> anyhow::Result<Value> {
     }
 }
 
-/// Every problem the core finds in a stored rule: its warnings, or the one that makes it unusable.
-fn problems_of(rule: &Value) -> Vec<RuleProblem> {
-    match parse_rule_value(rule) {
-        Ok((_, problems)) => problems,
-        Err(p) => vec![p],
-    }
-}
+use klaxon_rules::format::rule_problems as problems_of;
 
 fn describe(problems: &[RuleProblem]) -> String {
     problems
@@ -402,16 +396,7 @@ fn read_import(a: &ImportArgs) -> anyhow::Result<Vec<klaxon_rules::ProjectNotifi
         std::fs::read_to_string(&a.file).with_context(|| format!("cannot read {}", a.file))?
     };
     let projects = parse_import(&text).with_context(|| format!("{}: nothing imported", a.file))?;
-    let mut problems = Vec::new();
-    for p in &projects {
-        for rule in &p.notifications {
-            problems.extend(
-                problems_of(&document_to_json(rule))
-                    .into_iter()
-                    .map(|x| (p.project_id, x)),
-            );
-        }
-    }
+    let problems = klaxon_rules::format::import_problems(&projects);
     // Import refuses only what the engine cannot use (fatal problems). A rule that is valid but cannot notify yet
     // (Hawk's default rule with every channel disabled) is stored, with a warning.
     let (problems, warnings): (Vec<_>, Vec<_>) = problems.into_iter().partition(|(_, p)| p.fatal);

@@ -206,10 +206,23 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
     let shutdown = CancellationToken::new();
     let metrics = Arc::new(Metrics::new());
     let readiness = Readiness::default();
+    let api = klaxon_api::router(klaxon_api::ApiConfig {
+        namespace: global.namespace.clone(),
+        amqp_url: global.amqp_url.clone(),
+        redis_url: global.redis_url.clone(),
+        mongo_url: global.mongo_url.clone(),
+        mongo_db: global.mongo_db(),
+        events_queue: global.events_queue(),
+        queue_type: args.queue_type,
+        token: std::env::var("KLAXON_API_TOKEN")
+            .ok()
+            .filter(|t| !t.trim().is_empty()),
+    });
     let http = klaxon_engine::http::serve(
         args.http_addr,
         metrics.clone(),
         readiness.clone(),
+        api,
         shutdown.clone(),
     )
     .await
@@ -247,6 +260,12 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
             shutdown.clone(),
         ));
         let rules = RuleCache::new(store, Duration::from_secs(args.rules_ttl));
+        tracker.spawn(klaxon_api::invalidation::subscribe(
+            global.redis_url.clone(),
+            global.namespace.clone(),
+            rules.clone(),
+            shutdown.clone(),
+        ));
         names.connect(rules.clone());
         {
             let rules = rules.clone();

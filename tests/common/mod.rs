@@ -82,11 +82,16 @@ impl Env {
 
     /// Starts a long-running process (`run`, `worker`, `sender`) and waits until /readyz answers 200.
     pub fn spawn(&self, sub: &str, extra: &[&str]) -> Klaxon {
-        let port = free_port();
+        self.spawn_at(sub, &format!("127.0.0.1:{}", free_port()), extra)
+    }
+
+    /// [`Env::spawn`] with the HTTP server on `bind` (e.g. `0.0.0.0:<port>`); the test talks to it on loopback.
+    pub fn spawn_at(&self, sub: &str, bind: &str, extra: &[&str]) -> Klaxon {
+        let port = bind.rsplit(':').next().unwrap_or_default();
         let addr = format!("127.0.0.1:{port}");
         let log = std::env::temp_dir().join(format!("{}-{sub}-{port}.log", self.namespace));
         let file = std::fs::File::create(&log).expect("log file");
-        let mut args = vec![sub, "--http-addr", addr.as_str()];
+        let mut args = vec![sub, "--http-addr", bind];
         args.extend_from_slice(extra);
         let child = self
             .command(&args)

@@ -36,8 +36,23 @@ impl<'a> Title<'a> {
 pub struct TitleFilter {
     including: Option<AhoCorasick>,
     excluding: Option<AhoCorasick>,
+    /// The `excluding` words as matched (trimmed, lowercase), to name the one that decided.
+    excluding_words: Vec<String>,
     including_patterns: Option<RegexSet>,
     excluding_patterns: Option<RegexSet>,
+}
+
+/// Why a title did not pass a [`TitleFilter`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FilterMiss {
+    /// `including` is not empty and the title contains none of its words.
+    NoIncludingWord,
+    /// The title contains this `excluding` word (index among the non-blank words).
+    ExcludedWord(usize),
+    /// `includingPatterns` is not empty and the title matches none.
+    NoIncludingPattern,
+    /// The title matches this `excludingPatterns` regex (index).
+    ExcludedPattern(usize),
 }
 
 /// A filter that could not be compiled.
@@ -61,12 +76,15 @@ pub enum FilterError {
     },
 }
 
-fn words(field: &'static str, list: &[String]) -> Result<Option<AhoCorasick>, FilterError> {
-    let lowered: Vec<String> = list
-        .iter()
+fn lowered(list: &[String]) -> Vec<String> {
+    list.iter()
         .map(|w| w.trim().to_lowercase())
         .filter(|w| !w.is_empty())
-        .collect();
+        .collect()
+}
+
+fn words(field: &'static str, list: &[String]) -> Result<Option<AhoCorasick>, FilterError> {
+    let lowered = lowered(list);
     if lowered.is_empty() {
         return Ok(None);
     }
@@ -104,6 +122,7 @@ impl TitleFilter {
         Ok(TitleFilter {
             including: words("including", including)?,
             excluding: words("excluding", excluding)?,
+            excluding_words: lowered(excluding),
             including_patterns: patterns("includingPatterns", including_patterns)?,
             excluding_patterns: patterns("excludingPatterns", excluding_patterns)?,
         })
@@ -111,27 +130,53 @@ impl TitleFilter {
 
     /// True when the title passes every list.
     pub fn matches(&self, title: &Title<'_>) -> bool {
+        self.check(title).is_ok()
+    }
+
+    /// Passes, or says which list rejected the title (and, for an exclusion, which word or pattern). The
+    /// worker and `explain` both decide with this; it allocates nothing.
+    pub fn check(&self, title: &Title<'_>) -> Result<(), FilterMiss> {
         if let Some(inc) = &self.including {
             if !inc.is_match(&title.lower) {
-                return false;
+                return Err(FilterMiss::NoIncludingWord);
             }
         }
         if let Some(exc) = &self.excluding {
-            if exc.is_match(&title.lower) {
-                return false;
+            if let Some(m) = exc.find(&title.lower) {
+                return Err(FilterMiss::ExcludedWord(m.pattern().as_usize()));
             }
         }
         if let Some(inc) = &self.including_patterns {
             if !inc.is_match(title.original) {
-                return false;
+                return Err(FilterMiss::NoIncludingPattern);
             }
         }
         if let Some(exc) = &self.excluding_patterns {
-            if exc.is_match(title.original) {
-                return false;
+            if let Some(i) = exc.matches(title.original).iter().next() {
+                return Err(FilterMiss::ExcludedPattern(i));
             }
         }
-        true
+        Ok(())
+    }
+
+    /// Words it to a person: which list decided and, for an exclusion, the word or pattern.
+    pub fn describe(&self, miss: FilterMiss) -> String {
+        match miss {
+            FilterMiss::NoIncludingWord => "the title contains none of the `including` words".into(),
+            FilterMiss::ExcludedWord(i) => format!(
+                "the title contains the `excluding` word {:?}",
+                self.excluding_words.get(i).map(String::as_str).unwrap_or("?")
+            ),
+            FilterMiss::NoIncludingPattern => "the title matches none of the `includingPatterns`".into(),
+            FilterMiss::ExcludedPattern(i) => format!(
+                "the title matches the `excludingPatterns` regex {:?}",
+                self.excluding_patterns
+                    .as_ref()
+                    .and_then(|p| p.patterns().get(i))
+                    .map(String::as_str)
+                    .unwrap_or("?")
+            ),
+        }
     }
 }
 

@@ -13,14 +13,15 @@
 
 pub mod event;
 pub mod filter;
+pub mod mute;
 pub mod notification;
 pub mod rule;
 pub mod text;
 
 pub use event::{Event, EventTask, InvalidEvent};
-pub use filter::{Title, TitleFilter};
+pub use filter::{FilterMiss, Title, TitleFilter};
 pub use notification::{notification_id, NotificationEvent, NotificationTask, Reason};
 pub use rule::{
-    parse_rule_value, ChannelConfig, ChannelKind, CompiledRule, ProjectRules, RawRule, RuleProblem, Want,
-    WhatToReceive, Window,
+    parse_rule_value, ChannelConfig, ChannelKind, CompiledRule, ProjectRules, RawRule, RuleProblem, Skip,
+    Want, WhatToReceive, Window,
 };

@@ -258,18 +258,44 @@ pub enum Want {
     },
 }
 
+/// Why a rule does not count an event (see [`CompiledRule::decide`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// `isEnabled: false`.
+    Disabled,
+    /// No enabled channel with an endpoint: nothing could be sent.
+    NoChannels,
+    /// An ONLY_NEW rule and an event that is not a first occurrence.
+    NotNew,
+    /// A `uniqueUsers` rule and an event without a user.
+    NoUser,
+    /// The title filters rejected the title.
+    Filtered(crate::filter::FilterMiss),
+}
+
 impl CompiledRule {
     /// Decides whether this rule is interested in the event (enabled, kind, filters). `title` must be
     /// `Title::new(&event.title)`, computed once per event.
     pub fn wants(&self, event: &Event, title: &Title<'_>) -> Option<Want> {
-        if !self.enabled || self.channels.is_empty() {
-            return None;
+        self.decide(event, title).ok()
+    }
+
+    /// [`CompiledRule::wants`] with the reason when the rule does not count the event: the one decision the
+    /// worker evaluates with and `explain` reports.
+    pub fn decide(&self, event: &Event, title: &Title<'_>) -> Result<Want, Skip> {
+        if !self.enabled {
+            return Err(Skip::Disabled);
+        }
+        if self.channels.is_empty() {
+            return Err(Skip::NoChannels);
         }
         let want = match self.what {
             WhatToReceive::OnlyNew if event.is_new => Want::FirstSeen,
-            WhatToReceive::OnlyNew => return None,
+            WhatToReceive::OnlyNew => return Err(Skip::NotNew),
             // Events without a user are not counted by a unique-users rule.
-            WhatToReceive::SeenMore { .. } if self.unique_users && event.user.is_none() => return None,
+            WhatToReceive::SeenMore { .. } if self.unique_users && event.user.is_none() => {
+                return Err(Skip::NoUser)
+            }
             WhatToReceive::SeenMore { threshold, period_ms } if self.unique_users => Want::UniqueUsers {
                 threshold,
                 period_ms,
@@ -281,7 +307,8 @@ impl CompiledRule {
                 window: self.window,
             },
         };
-        self.filter.matches(title).then_some(want)
+        self.filter.check(title).map_err(Skip::Filtered)?;
+        Ok(want)
     }
 }
 
@@ -961,5 +988,107 @@ mod tests {
             min_period_s: 0,
         };
         assert!(!format!("{c:?}").contains("SECRET"));
+    }
+}
+
+#[cfg(test)]
+mod decide_tests {
+    use super::*;
+    use crate::filter::FilterMiss;
+    use serde_json::json;
+
+    fn ev(title: &str, is_new: bool, user: Option<&str>) -> Event {
+        Event {
+            title: title.into(),
+            group_hash: "g".into(),
+            is_new,
+            repetition_id: None,
+            timestamp: None,
+            user: user.map(str::to_owned),
+        }
+    }
+
+    /// The worker evaluates with `wants`, explain reports `decide`: one function, the same answers.
+    #[test]
+    fn decide_table_and_wants_agree() {
+        let hook = json!({"webhook": {"isEnabled": true, "endpoint": "https://h.example/x", "minPeriod": 0}});
+        let rule = |extra: Value| {
+            let mut r = json!({"_id": "5e3eef0679fa3700a0198a49", "isEnabled": true, "whatToReceive": "SEEN_MORE",
+                               "threshold": 3, "thresholdPeriod": 60000, "channels": hook});
+            if let (Some(r), Value::Object(e)) = (r.as_object_mut(), extra) {
+                r.extend(e);
+            }
+            parse_rule_value(&r).expect("rule").0
+        };
+        let count = Ok(Want::Count {
+            threshold: 3,
+            period_ms: 60000,
+            window: Window::Fixed,
+        });
+        let cases: Vec<(CompiledRule, Event, Result<Want, Skip>)> = vec![
+            (rule(json!({})), ev("Boom", false, None), count),
+            (
+                rule(json!({"isEnabled": false})),
+                ev("Boom", false, None),
+                Err(Skip::Disabled),
+            ),
+            (
+                rule(json!({"channels": {}})),
+                ev("Boom", false, None),
+                Err(Skip::NoChannels),
+            ),
+            (
+                rule(json!({"whatToReceive": "ONLY_NEW"})),
+                ev("Boom", false, None),
+                Err(Skip::NotNew),
+            ),
+            (
+                rule(json!({"whatToReceive": "ONLY_NEW"})),
+                ev("Boom", true, None),
+                Ok(Want::FirstSeen),
+            ),
+            (
+                rule(json!({"uniqueUsers": true})),
+                ev("Boom", false, None),
+                Err(Skip::NoUser),
+            ),
+            (
+                rule(json!({"including": ["timeout"]})),
+                ev("Boom", false, None),
+                Err(Skip::Filtered(FilterMiss::NoIncludingWord)),
+            ),
+            (
+                rule(json!({"excluding": ["", "Noise", "boom"]})),
+                ev("BOOM here", false, None),
+                Err(Skip::Filtered(FilterMiss::ExcludedWord(1))),
+            ),
+            (
+                rule(json!({"includingPatterns": ["^Type"]})),
+                ev("Boom", false, None),
+                Err(Skip::Filtered(FilterMiss::NoIncludingPattern)),
+            ),
+            (
+                rule(json!({"excludingPatterns": ["^a", "o{2}"]})),
+                ev("Boom", false, None),
+                Err(Skip::Filtered(FilterMiss::ExcludedPattern(1))),
+            ),
+        ];
+        for (i, (rule, event, expected)) in cases.iter().enumerate() {
+            let title = Title::new(&event.title);
+            let got = rule.decide(event, &title);
+            assert_eq!(&got, expected, "case {i}");
+            assert_eq!(rule.wants(event, &title), got.ok(), "case {i}: wants = decide");
+        }
+        // The reason names what decided.
+        let r = rule(json!({"excluding": ["noise", "boom"]}));
+        let Err(Skip::Filtered(miss)) = r.decide(&ev("a Boom", false, None), &Title::new("a Boom")) else {
+            panic!("filtered")
+        };
+        assert!(r.filter.describe(miss).contains("\"boom\""));
+        let r = rule(json!({"excludingPatterns": ["o{2}"]}));
+        let Err(Skip::Filtered(miss)) = r.decide(&ev("Boom", false, None), &Title::new("Boom")) else {
+            panic!("filtered")
+        };
+        assert!(r.filter.describe(miss).contains("o{2}"));
     }
 }

@@ -34,12 +34,16 @@ pub mod digest;
 mod error;
 mod handle;
 mod hit;
+pub mod mutes;
+mod peek;
 
 pub use counter::{Counter, DEFAULT_FIRST_SEEN_TTL};
 pub use digest::{Appended, Claim, DigestKey, Digests};
 pub use error::CounterError;
 pub use handle::RedisHandle;
 pub use hit::{Hit, HitSpec, Outcome};
+pub use mutes::Mutes;
+pub use peek::Peek;
 
 /// A duration as a script's ms argument: saturating, and at least 1 ms (Redis refuses a zero `PX`).
 pub(crate) fn ms(d: std::time::Duration) -> u64 {

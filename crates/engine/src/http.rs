@@ -78,12 +78,13 @@ async fn readyz(State(ops): State<Ops>) -> impl IntoResponse {
     }
 }
 
-/// Binds `addr` and serves until `shutdown`. Binding errors are returned at once so a bad `--http-addr` is a
-/// clear start-up error.
+/// Binds `addr` and serves until `shutdown`, with `extra` (the HTTP API) merged beside the operations routes.
+/// Binding errors are returned at once so a bad `--http-addr` is a clear start-up error.
 pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
     readiness: Readiness,
+    extra: axum::Router,
     shutdown: CancellationToken,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -91,9 +92,11 @@ pub async fn serve(
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .with_state(Ops { metrics, readiness });
+        .with_state(Ops { metrics, readiness })
+        .merge(extra);
     Ok(tokio::spawn(async move {
-        let _ = axum::serve(listener, app)
+        // The peer address lets the API serve loopback clients only when no token is set.
+        let _ = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
             .with_graceful_shutdown(async move { shutdown.cancelled().await })
             .await;
     }))

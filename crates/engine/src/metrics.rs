@@ -67,6 +67,8 @@ pub struct Metrics {
     pub thresholds_crossed: Family<WindowLabel, Counter>,
     /// Notification tasks published to the sender queues.
     pub notifications_published: Family<ChannelLabel, Counter>,
+    /// Firings counted but not delivered because a mute matched.
+    pub firings_muted: Counter,
     /// Delivery attempts by outcome.
     pub deliveries: Family<ChannelOutcome, Counter>,
     /// Redis failures.
@@ -110,6 +112,7 @@ impl Metrics {
             rules_matched: Counter::default(),
             thresholds_crossed: Family::default(),
             notifications_published: Family::default(),
+            firings_muted: Counter::default(),
             deliveries: Family::default(),
             redis_errors: Counter::default(),
             broker_errors: Counter::default(),
@@ -180,6 +183,11 @@ impl Metrics {
             "thresholds_crossed",
             "Rule firings (threshold crossings and first occurrences)",
             m.thresholds_crossed.clone(),
+        );
+        registry.register(
+            "firings_muted",
+            "Firings counted but not delivered because a mute matched",
+            m.firings_muted.clone(),
         );
         registry.register(
             "notifications_published",

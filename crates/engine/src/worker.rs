@@ -216,11 +216,38 @@ async fn process_batch(
         let outcomes = deps.counter.hit_batch(&hits, None).await.inspect_err(|_| {
             m.redis_errors.inc();
         })?;
+        // Mutes of the projects that fired: one extra Redis round trip per batch with firings, none otherwise.
+        let mut firing_projects: Vec<&str> = outcomes
+            .iter()
+            .zip(&sources)
+            .filter(|(o, _)| o.is_fired())
+            .map(|(_, s)| events[s.event].0.project_id.as_str())
+            .collect();
+        firing_projects.sort_unstable();
+        firing_projects.dedup();
+        let mutes = if firing_projects.is_empty() {
+            Default::default()
+        } else {
+            klaxon_counter::Mutes::new(deps.counter.redis().clone(), deps.topology.namespace())
+                .of_projects(&firing_projects)
+                .await
+                .inspect_err(|_| {
+                    m.redis_errors.inc();
+                })?
+        };
         for (outcome, src) in outcomes.iter().zip(&sources) {
             let Outcome::Fired { count, firing, at_ms } = outcome else {
                 continue;
             };
             let (task, _) = &events[src.event];
+            if mutes.get(task.project_id.as_str()).is_some_and(|ms| {
+                klaxon_core::mute::is_muted(ms, &src.rule.id, &task.event.group_hash, *at_ms)
+            }) {
+                // Counted (the window stays true), never delivered, not later either.
+                m.firings_muted.inc();
+                tracing::info!(project = %task.project_id, rule = %src.rule.id, "firing muted");
+                continue;
+            }
             let (reason, window) = match src.want {
                 Want::FirstSeen => (Reason::New, "first_seen"),
                 Want::Count {

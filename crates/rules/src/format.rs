@@ -179,6 +179,30 @@ pub fn export_json(projects: &[ProjectNotifications]) -> Value {
     )
 }
 
+/// Every problem the core finds in a stored rule (its JSON form): its warnings, or the one that makes it
+/// unusable. `klaxon rules check|import` and the HTTP API validate with this.
+pub fn rule_problems(rule: &Value) -> Vec<klaxon_core::RuleProblem> {
+    match klaxon_core::parse_rule_value(rule) {
+        Ok((_, problems)) => problems,
+        Err(p) => vec![p],
+    }
+}
+
+/// Every problem in parsed import input, with the project it belongs to; empty = safe to store.
+pub fn import_problems(projects: &[ProjectNotifications]) -> Vec<(ObjectId, klaxon_core::RuleProblem)> {
+    let mut out = Vec::new();
+    for p in projects {
+        for rule in &p.notifications {
+            out.extend(
+                rule_problems(&document_to_json(rule))
+                    .into_iter()
+                    .map(|x| (p.project_id, x)),
+            );
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

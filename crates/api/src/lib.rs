@@ -1,0 +1,730 @@
+//! Klaxon's HTTP API (INTERFACE.md, "HTTP API and console"), mounted beside `/metrics` on `--http-addr`.
+//!
+//! ```text
+//!  client ──▶ auth (Bearer token, or loopback only) ──▶ body cap (1 MiB) ──▶ handler (timeout) ──▶ JSON
+//!                                                                              │
+//!        POST /api/v1/events ──────────── EventTask::parse (the queue's validation) ──▶ RabbitMQ (confirms)
+//!        GET|PUT /api/v1/projects/{id}/rules ── klaxon-rules (import validation) ──▶ MongoDB
+//!                                                └──▶ Redis PUBLISH <ns>:rules:invalidate ──▶ every process
+//! ```
+//!
+//! Backing services are connected on first use, so the API answers (with 503) even while one is down, and
+//! every error leaves as `{"error": "…"}` with a 4xx/5xx status — never a stack.
+#![deny(missing_docs)]
+
+pub mod dead;
+pub mod deliveries;
+pub mod explain;
+pub mod invalidation;
+pub mod mutes;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use klaxon_broker::{Broker, Outgoing, Publisher, QueueType, Topology};
+use klaxon_core::EventTask;
+use klaxon_counter::RedisHandle;
+use klaxon_rules::{RuleStore, RulesError};
+use serde_json::{json, Value};
+use tokio::sync::{Mutex, OnceCell};
+
+/// Largest request body accepted; larger ones get 413.
+pub const MAX_BODY: usize = 1024 * 1024;
+/// Longest a handler may run before the request fails with 503.
+pub const HANDLER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest an error message that leaves the process may be, in characters.
+const MAX_ERROR_CHARS: usize = 2000;
+
+/// What the API needs to reach the backing services. Validated by the binary before it is built.
+#[derive(Clone)]
+pub struct ApiConfig {
+    /// The namespace (queues, Redis keys).
+    pub namespace: String,
+    /// RabbitMQ URL.
+    pub amqp_url: String,
+    /// Redis URL (a comma-separated list = Redis Cluster).
+    pub redis_url: String,
+    /// MongoDB URL.
+    pub mongo_url: String,
+    /// MongoDB database.
+    pub mongo_db: String,
+    /// The events queue `POST /api/v1/events` publishes to.
+    pub events_queue: String,
+    /// Queue type used when the events queue has to be declared.
+    pub queue_type: QueueType,
+    /// `KLAXON_API_TOKEN`: when set, every request needs `Authorization: Bearer <token>`; when not, only
+    /// loopback clients are served.
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for ApiConfig {
+    // URLs may carry passwords and the token is a secret: say only what is safe.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiConfig")
+            .field("namespace", &self.namespace)
+            .field("events_queue", &self.events_queue)
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    config: ApiConfig,
+    store: OnceCell<RuleStore>,
+    redis: OnceCell<RedisHandle>,
+    amqp: Mutex<Option<(Broker, Publisher)>>,
+    trail: OnceCell<klaxon_engine::trail::TrailReader>,
+}
+
+#[derive(Clone)]
+struct Api(Arc<Inner>);
+
+/// An error answer: a status and `{"error": message}` (plus optional extra fields).
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    message: String,
+    extra: Option<(&'static str, Value)>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        let mut message: String = message.into();
+        if message.chars().count() > MAX_ERROR_CHARS {
+            message = message.chars().take(MAX_ERROR_CHARS).collect::<String>() + "…";
+        }
+        ApiError {
+            status,
+            message,
+            extra: None,
+        }
+    }
+
+    fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, message)
+    }
+
+    fn unavailable(what: &str, e: impl std::fmt::Display) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{what} is unavailable: {e}"),
+        )
+    }
+
+    fn rules(e: RulesError) -> Self {
+        match e {
+            RulesError::InvalidId { .. } => Self::bad_request(e.to_string()),
+            e if e.is_transient() => Self::unavailable("MongoDB", e),
+            e => Self::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = json!({ "error": self.message });
+        if let Some((k, v)) = self.extra {
+            body[k] = v;
+        }
+        json_response(self.status, &body)
+    }
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// The router of `/api/v1` (and the auth, body cap and timeout around it), ready to merge into the
+/// operations server. The server must be run with `into_make_service_with_connect_info::<SocketAddr>()`
+/// for the loopback check; without it, only token auth can succeed.
+pub fn router(config: ApiConfig) -> Router {
+    let api = Api(Arc::new(Inner {
+        config,
+        store: OnceCell::new(),
+        redis: OnceCell::new(),
+        amqp: Mutex::new(None),
+        trail: OnceCell::new(),
+    }));
+    Router::new()
+        .route("/api/v1/events", post(post_events))
+        .route(
+            "/api/v1/projects/{project_id}/rules",
+            get(get_rules).put(put_rules),
+        )
+        .route("/api/v1/projects/{project_id}/explain", post(post_explain))
+        .route(
+            "/api/v1/projects/{project_id}/mutes",
+            get(list_mutes).post(add_mute),
+        )
+        .route(
+            "/api/v1/projects/{project_id}/mutes/{mute_id}",
+            axum::routing::delete(delete_mute),
+        )
+        .route("/api/v1/deliveries", get(get_deliveries))
+        .route("/api/v1/dead", get(get_dead))
+        .route("/api/v1/dead/replay", post(replay_dead))
+        .route("/api/v1", get(not_found))
+        .route("/api/v1/{*rest}", get(not_found).fallback(not_found))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(middleware::from_fn(with_timeout))
+        .layer(middleware::from_fn_with_state(api.clone(), authenticate))
+        .with_state(api)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "no such endpoint")
+}
+
+async fn with_timeout(req: Request, next: Next) -> Response {
+    match tokio::time::timeout(HANDLER_TIMEOUT, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the request took over {} s", HANDLER_TIMEOUT.as_secs()),
+        )
+        .into_response(),
+    }
+}
+
+/// Compares two secrets in time that does not depend on where they differ (digests first, so the length
+/// does not leak either).
+fn same_secret(a: &str, b: &str) -> bool {
+    use sha2::{Digest, Sha256};
+    let (x, y) = (Sha256::digest(a.as_bytes()), Sha256::digest(b.as_bytes()));
+    x.iter().zip(y.iter()).fold(0u8, |acc, (p, q)| acc | (p ^ q)) == 0
+}
+
+async fn authenticate(State(api): State<Api>, req: Request, next: Next) -> Response {
+    match &api.0.config.token {
+        Some(token) => {
+            let given = req
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::trim);
+            match given {
+                Some(g) if same_secret(g, token) => next.run(req).await,
+                _ => {
+                    let mut r = ApiError::new(
+                        StatusCode::UNAUTHORIZED,
+                        "missing or wrong `Authorization: Bearer <token>` (KLAXON_API_TOKEN)",
+                    )
+                    .into_response();
+                    r.headers_mut().insert(
+                        header::WWW_AUTHENTICATE,
+                        header::HeaderValue::from_static("Bearer"),
+                    );
+                    r
+                }
+            }
+        }
+        None => {
+            let loopback = req
+                .extensions()
+                .get::<axum::extract::ConnectInfo<SocketAddr>>()
+                .is_some_and(|c| c.0.ip().is_loopback());
+            if loopback {
+                next.run(req).await
+            } else {
+                ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "KLAXON_API_TOKEN is not set: only loopback clients are served",
+                )
+                .into_response()
+            }
+        }
+    }
+}
+
+/// The request body, or the error answer for it (413 over the cap).
+fn body_of(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|r| {
+        let status = r.status();
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(status, format!("the body is over {MAX_BODY} bytes"))
+        } else {
+            ApiError::new(status, r.body_text())
+        }
+    })
+}
+
+fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
+    let body = body_of(body)?;
+    serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))
+}
+
+impl Api {
+    async fn store(&self) -> Result<&RuleStore, ApiError> {
+        let c = &self.0.config;
+        self.0
+            .store
+            .get_or_try_init(|| RuleStore::connect(&c.mongo_url, &c.mongo_db))
+            .await
+            .map_err(ApiError::rules)
+    }
+
+    async fn redis(&self) -> Result<RedisHandle, ApiError> {
+        self.0
+            .redis
+            .get_or_try_init(|| RedisHandle::connect(&self.0.config.redis_url))
+            .await
+            .cloned()
+            .map_err(|e| ApiError::unavailable("Redis", e))
+    }
+
+    /// Publishes with confirms on the shared channel, (re)connecting when it is gone.
+    async fn publish(&self, messages: &[Outgoing]) -> Result<(), ApiError> {
+        let c = &self.0.config;
+        let mut slot = self.0.amqp.lock().await;
+        if slot.as_ref().is_some_and(|(b, _)| !b.is_connected()) {
+            *slot = None;
+        }
+        if slot.is_none() {
+            let broker = Broker::connect(&c.amqp_url, Duration::from_secs(5))
+                .await
+                .map_err(|e| ApiError::unavailable("RabbitMQ", e))?;
+            let publisher = broker
+                .publisher()
+                .await
+                .map_err(|e| ApiError::unavailable("RabbitMQ", e))?;
+            let topology = Topology::new(&c.namespace, &c.events_queue, c.queue_type);
+            publisher
+                .declare(&topology)
+                .await
+                .map_err(|e| ApiError::unavailable("RabbitMQ", e))?;
+            *slot = Some((broker, publisher));
+        }
+        let Some((_, publisher)) = slot.as_ref() else {
+            return Err(ApiError::unavailable("RabbitMQ", "not connected"));
+        };
+        if let Err(e) = publisher.publish_all(messages).await {
+            // The channel may be broken; the next request opens a fresh one.
+            *slot = None;
+            return Err(ApiError::unavailable("RabbitMQ", e));
+        }
+        Ok(())
+    }
+}
+
+/// `POST /api/v1/events`: one notifier task or an array; all validated before any is published.
+async fn post_events(
+    State(api): State<Api>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let items = match json_body(body)? {
+        Value::Array(items) => items,
+        one => vec![one],
+    };
+    if items.is_empty() {
+        return Err(ApiError::bad_request("no events: the array is empty"));
+    }
+    let queue = api.0.config.events_queue.clone();
+    let batch = format!("{:016x}", random_u64());
+    let mut messages = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let bytes = serde_json::to_vec(item).map_err(|e| ApiError::bad_request(format!("event {i}: {e}")))?;
+        EventTask::parse(&bytes).map_err(|e| ApiError::bad_request(format!("event {i}: {e}")))?;
+        let mut m = Outgoing::json(queue.clone(), bytes);
+        m.message_id = Some(format!("api-{batch}-{i}"));
+        messages.push(m);
+    }
+    api.publish(&messages).await?;
+    Ok(json_response(
+        StatusCode::ACCEPTED,
+        &json!({ "accepted": messages.len() }),
+    ))
+}
+
+fn check_project_id(project_id: &str) -> Result<(), ApiError> {
+    if klaxon_core::event::is_object_id(project_id) {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "project id `{}` is not a 24-hex-digit ObjectId",
+            project_id.chars().take(64).collect::<String>()
+        )))
+    }
+}
+
+/// `GET /api/v1/projects/{id}/rules`: the project in the import/export format.
+async fn get_rules(State(api): State<Api>, Path(project_id): Path<String>) -> Result<Response, ApiError> {
+    check_project_id(&project_id)?;
+    let store = api.store().await?;
+    match store.project(&project_id).await.map_err(ApiError::rules)? {
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("unknown project {project_id}"),
+        )),
+        Some(p) => Ok(json_response(
+            StatusCode::OK,
+            &json!({
+                "_id": p.project_id,
+                "notifications": p.notifications.into_iter().map(klaxon_rules::format::oids_to_hex).collect::<Vec<_>>(),
+            }),
+        )),
+    }
+}
+
+/// `PUT /api/v1/projects/{id}/rules`: validated like `klaxon rules import` (`?force=true` stores anyway), then
+/// every process is told to drop its cached rules of the project.
+async fn put_rules(
+    State(api): State<Api>,
+    Path(project_id): Path<String>,
+    RawQuery(query): RawQuery,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    check_project_id(&project_id)?;
+    let force = query
+        .as_deref()
+        .unwrap_or_default()
+        .split('&')
+        .any(|kv| kv.eq_ignore_ascii_case("force=true") || kv == "force=1");
+    let mut body = json_body(body)?;
+    let Some(obj) = body.as_object_mut() else {
+        return Err(ApiError::bad_request(
+            "the body must be an object {\"_id\", \"notifications\": [Rule]}",
+        ));
+    };
+    match obj.get("_id").cloned().map(klaxon_rules::format::oids_to_hex) {
+        None => {}
+        Some(Value::String(id)) if id.eq_ignore_ascii_case(&project_id) => {}
+        Some(_) => {
+            return Err(ApiError::bad_request(format!(
+                "`_id` must be the project of the path ({project_id}) or absent"
+            )))
+        }
+    }
+    obj.insert("_id".into(), Value::String(project_id.to_ascii_lowercase()));
+    let text = Value::Array(vec![body]).to_string();
+    let projects = klaxon_rules::parse_import(&text).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    // Like `klaxon rules import`: only what the engine cannot use (fatal problems) refuses the request; a rule
+    // that is valid but cannot notify yet is stored.
+    let problems: Vec<_> = klaxon_rules::format::import_problems(&projects)
+        .into_iter()
+        .filter(|(_, p)| p.fatal)
+        .collect();
+    if !problems.is_empty() && !force {
+        let list: Vec<Value> = problems
+            .iter()
+            .map(|(_, p)| json!({"ruleId": p.rule_id, "fatal": p.fatal, "message": p.message, "fix": p.fix}))
+            .collect();
+        let text = problems
+            .iter()
+            .map(|(_, p)| p.to_string())
+            .collect::<Vec<_>>()
+            .join("; ");
+        let mut e = ApiError::bad_request(format!(
+            "{} problem(s), nothing stored (use ?force=true to store anyway): {text}",
+            problems.len()
+        ));
+        e.extra = Some(("problems", Value::Array(list)));
+        return Err(e);
+    }
+    let store = api.store().await?;
+    store.replace(&projects).await.map_err(ApiError::rules)?;
+    match api.redis().await {
+        Ok(redis) => {
+            if let Err(e) = invalidation::publish(redis, &api.0.config.namespace, &project_id).await {
+                tracing::warn!(error = %e, project_id, "rules stored, but the invalidation was not published; processes refresh on their TTL");
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e.message, project_id, "rules stored, but Redis is unreachable; processes refresh on their TTL")
+        }
+    }
+    let exported = klaxon_rules::export_json(&projects);
+    let out = exported
+        .as_array()
+        .and_then(|a| a.first())
+        .cloned()
+        .unwrap_or(Value::Null);
+    Ok(json_response(StatusCode::OK, &out))
+}
+
+/// `POST /api/v1/projects/{id}/explain` `{"title", "groupHash", "isNew"?, "user"?}`: per rule, what this event
+/// would do. Reads only.
+async fn post_explain(
+    State(api): State<Api>,
+    Path(project_id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    check_project_id(&project_id)?;
+    let body = json_body(body)?;
+    if !body.is_object() {
+        return Err(ApiError::bad_request(
+            "the body must be an object {\"title\", \"groupHash\", \"isNew\"?, \"user\"?}",
+        ));
+    }
+    // Validated exactly like an event on the queue.
+    let task = json!({"projectId": project_id, "event": body}).to_string();
+    let event = EventTask::parse(task.as_bytes())
+        .map_err(|e| ApiError::bad_request(e.to_string()))?
+        .event;
+    let store = api.store().await?;
+    let Some(project) = store.project(&project_id).await.map_err(ApiError::rules)? else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("unknown project {project_id}"),
+        ));
+    };
+    let (counter, now) = api.redis_now().await?;
+    let mutes = api
+        .mutes(&counter)
+        .list(&project_id, now)
+        .await
+        .map_err(|e| ApiError::unavailable("Redis", e))?;
+    let verdicts = explain::explain(&counter, &project.notifications, &mutes, &event)
+        .await
+        .map_err(|e| ApiError::unavailable("Redis", e))?;
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"rules": verdicts.iter().map(explain::Verdict::to_json).collect::<Vec<_>>()}),
+    ))
+}
+
+impl Api {
+    /// The Redis clock (ms), the one mutes and windows use.
+    async fn redis_now(&self) -> Result<(klaxon_counter::Counter, i64), ApiError> {
+        let counter = klaxon_counter::Counter::new(self.redis().await?, &self.0.config.namespace);
+        let now = counter
+            .server_time_ms()
+            .await
+            .map_err(|e| ApiError::unavailable("Redis", e))?;
+        Ok((counter, now))
+    }
+
+    fn mutes(&self, counter: &klaxon_counter::Counter) -> klaxon_counter::Mutes {
+        klaxon_counter::Mutes::new(counter.redis().clone(), &self.0.config.namespace)
+    }
+
+    /// 404 unless the project exists.
+    async fn known_project(&self, project_id: &str) -> Result<(), ApiError> {
+        check_project_id(project_id)?;
+        match self
+            .store()
+            .await?
+            .project(project_id)
+            .await
+            .map_err(ApiError::rules)?
+        {
+            Some(_) => Ok(()),
+            None => Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("unknown project {project_id}"),
+            )),
+        }
+    }
+}
+
+/// `POST /api/v1/projects/{id}/mutes` → 201 `{"muteId", "until"}`.
+async fn add_mute(
+    State(api): State<Api>,
+    Path(project_id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = json_body(body)?;
+    api.known_project(&project_id).await?;
+    let (counter, now) = api.redis_now().await?;
+    let mute = mutes::mute_from_request(&body, now, format!("{:016x}", random_u64()))
+        .map_err(ApiError::bad_request)?;
+    api.mutes(&counter)
+        .add(&project_id, &mute)
+        .await
+        .map_err(|e| ApiError::unavailable("Redis", e))?;
+    let v = mutes::to_json(&mute);
+    Ok(json_response(
+        StatusCode::CREATED,
+        &json!({"muteId": v["muteId"], "until": v["until"]}),
+    ))
+}
+
+/// `GET /api/v1/projects/{id}/mutes` → `{"mutes": [{"muteId", "ruleId"?, "groupHash"?, "until"}]}`.
+async fn list_mutes(State(api): State<Api>, Path(project_id): Path<String>) -> Result<Response, ApiError> {
+    api.known_project(&project_id).await?;
+    let (counter, now) = api.redis_now().await?;
+    let list = api
+        .mutes(&counter)
+        .list(&project_id, now)
+        .await
+        .map_err(|e| ApiError::unavailable("Redis", e))?;
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"mutes": list.iter().map(mutes::to_json).collect::<Vec<_>>()}),
+    ))
+}
+
+/// `DELETE /api/v1/projects/{id}/mutes/{muteId}` → 204, or 404 for an unknown mute.
+async fn delete_mute(
+    State(api): State<Api>,
+    Path((project_id, mute_id)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    check_project_id(&project_id)?;
+    let (counter, _) = api.redis_now().await?;
+    let removed = api
+        .mutes(&counter)
+        .remove(&project_id, &mute_id)
+        .await
+        .map_err(|e| ApiError::unavailable("Redis", e))?;
+    if removed {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(ApiError::new(StatusCode::NOT_FOUND, "no such mute"))
+    }
+}
+
+/// The query string's `key=value` pairs (values percent-decoded enough for ids and numbers).
+fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
+    query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => (k.to_owned(), v.replace('+', " ")),
+            None => (kv.to_owned(), String::new()),
+        })
+        .collect()
+}
+
+/// `limit` from the query: 1..=max, default `default`.
+fn limit_of(pairs: &[(String, String)], default: usize, max: usize) -> Result<usize, ApiError> {
+    match pairs.iter().find(|(k, _)| k == "limit") {
+        None => Ok(default),
+        Some((_, v)) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=max).contains(n))
+            .ok_or_else(|| ApiError::bad_request(format!("`limit` must be a whole number from 1 to {max}"))),
+    }
+}
+
+/// `GET /api/v1/deliveries?projectId=&limit=` → `{"deliveries": [...]}`, newest first.
+async fn get_deliveries(State(api): State<Api>, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
+    let pairs = query_pairs(query.as_deref());
+    let limit = limit_of(&pairs, 100, deliveries::MAX_LIMIT)?;
+    let project = pairs
+        .iter()
+        .find(|(k, v)| k == "projectId" && !v.is_empty())
+        .map(|(_, v)| v.clone());
+    if let Some(p) = &project {
+        check_project_id(p)?;
+    }
+    let c = &api.0.config;
+    let trail = api
+        .0
+        .trail
+        .get_or_try_init(|| klaxon_engine::trail::TrailReader::connect(&c.mongo_url, &c.mongo_db))
+        .await
+        .map_err(|e| ApiError::unavailable("MongoDB", e))?;
+    let records = trail
+        .latest(project.as_deref(), None, limit, deliveries::SCAN)
+        .await
+        .map_err(|e| ApiError::unavailable("MongoDB", e))?;
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"deliveries": records.iter().map(deliveries::record_json).collect::<Vec<_>>()}),
+    ))
+}
+
+/// One pass over the dead-letter queue on a connection of its own (rare, operator-driven).
+async fn dead_pass(api: &Api, what: dead::Pass<'_>) -> Result<Vec<dead::DeadItem>, ApiError> {
+    let c = &api.0.config;
+    let unavailable = |e: klaxon_broker::BrokerError| ApiError::unavailable("RabbitMQ", e);
+    let broker = Broker::connect(&c.amqp_url, Duration::from_secs(5))
+        .await
+        .map_err(unavailable)?;
+    let publisher = broker.publisher().await.map_err(unavailable)?;
+    let topology = Topology::new(&c.namespace, &c.events_queue, c.queue_type);
+    publisher.declare(&topology).await.map_err(unavailable)?;
+    let out = dead::pass(&broker, &publisher, &topology, what).await;
+    publisher.close().await;
+    broker.close().await;
+    out.map_err(unavailable)
+}
+
+/// `GET /api/v1/dead?limit=` → `{"dead": [...]}` (the messages stay in the queue).
+async fn get_dead(State(api): State<Api>, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
+    let limit = limit_of(&query_pairs(query.as_deref()), 100, 1000)?;
+    let items = dead_pass(&api, dead::Pass::List(limit as u32)).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"dead": items.iter().map(dead::DeadItem::to_json).collect::<Vec<_>>()}),
+    ))
+}
+
+/// `POST /api/v1/dead/replay` `{"notificationIds"?}` (absent: all) → `{"replayed": n, "notificationIds": [...]}`.
+async fn replay_dead(
+    State(api): State<Api>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let raw = body_of(body)?;
+    let body = if raw.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(&raw)
+            .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?
+    };
+    let ids: Option<Vec<String>> = match body.get("notificationIds") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(a)) => Some(
+            a.iter()
+                .map(|v| v.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| ApiError::bad_request("`notificationIds` must be a list of strings"))?,
+        ),
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "`notificationIds` must be a list of strings",
+            ))
+        }
+    };
+    if !body.is_object() {
+        return Err(ApiError::bad_request(
+            "the body must be an object {\"notificationIds\"?}",
+        ));
+    }
+    let items = dead_pass(&api, dead::Pass::Replay(ids.as_deref())).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"replayed": items.len(), "notificationIds": items.iter().map(|i| i.notification_id.clone()).collect::<Vec<_>>()}),
+    ))
+}
+
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_compare() {
+        assert!(same_secret("abc", "abc"));
+        assert!(!same_secret("abc", "abd"));
+        assert!(!same_secret("abc", "abcd"));
+        assert!(!same_secret("", "a"));
+    }
+}

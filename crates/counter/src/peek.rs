@@ -1,0 +1,182 @@
+//! Reading what the counting scripts hold for a (rule, group) without counting: `explain` asks "what would
+//! the next event do?" and must never change the answer. Plain read commands (GET, HMGET, ZCOUNT, ZCARD,
+//! ZSCORE) in one pipeline after one `TIME` (per (rule, group) in a cluster, where a pipeline keeps to one
+//! slot). The key layout is the one documented in each `lua/*.lua`.
+
+use redis::Value;
+
+use crate::hit::{Hit, HitSpec};
+use crate::{Counter, CounterError};
+use klaxon_core::Window;
+
+/// The state of one (rule, group) as the scripts left it, read at `now_ms` (Redis `TIME`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Peek {
+    /// The Redis clock when read (ms).
+    pub now_ms: i64,
+    /// When the current window fired, the running cooldown started, or (ONLY_NEW) the group was notified.
+    pub fired_at: Option<i64>,
+    /// Events (or distinct users) counted in the current window; sliding: in the trailing period.
+    pub count: u64,
+    /// Fixed windows: when the current window started (`None`: no window running).
+    pub window_start: Option<i64>,
+    /// Unique-users rules: the asked user is already among the counted ones.
+    pub user_known: bool,
+}
+
+fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()?
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .map(|f| f as i64),
+        Value::SimpleString(s) => s.trim().parse::<f64>().ok().map(|f| f as i64),
+        Value::Double(d) => Some(*d as i64),
+        _ => None,
+    }
+}
+
+fn field(v: &Value, i: usize) -> Option<i64> {
+    match v {
+        Value::Array(a) => a.get(i).and_then(int),
+        _ => None,
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+impl Counter {
+    /// Reads the state of each hit's (rule, group) without counting (the hits' specs say which keys). The
+    /// hit's user, when set, is looked up among a unique-users window's users.
+    pub async fn peek(&self, hits: &[Hit]) -> Result<Vec<Peek>, CounterError> {
+        let now = self.server_time_ms().await?;
+        let cmds: Vec<Vec<redis::Cmd>> = hits.iter().map(|h| self.peek_cmds(h, now)).collect();
+        let mut replies: Vec<Vec<Value>> = Vec::with_capacity(hits.len());
+        if self.redis().is_cluster() {
+            for c in &cmds {
+                replies.push(self.query(c.iter()).await?);
+            }
+        } else {
+            let mut all = self.query(cmds.iter().flatten()).await?.into_iter();
+            for c in &cmds {
+                replies.push(all.by_ref().take(c.len()).collect());
+            }
+        }
+        Ok(hits
+            .iter()
+            .zip(replies)
+            .map(|(h, r)| decode(h.spec, now, &r))
+            .collect())
+    }
+
+    async fn query<'a>(
+        &self,
+        cmds: impl Iterator<Item = &'a redis::Cmd>,
+    ) -> Result<Vec<Value>, CounterError> {
+        let mut p = redis::pipe();
+        for c in cmds {
+            p.add_command(c.clone());
+        }
+        Ok(p.query_async(&mut self.redis().clone()).await?)
+    }
+
+    fn peek_cmds(&self, hit: &Hit, now: i64) -> Vec<redis::Cmd> {
+        let keys = self.keys_of(hit);
+        let key = |i: usize| keys.get(i).cloned().unwrap_or_default();
+        let user = hit.user.as_deref().unwrap_or_default().to_owned();
+        let since = |period: u64| format!("({}", now - period as i64);
+        match hit.spec {
+            HitSpec::FirstSeen => vec![redis::cmd("GET").arg(key(0)).clone()],
+            HitSpec::Fixed { .. } => vec![redis::cmd("HMGET").arg(key(0)).arg(&["s", "c", "f"]).clone()],
+            HitSpec::Sliding { period_ms, .. } => vec![
+                redis::cmd("ZCOUNT")
+                    .arg(key(0))
+                    .arg(since(period_ms))
+                    .arg("+inf")
+                    .clone(),
+                redis::cmd("HMGET").arg(key(1)).arg(&["a"]).clone(),
+            ],
+            HitSpec::UniqueUsers {
+                window: Window::Fixed,
+                ..
+            } => vec![
+                redis::cmd("HMGET").arg(key(1)).arg(&["s", "f", "fc"]).clone(),
+                redis::cmd("ZCARD").arg(key(0)).clone(),
+                redis::cmd("ZSCORE").arg(key(0)).arg(user).clone(),
+            ],
+            HitSpec::UniqueUsers {
+                window: Window::Sliding,
+                period_ms,
+                ..
+            } => vec![
+                redis::cmd("ZCOUNT")
+                    .arg(key(0))
+                    .arg(since(period_ms))
+                    .arg("+inf")
+                    .clone(),
+                redis::cmd("HMGET").arg(key(1)).arg(&["a"]).clone(),
+                redis::cmd("ZSCORE").arg(key(0)).arg(user).clone(),
+            ],
+        }
+    }
+}
+
+fn decode(spec: HitSpec, now: i64, r: &[Value]) -> Peek {
+    let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
+    let mut p = Peek {
+        now_ms: now,
+        ..Peek::default()
+    };
+    match spec {
+        HitSpec::FirstSeen => {
+            p.fired_at = text(at(0)).and_then(|v| v.split('|').next().and_then(|t| t.parse().ok()));
+        }
+        HitSpec::Fixed { period_ms, .. } => {
+            let start = field(at(0), 0);
+            // A window that has ended but not expired yet is over: the next event starts a new one.
+            if let Some(s) = start.filter(|s| now < s + period_ms as i64) {
+                p.window_start = Some(s);
+                p.count = field(at(0), 1).unwrap_or(0).max(0) as u64;
+                p.fired_at = field(at(0), 2);
+            }
+        }
+        HitSpec::Sliding { period_ms, .. } => {
+            p.count = int(at(0)).unwrap_or(0).max(0) as u64;
+            p.fired_at = field(at(1), 0).filter(|a| now < a + period_ms as i64);
+        }
+        HitSpec::UniqueUsers {
+            window: Window::Fixed,
+            period_ms,
+            ..
+        } => {
+            if let Some(s) = field(at(0), 0).filter(|s| now < s + period_ms as i64) {
+                p.window_start = Some(s);
+                p.fired_at = field(at(0), 1);
+                p.count = match p.fired_at {
+                    Some(_) => field(at(0), 2).unwrap_or(0).max(0) as u64,
+                    None => int(at(1)).unwrap_or(0).max(0) as u64,
+                };
+                p.user_known = !matches!(at(2), Value::Nil);
+            }
+        }
+        HitSpec::UniqueUsers {
+            window: Window::Sliding,
+            period_ms,
+            ..
+        } => {
+            p.count = int(at(0)).unwrap_or(0).max(0) as u64;
+            p.fired_at = field(at(1), 0).filter(|a| now < a + period_ms as i64);
+            p.user_known = int(at(2)).is_some_and(|seen| seen > now - period_ms as i64);
+        }
+    }
+    p
+}

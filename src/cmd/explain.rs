@@ -1,0 +1,79 @@
+//! `klaxon explain`: what each rule of a project would do with an event, and why (the API's explain, from
+//! the command line). Reads MongoDB and Redis; never counts.
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Args;
+use klaxon_core::EventTask;
+use klaxon_counter::{Counter, RedisHandle};
+use klaxon_rules::RuleStore;
+use serde_json::json;
+
+use crate::cli::GlobalOpts;
+
+/// Options of `klaxon explain`.
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The project (24-hex id).
+    #[arg(long)]
+    pub project: String,
+    /// The event's title.
+    #[arg(long)]
+    pub title: String,
+    /// The event's groupHash.
+    #[arg(long)]
+    pub group: String,
+    /// The event is a first occurrence (isNew: true).
+    #[arg(long)]
+    pub new: bool,
+    /// The event's user id (uniqueUsers rules).
+    #[arg(long)]
+    pub user: Option<String>,
+    /// Print the API's JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub async fn run(args: ExplainArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
+    let mut event = json!({"title": args.title, "groupHash": args.group, "isNew": args.new});
+    if let Some(u) = &args.user {
+        event["user"] = json!(u);
+    }
+    let task = json!({"projectId": args.project, "event": event}).to_string();
+    let event = EventTask::parse(task.as_bytes())
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .event;
+    let store = RuleStore::connect(&global.mongo_url, &global.mongo_db())
+        .await
+        .context("cannot connect to MongoDB (--mongo-url / KLAXON_MONGO_URL)")?;
+    let project = store
+        .project(&args.project)
+        .await?
+        .with_context(|| format!("unknown project {}", args.project))?;
+    let redis = RedisHandle::connect(&global.redis_url)
+        .await
+        .context("cannot connect to Redis (--redis-url / KLAXON_REDIS_URL)")?;
+    let counter = Counter::new(redis.clone(), &global.namespace);
+    let now = counter.server_time_ms().await?;
+    let mutes = klaxon_counter::Mutes::new(redis, &global.namespace)
+        .list(&args.project, now)
+        .await?;
+    let verdicts = klaxon_api::explain::explain(&counter, &project.notifications, &mutes, &event).await?;
+    if args.json {
+        let rules: Vec<_> = verdicts.iter().map(|v| v.to_json()).collect();
+        println!("{}", serde_json::to_string_pretty(&json!({ "rules": rules }))?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if verdicts.is_empty() {
+        println!("project {} has no rules", args.project);
+    }
+    for v in &verdicts {
+        let count = match (v.count, v.threshold) {
+            (Some(c), Some(t)) => format!(" [{c}/{t}]"),
+            _ => String::new(),
+        };
+        println!("{}  {:<16} {}{count}", v.rule_id, v.verdict, v.reason);
+    }
+    Ok(ExitCode::SUCCESS)
+}
