@@ -91,6 +91,10 @@ async fn auth_limits_and_errors_are_json_with_the_right_status() {
     assert!(error_of(&v).contains("JSON"), "{v}");
     let (st, v) = call(&k, "GET", "/api/v1/projects/xyz/rules", None);
     assert_eq!(st, 400, "{v}");
+    // A known path with the wrong method: 405, as JSON too.
+    let (st, v) = call(&k, "DELETE", "/api/v1/events", None);
+    assert_eq!(st, 405, "{v}");
+    error_of(&v);
     drop(k);
 
     // The same process reached over a non-loopback address: 403 (when the machine has one).

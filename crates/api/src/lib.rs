@@ -179,6 +179,7 @@ pub fn router(config: ApiConfig) -> Router {
         .route("/api/v1/dead/replay", post(replay_dead))
         .route("/api/v1", get(not_found))
         .route("/api/v1/{*rest}", get(not_found).fallback(not_found))
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn(with_timeout))
         .layer(middleware::from_fn_with_state(api.clone(), authenticate))
@@ -187,6 +188,14 @@ pub fn router(config: ApiConfig) -> Router {
 
 async fn not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "no such endpoint")
+}
+
+/// A known path with the wrong method: a JSON error like every other one (axum's default is an empty 405).
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method not allowed on this endpoint (see docs/api.md)",
+    )
 }
 
 async fn with_timeout(req: Request, next: Next) -> Response {
