@@ -93,7 +93,7 @@ pub async fn run(args: MuteArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
                 };
                 req["for"] = json!(secs);
             }
-            let id = format!("{:016x}", rand_u64());
+            let id = format!("{:016x}", rand::random::<u64>());
             let mute = klaxon_api::mutes::mute_from_request(&req, now, id).map_err(|e| anyhow::anyhow!(e))?;
             mutes.add(&a.project, &mute).await?;
             let v = klaxon_api::mutes::to_json(&mute);
@@ -129,16 +129,4 @@ pub async fn run(args: MuteArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn rand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.finish()
 }

@@ -63,7 +63,7 @@ pub async fn run(args: PublishArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
     let topology = Topology::new(&global.namespace, &queue, args.queue_type);
     publisher.declare(&topology).await?;
 
-    let run_id = format!("{:016x}", rand_u64());
+    let run_id = format!("{:016x}", rand::random::<u64>());
     let mut sent = 0u64;
     while sent < args.count {
         let n = (args.count - sent).min(CHUNK as u64);
@@ -115,16 +115,4 @@ fn user_of(args: &PublishArgs, i: u64) -> Option<String> {
         (Some(u), None) => Some(u.to_owned()),
         (u, Some(n)) => Some(format!("{}-{}", u.unwrap_or("user"), i % n)),
     }
-}
-
-fn rand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.finish()
 }

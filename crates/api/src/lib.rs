@@ -343,7 +343,7 @@ async fn post_events(
         return Err(ApiError::bad_request("no events: the array is empty"));
     }
     let queue = api.0.config.events_queue.clone();
-    let batch = format!("{:016x}", random_u64());
+    let batch = format!("{:016x}", rand::random::<u64>());
     let mut messages = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         let bytes = serde_json::to_vec(item).map_err(|e| ApiError::bad_request(format!("event {i}: {e}")))?;
@@ -549,7 +549,7 @@ async fn add_mute(
     let body = json_body(body)?;
     api.known_project(&project_id).await?;
     let (counter, now) = api.redis_now().await?;
-    let mute = mutes::mute_from_request(&body, now, format!("{:016x}", random_u64()))
+    let mute = mutes::mute_from_request(&body, now, format!("{:016x}", rand::random::<u64>()))
         .map_err(ApiError::bad_request)?;
     api.mutes(&counter)
         .add(&project_id, &mute)
@@ -711,18 +711,6 @@ async fn replay_dead(
         StatusCode::OK,
         &json!({"replayed": items.len(), "notificationIds": items.iter().map(|i| i.notification_id.clone()).collect::<Vec<_>>()}),
     ))
-}
-
-fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.finish()
 }
 
 #[cfg(test)]
