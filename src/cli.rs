@@ -151,6 +151,8 @@ pub enum Command {
     Mute(crate::cmd::mute::MuteArgs),
     /// Send a real test notification through one channel.
     TestNotify(crate::cmd::test_notify::TestNotifyArgs),
+    /// Ask a running Klaxon's /readyz (or /healthz): a healthcheck for images without curl.
+    Probe(crate::cmd::probe::ProbeArgs),
     /// Measure throughput and cost side by side on this machine.
     Bench(crate::cmd::bench::BenchArgs),
 }

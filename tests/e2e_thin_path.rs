@@ -164,8 +164,15 @@ async fn readyz_health_and_clean_shutdown() {
     let mut k = env.spawn("run", &[]);
     assert_eq!(k.get("/healthz").map(|r| r.0), Some(200));
     assert_eq!(k.get("/readyz").map(|r| r.0), Some(200));
+    // `klaxon probe` (the image's healthcheck): 0 while ready, 3 when nothing answers
+    let (code, out, err) = env.run(&["probe", "--http-addr", &k.addr]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("/readyz: 200"), "{out}");
+    let addr = k.addr.clone();
     let started = std::time::Instant::now();
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
     assert!(started.elapsed() < Duration::from_secs(10));
+    let (code, _, err) = env.run(&["probe", "--http-addr", &addr]);
+    assert_eq!(code, 3, "nothing answers: {err}");
     common::delete_queues(&env).await;
 }

@@ -5,6 +5,7 @@ pub mod dead;
 pub mod deliveries;
 pub mod explain;
 pub mod mute;
+pub mod probe;
 pub mod publish;
 pub mod rules;
 pub mod run;
