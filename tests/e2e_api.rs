@@ -645,3 +645,121 @@ async fn deliveries_and_dead_letters_are_listed_and_replayed() {
     let (_, v) = call(&k, "GET", "/api/v1/dead", None);
     assert_eq!(v["dead"], json!([]), "{v}");
 }
+
+fn unix_ms(t: std::time::SystemTime) -> i64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_notifications_are_delivered_once_per_key_and_never_before_send_at() {
+    let env = Env::new();
+    let sink = HttpSink::start().await.expect("sink");
+    let k = env.spawn("run", &[]);
+    let hook = sink.url("/direct");
+
+    // Bad input: 400 with what is wrong, nothing queued.
+    for (body, want) in [
+        (
+            json!({"channel": "webhook", "endpoint": hook}),
+            "`title` is required",
+        ),
+        (
+            json!({"channel": "pager", "endpoint": hook, "title": "T"}),
+            "unknown channel",
+        ),
+        (
+            json!({"channel": "webhook", "endpoint": hook, "title": "T", "sendAt": "soon"}),
+            "RFC 3339",
+        ),
+        (
+            json!({"channel": "telegram", "endpoint": "not a chat", "title": "T"}),
+            "chat id",
+        ),
+    ] {
+        let (st, v) = call(&k, "POST", "/api/v1/notifications", Some(&body));
+        assert_eq!(st, 400, "{body}: {v}");
+        assert!(error_of(&v).contains(want), "{body}: {v}");
+    }
+
+    // Now, with a key, twice: one id, one answer, one delivery.
+    let now = json!({"channel": "webhook", "endpoint": hook, "title": "Deploy <v2> done", "text": "all green",
+        "idempotencyKey": "deploy-2"});
+    let (st, first) = call(&k, "POST", "/api/v1/notifications", Some(&now));
+    assert_eq!(st, 202, "{first}");
+    let id = first["notificationId"].as_str().expect("id").to_owned();
+    assert_eq!(id.len(), 32, "{first}");
+    let (st, again) = call(&k, "POST", "/api/v1/notifications", Some(&now));
+    assert_eq!((st, &again), (202, &first), "the same key gives the same answer");
+
+    // Later: sendAt 4 s ahead, never delivered before it.
+    let (sys0, inst0) = (std::time::SystemTime::now(), Instant::now());
+    let send_at_ms = unix_ms(sys0) + 4_000;
+    let later = json!({"channel": "webhook", "endpoint": hook, "title": "Scheduled",
+        "sendAt": klaxon_core::notification::rfc3339_ms(send_at_ms), "idempotencyKey": "later-1"});
+    let (st, v) = call(&k, "POST", "/api/v1/notifications", Some(&later));
+    assert_eq!(st, 202, "{v}");
+    assert_eq!(
+        v["sendAt"],
+        json!(klaxon_core::notification::rfc3339_ms(send_at_ms)),
+        "{v}"
+    );
+    let later_id = v["notificationId"].as_str().expect("id").to_owned();
+    assert_ne!(later_id, id);
+
+    let requests = sink.wait_for_count(2, Duration::from_secs(40)).await;
+    assert_eq!(requests.len(), 2, "log:\n{}", k.logs());
+    let by_id = |nid: &str| {
+        requests
+            .iter()
+            .find(|r| r.json()["notificationId"] == json!(nid))
+            .unwrap_or_else(|| panic!("no delivery of {nid}: {requests:?}"))
+            .clone()
+    };
+    let direct = by_id(&id);
+    assert_eq!(direct.header("x-klaxon-notification-id"), Some(id.as_str()));
+    let body = direct.json();
+    assert_eq!(body["events"][0]["title"], json!("Deploy <v2> done"), "{body}");
+    assert_eq!(body["text"], json!("all green"), "{body}");
+    assert_eq!(body["ruleId"], json!("api"), "{body}");
+    let scheduled = by_id(&later_id);
+    let arrived_ms = unix_ms(sys0 + scheduled.at.duration_since(inst0));
+    assert!(
+        arrived_ms >= send_at_ms - 5,
+        "delivered {} ms before sendAt",
+        send_at_ms - arrived_ms
+    );
+    // Nothing more comes: the repeated request was not delivered a second time.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(sink.count(), 2, "{:?}", sink.requests());
+    // The trail has it, like any delivery.
+    let trail = common::eventually(Duration::from_secs(20), || {
+        let (_, v) = call(&k, "GET", "/api/v1/deliveries?limit=10", None);
+        v["deliveries"]
+            .as_array()
+            .is_some_and(|a| {
+                a.iter()
+                    .any(|d| d["notificationId"] == json!(id) && d["status"] == "sent")
+            })
+            .then_some(())
+    })
+    .await;
+    assert!(trail.is_some(), "the trail has the direct notification");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_notifications_to_private_addresses_are_refused_by_default() {
+    let env = Env::new().set("KLAXON_ALLOW_PRIVATE_ENDPOINTS", "false");
+    let k = env.spawn("run", &[]);
+    for endpoint in [
+        "http://127.0.0.1:9/h",
+        "http://localhost:9/h",
+        "http://10.1.2.3/h",
+    ] {
+        let body = json!({"channel": "webhook", "endpoint": endpoint, "title": "T"});
+        let (st, v) = call(&k, "POST", "/api/v1/notifications", Some(&body));
+        assert_eq!(st, 400, "{endpoint}: {v}");
+        assert!(error_of(&v).contains("--allow-private-endpoints"), "{v}");
+    }
+}

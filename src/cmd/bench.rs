@@ -24,6 +24,11 @@ use serde::Serialize;
 use crate::cli::GlobalOpts;
 
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  klaxon bench pipeline --events 20000 --queue-type both
+  klaxon bench latency --rate 5000
+  klaxon bench pipeline --workers 2 --json")]
 pub struct BenchArgs {
     #[command(subcommand)]
     pub what: BenchWhat,

@@ -22,52 +22,77 @@ use klaxon_rules::{RuleCache, RuleStore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::cli::{DeliveryOpts, GlobalOpts};
+use crate::cli::{duration_days, duration_ms, duration_secs, DeliveryOpts, GlobalOpts};
+use crate::exit::{ensure_usage, usage};
 
 /// How long in-flight work may take to finish after SIGTERM/SIGINT before the process exits anyway.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(8);
+/// How long after SIGTERM/SIGINT open HTTP requests may still run (counted from the signal, not after the drain).
+const HTTP_DEADLINE: Duration = Duration::from_millis(9_000);
 
-/// Options of the long-running processes.
+/// Options every long-running process has.
 #[derive(Debug, Args)]
-pub struct RunArgs {
-    /// Serves GET /metrics, /healthz and /readyz.
+pub struct ProcessOpts {
+    /// Serves GET /metrics, /healthz and /readyz (and the HTTP API).
     #[arg(long, env = "KLAXON_HTTP_ADDR", default_value = "127.0.0.1:9464")]
     pub http_addr: SocketAddr,
-    #[command(flatten)]
-    pub delivery: DeliveryOpts,
+    /// Queue type for newly declared queues: classic or quorum.
+    #[arg(long, env = "KLAXON_QUEUE_TYPE", default_value = "classic")]
+    pub queue_type: QueueType,
+}
+
+/// The evaluating side: consume events, count, publish notification tasks (`run`, `worker`).
+#[derive(Debug, Args)]
+pub struct EvaluateOpts {
     /// Where notifications go: `klaxon` (this program's senders deliver them) or `hawk` (Hawk's sender tasks
     /// on `sender/<channel>`, for Hawk's sender workers; `run` then starts no senders).
     #[arg(long, env = "KLAXON_OUTPUT", default_value = "klaxon")]
     pub output: klaxon_engine::output::Output,
-    /// Queue type for newly declared queues: classic or quorum.
-    #[arg(long, env = "KLAXON_QUEUE_TYPE", default_value = "classic")]
-    pub queue_type: QueueType,
     /// Unacked events a worker may hold.
     #[arg(long, env = "KLAXON_PREFETCH", default_value_t = 512)]
     pub prefetch: u16,
     /// Most events evaluated per batch.
     #[arg(long, env = "KLAXON_BATCH_MAX", default_value_t = 256)]
     pub batch_max: usize,
-    /// How long a batch fills after its first delivery, in milliseconds.
-    #[arg(long, env = "KLAXON_BATCH_WAIT_MS", default_value_t = 2)]
-    pub batch_wait_ms: u64,
-    /// How long a project's rules are cached, in seconds.
-    #[arg(long, env = "KLAXON_RULES_TTL", default_value_t = 60)]
-    pub rules_ttl: u64,
+    /// How long a batch fills after its first delivery (a plain number is milliseconds).
+    #[arg(long, env = "KLAXON_BATCH_WAIT_MS", default_value = "2ms", value_parser = duration_ms, value_name = "DURATION")]
+    pub batch_wait_ms: Duration,
+    /// How long a project's rules are cached (a plain number is seconds).
+    #[arg(long, env = "KLAXON_RULES_TTL", default_value = "60s", value_parser = duration_secs, value_name = "DURATION")]
+    pub rules_ttl: Duration,
+}
+
+/// The delivering side: consume notification tasks and send them (`run`, `sender`).
+#[derive(Debug, Args)]
+pub struct DeliverOpts {
+    #[command(flatten)]
+    pub delivery: DeliveryOpts,
     /// Delivery attempts before a notification goes to the dead-letter queue.
     #[arg(long, env = "KLAXON_MAX_ATTEMPTS", default_value_t = 8)]
     pub max_attempts: u32,
-    /// Retry schedule, comma-separated seconds: the delay before attempt n+1 is entry n (the last repeats),
-    /// jittered ±20 %, never shorter than the destination's Retry-After.
+    /// Retry schedule, comma-separated durations (plain numbers are seconds): the delay before attempt n+1 is
+    /// entry n (the last repeats), jittered ±20 %, never shorter than the destination's Retry-After.
     #[arg(long, env = "KLAXON_RETRY_SCHEDULE", default_value = "1,5,30,120,600,3600")]
     pub retry_schedule: String,
     /// Notification tasks each channel's sender processes at once.
     #[arg(long, env = "KLAXON_SENDER_PREFETCH", default_value_t = 16)]
     pub sender_prefetch: u16,
-    /// How long a delivered notification id is remembered (no second delivery), in seconds.
-    #[arg(long, env = "KLAXON_DEDUP_TTL", default_value_t = 7 * 24 * 3600)]
-    pub dedup_ttl: u64,
-    /// Rate limit per Telegram chat, messages per second (0 = none); shared by every sender of the namespace.
+    /// How long a delivered notification id is remembered (no second delivery); a plain number is seconds.
+    #[arg(long, env = "KLAXON_DEDUP_TTL", default_value = "7d", value_parser = duration_secs, value_name = "DURATION")]
+    pub dedup_ttl: Duration,
+    /// How long the delivery trail keeps records (TTL index, where the server supports it); a plain number
+    /// is days.
+    #[arg(long, env = "KLAXON_TRAIL_TTL_DAYS", default_value = "30d", value_parser = duration_days, value_name = "DURATION")]
+    pub trail_ttl_days: Duration,
+    /// Concurrent deliveries per destination host (bulkhead).
+    #[arg(long, env = "KLAXON_HOST_CONCURRENCY", default_value_t = 4)]
+    pub host_concurrency: usize,
+}
+
+/// Rate limits, shared by every sender of the namespace (in Redis).
+#[derive(Debug, Args)]
+pub struct RateOpts {
+    /// Rate limit per Telegram chat, messages per second (0 = none).
     #[arg(long, env = "KLAXON_RATE_TELEGRAM_CHAT", default_value_t = 1.0)]
     pub rate_telegram_chat: f64,
     /// Rate limit per Telegram bot (all chats), messages per second (0 = none).
@@ -82,61 +107,169 @@ pub struct RunArgs {
     /// Rate limit per set of recipient domains for email, messages per second (0 = none).
     #[arg(long, env = "KLAXON_RATE_EMAIL", default_value_t = 0.0)]
     pub rate_email: f64,
-    /// Circuit breaker: sliding window of outcomes per host, in seconds.
-    #[arg(long, env = "KLAXON_BREAKER_WINDOW", default_value_t = 30)]
-    pub breaker_window: u64,
-    /// Circuit breaker: outcomes in the window before it may open.
+}
+
+/// The circuit breaker per destination host, per process.
+#[derive(Debug, Args)]
+pub struct BreakerOpts {
+    /// Sliding window of outcomes per host (a plain number is seconds).
+    #[arg(long, env = "KLAXON_BREAKER_WINDOW", default_value = "30s", value_parser = duration_secs, value_name = "DURATION")]
+    pub breaker_window: Duration,
+    /// Outcomes in the window before it may open.
     #[arg(long, env = "KLAXON_BREAKER_MIN_REQUESTS", default_value_t = 5)]
     pub breaker_min_requests: u32,
-    /// Circuit breaker: failure ratio (0..1] that opens it.
+    /// Failure ratio (0..1] that opens it.
     #[arg(long, env = "KLAXON_BREAKER_FAILURE_RATIO", default_value_t = 0.5)]
     pub breaker_failure_ratio: f64,
-    /// Circuit breaker: seconds it stays open before a probe.
-    #[arg(long, env = "KLAXON_BREAKER_OPEN", default_value_t = 30)]
-    pub breaker_open: u64,
-    /// Concurrent deliveries per destination host (bulkhead).
-    #[arg(long, env = "KLAXON_HOST_CONCURRENCY", default_value_t = 4)]
-    pub host_concurrency: usize,
-    /// Days the delivery trail keeps records (TTL index, where the server supports it).
-    #[arg(long, env = "KLAXON_TRAIL_TTL_DAYS", default_value_t = 30)]
-    pub trail_ttl_days: u64,
+    /// How long it stays open before a probe (a plain number is seconds).
+    #[arg(long, env = "KLAXON_BREAKER_OPEN", default_value = "30s", value_parser = duration_secs, value_name = "DURATION")]
+    pub breaker_open: Duration,
 }
 
-/// Which loops a process runs.
-#[derive(Debug, Clone, Copy)]
-pub struct Roles {
-    worker: bool,
-    sender: bool,
+/// Everything the delivering side takes, under its help headings.
+#[derive(Debug, Args)]
+pub struct SendOpts {
+    #[command(flatten, next_help_heading = "Delivery")]
+    pub deliver: DeliverOpts,
+    #[command(flatten, next_help_heading = "Rate limits")]
+    pub rates: RateOpts,
+    #[command(flatten, next_help_heading = "Circuit breaker")]
+    pub breaker: BreakerOpts,
 }
 
-impl Roles {
-    pub const BOTH: Roles = Roles {
-        worker: true,
-        sender: true,
-    };
-    pub const WORKER: Roles = Roles {
-        worker: true,
-        sender: false,
-    };
-    pub const SENDER: Roles = Roles {
-        worker: false,
-        sender: true,
-    };
+/// `klaxon sender` alone: project names in messages come from a rule cache too; its TTL is `--rules-ttl`,
+/// accepted (and read from the environment) as before but not shown, since a sender evaluates nothing.
+#[derive(Debug, Args)]
+pub struct NamesOpts {
+    #[arg(long, env = "KLAXON_RULES_TTL", default_value = "60s", value_parser = duration_secs, hide = true)]
+    pub rules_ttl: Duration,
 }
 
-/// Parses `--retry-schedule`: comma-separated whole seconds, at least one, each ≥ 1.
+const RUN_EXAMPLES: &str = "\
+Examples:
+  klaxon run                                          # evaluate + deliver against local services
+  KLAXON_SMTP_URL=smtp://127.0.0.1:2525 klaxon run --http-addr 0.0.0.0:9464
+  klaxon run --output hawk --events-queue notifier    # replace Hawk's notifier, keep Hawk's senders
+  klaxon run --rules-ttl 5m --dedup-ttl 7d --breaker-open 1m";
+
+const WORKER_EXAMPLES: &str = "\
+Examples:
+  klaxon worker                                       # evaluate only; run `klaxon sender` beside it
+  klaxon worker --batch-max 64 --batch-wait-ms 5ms --rules-ttl 2m
+  klaxon worker --output hawk --events-queue notifier";
+
+const SENDER_EXAMPLES: &str = "\
+Examples:
+  klaxon sender                                       # deliver only; `klaxon worker` evaluates
+  KLAXON_TELEGRAM_BOT_TOKEN=… klaxon sender --smtp-url smtp://mail:25 --retry-schedule 1s,5s,30s,2m
+  klaxon sender --rate-slack 1 --breaker-window 1m --breaker-open 30s";
+
+/// `klaxon run`: both sides in one process.
+#[derive(Debug, Args)]
+#[command(after_help = RUN_EXAMPLES)]
+pub struct RunArgs {
+    #[command(flatten, next_help_heading = "Process")]
+    pub process: ProcessOpts,
+    #[command(flatten, next_help_heading = "Evaluation")]
+    pub evaluate: EvaluateOpts,
+    #[command(flatten)]
+    pub send: SendOpts,
+}
+
+/// `klaxon worker` without delivery settings still serves the HTTP API, whose direct notifications
+/// (`POST /api/v1/notifications`) are checked against `--allow-private-endpoints` (in `run` and `sender` it is
+/// one of the delivery settings).
+#[derive(Debug, Args)]
+pub struct ApiOpts {
+    /// Accept direct notifications (POST /api/v1/notifications) to loopback/private/link-local addresses.
+    #[arg(long, env = "KLAXON_ALLOW_PRIVATE_ENDPOINTS", default_value_t = false)]
+    pub allow_private_endpoints: bool,
+}
+
+/// `klaxon worker`: the evaluating side.
+#[derive(Debug, Args)]
+#[command(after_help = WORKER_EXAMPLES)]
+pub struct WorkerArgs {
+    #[command(flatten, next_help_heading = "Process")]
+    pub process: ProcessOpts,
+    #[command(flatten, next_help_heading = "Process")]
+    pub api: ApiOpts,
+    #[command(flatten, next_help_heading = "Evaluation")]
+    pub evaluate: EvaluateOpts,
+}
+
+/// `klaxon sender`: the delivering side.
+#[derive(Debug, Args)]
+#[command(after_help = SENDER_EXAMPLES)]
+pub struct SenderArgs {
+    #[command(flatten, next_help_heading = "Process")]
+    pub process: ProcessOpts,
+    #[command(flatten)]
+    pub send: SendOpts,
+    #[command(flatten)]
+    pub names: NamesOpts,
+}
+
+/// What one process runs: the evaluating side, the delivering side, or both.
+pub struct Plan {
+    process: ProcessOpts,
+    evaluate: Option<EvaluateOpts>,
+    send: Option<SendOpts>,
+    /// TTL of the rule cache that names projects in messages.
+    names_ttl: Duration,
+    /// `--allow-private-endpoints`, for the HTTP API's direct notifications.
+    allow_private_endpoints: bool,
+}
+
+impl From<RunArgs> for Plan {
+    fn from(a: RunArgs) -> Self {
+        Plan {
+            names_ttl: a.evaluate.rules_ttl,
+            allow_private_endpoints: a.send.deliver.delivery.allow_private_endpoints,
+            process: a.process,
+            evaluate: Some(a.evaluate),
+            send: Some(a.send),
+        }
+    }
+}
+
+impl From<WorkerArgs> for Plan {
+    fn from(a: WorkerArgs) -> Self {
+        Plan {
+            names_ttl: a.evaluate.rules_ttl,
+            allow_private_endpoints: a.api.allow_private_endpoints,
+            process: a.process,
+            evaluate: Some(a.evaluate),
+            send: None,
+        }
+    }
+}
+
+impl From<SenderArgs> for Plan {
+    fn from(a: SenderArgs) -> Self {
+        Plan {
+            names_ttl: a.names.rules_ttl,
+            allow_private_endpoints: a.send.deliver.delivery.allow_private_endpoints,
+            process: a.process,
+            evaluate: None,
+            send: Some(a.send),
+        }
+    }
+}
+
+/// Parses `--retry-schedule`: comma-separated durations (plain numbers are seconds), at least one, each ≥ 1 s.
 fn parse_schedule(s: &str) -> anyhow::Result<Vec<Duration>> {
     let out = s
         .split(',')
-        .map(|p| match p.trim().parse::<u64>() {
-            Ok(n) if n >= 1 => Ok(Duration::from_secs(n)),
-            _ => Err(anyhow::anyhow!(
-                "--retry-schedule: `{}` is not a whole number of seconds ≥ 1",
+        .map(|p| match duration_secs(p) {
+            Ok(d) if d >= Duration::from_secs(1) => Ok(d),
+            _ => Err(usage(format!(
+                "--retry-schedule: `{}` is not a duration of at least 1s (e.g. 5, 30s, 2m)",
                 p.trim()
-            )),
+            ))),
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    anyhow::ensure!(!out.is_empty(), "--retry-schedule needs at least one delay");
+    ensure_usage!(!out.is_empty(), "--retry-schedule needs at least one delay");
     Ok(out)
 }
 
@@ -168,40 +301,55 @@ where
     }
 }
 
-pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Result<ExitCode> {
-    // Validate everything before connecting to anything.
-    let topology = Topology::new(&global.namespace, &global.events_queue(), args.queue_type);
-    let hawk_output = args.output == klaxon_engine::output::Output::Hawk;
-    let channels = if roles.sender && !(hawk_output && roles.worker) {
-        Some(args.delivery.channels()?)
-    } else {
-        None
-    };
-    anyhow::ensure!(args.batch_max >= 1, "--batch-max must be at least 1");
-    anyhow::ensure!(args.prefetch >= 1, "--prefetch must be at least 1");
-    anyhow::ensure!(args.max_attempts >= 1, "--max-attempts must be at least 1");
-    let retry_schedule = parse_schedule(&args.retry_schedule)?;
-    anyhow::ensure!(args.sender_prefetch >= 1, "--sender-prefetch must be at least 1");
-    anyhow::ensure!(
-        args.host_concurrency >= 1,
-        "--host-concurrency must be at least 1"
-    );
-    anyhow::ensure!(
-        args.breaker_failure_ratio > 0.0 && args.breaker_failure_ratio <= 1.0,
+/// Checks the flags of the delivering side before anything connects: a wrong value is a usage error (exit 2).
+fn validate_send(send: &SendOpts) -> anyhow::Result<Vec<Duration>> {
+    let (d, b, r) = (&send.deliver, &send.breaker, &send.rates);
+    ensure_usage!(d.max_attempts >= 1, "--max-attempts must be at least 1");
+    let schedule = parse_schedule(&d.retry_schedule)?;
+    ensure_usage!(d.sender_prefetch >= 1, "--sender-prefetch must be at least 1");
+    ensure_usage!(d.host_concurrency >= 1, "--host-concurrency must be at least 1");
+    ensure_usage!(
+        b.breaker_failure_ratio > 0.0 && b.breaker_failure_ratio <= 1.0,
         "--breaker-failure-ratio must be in (0, 1]"
     );
     for (flag, rate) in [
-        ("--rate-telegram-chat", args.rate_telegram_chat),
-        ("--rate-telegram-bot", args.rate_telegram_bot),
-        ("--rate-slack", args.rate_slack),
-        ("--rate-webhook", args.rate_webhook),
-        ("--rate-email", args.rate_email),
+        ("--rate-telegram-chat", r.rate_telegram_chat),
+        ("--rate-telegram-bot", r.rate_telegram_bot),
+        ("--rate-slack", r.rate_slack),
+        ("--rate-webhook", r.rate_webhook),
+        ("--rate-email", r.rate_email),
     ] {
-        anyhow::ensure!(
+        ensure_usage!(
             rate.is_finite() && rate >= 0.0,
             "{flag} must be a number of messages per second ≥ 0"
         );
     }
+    Ok(schedule)
+}
+
+/// Runs the process `plan` describes until SIGTERM/SIGINT.
+pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
+    let plan: Plan = plan.into();
+    let process = &plan.process;
+    // Validate everything before connecting to anything.
+    let topology = Topology::new(&global.namespace, &global.events_queue(), process.queue_type);
+    let hawk_output = plan
+        .evaluate
+        .as_ref()
+        .is_some_and(|e| e.output == klaxon_engine::output::Output::Hawk);
+    if let Some(e) = &plan.evaluate {
+        ensure_usage!(e.batch_max >= 1, "--batch-max must be at least 1");
+        ensure_usage!(e.prefetch >= 1, "--prefetch must be at least 1");
+    }
+    // `run --output hawk` publishes Hawk's sender tasks and starts no senders of its own.
+    let send = match plan.send {
+        Some(send) if !hawk_output => {
+            let channels = send.deliver.delivery.channels()?;
+            let schedule = validate_send(&send)?;
+            Some((send, channels, schedule))
+        }
+        _ => None,
+    };
 
     let shutdown = CancellationToken::new();
     let metrics = Arc::new(Metrics::new());
@@ -213,20 +361,21 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
         mongo_url: global.mongo_url.clone(),
         mongo_db: global.mongo_db(),
         events_queue: global.events_queue(),
-        queue_type: args.queue_type,
+        queue_type: process.queue_type,
+        allow_private_endpoints: plan.allow_private_endpoints,
         token: std::env::var("KLAXON_API_TOKEN")
             .ok()
             .filter(|t| !t.trim().is_empty()),
     });
     let http = klaxon_engine::http::serve(
-        args.http_addr,
+        process.http_addr,
         metrics.clone(),
         readiness.clone(),
         api,
         shutdown.clone(),
     )
     .await
-    .with_context(|| format!("cannot serve HTTP on --http-addr {}", args.http_addr))?;
+    .with_context(|| format!("cannot serve HTTP on --http-addr {}", process.http_addr))?;
 
     let signals = shutdown.clone();
     tokio::spawn(async move {
@@ -238,7 +387,7 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
     let tracker = TaskTracker::new();
     // Project names for messages come from the rule cache (the same `projects` documents).
     let names = CachedNames::default();
-    if roles.worker {
+    if let Some(evaluate) = &plan.evaluate {
         let ready = readiness.role("worker");
         let Some(redis) =
             connect_with_retry("redis", &shutdown, || RedisHandle::connect(&global.redis_url)).await
@@ -259,7 +408,7 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
             readiness.role("redis"),
             shutdown.clone(),
         ));
-        let rules = RuleCache::new(store, Duration::from_secs(args.rules_ttl));
+        let rules = RuleCache::new(store, evaluate.rules_ttl);
         tracker.spawn(klaxon_api::invalidation::subscribe(
             global.redis_url.clone(),
             global.namespace.clone(),
@@ -290,11 +439,11 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
             rules,
             metrics: metrics.clone(),
             config: worker::WorkerConfig {
-                prefetch: args.prefetch,
-                batch_max: args.batch_max,
-                batch_wait: Duration::from_millis(args.batch_wait_ms),
+                prefetch: evaluate.prefetch,
+                batch_max: evaluate.batch_max,
+                batch_wait: evaluate.batch_wait_ms,
             },
-            output: args.output,
+            output: evaluate.output,
         };
         let digest_deps = klaxon_engine::digest::DigestDeps {
             amqp_url: global.amqp_url.clone(),
@@ -302,7 +451,7 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
             digests: klaxon_counter::Digests::new(deps.counter.redis().clone(), &global.namespace),
             metrics: metrics.clone(),
             prefetch: 16,
-            output: args.output,
+            output: evaluate.output,
         };
         tracker.spawn(worker::run(deps, ready, shutdown.clone()));
         // flushes due digest windows (minPeriod > 0): part of the evaluate side, next to the worker
@@ -312,18 +461,19 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
             shutdown.clone(),
         ));
     }
-    if let Some(channels) = channels {
+    if let Some((send, channels, retry_schedule)) = send {
+        let (deliver, rates, breaker) = (&send.deliver, &send.rates, &send.breaker);
         if !names.is_connected() {
             // sender only: connect a rule cache for names in the background; deliveries never wait for it
             let names = names.clone();
             let shutdown = shutdown.clone();
-            let (mongo_url, mongo_db, ttl) = (global.mongo_url.clone(), global.mongo_db(), args.rules_ttl);
+            let (mongo_url, mongo_db, ttl) = (global.mongo_url.clone(), global.mongo_db(), plan.names_ttl);
             tracker.spawn(async move {
                 if let Some(store) =
                     connect_with_retry("mongodb", &shutdown, || RuleStore::connect(&mongo_url, &mongo_db))
                         .await
                 {
-                    names.connect(RuleCache::new(store, Duration::from_secs(ttl)));
+                    names.connect(RuleCache::new(store, ttl));
                 }
             });
         }
@@ -336,7 +486,7 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
         let (trail, trail_task) = Trail::start(
             global.mongo_url.clone(),
             global.mongo_db(),
-            Duration::from_secs(args.trail_ttl_days.saturating_mul(24 * 3600).max(1)),
+            deliver.trail_ttl_days.max(Duration::from_secs(1)),
             metrics.clone(),
             shutdown.clone(),
         );
@@ -348,35 +498,36 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
             topology: topology.clone(),
             channels,
             metrics: metrics.clone(),
-            max_attempts: args.max_attempts,
-            prefetch: args.sender_prefetch,
-            retry_schedule: retry_schedule.clone().into(),
+            max_attempts: deliver.max_attempts,
+            prefetch: deliver.sender_prefetch,
+            retry_schedule: retry_schedule.into(),
             dedup: Dedup::new(
                 redis.clone(),
                 &global.namespace,
-                Duration::from_secs(args.dedup_ttl),
-                // longer than one attempt can take (connect + request timeouts) plus a rate-limit sleep
-                Duration::from_secs(args.delivery.connect_timeout + args.delivery.request_timeout + 30),
+                deliver.dedup_ttl,
+                // longer than one attempt can take (connect + request timeouts) plus a rate-limit sleep (≤ 1 s) and
+                // the bulkhead wait (sender::BULKHEAD_WAIT, 10 s)
+                deliver.delivery.connect_timeout + deliver.delivery.request_timeout + Duration::from_secs(30),
             ),
             limiter: RateLimiter::new(
                 redis,
                 &global.namespace,
                 RateLimits {
-                    telegram_chat: args.rate_telegram_chat,
-                    telegram_bot: args.rate_telegram_bot,
-                    slack: args.rate_slack,
-                    webhook: args.rate_webhook,
-                    email: args.rate_email,
+                    telegram_chat: rates.rate_telegram_chat,
+                    telegram_bot: rates.rate_telegram_bot,
+                    slack: rates.rate_slack,
+                    webhook: rates.rate_webhook,
+                    email: rates.rate_email,
                 },
                 Duration::from_secs(1),
             ),
             breakers: Arc::new(Breakers::new(BreakerConfig {
-                window: Duration::from_secs(args.breaker_window),
-                min_requests: args.breaker_min_requests,
-                failure_ratio: args.breaker_failure_ratio,
-                open_for: Duration::from_secs(args.breaker_open),
+                window: breaker.breaker_window,
+                min_requests: breaker.breaker_min_requests,
+                failure_ratio: breaker.breaker_failure_ratio,
+                open_for: breaker.breaker_open,
             })),
-            bulkheads: Arc::new(Bulkheads::new(args.host_concurrency)),
+            bulkheads: Arc::new(Bulkheads::new(deliver.host_concurrency)),
             trail,
         };
         for kind in ChannelKind::ALL {
@@ -385,16 +536,24 @@ pub async fn run(args: RunArgs, global: &GlobalOpts, roles: Roles) -> anyhow::Re
         }
     }
     tracker.close();
-    tracing::info!(namespace = %global.namespace, http = %args.http_addr, "klaxon started");
+    tracing::info!(namespace = %global.namespace, http = %process.http_addr, "klaxon started");
 
     shutdown.cancelled().await;
+    let stopping = tokio::time::Instant::now();
     if tokio::time::timeout(DRAIN_DEADLINE, tracker.wait())
         .await
         .is_err()
     {
         tracing::warn!("in-flight work did not finish in time; unacked messages go back to their queues");
     }
-    let _ = http.await;
+    // The HTTP server drains its requests at the same time (graceful shutdown began with the signal); a slow
+    // client never holds the exit past the 10 s promise.
+    if tokio::time::timeout_at(stopping + HTTP_DEADLINE, http)
+        .await
+        .is_err()
+    {
+        tracing::warn!("HTTP requests still open at exit; closed");
+    }
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
 }

@@ -1,24 +1,36 @@
 //! `klaxon test-notify`: send one real test notification through a channel, like Sentry's "send test
 //! notification". It goes straight through the adapter (no queue, no dedup, no rate limit) and reports the
-//! outcome; the exit code is 0 only when it was delivered.
+//! outcome: on stdout when it was delivered (exit 0), on stderr when it was not (exit 1); `--json` prints the
+//! outcome as one JSON object.
 
 use std::process::ExitCode;
 
 use clap::Args;
 use klaxon_channels::{redact_endpoint, test_task};
 use klaxon_core::ChannelKind;
+use serde_json::json;
 
 use crate::cli::{DeliveryOpts, GlobalOpts};
 
 /// Options of `klaxon test-notify` (the delivery settings of `klaxon run`).
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  klaxon test-notify --channel slack --endpoint https://hooks.slack.com/services/T/B/X
+  klaxon test-notify --channel email --endpoint ops@example.com --smtp-url smtp://127.0.0.1:2525
+  KLAXON_TELEGRAM_BOT_TOKEN=… klaxon test-notify --channel telegram --endpoint -100123
+  klaxon test-notify --channel webhook --endpoint https://alerts.example.com/klaxon --json")]
 pub struct TestNotifyArgs {
     /// slack, telegram, email or webhook.
     #[arg(long, value_parser = parse_channel)]
     pub channel: ChannelKind,
     /// The endpoint: webhook URL, Telegram chat id, email address(es).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub endpoint: String,
+    /// Print the outcome as one JSON object: {"ok": true, …} on stdout, or {"ok": false, "class", "reason", …}
+    /// on stderr.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub delivery: DeliveryOpts,
 }
@@ -32,17 +44,33 @@ pub async fn run(args: TestNotifyArgs, _global: &GlobalOpts) -> anyhow::Result<E
     let channels = args.delivery.channels()?;
     let task = test_task(args.channel, &args.endpoint);
     let dest = redact_endpoint(args.channel, &args.endpoint);
+    let channel = args.channel.to_string();
     match channels.deliver(&task).await {
         Ok(d) => {
-            println!(
-                "sent: test notification {} to {} {dest} ({} message(s))",
-                task.notification_id, args.channel, d.messages
-            );
+            let text = if args.json {
+                json!({"ok": true, "notificationId": task.notification_id, "channel": channel,
+                       "destination": dest, "messages": d.messages})
+                .to_string()
+            } else {
+                format!(
+                    "sent: test notification {} to {channel} {dest} ({} message(s))",
+                    task.notification_id, d.messages
+                )
+            };
+            crate::output::emit(&format!("{text}\n"))?;
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            println!("failed ({}): {} {dest}: {}", e.class(), args.channel, e.reason());
-            Ok(ExitCode::FAILURE)
+            if args.json {
+                eprintln!(
+                    "{}",
+                    json!({"ok": false, "notificationId": task.notification_id, "channel": channel,
+                           "destination": dest, "class": e.class(), "reason": e.reason()})
+                );
+            } else {
+                eprintln!("failed ({}): {channel} {dest}: {}", e.class(), e.reason());
+            }
+            Ok(ExitCode::from(crate::exit::PROBLEMS))
         }
     }
 }

@@ -360,6 +360,8 @@ pub fn test_task(channel: ChannelKind, endpoint: &str) -> NotificationTask {
             count: 1,
             repetition_id: None,
         }],
+        text: None,
+        send_at_ms: None,
     }
 }
 

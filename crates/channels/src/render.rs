@@ -67,6 +67,8 @@ struct View {
     total: u64,
     events: Vec<ViewEvent>,
     more: usize,
+    /// The body of a direct notification.
+    text: Option<String>,
 }
 
 /// The template engine with every template loaded (they are compiled into the binary).
@@ -257,7 +259,8 @@ fn window_name(window: Window) -> &'static str {
 }
 
 fn view(task: &NotificationTask, ctx: MessageContext<'_>) -> View {
-    let digest = matches!(task.reason, Reason::Digest { .. }) || task.events.len() > 1;
+    let direct = matches!(task.reason, Reason::Direct);
+    let digest = !direct && (matches!(task.reason, Reason::Digest { .. }) || task.events.len() > 1);
     let (kind, window_secs, window_kind, threshold) = match task.reason {
         Reason::Threshold {
             threshold,
@@ -271,12 +274,14 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>) -> View {
         } if !digest => ("users", period_ms / 1000, window_name(window), threshold),
         Reason::New if !digest => ("new", 0, "", 0),
         Reason::Digest { min_period_s } => ("digest", min_period_s, "", 0),
+        Reason::Direct => ("direct", 0, "", 0),
         _ => ("digest", task.min_period_s, "", 0),
     };
     let window = last_period(window_secs);
     let first_count = task.events.first().map_or(0, |e| e.count);
     let seen = match kind {
         "new" => "first seen".to_owned(),
+        "direct" => String::new(),
         "threshold" => format!("{} in {window}", times(first_count, "time", "times")),
         "users" => format!("{} in {window}", times(first_count, "user", "users")),
         _ => format!(
@@ -326,6 +331,7 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>) -> View {
             })
             .collect(),
         more,
+        text: task.text.clone().filter(|_| direct),
     }
 }
 
@@ -492,6 +498,8 @@ mod tests {
                     repetition_id: None,
                 })
                 .collect(),
+            text: None,
+            send_at_ms: None,
         }
     }
 
@@ -526,6 +534,39 @@ mod tests {
             out.contains("Seen 100 times in the last minute (sliding window, threshold 100)"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn direct_notifications_show_title_and_text_only() {
+        let r = Renderer::new().expect("templates");
+        let mut t = task(Reason::Direct, vec![("Deploy <v2> & done", 1)]);
+        t.text = Some("All *green*\nsecond line".into());
+        let tg = r.render(TELEGRAM, &t).expect("render");
+        assert_eq!(
+            tg,
+            "<b>Deploy &lt;v2&gt; &amp; done</b>\nAll *green*\nsecond line"
+        );
+        let slack = r.render(SLACK, &t).expect("render");
+        assert_eq!(slack, "*Deploy &lt;v2&gt; &amp; done*\nAll *green*\nsecond line");
+        assert_eq!(r.render(EMAIL_SUBJECT, &t).expect("render"), "Deploy <v2> & done");
+        let text = r.render(EMAIL_TEXT, &t).expect("render");
+        assert!(
+            text.starts_with("Deploy <v2> & done\n\nAll *green*\nsecond line\n\nNotification nid"),
+            "{text}"
+        );
+        let html = r.render(EMAIL_HTML, &t).expect("render");
+        assert!(
+            html.contains("<h2>Deploy &lt;v2&gt; &amp; done</h2>") && !html.contains("Rule rule"),
+            "{html}"
+        );
+        assert!(!tg.contains("rule") && !tg.contains("fired at"), "{tg}");
+        t.text = None;
+        assert_eq!(
+            r.render(TELEGRAM, &t).expect("render"),
+            "<b>Deploy &lt;v2&gt; &amp; done</b>"
+        );
+        let md = r.render(LOOP, &t).expect("render");
+        assert_eq!(md, "**Deploy \\<v2\\> & done**");
     }
 
     #[test]

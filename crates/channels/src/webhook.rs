@@ -27,6 +27,9 @@ struct WebhookBody<'a> {
     channel: &'static str,
     fired_at: String,
     events: Vec<WebhookEvent<'a>>,
+    /// The body of a direct notification (`POST /api/v1/notifications`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -61,6 +64,7 @@ pub fn webhook_body_with(task: &NotificationTask, ctx: MessageContext<'_>) -> Ve
                     .and_then(|t| t.link(&task.project_id, &e.group_hash, e.repetition_id.as_deref())),
             })
             .collect(),
+        text: task.text.as_deref(),
     };
     // Serializing plain strings and integers cannot fail; an empty body would be caught by the receiver.
     serde_json::to_vec(&body).unwrap_or_default()

@@ -46,6 +46,8 @@ fn task(channel: ChannelKind, reason: Reason, events: &[(&str, u64, Option<&str>
                 repetition_id: rep.map(str::to_owned),
             })
             .collect(),
+        text: None,
+        send_at_ms: None,
     }
 }
 

@@ -35,6 +35,9 @@ pub enum Reason {
         /// The digest period, seconds.
         min_period_s: u64,
     },
+    /// A direct notification from `POST /api/v1/notifications`: the event's title is the message's title and
+    /// [`NotificationTask::text`] its body.
+    Direct,
 }
 
 /// One group inside a notification.
@@ -74,6 +77,13 @@ pub struct NotificationTask {
     pub reason: Reason,
     /// The groups this notification is about.
     pub events: Vec<NotificationEvent>,
+    /// The body of a direct notification ([`Reason::Direct`]), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Not to be delivered before this instant (unix ms, wall clock): a sender that receives the task earlier
+    /// parks it again until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_at_ms: Option<i64>,
 }
 
 impl std::fmt::Debug for NotificationTask {
@@ -87,6 +97,7 @@ impl std::fmt::Debug for NotificationTask {
             .field("fired_at_ms", &self.fired_at_ms)
             .field("reason", &self.reason)
             .field("events", &self.events.len())
+            .field("send_at_ms", &self.send_at_ms)
             .finish()
     }
 }
@@ -134,6 +145,17 @@ pub fn notification_id(
     hex::encode(&h.finalize()[..16])
 }
 
+/// The id of a direct notification with an idempotency key: the same key always gives the same id, so the
+/// senders' deduplication delivers it once however often it is submitted.
+pub fn direct_notification_id(idempotency_key: &str) -> String {
+    let mut h = Sha256::new();
+    for part in ["klaxon/direct/v1", idempotency_key] {
+        h.update(part.as_bytes());
+        h.update([0u8]);
+    }
+    hex::encode(&h.finalize()[..16])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,6 +175,30 @@ mod tests {
         ] {
             assert_ne!(a, other);
         }
+    }
+
+    #[test]
+    fn direct_ids_follow_the_key() {
+        let a = direct_notification_id("order-42");
+        assert_eq!(a, direct_notification_id("order-42"));
+        assert_ne!(a, direct_notification_id("order-43"));
+        assert_eq!(a.len(), 32);
+        // a direct id never equals a firing's id built from the same text
+        assert_ne!(a, notification_id("order-42", "", "", "", ChannelKind::Slack));
+    }
+
+    #[test]
+    fn direct_task_round_trips() {
+        let json = r#"{"notificationId":"n","projectId":"","ruleId":"api","channel":"slack","endpoint":"https://x.test/h",
+            "firedAtMs":1,"reason":{"type":"direct"},"events":[{"groupHash":"","title":"Deploy","count":1,"repetitionId":null}],
+            "text":"v2 is out","sendAtMs":1700000000000}"#;
+        let t: NotificationTask = serde_json::from_str(json).expect("parse");
+        assert_eq!(t.reason, Reason::Direct);
+        assert_eq!(t.text.as_deref(), Some("v2 is out"));
+        assert_eq!(t.send_at_ms, Some(1_700_000_000_000));
+        let back: NotificationTask =
+            serde_json::from_str(&serde_json::to_string(&t).expect("ser")).expect("parse");
+        assert_eq!(back, t);
     }
 
     #[test]
@@ -182,8 +228,11 @@ mod tests {
                 count: 100,
                 repetition_id: None,
             }],
+            text: None,
+            send_at_ms: None,
         };
         let json = serde_json::to_string(&t).expect("serialize");
+        assert!(!json.contains("sendAtMs") && !json.contains("\"text\""), "{json}");
         assert!(
             json.contains(
                 r#""reason":{"type":"threshold","threshold":100,"periodMs":60000,"window":"sliding"}"#

@@ -168,6 +168,8 @@ impl Flush {
                 min_period_s: self.min_period_s,
             },
             events,
+            text: None,
+            send_at_ms: None,
         }
     }
 }

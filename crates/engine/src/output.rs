@@ -123,6 +123,8 @@ mod tests {
                     repetition_id: (i == 1).then(|| "r1".to_owned()),
                 })
                 .collect(),
+            text: None,
+            send_at_ms: None,
         }
     }
 

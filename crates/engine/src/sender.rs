@@ -46,6 +46,9 @@ pub const ATTEMPTS_HEADER: &str = "x-klaxon-attempts";
 /// (they go back to the queue unacked).
 const DRAIN: Duration = Duration::from_secs(7);
 
+/// Longest a task waits for its destination host's bulkhead before it is parked and tried later.
+pub const BULKHEAD_WAIT: Duration = Duration::from_secs(10);
+
 /// What the deliver loop needs.
 #[derive(Clone)]
 pub struct SenderDeps {
@@ -131,17 +134,20 @@ async fn consume_loop(
 ) -> Result<(), EngineError> {
     let limit = usize::from(ctx.deps.prefetch.max(1));
     let mut in_flight: JoinSet<(u64, Result<(), EngineError>)> = JoinSet::new();
-    loop {
+    let mut outcome: Result<(), EngineError> = loop {
         tokio::select! {
             biased;
             Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
-                finish(consumer, done).await?;
+                if let Err(e) = finish(consumer, done).await {
+                    break Err(e);
+                }
             }
-            _ = shutdown.cancelled() => break,
+            _ = shutdown.cancelled() => break Ok(()),
             next = consumer.next(), if in_flight.len() < limit => {
                 let delivery = match next {
-                    Some(d) => d?,
-                    None => return Err(EngineError::ConsumerClosed),
+                    Some(Ok(d)) => d,
+                    Some(Err(e)) => break Err(e.into()),
+                    None => break Err(EngineError::ConsumerClosed),
                 };
                 let ctx = ctx.clone();
                 in_flight.spawn(async move {
@@ -150,26 +156,35 @@ async fn consume_loop(
                 });
             }
         }
-    }
-    // Shutdown: no new tasks; let the started ones finish (bounded) and ack them.
+    };
+    // Shutdown, or the session failed: take no new tasks, and let the started ones finish (bounded) rather
+    // than abort them mid-send. A delivery that completes is marked in the dedup store, so when its unacked
+    // task comes back it is dropped as a duplicate instead of being sent again; what can still be acked is.
     let _ = consumer.cancel().await;
     let deadline = tokio::time::Instant::now() + DRAIN;
     while !in_flight.is_empty() {
         match tokio::time::timeout_at(deadline, in_flight.join_next()).await {
-            Ok(Some(done)) => finish(consumer, done).await?,
+            Ok(Some(done)) => {
+                if let Err(e) = finish(consumer, done).await {
+                    tracing::debug!(channel = %ctx.channel, error = %e, "cannot ack a finished delivery; it comes back and is deduplicated");
+                    if outcome.is_ok() {
+                        outcome = Err(e);
+                    }
+                }
+            }
             Ok(None) => break,
             Err(_) => {
                 tracing::warn!(
                     channel = %ctx.channel,
                     in_flight = in_flight.len(),
-                    "deliveries still running at shutdown; they go back to the queue"
+                    "deliveries still running after the drain deadline; they go back to the queue"
                 );
                 in_flight.abort_all();
                 break;
             }
         }
     }
-    Ok(())
+    outcome
 }
 
 async fn finish(
@@ -205,6 +220,13 @@ pub fn retry_delay(
     retry_after.map_or(base, |ra| base.max(ra.min(last)))
 }
 
+/// How long a task scheduled for `send_at_ms` must still wait at `now_ms` (None: it is due), capped at what
+/// the delay engine can express in one step.
+pub fn not_before(send_at_ms: Option<i64>, now_ms: i64) -> Option<Duration> {
+    let left = send_at_ms?.saturating_sub(now_ms);
+    (left > 0).then(|| Duration::from_millis(left.unsigned_abs()).min(klaxon_broker::delay::MAX_DELAY))
+}
+
 fn jitter() -> f64 {
     rand::thread_rng().gen_range(0.8..1.2)
 }
@@ -230,6 +252,12 @@ async fn handle(ctx: &Ctx, delivery: &Delivery) -> Result<(), EngineError> {
         }
     };
     let id = task.notification_id.as_str();
+
+    // 0. A scheduled notification (`sendAt`) never leaves before its time: one that arrives early (the delay
+    //    engine's range is ~12 days, so a later one comes back in steps) waits again.
+    if let Some(wait) = not_before(task.send_at_ms, now_ms()) {
+        return park(ctx, delivery, &task, wait, "scheduled for later").await;
+    }
 
     // 1. Dedup: never a second message for one notification id.
     let token = token();
@@ -291,11 +319,13 @@ async fn handle(ctx: &Ctx, delivery: &Delivery) -> Result<(), EngineError> {
         }
         Ok(Slot::Later(wait)) => {
             release(deps, id, &token).await;
+            // Spread: the tasks refused together would otherwise all come back together and be refused again.
+            let spread = wait.mul_f64(rand::thread_rng().gen_range(1.0..1.5));
             return park(
                 ctx,
                 delivery,
                 &task,
-                wait.max(Duration::from_secs(1)),
+                spread.max(Duration::from_secs(1)),
                 "rate limited",
             )
             .await;
@@ -314,10 +344,15 @@ async fn handle(ctx: &Ctx, delivery: &Delivery) -> Result<(), EngineError> {
         }
     }
 
-    let result = {
-        let _permit = deps.bulkheads.acquire(&host).await;
-        deps.channels.deliver(&task).await
+    // The bulkhead wait is bounded, so the dedup lease (longer than this wait plus one attempt) never runs
+    // out while the task still holds it.
+    let Ok(permit) = tokio::time::timeout(BULKHEAD_WAIT, deps.bulkheads.acquire(&host)).await else {
+        release(deps, id, &token).await;
+        let wait = Duration::from_millis(rand::thread_rng().gen_range(1_000..3_000));
+        return park(ctx, delivery, &task, wait, "destination host busy").await;
     };
+    let result = deps.channels.deliver(&task).await;
+    drop(permit);
     let attempts = before + 1;
     let host_ok = !matches!(result, Err(DeliveryError::Transient { .. }));
     match deps.breakers.record(&host, host_ok, Instant::now()) {
@@ -478,6 +513,16 @@ mod tests {
             );
         }
         assert_eq!(retry_delay(&[], 1, None, 1.0), s(1));
+        assert_eq!(not_before(None, 5), None);
+        assert_eq!(not_before(Some(5), 5), None);
+        assert_eq!(not_before(Some(4), 5), None);
+        assert_eq!(not_before(Some(i64::MIN), i64::MAX), None);
+        assert_eq!(not_before(Some(1_500), 1_000), Some(Duration::from_millis(500)));
+        // beyond the delay engine's range: wait its longest step, then again
+        assert_eq!(
+            not_before(Some(i64::MAX), 0),
+            Some(klaxon_broker::delay::MAX_DELAY)
+        );
         for _ in 0..100 {
             let j = jitter();
             assert!((0.8..1.2).contains(&j));

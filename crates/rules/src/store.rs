@@ -281,6 +281,9 @@ impl RuleStore {
             .find(filter)
             .projection(doc! {"notifications": 1})
             .sort(doc! {"_id": 1})
+            // Few round trips (the default batch is 101): each getMore is a chance for a MongoDB-wire server
+            // under concurrent load to have lost the cursor (PoloDB: "cursor not found").
+            .batch_size(2000)
             .await
             .map_err(|e| RulesError::from_driver("find projects", e))?
             .try_collect()

@@ -57,6 +57,8 @@ pub fn task(
                 repetition_id: if i == 0 { Some(format!("rep-{ns}")) } else { None },
             })
             .collect(),
+        text: None,
+        send_at_ms: None,
     }
 }
 

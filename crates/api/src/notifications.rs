@@ -1,0 +1,424 @@
+//! `POST /api/v1/notifications`: direct and scheduled notifications.
+//!
+//! ```text
+//! {"channel", "endpoint", "title", "text"?, "sendAt"?, "idempotencyKey"?, "projectId"?}
+//!   ──▶ validate (this module) ──▶ idempotency record in Redis `<ns>:{direct:<id>}` (pending → queued)
+//!   ──▶ NotificationTask (reason `direct`) ──▶ <ns>.notify.<channel>, through the delay engine when sendAt is later
+//!   ──▶ the senders: dedup on notificationId, breaker, rate limit, retries, dead letters — like any firing
+//! ```
+//!
+//! Exactly once per key: the id is derived from `idempotencyKey`, and the senders deliver an id once (their
+//! dedup store), so a repeated request, even a concurrent one, gives one message. The Redis record makes a
+//! repeated request answer with the first one's `sendAt` and not enqueue again once the first was queued; a
+//! request that died between the record and the publish left it `pending`, and its retry publishes again.
+//!
+//! Never before `sendAt`: the task carries `sendAtMs` and a sender that receives it earlier parks it again
+//! (the delay engine reaches ~12 days per step; later times come back in steps).
+
+use klaxon_core::notification::{direct_notification_id, rfc3339_ms};
+use klaxon_core::{ChannelKind, NotificationEvent, NotificationTask, Reason};
+use serde_json::Value;
+
+/// Longest title accepted, in characters.
+pub const MAX_TITLE_CHARS: usize = 2000;
+/// Longest text accepted, in characters.
+pub const MAX_TEXT_CHARS: usize = 16 * 1024;
+/// Longest endpoint accepted, in bytes.
+pub const MAX_ENDPOINT_BYTES: usize = 2048;
+/// Longest idempotency key accepted, in characters.
+pub const MAX_KEY_CHARS: usize = 256;
+/// Latest `sendAt` accepted, counted from now.
+pub const MAX_SCHEDULE_MS: i64 = 366 * 24 * 3600 * 1000;
+/// How long an idempotency key is remembered after its `sendAt` (as long as the senders' default dedup TTL).
+pub const KEY_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
+/// The rule id direct notifications carry (in the trail, the webhook body, dead letters).
+pub const DIRECT_RULE_ID: &str = "api";
+
+/// A validated request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectRequest {
+    /// The channel.
+    pub channel: ChannelKind,
+    /// Its endpoint (trimmed).
+    pub endpoint: String,
+    /// The title.
+    pub title: String,
+    /// The body.
+    pub text: Option<String>,
+    /// `sendAt`, unix ms, when it is later than now (None: now).
+    pub send_at_ms: Option<i64>,
+    /// The idempotency key.
+    pub idempotency_key: Option<String>,
+    /// The project it belongs to, if given (shown in the trail).
+    pub project_id: String,
+}
+
+fn string_field<'a>(body: &'a Value, name: &str) -> Result<Option<&'a str>, String> {
+    match body.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.as_str())),
+        Some(_) => Err(format!("`{name}` must be a string")),
+    }
+}
+
+fn required<'a>(body: &'a Value, name: &str) -> Result<&'a str, String> {
+    match string_field(body, name)? {
+        Some(s) if !s.trim().is_empty() => Ok(s),
+        _ => Err(format!("`{name}` is required (a non-empty string)")),
+    }
+}
+
+/// True for hosts that name this machine or a private network without DNS (`localhost`, `*.localhost`) or an
+/// IP literal that is not public (loopback, private, link-local, …): what the senders refuse unless
+/// `--allow-private-endpoints` is set. Names are resolved and checked again at delivery time.
+fn private_host(host: &url::Host<&str>) -> Option<&'static str> {
+    match host {
+        url::Host::Domain(d) => {
+            let d = d.trim_end_matches('.').to_ascii_lowercase();
+            (d == "localhost" || d.ends_with(".localhost")).then_some("loopback")
+        }
+        url::Host::Ipv4(ip) => klaxon_channels::safety::non_public_kind((*ip).into()),
+        url::Host::Ipv6(ip) => klaxon_channels::safety::non_public_kind((*ip).into()),
+    }
+}
+
+fn check_url(endpoint: &str, channel: ChannelKind, allow_private: bool) -> Result<(), String> {
+    let url = url::Url::parse(endpoint)
+        .map_err(|e| format!("`endpoint` of a {channel} notification must be an http(s) URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "`endpoint` of a {channel} notification must be an http(s) URL, not {}:",
+            url.scheme()
+        ));
+    }
+    let Some(host) = url.host() else {
+        return Err("`endpoint` has no host".into());
+    };
+    if !allow_private {
+        if let Some(kind) = private_host(&host) {
+            return Err(format!(
+                "`endpoint` points to a {kind} address; refused (start Klaxon with --allow-private-endpoints to allow it)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_endpoint(channel: ChannelKind, endpoint: &str, allow_private: bool) -> Result<(), String> {
+    if endpoint.len() > MAX_ENDPOINT_BYTES {
+        return Err(format!("`endpoint` is over {MAX_ENDPOINT_BYTES} bytes"));
+    }
+    if endpoint.chars().any(char::is_control) {
+        return Err("`endpoint` contains control characters".into());
+    }
+    match channel {
+        ChannelKind::Email => {
+            for address in endpoint.split(',').map(str::trim) {
+                let ok = address.rsplit_once('@').is_some_and(|(local, domain)| {
+                    !local.is_empty() && (domain.contains('.') || domain == "localhost")
+                }) && !address.contains(char::is_whitespace);
+                if !ok {
+                    return Err(format!(
+                        "`endpoint` of an email notification must be addresses separated by commas; `{}` is not one",
+                        klaxon_core::text::one_line(address, 100)
+                    ));
+                }
+            }
+            Ok(())
+        }
+        ChannelKind::Telegram if !endpoint.contains("://") => {
+            let digits = endpoint.strip_prefix('-').unwrap_or(endpoint);
+            let numeric = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+            let channel_name = endpoint.len() > 1
+                && endpoint.starts_with('@')
+                && endpoint[1..]
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            if numeric || channel_name {
+                Ok(())
+            } else {
+                Err("`endpoint` of a telegram notification must be a chat id (e.g. 123456789, -1001234567890 for a group) or @channelname".into())
+            }
+        }
+        _ => check_url(endpoint, channel, allow_private),
+    }
+}
+
+/// Validates a request body against the Redis clock `now_ms`.
+pub fn parse(body: &Value, now_ms: i64, allow_private: bool) -> Result<DirectRequest, String> {
+    if !body.is_object() {
+        return Err(
+            "the body must be an object {\"channel\", \"endpoint\", \"title\", \"text\"?, \"sendAt\"?, \"idempotencyKey\"?}"
+                .into(),
+        );
+    }
+    let channel_name = required(body, "channel")?;
+    let channel = ChannelKind::parse(channel_name.trim()).ok_or_else(|| {
+        let known: Vec<&str> = ChannelKind::ALL.iter().map(|c| c.as_str()).collect();
+        format!(
+            "unknown channel `{}`; one of: {}",
+            klaxon_core::text::one_line(channel_name, 40),
+            known.join(", ")
+        )
+    })?;
+    let endpoint = required(body, "endpoint")?.trim().to_owned();
+    check_endpoint(channel, &endpoint, allow_private)?;
+    let title = required(body, "title")?;
+    if title.chars().count() > MAX_TITLE_CHARS {
+        return Err(format!("`title` is over {MAX_TITLE_CHARS} characters"));
+    }
+    let text = string_field(body, "text")?.filter(|t| !t.trim().is_empty());
+    if text.is_some_and(|t| t.chars().count() > MAX_TEXT_CHARS) {
+        return Err(format!("`text` is over {MAX_TEXT_CHARS} characters"));
+    }
+    let send_at_ms = match string_field(body, "sendAt")? {
+        None => None,
+        Some(s) => {
+            let at = crate::mutes::parse_rfc3339_ms(s)
+                .map_err(|e| format!("`sendAt` must be an RFC 3339 time (e.g. 2026-12-01T09:00:00Z): {e}"))?;
+            if at > now_ms.saturating_add(MAX_SCHEDULE_MS) {
+                return Err("`sendAt` is more than 366 days away".into());
+            }
+            (at > now_ms).then_some(at)
+        }
+    };
+    let idempotency_key = match string_field(body, "idempotencyKey")? {
+        None => None,
+        Some(k) if k.is_empty() || k.chars().count() > MAX_KEY_CHARS => {
+            return Err(format!(
+                "`idempotencyKey` must be 1 to {MAX_KEY_CHARS} characters"
+            ))
+        }
+        Some(k) => Some(k.to_owned()),
+    };
+    let project_id = match string_field(body, "projectId")? {
+        None => String::new(),
+        Some(p) if klaxon_core::event::is_object_id(p) => p.to_ascii_lowercase(),
+        Some(_) => return Err("`projectId` must be a 24-hex-digit ObjectId".into()),
+    };
+    Ok(DirectRequest {
+        channel,
+        endpoint,
+        title: title.to_owned(),
+        text: text.map(str::to_owned),
+        send_at_ms,
+        idempotency_key,
+        project_id,
+    })
+}
+
+impl DirectRequest {
+    /// The notification id: derived from the idempotency key, or `fresh` (random) without one.
+    pub fn notification_id(&self, fresh: impl FnOnce() -> String) -> String {
+        self.idempotency_key
+            .as_deref()
+            .map_or_else(fresh, direct_notification_id)
+    }
+
+    /// The task the senders deliver.
+    pub fn task(&self, notification_id: String, now_ms: i64) -> NotificationTask {
+        NotificationTask {
+            notification_id,
+            project_id: self.project_id.clone(),
+            rule_id: DIRECT_RULE_ID.to_owned(),
+            channel: self.channel,
+            endpoint: self.endpoint.clone(),
+            min_period_s: 0,
+            fired_at_ms: now_ms,
+            reason: Reason::Direct,
+            events: vec![NotificationEvent {
+                group_hash: String::new(),
+                title: self.title.clone(),
+                count: 1,
+                repetition_id: None,
+            }],
+            text: self.text.clone(),
+            send_at_ms: self.send_at_ms,
+        }
+    }
+}
+
+/// The state of an idempotency key in Redis: `<state>:<sendAtMs>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyState {
+    /// Recorded, not known to be published yet (a retry publishes again; the senders deduplicate).
+    Pending(i64),
+    /// Published with confirms: a repeat only answers.
+    Queued(i64),
+}
+
+impl KeyState {
+    /// The stored form.
+    pub fn encode(self) -> String {
+        match self {
+            KeyState::Pending(ms) => format!("pending:{ms}"),
+            KeyState::Queued(ms) => format!("queued:{ms}"),
+        }
+    }
+
+    /// Parses the stored form.
+    pub fn decode(s: &str) -> Option<Self> {
+        let (state, ms) = s.split_once(':')?;
+        let ms = ms.parse().ok()?;
+        match state {
+            "pending" => Some(KeyState::Pending(ms)),
+            "queued" => Some(KeyState::Queued(ms)),
+            _ => None,
+        }
+    }
+}
+
+/// The Redis key remembering an idempotency key's notification.
+pub fn key_of(namespace: &str, notification_id: &str) -> String {
+    format!("{namespace}:{{direct:{notification_id}}}")
+}
+
+/// How long the record lives: until `KEY_RETENTION_MS` after the send time.
+pub fn key_ttl_ms(send_at_ms: i64, now_ms: i64) -> i64 {
+    send_at_ms
+        .saturating_sub(now_ms)
+        .max(0)
+        .saturating_add(KEY_RETENTION_MS)
+}
+
+/// The answer's `sendAt`.
+pub fn send_at_text(ms: i64) -> String {
+    rfc3339_ms(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const NOW: i64 = 1_800_000_000_000;
+
+    fn ok(body: Value) -> DirectRequest {
+        parse(&body, NOW, false).unwrap_or_else(|e| panic!("{body}: {e}"))
+    }
+
+    fn err(body: Value) -> String {
+        parse(&body, NOW, false).expect_err(&body.to_string())
+    }
+
+    #[test]
+    fn accepts_each_channel() {
+        for (channel, endpoint) in [
+            ("slack", "https://hooks.slack.com/services/T/B/x"),
+            ("webhook", "https://example.com/hook"),
+            ("loop", "https://loop.example/hooks/x"),
+            ("telegram", "-1001234567890"),
+            ("telegram", "@my_channel"),
+            ("telegram", "https://notify.bot.codex.so/u/abc"),
+            ("email", "ops@example.com, dev@example.org"),
+        ] {
+            let r = ok(json!({"channel": channel, "endpoint": endpoint, "title": "Deploy"}));
+            assert_eq!(r.channel.as_str(), channel);
+            assert_eq!(r.send_at_ms, None);
+        }
+    }
+
+    #[test]
+    fn refuses_bad_input_with_the_reason() {
+        let base = |extra: Value| {
+            let mut b = json!({"channel": "webhook", "endpoint": "https://example.com/h", "title": "T"});
+            for (k, v) in extra.as_object().expect("object") {
+                b[k] = v.clone();
+            }
+            b
+        };
+        for (body, want) in [
+            (json!([1]), "must be an object"),
+            (json!({"endpoint": "x", "title": "t"}), "`channel` is required"),
+            (base(json!({"channel": "pager"})), "unknown channel `pager`"),
+            (base(json!({"channel": 3})), "`channel` must be a string"),
+            (base(json!({"endpoint": ""})), "`endpoint` is required"),
+            (base(json!({"title": "  "})), "`title` is required"),
+            (base(json!({"endpoint": "ftp://example.com/x"})), "http(s) URL"),
+            (
+                base(json!({"endpoint": "http://127.0.0.1:9/h"})),
+                "loopback address; refused",
+            ),
+            (
+                base(json!({"endpoint": "http://localhost/h"})),
+                "loopback address; refused",
+            ),
+            (base(json!({"endpoint": "http://10.0.0.7/h"})), "refused"),
+            (base(json!({"endpoint": "http://[::1]/h"})), "refused"),
+            (
+                base(json!({"channel": "telegram", "endpoint": "chat 12"})),
+                "chat id",
+            ),
+            (
+                base(json!({"channel": "email", "endpoint": "not-an-address"})),
+                "is not one",
+            ),
+            (base(json!({"sendAt": "tomorrow"})), "RFC 3339"),
+            (base(json!({"sendAt": "2099-01-01T00:00:00Z"})), "366 days"),
+            (base(json!({"idempotencyKey": ""})), "1 to 256"),
+            (base(json!({"idempotencyKey": "k".repeat(257)})), "1 to 256"),
+            (
+                base(json!({"title": "t".repeat(MAX_TITLE_CHARS + 1)})),
+                "`title` is over",
+            ),
+            (
+                base(json!({"text": "t".repeat(MAX_TEXT_CHARS + 1)})),
+                "`text` is over",
+            ),
+            (base(json!({"projectId": "p1"})), "ObjectId"),
+        ] {
+            let e = err(body.clone());
+            assert!(e.contains(want), "{body}: {e}");
+        }
+    }
+
+    #[test]
+    fn private_endpoints_pass_when_allowed() {
+        let body = json!({"channel": "webhook", "endpoint": "http://127.0.0.1:9/h", "title": "T"});
+        assert!(parse(&body, NOW, true).is_ok());
+    }
+
+    #[test]
+    fn send_at_in_the_past_means_now() {
+        let r = ok(
+            json!({"channel": "slack", "endpoint": "https://h.example/x", "title": "T",
+            "sendAt": "2020-01-01T00:00:00Z"}),
+        );
+        assert_eq!(r.send_at_ms, None);
+        let later = NOW + 3_600_000;
+        let r = ok(
+            json!({"channel": "slack", "endpoint": "https://h.example/x", "title": "T",
+            "sendAt": rfc3339_ms(later)}),
+        );
+        assert_eq!(r.send_at_ms, Some(later));
+        let t = r.task("id".into(), NOW);
+        assert_eq!(t.send_at_ms, Some(later));
+        assert_eq!(t.reason, Reason::Direct);
+        assert_eq!(t.rule_id, DIRECT_RULE_ID);
+    }
+
+    #[test]
+    fn ids_come_from_the_key() {
+        let with = ok(
+            json!({"channel": "slack", "endpoint": "https://h.example/x", "title": "T", "idempotencyKey": "k1"}),
+        );
+        assert_eq!(
+            with.notification_id(|| "fresh".into()),
+            direct_notification_id("k1")
+        );
+        let without = ok(json!({"channel": "slack", "endpoint": "https://h.example/x", "title": "T"}));
+        assert_eq!(without.notification_id(|| "fresh".into()), "fresh");
+    }
+
+    #[test]
+    fn key_states_round_trip() {
+        for s in [KeyState::Pending(5), KeyState::Queued(1_800_000_000_000)] {
+            assert_eq!(KeyState::decode(&s.encode()), Some(s));
+        }
+        assert_eq!(KeyState::decode("other:5"), None);
+        assert_eq!(KeyState::decode("queued:x"), None);
+        assert_eq!(key_ttl_ms(NOW, NOW), KEY_RETENTION_MS);
+        assert_eq!(key_ttl_ms(NOW + 10, NOW), KEY_RETENTION_MS + 10);
+        assert_eq!(key_of("ns", "abc"), "ns:{direct:abc}");
+    }
+}
