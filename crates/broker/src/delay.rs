@@ -277,7 +277,12 @@ impl Publisher {
                 .basic_publish(
                     top.as_str().into(),
                     key.as_str().into(),
-                    BasicPublishOptions::default(),
+                    // the first hop always routes (every key matches a level queue or the next level's
+                    // exchange); mandatory catches a delay engine that was deleted
+                    BasicPublishOptions {
+                        mandatory: true,
+                        ..BasicPublishOptions::default()
+                    },
                     &m.body,
                     props,
                 )
@@ -286,10 +291,7 @@ impl Publisher {
             pending.push((confirm, &m.queue));
         }
         for (confirm, queue) in pending {
-            let c = confirm.await.map_err(amqp("publisher confirm"))?;
-            if !c.is_ack() {
-                return Err(BrokerError::Nacked { queue: queue.clone() });
-            }
+            crate::check_confirm(confirm.await.map_err(amqp("publisher confirm"))?, queue)?;
         }
         Ok(())
     }

@@ -56,6 +56,14 @@ pub enum BrokerError {
         /// Target queue.
         queue: String,
     },
+    /// A message published to `queue` was returned as unroutable: the queue does not exist (deleted by
+    /// hand?). Transient: the next session declares its queues again; the message was not lost, since the
+    /// publish reports failure and its source is not acked.
+    #[error("RabbitMQ returned a message published to `{queue}` as unroutable (does the queue exist?)")]
+    Unroutable {
+        /// Target queue.
+        queue: String,
+    },
     /// A queue exists with other arguments (permanent until an operator fixes it).
     #[error(
         "queue `{queue}` exists with different settings ({source}); delete it or use the queue type it was made with"
@@ -452,13 +460,29 @@ impl Outgoing {
     }
 }
 
+/// The outcome of one confirmed publish.
+pub(crate) fn check_confirm(c: lapin::Confirmation, queue: &str) -> Result<(), BrokerError> {
+    use lapin::Confirmation;
+    match c {
+        Confirmation::Ack(None) => Ok(()),
+        Confirmation::Ack(Some(_)) => Err(BrokerError::Unroutable {
+            queue: queue.to_owned(),
+        }),
+        Confirmation::Nack(_) | Confirmation::NotRequested => Err(BrokerError::Nacked {
+            queue: queue.to_owned(),
+        }),
+    }
+}
+
 /// A channel in confirm mode.
 pub struct Publisher {
     channel: Channel,
 }
 
 impl Publisher {
-    /// Publishes every message, then waits until the broker confirmed all of them.
+    /// Publishes every message, then waits until the broker confirmed all of them. Publishes are mandatory: a
+    /// message no queue takes (its queue was deleted) fails with [`BrokerError::Unroutable`] instead of being
+    /// dropped by the broker.
     pub async fn publish_all(&self, messages: &[Outgoing]) -> Result<(), BrokerError> {
         let mut pending = Vec::with_capacity(messages.len());
         for m in messages {
@@ -467,7 +491,10 @@ impl Publisher {
                 .basic_publish(
                     "".into(),
                     m.queue.as_str().into(),
-                    BasicPublishOptions::default(),
+                    BasicPublishOptions {
+                        mandatory: true,
+                        ..BasicPublishOptions::default()
+                    },
                     &m.body,
                     m.properties(),
                 )
@@ -476,10 +503,7 @@ impl Publisher {
             pending.push((confirm, &m.queue));
         }
         for (confirm, queue) in pending {
-            let c = confirm.await.map_err(amqp("publisher confirm"))?;
-            if !c.is_ack() {
-                return Err(BrokerError::Nacked { queue: queue.clone() });
-            }
+            check_confirm(confirm.await.map_err(amqp("publisher confirm"))?, queue)?;
         }
         Ok(())
     }

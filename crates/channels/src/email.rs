@@ -52,6 +52,23 @@ pub(crate) fn transport(
             return Err(invalid("tls must be starttls, required or opportunistic".into()));
         }
     }
+    // Credentials never cross a network in clear text: a plain smtp:// URL (or opportunistic STARTTLS, which
+    // an attacker on the path can strip) with a user or password is refused, except to this machine.
+    let encrypted = url.scheme() == "smtps" || pairs.iter().any(|(k, v)| k == "tls" && v == "required");
+    let has_credentials = !url.username().is_empty() || url.password().is_some();
+    // (smtp: is not a "special" scheme to the URL parser, so an IP address comes back as a domain string)
+    let local = url.host_str().is_some_and(|h| {
+        h.eq_ignore_ascii_case("localhost")
+            || h.trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    });
+    if has_credentials && !encrypted && !local {
+        return Err(invalid(
+            "the URL has credentials but no TLS: they would cross the network in clear text; use smtps://… or add ?tls=starttls".into(),
+        ));
+    }
     if pairs.is_empty() {
         url.set_query(None);
     } else {
@@ -171,12 +188,23 @@ mod tests {
             "smtp://u:p%40ss@mail.example.com:587?tls=required",
             "smtp://mail.example.com?tls=opportunistic",
             "smtps://u:p@mail.example.com",
+            "smtp://u:p@127.0.0.1:2525",
+            "smtp://u:p@localhost:25",
         ] {
-            assert!(transport(&Secret::new(ok), t).is_ok(), "{ok}");
+            let r = transport(&Secret::new(ok), t);
+            assert!(r.is_ok(), "{ok}: {:?}", r.err());
         }
         for bad in ["http://x", "smtp://x?tls=maybe", "nonsense", "smtp://"] {
             let err = transport(&Secret::new(format!("{bad}#topsecret")), t).expect_err(bad);
             assert!(!err.to_string().contains("topsecret"), "{err}");
+        }
+        for clear in [
+            "smtp://user:topsecret@mail.example.com:25",
+            "smtp://user@mail.example.com:25",
+            "smtp://user:topsecret@mail.example.com?tls=opportunistic",
+        ] {
+            let err = transport(&Secret::new(clear), t).expect_err(clear).to_string();
+            assert!(err.contains("clear text") && !err.contains("topsecret"), "{err}");
         }
     }
 
