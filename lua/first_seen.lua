@@ -2,7 +2,7 @@
 --
 -- One call handles several keys, each with several hits, in order.
 --
--- KEYS[j]  string `<ns>:{<rule>:<group>}:new` = "<fired at ms>|<event id>", written with SET NX PX `ttl`.
+-- KEYS[j]  string `<ns>:{<project>:<rule>:<group>}:new` = "<fired at ms>|<event id>", written with SET NX PX `ttl`.
 -- ARGV[1]  now in ms, or '' to read the server's TIME
 -- ARGV[2]  ttl in ms: how long the "already fired" mark lives. It must outlast any redelivery of the
 --          `isNew` event (consumer crash, broker restart, retry/delay queues); the client's default is

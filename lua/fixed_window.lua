@@ -8,7 +8,7 @@
 -- several hits (hits of one key in one batch are coalesced), so a batch costs one script call, not one per
 -- event.
 --
--- KEYS[2j-1]  window hash `<ns>:{<rule>:<group>}:fx`, fields:
+-- KEYS[2j-1]  window hash `<ns>:{<project>:<rule>:<group>}:fx`, fields:
 --            s  window start (ms)         c  count in this window
 --            f  fired at (ms, absent until the window fires)
 --            fc count at the firing       fe event id of the firing hit ('' when it had none)

@@ -10,10 +10,10 @@
 -- One call handles several (rule, group) pairs (two keys each), each with several hits, in order.
 -- Needs Redis >= 6.2 (ZMSCORE).
 --
--- KEYS[2j-1]  sorted set `<ns>:{<rule>:<group>}:sl`: member = the event's idempotency key (or a unique id
+-- KEYS[2j-1]  sorted set `<ns>:{<project>:<rule>:<group>}:sl`: member = the event's idempotency key (or a unique id
 --             the client made up when the event has none), score = event time (ms). Expires `period` after
 --             the last hit.
--- KEYS[2j]    cooldown hash `<ns>:{<rule>:<group>}:slc`: a = fired at (ms), c = count at the firing,
+-- KEYS[2j]    cooldown hash `<ns>:{<project>:<rule>:<group>}:slc`: a = fired at (ms), c = count at the firing,
 --             m = member of the firing hit. Expires when the cooldown ends.
 -- ARGV[1]  now in ms, or '' to read the server's TIME
 -- then, per pair j in order: threshold (>= 1), period ms (>= 1), n (hits), and n members

@@ -14,9 +14,9 @@
 --
 -- One call handles several (rule, group) pairs (two keys each) of one mode, each with several hits, in order.
 --
--- KEYS[2j-1]  sorted set `<ns>:{<rule>:<group>}:uf` (fixed) or `…:us` (sliding): member = user id (the client
+-- KEYS[2j-1]  sorted set `<ns>:{<project>:<rule>:<group>}:uf` (fixed) or `…:us` (sliding): member = user id (the client
 --             digests long ones), score = first seen (fixed) or last seen (sliding), ms.
--- KEYS[2j]    hash `<ns>:{<rule>:<group>}:ufm` / `…:usm`:
+-- KEYS[2j]    hash `<ns>:{<project>:<rule>:<group>}:ufm` / `…:usm`:
 --               fixed:   s = window start, f = fired at, fc = users at the firing, fe = event id of the firing
 --               sliding: a = fired at, c = users at the firing, e = event id of the firing (the cooldown)
 --             Both keys expire when the window (fixed) or the trailing period / cooldown (sliding) ends.

@@ -226,6 +226,7 @@ pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> Verdict {
 /// delivered).
 pub async fn explain(
     counter: &Counter,
+    project_id: &str,
     notifications: &[Value],
     mutes: &[klaxon_core::mute::Mute],
     event: &Event,
@@ -246,7 +247,8 @@ pub async fn explain(
             Ok((rule, _)) => match rule.decide(event, &title) {
                 Err(skip) => out.push(Some(skipped(&rule.id, skip, &rule))),
                 Ok(want) => {
-                    let mut hit = Hit::new(rule.id.as_str(), event.group_hash.as_str(), HitSpec::from(want));
+                    let mut hit = Hit::new(rule.id.as_str(), event.group_hash.as_str(), HitSpec::from(want))
+                        .with_project(project_id);
                     if let (Want::UniqueUsers { .. }, Some(u)) = (want, &event.user) {
                         hit = hit.with_user(u.as_str());
                     }

@@ -109,6 +109,7 @@ fn parts(spec: HitSpec) -> (Kind, u64, u64) {
 /// One script call: the hits of one key in one batch, coalesced.
 struct Call<'h> {
     kind: Kind,
+    project_id: &'h str,
     rule_id: &'h str,
     group_hash: &'h str,
     threshold: u64,
@@ -134,7 +135,8 @@ struct Invocation {
 
 /// Counts hits in Redis and says which one fires. Cheap to clone; clones share the connection.
 ///
-/// Keys are `<ns>:{<rule>:<group>}:<kind>`: the `{hash tag}` keeps the keys of one script call in one
+/// Keys are `<ns>:{<project>:<rule>:<group>}:<kind>` (`<ns>:{<rule>:<group>}:<kind>` for a hit without a
+/// project): the `{hash tag}` keeps the keys of one script call in one
 /// Redis Cluster slot while spreading (rule, group) pairs over the cluster.
 #[derive(Debug, Clone)]
 pub struct Counter {
@@ -167,15 +169,27 @@ impl Counter {
     /// The Redis keys a hit touches (for tests, tooling and `MEMORY USAGE`).
     pub fn keys_of(&self, hit: &Hit) -> Vec<String> {
         let (kind, _, _) = parts(hit.spec);
-        let base = self.key_base(&hit.rule_id, &hit.group_hash);
+        let base = self.key_base(
+            hit.project_id.as_deref().unwrap_or(""),
+            &hit.rule_id,
+            &hit.group_hash,
+        );
         kind.key_suffixes()
             .iter()
             .map(|s| format!("{base}:{s}"))
             .collect()
     }
 
-    fn key_base(&self, rule_id: &str, group_hash: &str) -> String {
-        format!("{}:{{{rule_id}:{group_hash}}}", self.namespace)
+    fn key_base(&self, project_id: &str, rule_id: &str, group_hash: &str) -> String {
+        if project_id.is_empty() {
+            format!("{}:{{{rule_id}:{group_hash}}}", self.namespace)
+        } else if project_id.bytes().any(|b| b.is_ascii_uppercase()) {
+            // one project, one key, however the producer spelled its ObjectId
+            let project_id = project_id.to_ascii_lowercase();
+            format!("{}:{{{project_id}:{rule_id}:{group_hash}}}", self.namespace)
+        } else {
+            format!("{}:{{{project_id}:{rule_id}:{group_hash}}}", self.namespace)
+        }
     }
 
     /// Loads the counting scripts into every node (`SCRIPT LOAD`), so that the first batches do not pay for
@@ -208,9 +222,10 @@ impl Counter {
     /// into one script call, so that a batch costs a few script calls rather than one per event.
     /// Outcomes come back in input order.
     ///
-    /// On error, some script calls of the batch may have run: hits with an event id are recognised when
-    /// the batch is retried (a firing fires again with the same token); hits without one may be counted
-    /// twice (at-least-once).
+    /// In a cluster, a slot whose pipeline fails is sent again (up to 3 attempts within ~1 s) while the
+    /// replies of the slots that succeeded are kept. On error, some script calls of the batch may have run:
+    /// hits with an event id are recognised when the batch is retried (a firing fires again with the same
+    /// token); hits without one may be counted twice (at-least-once).
     pub async fn hit_batch(&self, hits: &[Hit], now_ms: Option<i64>) -> Result<Vec<Outcome>, CounterError> {
         if hits.is_empty() {
             return Ok(Vec::new());
@@ -267,7 +282,7 @@ impl Counter {
         let mut groups: Vec<(Kind, Option<Slot>, Vec<usize>)> = Vec::new();
         let mut bases: Vec<String> = Vec::with_capacity(calls.len());
         for (i, call) in calls.iter().enumerate() {
-            let base = self.key_base(call.rule_id, call.group_hash);
+            let base = self.key_base(call.project_id, call.rule_id, call.group_hash);
             let slot = cluster.then(|| Slot::for_key(&base));
             bases.push(base);
             let g = match open.get(&(call.kind, slot)) {
@@ -361,16 +376,40 @@ impl Counter {
         for (i, inv) in invocations.iter().enumerate() {
             by_slot.entry(inv.slot).or_default().push(i);
         }
-        let groups: Vec<Vec<usize>> = by_slot.into_values().collect();
-        let sent = groups.iter().map(|idx| {
-            let mut conn = self.redis.clone();
-            async move { pipeline(&mut conn, idx.iter().map(|&i| &invocations[i].cmd)).await }
-        });
-        let answers = futures_util::future::join_all(sent).await;
+        let mut pending: Vec<Vec<usize>> = by_slot.into_values().collect();
         let mut replies: Vec<Option<RedisResult<Value>>> = (0..invocations.len()).map(|_| None).collect();
-        for (idx, answer) in groups.iter().zip(answers) {
-            for (&i, r) in idx.iter().zip(answer?) {
-                replies[i] = Some(r);
+        // When one slot's pipeline fails (its node died, a failover is under way), the other slots' scripts
+        // have run: keep their replies and send only the failed slots again, a few times, rather than fail
+        // the batch and have every slot count it twice on the batch's retry.
+        for attempt in 0..SLOT_ATTEMPTS {
+            let sent = pending.iter().map(|idx| {
+                let mut conn = self.redis.clone();
+                async move { pipeline(&mut conn, idx.iter().map(|&i| &invocations[i].cmd)).await }
+            });
+            let answers = futures_util::future::join_all(sent).await;
+            let mut failed = Vec::new();
+            let mut last_error = None;
+            for (idx, answer) in pending.into_iter().zip(answers) {
+                match answer {
+                    Ok(rs) => {
+                        for (&i, r) in idx.iter().zip(rs) {
+                            replies[i] = Some(r);
+                        }
+                    }
+                    Err(e) => {
+                        failed.push(idx);
+                        last_error = Some(e);
+                    }
+                }
+            }
+            pending = failed;
+            match last_error {
+                None => break,
+                Some(e) if attempt + 1 == SLOT_ATTEMPTS => return Err(e),
+                Some(e) => {
+                    tracing::debug!(slots = pending.len(), error = %e, attempt, "cluster slot pipeline failed; sending it again");
+                    tokio::time::sleep(SLOT_RETRY_WAIT * (attempt + 1)).await;
+                }
             }
         }
         replies
@@ -384,6 +423,12 @@ impl Counter {
             .collect()
     }
 }
+
+/// Attempts per failed cluster slot pipeline inside one batch (see [`Counter::hit_batch`]).
+const SLOT_ATTEMPTS: u32 = 3;
+/// Wait before the n-th resend of failed slot pipelines is n times this (a failover takes a few seconds; the
+/// batch's own retry covers longer outages).
+const SLOT_RETRY_WAIT: Duration = Duration::from_millis(200);
 
 /// Sends commands as one pipeline that reports each command's error on its own.
 async fn pipeline<'c>(
@@ -431,7 +476,7 @@ fn compact(id: &str) -> Cow<'_, str> {
 
 /// Groups the hits of one key (and the same spec) into one call each, keeping input order within a call.
 fn coalesce(hits: &[Hit]) -> Result<Vec<Call<'_>>, CounterError> {
-    let mut index: HashMap<(Kind, &str, &str, u64, u64), usize> = HashMap::with_capacity(hits.len());
+    let mut index: HashMap<(Kind, &str, &str, &str, u64, u64), usize> = HashMap::with_capacity(hits.len());
     let mut calls: Vec<Call<'_>> = Vec::new();
     for (i, hit) in hits.iter().enumerate() {
         let (kind, threshold, period_ms) = parts(hit.spec);
@@ -443,10 +488,18 @@ fn coalesce(hits: &[Hit]) -> Result<Vec<Call<'_>>, CounterError> {
         }
         let member = member_of(kind, hit.event_id.as_deref());
         let slot = *index
-            .entry((kind, &hit.rule_id, &hit.group_hash, threshold, period_ms))
+            .entry((
+                kind,
+                hit.project_id.as_deref().unwrap_or(""),
+                &hit.rule_id,
+                &hit.group_hash,
+                threshold,
+                period_ms,
+            ))
             .or_insert_with(|| {
                 calls.push(Call {
                     kind,
+                    project_id: hit.project_id.as_deref().unwrap_or(""),
                     rule_id: &hit.rule_id,
                     group_hash: &hit.group_hash,
                     threshold,

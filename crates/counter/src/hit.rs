@@ -79,6 +79,9 @@ pub struct Hit {
     /// The event's user id, counted by [`HitSpec::UniqueUsers`] (ignored by the other specs). An empty id
     /// counts as none.
     pub user: Option<Arc<str>>,
+    /// The project of the rule. Part of the keys, so that a rule id that two projects share (a copied
+    /// document) never shares their windows or first-seen marks. `None` keeps the keys of the rule alone.
+    pub project_id: Option<Arc<str>>,
 }
 
 impl Hit {
@@ -90,7 +93,14 @@ impl Hit {
             spec,
             event_id: None,
             user: None,
+            project_id: None,
         }
+    }
+
+    /// Sets the rule's project (the worker always does).
+    pub fn with_project(mut self, project_id: impl Into<Arc<str>>) -> Self {
+        self.project_id = Some(project_id.into());
+        self
     }
 
     /// Sets the event's user id (what a [`HitSpec::UniqueUsers`] hit counts).

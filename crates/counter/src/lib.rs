@@ -20,7 +20,7 @@
 //!   token, so the engine republishes the same deterministic notification id and delivery drops the
 //!   duplicate. Without event ids, fixed windows count at least once (a redelivered event counts twice)
 //!   and a redelivered firing is not recognised.
-//! * **Keys.** `<ns>:{<rule>:<group>}:fx|sl|slc|new|uf|ufm|us|usm`; the hash tag puts the keys of one call in one cluster
+//! * **Keys.** `<ns>:{<project>:<rule>:<group>}:fx|sl|slc|new|uf|ufm|us|usm`; the hash tag puts the keys of one call in one cluster
 //!   slot. Every key expires: fixed windows at their end, sliding sets a period after their last event,
 //!   cooldowns at their end, first-seen marks after [`DEFAULT_FIRST_SEEN_TTL`].
 //! * **Scripts on the server.** Calls use `EVALSHA`; a NOSCRIPT reply (server restart, failover) loads the

@@ -628,3 +628,37 @@ fn hit_spec_from_core_want() {
         assert_eq!(HitSpec::from(want), spec);
     }
 }
+
+// --- Keys -----------------------------------------------------------------------------------------------
+
+/// A rule id that two projects share (a copied document) shares neither windows nor first-seen marks; one
+/// project's keys are the same however its id is spelled.
+async fn projects_never_share_windows(env: Env) {
+    let spec = fixed(2, 60_000);
+    let a = Hit::new("r", "g", spec).with_project("5e3eef0679fa3700a0198a49");
+    let b = Hit::new("r", "g", spec).with_project("65a000000000000000000001");
+    assert!(!hit(&env, &a, T0).await.is_fired());
+    assert!(
+        !hit(&env, &b, T0 + 1).await.is_fired(),
+        "b's first event is b's first"
+    );
+    assert!(hit(&env, &a, T0 + 2).await.is_fired(), "a's second event fires a");
+    let upper = Hit::new("r", "g", spec).with_project("5E3EEF0679FA3700A0198A49");
+    assert_eq!(env.counter.keys_of(&upper), env.counter.keys_of(&a));
+    assert_ne!(env.counter.keys_of(&a), env.counter.keys_of(&b));
+    let new_a = Hit::new("r", "n", HitSpec::FirstSeen).with_project("5e3eef0679fa3700a0198a49");
+    let new_b = Hit::new("r", "n", HitSpec::FirstSeen).with_project("65a000000000000000000001");
+    assert!(hit(&env, &new_a, T0).await.is_fired());
+    assert!(
+        hit(&env, &new_b, T0).await.is_fired(),
+        "b's first occurrence is b's to notify"
+    );
+    for key in env.counter.keys_of(&a) {
+        assert!(key.contains("{5e3eef0679fa3700a0198a49:r:g}"), "{key}");
+    }
+}
+
+#[tokio::test]
+async fn a_rule_id_shared_by_two_projects_shares_no_window() {
+    on_both(projects_never_share_windows).await;
+}

@@ -200,7 +200,8 @@ async fn process_batch(
                 rule.id.as_str(),
                 task.event.group_hash.as_str(),
                 HitSpec::from(want),
-            );
+            )
+            .with_project(task.project_id.as_str());
             if let Some(id) = event_id {
                 hit = hit.with_event_id(id.as_str());
             }
@@ -308,6 +309,8 @@ async fn process_batch(
                         count: *count,
                         repetition_id: task.event.repetition_id.clone(),
                     }],
+                    text: None,
+                    send_at_ms: None,
                 };
                 tracing::info!(
                     notification_id = %nt.notification_id,
