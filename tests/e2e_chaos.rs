@@ -131,45 +131,58 @@ impl Clusters {
             .join(",")
     }
 
+    /// `queue`'s row of `rabbitmqctl list_queues name <columns…>`, asked of each node in turn until one answers.
+    fn queue_row(&self, queue: &str, columns: &[&str]) -> Option<serde_json::Value> {
+        for i in 1..=self.rmq_ports.len() {
+            let node = i.to_string();
+            let mut args = vec!["ctl", node.as_str(), "list_queues", "name"];
+            args.extend_from_slice(columns);
+            args.extend_from_slice(&["--formatter", "json"]);
+            let Ok(out) = Command::new(script("rabbitmq-cluster"))
+                .envs(self.rmq_env())
+                .args(&args)
+                .output()
+            else {
+                continue;
+            };
+            let Ok(rows) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
+                continue;
+            };
+            if let Some(row) = rows
+                .as_array()
+                .and_then(|rows| rows.iter().find(|r| r["name"] == queue))
+            {
+                return Some(row.clone());
+            }
+        }
+        None
+    }
+
     /// The 1-based index of the node leading the quorum queue `queue`.
     fn leader_of(&self, queue: &str) -> usize {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            for i in 1..=self.rmq_ports.len() {
-                let out = Command::new(script("rabbitmq-cluster"))
-                    .envs(self.rmq_env())
-                    .args([
-                        "ctl",
-                        &i.to_string(),
-                        "list_queues",
-                        "name",
-                        "leader",
-                        "--formatter",
-                        "json",
-                    ])
-                    .output();
-                let Ok(out) = out else { continue };
-                let Ok(rows) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
-                    continue;
-                };
-                let leader = rows.as_array().and_then(|rows| {
-                    rows.iter()
-                        .find(|r| r["name"] == queue)
-                        .and_then(|r| r["leader"].as_str().map(str::to_owned))
-                });
-                if let Some(leader) = leader {
-                    if let Some(k) = self
-                        .rmq_ports
-                        .iter()
-                        .position(|p| leader == format!("klaxon-{p}@localhost"))
-                    {
-                        return k + 1;
-                    }
+            let leader = self
+                .queue_row(queue, &["leader"])
+                .and_then(|r| r["leader"].as_str().map(str::to_owned));
+            if let Some(leader) = leader {
+                if let Some(k) = self
+                    .rmq_ports
+                    .iter()
+                    .position(|p| leader == format!("klaxon-{p}@localhost"))
+                {
+                    return k + 1;
                 }
             }
             assert!(Instant::now() < deadline, "no leader found for {queue}");
             std::thread::sleep(Duration::from_millis(500));
         }
+    }
+
+    /// True when the broker holds no message of `queue`, ready or unacknowledged (asked of any running node).
+    fn queue_drained(&self, queue: &str) -> bool {
+        self.queue_row(queue, &["messages_ready", "messages_unacknowledged"])
+            .is_some_and(|row| row["messages_ready"] == 0 && row["messages_unacknowledged"] == 0)
     }
 
     /// `master` or `slave`: the role of the Redis node on `port`.
@@ -367,11 +380,32 @@ struct FaultReport {
 }
 
 /// Waits until every process is ready and every published event's batch is done; returns the seconds it took.
-fn wait_recovered(fleet: &Fleet, published: u64, since: Instant, within: Duration) -> f64 {
+///
+/// "Done" is counted from the workers' acked metrics. A worker killed with -9 takes its last acks with it: the
+/// count read just before the kill can miss a batch acked in between. So once a worker has been killed, and the
+/// publishing is over (it always is when this is called), the broker is asked instead: nothing ready and nothing
+/// unacknowledged in the events queue means every event was acked.
+fn wait_recovered(
+    fleet: &Fleet,
+    clusters: &Clusters,
+    queue: &str,
+    published: u64,
+    since: Instant,
+    within: Duration,
+) -> f64 {
     let deadline = Instant::now() + within;
+    let mut asked_broker = Instant::now() - Duration::from_secs(10);
     loop {
-        if fleet.all_ready() && fleet.done() >= published {
-            return since.elapsed().as_secs_f64();
+        if fleet.all_ready() {
+            if fleet.done() >= published {
+                return since.elapsed().as_secs_f64();
+            }
+            if fleet.dead_consumed > 0 && asked_broker.elapsed() >= Duration::from_secs(2) {
+                asked_broker = Instant::now();
+                if clusters.queue_drained(queue) {
+                    return since.elapsed().as_secs_f64();
+                }
+            }
         }
         assert!(
             Instant::now() < deadline,
@@ -427,7 +461,14 @@ async fn fleet_survives_broker_redis_and_worker_failures_without_losing_or_dupli
             published += msgs.len() as u64;
             round += 1;
         }
-        wait_recovered(&fleet, published, Instant::now(), Duration::from_secs(60));
+        wait_recovered(
+            &fleet,
+            &clusters,
+            &queue,
+            published,
+            Instant::now(),
+            Duration::from_secs(60),
+        );
 
         // (a) the node leading the events queue stops
         let leader = clusters.leader_of(&queue);
@@ -442,7 +483,7 @@ async fn fleet_survives_broker_redis_and_worker_failures_without_losing_or_dupli
             published += msgs.len() as u64;
             round += 1;
         }
-        let recover = wait_recovered(&fleet, published, t, Duration::from_secs(120));
+        let recover = wait_recovered(&fleet, &clusters, &queue, published, t, Duration::from_secs(120));
         let not_ready = sampler.finish();
         clusters.rmq(&["start-node", &leader.to_string()]);
         let new_leader = clusters.leader_of(&queue);
@@ -453,7 +494,14 @@ async fn fleet_survives_broker_redis_and_worker_failures_without_losing_or_dupli
             not_ready,
             redeliveries: (fleet.consumed() - consumed0).saturating_sub(published - published0),
         });
-        wait_recovered(&fleet, published, Instant::now(), Duration::from_secs(120));
+        wait_recovered(
+            &fleet,
+            &clusters,
+            &queue,
+            published,
+            Instant::now(),
+            Duration::from_secs(120),
+        );
 
         // (b) a Redis master dies; its replica takes over
         let master = clusters.redis_base;
@@ -482,7 +530,7 @@ async fn fleet_survives_broker_redis_and_worker_failures_without_losing_or_dupli
             }
             t.elapsed().as_secs_f64()
         };
-        let recover = wait_recovered(&fleet, published, t, Duration::from_secs(120));
+        let recover = wait_recovered(&fleet, &clusters, &queue, published, t, Duration::from_secs(120));
         let not_ready = sampler.finish();
         clusters.redis(&["start-node", &master.to_string()]);
         reports.push(FaultReport {
@@ -517,7 +565,7 @@ async fn fleet_survives_broker_redis_and_worker_failures_without_losing_or_dupli
         let in_flight = consumed_at_kill.saturating_sub(acked_at_kill);
         let retries = publishing.await.expect("publish task");
         fleet.workers[0] = fleet.env.spawn("worker", &[]);
-        let recover = wait_recovered(&fleet, published, t, Duration::from_secs(120));
+        let recover = wait_recovered(&fleet, &clusters, &queue, published, t, Duration::from_secs(120));
         let not_ready = sampler.finish();
         reports.push(FaultReport {
             name: format!(
