@@ -1,10 +1,31 @@
 //! Command-line interface: every option is a flag and an environment variable (INTERFACE.md).
 
+use std::time::Duration;
+
 use clap::{Args, Parser, Subcommand};
+
+/// `klaxon --help`'s epilogue: what every command shares.
+const AFTER_HELP: &str = "\
+Examples:
+  klaxon run                                   # evaluate + deliver, against local services
+  klaxon rules list -o json                    # every rule, as one JSON array
+  klaxon doctor                                # is every service reachable and usable?
+  klaxon completions bash > ~/.local/share/bash-completion/completions/klaxon
+
+Durations: a humantime string (90s, 5m, 1h30m, 7d) or a plain number in the flag's old unit (seconds, unless
+the flag's name says ms or days).
+
+Output of listing commands: -o table (default) | json (one JSON document) | ndjson (one object per line).
+
+Exit codes:
+  0  ok
+  1  problems found (rules check, doctor, test-notify not delivered, nothing to replay) or another error
+  2  usage error (a wrong flag or argument)
+  3  a backing service (Redis, RabbitMQ, MongoDB) is unreachable";
 
 /// Klaxon: notification threshold engine for error trackers.
 #[derive(Debug, Parser)]
-#[command(name = "klaxon", version, about, propagate_version = true)]
+#[command(name = "klaxon", version, about, propagate_version = true, after_help = AFTER_HELP)]
 pub struct Cli {
     #[command(flatten)]
     pub global: GlobalOpts,
@@ -70,18 +91,23 @@ impl GlobalOpts {
     }
 }
 
+/// `--smtp-url`'s default.
+pub const DEFAULT_SMTP_URL: &str = "smtp://127.0.0.1:25";
+/// `--telegram-api`'s default.
+pub const DEFAULT_TELEGRAM_API: &str = "https://api.telegram.org";
+
 /// Delivery settings shared by `klaxon run|sender` and `klaxon test-notify`. Secrets come from the
 /// environment only: `KLAXON_TELEGRAM_BOT_TOKEN`, `KLAXON_WEBHOOK_SECRET` (and SMTP credentials inside the URL).
 #[derive(Debug, Clone, Args)]
 pub struct DeliveryOpts {
     /// Telegram Bot API base URL.
-    #[arg(long, env = "KLAXON_TELEGRAM_API", default_value = "https://api.telegram.org")]
+    #[arg(long, env = "KLAXON_TELEGRAM_API", default_value = DEFAULT_TELEGRAM_API)]
     pub telegram_api: String,
     /// SMTP server: smtp://host:port, smtp://host:port?tls=starttls, smtps://user:pass@host:port.
     #[arg(
         long,
         env = "KLAXON_SMTP_URL",
-        default_value = "smtp://127.0.0.1:25",
+        default_value = DEFAULT_SMTP_URL,
         hide_env_values = true
     )]
     pub smtp_url: String,
@@ -91,12 +117,12 @@ pub struct DeliveryOpts {
     /// Allow deliveries to loopback/private/link-local addresses.
     #[arg(long, env = "KLAXON_ALLOW_PRIVATE_ENDPOINTS", default_value_t = false)]
     pub allow_private_endpoints: bool,
-    /// Connect timeout for deliveries, in seconds.
-    #[arg(long, env = "KLAXON_CONNECT_TIMEOUT", default_value_t = 5)]
-    pub connect_timeout: u64,
-    /// Whole-request timeout for deliveries, in seconds.
-    #[arg(long, env = "KLAXON_REQUEST_TIMEOUT", default_value_t = 10)]
-    pub request_timeout: u64,
+    /// Connect timeout for deliveries (a plain number is seconds).
+    #[arg(long, env = "KLAXON_CONNECT_TIMEOUT", default_value = "5s", value_parser = duration_secs, value_name = "DURATION")]
+    pub connect_timeout: Duration,
+    /// Whole-request timeout for deliveries (a plain number is seconds).
+    #[arg(long, env = "KLAXON_REQUEST_TIMEOUT", default_value = "10s", value_parser = duration_secs, value_name = "DURATION")]
+    pub request_timeout: Duration,
     /// Link every message to the event: a URL with {projectId}, {groupHash} and {repetitionId}, e.g. Hawk's
     /// https://garage.hawk.so/project/{projectId}/event/{groupHash}/{repetitionId}/overview [default: no link].
     #[arg(long, env = "KLAXON_EVENT_URL_TEMPLATE", value_name = "URL")]
@@ -113,7 +139,6 @@ fn env_secret(name: &str) -> Option<klaxon_channels::Secret> {
 impl DeliveryOpts {
     /// The validated adapters (must be called inside the tokio runtime: the SMTP pool starts a task).
     pub fn channels(&self) -> anyhow::Result<klaxon_channels::Channels> {
-        use anyhow::Context;
         klaxon_channels::Channels::new(klaxon_channels::ChannelsConfig {
             telegram_api: self.telegram_api.clone(),
             telegram_bot_token: env_secret("KLAXON_TELEGRAM_BOT_TOKEN"),
@@ -121,11 +146,12 @@ impl DeliveryOpts {
             smtp_from: self.smtp_from.clone(),
             webhook_secret: env_secret("KLAXON_WEBHOOK_SECRET"),
             allow_private_endpoints: self.allow_private_endpoints,
-            connect_timeout: std::time::Duration::from_secs(self.connect_timeout),
-            request_timeout: std::time::Duration::from_secs(self.request_timeout),
+            connect_timeout: self.connect_timeout,
+            request_timeout: self.request_timeout,
         })
         .and_then(|c| c.with_event_url_template(self.event_url_template.as_deref().unwrap_or("")))
-        .context("invalid delivery settings")
+        // Only the flags' values can be wrong here: a usage error.
+        .map_err(|e| crate::exit::usage(format!("invalid delivery settings: {e:#}")))
     }
 }
 
@@ -134,9 +160,9 @@ pub enum Command {
     /// Evaluate events and deliver notifications in one process.
     Run(crate::cmd::run::RunArgs),
     /// Evaluate events only: consume events, count, publish notification tasks.
-    Worker(crate::cmd::run::RunArgs),
+    Worker(crate::cmd::run::WorkerArgs),
     /// Deliver notifications only: consume notification tasks and send them.
-    Sender(crate::cmd::run::RunArgs),
+    Sender(crate::cmd::run::SenderArgs),
     /// Manage notification rules in MongoDB.
     Rules(crate::cmd::rules::RulesArgs),
     /// Publish test events to the events queue.
@@ -155,4 +181,76 @@ pub enum Command {
     Probe(crate::cmd::probe::ProbeArgs),
     /// Measure throughput and cost side by side on this machine.
     Bench(crate::cmd::bench::BenchArgs),
+    /// Check every backing service and setting: one line per check (ok, warn, FAIL); exits 1 on a FAIL.
+    Doctor(crate::cmd::doctor::DoctorArgs),
+    /// Print a shell completion script (bash, zsh, fish, powershell, elvish).
+    Completions(crate::cmd::completions::CompletionsArgs),
+}
+
+/// A duration flag: a humantime string (`90s`, `5m`, `1h30m`, `7d`) or a plain number of seconds (the unit
+/// these flags had before they took humantime, so old values keep their meaning).
+pub fn duration_secs(s: &str) -> Result<Duration, String> {
+    duration_in(s, 1_000, "seconds")
+}
+
+/// [`duration_secs`] for flags whose plain numbers are milliseconds (`--batch-wait-ms`).
+pub fn duration_ms(s: &str) -> Result<Duration, String> {
+    duration_in(s, 1, "milliseconds")
+}
+
+/// [`duration_secs`] for flags whose plain numbers are days (`--trail-ttl-days`).
+pub fn duration_days(s: &str) -> Result<Duration, String> {
+    duration_in(s, 86_400_000, "days")
+}
+
+fn duration_in(s: &str, unit_ms: u64, unit: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if let Ok(n) = t.parse::<u64>() {
+        return n
+            .checked_mul(unit_ms)
+            .map(Duration::from_millis)
+            .ok_or_else(|| format!("`{t}` {unit} is too long"));
+    }
+    humantime::parse_duration(t).map_err(|e| {
+        format!("`{t}` is not a duration ({e}): use e.g. 90s, 5m, 1h30m, 7d, or a plain number of {unit}")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_take_humantime_and_plain_numbers_in_the_old_unit() {
+        let ok = [
+            (
+                "60",
+                duration_secs as fn(&str) -> Result<Duration, String>,
+                60_000,
+            ),
+            ("60s", duration_secs, 60_000),
+            ("7d", duration_secs, 7 * 86_400_000),
+            ("1h30m", duration_secs, 5_400_000),
+            (" 2m ", duration_secs, 120_000),
+            ("500ms", duration_secs, 500),
+            ("2", duration_ms, 2),
+            ("2ms", duration_ms, 2),
+            ("1s", duration_ms, 1000),
+            ("30", duration_days, 30 * 86_400_000),
+            ("12h", duration_days, 43_200_000),
+        ];
+        for (s, parse, ms) in ok {
+            assert_eq!(parse(s), Ok(Duration::from_millis(ms)), "{s}");
+        }
+        for bad in ["", "x", "1y2", "-5", "5 parsecs", "99999999999999999999"] {
+            assert!(duration_secs(bad).is_err(), "{bad}");
+        }
+        assert!(duration_days("999999999999999").is_err());
+    }
+
+    #[test]
+    fn the_cli_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
 }

@@ -2,17 +2,23 @@
 
 mod cli;
 mod cmd;
+mod exit;
+mod output;
 
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::Parser;
 
-/// The log filter when neither `KLAXON_LOG` nor `RUST_LOG` is set: `info` for the services, `warn` for
-/// `klaxon bench`, whose stdout is the measurement and whose stderr should only say what went wrong.
+/// The log filter when neither `KLAXON_LOG` nor `RUST_LOG` is set: `info` for the long-running processes,
+/// `warn` for every CLI command, whose stdout is its result and whose stderr should only say what went wrong.
 fn default_filter(command: &cli::Command) -> &'static str {
     match command {
-        cli::Command::Bench(_) => "warn",
-        _ => "info,lapin=warn,mongodb=warn,hyper=warn,reqwest=warn",
+        cli::Command::Run(_) | cli::Command::Worker(_) | cli::Command::Sender(_) => {
+            "info,lapin=warn,mongodb=warn,hyper=warn,reqwest=warn"
+        }
+        // lapin logs a passive declare of a missing queue as an ERROR; our commands report it in words
+        _ => "warn,lapin=off",
     }
 }
 
@@ -21,9 +27,12 @@ fn init_tracing(format: &str, default: &str) {
     let filter = EnvFilter::try_from_env("KLAXON_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new(default));
+    // No "cannot write the log" messages of its own: with stderr closed (`klaxon … 2>&1 | head`) they would
+    // panic in whichever thread logged, e.g. lapin's I/O thread, and hang the command.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false);
     if format == "json" {
         builder.json().flatten_event(true).init();
     } else {
@@ -37,9 +46,9 @@ async fn main() -> ExitCode {
     init_tracing(&cli.global.log_format, default_filter(&cli.command));
     let global = cli.global;
     let result = match cli.command {
-        cli::Command::Run(args) => cmd::run::run(args, &global, cmd::run::Roles::BOTH).await,
-        cli::Command::Worker(args) => cmd::run::run(args, &global, cmd::run::Roles::WORKER).await,
-        cli::Command::Sender(args) => cmd::run::run(args, &global, cmd::run::Roles::SENDER).await,
+        cli::Command::Run(args) => cmd::run::run(args, &global).await,
+        cli::Command::Worker(args) => cmd::run::run(args, &global).await,
+        cli::Command::Sender(args) => cmd::run::run(args, &global).await,
         cli::Command::Rules(args) => cmd::rules::run(args, &global).await,
         cli::Command::Publish(args) => cmd::publish::run(args, &global).await,
         cli::Command::Deliveries(args) => cmd::deliveries::run(args, &global).await,
@@ -49,12 +58,15 @@ async fn main() -> ExitCode {
         cli::Command::TestNotify(args) => cmd::test_notify::run(args, &global).await,
         cli::Command::Probe(args) => cmd::probe::run(args).await,
         cli::Command::Bench(args) => cmd::bench::run(args, &global).await,
+        cli::Command::Doctor(args) => cmd::doctor::run(args, &global).await,
+        cli::Command::Completions(args) => cmd::completions::run(args),
     };
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("klaxon: error: {err:#}");
-            ExitCode::FAILURE
+            // not eprintln!: it panics when stderr is closed
+            let _ = writeln!(std::io::stderr(), "klaxon: error: {err:#}");
+            ExitCode::from(exit::code(&err))
         }
     }
 }

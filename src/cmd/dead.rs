@@ -14,9 +14,16 @@ use klaxon_api::dead::{DeadItem, Pass};
 use klaxon_broker::{Broker, Topology};
 
 use crate::cli::GlobalOpts;
+use crate::output::{self, Format, OutputArgs};
 
 /// Inspect and replay dead-lettered notifications.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  klaxon dead list
+  klaxon dead list -o ndjson | jq -r .reason
+  klaxon dead replay --id 3f1c…        # one notification, fresh attempt count, same notificationId
+  klaxon dead replay --all             # exit 1 when nothing was replayed")]
 pub struct DeadArgs {
     #[command(subcommand)]
     pub command: DeadCommand,
@@ -28,15 +35,23 @@ pub struct DeadArgs {
 #[derive(Debug, Subcommand)]
 pub enum DeadCommand {
     /// List dead-lettered notifications (they stay in the queue).
+    #[command(after_help = "\
+Examples:
+  klaxon dead list --limit 20
+  klaxon dead list -o json > dead.json
+  klaxon dead list --json              # one object per line (same as -o ndjson)")]
     List {
         /// At most this many.
         #[arg(long, default_value_t = 1000)]
         limit: u32,
-        /// One JSON object per line instead of a table.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputArgs,
     },
     /// Send dead-lettered notifications again, with a fresh attempt count.
+    #[command(after_help = "\
+Examples:
+  klaxon dead replay --id 3f1c…
+  klaxon dead replay --all")]
     Replay {
         /// The notificationId to replay.
         #[arg(long, required_unless_present = "all", conflicts_with = "all")]
@@ -72,13 +87,34 @@ pub async fn run(args: DeadArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
     publisher.close().await;
     broker.close().await;
     match args.command {
-        DeadCommand::List { json, .. } => {
-            if !json {
-                println!("NOTIFICATION\tPROJECT\tRULE\tCHANNEL\tATTEMPTS\tDESTINATION\tREASON");
-            }
-            for item in &items {
-                print_one(item, json);
-            }
+        DeadCommand::List { output, .. } => {
+            // `--json` printed one object per line before `-o` existed.
+            output::emit(&output::list(
+                output.format(Format::Ndjson),
+                &items,
+                &[
+                    "NOTIFICATION",
+                    "PROJECT",
+                    "RULE",
+                    "CHANNEL",
+                    "ATTEMPTS",
+                    "DESTINATION",
+                    "REASON",
+                ],
+                |d| {
+                    vec![
+                        d.notification_id.clone(),
+                        d.project_id.clone(),
+                        d.rule_id.clone(),
+                        d.channel.clone(),
+                        d.attempts.to_string(),
+                        d.destination.clone(),
+                        d.reason.clone(),
+                    ]
+                },
+                DeadItem::to_json,
+                "no dead-lettered notifications",
+            ))?;
         }
         DeadCommand::Replay { .. } => {
             for item in &items {
@@ -93,15 +129,4 @@ pub async fn run(args: DeadArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn print_one(d: &DeadItem, json: bool) {
-    if json {
-        println!("{}", d.to_json());
-    } else {
-        println!(
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}",
-            d.notification_id, d.project_id, d.rule_id, d.channel, d.attempts, d.destination, d.reason
-        );
-    }
 }

@@ -5,11 +5,18 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use klaxon_engine::trail::{Status, TrailReader};
+use klaxon_engine::EngineError;
 
 use crate::cli::GlobalOpts;
+use crate::exit::Unreachable;
+use crate::output::{self, Format, OutputArgs};
 
 /// Read the delivery trail.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  klaxon deliveries list
+  klaxon deliveries list --project 5e3eef0679fa3700a0198a49 --status dead -o json")]
 pub struct DeliveriesArgs {
     #[command(subcommand)]
     pub command: DeliveriesCommand,
@@ -18,6 +25,11 @@ pub struct DeliveriesArgs {
 #[derive(Debug, Subcommand)]
 pub enum DeliveriesCommand {
     /// List notifications with their latest delivery state, newest first.
+    #[command(after_help = "\
+Examples:
+  klaxon deliveries list --limit 20
+  klaxon deliveries list --status retrying -o ndjson
+  klaxon deliveries list --project 5e3eef0679fa3700a0198a49 --json    # one object per line (= -o ndjson)")]
     List(ListArgs),
 }
 
@@ -35,41 +47,56 @@ pub struct ListArgs {
     /// Read at most this many trail records.
     #[arg(long, default_value_t = 100_000)]
     pub scan: usize,
-    /// One JSON object per line instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 pub async fn run(args: DeliveriesArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     let DeliveriesCommand::List(args) = args.command;
     let reader = TrailReader::connect(&global.mongo_url, &global.mongo_db())
         .await
+        .map_err(|e| match e {
+            // The reader pings first; a failed ping means the server is out of reach.
+            EngineError::Trail(m) if m.starts_with("ping") => {
+                anyhow::Error::new(Unreachable(format!("MongoDB is unreachable: {m}")))
+            }
+            e => anyhow::Error::new(e),
+        })
         .context("cannot open the delivery trail")?;
     let records = reader
         .latest(args.project.as_deref(), args.status, args.limit, args.scan)
         .await
         .context("cannot read the delivery trail")?;
-    if args.json {
-        for r in &records {
-            let line = klaxon_api::deliveries::record_json(r);
-            println!("{line}");
-        }
-    } else {
-        println!("NOTIFICATION\tPROJECT\tRULE\tCHANNEL\tSTATUS\tATTEMPTS\tAT\tDESTINATION\tLAST ERROR");
-        for r in &records {
-            println!(
-                "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
-                r.notification_id,
-                r.project_id,
-                r.rule_id,
-                r.channel,
-                r.status.as_str(),
-                r.attempts,
+    // `--json` printed one object per line before `-o` existed.
+    output::emit(&output::list(
+        args.output.format(Format::Ndjson),
+        &records,
+        &[
+            "NOTIFICATION",
+            "PROJECT",
+            "RULE",
+            "CHANNEL",
+            "STATUS",
+            "ATTEMPTS",
+            "AT",
+            "DESTINATION",
+            "LAST ERROR",
+        ],
+        |r| {
+            vec![
+                r.notification_id.clone(),
+                r.project_id.clone(),
+                r.rule_id.clone(),
+                r.channel.clone(),
+                r.status.as_str().to_owned(),
+                r.attempts.to_string(),
                 klaxon_core::notification::rfc3339_ms(r.at_ms),
-                r.destination,
-                r.last_error.as_deref().unwrap_or("-"),
-            );
-        }
-    }
+                r.destination.clone(),
+                r.last_error.clone().unwrap_or_else(|| "-".into()),
+            ]
+        },
+        klaxon_api::deliveries::record_json,
+        "no deliveries",
+    ))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -11,9 +11,15 @@ use klaxon_rules::RuleStore;
 use serde_json::json;
 
 use crate::cli::GlobalOpts;
+use crate::exit::usage;
+use crate::output::{self, Format, OutputArgs};
 
 /// Options of `klaxon explain`.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  klaxon explain --project 5e3eef0679fa3700a0198a49 --title \"TypeError: x is undefined\" --group 11da
+  klaxon explain --project 5e3eef0679fa3700a0198a49 --title Boom --group g1 --new --user u42 -o json")]
 pub struct ExplainArgs {
     /// The project (24-hex id).
     #[arg(long)]
@@ -30,9 +36,9 @@ pub struct ExplainArgs {
     /// The event's user id (uniqueUsers rules).
     #[arg(long)]
     pub user: Option<String>,
-    /// Print the API's JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    /// `-o json` prints the API's answer, `{"rules": [...]}`; `-o ndjson` one verdict per line.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 pub async fn run(args: ExplainArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
@@ -42,7 +48,7 @@ pub async fn run(args: ExplainArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
     }
     let task = json!({"projectId": args.project, "event": event}).to_string();
     let event = EventTask::parse(task.as_bytes())
-        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .map_err(|e| usage(e.to_string()))?
         .event;
     let store = RuleStore::connect(&global.mongo_url, &global.mongo_db())
         .await
@@ -59,21 +65,37 @@ pub async fn run(args: ExplainArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
     let mutes = klaxon_counter::Mutes::new(redis, &global.namespace)
         .list(&args.project, now)
         .await?;
-    let verdicts = klaxon_api::explain::explain(&counter, &project.notifications, &mutes, &event).await?;
-    if args.json {
+    let verdicts = klaxon_api::explain::explain(
+        &counter,
+        &project.project_id,
+        &project.notifications,
+        &mutes,
+        &event,
+    )
+    .await?;
+    let format = args.output.format(Format::Json);
+    if format == Format::Json {
         let rules: Vec<_> = verdicts.iter().map(|v| v.to_json()).collect();
-        println!("{}", serde_json::to_string_pretty(&json!({ "rules": rules }))?);
+        output::emit(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&json!({ "rules": rules }))?
+        ))?;
         return Ok(ExitCode::SUCCESS);
     }
-    if verdicts.is_empty() {
-        println!("project {} has no rules", args.project);
-    }
-    for v in &verdicts {
-        let count = match (v.count, v.threshold) {
-            (Some(c), Some(t)) => format!(" [{c}/{t}]"),
-            _ => String::new(),
-        };
-        println!("{}  {:<16} {}{count}", v.rule_id, v.verdict, v.reason);
-    }
+    let empty = format!("project {} has no rules", args.project);
+    output::emit(&output::list(
+        format,
+        &verdicts,
+        &["RULE", "VERDICT", "COUNT", "REASON"],
+        |v| {
+            let count = match (v.count, v.threshold) {
+                (Some(c), Some(t)) => format!("{c}/{t}"),
+                _ => "-".into(),
+            };
+            vec![v.rule_id.clone(), v.verdict.to_string(), count, v.reason.clone()]
+        },
+        |v| v.to_json(),
+        &empty,
+    ))?;
     Ok(ExitCode::SUCCESS)
 }

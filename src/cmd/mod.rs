@@ -1,8 +1,10 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod completions;
 pub mod dead;
 pub mod deliveries;
+pub mod doctor;
 pub mod explain;
 pub mod mute;
 pub mod probe;

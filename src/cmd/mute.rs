@@ -1,16 +1,24 @@
 //! `klaxon mute add|list|rm`: the API's mutes from the command line (stored in Redis, fleet-wide).
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use klaxon_counter::{Counter, Mutes, RedisHandle};
 use serde_json::json;
 
-use crate::cli::GlobalOpts;
+use crate::cli::{duration_secs, GlobalOpts};
+use crate::exit::{ensure_usage, usage};
+use crate::output::{self, Format, OutputArgs};
 
 /// Options of `klaxon mute`.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  klaxon mute add --project 5e3eef0679fa3700a0198a49 --group 11da --for 2h
+  klaxon mute list --project 5e3eef0679fa3700a0198a49 -o json
+  klaxon mute rm --project 5e3eef0679fa3700a0198a49 4f2a9c0d11e3b7aa")]
 pub struct MuteArgs {
     #[command(subcommand)]
     pub command: MuteCommand,
@@ -19,18 +27,32 @@ pub struct MuteArgs {
 #[derive(Debug, Subcommand)]
 pub enum MuteCommand {
     /// Mute a project's firings (of one rule and/or group) until a time or for a while.
+    #[command(after_help = "\
+Examples:
+  klaxon mute add --project 5e3eef0679fa3700a0198a49 --for 30m
+  klaxon mute add --project 5e3eef0679fa3700a0198a49 --rule 65f0c0ffee0000000000beef --group 11da --for 1d
+  klaxon mute add --project 5e3eef0679fa3700a0198a49 --until 2030-01-01T00:00:00Z")]
     Add(AddArgs),
     /// List a project's active mutes.
-    List(ProjectArg),
+    #[command(after_help = "\
+Examples:
+  klaxon mute list --project 5e3eef0679fa3700a0198a49
+  klaxon mute list --project 5e3eef0679fa3700a0198a49 -o ndjson")]
+    List(ListArgs),
     /// Remove a mute.
+    #[command(after_help = "\
+Examples:
+  klaxon mute rm --project 5e3eef0679fa3700a0198a49 4f2a9c0d11e3b7aa")]
     Rm(RmArgs),
 }
 
 #[derive(Debug, Args)]
-pub struct ProjectArg {
+pub struct ListArgs {
     /// The project (24-hex id).
     #[arg(long)]
     pub project: String,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -47,9 +69,9 @@ pub struct AddArgs {
     /// Until this time (RFC 3339).
     #[arg(long, conflicts_with = "for_")]
     pub until: Option<String>,
-    /// For this long: seconds, or a humantime like 2h, 30m.
-    #[arg(long = "for", id = "for_")]
-    pub for_: Option<String>,
+    /// For this long: a duration like 2h, 30m, 1d (a plain number is seconds).
+    #[arg(long = "for", id = "for_", value_parser = duration_secs, value_name = "DURATION")]
+    pub for_: Option<Duration>,
 }
 
 #[derive(Debug, Args)]
@@ -62,7 +84,7 @@ pub struct RmArgs {
 }
 
 fn check_project(p: &str) -> anyhow::Result<()> {
-    anyhow::ensure!(
+    ensure_usage!(
         klaxon_core::event::is_object_id(p),
         "--project must be a 24-hex-digit ObjectId"
     );
@@ -70,6 +92,12 @@ fn check_project(p: &str) -> anyhow::Result<()> {
 }
 
 pub async fn run(args: MuteArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
+    // Wrong flags are reported before anything connects.
+    check_project(match &args.command {
+        MuteCommand::Add(a) => &a.project,
+        MuteCommand::List(a) => &a.project,
+        MuteCommand::Rm(a) => &a.project,
+    })?;
     let redis = RedisHandle::connect(&global.redis_url)
         .await
         .context("cannot connect to Redis (--redis-url / KLAXON_REDIS_URL)")?;
@@ -79,22 +107,16 @@ pub async fn run(args: MuteArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
     let mutes = Mutes::new(redis, &global.namespace);
     match args.command {
         MuteCommand::Add(a) => {
-            check_project(&a.project)?;
             let mut req = json!({"ruleId": a.rule, "groupHash": a.group});
             if let Some(u) = a.until {
                 req["until"] = json!(u);
             }
             if let Some(f) = a.for_ {
-                let secs = match f.trim().parse::<u64>() {
-                    Ok(s) => s,
-                    Err(_) => humantime::parse_duration(f.trim())
-                        .with_context(|| format!("--for {f:?}: seconds or a duration like 2h"))?
-                        .as_secs(),
-                };
-                req["for"] = json!(secs);
+                req["for"] = json!(f.as_secs());
             }
             let id = format!("{:016x}", rand::random::<u64>());
-            let mute = klaxon_api::mutes::mute_from_request(&req, now, id).map_err(|e| anyhow::anyhow!(e))?;
+            // What the API would answer 400 to: the flags' values are wrong.
+            let mute = klaxon_api::mutes::mute_from_request(&req, now, id).map_err(usage)?;
             mutes.add(&a.project, &mute).await?;
             let v = klaxon_api::mutes::to_json(&mute);
             println!(
@@ -103,25 +125,26 @@ pub async fn run(args: MuteArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
                 v["until"].as_str().unwrap_or_default()
             );
         }
-        MuteCommand::List(p) => {
-            check_project(&p.project)?;
-            let list = mutes.list(&p.project, now).await?;
-            if list.is_empty() {
-                println!("no active mutes");
-            }
-            for m in &list {
-                let v = klaxon_api::mutes::to_json(m);
-                println!(
-                    "{}  until {}  rule {}  group {}",
-                    m.mute_id,
-                    v["until"].as_str().unwrap_or_default(),
-                    m.rule_id.as_deref().unwrap_or("*"),
-                    m.group_hash.as_deref().unwrap_or("*")
-                );
-            }
+        MuteCommand::List(a) => {
+            let list = mutes.list(&a.project, now).await?;
+            output::emit(&output::list(
+                a.output.format(Format::Json),
+                &list,
+                &["MUTE", "UNTIL", "RULE", "GROUP"],
+                |m| {
+                    let v = klaxon_api::mutes::to_json(m);
+                    vec![
+                        m.mute_id.clone(),
+                        v["until"].as_str().unwrap_or_default().to_owned(),
+                        m.rule_id.clone().unwrap_or_else(|| "*".into()),
+                        m.group_hash.clone().unwrap_or_else(|| "*".into()),
+                    ]
+                },
+                klaxon_api::mutes::to_json,
+                "no active mutes",
+            ))?;
         }
         MuteCommand::Rm(a) => {
-            check_project(&a.project)?;
             if !mutes.remove(&a.project, &a.mute_id).await? {
                 anyhow::bail!("no mute {} in project {}", a.mute_id, a.project);
             }

@@ -28,8 +28,8 @@ pub struct ProbeArgs {
     /// /readyz (connected and consuming) or /healthz (alive).
     #[arg(long, default_value = "/readyz", value_parser = ["/readyz", "/healthz"])]
     pub path: String,
-    /// Give up after this long.
-    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    /// Give up after this long (a plain number is seconds).
+    #[arg(long, default_value = "3s", value_parser = crate::cli::duration_secs, value_name = "DURATION")]
     pub timeout: Duration,
 }
 

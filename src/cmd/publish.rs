@@ -11,6 +11,12 @@ use crate::cli::GlobalOpts;
 
 /// Publishes `--count` copies of one event (each with its own AMQP message_id), or one raw body.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  klaxon publish --project 5e3eef0679fa3700a0198a49 --title \"TypeError: x is undefined\" --group 11da --new
+  klaxon publish --project 5e3eef0679fa3700a0198a49 --title Boom --group g --count 250 --groups 10
+  klaxon publish --project 5e3eef0679fa3700a0198a49 --title Boom --group g --count 60 --users 60
+  klaxon publish --body 'not json'          # try the invalid-event path (<ns>.events.invalid)")]
 pub struct PublishArgs {
     /// Project id (24-hex ObjectId).
     #[arg(long, required_unless_present = "body")]
@@ -51,7 +57,7 @@ const CHUNK: usize = 1000;
 pub async fn run(args: PublishArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     let queue = global.events_queue();
     if let Some(p) = &args.project {
-        anyhow::ensure!(
+        crate::exit::ensure_usage!(
             klaxon_core::event::is_object_id(p),
             "--project must be a 24-hex-digit ObjectId, got {p:?}"
         );

@@ -16,9 +16,16 @@ use klaxon_rules::{export_json, parse_import, RuleStore};
 use serde_json::{json, Map, Value};
 
 use crate::cli::GlobalOpts;
+use crate::output::{self, Format, OutputArgs};
 
 /// `klaxon rules`.
 #[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  klaxon rules add --project 5e3eef0679fa3700a0198a49 --seen-more 100/1h --slack https://hooks.slack.com/services/T/B/X
+  klaxon rules list -o json | jq '.[].rule._id'
+  klaxon rules check                     # exit 1 when a rule has a problem
+  klaxon rules export --file rules.json && klaxon rules import --file rules.json")]
 pub struct RulesArgs {
     #[command(subcommand)]
     command: RulesCommand,
@@ -27,20 +34,53 @@ pub struct RulesArgs {
 #[derive(Debug, Subcommand)]
 enum RulesCommand {
     /// Add a rule to a project (the project document is created when missing).
+    #[command(after_help = "\
+Examples:
+  klaxon rules add --project 5e3eef0679fa3700a0198a49 --only-new --email dev@example.com
+  klaxon rules add --project 5e3eef0679fa3700a0198a49 --seen-more 100/1h --window sliding --telegram -100123 --min-period 1m
+  klaxon rules add --project 5e3eef0679fa3700a0198a49 --seen-more 50/1h --unique-users --webhook https://alerts.example.com/k --including db,timeout")]
     Add(Box<AddArgs>),
     /// List stored rules with their status.
+    #[command(after_help = "\
+Examples:
+  klaxon rules list
+  klaxon rules list --project 5e3eef0679fa3700a0198a49 -o json
+  klaxon rules list -o ndjson | grep INVALID")]
     List(ListArgs),
     /// Remove a rule.
+    #[command(after_help = "\
+Examples:
+  klaxon rules rm 65f0c0ffee0000000000beef
+  klaxon rules rm 65f0c0ffee0000000000beef --project 5e3eef0679fa3700a0198a49 --json")]
     Rm(RuleRef),
     /// Enable a rule.
+    #[command(after_help = "\
+Examples:
+  klaxon rules enable 65f0c0ffee0000000000beef")]
     Enable(RuleRef),
     /// Disable a rule.
+    #[command(after_help = "\
+Examples:
+  klaxon rules disable 65f0c0ffee0000000000beef --project 5e3eef0679fa3700a0198a49")]
     Disable(RuleRef),
     /// Write rules as JSON (the import format).
+    #[command(after_help = "\
+Examples:
+  klaxon rules export > rules.json
+  klaxon rules export --project 5e3eef0679fa3700a0198a49 --file project.json")]
     Export(ExportArgs),
     /// Replace the rules of the projects listed in a JSON file.
+    #[command(after_help = "\
+Examples:
+  klaxon rules import --file examples/rules.json
+  klaxon rules export | klaxon --namespace staging rules import --file -
+  klaxon rules import --file rules.json --force      # store rules with problems too")]
     Import(ImportArgs),
     /// Validate every stored rule; exits 1 when any has a problem.
+    #[command(after_help = "\
+Examples:
+  klaxon rules check
+  klaxon rules check --project 5e3eef0679fa3700a0198a49 -o json")]
     Check(CheckArgs),
 }
 
@@ -89,8 +129,8 @@ struct AddArgs {
     /// Regex the title must not match (repeatable).
     #[arg(long = "exclude-pattern", value_name = "REGEX")]
     exclude_patterns: Vec<String>,
-    /// Digest period of every channel, in seconds (0 = one message per firing).
-    #[arg(long, default_value_t = 0, value_name = "SECONDS")]
+    /// Digest period of every channel, whole seconds (e.g. 60, 1m, 1h; 0 = one message per firing).
+    #[arg(long, default_value = "0", value_parser = whole_seconds, value_name = "DURATION")]
     min_period: u64,
     /// Store the rule disabled.
     #[arg(long)]
@@ -105,9 +145,8 @@ struct ListArgs {
     /// Only this project.
     #[arg(long)]
     project: Option<String>,
-    /// JSON output.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: OutputArgs,
 }
 
 #[derive(Debug, Args)]
@@ -150,16 +189,35 @@ struct CheckArgs {
     /// Only this project.
     #[arg(long)]
     project: Option<String>,
-    /// JSON output.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: OutputArgs,
 }
 
 /// Runs `klaxon rules …`.
 pub async fn run(args: RulesArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
-    // Validate what needs no server before connecting.
+    // Validate what needs no server before connecting; wrong ids on the command line are usage errors.
+    let ids: Vec<(&str, &str)> = match &args.command {
+        RulesCommand::Rm(r) | RulesCommand::Enable(r) | RulesCommand::Disable(r) => {
+            let mut ids = vec![("rule id", r.rule_id.as_str())];
+            ids.extend(r.project.as_deref().map(|p| ("project id", p)));
+            ids
+        }
+        RulesCommand::List(ListArgs { project, .. }) | RulesCommand::Check(CheckArgs { project, .. }) => {
+            project
+                .as_deref()
+                .map(|p| ("project id", p))
+                .into_iter()
+                .collect()
+        }
+        RulesCommand::Export(a) => a.project.iter().map(|p| ("project id", p.as_str())).collect(),
+        RulesCommand::Add(_) | RulesCommand::Import(_) => Vec::new(),
+    };
+    for (what, id) in ids {
+        klaxon_rules::format::parse_object_id(what, id).map_err(|e| crate::exit::usage(e.to_string()))?;
+    }
     let add_rule = match &args.command {
-        RulesCommand::Add(a) => Some(build_rule(a)?),
+        // Wrong flags: a usage error.
+        RulesCommand::Add(a) => Some(build_rule(a).map_err(|e| crate::exit::usage(format!("{e:#}")))?),
         _ => None,
     };
     let import = match &args.command {
@@ -294,6 +352,15 @@ fn parse_period_ms(s: &str) -> anyhow::Result<u64> {
             .with_context(|| format!("period {s:?} is too long"))?;
     }
     Ok(total)
+}
+
+/// `--min-period`: a duration in whole seconds (a plain number is seconds, as Hawk's `minPeriod` field).
+fn whole_seconds(s: &str) -> Result<u64, String> {
+    let d = crate::cli::duration_secs(s)?;
+    if d.subsec_nanos() != 0 {
+        return Err(format!("`{}` is not a whole number of seconds", s.trim()));
+    }
+    Ok(d.as_secs())
 }
 
 /// Parses `THRESHOLD/PERIOD`.
@@ -567,66 +634,42 @@ fn row(project: &str, rule: &Value) -> [String; 8] {
     ]
 }
 
-fn print_table(header: [&str; 8], rows: &[[String; 8]]) {
-    let mut widths = header.map(|h| h.chars().count());
-    for r in rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let mut out = String::new();
-        for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
-            if i + 1 == cells.len() {
-                out.push_str(c);
-            } else {
-                let _ = write!(out, "{c:<w$}  ");
-            }
-        }
-        println!("{}", out.trim_end());
-    };
-    line(header.to_vec());
-    for r in rows {
-        line(r.iter().map(String::as_str).collect());
-    }
-}
-
 async fn list(store: &RuleStore, a: ListArgs) -> anyhow::Result<ExitCode> {
     let projects = stored_projects(store, a.project.as_deref()).await?;
-    if a.json {
-        let mut out = Vec::new();
-        for (project, rules) in &projects {
-            for rule in rules {
-                let problems = problems_of(rule);
-                out.push(
-                    json!({"projectId": project, "rule": oids_to_hex(rule.clone()), "problems": problems}),
-                );
-            }
-        }
-        println!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(ExitCode::SUCCESS);
-    }
-    let rows: Vec<[String; 8]> = projects
+    let rules: Vec<(&String, &Value)> = projects
         .iter()
-        .flat_map(|(p, rules)| rules.iter().map(move |r| row(p, r)))
+        .flat_map(|(p, rules)| rules.iter().map(move |r| (p, r)))
         .collect();
-    if rows.is_empty() {
-        println!("no rules");
-    } else {
-        print_table(
-            [
-                "PROJECT", "RULE", "ENABLED", "WHAT", "WINDOW", "CHANNELS", "FILTERS", "STATUS",
-            ],
-            &rows,
-        );
-    }
+    output::emit(&output::list(
+        a.output.format(Format::Json),
+        &rules,
+        &[
+            "PROJECT", "RULE", "ENABLED", "WHAT", "WINDOW", "CHANNELS", "FILTERS", "STATUS",
+        ],
+        |(p, r)| row(p, r).to_vec(),
+        |(p, r)| json!({"projectId": p, "rule": oids_to_hex((*r).clone()), "problems": problems_of(r)}),
+        "no rules",
+    ))?;
     Ok(ExitCode::SUCCESS)
 }
 
-async fn check(store: &RuleStore, a: CheckArgs) -> anyhow::Result<ExitCode> {
-    let projects = stored_projects(store, a.project.as_deref()).await?;
+/// What `rules check` finds: problems per project, and channels nobody delivers.
+pub struct Survey {
+    /// Projects read.
+    pub projects: usize,
+    /// Rules read.
+    pub rules: usize,
+    /// (project, problem) for every problem.
+    pub found: Vec<(String, RuleProblem)>,
+    /// (project, channel, rules) for channels Klaxon does not deliver.
+    pub ignored: Vec<(String, String, usize)>,
+}
+
+/// Validates the stored rules (of one project, or all), like the engine reads them.
+pub async fn survey(store: &RuleStore, project: Option<&str>) -> anyhow::Result<Survey> {
+    let projects = stored_projects(store, project).await?;
     let mut found = Vec::new();
-    let mut ignored = Vec::new();
+    let mut ignored: Vec<(String, String, usize)> = Vec::new();
     let mut rules_seen = 0usize;
     for (project, rules) in &projects {
         rules_seen += rules.len();
@@ -635,43 +678,56 @@ async fn check(store: &RuleStore, a: CheckArgs) -> anyhow::Result<ExitCode> {
             for ch in klaxon_core::rule::ignored_channels(rule) {
                 match ignored.iter_mut().find(|(p, c, _)| p == project && *c == ch) {
                     Some((_, _, n)) => *n += 1,
-                    None => ignored.push((project.clone(), ch, 1usize)),
+                    None => ignored.push((project.clone(), ch, 1)),
                 }
             }
         }
     }
-    if !a.json {
+    Ok(Survey {
+        projects: projects.len(),
+        rules: rules_seen,
+        found,
+        ignored,
+    })
+}
+
+async fn check(store: &RuleStore, a: CheckArgs) -> anyhow::Result<ExitCode> {
+    let Survey {
+        projects,
+        rules: rules_seen,
+        found,
+        ignored,
+    } = survey(store, a.project.as_deref()).await?;
+    let format = a.output.format(Format::Json);
+    if format != Format::Table {
+        let problem = |(project, p): &(String, RuleProblem)| json!({"projectId": project, "ruleId": p.rule_id, "fatal": p.fatal, "problem": p.message, "fix": p.fix});
+        output::emit(&output::list(format, &found, &[], |_| Vec::new(), problem, ""))?;
+    } else {
+        // A report for people: problems with their fixes, then a summary line.
+        let mut text = String::new();
         // not problems: channels Hawk offers that nobody delivers (Hawk has no sender for them either)
         for (project, ch, rules) in &ignored {
-            println!(
+            let _ = writeln!(
+                text,
                 "project {project}: channel `{ch}` is ignored in {rules} rule(s): Klaxon does not deliver it (nor does Hawk)"
             );
         }
-    }
-    if a.json {
-        let out: Vec<Value> = found
-            .iter()
-            .map(|(project, p)| {
-                json!({"projectId": project, "ruleId": p.rule_id, "fatal": p.fatal, "problem": p.message, "fix": p.fix})
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&out)?);
-    } else if found.is_empty() {
-        println!(
-            "{rules_seen} rule(s) in {} project(s): no problems",
-            projects.len()
-        );
-    } else {
-        for (project, p) in &found {
-            println!(
-                "project {project} rule {}: {}{}\n  fix: {}",
-                p.rule_id.as_deref().unwrap_or("<no id>"),
-                if p.fatal { "[rule skipped] " } else { "" },
-                p.message,
-                p.fix
-            );
+        if found.is_empty() {
+            let _ = writeln!(text, "{rules_seen} rule(s) in {projects} project(s): no problems");
+        } else {
+            for (project, p) in &found {
+                let _ = writeln!(
+                    text,
+                    "project {project} rule {}: {}{}\n  fix: {}",
+                    p.rule_id.as_deref().unwrap_or("<no id>"),
+                    if p.fatal { "[rule skipped] " } else { "" },
+                    p.message,
+                    p.fix
+                );
+            }
+            let _ = writeln!(text, "{} problem(s) in {rules_seen} rule(s)", found.len());
         }
-        println!("{} problem(s) in {rules_seen} rule(s)", found.len());
+        output::emit(&text)?;
     }
     Ok(if found.is_empty() {
         ExitCode::SUCCESS
