@@ -6,17 +6,20 @@
 //!        POST /api/v1/events ──────────── EventTask::parse (the queue's validation) ──▶ RabbitMQ (confirms)
 //!        GET|PUT /api/v1/projects/{id}/rules ── klaxon-rules (import validation) ──▶ MongoDB
 //!                                                └──▶ Redis PUBLISH <ns>:rules:invalidate ──▶ every process
+//!  browser ──▶ GET / (the console, `console.rs`): the same helpers, as server-rendered HTML pages
 //! ```
 //!
 //! Backing services are connected on first use, so the API answers (with 503) even while one is down, and
 //! every error leaves as `{"error": "…"}` with a 4xx/5xx status — never a stack.
 #![deny(missing_docs)]
 
+mod console;
 pub mod dead;
 pub mod deliveries;
 pub mod explain;
 pub mod invalidation;
 pub mod mutes;
+pub mod notifications;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -61,6 +64,8 @@ pub struct ApiConfig {
     pub events_queue: String,
     /// Queue type used when the events queue has to be declared.
     pub queue_type: QueueType,
+    /// `--allow-private-endpoints`: direct notifications to loopback/private addresses are accepted.
+    pub allow_private_endpoints: bool,
     /// `KLAXON_API_TOKEN`: when set, every request needs `Authorization: Bearer <token>`; when not, only
     /// loopback clients are served.
     pub token: Option<String>,
@@ -159,6 +164,7 @@ pub fn router(config: ApiConfig) -> Router {
         amqp: Mutex::new(None),
         trail: OnceCell::new(),
     }));
+    let console = console::router(api.clone());
     Router::new()
         .route("/api/v1/events", post(post_events))
         .route(
@@ -174,6 +180,7 @@ pub fn router(config: ApiConfig) -> Router {
             "/api/v1/projects/{project_id}/mutes/{mute_id}",
             axum::routing::delete(delete_mute),
         )
+        .route("/api/v1/notifications", post(post_notification))
         .route("/api/v1/deliveries", get(get_deliveries))
         .route("/api/v1/dead", get(get_dead))
         .route("/api/v1/dead/replay", post(replay_dead))
@@ -184,6 +191,8 @@ pub fn router(config: ApiConfig) -> Router {
         .layer(middleware::from_fn(with_timeout))
         .layer(middleware::from_fn_with_state(api.clone(), authenticate))
         .with_state(api)
+        // The console has its own auth (session cookie, CSRF) and HTML errors; it is not under `/api/v1`'s layers.
+        .merge(console)
 }
 
 async fn not_found() -> ApiError {
@@ -296,13 +305,15 @@ impl Api {
             .map_err(|e| ApiError::unavailable("Redis", e))
     }
 
-    /// Publishes with confirms on the shared channel, (re)connecting when it is gone.
-    async fn publish(&self, messages: &[Outgoing]) -> Result<(), ApiError> {
+    /// Publishes with confirms on the shared channel, (re)connecting when it is gone: each message straight
+    /// to its queue, or through the delay engine when it has a delay.
+    async fn publish(&self, messages: &[(Outgoing, Duration)]) -> Result<(), ApiError> {
         let c = &self.0.config;
         let mut slot = self.0.amqp.lock().await;
         if slot.as_ref().is_some_and(|(b, _)| !b.is_connected()) {
             *slot = None;
         }
+        let topology = Topology::new(&c.namespace, &c.events_queue, c.queue_type);
         if slot.is_none() {
             let broker = Broker::connect(&c.amqp_url, Duration::from_secs(5))
                 .await
@@ -311,7 +322,6 @@ impl Api {
                 .publisher()
                 .await
                 .map_err(|e| ApiError::unavailable("RabbitMQ", e))?;
-            let topology = Topology::new(&c.namespace, &c.events_queue, c.queue_type);
             publisher
                 .declare(&topology)
                 .await
@@ -321,7 +331,16 @@ impl Api {
         let Some((_, publisher)) = slot.as_ref() else {
             return Err(ApiError::unavailable("RabbitMQ", "not connected"));
         };
-        if let Err(e) = publisher.publish_all(messages).await {
+        let (now, later): (Vec<_>, Vec<_>) = messages.iter().cloned().partition(|(_, d)| d.is_zero());
+        let now: Vec<Outgoing> = now.into_iter().map(|(m, _)| m).collect();
+        let mut result = Ok(());
+        if !now.is_empty() {
+            result = publisher.publish_all(&now).await;
+        }
+        if result.is_ok() && !later.is_empty() {
+            result = publisher.publish_delayed(&topology.delay(), &later).await;
+        }
+        if let Err(e) = result {
             // The channel may be broken; the next request opens a fresh one.
             *slot = None;
             return Err(ApiError::unavailable("RabbitMQ", e));
@@ -350,7 +369,7 @@ async fn post_events(
         EventTask::parse(&bytes).map_err(|e| ApiError::bad_request(format!("event {i}: {e}")))?;
         let mut m = Outgoing::json(queue.clone(), bytes);
         m.message_id = Some(format!("api-{batch}-{i}"));
-        messages.push(m);
+        messages.push((m, Duration::ZERO));
     }
     api.publish(&messages).await?;
     Ok(json_response(
@@ -403,7 +422,15 @@ async fn put_rules(
         .unwrap_or_default()
         .split('&')
         .any(|kv| kv.eq_ignore_ascii_case("force=true") || kv == "force=1");
-    let mut body = json_body(body)?;
+    let stored = replace_rules(&api, &project_id, json_body(body)?, force).await?;
+    Ok(json_response(StatusCode::OK, &stored))
+}
+
+/// Validates a project's rules (`{"_id"?, "notifications": [Rule]}`) like `klaxon rules import` and stores
+/// them (`force`: even with problems), then tells every process; returns what was stored. Shared by `PUT` and
+/// the console's edit page. Problems are a 400 with `extra = ("problems", [...])`.
+async fn replace_rules(api: &Api, project_id: &str, mut body: Value, force: bool) -> Result<Value, ApiError> {
+    let project_id = project_id.to_owned();
     let Some(obj) = body.as_object_mut() else {
         return Err(ApiError::bad_request(
             "the body must be an object {\"_id\", \"notifications\": [Rule]}",
@@ -446,23 +473,13 @@ async fn put_rules(
     }
     let store = api.store().await?;
     store.replace(&projects).await.map_err(ApiError::rules)?;
-    match api.redis().await {
-        Ok(redis) => {
-            if let Err(e) = invalidation::publish(redis, &api.0.config.namespace, &project_id).await {
-                tracing::warn!(error = %e, project_id, "rules stored, but the invalidation was not published; processes refresh on their TTL");
-            }
-        }
-        Err(e) => {
-            tracing::warn!(error = %e.message, project_id, "rules stored, but Redis is unreachable; processes refresh on their TTL")
-        }
-    }
+    api.publish_invalidation(&project_id).await;
     let exported = klaxon_rules::export_json(&projects);
-    let out = exported
+    Ok(exported
         .as_array()
         .and_then(|a| a.first())
         .cloned()
-        .unwrap_or(Value::Null);
-    Ok(json_response(StatusCode::OK, &out))
+        .unwrap_or(Value::Null))
 }
 
 /// `POST /api/v1/projects/{id}/explain` `{"title", "groupHash", "isNew"?, "user"?}`: per rule, what this event
@@ -497,7 +514,7 @@ async fn post_explain(
         .list(&project_id, now)
         .await
         .map_err(|e| ApiError::unavailable("Redis", e))?;
-    let verdicts = explain::explain(&counter, &project.notifications, &mutes, &event)
+    let verdicts = explain::explain(&counter, &project_id, &project.notifications, &mutes, &event)
         .await
         .map_err(|e| ApiError::unavailable("Redis", e))?;
     Ok(json_response(
@@ -507,6 +524,30 @@ async fn post_explain(
 }
 
 impl Api {
+    /// Tells every process that `project_id`'s rules changed; a failure only means they refresh on their TTL.
+    async fn publish_invalidation(&self, project_id: &str) {
+        match self.redis().await {
+            Ok(redis) => {
+                if let Err(e) = invalidation::publish(redis, &self.0.config.namespace, project_id).await {
+                    tracing::warn!(error = %e, project_id, "rules stored, but the invalidation was not published; processes refresh on their TTL");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e.message, project_id, "rules stored, but Redis is unreachable; processes refresh on their TTL")
+            }
+        }
+    }
+
+    /// The delivery trail's reader (connected on first use).
+    async fn trail(&self) -> Result<&klaxon_engine::trail::TrailReader, ApiError> {
+        let c = &self.0.config;
+        self.0
+            .trail
+            .get_or_try_init(|| klaxon_engine::trail::TrailReader::connect(&c.mongo_url, &c.mongo_db))
+            .await
+            .map_err(|e| ApiError::unavailable("MongoDB", e))
+    }
+
     /// The Redis clock (ms), the one mutes and windows use.
     async fn redis_now(&self) -> Result<(klaxon_counter::Counter, i64), ApiError> {
         let counter = klaxon_counter::Counter::new(self.redis().await?, &self.0.config.namespace);
@@ -596,6 +637,95 @@ async fn delete_mute(
     }
 }
 
+/// `POST /api/v1/notifications` → 202 `{"notificationId", "sendAt"}`: a direct notification, queued for the
+/// senders (through the delay engine when `sendAt` is later). See [`notifications`].
+async fn post_notification(
+    State(api): State<Api>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    use notifications::KeyState;
+    let body = json_body(body)?;
+    let (counter, now) = api.redis_now().await?;
+    let request = notifications::parse(&body, now, api.0.config.allow_private_endpoints)
+        .map_err(ApiError::bad_request)?;
+    let id = request.notification_id(|| format!("{:032x}", rand::random::<u128>()));
+    let mut send_at = request.send_at_ms.unwrap_or(now);
+    let mut redis = counter.redis().clone();
+    let unavailable = |e: redis::RedisError| ApiError::unavailable("Redis", e);
+    let record = notifications::key_of(&api.0.config.namespace, &id);
+    if request.idempotency_key.is_some() {
+        let fresh: Option<String> = redis::cmd("SET")
+            .arg(&record)
+            .arg(KeyState::Pending(send_at).encode())
+            .arg("NX")
+            .arg("PX")
+            .arg(notifications::key_ttl_ms(send_at, now))
+            .query_async(&mut redis)
+            .await
+            .map_err(unavailable)?;
+        if fresh.is_none() {
+            let stored: Option<String> = redis::cmd("GET")
+                .arg(&record)
+                .query_async(&mut redis)
+                .await
+                .map_err(unavailable)?;
+            match stored.as_deref().and_then(KeyState::decode) {
+                // Queued already: the same answer, nothing enqueued twice.
+                Some(KeyState::Queued(at)) => {
+                    return Ok(json_response(
+                        StatusCode::ACCEPTED,
+                        &json!({"notificationId": id, "sendAt": notifications::send_at_text(at)}),
+                    ));
+                }
+                // The first request may have died before publishing: publish again, at its time (the
+                // senders deliver one id once).
+                Some(KeyState::Pending(at)) => send_at = at,
+                // Gone in between (expired): go on as a fresh request.
+                None => {}
+            }
+        }
+    }
+    let mut task = request.task(id.clone(), now);
+    task.send_at_ms = (send_at > now).then_some(send_at);
+    let bytes = serde_json::to_vec(&task).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode the task: {e}"),
+        )
+    })?;
+    let topology = Topology::new(
+        &api.0.config.namespace,
+        &api.0.config.events_queue,
+        api.0.config.queue_type,
+    );
+    let mut message = Outgoing::json(topology.notify_queue(task.channel), bytes);
+    message.message_id = Some(id.clone());
+    let wait = Duration::from_millis(u64::try_from(send_at - now).unwrap_or(0)).min(klaxon_broker::MAX_DELAY);
+    api.publish(&[(message, wait)]).await?;
+    if request.idempotency_key.is_some() {
+        let marked: Result<Option<String>, _> = redis::cmd("SET")
+            .arg(&record)
+            .arg(KeyState::Queued(send_at).encode())
+            .arg("XX")
+            .arg("KEEPTTL")
+            .query_async(&mut redis)
+            .await;
+        if let Err(e) = marked {
+            // A repeat of this request publishes once more; the senders still deliver it once.
+            tracing::warn!(notification_id = %id, error = %e, "direct notification queued, but its key was not marked");
+        }
+    }
+    tracing::info!(
+        notification_id = %id, channel = %task.channel,
+        destination = %klaxon_channels::redact_endpoint(task.channel, &task.endpoint),
+        send_at = %notifications::send_at_text(send_at), "direct notification queued"
+    );
+    Ok(json_response(
+        StatusCode::ACCEPTED,
+        &json!({"notificationId": id, "sendAt": notifications::send_at_text(send_at)}),
+    ))
+}
+
 /// The query string's `key=value` pairs (values percent-decoded enough for ids and numbers).
 fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
     query
@@ -632,14 +762,9 @@ async fn get_deliveries(State(api): State<Api>, RawQuery(query): RawQuery) -> Re
     if let Some(p) = &project {
         check_project_id(p)?;
     }
-    let c = &api.0.config;
-    let trail = api
-        .0
-        .trail
-        .get_or_try_init(|| klaxon_engine::trail::TrailReader::connect(&c.mongo_url, &c.mongo_db))
-        .await
-        .map_err(|e| ApiError::unavailable("MongoDB", e))?;
-    let records = trail
+    let records = api
+        .trail()
+        .await?
         .latest(project.as_deref(), None, limit, deliveries::SCAN)
         .await
         .map_err(|e| ApiError::unavailable("MongoDB", e))?;

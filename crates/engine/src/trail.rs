@@ -34,6 +34,11 @@ pub const DEFAULT_TRAIL_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 const QUEUE: usize = 4096;
 const SERVER_TIMEOUT: Duration = Duration::from_secs(5);
 const TTL_INDEX: &str = "klaxon_deliveries_ttl";
+/// Documents per cursor batch when reading the trail. The driver's default (101) makes a long read mostly
+/// round trips: on PoloDB, 18,000 records took ~7 s with it and ~0.3 s with this.
+const READ_BATCH: u32 = 5000;
+/// Batch of [`TrailReader::since`] (records are ~250 bytes: well under a reply's 16 MiB).
+const SINCE_BATCH: u32 = 20_000;
 
 /// A delivery's state after one attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -312,6 +317,130 @@ impl TrailReader {
         limit: usize,
         scan: usize,
     ) -> Result<Vec<Record>, EngineError> {
+        let mut out: Vec<Record> = self
+            .newest(project, scan)
+            .await?
+            .into_iter()
+            .filter(|r| status.is_none_or(|s| r.status == s))
+            .collect();
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    /// One page of [`TrailReader::latest`]'s listing (no status filter): at most `limit` notifications that
+    /// come after `before` (all from the newest when `None`), and whether more follow. Reads newest first and
+    /// stops once the page is full (plus the records sharing the last one's `at`), so a page costs about
+    /// `limit` × pages-so-far records, never more than `scan`. It relies on the server honouring the sort
+    /// (MongoDB and PoloDB do).
+    pub async fn page(
+        &self,
+        project: Option<&str>,
+        before: Option<&Cursor>,
+        limit: usize,
+        scan: usize,
+    ) -> Result<(Vec<Record>, bool), EngineError> {
+        let filter = match project {
+            Some(p) => doc! {"projectId": p},
+            None => doc! {},
+        };
+        let mut cursor = self
+            .coll
+            .find(filter)
+            .sort(doc! {"at": -1})
+            .batch_size(READ_BATCH)
+            .await
+            .map_err(|e| EngineError::Trail(format!("find: {e}")))?;
+        // notification → its newest record so far, and whether it belongs on this page
+        let mut newest: HashMap<String, (Record, bool)> = HashMap::new();
+        let mut on_page = 0usize;
+        let mut boundary: Option<i64> = None;
+        let mut seen = 0usize;
+        while seen < scan {
+            let Some(d) = cursor
+                .try_next()
+                .await
+                .map_err(|e| EngineError::Trail(format!("find: {e}")))?
+            else {
+                break;
+            };
+            seen += 1;
+            let Some(r) = Record::from_document(&d) else {
+                continue;
+            };
+            if boundary.is_some_and(|at| r.at_ms < at) {
+                break;
+            }
+            match newest.get_mut(&r.notification_id) {
+                Some((old, _)) => {
+                    // An older (or same-time) record of a notification already placed.
+                    if (r.at_ms, r.attempts, rank(r.status)) > (old.at_ms, old.attempts, rank(old.status)) {
+                        *old = r;
+                    }
+                }
+                None => {
+                    let shown = before.is_none_or(|c| c.precedes(&r));
+                    if shown {
+                        on_page += 1;
+                        if on_page > limit && boundary.is_none() {
+                            boundary = Some(r.at_ms);
+                        }
+                    }
+                    newest.insert(r.notification_id.clone(), (r, shown));
+                }
+            }
+        }
+        let mut out: Vec<Record> = newest
+            .into_values()
+            .filter(|(_, shown)| *shown)
+            .map(|(r, _)| r)
+            .collect();
+        out.sort_by(|a, b| {
+            b.at_ms
+                .cmp(&a.at_ms)
+                .then_with(|| a.notification_id.cmp(&b.notification_id))
+        });
+        Ok(page_of(out, None, limit))
+    }
+
+    /// Every record made at or after `since_ms` (of every project), at most `scan` of them, newest first;
+    /// only the notification, project, status, attempts and times are read.
+    pub async fn since(&self, since_ms: i64, scan: usize) -> Result<Vec<Record>, EngineError> {
+        // Newest first and in big batches: the read ends at the first older record, and the recent records
+        // come in the first reply (PoloDB has been seen losing cursors between replies under load).
+        let mut cursor = self
+            .coll
+            .find(doc! {"at": {"$gte": DateTime::from_millis(since_ms)}})
+            // only what counting needs (the rest of a record is left at its default)
+            .projection(
+                doc! {"notificationId": 1, "projectId": 1, "status": 1, "attempts": 1, "firedAt": 1, "at": 1},
+            )
+            .sort(doc! {"at": -1})
+            .batch_size(SINCE_BATCH)
+            .await
+            .map_err(|e| EngineError::Trail(format!("find: {e}")))?;
+        let mut out = Vec::new();
+        let mut seen = 0usize;
+        while seen < scan {
+            let Some(d) = cursor
+                .try_next()
+                .await
+                .map_err(|e| EngineError::Trail(format!("find: {e}")))?
+            else {
+                break;
+            };
+            seen += 1;
+            // Checked here too: a server that ignores the operator still gets a correct answer.
+            match Record::from_document(&d) {
+                Some(r) if r.at_ms >= since_ms => out.push(r),
+                Some(_) => break,
+                None => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// The newest record of each notification, newest first (ties by notification id).
+    async fn newest(&self, project: Option<&str>, scan: usize) -> Result<Vec<Record>, EngineError> {
         let filter = match project {
             Some(p) => doc! {"projectId": p},
             None => doc! {},
@@ -322,6 +451,7 @@ impl TrailReader {
             .coll
             .find(filter)
             .sort(doc! {"at": -1})
+            .batch_size(READ_BATCH)
             .await
             .map_err(|e| EngineError::Trail(format!("find: {e}")))?;
         let mut newest: HashMap<String, Record> = HashMap::new();
@@ -345,18 +475,48 @@ impl TrailReader {
                 newest.insert(r.notification_id.clone(), r);
             }
         }
-        let mut out: Vec<Record> = newest
-            .into_values()
-            .filter(|r| status.is_none_or(|s| r.status == s))
-            .collect();
+        let mut out: Vec<Record> = newest.into_values().collect();
         out.sort_by(|a, b| {
             b.at_ms
                 .cmp(&a.at_ms)
                 .then_with(|| a.notification_id.cmp(&b.notification_id))
         });
-        out.truncate(limit);
         Ok(out)
     }
+}
+
+/// A position in the newest-first listing: a page `before` it starts with the next notification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    /// The `at` of the last record shown, unix ms.
+    pub at_ms: i64,
+    /// Its notification (ties on `at` are ordered by notification id).
+    pub notification_id: String,
+}
+
+impl Cursor {
+    /// The cursor after `r`.
+    pub fn after(r: &Record) -> Self {
+        Cursor {
+            at_ms: r.at_ms,
+            notification_id: r.notification_id.clone(),
+        }
+    }
+
+    /// True when `r` comes after this position in the newest-first order.
+    fn precedes(&self, r: &Record) -> bool {
+        r.at_ms < self.at_ms || (r.at_ms == self.at_ms && r.notification_id > self.notification_id)
+    }
+}
+
+/// The page of `sorted` (newest first) after `before`: at most `limit` records, and whether more follow.
+fn page_of(sorted: Vec<Record>, before: Option<&Cursor>, limit: usize) -> (Vec<Record>, bool) {
+    let mut rest = sorted
+        .into_iter()
+        .filter(|r| before.is_none_or(|c| c.precedes(r)));
+    let page: Vec<Record> = rest.by_ref().take(limit).collect();
+    let more = rest.next().is_some();
+    (page, more)
 }
 
 /// Final states win ties over `retrying`.
@@ -397,5 +557,44 @@ mod tests {
             assert_eq!(s.parse::<Status>().map(|s| s.as_str()), Ok(s));
         }
         assert!("lost".parse::<Status>().is_err());
+    }
+
+    #[test]
+    fn pages_follow_the_cursor_without_gaps_or_repeats() {
+        let rec = |id: &str, at: i64| Record {
+            notification_id: id.into(),
+            project_id: "p".into(),
+            rule_id: "r".into(),
+            channel: "webhook".into(),
+            destination: "-".into(),
+            attempts: 1,
+            status: Status::Sent,
+            last_error: None,
+            fired_at_ms: at,
+            at_ms: at,
+        };
+        // Newest first, ties by id: the order `newest` returns.
+        let all = vec![
+            rec("a", 30),
+            rec("b", 20),
+            rec("c", 20),
+            rec("d", 20),
+            rec("e", 10),
+        ];
+        let mut seen = Vec::new();
+        let mut before: Option<Cursor> = None;
+        for _ in 0..10 {
+            let (page, more) = page_of(all.clone(), before.as_ref(), 2);
+            seen.extend(page.iter().map(|r| r.notification_id.clone()));
+            if !more {
+                break;
+            }
+            before = page.last().map(Cursor::after);
+        }
+        assert_eq!(seen, ["a", "b", "c", "d", "e"]);
+        let (page, more) = page_of(all.clone(), None, 5);
+        assert_eq!((page.len(), more), (5, false));
+        let (page, more) = page_of(all, Some(&Cursor::after(&rec("e", 10))), 5);
+        assert_eq!((page.len(), more), (0, false));
     }
 }

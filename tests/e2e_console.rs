@@ -1,0 +1,795 @@
+//! The web console (`GET /`, docs/console.md) end to end: the real `klaxon run` binary against RabbitMQ, Redis
+//! and the MongoDB-wire server, over plain HTTP (login, cookies, CSRF, escaping, paging) and in a real headless
+//! Chromium driven through chromedriver (editing rules, explain, mutes, dead-letter replay, screenshots).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{object_id, Env, Klaxon};
+use klaxon_testkit::HttpSink;
+use reqwest::header::{HeaderMap, AUTHORIZATION, COOKIE, SET_COOKIE};
+use reqwest::redirect::Policy;
+use serde_json::{json, Value};
+
+/// An answer, with what the tests look at.
+struct Page {
+    status: u16,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Page {
+    fn header(&self, name: &str) -> &str {
+        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+    }
+
+    /// The value of the first hidden `csrf` field.
+    fn csrf(&self) -> String {
+        let marker = "name=\"csrf\" value=\"";
+        let at = self
+            .body
+            .find(marker)
+            .unwrap_or_else(|| panic!("no csrf field in:\n{}", self.body))
+            + marker.len();
+        self.body[at..].split('"').next().unwrap_or_default().to_owned()
+    }
+}
+
+/// A browser-like HTTP client: no redirects followed, the session cookie carried by hand.
+struct Browser {
+    http: reqwest::Client,
+    base: String,
+    cookie: Option<String>,
+    bearer: Option<String>,
+}
+
+impl Browser {
+    fn new(k: &Klaxon) -> Self {
+        Browser {
+            http: reqwest::Client::builder()
+                .redirect(Policy::none())
+                .timeout(Duration::from_secs(20))
+                .build()
+                .expect("client"),
+            base: format!("http://{}", k.addr),
+            cookie: None,
+            bearer: None,
+        }
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> Page {
+        let mut req = req;
+        if let Some(c) = &self.cookie {
+            req = req.header(COOKIE, c.as_str());
+        }
+        if let Some(b) = &self.bearer {
+            req = req.header(AUTHORIZATION, format!("Bearer {b}"));
+        }
+        let r = req.send().await.expect("request");
+        let status = r.status().as_u16();
+        let headers = r.headers().clone();
+        let body = r.text().await.unwrap_or_default();
+        Page {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    async fn get(&self, path: &str) -> Page {
+        self.send(self.http.get(format!("{}{path}", self.base))).await
+    }
+
+    async fn post(&self, path: &str, form: &[(&str, &str)]) -> Page {
+        self.send(self.http.post(format!("{}{path}", self.base)).form(form))
+            .await
+    }
+}
+
+fn webhook_rule(sink: &HttpSink, extra: Value) -> Value {
+    let mut r = json!({"_id": object_id(), "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 3,
+        "thresholdPeriod": 3_600_000, "including": [], "excluding": [],
+        "channels": {"webhook": {"isEnabled": true, "endpoint": sink.url("/hook?secret=hunter2"), "minPeriod": 0}}});
+    if let (Some(r), Value::Object(e)) = (r.as_object_mut(), extra) {
+        r.extend(e);
+    }
+    r
+}
+
+fn assert_security_headers(p: &Page) {
+    assert_eq!(
+        p.header("content-security-policy"),
+        "default-src 'self'; style-src 'self' 'unsafe-inline'"
+    );
+    assert_eq!(p.header("x-frame-options"), "DENY");
+    assert_eq!(p.header("referrer-policy"), "no-referrer");
+}
+
+/// Inserts `n` delivery-trail records of `project`, one notification each, the newest now: the first 600 one
+/// second apart (the last hour: 400 sent, 200 dead), the rest from 70 minutes ago back (so repeated runs
+/// against a shared server do not pile thousands of records into every later run's last hour).
+async fn fill_trail(env: &Env, project: &str, n: usize) {
+    use mongodb::bson::{doc, DateTime};
+    let client = mongodb::Client::with_uri_str(klaxon_testkit::mongo_url())
+        .await
+        .expect("mongo");
+    let coll = client
+        .database(&env.namespace)
+        .collection::<mongodb::bson::Document>("deliveries");
+    let now = DateTime::now().timestamp_millis();
+    let docs: Vec<_> = (0..n)
+        .map(|i| {
+            let at = if i < 600 {
+                now - 1000 * i as i64
+            } else {
+                now - 4_200_000 - 1000 * i as i64
+            };
+            doc! {"notificationId": format!("n-{i:05}"), "projectId": project, "ruleId": "r", "channel": "webhook",
+                  "destination": "http://127.0.0.1/…", "attempts": 1i64, "status": if i % 3 == 0 { "dead" } else { "sent" },
+                  "lastError": mongodb::bson::Bson::Null, "firedAt": DateTime::from_millis(at), "at": DateTime::from_millis(at)}
+        })
+        .collect();
+    for chunk in docs.chunks(500) {
+        coll.insert_many(chunk.to_vec()).await.expect("insert trail");
+    }
+}
+
+/// Removes what [`fill_trail`] inserted (the MongoDB-wire server may be shared by other checkouts' tests).
+async fn clear_trail(project: &str) {
+    use mongodb::bson::doc;
+    if let Ok(client) = mongodb::Client::with_uri_str(klaxon_testkit::mongo_url()).await {
+        let coll = client
+            .database("unused")
+            .collection::<mongodb::bson::Document>("deliveries");
+        let _ = coll.delete_many(doc! {"projectId": project, "ruleId": "r"}).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_cookie_csrf_escaping_and_paging_with_a_token() {
+    let token = format!("tok-{}", object_id());
+    let env = Env::new().set("KLAXON_API_TOKEN", &token);
+    let sink = HttpSink::start().await.expect("sink");
+    let project = object_id();
+    let evil = "<script>alert(1)</script>";
+    let rule = webhook_rule(&sink, json!({"including": [evil]}));
+    let rule_id = rule["_id"].as_str().expect("id").to_owned();
+    env.import(&json!([{"_id": project, "notifications": [rule]}]));
+    let k = env.spawn("run", &[]);
+    let mut b = Browser::new(&k);
+
+    // Without a session: every page is 401 and shows the login form; a form post is 401 too. /login is open.
+    for path in ["/", &format!("/projects/{project}"), "/deliveries", "/dead"] {
+        let p = b.get(path).await;
+        assert_eq!(p.status, 401, "{path}: {}", p.body);
+        assert!(p.body.contains("name=\"token\""), "{path}: {}", p.body);
+        assert!(!p.body.contains(evil), "{path}");
+    }
+    let p = b.post("/dead/replay", &[("csrf", "x")]).await;
+    assert_eq!(p.status, 401, "{}", p.body);
+    let login = b.get("/login").await;
+    assert_eq!(login.status, 200, "{}", login.body);
+    assert_security_headers(&login);
+    let login_csrf = login.csrf();
+
+    // Wrong token: an error, no cookie. Right token with a wrong CSRF: 403.
+    let p = b
+        .post("/login", &[("csrf", &login_csrf), ("token", "wrong")])
+        .await;
+    assert_eq!(p.status, 401, "{}", p.body);
+    assert!(p.body.contains("Wrong token"), "{}", p.body);
+    assert!(p.headers.get(SET_COOKIE).is_none());
+    let p = b.post("/login", &[("csrf", "nope"), ("token", &token)]).await;
+    assert_eq!(p.status, 403, "{}", p.body);
+    assert!(p.headers.get(SET_COOKIE).is_none());
+
+    // Right token: a session cookie that scripts cannot read and other sites never send.
+    let p = b
+        .post("/login", &[("csrf", &login_csrf), ("token", &token)])
+        .await;
+    assert_eq!((p.status, p.header("location")), (303, "/"), "{}", p.body);
+    let set = p.header("set-cookie").to_owned();
+    for flag in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(set.contains(flag), "{flag} in {set}");
+    }
+    let pair = set.split(';').next().unwrap_or_default().to_owned();
+    let id = pair.strip_prefix("klaxon_session=").expect("cookie name");
+    assert!(
+        id.len() == 32 && id.chars().all(|c| c.is_ascii_hexdigit()),
+        "{pair}"
+    );
+    assert!(
+        !set.contains(&token) && !login.body.contains(&token),
+        "the token is never echoed"
+    );
+    b.cookie = Some(pair.clone());
+
+    let home = b.get("/").await;
+    assert_eq!(home.status, 200, "{}", home.body);
+    assert_security_headers(&home);
+    assert!(home.body.contains(&project), "{}", home.body);
+    assert!(
+        home.body.contains(&format!("{}.events", env.namespace)),
+        "queue depths"
+    );
+    assert!(!home.body.contains(&token));
+
+    // Escaping: the rule's filter and an explain title with markup are shown as text; endpoints are redacted.
+    let page = b.get(&format!("/projects/{project}")).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains("&lt;script&gt;alert(1)&lt;&#x2f;script&gt;"),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains("<script"), "{}", page.body);
+    assert!(!page.body.contains("hunter2"), "the endpoint is redacted");
+    let csrf = page.csrf();
+    let explain = b
+        .get(&format!(
+            "/projects/{project}/explain?title=%3Cscript%3Ex%3C%2Fscript%3E&groupHash=g%22%3E%3Cb%3E"
+        ))
+        .await;
+    assert_eq!(explain.status, 200, "{}", explain.body);
+    assert!(
+        explain.body.contains("&lt;script&gt;x&lt;&#x2f;script&gt;"),
+        "{}",
+        explain.body
+    );
+    assert!(
+        !explain.body.contains("<script") && !explain.body.contains("\"><b>"),
+        "{}",
+        explain.body
+    );
+    assert!(explain.body.contains("filtered"), "a verdict: {}", explain.body);
+
+    // Every POST needs the session's CSRF token.
+    let toggle = format!("/projects/{project}/rules/{rule_id}/enabled");
+    let p = b.post(&toggle, &[("enabled", "false")]).await;
+    assert_eq!(p.status, 403, "no CSRF: {}", p.body);
+    let p = b
+        .post(
+            &toggle,
+            &[("enabled", "false"), ("csrf", "0123456789abcdef0123456789abcdef")],
+        )
+        .await;
+    assert_eq!(p.status, 403, "wrong CSRF: {}", p.body);
+    let api = {
+        let mut a = Browser::new(&k);
+        a.bearer = Some(token.clone());
+        a
+    };
+    let stored = |body: &str| serde_json::from_str::<Value>(body).expect("rules json");
+    let rules = api.get(&format!("/api/v1/projects/{project}/rules")).await;
+    assert_eq!(
+        stored(&rules.body)["notifications"][0]["isEnabled"],
+        true,
+        "nothing changed"
+    );
+    let p = b.post(&toggle, &[("enabled", "false"), ("csrf", &csrf)]).await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let rules = api.get(&format!("/api/v1/projects/{project}/rules")).await;
+    assert_eq!(stored(&rules.body)["notifications"][0]["isEnabled"], false);
+
+    // The edit page validates like the PUT and keeps the user's text on error; "store anyway" stores.
+    let edit = format!("/projects/{project}/edit");
+    let text = b.get(&edit).await;
+    assert_eq!(text.status, 200);
+    let mut bad = stored(&rules.body);
+    bad["notifications"][0]["threshold"] = json!(0);
+    let bad_text = serde_json::to_string_pretty(&bad).expect("json");
+    let p = b.post(&edit, &[("csrf", &csrf), ("rules", &bad_text)]).await;
+    assert_eq!(p.status, 400, "{}", p.body);
+    assert!(p.body.contains("threshold"), "the problem: {}", p.body);
+    assert!(
+        p.body.contains("&quot;threshold&quot;: 0"),
+        "the user's text is kept"
+    );
+    let p = b.post(&edit, &[("csrf", &csrf), ("rules", "{nope")]).await;
+    assert_eq!(p.status, 400);
+    assert!(p.body.contains("not JSON") && p.body.contains("{nope"));
+    let p = b
+        .post(&edit, &[("csrf", &csrf), ("rules", &bad_text), ("force", "on")])
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let rules = api.get(&format!("/api/v1/projects/{project}/rules")).await;
+    assert_eq!(stored(&rules.body)["notifications"][0]["threshold"], 0);
+
+    // Bearer works too (no session, the process's CSRF token); a wrong one is refused.
+    let p = api.get("/").await;
+    assert_eq!(p.status, 200);
+    let mut wrong = Browser::new(&k);
+    wrong.bearer = Some("nope".into());
+    assert_eq!(wrong.get("/").await.status, 401);
+
+    // Deliveries: thousands of trail records, 50 per page, each page fast, no gaps or repeats.
+    fill_trail(&env, &project, 3000).await;
+    let mut next = format!("/deliveries?project={project}");
+    let mut seen = std::collections::BTreeSet::new();
+    let mut slowest = Duration::ZERO;
+    for page_no in 0..3 {
+        let t = Instant::now();
+        let p = b.get(&next).await;
+        slowest = slowest.max(t.elapsed());
+        assert_eq!(p.status, 200, "{}", p.body);
+        let ids: Vec<String> = p
+            .body
+            .match_indices("<td class=\"mono\">n-")
+            .map(|(i, _)| p.body[i + 17..i + 24].to_owned())
+            .collect();
+        assert_eq!(ids.len(), 50, "page {page_no}");
+        assert_eq!(ids[0], format!("n-{:05}", page_no * 50), "newest first");
+        for id in ids {
+            assert!(seen.insert(id), "no repeats");
+        }
+        let at = p.body.find("id=\"older\"").expect("an older page");
+        let href = p.body[..at].rsplit("href=\"").next().unwrap_or_default();
+        next = href
+            .split('"')
+            .next()
+            .unwrap_or_default()
+            .replace("&amp;", "&")
+            .replace("&#x2f;", "/");
+    }
+    eprintln!("deliveries page over 3000 trail records: slowest of 3 pages {slowest:?}");
+    assert!(slowest < Duration::from_secs(5), "a page took {slowest:?}");
+    let t = Instant::now();
+    let home = b.get("/").await;
+    eprintln!(
+        "projects page (600 of the trail records in the last hour): {:?}",
+        t.elapsed()
+    );
+    assert_eq!(home.status, 200, "{}", home.body);
+    // The counts, or (a loaded server without indexes) "unavailable" in their place, never a failed page.
+    assert!(
+        home.body.contains("id=\"last-hour\"") || home.body.contains("Delivery trail unavailable"),
+        "{}",
+        home.body
+    );
+    if home.body.contains("id=\"last-hour\"") {
+        // The project's row: 600 notifications fired in the last hour, 400 sent, 200 dead.
+        let row = home
+            .body
+            .split("<tr>")
+            .find(|r| r.contains(&format!("/projects/{project}\"")))
+            .unwrap_or_default();
+        for n in [">600</td>", ">400</td>", ">200</td>"] {
+            assert!(row.contains(n), "{n} in {row}");
+        }
+    } else {
+        let why = home
+            .body
+            .split("Delivery trail unavailable")
+            .nth(1)
+            .and_then(|t| t.split("</p>").next())
+            .unwrap_or_default();
+        eprintln!("the last hour's counts were unavailable ({why}): not checked");
+    }
+
+    // Logout ends the session (CSRF-checked like every POST).
+    assert_eq!(b.post("/logout", &[]).await.status, 403);
+    let p = b.post("/logout", &[("csrf", &csrf)]).await;
+    assert_eq!((p.status, p.header("location")), (303, "/login"));
+    assert!(p.header("set-cookie").contains("Max-Age=0"));
+    assert_eq!(b.get("/").await.status, 401, "the old cookie is dead");
+    clear_trail(&project).await;
+    common::delete_queues(&env).await;
+}
+
+/// A non-loopback address of this machine, if it has one (the route to a public address; nothing is sent).
+fn non_loopback_ip() -> Option<std::net::IpAddr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("192.0.2.1:9").ok()?;
+    let ip = s.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_token_loopback_is_served_without_login_and_posts_still_need_csrf() {
+    let env = Env::new();
+    let sink = HttpSink::start().await.expect("sink");
+    let project = object_id();
+    env.import(&json!([{"_id": project, "notifications": [webhook_rule(&sink, json!({}))]}]));
+    let port = common::free_port();
+    let k = env.spawn_at("run", &format!("0.0.0.0:{port}"), &[]);
+    let b = Browser::new(&k);
+    let p = b.get("/").await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    assert!(p.body.contains(&project));
+    assert!(!p.body.contains("Log out"), "no session, nothing to log out of");
+    assert_eq!(b.get("/login").await.header("location"), "/");
+    let page = b.get(&format!("/projects/{project}")).await;
+    let csrf = page.csrf();
+    let mutes = format!("/projects/{project}/mutes");
+    let p = b.post(&mutes, &[("duration", "2h"), ("group_hash", "g")]).await;
+    assert_eq!(p.status, 403, "{}", p.body);
+    let p = b
+        .post(
+            &mutes,
+            &[("csrf", &csrf), ("duration", "2h"), ("group_hash", "g<i>")],
+        )
+        .await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let page = b.get(&format!("/projects/{project}")).await;
+    assert!(page.body.contains("g&lt;i&gt;"), "{}", page.body);
+    let p = b
+        .post(
+            &mutes,
+            &[("csrf", &csrf), ("duration", "soon"), ("group_hash", "g")],
+        )
+        .await;
+    assert_eq!(p.status, 400, "{}", p.body);
+    assert!(p.body.contains("soon"), "{}", p.body);
+    let dead = b.get("/dead").await;
+    assert_eq!(dead.status, 200, "{}", dead.body);
+    assert!(dead.body.contains("empty"), "{}", dead.body);
+
+    // The same process reached over a non-loopback address: 403 (when the machine has one).
+    if let Some(ip) = non_loopback_ip() {
+        let r = reqwest::Client::new()
+            .get(format!("http://{ip}:{port}/"))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(r.status().as_u16(), 403);
+    } else {
+        eprintln!("no non-loopback address on this machine: 403 not exercised");
+    }
+    common::delete_queues(&env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backing_service_that_is_down_is_a_503_page_not_a_stack() {
+    // MongoDB unreachable: the sender role (RabbitMQ only) still serves; pages needing rules answer 503.
+    let env = Env::new().set(
+        "KLAXON_MONGO_URL",
+        &format!(
+            "mongodb://127.0.0.1:{}/?serverSelectionTimeoutMS=500&connectTimeoutMS=500",
+            common::free_port()
+        ),
+    );
+    let k = env.spawn("sender", &[]);
+    let b = Browser::new(&k);
+    let p = b.get("/").await;
+    assert_eq!(p.status, 503, "{}", p.body);
+    assert!(p.body.contains("MongoDB is unavailable"), "{}", p.body);
+    assert!(p.body.contains("<html"), "an HTML page: {}", p.body);
+    assert_security_headers(&p);
+    let p = b.get("/dead").await;
+    assert_eq!(p.status, 200, "RabbitMQ is up: {}", p.body);
+    common::delete_queues(&env).await;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The real browser
+
+/// A chromedriver process on a free loopback port; killed on drop.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// None (after a skip line) when the browser test is skipped by `KLAXON_SKIP_BROWSER_TESTS=1`; panics when
+/// the browser is missing otherwise.
+fn start_driver() -> Option<Driver> {
+    let missing: Vec<&str> = [CHROMIUM, CHROMEDRIVER]
+        .into_iter()
+        .filter(|p| !std::path::Path::new(p).exists())
+        .collect();
+    if std::env::var("KLAXON_SKIP_BROWSER_TESTS").as_deref() == Ok("1") {
+        eprintln!("SKIPPED: the console's browser test (KLAXON_SKIP_BROWSER_TESTS=1)");
+        return None;
+    }
+    assert!(
+        missing.is_empty(),
+        "{missing:?} missing: run scripts/services (it installs chromium and chromium-driver), or set KLAXON_SKIP_BROWSER_TESTS=1 to skip this test"
+    );
+    let port = common::free_port();
+    let child = Command::new(CHROMEDRIVER)
+        .arg(format!("--port={port}"))
+        .arg("--allowed-ips=127.0.0.1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver");
+    let driver = Driver {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "chromedriver did not listen within 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Some(driver)
+}
+
+fn screens_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/console-screens");
+    std::fs::create_dir_all(&dir).expect("create target/console-screens");
+    dir
+}
+
+async fn shot(c: &fantoccini::Client, name: &str) {
+    let png = c.screenshot().await.expect("screenshot");
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    std::fs::write(screens_dir().join(format!("{name}.png")), png).expect("write screenshot");
+}
+
+/// The page's text; empty while a navigation is under way (no body yet).
+async fn body_text(c: &fantoccini::Client) -> String {
+    match c.find(fantoccini::Locator::Css("body")).await {
+        Ok(body) => body.text().await.unwrap_or_default(),
+        Err(_) => String::new(),
+    }
+}
+
+/// Waits (bounded) until the page's text contains `needle`.
+async fn wait_text(c: &fantoccini::Client, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = body_text(c).await;
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "`{needle}` not on the page within 20 s; it says:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_real_browser_edit_explain_mute_and_replay() {
+    let Some(driver) = start_driver() else {
+        return;
+    };
+    let started = Instant::now();
+    let token = format!("tok-{}", object_id());
+    let env = Env::new().set("KLAXON_API_TOKEN", &token);
+    let sink = HttpSink::start().await.expect("sink");
+    // The webhook fails for good (400) until told otherwise: the first firing is dead-lettered.
+    sink.set_default(klaxon_testkit::Reply::status(400));
+    let project = object_id();
+    let rules = [
+        webhook_rule(&sink, json!({"threshold": 1, "including": ["checkout"]})),
+        webhook_rule(&sink, json!({"threshold": 5, "window": "sliding"})),
+    ];
+    let ids: Vec<String> = rules
+        .iter()
+        .map(|r| r["_id"].as_str().expect("id").to_owned())
+        .collect();
+    env.import(&json!([{"_id": project, "notifications": rules}]));
+    let k = env.spawn("run", &[]);
+    let mut api = Browser::new(&k);
+    api.bearer = Some(token.clone());
+    let task = json!({"projectId": project, "event": {"title": "Boom at checkout", "groupHash": "g-dead", "isNew": false}});
+    let p = api
+        .send(api.http.post(format!("{}/api/v1/events", api.base)).json(&task))
+        .await;
+    assert_eq!(p.status, 202, "{}", p.body);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let p = api.get("/api/v1/dead").await;
+        let v: Value = serde_json::from_str(&p.body).unwrap_or(Value::Null);
+        if v["dead"].as_array().is_some_and(|a| a.len() == 1) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nothing dead-lettered in 30 s; log:\n{}",
+            k.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let profile = tempfile::tempdir().expect("profile dir");
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({"binary": CHROMIUM, "args": [
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--window-size=1280,900", format!("--user-data-dir={}", profile.path().display()),
+        ]}),
+    );
+    let c = tokio::time::timeout(
+        Duration::from_secs(60),
+        fantoccini::ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps)
+            .connect(&driver.url),
+    )
+    .await
+    .expect("chromium started within 60 s")
+    .expect("a WebDriver session");
+    let base = format!("http://{}", k.addr);
+    let result = async {
+        use fantoccini::Locator::{Css, Id};
+        // Log in.
+        c.goto(&format!("{base}/")).await?;
+        wait_text(&c, "needs the API token").await;
+        shot(&c, "login").await;
+        c.find(Id("token")).await?.send_keys("wrong").await?;
+        c.find(Id("login")).await?.click().await?;
+        wait_text(&c, "Wrong token").await;
+        c.find(Id("token")).await?.send_keys(&token).await?;
+        c.find(Id("login")).await?.click().await?;
+        wait_text(&c, "Queues").await;
+        assert!(body_text(&c).await.contains(&project));
+        shot(&c, "projects").await;
+
+        // Disable the second rule with its button.
+        c.goto(&format!("{base}/projects/{project}")).await?;
+        wait_text(&c, "Mutes").await;
+        c.find(Css(&format!("#rule-{} button.toggle", ids[1])))
+            .await?
+            .click()
+            .await?;
+        wait_text(&c, "Rule disabled.").await;
+        let row = c.find(Id(&format!("rule-{}", ids[1]))).await?.text().await?;
+        assert!(row.contains("disabled"), "{row}");
+
+        // Edit: a broken threshold shows the problem and keeps the text; a good one is saved.
+        c.goto(&format!("{base}/projects/{project}/edit")).await?;
+        let area = c
+            .wait()
+            .at_most(Duration::from_secs(20))
+            .for_element(Id("rules"))
+            .await?;
+        let text = area.prop("value").await?.unwrap_or_default();
+        let mut doc: Value = serde_json::from_str(&text).expect("the textarea holds the rules as JSON");
+        assert_eq!(doc["_id"], json!(project));
+        doc["notifications"][0]["threshold"] = json!(0);
+        let broken = serde_json::to_string(&doc).expect("json");
+        area.clear().await?;
+        area.send_keys(&broken).await?;
+        c.find(Id("save")).await?.click().await?;
+        let said = wait_text(&c, "problem").await;
+        assert!(said.contains("threshold"), "{said}");
+        let kept = c
+            .find(Id("rules"))
+            .await?
+            .prop("value")
+            .await?
+            .unwrap_or_default();
+        assert_eq!(kept, broken, "the user's text is kept");
+        shot(&c, "edit-problems").await;
+        doc["notifications"][0]["threshold"] = json!(7);
+        let area = c.find(Id("rules")).await?;
+        area.clear().await?;
+        area.send_keys(&serde_json::to_string(&doc).expect("json"))
+            .await?;
+        c.find(Id("save")).await?.click().await?;
+        wait_text(&c, "Rules saved").await;
+        let row = c.find(Id(&format!("rule-{}", ids[0]))).await?.text().await?;
+        assert!(row.contains("7 in 1h"), "{row}");
+        shot(&c, "project").await;
+        let stored: Value =
+            serde_json::from_str(&api.get(&format!("/api/v1/projects/{project}/rules")).await.body)
+                .expect("json");
+        assert_eq!(stored["notifications"][0]["threshold"], 7, "{stored}");
+        assert_eq!(stored["notifications"][1]["isEnabled"], false, "{stored}");
+
+        // Explain.
+        c.goto(&format!("{base}/projects/{project}/explain")).await?;
+        c.wait()
+            .at_most(Duration::from_secs(20))
+            .for_element(Id("explain-form"))
+            .await?;
+        c.find(Css("input[name=title]"))
+            .await?
+            .send_keys("Boom at checkout")
+            .await?;
+        c.find(Css("input[name=groupHash]"))
+            .await?
+            .send_keys("g-explain")
+            .await?;
+        c.find(Id("run-explain")).await?.click().await?;
+        let table = c
+            .wait()
+            .at_most(Duration::from_secs(20))
+            .for_element(Id("verdicts"))
+            .await?;
+        let verdicts = table.text().await?;
+        assert!(
+            verdicts.contains(&ids[0]) && verdicts.contains("counting"),
+            "{verdicts}"
+        );
+        assert!(
+            verdicts.contains(&ids[1]) && verdicts.contains("disabled"),
+            "{verdicts}"
+        );
+        shot(&c, "explain").await;
+
+        // Add a mute; it is listed.
+        c.goto(&format!("{base}/projects/{project}")).await?;
+        let form = c
+            .wait()
+            .at_most(Duration::from_secs(20))
+            .for_element(Id("mute-form"))
+            .await?;
+        form.find(Css("input[name=group_hash]"))
+            .await?
+            .send_keys("g-muted")
+            .await?;
+        form.find(Css("input[name=duration]"))
+            .await?
+            .send_keys("2h")
+            .await?;
+        c.find(Id("add-mute")).await?.click().await?;
+        wait_text(&c, "Mute added.").await;
+        let listed = c.find(Id("mute-list")).await?.text().await?;
+        assert!(
+            listed.contains("g-muted") && listed.contains("every rule"),
+            "{listed}"
+        );
+        shot(&c, "mutes").await;
+
+        // Replay the dead letter once the endpoint works again.
+        c.goto(&format!("{base}/dead")).await?;
+        let dead = c
+            .wait()
+            .at_most(Duration::from_secs(20))
+            .for_element(Id("dead"))
+            .await?;
+        let listed = dead.text().await?;
+        assert!(
+            listed.contains(&project) && listed.contains("webhook"),
+            "{listed}"
+        );
+        assert!(!listed.contains("hunter2"), "redacted: {listed}");
+        shot(&c, "dead").await;
+        sink.set_default(klaxon_testkit::Reply::status(200));
+        c.find(Css("button.replay")).await?.click().await?;
+        wait_text(&c, "Replayed 1 notification").await;
+        shot(&c, "dead-replayed").await;
+        let got = sink.wait_for_count(2, Duration::from_secs(30)).await;
+        assert_eq!(got.len(), 2, "the replay was delivered; log:\n{}", k.logs());
+
+        // The trail shows it sent.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            c.goto(&format!("{base}/deliveries?project={project}")).await?;
+            let text = body_text(&c).await;
+            if text.contains("sent") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the trail never said sent:\n{text}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        shot(&c, "deliveries").await;
+        c.goto(&format!("{base}/")).await?;
+        wait_text(&c, "Last hour").await;
+        shot(&c, "projects").await;
+        Ok::<(), fantoccini::error::CmdError>(())
+    }
+    .await;
+    let _ = c.close().await;
+    drop(driver);
+    result.unwrap_or_else(|e| panic!("browser step failed: {e}; log:\n{}", k.logs()));
+    eprintln!(
+        "browser test: {:?}; screenshots in {}",
+        started.elapsed(),
+        screens_dir().display()
+    );
+    common::delete_queues(&env).await;
+}
