@@ -30,7 +30,7 @@ use klaxon_rules::format::oids_to_hex;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::{check_project_id, dead, explain, mutes, same_secret, Api, ApiError, HANDLER_TIMEOUT, MAX_BODY};
+use crate::{check_project_id, dead, mutes, same_secret, Api, ApiError, HANDLER_TIMEOUT, MAX_BODY};
 
 /// The session cookie's name.
 pub(crate) const COOKIE: &str = "klaxon_session";
@@ -1219,36 +1219,17 @@ async fn explain_page(
         match EventTask::parse(task.as_bytes()) {
             Err(e) => error = Some(e.to_string()),
             Ok(task) => {
-                let api = &c.api;
-                let project = api
-                    .store()
+                verdicts = c
+                    .api
+                    .explain_event(&project_id, &task.event)
                     .await?
-                    .project(&project_id)
-                    .await
-                    .map_err(rules_error)?;
-                let Some(project) = project else {
-                    return Err(PageError(
-                        StatusCode::NOT_FOUND,
-                        format!("Unknown project {project_id}: it has no rules."),
-                    ));
-                };
-                let (counter, now) = api.redis_now().await?;
-                let mutes = api
-                    .mutes(&counter)
-                    .list(&project_id, now)
-                    .await
-                    .map_err(|e| ApiError::unavailable("Redis", e))?;
-                verdicts =
-                    explain::explain(&counter, &project_id, &project.notifications, &mutes, &task.event)
-                        .await
-                        .map_err(|e| ApiError::unavailable("Redis", e))?
-                        .iter()
-                        .map(|v| {
-                            let mut j = v.to_json();
-                            j["windowEndsAtShown"] = json!(v.window_ends_at.map(ms_human));
-                            j
-                        })
-                        .collect();
+                    .iter()
+                    .map(|v| {
+                        let mut j = v.to_json();
+                        j["windowEndsAtShown"] = json!(v.window_ends_at.map(ms_human));
+                        j
+                    })
+                    .collect();
             }
         }
     }

@@ -501,22 +501,7 @@ async fn post_explain(
     let event = EventTask::parse(task.as_bytes())
         .map_err(|e| ApiError::bad_request(e.to_string()))?
         .event;
-    let store = api.store().await?;
-    let Some(project) = store.project(&project_id).await.map_err(ApiError::rules)? else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            format!("unknown project {project_id}"),
-        ));
-    };
-    let (counter, now) = api.redis_now().await?;
-    let mutes = api
-        .mutes(&counter)
-        .list(&project_id, now)
-        .await
-        .map_err(|e| ApiError::unavailable("Redis", e))?;
-    let verdicts = explain::explain(&counter, &project_id, &project.notifications, &mutes, &event)
-        .await
-        .map_err(|e| ApiError::unavailable("Redis", e))?;
+    let verdicts = api.explain_event(&project_id, &event).await?;
     Ok(json_response(
         StatusCode::OK,
         &json!({"rules": verdicts.iter().map(explain::Verdict::to_json).collect::<Vec<_>>()}),
@@ -524,6 +509,31 @@ async fn post_explain(
 }
 
 impl Api {
+    /// Per stored rule of `project_id`, what `event` would do now (mutes included). Reads only; `404` for a
+    /// project without rules. The API's and the console's explain both come here.
+    pub(crate) async fn explain_event(
+        &self,
+        project_id: &str,
+        event: &klaxon_core::event::Event,
+    ) -> Result<Vec<explain::Verdict>, ApiError> {
+        let store = self.store().await?;
+        let Some(project) = store.project(project_id).await.map_err(ApiError::rules)? else {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("unknown project {project_id}: it has no rules"),
+            ));
+        };
+        let (counter, now) = self.redis_now().await?;
+        let mutes = self
+            .mutes(&counter)
+            .list(project_id, now)
+            .await
+            .map_err(|e| ApiError::unavailable("Redis", e))?;
+        explain::explain(&counter, project_id, &project.notifications, &mutes, event)
+            .await
+            .map_err(|e| ApiError::unavailable("Redis", e))
+    }
+
     /// Tells every process that `project_id`'s rules changed; a failure only means they refresh on their TTL.
     async fn publish_invalidation(&self, project_id: &str) {
         match self.redis().await {

@@ -339,34 +339,12 @@ impl TrailReader {
         limit: usize,
         scan: usize,
     ) -> Result<(Vec<Record>, bool), EngineError> {
-        let filter = match project {
-            Some(p) => doc! {"projectId": p},
-            None => doc! {},
-        };
-        let mut cursor = self
-            .coll
-            .find(filter)
-            .sort(doc! {"at": -1})
-            .batch_size(READ_BATCH)
-            .await
-            .map_err(|e| EngineError::Trail(format!("find: {e}")))?;
+        let mut records = self.newest_first(project, scan).await?;
         // notification → its newest record so far, and whether it belongs on this page
         let mut newest: HashMap<String, (Record, bool)> = HashMap::new();
         let mut on_page = 0usize;
         let mut boundary: Option<i64> = None;
-        let mut seen = 0usize;
-        while seen < scan {
-            let Some(d) = cursor
-                .try_next()
-                .await
-                .map_err(|e| EngineError::Trail(format!("find: {e}")))?
-            else {
-                break;
-            };
-            seen += 1;
-            let Some(r) = Record::from_document(&d) else {
-                continue;
-            };
+        while let Some(r) = records.next().await? {
             if boundary.is_some_and(|at| r.at_ms < at) {
                 break;
             }
@@ -407,7 +385,7 @@ impl TrailReader {
     pub async fn since(&self, since_ms: i64, scan: usize) -> Result<Vec<Record>, EngineError> {
         // Newest first and in big batches: the read ends at the first older record, and the recent records
         // come in the first reply (PoloDB has been seen losing cursors between replies under load).
-        let mut cursor = self
+        let cursor = self
             .coll
             .find(doc! {"at": {"$gte": DateTime::from_millis(since_ms)}})
             // only what counting needs (the rest of a record is left at its default)
@@ -418,56 +396,25 @@ impl TrailReader {
             .batch_size(SINCE_BATCH)
             .await
             .map_err(|e| EngineError::Trail(format!("find: {e}")))?;
+        let mut records = Records { cursor, left: scan };
         let mut out = Vec::new();
-        let mut seen = 0usize;
-        while seen < scan {
-            let Some(d) = cursor
-                .try_next()
-                .await
-                .map_err(|e| EngineError::Trail(format!("find: {e}")))?
-            else {
+        // Checked here too: a server that ignores the operator still gets a correct answer.
+        while let Some(r) = records.next().await? {
+            if r.at_ms < since_ms {
                 break;
-            };
-            seen += 1;
-            // Checked here too: a server that ignores the operator still gets a correct answer.
-            match Record::from_document(&d) {
-                Some(r) if r.at_ms >= since_ms => out.push(r),
-                Some(_) => break,
-                None => {}
             }
+            out.push(r);
         }
         Ok(out)
     }
 
     /// The newest record of each notification, newest first (ties by notification id).
     async fn newest(&self, project: Option<&str>, scan: usize) -> Result<Vec<Record>, EngineError> {
-        let filter = match project {
-            Some(p) => doc! {"projectId": p},
-            None => doc! {},
-        };
         // Newest first, so that `scan` bounds the read to the most recent records (a server that ignores the
         // sort still gets a correct, if older, answer: the newest record per notification is picked below).
-        let mut cursor = self
-            .coll
-            .find(filter)
-            .sort(doc! {"at": -1})
-            .batch_size(READ_BATCH)
-            .await
-            .map_err(|e| EngineError::Trail(format!("find: {e}")))?;
+        let mut records = self.newest_first(project, scan).await?;
         let mut newest: HashMap<String, Record> = HashMap::new();
-        let mut seen = 0usize;
-        while seen < scan {
-            let Some(d) = cursor
-                .try_next()
-                .await
-                .map_err(|e| EngineError::Trail(format!("find: {e}")))?
-            else {
-                break;
-            };
-            seen += 1;
-            let Some(r) = Record::from_document(&d) else {
-                continue;
-            };
+        while let Some(r) = records.next().await? {
             let newer = newest.get(&r.notification_id).is_none_or(|old| {
                 (r.at_ms, r.attempts, rank(r.status)) >= (old.at_ms, old.attempts, rank(old.status))
             });
@@ -482,6 +429,51 @@ impl TrailReader {
                 .then_with(|| a.notification_id.cmp(&b.notification_id))
         });
         Ok(out)
+    }
+}
+
+impl TrailReader {
+    /// The records (of `project`, if given), newest first, at most `scan` of them.
+    async fn newest_first(&self, project: Option<&str>, scan: usize) -> Result<Records, EngineError> {
+        let filter = match project {
+            Some(p) => doc! {"projectId": p},
+            None => doc! {},
+        };
+        let cursor = self
+            .coll
+            .find(filter)
+            .sort(doc! {"at": -1})
+            .batch_size(READ_BATCH)
+            .await
+            .map_err(|e| EngineError::Trail(format!("find: {e}")))?;
+        Ok(Records { cursor, left: scan })
+    }
+}
+
+/// A read of the trail bounded to `left` more documents; documents that are not records are skipped (and
+/// counted against the bound).
+struct Records {
+    cursor: mongodb::Cursor<Document>,
+    left: usize,
+}
+
+impl Records {
+    async fn next(&mut self) -> Result<Option<Record>, EngineError> {
+        while self.left > 0 {
+            self.left -= 1;
+            let Some(d) = self
+                .cursor
+                .try_next()
+                .await
+                .map_err(|e| EngineError::Trail(format!("find: {e}")))?
+            else {
+                return Ok(None);
+            };
+            if let Some(r) = Record::from_document(&d) {
+                return Ok(Some(r));
+            }
+        }
+        Ok(None)
     }
 }
 
