@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use klaxon_broker::{
-    header, set_aside, Broker, Consumer, Delivery, Outgoing, QueueType, Topology, ERROR_HEADER,
+    header, set_aside, Broker, BrokerError, Consumer, Delivery, Outgoing, QueueType, Topology, ERROR_HEADER,
 };
 use klaxon_core::ChannelKind;
 
@@ -89,6 +89,33 @@ async fn publish_confirm_consume_ack_and_set_aside() {
     );
     again.close().await;
     invalid.close().await;
+    delete_all(&broker, &topo).await;
+    broker.close().await;
+}
+
+#[tokio::test]
+async fn a_publish_no_queue_takes_is_an_error_not_a_confirmed_loss() {
+    let ns = klaxon_testkit::unique_namespace();
+    let broker = Broker::connect(&klaxon_testkit::amqp_url(), T)
+        .await
+        .expect("connect");
+    let publisher = broker.publisher().await.expect("publisher");
+    let missing = format!("{ns}.no-such-queue");
+    let err = publisher
+        .publish_all(&[Outgoing::json(&missing, b"{}".to_vec())])
+        .await
+        .expect_err("the broker returns the message");
+    assert!(
+        matches!(&err, BrokerError::Unroutable { queue } if *queue == missing),
+        "{err}"
+    );
+    // The channel stays usable: the next publish to a queue that exists is confirmed.
+    let topo = Topology::new(&ns, &format!("{ns}.events"), QueueType::Classic);
+    publisher.declare(&topo).await.expect("declare");
+    publisher
+        .publish_all(&[Outgoing::json(topo.events_queue(), b"{}".to_vec())])
+        .await
+        .expect("publish to a queue that exists");
     delete_all(&broker, &topo).await;
     broker.close().await;
 }
