@@ -356,7 +356,32 @@ fn string_list(rule: &serde_json::Map<String, Value>, field: &str) -> Result<Vec
 ///
 /// Returns the compiled rule and the non-fatal problems found in it (skipped channels), or the fatal problem
 /// that makes the rule unusable.
+///
+/// Every problem's message and fix is one line of at most [`MAX_PROBLEM_BYTES`]: messages quote the rule's
+/// own values (a bad `window`, a regex error), and those come from a tenant.
 pub fn parse_rule_value(value: &Value) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
+    match read_rule(value) {
+        Ok((rule, problems)) => Ok((rule, problems.into_iter().map(RuleProblem::bounded).collect())),
+        Err(p) => Err(p.bounded()),
+    }
+}
+
+/// The longest [`RuleProblem`] message or fix, in bytes.
+pub const MAX_PROBLEM_BYTES: usize = crate::text::MAX_REASON_BYTES;
+
+impl RuleProblem {
+    fn bounded(mut self) -> Self {
+        if self.message.len() > MAX_PROBLEM_BYTES || self.message.contains(char::is_control) {
+            self.message = crate::text::one_line(&self.message, MAX_PROBLEM_BYTES);
+        }
+        if self.fix.len() > MAX_PROBLEM_BYTES || self.fix.contains(char::is_control) {
+            self.fix = crate::text::one_line(&self.fix, MAX_PROBLEM_BYTES);
+        }
+        self
+    }
+}
+
+fn read_rule(value: &Value) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
     let Some(rule) = value.as_object() else {
         return Err(RuleProblem {
             rule_id: None,
@@ -689,6 +714,28 @@ mod tests {
             ignored_channels(&doc),
             vec!["desktopPush".to_owned(), "webPush".to_owned()]
         );
+    }
+
+    #[test]
+    fn problems_quoting_tenant_values_are_one_bounded_line() {
+        // Found by the fuzz test: a `window` that is an array holding a long multi-line string.
+        let long = "A\n".repeat(1500);
+        let bad = [
+            json!({"_id": "5e3eef0679fa3700a0198a4a", "whatToReceive": "ONLY_NEW", "window": [[long]], "channels": {}}),
+            json!({"_id": "5e3eef0679fa3700a0198a4a", "whatToReceive": long, "channels": {}}),
+            json!({"_id": "5e3eef0679fa3700a0198a4a", "whatToReceive": "ONLY_NEW", "includingPatterns": [format!("({long}")], "channels": {}}),
+        ];
+        for rule in bad {
+            let p = parse_rule_value(&rule).expect_err("unusable");
+            assert!(p.message.len() <= MAX_PROBLEM_BYTES, "{} bytes", p.message.len());
+            assert!(!p.message.contains('\n'), "{:?}", p.message);
+            assert_eq!(p.rule_id.as_deref(), Some("5e3eef0679fa3700a0198a4a"));
+        }
+        let rule = json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW",
+            "channels": {"slack": {"isEnabled": true, "endpoint": "https://hooks.example.com/x", "minPeriod": long}}});
+        let (_, problems) = parse_rule_value(&rule).expect("usable");
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].message.len() <= MAX_PROBLEM_BYTES && !problems[0].message.contains('\n'));
     }
 
     #[test]
