@@ -65,8 +65,9 @@ pub async fn run(args: DeliveriesArgs, global: &GlobalOpts) -> anyhow::Result<Ex
         .context("cannot open the delivery trail")?;
     let records = reader
         .latest(args.project.as_deref(), args.status, args.limit, args.scan)
-        .await
-        .context("cannot read the delivery trail")?;
+        .await;
+    reader.close().await;
+    let records = records.context("cannot read the delivery trail")?;
     // `--json` printed one object per line before `-o` existed.
     output::emit(&output::list(
         args.output.format(Format::Ndjson),

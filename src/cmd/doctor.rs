@@ -411,6 +411,7 @@ async fn mongo_checks(global: &GlobalOpts, t: Duration) -> Vec<Check> {
             }
         },
     );
+    store.close().await;
     out
 }
 

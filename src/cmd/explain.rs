@@ -53,10 +53,9 @@ pub async fn run(args: ExplainArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
     let store = RuleStore::connect(&global.mongo_url, &global.mongo_db())
         .await
         .context("cannot connect to MongoDB (--mongo-url / KLAXON_MONGO_URL)")?;
-    let project = store
-        .project(&args.project)
-        .await?
-        .with_context(|| format!("unknown project {}", args.project))?;
+    let project = store.project(&args.project).await;
+    store.close().await;
+    let project = project?.with_context(|| format!("unknown project {}", args.project))?;
     let redis = RedisHandle::connect(&global.redis_url)
         .await
         .context("cannot connect to Redis (--redis-url / KLAXON_REDIS_URL)")?;

@@ -228,7 +228,19 @@ pub async fn run(args: RulesArgs, global: &GlobalOpts) -> anyhow::Result<ExitCod
     let store = RuleStore::connect(&global.mongo_url, &db)
         .await
         .with_context(|| format!("cannot use MongoDB database `{db}`"))?;
-    match args.command {
+    let result = command(&store, args.command, add_rule, import).await;
+    store.close().await;
+    result
+}
+
+/// One `rules` subcommand against a connected store.
+async fn command(
+    store: &RuleStore,
+    command: RulesCommand,
+    add_rule: Option<Value>,
+    import: Option<Vec<klaxon_rules::ProjectNotifications>>,
+) -> anyhow::Result<ExitCode> {
+    match command {
         RulesCommand::Add(a) => {
             let rule = add_rule.unwrap_or_default();
             let id = store.add_rule(&a.project, &rule).await?;
@@ -244,7 +256,7 @@ pub async fn run(args: RulesArgs, global: &GlobalOpts) -> anyhow::Result<ExitCod
             }
             Ok(ExitCode::SUCCESS)
         }
-        RulesCommand::List(a) => list(&store, a).await,
+        RulesCommand::List(a) => list(store, a).await,
         RulesCommand::Rm(r) => {
             let project = store.remove_rule(r.project.as_deref(), &r.rule_id).await?;
             report_edit(&r, &project, "removed");
@@ -299,7 +311,7 @@ pub async fn run(args: RulesArgs, global: &GlobalOpts) -> anyhow::Result<ExitCod
             }
             Ok(ExitCode::SUCCESS)
         }
-        RulesCommand::Check(a) => check(&store, a).await,
+        RulesCommand::Check(a) => check(store, a).await,
     }
 }
 

@@ -301,6 +301,11 @@ pub struct TrailReader {
 }
 
 impl TrailReader {
+    /// Ends the sessions and closes the connections (see [`klaxon_rules::store::close_client`]).
+    pub async fn close(&self) {
+        klaxon_rules::store::close_client(self.coll.client()).await;
+    }
+
     /// Connects to `database` at `mongo_url`.
     pub async fn connect(mongo_url: &str, database: &str) -> Result<Self, EngineError> {
         Ok(TrailReader {

@@ -99,7 +99,25 @@ fn fingerprint(parts: &[&str]) -> u64 {
     h.finish()
 }
 
+/// Longest [`RuleStore::close`] waits for the server.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Ends the client's server sessions and closes its connections, waiting at most [`CLOSE_TIMEOUT`].
+///
+/// A `mongodb::Client` that is only dropped ends its sessions from a background task, which can race the
+/// driver's own pool shutdown when the process is about to exit (mongodb 3.9 then panics in a worker thread
+/// and prints a backtrace: seen once in ~300 `klaxon doctor` runs). Short-lived commands call this before
+/// they return.
+pub async fn close_client(client: &mongodb::Client) {
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, client.clone().shutdown().immediate(true)).await;
+}
+
 impl RuleStore {
+    /// Ends the sessions and closes the connections of this store (and of its clones); see [`close_client`].
+    pub async fn close(&self) {
+        close_client(self.inner.projects.client()).await;
+    }
+
     /// Connects and checks the server answers (`ping`) within [`SERVER_SELECTION_TIMEOUT`] unless the URL
     /// sets its own `serverSelectionTimeoutMS`. Then tries to create the indexes the CLI uses.
     pub async fn connect(mongo_url: &str, database: &str) -> Result<Self, RulesError> {
