@@ -612,6 +612,20 @@ async fn projects_page(
         Err(e) => (BTreeMap::new(), Some(e.message)),
     };
     let zero = json!({"firings": 0, "sent": 0, "retrying": 0, "dead": 0});
+    // The busiest projects of the last hour first, then the newest (an ObjectId starts with its creation
+    // time), so that what needs a look is on the page however many projects the store holds.
+    let firings = |p: &klaxon_rules::ProjectNotifications| {
+        hour_rows
+            .get(&p.project_id.to_hex())
+            .and_then(|h| h["firings"].as_u64())
+            .unwrap_or(0)
+    };
+    let mut projects = projects;
+    projects.sort_by(|a, b| {
+        firings(b)
+            .cmp(&firings(a))
+            .then_with(|| b.project_id.bytes().cmp(&a.project_id.bytes()))
+    });
     let rows: Vec<Value> = projects
         .iter()
         .take(MAX_PROJECTS)
