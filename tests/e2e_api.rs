@@ -62,14 +62,6 @@ fn task(project: &str, title: &str, group: &str) -> Value {
     json!({"projectId": project, "event": {"title": title, "groupHash": group, "isNew": false}})
 }
 
-/// A non-loopback address of this machine, if it has one (the route to a public address; nothing is sent).
-fn non_loopback_ip() -> Option<std::net::IpAddr> {
-    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
-    s.connect("192.0.2.1:9").ok()?;
-    let ip = s.local_addr().ok()?.ip();
-    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_limits_and_errors_are_json_with_the_right_status() {
     // No token: loopback clients only.
@@ -98,7 +90,7 @@ async fn auth_limits_and_errors_are_json_with_the_right_status() {
     drop(k);
 
     // The same process reached over a non-loopback address: 403 (when the machine has one).
-    if let Some(ip) = non_loopback_ip() {
+    if let Some(ip) = common::non_loopback_ip() {
         let port = common::free_port();
         let k = env.spawn_at("run", &format!("0.0.0.0:{port}"), &[]);
         let (st, v) = http(

@@ -379,14 +379,6 @@ async fn login_cookie_csrf_escaping_and_paging_with_a_token() {
     common::delete_queues(&env).await;
 }
 
-/// A non-loopback address of this machine, if it has one (the route to a public address; nothing is sent).
-fn non_loopback_ip() -> Option<std::net::IpAddr> {
-    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
-    s.connect("192.0.2.1:9").ok()?;
-    let ip = s.local_addr().ok()?.ip();
-    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_token_loopback_is_served_without_login_and_posts_still_need_csrf() {
     let env = Env::new();
@@ -428,7 +420,7 @@ async fn without_a_token_loopback_is_served_without_login_and_posts_still_need_c
     assert!(dead.body.contains("empty"), "{}", dead.body);
 
     // The same process reached over a non-loopback address: 403 (when the machine has one).
-    if let Some(ip) = non_loopback_ip() {
+    if let Some(ip) = common::non_loopback_ip() {
         let r = reqwest::Client::new()
             .get(format!("http://{ip}:{port}/"))
             .timeout(Duration::from_secs(10))

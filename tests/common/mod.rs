@@ -284,3 +284,11 @@ pub async fn delete_queues(env: &Env) {
     let _ = topo.delete(&ch).await;
     broker.close().await;
 }
+
+/// A non-loopback address of this machine, if it has one (the route to a public address; nothing is sent).
+pub fn non_loopback_ip() -> Option<std::net::IpAddr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("192.0.2.1:9").ok()?;
+    let ip = s.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}

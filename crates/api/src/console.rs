@@ -866,12 +866,7 @@ async fn project_page(
 }
 
 async fn active_mutes(api: &Api, project_id: &str) -> Result<Vec<Value>, ApiError> {
-    let (counter, now) = api.redis_now().await?;
-    let list = api
-        .mutes(&counter)
-        .list(project_id, now)
-        .await
-        .map_err(|e| ApiError::unavailable("Redis", e))?;
+    let (_, list) = api.active_mutes(project_id).await?;
     Ok(list
         .iter()
         .map(|m| {

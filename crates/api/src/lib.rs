@@ -523,12 +523,7 @@ impl Api {
                 format!("unknown project {project_id}: it has no rules"),
             ));
         };
-        let (counter, now) = self.redis_now().await?;
-        let mutes = self
-            .mutes(&counter)
-            .list(project_id, now)
-            .await
-            .map_err(|e| ApiError::unavailable("Redis", e))?;
+        let (counter, mutes) = self.active_mutes(project_id).await?;
         explain::explain(&counter, project_id, &project.notifications, &mutes, event)
             .await
             .map_err(|e| ApiError::unavailable("Redis", e))
@@ -570,6 +565,20 @@ impl Api {
 
     fn mutes(&self, counter: &klaxon_counter::Counter) -> klaxon_counter::Mutes {
         klaxon_counter::Mutes::new(counter.redis().clone(), &self.0.config.namespace)
+    }
+
+    /// The project's mutes active now on the Redis clock, with the counter they were read through.
+    async fn active_mutes(
+        &self,
+        project_id: &str,
+    ) -> Result<(klaxon_counter::Counter, Vec<klaxon_core::mute::Mute>), ApiError> {
+        let (counter, now) = self.redis_now().await?;
+        let list = self
+            .mutes(&counter)
+            .list(project_id, now)
+            .await
+            .map_err(|e| ApiError::unavailable("Redis", e))?;
+        Ok((counter, list))
     }
 
     /// 404 unless the project exists.
@@ -616,12 +625,7 @@ async fn add_mute(
 /// `GET /api/v1/projects/{id}/mutes` → `{"mutes": [{"muteId", "ruleId"?, "groupHash"?, "until"}]}`.
 async fn list_mutes(State(api): State<Api>, Path(project_id): Path<String>) -> Result<Response, ApiError> {
     api.known_project(&project_id).await?;
-    let (counter, now) = api.redis_now().await?;
-    let list = api
-        .mutes(&counter)
-        .list(&project_id, now)
-        .await
-        .map_err(|e| ApiError::unavailable("Redis", e))?;
+    let (_, list) = api.active_mutes(&project_id).await?;
     Ok(json_response(
         StatusCode::OK,
         &json!({"mutes": list.iter().map(mutes::to_json).collect::<Vec<_>>()}),
