@@ -70,13 +70,21 @@ for k = 1, #KEYS, 2 do
   out[head], out[head + 1], out[head + 2] = -1, 0, -1
   -- Which members are already counted, in one call per chunk (ZMSCORE), instead of one ZADD per hit:
   -- Lua's per-call overhead dominates a hot key's cost.
+  -- Members the client made up for hits without an event id (`~` + 64 random bits) are new by construction:
+  -- only event ids are looked up.
   local known = {}
-  for c = first, last, CHUNK do
-    local c_last = math.min(c + CHUNK - 1, last)
-    local scores = redis.call('ZMSCORE', zkey, unpack(ARGV, c, c_last))
+  local lookup = {}
+  for i = first, last do
+    if string.byte(ARGV[i], 1) ~= 126 then -- '~'
+      lookup[#lookup + 1] = ARGV[i]
+    end
+  end
+  for c = 1, #lookup, CHUNK do
+    local c_last = math.min(c + CHUNK - 1, #lookup)
+    local scores = redis.call('ZMSCORE', zkey, unpack(lookup, c, c_last))
     for i = c, c_last do
       if scores[i - c + 1] then
-        known[ARGV[i]] = true
+        known[lookup[i]] = true
       end
     end
   end

@@ -19,16 +19,24 @@ const HAWK_STYLE: &str = include_str!("hawk_style.lua");
 struct Row {
     case: String,
     hits_per_s: f64,
+    /// Microseconds the server spent per hit (top-level commands' `INFO commandstats` time), single node only.
+    server_us: Option<f64>,
 }
 
-/// Runs `step` (which does `per_step` hits) for about `dur`, returns hits/s.
-async fn measure<F, Fut>(dur: Duration, per_step: usize, mut step: F) -> f64
+/// Runs `step` (which does `per_step` hits) for about `dur`; returns hits/s and the server's µs per hit.
+async fn measure<F, Fut>(
+    redis: &RedisHandle,
+    dur: Duration,
+    per_step: usize,
+    mut step: F,
+) -> (f64, Option<f64>)
 where
     F: FnMut(u64) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
     // Warm-up (script load, connection).
     step(0).await;
+    let before = server_usec(redis).await;
     let start = Instant::now();
     let mut n: u64 = 0;
     // Bounded: stops after `dur` or 10 million steps.
@@ -36,13 +44,58 @@ where
         n += 1;
         step(n).await;
     }
-    (n as f64 * per_step as f64) / start.elapsed().as_secs_f64()
+    let elapsed = start.elapsed().as_secs_f64();
+    let hits = n as f64 * per_step as f64;
+    let server = match (before, server_usec(redis).await) {
+        (Some(b), Some(a)) => Some((a - b) / hits),
+        _ => None,
+    };
+    (hits / elapsed, server)
+}
+
+/// Total microseconds the server has spent in the commands a client sends here (EVALSHA, EVAL, INCR), from
+/// `INFO commandstats` (a script's inner calls are part of its EVALSHA time). `None` on a cluster.
+async fn server_usec(redis: &RedisHandle) -> Option<f64> {
+    if redis.is_cluster() {
+        return None;
+    }
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut redis.clone())
+        .await
+        .ok()?;
+    let mut total = 0.0;
+    for line in info.lines() {
+        let Some((name, stats)) = line.split_once(':') else {
+            continue;
+        };
+        if !matches!(name, "cmdstat_evalsha" | "cmdstat_eval" | "cmdstat_incr") {
+            continue;
+        }
+        let usec = stats
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("usec="))
+            .and_then(|v| v.parse::<f64>().ok())?;
+        total += usec;
+    }
+    Some(total)
 }
 
 fn hits(spec: HitSpec, keys: usize, offset: usize) -> Vec<Hit> {
     (0..BATCH)
         .map(|i| Hit::new("bench-rule", format!("group-{}", (offset + i) % keys), spec))
         .collect()
+}
+
+/// The cases to run: every case whose name contains one of the words given after `--`
+/// (`cargo bench -p klaxon-counter --bench counter -- cold`); all of them when none is given. The raw INCR
+/// baselines always run.
+fn wanted(case: &str) -> bool {
+    let words: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    words.is_empty() || words.iter().any(|w| case.contains(w.as_str()))
 }
 
 #[tokio::main]
@@ -74,7 +127,7 @@ async fn main() {
 
     // Raw INCR, pipelined the same way (one batch of 1,000 = one pipeline) and one at a time.
     for (label, keys) in [("hot: 50 keys", HOT_KEYS), ("cold: 1,000 keys", BATCH)] {
-        let r = measure(BATCHED_FOR, BATCH, |n| {
+        let (r, server_us) = measure(&redis, BATCHED_FOR, BATCH, |n| {
             let mut conn = redis.clone();
             let ns = ns.clone();
             async move {
@@ -91,10 +144,15 @@ async fn main() {
         rows.push(Row {
             case: format!("raw INCR, pipelined batches of 1,000 ({label})"),
             hits_per_s: r,
+            server_us,
         });
         for (name, spec) in specs {
+            let case = format!("{name}, hit_batch of 1,000 ({label})");
+            if !wanted(&case) {
+                continue;
+            }
             let c = counter.clone();
-            let r = measure(BATCHED_FOR, BATCH, |n| {
+            let (r, server_us) = measure(&redis, BATCHED_FOR, BATCH, |n| {
                 let c = c.clone();
                 async move {
                     let batch = hits(spec, keys, n as usize * 7);
@@ -103,13 +161,17 @@ async fn main() {
             })
             .await;
             rows.push(Row {
-                case: format!("{name}, hit_batch of 1,000 ({label})"),
+                case,
                 hits_per_s: r,
+                server_us,
             });
         }
     }
 
-    let r = measure(SINGLE_FOR, 1, |n| {
+    if !wanted("one at a time") {
+        return print_rows(&redis, &url, &rows);
+    }
+    let (r, server_us) = measure(&redis, SINGLE_FOR, 1, |n| {
         let mut conn = redis.clone();
         let key = format!("{ns}:incr1:{}", n as usize % HOT_KEYS);
         async move {
@@ -120,10 +182,11 @@ async fn main() {
     rows.push(Row {
         case: "raw INCR, one at a time".into(),
         hits_per_s: r,
+        server_us,
     });
     for (name, spec) in specs {
         let c = counter.clone();
-        let r = measure(SINGLE_FOR, 1, |n| {
+        let (r, server_us) = measure(&redis, SINGLE_FOR, 1, |n| {
             let c = c.clone();
             async move {
                 let h = Hit::new("bench-rule-1", format!("group-{}", n as usize % HOT_KEYS), spec);
@@ -134,10 +197,11 @@ async fn main() {
         rows.push(Row {
             case: format!("{name}, hit one at a time"),
             hits_per_s: r,
+            server_us,
         });
     }
     // Hawk's notifier: the script text sent with EVAL for every event, one at a time.
-    let r = measure(SINGLE_FOR, 1, |n| {
+    let (r, server_us) = measure(&redis, SINGLE_FOR, 1, |n| {
         let mut conn = redis.clone();
         let key = format!("{ns}:hawk:{}", n as usize % HOT_KEYS);
         async move {
@@ -157,8 +221,18 @@ async fn main() {
     rows.push(Row {
         case: "Hawk's way: EVAL with the script text per hit, one at a time".into(),
         hits_per_s: r,
+        server_us,
     });
 
+    print_rows(&redis, &url, &rows);
+    if !wanted("sliding memory") {
+        return;
+    }
+    sliding_memory(&redis, &counter, hour).await;
+    cleanup(&redis, &ns).await;
+}
+
+fn print_rows(redis: &RedisHandle, url: &str, rows: &[Row]) {
     let incr_hot = rows[0].hits_per_s;
     println!(
         "\nRedis: {} ({})\n",
@@ -169,17 +243,28 @@ async fn main() {
         },
         url
     );
-    println!("| case | hits/s | × raw pipelined INCR (hot) |");
-    println!("|---|---:|---:|");
-    for row in &rows {
+    println!(
+        "| case | hits/s | × raw pipelined INCR (hot) | × raw pipelined INCR (same keys) | server µs/hit |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    let mut same_keys = incr_hot;
+    for row in rows {
+        if row.case.starts_with("raw INCR, pipelined") {
+            same_keys = row.hits_per_s;
+        }
+        let server = row.server_us.map_or("–".to_string(), |us| format!("{us:.2}"));
         println!(
-            "| {} | {:.0} | {:.2} |",
+            "| {} | {:.0} | {:.2} | {:.2} | {server} |",
             row.case,
             row.hits_per_s,
-            row.hits_per_s / incr_hot
+            row.hits_per_s / incr_hot,
+            row.hits_per_s / same_keys,
         );
     }
+}
 
+/// Memory of a full sliding key (exactly `threshold` members kept), per threshold.
+async fn sliding_memory(redis: &RedisHandle, counter: &Counter, hour: u64) {
     // Memory of a full sliding key (exactly `threshold` members kept), per threshold.
     println!("\n| sliding threshold | members kept | encoding | bytes/key, 36-char event ids | bytes/key, no ids | cooldown key bytes |");
     println!("|---:|---:|---|---:|---:|---:|");
@@ -239,7 +324,10 @@ async fn main() {
             sizes[0], sizes[1]
         );
     }
-    // Leave nothing behind.
+}
+
+/// Leaves nothing behind.
+async fn cleanup(redis: &RedisHandle, ns: &str) {
     let mut conn = redis.clone();
     if !redis.is_cluster() {
         let keys: Vec<String> = redis::cmd("KEYS")

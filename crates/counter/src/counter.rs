@@ -79,7 +79,7 @@ impl Kind {
     fn key_suffixes(self) -> &'static [&'static str] {
         match self {
             Kind::FirstSeen => &["new"],
-            Kind::Fixed => &["fx", "fxi"],
+            Kind::Fixed => &["fx"],
             Kind::Sliding => &["sl", "slc"],
             Kind::UsersFixed => &["uf", "ufm"],
             Kind::UsersSliding => &["us", "usm"],
@@ -297,7 +297,12 @@ impl Counter {
         }
         groups
             .into_iter()
-            .map(|(kind, slot, members)| {
+            .map(|(kind, slot, mut members)| {
+                if kind == Kind::Fixed {
+                    // fixed_window.lua takes its keys in groups that share a (threshold, period): in a batch
+                    // most keys do (one rule, many groups), so the two numbers travel once per group
+                    members.sort_by_key(|&i| (calls[i].threshold, calls[i].period_ms));
+                }
                 let cmd = self.command(kind, &members, calls, &bases, now_ms);
                 Invocation {
                     kind,
@@ -346,10 +351,28 @@ impl Counter {
             }
             Kind::Sliding => {}
         }
-        for &i in members {
+        let mut previous: Option<(u64, u64)> = None;
+        for (at, &i) in members.iter().enumerate() {
             let call = &calls[i];
-            if kind != Kind::FirstSeen {
+            if kind == Kind::Fixed {
+                // a group: threshold, period, and how many of the following keys share them
+                if previous != Some((call.threshold, call.period_ms)) {
+                    previous = Some((call.threshold, call.period_ms));
+                    let shared = members[at..]
+                        .iter()
+                        .take_while(|&&j| {
+                            (calls[j].threshold, calls[j].period_ms) == (call.threshold, call.period_ms)
+                        })
+                        .count();
+                    cmd.arg(call.threshold).arg(call.period_ms).arg(shared);
+                }
+            } else if kind != Kind::FirstSeen {
                 cmd.arg(call.threshold).arg(call.period_ms);
+            }
+            if kind == Kind::Fixed && call.members.iter().all(|m| m.is_empty()) {
+                // n hits without event ids travel as -n, with no ids after it
+                cmd.arg(-(call.members.len() as i64));
+                continue;
             }
             cmd.arg(call.members.len());
             if kind.counts_users() {
@@ -465,9 +488,11 @@ fn member_of(kind: Kind, event_id: Option<&str>) -> Cow<'_, str> {
 }
 
 /// An id as a set member: as is when short, else a 32-hex digest (`#…`), so members stay within Redis's
-/// compact encodings. Also used for user ids: two users collide only if their SHA-256 prefixes do.
+/// compact encodings. An id starting with `~` is digested too: that prefix marks the members made up for
+/// hits without an id, which `sliding_window.lua` does not look up. Also used for user ids: two users collide
+/// only if their SHA-256 prefixes do.
 fn compact(id: &str) -> Cow<'_, str> {
-    if id.len() <= MAX_MEMBER_LEN {
+    if id.len() <= MAX_MEMBER_LEN && !id.starts_with('~') {
         Cow::Borrowed(id)
     } else {
         Cow::Owned(format!("#{}", hex::encode(&Sha256::digest(id.as_bytes())[..16])))
@@ -594,6 +619,11 @@ mod tests {
         assert_eq!(m.len(), 33);
         assert_eq!(m, member_of(Kind::Fixed, Some(&long)), "deterministic");
         assert_eq!(member_of(Kind::Fixed, None), "");
+        let tilde = member_of(Kind::Sliding, Some("~looks-made-up"));
+        assert!(
+            tilde.starts_with('#') && tilde.len() == 33,
+            "{tilde}: an id never passes for a made-up member"
+        );
         assert_eq!(member_of(Kind::Fixed, Some("")), "");
         let a = member_of(Kind::Sliding, None);
         let b = member_of(Kind::Sliding, None);

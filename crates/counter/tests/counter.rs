@@ -120,6 +120,80 @@ async fn fixed_threshold_change_cannot_make_a_window_fire_twice() {
     on_both(fixed_threshold_change_cannot_fire_twice).await;
 }
 
+/// On the server's clock (how workers count) hits without event ids take the script's short path (one
+/// HINCRBY per key): the same answers as the full path — counts from 1, one firing on the hit that makes the
+/// count equal the threshold with the window start as token, no second firing after a threshold change,
+/// a new window once the key expires — and hits with ids on the same key share its window.
+async fn fixed_on_the_server_clock(env: Env) {
+    let period = 400;
+    let h = Hit::new("r", "clock", fixed(3, period));
+    let before = env.counter.server_time_ms().await.expect("time");
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.push(env.counter.hit(&h, None).await.expect("hit"));
+    }
+    let after = env.counter.server_time_ms().await.expect("time");
+    assert_eq!(got[..2], [counted(1), counted(2)], "[{}]", env.topology);
+    assert_eq!(got[3], counted(4), "[{}]", env.topology);
+    let Outcome::Fired { count, firing, at_ms } = &got[2] else {
+        panic!("[{}] the third hit fires: {got:?}", env.topology);
+    };
+    assert_eq!(*count, 3, "[{}]", env.topology);
+    let start: i64 = firing.parse().expect("token is the window start");
+    assert!(
+        before <= start && start <= *at_ms && *at_ms <= after,
+        "[{}] {before} {start} {at_ms} {after}",
+        env.topology
+    );
+    // An event with an id joins the same window, and so does a batch crossing a higher threshold: the window
+    // has fired, so nothing fires again.
+    let with_id = env
+        .counter
+        .hit(&h.clone().with_event_id("e1"), None)
+        .await
+        .expect("hit");
+    assert_eq!(with_id, counted(5), "[{}]", env.topology);
+    let higher = Hit::new("r", "clock", fixed(7, period));
+    let out = env
+        .counter
+        .hit_batch(&[higher.clone(), higher.clone(), higher], None)
+        .await
+        .expect("batch");
+    assert_eq!(
+        out,
+        vec![counted(6), counted(7), counted(8)],
+        "[{}]",
+        env.topology
+    );
+    // The window ends with its key; the next hit opens a new one, and a batch crossing inside one call fires
+    // on exactly its third hit.
+    let key = env.counter.keys_of(&h)[0].clone();
+    let pttl: i64 = env.query(redis::cmd("PTTL").arg(&key)).await;
+    assert!(
+        pttl > 0 && pttl <= period as i64,
+        "[{}] pttl {pttl}",
+        env.topology
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(period + 50)).await;
+    let out = env
+        .counter
+        .hit_batch(&[h.clone(), h.clone(), h.clone(), h], None)
+        .await
+        .expect("batch");
+    assert_eq!(
+        out.iter().map(Outcome::is_fired).collect::<Vec<_>>(),
+        [false, false, true, false],
+        "[{}] {out:?}",
+        env.topology
+    );
+    assert_eq!(out[3], counted(4), "[{}]", env.topology);
+}
+
+#[tokio::test]
+async fn fixed_on_the_server_clock_counts_fires_once_and_ends_with_its_key() {
+    on_both(fixed_on_the_server_clock).await;
+}
+
 async fn fixed_redelivered_firing_fires_again(env: Env) {
     let spec = fixed(3, 60_000);
     let ev = |id: &str| Hit::new("r", "g", spec).with_event_id(id);
@@ -166,25 +240,35 @@ async fn fixed_retried_batch_counts_once(env: Env) {
         .await
         .expect("batch");
     assert_eq!(o, vec![counted(21), counted(21)], "[{}]", env.topology);
-    // bounded: 2,000 more ids leave at most 1,024 remembered, and the set expires with the window
+    // bounded: after 2,000 more ids the window still remembers the most recent 1,024 (their redelivery counts
+    // nothing), holds at most 2,048, and its ids expire with it
     let many: Vec<Hit> = (0..2000)
         .map(|i| Hit::new("r", "g", fixed(1_000_000, 60_000)).with_event_id(format!("x{i}")))
         .collect();
-    env.counter.hit_batch(&many, Some(T0 + 300)).await.expect("batch");
-    let ids_key = env.counter.keys_of(&batch[0])[1].clone();
-    let mut conn = env.counter.redis().clone();
-    let card: u64 = redis::cmd("ZCARD")
-        .arg(&ids_key)
-        .query_async(&mut conn)
+    let counted_many = env.counter.hit_batch(&many, Some(T0 + 300)).await.expect("batch");
+    let recent = &many[2000 - 1024..];
+    let again = env
+        .counter
+        .hit_batch(recent, Some(T0 + 400))
         .await
-        .expect("zcard");
-    assert!(
-        (1000..=1024).contains(&card),
-        "[{}] {card} ids kept",
+        .expect("batch");
+    assert_eq!(
+        again,
+        counted_many[2000 - 1024..],
+        "[{}] the recent ids are remembered",
         env.topology
     );
+    let key = env.counter.keys_of(&batch[0])[0].clone();
+    let mut conn = env.counter.redis().clone();
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .expect("hkeys");
+    let ids = fields.iter().filter(|f| f.starts_with("i:")).count();
+    assert!((1024..=2048).contains(&ids), "[{}] {ids} ids kept", env.topology);
     let ttl: i64 = redis::cmd("PTTL")
-        .arg(&ids_key)
+        .arg(&key)
         .query_async(&mut conn)
         .await
         .expect("pttl");
@@ -344,6 +428,15 @@ async fn sliding_redelivery_not_double_counted(env: Env) {
     assert!(
         hit(&env, &ev("e6"), after + 1).await.is_fired(),
         "[{}]",
+        env.topology
+    );
+    // An event id that starts like a made-up member (`~`) is still recognised when redelivered.
+    let tilde = Hit::new("r", "tilde", spec).with_event_id("~0123456789abcdef");
+    assert_eq!(hit(&env, &tilde, T0).await, counted(1), "[{}]", env.topology);
+    assert_eq!(
+        hit(&env, &tilde, T0 + 1).await,
+        counted(1),
+        "[{}] redelivered",
         env.topology
     );
 }
