@@ -19,30 +19,23 @@ fn port_open(port: u16) -> bool {
 }
 
 fn wait_port(port: u16, open: bool, within: Duration) {
-    let deadline = Instant::now() + within;
-    while port_open(port) != open {
-        assert!(
-            Instant::now() < deadline,
-            "port {port} did not become {}",
-            if open { "open" } else { "closed" }
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let became = klaxon_testkit::eventually_blocking(within, || (port_open(port) == open).then_some(()));
+    assert!(
+        became.is_some(),
+        "port {port} did not become {}",
+        if open { "open" } else { "closed" }
+    );
 }
 
 fn wait_status(k: &Klaxon, path: &str, want: u16, within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
-        if k.get(path).map(|r| r.0) == Some(want) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{path} did not answer {want} within {within:?}; log:\n{}",
-            k.logs()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let answered = klaxon_testkit::eventually_blocking(within, || {
+        (k.get(path).map(|r| r.0) == Some(want)).then_some(())
+    });
+    assert!(
+        answered.is_some(),
+        "{path} did not answer {want} within {within:?}; log:\n{}",
+        k.logs()
+    );
 }
 
 struct OwnRedis {

@@ -2,12 +2,11 @@
 //! (`KLAXON_TEST_MONGO_URL`). PoloDB serves one database whatever its name, so every test works on project
 //! ids of its own as well as in its own namespace.
 
-use std::process::Stdio;
-use std::time::Duration;
+mod common;
 
+use common::Env;
 use mongodb::bson::oid::ObjectId;
 use serde_json::{json, Value};
-use tokio::io::AsyncWriteExt;
 
 struct Out {
     code: i32,
@@ -15,35 +14,16 @@ struct Out {
     stderr: String,
 }
 
-/// Runs `klaxon rules <args>` (stdin fed from `input`), killed after 60 s.
-async fn klaxon(ns: &str, args: &[&str], input: Option<&str>) -> Out {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_klaxon"))
-        .arg("rules")
-        .args(args)
-        .env("KLAXON_NAMESPACE", ns)
-        .env("KLAXON_MONGO_URL", klaxon_testkit::mongo_url())
-        .env_remove("KLAXON_MONGO_DB")
-        .env("KLAXON_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn klaxon");
-    let mut stdin = child.stdin.take().expect("stdin");
-    if let Some(text) = input {
-        stdin.write_all(text.as_bytes()).await.expect("write stdin");
-    }
-    drop(stdin);
-    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .expect("klaxon rules finishes within 60 s")
-        .expect("wait");
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+/// Runs `klaxon rules <args>` in `env` (stdin fed from `input`), killed after 60 s.
+async fn klaxon(env: &Env, args: &[&str], input: Option<&str>) -> Out {
+    let args: Vec<&str> = std::iter::once("rules").chain(args.iter().copied()).collect();
+    let (code, stdout, stderr) = env.run_with_input(&args, input).await;
+    Out { code, stdout, stderr }
+}
+
+/// The environment of one test: its own namespace, warnings only on stderr.
+fn env() -> Env {
+    Env::new().set("KLAXON_LOG", "warn")
 }
 
 fn ok(o: &Out) -> &str {
@@ -57,11 +37,11 @@ fn json_of(o: &Out) -> Value {
 
 #[tokio::test]
 async fn add_list_disable_enable_rm() {
-    let ns = klaxon_testkit::unique_namespace();
+    let env = env();
     let p = ObjectId::new().to_hex();
     let added = json_of(
         &klaxon(
-            &ns,
+            &env,
             &[
                 "add",
                 "--project",
@@ -96,7 +76,7 @@ async fn add_list_disable_enable_rm() {
     assert_eq!(added["rule"]["threshold"], 100);
     assert_eq!(added["rule"]["thresholdPeriod"], 3_600_000);
     let only_new = klaxon(
-        &ns,
+        &env,
         &[
             "add",
             "--project",
@@ -110,7 +90,7 @@ async fn add_list_disable_enable_rm() {
     .await;
     assert!(ok(&only_new).starts_with("added rule "), "{}", only_new.stdout);
 
-    let table = klaxon(&ns, &["list", "--project", &p], None).await;
+    let table = klaxon(&env, &["list", "--project", &p], None).await;
     let text = ok(&table);
     assert!(text.contains(&rid), "{text}");
     assert!(
@@ -124,8 +104,8 @@ async fn add_list_disable_enable_rm() {
     assert!(text.contains("+db,timeout -auth ~/Timeout.*/"), "{text}");
     assert!(!text.contains("SECRET"), "tables never show endpoints: {text}");
 
-    ok(&klaxon(&ns, &["disable", &rid], None).await);
-    let listed = json_of(&klaxon(&ns, &["list", "--project", &p, "--json"], None).await);
+    ok(&klaxon(&env, &["disable", &rid], None).await);
+    let listed = json_of(&klaxon(&env, &["list", "--project", &p, "--json"], None).await);
     let rules = listed.as_array().expect("array");
     assert_eq!(rules.len(), 2);
     let mine = rules
@@ -135,28 +115,28 @@ async fn add_list_disable_enable_rm() {
     assert_eq!(mine["rule"]["isEnabled"], false);
     assert_eq!(mine["problems"], json!([]));
 
-    ok(&klaxon(&ns, &["enable", &rid, "--project", &p], None).await);
-    let listed = json_of(&klaxon(&ns, &["list", "--project", &p, "--json"], None).await);
+    ok(&klaxon(&env, &["enable", &rid, "--project", &p], None).await);
+    let listed = json_of(&klaxon(&env, &["list", "--project", &p, "--json"], None).await);
     assert!(listed
         .as_array()
         .expect("array")
         .iter()
         .any(|r| r["rule"]["_id"] == rid.as_str() && r["rule"]["isEnabled"] == true));
 
-    ok(&klaxon(&ns, &["rm", &rid], None).await);
-    let listed = json_of(&klaxon(&ns, &["list", "--project", &p, "--json"], None).await);
+    ok(&klaxon(&env, &["rm", &rid], None).await);
+    let listed = json_of(&klaxon(&env, &["list", "--project", &p, "--json"], None).await);
     assert_eq!(listed.as_array().expect("array").len(), 1);
-    let gone = klaxon(&ns, &["rm", &rid], None).await;
+    let gone = klaxon(&env, &["rm", &rid], None).await;
     assert_eq!(gone.code, 1);
     assert!(gone.stderr.contains("no rule with id"), "{}", gone.stderr);
 
-    let check = klaxon(&ns, &["check", "--project", &p], None).await;
+    let check = klaxon(&env, &["check", "--project", &p], None).await;
     assert!(ok(&check).contains("no problems"), "{}", check.stdout);
 }
 
 #[tokio::test]
 async fn invalid_flags_are_refused_before_anything_is_written() {
-    let ns = klaxon_testkit::unique_namespace();
+    let env = env();
     let p = ObjectId::new().to_hex();
     let cases: [(&[&str], &str); 5] = [
         (
@@ -180,7 +160,7 @@ async fn invalid_flags_are_refused_before_anything_is_written() {
     for (extra, want) in cases {
         let mut args = vec!["add", "--project", p.as_str()];
         args.extend_from_slice(extra);
-        let o = klaxon(&ns, &args, None).await;
+        let o = klaxon(&env, &args, None).await;
         assert_ne!(o.code, 0, "{args:?} should fail");
         assert!(
             o.stderr.contains(want),
@@ -188,13 +168,13 @@ async fn invalid_flags_are_refused_before_anything_is_written() {
             o.stderr
         );
     }
-    let o = klaxon(&ns, &["list", "--project", &p], None).await;
+    let o = klaxon(&env, &["list", "--project", &p], None).await;
     assert_eq!(o.code, 1, "no project was created: {}", o.stdout);
 }
 
 #[tokio::test]
 async fn import_hawk_documents_check_reports_the_bad_rule_and_export_round_trips() {
-    let ns = klaxon_testkit::unique_namespace();
+    let env = env();
     let p = ObjectId::new().to_hex();
     let good = ObjectId::new().to_hex();
     let bad = ObjectId::new().to_hex();
@@ -213,23 +193,23 @@ async fn import_hawk_documents_check_reports_the_bad_rule_and_export_round_trips
     .to_string();
 
     // A rule that cannot be used is refused unless forced, and nothing is written.
-    let refused = klaxon(&ns, &["import", "--file", "-"], Some(&file)).await;
+    let refused = klaxon(&env, &["import", "--file", "-"], Some(&file)).await;
     assert_eq!(refused.code, 1);
     assert!(
         refused.stderr.contains(&bad) && refused.stderr.contains("nothing imported"),
         "{}",
         refused.stderr
     );
-    assert_eq!(klaxon(&ns, &["list", "--project", &p], None).await.code, 1);
+    assert_eq!(klaxon(&env, &["list", "--project", &p], None).await.code, 1);
 
-    let stored = klaxon(&ns, &["import", "--file", "-", "--force"], Some(&file)).await;
+    let stored = klaxon(&env, &["import", "--file", "-", "--force"], Some(&file)).await;
     assert!(
         ok(&stored).contains(&format!("project {p}: stored 3 rule(s)")),
         "{}",
         stored.stdout
     );
 
-    let check = klaxon(&ns, &["check", "--project", &p], None).await;
+    let check = klaxon(&env, &["check", "--project", &p], None).await;
     assert_eq!(check.code, 1, "{}", check.stdout);
     assert!(check.stdout.contains(&format!(
         "rule {bad}: [rule skipped] SEEN_MORE rule has no `threshold`"
@@ -240,13 +220,13 @@ async fn import_hawk_documents_check_reports_the_bad_rule_and_export_round_trips
         "the good rule has no problem: {}",
         check.stdout
     );
-    let check_json = klaxon(&ns, &["check", "--project", &p, "--json"], None).await;
+    let check_json = klaxon(&env, &["check", "--project", &p, "--json"], None).await;
     assert_eq!(check_json.code, 1);
     let problems: Value = serde_json::from_str(&check_json.stdout).expect("JSON");
     assert_eq!(problems.as_array().map(Vec::len), Some(1));
     assert_eq!(problems[0]["ruleId"], bad.as_str());
 
-    let list = klaxon(&ns, &["list", "--project", &p], None).await;
+    let list = klaxon(&env, &["list", "--project", &p], None).await;
     let text = ok(&list);
     assert!(
         text.lines().any(|l| l.contains(&bad) && l.contains("INVALID")),
@@ -259,10 +239,10 @@ async fn import_hawk_documents_check_reports_the_bad_rule_and_export_round_trips
     );
 
     // Export, then import the export: same documents, ids kept, unknown fields kept.
-    let dir = tempfile_dir();
-    let path = dir.join("rules.json");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("rules.json");
     let path = path.to_str().expect("utf-8 path");
-    ok(&klaxon(&ns, &["export", "--project", &p, "--file", path], None).await);
+    ok(&klaxon(&env, &["export", "--project", &p, "--file", path], None).await);
     let exported: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("read")).expect("JSON");
     assert_eq!(exported[0]["_id"], p.as_str());
     assert_eq!(exported[0]["notifications"][0]["_id"], good.as_str());
@@ -276,15 +256,15 @@ async fn import_hawk_documents_check_reports_the_bad_rule_and_export_round_trips
             .is_some_and(|s| s.len() == 24),
         "id assigned"
     );
-    ok(&klaxon(&ns, &["import", "--file", path, "--force"], None).await);
-    let again = klaxon(&ns, &["export", "--project", &p], None).await;
+    ok(&klaxon(&env, &["import", "--file", path, "--force"], None).await);
+    let again = klaxon(&env, &["export", "--project", &p], None).await;
     assert_eq!(serde_json::from_str::<Value>(ok(&again)).expect("JSON"), exported);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]
 async fn bad_import_files_name_the_problem_and_write_nothing() {
-    let ns = klaxon_testkit::unique_namespace();
+    let env = env();
     let p = ObjectId::new().to_hex();
     let cases = [
         ("[{\"_id\": ", "not valid JSON"),
@@ -302,7 +282,7 @@ async fn bad_import_files_name_the_problem_and_write_nothing() {
         ),
     ];
     for (text, want) in cases {
-        let o = klaxon(&ns, &["import", "--file", "-"], Some(text)).await;
+        let o = klaxon(&env, &["import", "--file", "-"], Some(text)).await;
         assert_eq!(o.code, 1, "{text}");
         assert!(
             o.stderr.contains(want),
@@ -311,11 +291,11 @@ async fn bad_import_files_name_the_problem_and_write_nothing() {
         );
     }
     assert_eq!(
-        klaxon(&ns, &["list", "--project", &p], None).await.code,
+        klaxon(&env, &["list", "--project", &p], None).await.code,
         1,
         "nothing written"
     );
-    let missing = klaxon(&ns, &["import", "--file", "/nonexistent/rules.json"], None).await;
+    let missing = klaxon(&env, &["import", "--file", "/nonexistent/rules.json"], None).await;
     assert_eq!(missing.code, 1);
     assert!(
         missing.stderr.contains("cannot read /nonexistent/rules.json"),
@@ -324,37 +304,17 @@ async fn bad_import_files_name_the_problem_and_write_nothing() {
     );
 }
 
-fn tempfile_dir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("klaxon-rules-cli-{}", klaxon_testkit::unique_namespace()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
-
 /// At the default log level a `rules` command prints its result and nothing else: no INFO lines (PoloDB's missing
 /// `createIndexes` used to add one with a raw BSON hex dump to every command).
 #[tokio::test]
 async fn default_log_level_prints_only_the_result() {
-    let ns = klaxon_testkit::unique_namespace();
     // (`check` is left out: PoloDB shares one database between namespaces, so it sees other tests' bad rules.)
+    let env = Env::new().unset("KLAXON_LOG");
     for args in [&["list"][..], &["export"][..]] {
-        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_klaxon"))
-            .arg("rules")
-            .args(args)
-            .env("KLAXON_NAMESPACE", &ns)
-            .env("KLAXON_MONGO_URL", klaxon_testkit::mongo_url())
-            .env_remove("KLAXON_MONGO_DB")
-            .env_remove("KLAXON_LOG")
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output();
-        let out = tokio::time::timeout(Duration::from_secs(60), out)
-            .await
-            .expect("klaxon rules finishes within 60 s")
-            .expect("run klaxon");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "rules {args:?}: {stderr}");
-        assert_eq!(stderr, "", "rules {args:?} wrote to stderr at the default level");
+        let args: Vec<&str> = std::iter::once("rules").chain(args.iter().copied()).collect();
+        let (code, _, stderr) = env.run_with_input(&args, None).await;
+        assert_eq!(code, 0, "{args:?}: {stderr}");
+        assert_eq!(stderr, "", "{args:?} wrote to stderr at the default level");
     }
 }
 
@@ -362,7 +322,7 @@ async fn default_log_level_prints_only_the_result() {
 /// warning on stderr instead of refusing the whole file, so a Hawk export imports.
 #[tokio::test]
 async fn a_rule_that_cannot_notify_yet_is_stored_with_a_warning() {
-    let ns = klaxon_testkit::unique_namespace();
+    let env = env();
     let project = ObjectId::new().to_hex();
     let rule_id = ObjectId::new().to_hex();
     let off = json!({"isEnabled": false, "endpoint": "", "minPeriod": 60});
@@ -370,7 +330,7 @@ async fn a_rule_that_cannot_notify_yet_is_stored_with_a_warning() {
         "_id": rule_id, "isEnabled": true, "uidAdded": ObjectId::new().to_hex(), "whatToReceive": "SEEN_MORE",
         "including": [], "excluding": [], "threshold": 20, "thresholdPeriod": 3_600_000,
         "channels": {"email": off, "telegram": off, "slack": off, "loop": off}}]}]);
-    let out = klaxon(&ns, &["import", "--file", "-"], Some(&doc.to_string())).await;
+    let out = klaxon(&env, &["import", "--file", "-"], Some(&doc.to_string())).await;
     ok(&out);
     assert!(
         out.stderr.contains("warning") && out.stderr.contains(&rule_id),
@@ -378,6 +338,6 @@ async fn a_rule_that_cannot_notify_yet_is_stored_with_a_warning() {
         out.stderr
     );
     assert!(out.stderr.contains("no usable channel"), "{}", out.stderr);
-    let listed = json_of(&klaxon(&ns, &["export", "--project", &project], None).await);
+    let listed = json_of(&klaxon(&env, &["export", "--project", &project], None).await);
     assert_eq!(listed[0]["notifications"][0]["_id"], json!(rule_id), "{listed}");
 }

@@ -190,19 +190,11 @@ fn proc_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
 const TICKS_PER_S: f64 = 100.0;
 
 fn metric(text: &str, name: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map(|v| v as u64)
-        .unwrap_or(0)
+    klaxon_engine::metrics::series_value(text, name).unwrap_or(0.0) as u64
 }
 
 fn metric_sum(text: &str, prefix: &str) -> u64 {
-    text.lines()
-        .filter(|l| l.starts_with(prefix))
-        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.trim().parse::<f64>().ok()))
-        .map(|v| v as u64)
-        .sum()
+    klaxon_engine::metrics::series_sum(text, prefix) as u64
 }
 
 async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {

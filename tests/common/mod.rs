@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_klaxon");
 
@@ -43,9 +43,16 @@ impl Env {
         self
     }
 
+    /// Leaves `k` unset in the processes (it is never inherited: `KLAXON_*` variables of the test's own
+    /// environment are removed, and so is `RUST_LOG`).
+    pub fn unset(mut self, k: &str) -> Self {
+        self.vars.retain(|(name, _)| name != k);
+        self
+    }
+
     fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(BIN);
-        cmd.args(args).stdin(Stdio::null());
+        cmd.args(args).stdin(Stdio::null()).env_remove("RUST_LOG");
         for (k, _) in std::env::vars() {
             if k.starts_with("KLAXON_") && !k.starts_with("KLAXON_TEST_") {
                 cmd.env_remove(k);
@@ -60,6 +67,33 @@ impl Env {
     /// Runs a one-shot subcommand; returns (exit code, stdout, stderr).
     pub fn run(&self, args: &[&str]) -> (i32, String, String) {
         let out = self.command(args).output().expect("run klaxon");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// [`Env::run`] with `input` (if any) written to the command's standard input, which is then closed; the
+    /// command is killed after 60 s.
+    pub async fn run_with_input(&self, args: &[&str], input: Option<&str>) -> (i32, String, String) {
+        use tokio::io::AsyncWriteExt;
+        let mut child = tokio::process::Command::from(self.command(args))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn klaxon");
+        let mut stdin = child.stdin.take().expect("stdin");
+        if let Some(text) = input {
+            stdin.write_all(text.as_bytes()).await.expect("write stdin");
+        }
+        drop(stdin);
+        let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+            .await
+            .unwrap_or_else(|_| panic!("klaxon {args:?} did not finish within 60 s"))
+            .expect("wait");
         (
             out.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -138,14 +172,11 @@ impl Klaxon {
     }
 
     pub fn wait_ready(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Some((200, _)) = self.get("/readyz") {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!(
+        let ready = klaxon_testkit::eventually_blocking(timeout, || {
+            matches!(self.get("/readyz"), Some((200, _))).then_some(())
+        });
+        assert!(
+            ready.is_some(),
             "klaxon at {} not ready in {timeout:?}; log:\n{}",
             self.addr,
             self.logs()
@@ -155,27 +186,20 @@ impl Klaxon {
     /// The value of one exported series, `name` or `name{labels}` exactly as `/metrics` prints it; 0 when the
     /// series is absent or the process does not answer.
     pub fn metric(&self, series: &str) -> f64 {
-        let Some((_, body)) = self.get("/metrics") else {
-            return 0.0;
-        };
-        metric_in(&body, series)
+        self.get("/metrics")
+            .map_or(0.0, |(_, body)| metric_in(&body, series))
     }
 
     /// Waits (bounded) until `series` is at least `at_least`; panics with the process log otherwise.
     pub fn wait_metric(&self, series: &str, at_least: f64, within: Duration) {
-        let deadline = Instant::now() + within;
-        loop {
-            let v = self.metric(series);
-            if v >= at_least {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{series} = {v} < {at_least} after {within:?}; log:\n{}",
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let reached =
+            klaxon_testkit::eventually_blocking(within, || (self.metric(series) >= at_least).then_some(()));
+        assert!(
+            reached.is_some(),
+            "{series} = {} < {at_least} after {within:?}; log:\n{}",
+            self.metric(series),
+            self.logs()
+        );
     }
 
     /// Waits until `n` events are acked: counted, their tasks published and the batch acked. This is the point
@@ -199,16 +223,13 @@ impl Klaxon {
         let _ = Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
             .status();
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = child.try_wait() {
-                return status.code();
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let exited =
+            klaxon_testkit::eventually_blocking(within, || child.try_wait().ok().flatten().map(|s| s.code()));
+        if exited.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
-        let _ = child.kill();
-        let _ = child.wait();
-        None
+        exited.flatten()
     }
 
     /// kill -9.
@@ -228,37 +249,15 @@ impl Drop for Klaxon {
 
 /// The value of `series` in a Prometheus text body, 0 when absent.
 pub fn metric_in(body: &str, series: &str) -> f64 {
-    body.lines()
-        .find_map(|l| {
-            l.strip_prefix(series)
-                .filter(|rest| rest.starts_with(' '))
-                .and_then(|rest| rest.trim().parse().ok())
-        })
-        .unwrap_or(0.0)
+    klaxon_engine::metrics::series_value(body, series).unwrap_or(0.0)
 }
 
-/// Polls `check` every 100 ms until it gives a value or `timeout` passes.
-pub async fn eventually<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = check() {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+#[allow(unused_imports)] // not every test binary polls
+pub use klaxon_testkit::eventually;
 
-/// A 24-hex ObjectId-looking id, unique enough for tests.
+/// A fresh project or rule id (24 hex digits).
 pub fn object_id() -> String {
-    let ns = klaxon_testkit::unique_namespace();
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!("{:014x}{}", t & 0xff_ffff_ffff_ffff, &ns[ns.len() - 10..])
+    mongodb::bson::oid::ObjectId::new().to_hex()
 }
 
 /// Writes `value` to a temp file and returns its path.

@@ -307,3 +307,59 @@ impl Metrics {
             .inc();
     }
 }
+
+/// The value of one series in a Prometheus text exposition: `name` or `name{labels}` exactly as it is printed
+/// (so `klaxon_events_acked_total` does not match `klaxon_events_acked_total_x`). `None` when absent. The one
+/// reader of `/metrics` text for the bench and the tests.
+pub fn series_value(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        l.strip_prefix(series)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+    })
+}
+
+/// The sum of every series whose line starts with `prefix` (e.g. `klaxon_deliveries_total{channel="webhook"`
+/// over all outcomes).
+pub fn series_sum(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.trim().parse::<f64>().ok()))
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn series_are_read_exactly_as_printed() {
+        let m = Metrics::new();
+        m.events_acked.inc_by(7);
+        m.delivery("webhook", "sent");
+        m.delivery("webhook", "sent");
+        m.delivery("webhook", "dead");
+        m.delivery("slack", "sent");
+        let text = m.encode();
+        let cases: &[(&str, Option<f64>)] = &[
+            ("klaxon_events_acked_total", Some(7.0)),
+            ("klaxon_events_acked", None),
+            ("klaxon_events_invalid_total", Some(0.0)),
+            (
+                r#"klaxon_deliveries_total{channel="webhook",outcome="sent"}"#,
+                Some(2.0),
+            ),
+            (r#"klaxon_deliveries_total{channel="email",outcome="sent"}"#, None),
+            ("klaxon_no_such_total", None),
+        ];
+        for (series, want) in cases {
+            assert_eq!(series_value(&text, series), *want, "{series} in\n{text}");
+        }
+        assert_eq!(
+            series_sum(&text, r#"klaxon_deliveries_total{channel="webhook""#),
+            3.0
+        );
+        assert_eq!(series_sum(&text, "klaxon_deliveries_total{"), 4.0);
+        assert_eq!(series_sum(&text, "klaxon_nothing"), 0.0);
+    }
+}

@@ -56,7 +56,8 @@ pub fn unique_namespace() -> String {
     format!("kt_{:010x}", n & 0xff_ffff_ffff)
 }
 
-/// Polls `check` every 50 ms until it returns `Some`, or gives up after `timeout` with `None`.
+/// Polls `check` every 50 ms until it returns `Some`, or gives up after `timeout` with `None`: the one wait of
+/// the async tests (a synchronous check goes through [`eventually`]).
 pub async fn wait_for<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
 where
     F: FnMut() -> Fut,
@@ -70,6 +71,29 @@ where
         if tokio::time::Instant::now() >= deadline {
             return None;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(POLL_EVERY).await;
     }
 }
+
+/// [`wait_for`] with a synchronous check (a file read, an HTTP GET of the test's own blocking client).
+pub async fn eventually<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    wait_for(timeout, || std::future::ready(check())).await
+}
+
+/// [`eventually`] for code that must not await (a `Drop`, a helper called from a plain function): polls on the
+/// calling thread, sleeping between checks.
+pub fn eventually_blocking<T>(timeout: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return Some(v);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(POLL_EVERY);
+    }
+}
+
+/// How often the waits above look again.
+const POLL_EVERY: Duration = Duration::from_millis(50);
