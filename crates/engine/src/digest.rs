@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use klaxon_broker::{set_aside, Broker, Consumer, Delivery, Outgoing, Publisher, Topology};
-use klaxon_core::notification::{notification_id, NotificationTask, Reason};
+use klaxon_core::notification::{notification_id, DigestWindow, NotificationTask};
 use klaxon_core::ChannelKind;
 use klaxon_counter::{Claim, DigestKey, Digests};
 use serde_json::{json, Value};
@@ -142,35 +142,21 @@ impl Flush {
         msg
     }
 
-    /// The one notification of this window: its id depends only on (project, rule, channel, window start).
-    fn task(&self, fired_at_ms: i64, events: Vec<klaxon_core::NotificationEvent>) -> NotificationTask {
-        let mut events = events;
-        events.sort_by(|a, b| {
-            b.count
-                .cmp(&a.count)
-                .then_with(|| a.group_hash.cmp(&b.group_hash))
-        });
-        NotificationTask {
-            notification_id: notification_id(
-                &self.project_id,
-                &self.rule_id,
-                "",
-                &format!("digest:{}", self.window_start_ms),
-                self.channel,
-            ),
-            project_id: self.project_id.clone(),
-            rule_id: self.rule_id.clone(),
+    fn window(&self) -> DigestWindow<'_> {
+        DigestWindow {
+            project_id: &self.project_id,
+            rule_id: &self.rule_id,
             channel: self.channel,
-            endpoint: self.endpoint.clone(),
+            endpoint: &self.endpoint,
             min_period_s: self.min_period_s,
-            fired_at_ms,
-            reason: Reason::Digest {
-                min_period_s: self.min_period_s,
-            },
-            events,
-            text: None,
-            send_at_ms: None,
+            window_start_ms: self.window_start_ms,
         }
+    }
+
+    /// The one notification of this window ([`NotificationTask::for_digest`]): its id depends only on
+    /// (project, rule, channel, window start).
+    fn task(&self, fired_at_ms: i64, events: Vec<klaxon_core::NotificationEvent>) -> NotificationTask {
+        NotificationTask::for_digest(&self.window(), fired_at_ms, events)
     }
 }
 
@@ -362,7 +348,7 @@ async fn flush(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use klaxon_core::NotificationEvent;
+    use klaxon_core::{NotificationEvent, Reason};
 
     fn flush() -> Flush {
         Flush {
