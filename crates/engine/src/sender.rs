@@ -414,7 +414,7 @@ async fn settle(
     let deps = &ctx.deps;
     let channel = ctx.channel;
     let m = &deps.metrics;
-    // Only `decide` decides, and it always has a task: the empty id is never logged.
+    // A body that is not a task only ever becomes `Dead`, whose log then names no id: "" is never logged.
     let id = task.map_or("", |t| t.notification_id.as_str());
     if let (Some(token), false) = (lease, matches!(next, Next::Delivered { .. })) {
         release(deps, id, token).await;
