@@ -176,6 +176,8 @@ async fn a_fleet_of_three_processes_sends_one_first_message_and_one_digest() {
     common::delete_queues(&env).await;
 }
 
+// Needs the binary's test-only fault injection (`scripts/test` builds the tests with it).
+#[cfg(feature = "fault-injection")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flusher_killed_between_claim_and_publish_still_delivers_the_digest_once() {
     let env = Env::new();

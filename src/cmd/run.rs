@@ -452,6 +452,12 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
             metrics: metrics.clone(),
             prefetch: 16,
             output: evaluate.output,
+            // test builds only: the end-to-end crash-between-claim-and-publish test sets the variable
+            #[cfg(feature = "fault-injection")]
+            faults: klaxon_engine::digest::Faults {
+                crash_after_claim: std::env::var(klaxon_engine::digest::CRASH_AFTER_CLAIM_ENV)
+                    .is_ok_and(|v| v == "1"),
+            },
         };
         tracker.spawn(worker::run(deps, ready, shutdown.clone()));
         // flushes due digest windows (minPeriod > 0): part of the evaluate side, next to the worker

@@ -20,7 +20,9 @@ pub mod text;
 
 pub use event::{Event, EventTask, InvalidEvent};
 pub use filter::{FilterMiss, Title, TitleFilter};
-pub use notification::{notification_id, NotificationEvent, NotificationTask, Reason};
+pub use notification::{
+    notification_id, DigestWindow, Firing, FiringTasks, NotificationEvent, NotificationTask, Reason,
+};
 pub use rule::{
     parse_rule_value, ChannelConfig, ChannelKind, CompiledRule, ProjectRules, RawRule, RuleProblem, Skip,
     Want, WhatToReceive, Window,

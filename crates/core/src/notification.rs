@@ -1,9 +1,14 @@
 //! Notification tasks: what a worker hands to a sender, one per enabled channel of a firing rule.
+//!
+//! The decisions that turn a firing into tasks live here, pure: [`NotificationTask::for_firing`] (one firing
+//! of a rule on one group → one task per channel of the rule) and [`NotificationTask::for_digest`] (one
+//! claimed digest window → its one task). The engine's loops only do the I/O around them.
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::rule::{ChannelKind, Window};
+use crate::event::EventTask;
+use crate::rule::{ChannelKind, CompiledRule, Want, Window};
 
 /// Why a notification was produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,6 +43,89 @@ pub enum Reason {
     /// A direct notification from `POST /api/v1/notifications`: the event's title is the message's title and
     /// [`NotificationTask::text`] its body.
     Direct,
+}
+
+impl Reason {
+    /// Why a rule that asked the counter for `want` fired.
+    pub fn of_want(want: Want) -> Reason {
+        match want {
+            Want::FirstSeen => Reason::New,
+            Want::Count {
+                threshold,
+                period_ms,
+                window,
+            } => Reason::Threshold {
+                threshold,
+                period_ms,
+                window,
+            },
+            Want::UniqueUsers {
+                threshold,
+                period_ms,
+                window,
+            } => Reason::UniqueUsers {
+                threshold,
+                period_ms,
+                window,
+            },
+        }
+    }
+}
+
+/// The `window` label of a firing in the `klaxon_thresholds_crossed_total` metric: `first_seen` for ONLY_NEW,
+/// else the rule's window (`fixed` or `sliding`, [`Window`]'s `Display`).
+pub fn window_label(want: Want) -> String {
+    match want {
+        Want::FirstSeen => "first_seen".to_owned(),
+        Want::Count { window, .. } | Want::UniqueUsers { window, .. } => window.to_string(),
+    }
+}
+
+/// One firing: the counter's answer to one (event, rule) hit that reached the rule's condition.
+#[derive(Debug, Clone, Copy)]
+pub struct Firing<'a> {
+    /// The event that made the rule fire, with its project.
+    pub task: &'a EventTask,
+    /// The rule that fired.
+    pub rule: &'a CompiledRule,
+    /// What the rule asked the counter for this event.
+    pub want: Want,
+    /// The count the window reached (events, or distinct users; 1 for a first occurrence).
+    pub count: u64,
+    /// Identifies the firing inside its (rule, group) (see [`notification_id`]).
+    pub firing: &'a str,
+    /// When the rule fired, unix milliseconds on the Redis clock.
+    pub at_ms: i64,
+}
+
+/// One window of a digest channel (`minPeriod > 0`) of one rule ([`NotificationTask::for_digest`]). No `Debug`:
+/// the endpoint can be a secret.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct DigestWindow<'a> {
+    /// The project.
+    pub project_id: &'a str,
+    /// The rule.
+    pub rule_id: &'a str,
+    /// The digest channel.
+    pub channel: ChannelKind,
+    /// The channel's endpoint.
+    pub endpoint: &'a str,
+    /// The channel's digest period, seconds.
+    pub min_period_s: u64,
+    /// When the window opened, unix ms on the Redis clock.
+    pub window_start_ms: i64,
+}
+
+/// What one firing becomes ([`NotificationTask::for_firing`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FiringTasks {
+    /// Why the rule fired.
+    pub reason: Reason,
+    /// The firing's `window` metric label ([`window_label`]).
+    pub window: String,
+    /// One task per channel of the rule, in the rule's channel order. Tasks of digest channels
+    /// (`min_period_s > 0`) are among them: the caller routes them to the channel's digest.
+    pub tasks: Vec<NotificationTask>,
 }
 
 /// One group inside a notification.
@@ -107,6 +195,83 @@ impl NotificationTask {
     pub fn fired_at_rfc3339(&self) -> String {
         rfc3339_ms(self.fired_at_ms)
     }
+
+    /// The tasks of one firing: one per channel of the rule, each about the firing event's group, with a
+    /// deterministic id per (firing, channel); plus the reason and the window label.
+    pub fn for_firing(f: &Firing<'_>) -> FiringTasks {
+        let reason = Reason::of_want(f.want);
+        let (project_id, event) = (&f.task.project_id, &f.task.event);
+        let tasks = f
+            .rule
+            .channels
+            .iter()
+            .map(|ch| NotificationTask {
+                notification_id: notification_id(
+                    project_id,
+                    &f.rule.id,
+                    &event.group_hash,
+                    f.firing,
+                    ch.kind,
+                ),
+                project_id: project_id.clone(),
+                rule_id: f.rule.id.clone(),
+                channel: ch.kind,
+                endpoint: ch.endpoint.clone(),
+                min_period_s: ch.min_period_s,
+                fired_at_ms: f.at_ms,
+                reason,
+                events: vec![NotificationEvent {
+                    group_hash: event.group_hash.clone(),
+                    title: event.title.clone(),
+                    count: f.count,
+                    repetition_id: event.repetition_id.clone(),
+                }],
+                text: None,
+                send_at_ms: None,
+            })
+            .collect();
+        FiringTasks {
+            reason,
+            window: window_label(f.want),
+            tasks,
+        }
+    }
+
+    /// The one task of a claimed digest window: its id depends only on the window's (project, rule, channel,
+    /// start), so a recovered claim publishes the same notification; its events are sorted by count, highest
+    /// first, then by group.
+    pub fn for_digest(
+        w: &DigestWindow<'_>,
+        fired_at_ms: i64,
+        mut events: Vec<NotificationEvent>,
+    ) -> NotificationTask {
+        events.sort_by(|a, b| {
+            b.count
+                .cmp(&a.count)
+                .then_with(|| a.group_hash.cmp(&b.group_hash))
+        });
+        NotificationTask {
+            notification_id: notification_id(
+                w.project_id,
+                w.rule_id,
+                "",
+                &format!("digest:{}", w.window_start_ms),
+                w.channel,
+            ),
+            project_id: w.project_id.to_owned(),
+            rule_id: w.rule_id.to_owned(),
+            channel: w.channel,
+            endpoint: w.endpoint.to_owned(),
+            min_period_s: w.min_period_s,
+            fired_at_ms,
+            reason: Reason::Digest {
+                min_period_s: w.min_period_s,
+            },
+            events,
+            text: None,
+            send_at_ms: None,
+        }
+    }
 }
 
 /// Formats unix milliseconds as RFC 3339 UTC.
@@ -159,6 +324,214 @@ pub fn direct_notification_id(idempotency_key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::Event;
+    use crate::filter::TitleFilter;
+    use crate::rule::{ChannelConfig, WhatToReceive};
+
+    fn rule(channels: &[(ChannelKind, &str, u64)]) -> CompiledRule {
+        CompiledRule {
+            id: "r1".into(),
+            enabled: true,
+            what: WhatToReceive::OnlyNew,
+            window: Window::Fixed,
+            channels: channels
+                .iter()
+                .map(|(kind, endpoint, min_period_s)| ChannelConfig {
+                    kind: *kind,
+                    endpoint: (*endpoint).to_owned(),
+                    min_period_s: *min_period_s,
+                })
+                .collect(),
+            filter: TitleFilter::default(),
+            unique_users: false,
+        }
+    }
+
+    fn event_task(repetition_id: Option<&str>) -> EventTask {
+        EventTask {
+            project_id: "p1".into(),
+            event: Event {
+                title: "DB down".into(),
+                group_hash: "g1".into(),
+                is_new: true,
+                repetition_id: repetition_id.map(str::to_owned),
+                timestamp: None,
+                user: Some("u1".into()),
+            },
+        }
+    }
+
+    #[test]
+    fn a_firing_becomes_one_task_per_channel() {
+        let count = |window| Want::Count {
+            threshold: 10,
+            period_ms: 60_000,
+            window,
+        };
+        let users = |window| Want::UniqueUsers {
+            threshold: 3,
+            period_ms: 5_000,
+            window,
+        };
+        let slack = (ChannelKind::Slack, "https://hooks.test/s", 0);
+        let email = (ChannelKind::Email, "a@b.test", 300);
+        // (want, channels, repetition id, count, firing, reason, window label)
+        let table = [
+            (
+                Want::FirstSeen,
+                vec![slack],
+                Some("rep"),
+                1,
+                "new",
+                Reason::New,
+                "first_seen",
+            ),
+            (
+                count(Window::Fixed),
+                vec![slack, email],
+                None,
+                10,
+                "1700000000000",
+                Reason::Threshold {
+                    threshold: 10,
+                    period_ms: 60_000,
+                    window: Window::Fixed,
+                },
+                "fixed",
+            ),
+            (
+                count(Window::Sliding),
+                vec![email],
+                None,
+                12,
+                "1700000000500",
+                Reason::Threshold {
+                    threshold: 10,
+                    period_ms: 60_000,
+                    window: Window::Sliding,
+                },
+                "sliding",
+            ),
+            (
+                users(Window::Fixed),
+                vec![slack],
+                Some("rep"),
+                3,
+                "17",
+                Reason::UniqueUsers {
+                    threshold: 3,
+                    period_ms: 5_000,
+                    window: Window::Fixed,
+                },
+                "fixed",
+            ),
+            (
+                users(Window::Sliding),
+                vec![email, slack],
+                None,
+                4,
+                "18",
+                Reason::UniqueUsers {
+                    threshold: 3,
+                    period_ms: 5_000,
+                    window: Window::Sliding,
+                },
+                "sliding",
+            ),
+            // a rule without channels never reaches the counter, but would give no task
+            (Want::FirstSeen, vec![], None, 1, "new", Reason::New, "first_seen"),
+        ];
+        for (want, channels, rep, n, firing, reason, label) in table {
+            let (rule, task) = (rule(&channels), event_task(rep));
+            let got = NotificationTask::for_firing(&Firing {
+                task: &task,
+                rule: &rule,
+                want,
+                count: n,
+                firing,
+                at_ms: 1_700_000_000_999,
+            });
+            let ctx = format!("{want:?} {channels:?}");
+            assert_eq!(got.reason, reason, "{ctx}");
+            assert_eq!(got.window, label, "{ctx}");
+            assert_eq!(window_label(want), label, "{ctx}");
+            assert_eq!(Reason::of_want(want), reason, "{ctx}");
+            let want_tasks: Vec<NotificationTask> = channels
+                .iter()
+                .map(|(kind, endpoint, min_period_s)| NotificationTask {
+                    notification_id: notification_id("p1", "r1", "g1", firing, *kind),
+                    project_id: "p1".into(),
+                    rule_id: "r1".into(),
+                    channel: *kind,
+                    endpoint: (*endpoint).to_owned(),
+                    min_period_s: *min_period_s,
+                    fired_at_ms: 1_700_000_000_999,
+                    reason,
+                    events: vec![NotificationEvent {
+                        group_hash: "g1".into(),
+                        title: "DB down".into(),
+                        count: n,
+                        repetition_id: rep.map(str::to_owned),
+                    }],
+                    text: None,
+                    send_at_ms: None,
+                })
+                .collect();
+            assert_eq!(got.tasks, want_tasks, "{ctx}");
+        }
+    }
+
+    #[test]
+    fn a_digest_window_becomes_one_sorted_task() {
+        let ev = |g: &str, c| NotificationEvent {
+            group_hash: g.into(),
+            title: format!("title {g}"),
+            count: c,
+            repetition_id: None,
+        };
+        let w = DigestWindow {
+            project_id: "p1",
+            rule_id: "r1",
+            channel: ChannelKind::Telegram,
+            endpoint: "123",
+            min_period_s: 60,
+            window_start_ms: 1_700_000_000_000,
+        };
+        let id = notification_id("p1", "r1", "", "digest:1700000000000", ChannelKind::Telegram);
+        // (events in, groups out in order)
+        let table: [(Vec<NotificationEvent>, Vec<&str>); 4] = [
+            (vec![], vec![]),
+            (vec![ev("a", 1)], vec!["a"]),
+            (vec![ev("a", 1), ev("b", 5), ev("c", 3)], vec!["b", "c", "a"]),
+            // equal counts: by group
+            (vec![ev("z", 2), ev("b", 2), ev("m", 9)], vec!["m", "b", "z"]),
+        ];
+        for (events, order) in table {
+            let t = NotificationTask::for_digest(&w, 42, events.clone());
+            assert_eq!(t.notification_id, id);
+            assert_eq!(
+                (t.project_id.as_str(), t.rule_id.as_str(), t.endpoint.as_str()),
+                ("p1", "r1", "123")
+            );
+            assert_eq!(
+                (t.channel, t.min_period_s, t.fired_at_ms),
+                (ChannelKind::Telegram, 60, 42)
+            );
+            assert_eq!(t.reason, Reason::Digest { min_period_s: 60 });
+            assert_eq!((t.text, t.send_at_ms), (None, None));
+            let groups: Vec<&str> = t.events.iter().map(|e| e.group_hash.as_str()).collect();
+            assert_eq!(groups, order, "{events:?}");
+            assert_eq!(t.events.len(), events.len());
+        }
+        let later = DigestWindow {
+            window_start_ms: w.window_start_ms + 1,
+            ..w
+        };
+        assert_ne!(
+            NotificationTask::for_digest(&later, 42, vec![]).notification_id,
+            id
+        );
+    }
 
     #[test]
     fn ids_are_deterministic_and_distinct() {

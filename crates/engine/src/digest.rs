@@ -25,16 +25,16 @@
 //!   ran out, so the same notification (same id) is published — the sender drops a duplicate.
 //! * A flush that finds the window not due yet, or busy, is re-scheduled through the delay engine.
 //!
-//! Test hook: `KLAXON_TEST_CRASH_AFTER_CLAIM=1` makes the flush loop abort the process right after a
-//! successful claim, before publishing (used by the kill-between-claim-and-publish test). Never set it in
-//! production.
+//! Fault injection (cargo feature `fault-injection`, tests only): `DigestDeps::faults` can make the flush
+//! loop abort the process right after a successful claim, before publishing (used by the
+//! kill-between-claim-and-publish test). Without the feature the field and the check do not exist.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use klaxon_broker::{set_aside, Broker, Consumer, Delivery, Outgoing, Publisher, Topology};
-use klaxon_core::notification::{notification_id, NotificationTask, Reason};
+use klaxon_core::notification::{notification_id, DigestWindow, NotificationTask};
 use klaxon_core::ChannelKind;
 use klaxon_counter::{Claim, DigestKey, Digests};
 use serde_json::{json, Value};
@@ -43,8 +43,18 @@ use tokio_util::sync::CancellationToken;
 use crate::metrics::Metrics;
 use crate::EngineError;
 
-/// The test hook's environment variable (see the module docs).
+/// The environment variable the binary reads into [`Faults::crash_after_claim`] when built with the
+/// `fault-injection` feature (see the module docs).
+#[cfg(feature = "fault-injection")]
 pub const CRASH_AFTER_CLAIM_ENV: &str = "KLAXON_TEST_CRASH_AFTER_CLAIM";
+
+/// Faults a test can inject into the flush loop (feature `fault-injection`; never in production builds).
+#[cfg(feature = "fault-injection")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Abort the process right after a successful claim, before publishing.
+    pub crash_after_claim: bool,
+}
 
 /// What the digest flush loop needs.
 #[derive(Clone)]
@@ -61,6 +71,9 @@ pub struct DigestDeps {
     pub prefetch: u16,
     /// Where digests go (`--output`).
     pub output: crate::output::Output,
+    /// Injected faults (tests only).
+    #[cfg(feature = "fault-injection")]
+    pub faults: Faults,
 }
 
 /// A due-window message: which digest, and which window of it.
@@ -142,35 +155,21 @@ impl Flush {
         msg
     }
 
-    /// The one notification of this window: its id depends only on (project, rule, channel, window start).
-    fn task(&self, fired_at_ms: i64, events: Vec<klaxon_core::NotificationEvent>) -> NotificationTask {
-        let mut events = events;
-        events.sort_by(|a, b| {
-            b.count
-                .cmp(&a.count)
-                .then_with(|| a.group_hash.cmp(&b.group_hash))
-        });
-        NotificationTask {
-            notification_id: notification_id(
-                &self.project_id,
-                &self.rule_id,
-                "",
-                &format!("digest:{}", self.window_start_ms),
-                self.channel,
-            ),
-            project_id: self.project_id.clone(),
-            rule_id: self.rule_id.clone(),
+    fn window(&self) -> DigestWindow<'_> {
+        DigestWindow {
+            project_id: &self.project_id,
+            rule_id: &self.rule_id,
             channel: self.channel,
-            endpoint: self.endpoint.clone(),
+            endpoint: &self.endpoint,
             min_period_s: self.min_period_s,
-            fired_at_ms,
-            reason: Reason::Digest {
-                min_period_s: self.min_period_s,
-            },
-            events,
-            text: None,
-            send_at_ms: None,
+            window_start_ms: self.window_start_ms,
         }
+    }
+
+    /// The one notification of this window ([`NotificationTask::for_digest`]): its id depends only on
+    /// (project, rule, channel, window start).
+    fn task(&self, fired_at_ms: i64, events: Vec<klaxon_core::NotificationEvent>) -> NotificationTask {
+        NotificationTask::for_digest(&self.window(), fired_at_ms, events)
     }
 }
 
@@ -231,8 +230,8 @@ pub(crate) struct Routed {
 
 /// Runs the digest flush loop until `shutdown`, reconnecting after failures.
 pub async fn run(deps: DigestDeps, ready: Arc<AtomicBool>, shutdown: CancellationToken) {
-    let crash_after_claim = std::env::var(CRASH_AFTER_CLAIM_ENV).is_ok_and(|v| v == "1");
-    if crash_after_claim {
+    #[cfg(feature = "fault-injection")]
+    if deps.faults.crash_after_claim {
         tracing::warn!(
             env = CRASH_AFTER_CLAIM_ENV,
             "test hook on: the process aborts after its first claim"
@@ -245,7 +244,7 @@ pub async fn run(deps: DigestDeps, ready: Arc<AtomicBool>, shutdown: Cancellatio
         deps.metrics.clone(),
         |ready, shutdown| {
             let deps = deps.clone();
-            async move { session(&deps, crash_after_claim, ready, shutdown).await }
+            async move { session(&deps, ready, shutdown).await }
         },
     )
     .await;
@@ -253,7 +252,6 @@ pub async fn run(deps: DigestDeps, ready: Arc<AtomicBool>, shutdown: Cancellatio
 
 async fn session(
     deps: &DigestDeps,
-    crash_after_claim: bool,
     ready: Arc<AtomicBool>,
     shutdown: CancellationToken,
 ) -> Result<(), EngineError> {
@@ -265,7 +263,7 @@ async fn session(
     let mut consumer = broker.consume(&queue, deps.prefetch, "klaxon-digest").await?;
     ready.store(true, Ordering::Relaxed);
     tracing::info!(queue = %queue, "digest flusher consuming");
-    let result = consume_loop(deps, crash_after_claim, &mut consumer, &publisher, &shutdown).await;
+    let result = consume_loop(deps, &mut consumer, &publisher, &shutdown).await;
     ready.store(false, Ordering::Relaxed);
     consumer.close().await;
     publisher.close().await;
@@ -275,7 +273,6 @@ async fn session(
 
 async fn consume_loop(
     deps: &DigestDeps,
-    crash_after_claim: bool,
     consumer: &mut Consumer,
     publisher: &Publisher,
     shutdown: &CancellationToken,
@@ -284,18 +281,13 @@ async fn consume_loop(
         let Some(delivery) = crate::next_or_shutdown(consumer, shutdown).await? else {
             return Ok(());
         };
-        flush(deps, crash_after_claim, publisher, &delivery).await?;
+        flush(deps, publisher, &delivery).await?;
         consumer.ack(delivery.delivery_tag).await?;
     }
 }
 
 /// Handles one flush message; returns once its outcome is durable (then the caller acks it).
-async fn flush(
-    deps: &DigestDeps,
-    crash_after_claim: bool,
-    publisher: &Publisher,
-    delivery: &Delivery,
-) -> Result<(), EngineError> {
+async fn flush(deps: &DigestDeps, publisher: &Publisher, delivery: &Delivery) -> Result<(), EngineError> {
     let f = match Flush::parse(&delivery.data) {
         Ok(f) => f,
         Err(reason) => {
@@ -330,7 +322,8 @@ async fn flush(
             Ok(())
         }
         Claim::Claimed { now_ms, events } => {
-            if crash_after_claim {
+            #[cfg(feature = "fault-injection")]
+            if deps.faults.crash_after_claim {
                 tracing::error!(
                     env = CRASH_AFTER_CLAIM_ENV,
                     "test hook: aborting between claim and publish"
@@ -362,7 +355,7 @@ async fn flush(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use klaxon_core::NotificationEvent;
+    use klaxon_core::{NotificationEvent, Reason};
 
     fn flush() -> Flush {
         Flush {

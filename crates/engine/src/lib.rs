@@ -10,6 +10,12 @@
 //! tests share one path. A loop that loses a connection marks itself not ready, backs off (jittered, capped) and
 //! reconnects; nothing is acked while its outcome is unknown.
 //!
+//! Cargo feature `fault-injection` (off by default; tests only): adds `digest::Faults` to the digest loop's
+//! deps (`DigestDeps::faults`) so an end-to-end test can make the flush loop abort between claim and publish.
+//! The `klaxon` binary forwards it as its own `fault-injection` feature and only then reads
+//! `KLAXON_TEST_CRASH_AFTER_CLAIM`; `scripts/test` turns it on for the tests. A build without it has neither the
+//! field, nor the check, nor the variable's name.
+//!
 //! The sender's delivery pipeline (see [`sender`]) is built from small parts: [`dedup`] (a notification id is
 //! delivered once, Redis + `lua/dedup_*.lua`), [`ratelimit`] (fleet-wide GCRA per destination,
 //! `lua/gcra_reserve.lua`), [`breaker`] (circuit breaker and bulkhead per host, in process) and [`trail`] (the

@@ -20,6 +20,10 @@
 //!                                           └──▶ permanent or exhausted: <ns>.dead with reason, ack
 //! ```
 //! Every outcome is also appended to the delivery trail ([`crate::trail`]), which never blocks a delivery.
+//!
+//! The walk above only decides: it ends in one `Next` (delivered, duplicate, park, retry, dead), and one exit
+//! (`settle`) carries it out — releases the dedup lease unless delivered, logs, counts, records the trail and
+//! re-publishes — before the task is acked.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -235,125 +239,146 @@ fn token() -> String {
     format!("{:016x}", rand::thread_rng().gen::<u64>())
 }
 
+/// What becomes of a task: decided by [`decide`] (and [`after_attempt`] once it was tried), carried out by
+/// [`settle`], the one exit (lease, log, metric, trail, re-publish; the caller then acks).
+#[derive(Debug, Clone, PartialEq)]
+enum Next {
+    /// Sent after `attempts` attempts: mark the id delivered.
+    Delivered { attempts: u32 },
+    /// Delivered before (the dedup store says so): drop this copy, no second message.
+    Duplicate,
+    /// Not now: back through the delay engine unchanged (attempts included), after `wait`.
+    Park { wait: Duration, why: &'static str },
+    /// A transient failure with attempts left: back through the delay engine after `wait`, counting
+    /// `attempts`.
+    Retry {
+        attempts: u32,
+        wait: Duration,
+        why: String,
+    },
+    /// A permanent failure, the attempts exhausted, or not a task at all: to `<ns>.dead`.
+    Dead { attempts: u32, why: String },
+}
+
+/// What the result of attempt number `attempts` means for the task (`error` None: it was sent).
+fn after_attempt(
+    error: Option<&DeliveryError>,
+    attempts: u32,
+    max_attempts: u32,
+    schedule: &[Duration],
+    jitter: f64,
+) -> Next {
+    match error {
+        None => Next::Delivered { attempts },
+        // bounded before it reaches the log, the trail and the retry's header (a huge hostname, an echoed body)
+        Some(DeliveryError::Transient { reason, retry_after }) if attempts < max_attempts => Next::Retry {
+            attempts,
+            wait: retry_delay(schedule, attempts, *retry_after, jitter),
+            why: klaxon_core::text::reason(reason),
+        },
+        Some(DeliveryError::Transient { reason, .. }) => Next::Dead {
+            attempts,
+            why: klaxon_core::text::reason(&format!("gave up after {attempts} attempts: {reason}")),
+        },
+        Some(DeliveryError::Permanent { reason }) => Next::Dead {
+            attempts,
+            why: klaxon_core::text::reason(reason),
+        },
+    }
+}
+
 async fn handle(ctx: &Ctx, delivery: &Delivery) -> Result<(), EngineError> {
-    let deps = &ctx.deps;
-    let channel = ctx.channel;
-    let m = &deps.metrics;
     let before: u32 = header(&delivery.properties, ATTEMPTS_HEADER)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
     let task: NotificationTask = match serde_json::from_slice(&delivery.data) {
         Ok(t) => t,
         Err(e) => {
-            let reason = klaxon_core::text::reason(&format!("not a notification task: {e}"));
-            tracing::warn!(channel = %channel, reason = %reason, "notification task dead-lettered");
-            m.delivery(channel.as_str(), "dead");
-            return dead(ctx, delivery, before, &reason).await;
+            let why = klaxon_core::text::reason(&format!("not a notification task: {e}"));
+            let next = Next::Dead {
+                attempts: before,
+                why,
+            };
+            return settle(ctx, delivery, None, None, next).await;
         }
     };
+    let token = token();
+    let (next, leased) = decide(ctx, &task, before, &token).await;
+    settle(ctx, delivery, Some(&task), leased.then_some(&token), next).await
+}
+
+/// Walks the task through the pipeline (see the module docs) up to the first step that decides; true with
+/// the decision when the task still holds the dedup lease `token`.
+async fn decide(ctx: &Ctx, task: &NotificationTask, before: u32, token: &str) -> (Next, bool) {
+    let deps = &ctx.deps;
+    let channel = ctx.channel;
+    let m = &deps.metrics;
     let id = task.notification_id.as_str();
 
     // 0. A scheduled notification (`sendAt`) never leaves before its time: one that arrives early (the delay
     //    engine's range is ~12 days, so a later one comes back in steps) waits again.
     if let Some(wait) = not_before(task.send_at_ms, now_ms()) {
-        return park(ctx, delivery, &task, wait, "scheduled for later").await;
+        let why = "scheduled for later";
+        return (Next::Park { wait, why }, false);
     }
 
     // 1. Dedup: never a second message for one notification id.
-    let token = token();
-    match deps.dedup.claim(id, &token).await {
+    match deps.dedup.claim(id, token).await {
         Ok(Claim::Claimed) => {}
-        Ok(Claim::AlreadySent) => {
-            tracing::info!(notification_id = %id, channel = %channel, "already delivered; duplicate dropped");
-            m.delivery(channel.as_str(), "duplicate");
-            return Ok(());
-        }
+        Ok(Claim::AlreadySent) => return (Next::Duplicate, false),
         Ok(Claim::Busy(left)) => {
-            return park(
-                ctx,
-                delivery,
-                &task,
-                // Usually the holder finishes within a second; the lease only matters after a crash.
-                left.clamp(Duration::from_secs(1), Duration::from_secs(5)),
-                "being delivered elsewhere",
-            )
-            .await;
+            // Usually the holder finishes within a second; the lease only matters after a crash.
+            let wait = left.clamp(Duration::from_secs(1), Duration::from_secs(5));
+            let why = "being delivered elsewhere";
+            return (Next::Park { wait, why }, false);
         }
         Err(e) => {
             // Without the dedup store we cannot promise "once": wait rather than risk a second message.
             tracing::warn!(notification_id = %id, channel = %channel, error = %e, "dedup store unavailable");
-            return park(
-                ctx,
-                delivery,
-                &task,
-                Duration::from_secs(5),
-                "dedup store unavailable",
-            )
-            .await;
+            let (wait, why) = (Duration::from_secs(5), "dedup store unavailable");
+            return (Next::Park { wait, why }, false);
         }
     }
 
-    // From here on, every path either marks the id sent or releases the lease.
-    let host = Channels::host_key(&task);
+    // From here on the task holds the lease: `settle` marks the id sent or releases it.
+    let host = Channels::host_key(task);
     let probe = match deps.breakers.admit(&host, Instant::now()) {
         Admission::Allow => false,
         Admission::Probe => true,
         Admission::Reject(left) => {
-            release(deps, id, &token).await;
-            return park(
-                ctx,
-                delivery,
-                &task,
-                left.max(Duration::from_secs(1)),
-                "circuit breaker open",
-            )
-            .await;
+            let (wait, why) = (left.max(Duration::from_secs(1)), "circuit breaker open");
+            return (Next::Park { wait, why }, true);
         }
     };
 
-    match deps.limiter.acquire(&task).await {
+    match deps.limiter.acquire(task).await {
         Ok(Slot::Reserved(wait)) => {
             if !wait.is_zero() {
                 tokio::time::sleep(wait).await;
             }
         }
         Ok(Slot::Later(wait)) => {
-            release(deps, id, &token).await;
             // Spread: the tasks refused together would otherwise all come back together and be refused again.
             let spread = wait.mul_f64(rand::thread_rng().gen_range(1.0..1.5));
-            return park(
-                ctx,
-                delivery,
-                &task,
-                spread.max(Duration::from_secs(1)),
-                "rate limited",
-            )
-            .await;
+            let (wait, why) = (spread.max(Duration::from_secs(1)), "rate limited");
+            return (Next::Park { wait, why }, true);
         }
         Err(e) => {
             tracing::warn!(notification_id = %id, channel = %channel, error = %e, "rate limiter unavailable");
-            release(deps, id, &token).await;
-            return park(
-                ctx,
-                delivery,
-                &task,
-                Duration::from_secs(5),
-                "rate limiter unavailable",
-            )
-            .await;
+            let (wait, why) = (Duration::from_secs(5), "rate limiter unavailable");
+            return (Next::Park { wait, why }, true);
         }
     }
 
     // The bulkhead wait is bounded, so the dedup lease (longer than this wait plus one attempt) never runs
     // out while the task still holds it.
     let Ok(permit) = tokio::time::timeout(BULKHEAD_WAIT, deps.bulkheads.acquire(&host)).await else {
-        release(deps, id, &token).await;
         let wait = Duration::from_millis(rand::thread_rng().gen_range(1_000..3_000));
-        return park(ctx, delivery, &task, wait, "destination host busy").await;
+        let why = "destination host busy";
+        return (Next::Park { wait, why }, true);
     };
-    let result = deps.channels.deliver(&task).await;
+    let result = deps.channels.deliver(task).await;
     drop(permit);
-    let attempts = before + 1;
     let host_ok = !matches!(result, Err(DeliveryError::Transient { .. }));
     match deps.breakers.record(&host, host_ok, Instant::now()) {
         Some(Transition::Opened) => {
@@ -366,59 +391,118 @@ async fn handle(ctx: &Ctx, delivery: &Delivery) -> Result<(), EngineError> {
         }
         None => {}
     }
+    let next = after_attempt(
+        result.as_ref().err(),
+        before + 1,
+        deps.max_attempts,
+        &deps.retry_schedule,
+        jitter(),
+    );
+    (next, true)
+}
 
-    match result {
-        Ok(_) => {
+/// Carries out `next` for the delivery (its `task`, None when the body is not one; `lease`, the dedup token
+/// the task holds, if any): gives the lease back unless the task was delivered, then logs, counts, records
+/// the trail and re-publishes as `next` says. Ok means the outcome is durable and the delivery may be acked.
+async fn settle(
+    ctx: &Ctx,
+    delivery: &Delivery,
+    task: Option<&NotificationTask>,
+    lease: Option<&str>,
+    next: Next,
+) -> Result<(), EngineError> {
+    let deps = &ctx.deps;
+    let channel = ctx.channel;
+    let m = &deps.metrics;
+    // A body that is not a task only ever becomes `Dead`, whose log then names no id: "" is never logged.
+    let id = task.map_or("", |t| t.notification_id.as_str());
+    if let (Some(token), false) = (lease, matches!(next, Next::Delivered { .. })) {
+        release(deps, id, token).await;
+    }
+    match next {
+        Next::Delivered { attempts } => {
             if let Err(e) = deps.dedup.mark_sent(id).await {
                 // Delivered all the same; only a redelivery in the lease's lifetime is still caught.
                 tracing::warn!(notification_id = %id, error = %e, "cannot mark notification delivered");
             }
             m.delivery(channel.as_str(), "sent");
             tracing::info!(notification_id = %id, channel = %channel, attempts, "delivered");
-            trail(deps, &task, attempts, Status::Sent, None);
+            trail(deps, task, attempts, Status::Sent, None);
             Ok(())
         }
-        Err(DeliveryError::Transient { reason, retry_after }) if attempts < deps.max_attempts => {
-            // bounded before it reaches the log, the trail and the retry's header (a huge hostname, an echoed body)
-            let reason = klaxon_core::text::reason(&reason);
-            release(deps, id, &token).await;
-            let wait = retry_delay(&deps.retry_schedule, attempts, retry_after, jitter());
+        Next::Duplicate => {
+            tracing::info!(notification_id = %id, channel = %channel, "already delivered; duplicate dropped");
+            m.delivery(channel.as_str(), "duplicate");
+            Ok(())
+        }
+        Next::Park { wait, why } => {
+            tracing::info!(
+                notification_id = %id, channel = %channel, why,
+                wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), "delivery parked"
+            );
+            m.parked(channel.as_str());
+            let msg = requeue(delivery, deps.topology.notify_queue(channel), Vec::new());
+            publish_later(ctx, msg, wait).await
+        }
+        Next::Retry { attempts, wait, why } => {
             tracing::warn!(
                 notification_id = %id, channel = %channel, attempts,
-                retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), reason = %reason,
+                retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), reason = %why,
                 "delivery failed, will retry"
             );
             m.delivery(channel.as_str(), "retried");
-            trail(deps, &task, attempts, Status::Retrying, Some(reason.clone()));
-            let mut msg = Outgoing::json(deps.topology.notify_queue(channel), delivery.data.clone());
-            msg.base = Some(delivery.properties.clone());
-            msg.headers = vec![
-                (ATTEMPTS_HEADER.to_owned(), attempts.to_string()),
-                (ERROR_HEADER.to_owned(), reason),
-            ];
-            ctx.publisher
-                .publish_delayed(&deps.topology.delay(), &[(msg, wait)])
-                .await?;
+            trail(deps, task, attempts, Status::Retrying, Some(why.clone()));
+            let msg = requeue(
+                delivery,
+                deps.topology.notify_queue(channel),
+                failure_headers(attempts, why),
+            );
+            publish_later(ctx, msg, wait).await
+        }
+        Next::Dead { attempts, why } => {
+            if task.is_some() {
+                tracing::warn!(
+                    notification_id = %id, channel = %channel, attempts, reason = %why,
+                    "notification dead-lettered"
+                );
+            } else {
+                tracing::warn!(channel = %channel, reason = %why, "notification task dead-lettered");
+            }
+            m.delivery(channel.as_str(), "dead");
+            trail(deps, task, attempts, Status::Dead, Some(why.clone()));
+            let msg = requeue(
+                delivery,
+                deps.topology.dead_queue(),
+                failure_headers(attempts, why),
+            );
+            ctx.publisher.publish_all(&[msg]).await?;
             Ok(())
         }
-        Err(err) => {
-            release(deps, id, &token).await;
-            let reason = match &err {
-                DeliveryError::Transient { reason, .. } => {
-                    format!("gave up after {attempts} attempts: {reason}")
-                }
-                DeliveryError::Permanent { reason } => reason.clone(),
-            };
-            let reason = klaxon_core::text::reason(&reason);
-            tracing::warn!(
-                notification_id = %id, channel = %channel, attempts, reason = %reason,
-                "notification dead-lettered"
-            );
-            m.delivery(channel.as_str(), "dead");
-            trail(deps, &task, attempts, Status::Dead, Some(reason.clone()));
-            dead(ctx, delivery, attempts, &reason).await
-        }
     }
+}
+
+/// The delivery's body and properties again, for `queue`, with `headers` set.
+fn requeue(delivery: &Delivery, queue: String, headers: Vec<(String, String)>) -> Outgoing {
+    let mut msg = Outgoing::json(queue, delivery.data.clone());
+    msg.base = Some(delivery.properties.clone());
+    msg.headers = headers;
+    msg
+}
+
+/// The attempts made so far and the last failure, on a retried or dead-lettered task.
+fn failure_headers(attempts: u32, why: String) -> Vec<(String, String)> {
+    vec![
+        (ATTEMPTS_HEADER.to_owned(), attempts.to_string()),
+        (ERROR_HEADER.to_owned(), why),
+    ]
+}
+
+/// Through the delay engine: `msg` comes back to its queue after `wait`.
+async fn publish_later(ctx: &Ctx, msg: Outgoing, wait: Duration) -> Result<(), EngineError> {
+    ctx.publisher
+        .publish_delayed(&ctx.deps.topology.delay(), &[(msg, wait)])
+        .await?;
+    Ok(())
 }
 
 async fn release(deps: &SenderDeps, id: &str, token: &str) {
@@ -428,13 +512,17 @@ async fn release(deps: &SenderDeps, id: &str, token: &str) {
     }
 }
 
+/// Records the outcome in the trail (nothing for a body that is not a task).
 fn trail(
     deps: &SenderDeps,
-    task: &NotificationTask,
+    task: Option<&NotificationTask>,
     attempts: u32,
     status: Status,
     last_error: Option<String>,
 ) {
+    let Some(task) = task else {
+        return;
+    };
     deps.trail.record(Record {
         notification_id: task.notification_id.clone(),
         project_id: task.project_id.clone(),
@@ -447,39 +535,6 @@ fn trail(
         fired_at_ms: task.fired_at_ms,
         at_ms: now_ms(),
     });
-}
-
-/// Puts the task back through the delay engine, unchanged (attempts included): it waits `wait`, then comes
-/// back to this channel's queue.
-async fn park(
-    ctx: &Ctx,
-    delivery: &Delivery,
-    task: &NotificationTask,
-    wait: Duration,
-    why: &'static str,
-) -> Result<(), EngineError> {
-    tracing::info!(
-        notification_id = %task.notification_id, channel = %ctx.channel, why,
-        wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), "delivery parked"
-    );
-    ctx.deps.metrics.parked(ctx.channel.as_str());
-    let mut msg = Outgoing::json(ctx.deps.topology.notify_queue(ctx.channel), delivery.data.clone());
-    msg.base = Some(delivery.properties.clone());
-    ctx.publisher
-        .publish_delayed(&ctx.deps.topology.delay(), &[(msg, wait)])
-        .await?;
-    Ok(())
-}
-
-async fn dead(ctx: &Ctx, delivery: &Delivery, attempts: u32, reason: &str) -> Result<(), EngineError> {
-    let mut msg = Outgoing::json(ctx.deps.topology.dead_queue(), delivery.data.clone());
-    msg.base = Some(delivery.properties.clone());
-    msg.headers = vec![
-        (ATTEMPTS_HEADER.to_owned(), attempts.to_string()),
-        (ERROR_HEADER.to_owned(), reason.to_owned()),
-    ];
-    ctx.publisher.publish_all(&[msg]).await?;
-    Ok(())
 }
 
 #[cfg(test)]
@@ -527,5 +582,104 @@ mod tests {
             let j = jitter();
             assert!((0.8..1.2).contains(&j));
         }
+    }
+
+    #[test]
+    fn what_an_attempt_leads_to() {
+        let s = Duration::from_secs;
+        let schedule: Vec<Duration> = RETRY_SCHEDULE_S.iter().map(|x| s(*x)).collect();
+        let transient = |retry_after| DeliveryError::Transient {
+            reason: "HTTP 503 from hooks.test".into(),
+            retry_after,
+        };
+        let permanent = DeliveryError::Permanent {
+            reason: "HTTP 404 from hooks.test".into(),
+        };
+        let long = DeliveryError::Permanent {
+            reason: "x".repeat(10_000),
+        };
+        let dead = |attempts, why: &str| Next::Dead {
+            attempts,
+            why: why.to_owned(),
+        };
+        // (error, attempts, max attempts, jitter, next)
+        let table = [
+            (None, 1, 5, 1.0, Next::Delivered { attempts: 1 }),
+            (None, 5, 5, 1.0, Next::Delivered { attempts: 5 }),
+            (
+                Some(transient(None)),
+                1,
+                5,
+                1.0,
+                Next::Retry {
+                    attempts: 1,
+                    wait: s(1),
+                    why: "HTTP 503 from hooks.test".into(),
+                },
+            ),
+            (
+                Some(transient(Some(s(20)))),
+                2,
+                5,
+                1.2,
+                Next::Retry {
+                    attempts: 2,
+                    wait: s(20),
+                    why: "HTTP 503 from hooks.test".into(),
+                },
+            ),
+            (
+                Some(transient(None)),
+                4,
+                5,
+                0.8,
+                Next::Retry {
+                    attempts: 4,
+                    wait: s(96),
+                    why: "HTTP 503 from hooks.test".into(),
+                },
+            ),
+            (
+                Some(transient(None)),
+                5,
+                5,
+                1.0,
+                dead(5, "gave up after 5 attempts: HTTP 503 from hooks.test"),
+            ),
+            (
+                Some(transient(None)),
+                1,
+                1,
+                1.0,
+                dead(1, "gave up after 1 attempts: HTTP 503 from hooks.test"),
+            ),
+            (
+                Some(permanent.clone()),
+                1,
+                5,
+                1.0,
+                dead(1, "HTTP 404 from hooks.test"),
+            ),
+            (Some(permanent), 5, 5, 1.0, dead(5, "HTTP 404 from hooks.test")),
+            (
+                Some(long.clone()),
+                1,
+                5,
+                1.0,
+                dead(1, &klaxon_core::text::reason(&"x".repeat(10_000))),
+            ),
+        ];
+        for (error, attempts, max, j, want) in table {
+            assert_eq!(
+                after_attempt(error.as_ref(), attempts, max, &schedule, j),
+                want,
+                "{error:?} {attempts}/{max}"
+            );
+        }
+        // reasons are bounded whatever the failure
+        let Next::Dead { why, .. } = after_attempt(Some(&long), 1, 5, &schedule, 1.0) else {
+            panic!("a permanent failure is dead-lettered");
+        };
+        assert!(why.len() <= klaxon_core::text::MAX_REASON_BYTES, "{}", why.len());
     }
 }

@@ -4,7 +4,8 @@
 //! 1. parse every body; invalid ones are set aside to `<ns>.events.invalid` untouched, with the reason;
 //! 2. load the rules of every project in the batch (cached, one query per project at most);
 //! 3. evaluate every rule against every event and count all hits in **one** Redis round trip;
-//! 4. publish a notification task per enabled channel of each firing (persistent, publisher confirms);
+//! 4. publish a notification task per enabled channel of each firing ([`NotificationTask::for_firing`], pure;
+//!    persistent, publisher confirms);
 //! 5. ack the whole batch with one multiple-ack — only now, when every outcome is durable.
 //!
 //! Any failure in 2–4 ends the session without acking: the connection closes, RabbitMQ hands the batch back,
@@ -18,9 +19,9 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt;
 use klaxon_broker::{set_aside, Broker, Consumer, Delivery, Outgoing, Publisher, Topology};
 use klaxon_core::filter::Title;
-use klaxon_core::notification::{notification_id, NotificationEvent, NotificationTask, Reason};
+use klaxon_core::notification::{Firing, NotificationTask};
 use klaxon_core::rule::{CompiledRule, Want};
-use klaxon_core::{EventTask, ProjectRules, Window};
+use klaxon_core::{EventTask, ProjectRules};
 use klaxon_counter::{Counter, Hit, HitSpec, Outcome};
 use klaxon_rules::RuleCache;
 use tokio_util::sync::CancellationToken;
@@ -249,80 +250,29 @@ async fn process_batch(
                 tracing::info!(project = %task.project_id, rule = %src.rule.id, "firing muted");
                 continue;
             }
-            let (reason, window) = match src.want {
-                Want::FirstSeen => (Reason::New, "first_seen"),
-                Want::Count {
-                    threshold,
-                    period_ms,
-                    window,
-                } => (
-                    Reason::Threshold {
-                        threshold,
-                        period_ms,
-                        window,
-                    },
-                    match window {
-                        Window::Fixed => "fixed",
-                        Window::Sliding => "sliding",
-                    },
-                ),
-                Want::UniqueUsers {
-                    threshold,
-                    period_ms,
-                    window,
-                } => (
-                    Reason::UniqueUsers {
-                        threshold,
-                        period_ms,
-                        window,
-                    },
-                    match window {
-                        Window::Fixed => "fixed",
-                        Window::Sliding => "sliding",
-                    },
-                ),
-            };
+            let fired = NotificationTask::for_firing(&Firing {
+                task,
+                rule: src.rule,
+                want: src.want,
+                count: *count,
+                firing,
+                at_ms: *at_ms,
+            });
             m.thresholds_crossed
-                .get_or_create(&WindowLabel {
-                    window: window.to_owned(),
-                })
+                .get_or_create(&WindowLabel { window: fired.window })
                 .inc();
-            for ch in &src.rule.channels {
-                let nt = NotificationTask {
-                    notification_id: notification_id(
-                        &task.project_id,
-                        &src.rule.id,
-                        &task.event.group_hash,
-                        firing,
-                        ch.kind,
-                    ),
-                    project_id: task.project_id.clone(),
-                    rule_id: src.rule.id.clone(),
-                    channel: ch.kind,
-                    endpoint: ch.endpoint.clone(),
-                    min_period_s: ch.min_period_s,
-                    fired_at_ms: *at_ms,
-                    reason,
-                    events: vec![NotificationEvent {
-                        group_hash: task.event.group_hash.clone(),
-                        title: task.event.title.clone(),
-                        count: *count,
-                        repetition_id: task.event.repetition_id.clone(),
-                    }],
-                    text: None,
-                    send_at_ms: None,
-                };
+            for nt in fired.tasks {
                 tracing::info!(
                     notification_id = %nt.notification_id,
                     project = %nt.project_id,
                     rule = %nt.rule_id,
-                    channel = %ch.kind,
+                    channel = %nt.channel,
                     count = *count,
                     "rule fired"
                 );
                 if nt.min_period_s > 0 {
                     // digest channel: buffered in Redis, delivered by the flush loop (crate::digest)
-                    Metrics::channel(&m.digest_firings, ch.kind);
+                    Metrics::channel(&m.digest_firings, nt.channel);
                     digest_firings.push(nt);
                     continue;
                 }
