@@ -9,13 +9,13 @@
 --                  stays busy: older ids are trimmed on every append)
 -- KEYS[4]  hash   `…:last` {at = ms of the last message sent on the channel, id = its notification id when it was a
 --                  firing sent at once}; expires `minPeriod` after `at` (a quiet channel has none)
--- ARGV[1]  notification id of the firing
--- ARGV[2]  groupHash
--- ARGV[3]  count
--- ARGV[4]  title
--- ARGV[5]  repetition id, '' when none
--- ARGV[6]  min period in ms (> 0)
--- ARGV[7]  now in ms, or '' to read the server's TIME
+-- ARGV[1]  now in ms, or '' to read the server's TIME
+-- ARGV[2]  notification id of the firing
+-- ARGV[3]  groupHash
+-- ARGV[4]  count
+-- ARGV[5]  title
+-- ARGV[6]  repetition id, '' when none
+-- ARGV[7]  min period in ms (> 0)
 -- ARGV[8]  most groups kept per window (later new groups are ignored; existing ones still merge)
 -- ARGV[9]  keep ms: how long keys live after the last append (safety net; the flush normally deletes them)
 --
@@ -30,14 +30,14 @@
 --
 -- Complexity: O(log ids); memory O(groups) per open window plus the ids of the last `minPeriod` + 10 minutes.
 local now
-if ARGV[7] == '' then
+if ARGV[1] == '' then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 else
-  now = tonumber(ARGV[7])
+  now = tonumber(ARGV[1])
 end
-local id = ARGV[1]
-local period = tonumber(ARGV[6])
+local id = ARGV[2]
+local period = tonumber(ARGV[7])
 local keep = tonumber(ARGV[9])
 
 local start = tonumber(redis.call('HGET', KEYS[1], 'start'))
@@ -75,8 +75,8 @@ elseif now >= start + period + 60000 then
   schedule = 1
 end
 
-local group = ARGV[2]
-local count = tonumber(ARGV[3])
+local group = ARGV[3]
+local count = tonumber(ARGV[4])
 local old = redis.call('HGET', KEYS[2], group)
 local keepit = true
 if old then
@@ -88,9 +88,9 @@ elseif redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[8]) then
   keepit = false
 end
 if keepit then
-  local rep = ARGV[5]
+  local rep = ARGV[6]
   if rep == '' then rep = cjson.null end
-  redis.call('HSET', KEYS[2], group, cjson.encode({count = count, title = ARGV[4], repetitionId = rep}))
+  redis.call('HSET', KEYS[2], group, cjson.encode({count = count, title = ARGV[5], repetitionId = rep}))
 end
 redis.call('PEXPIRE', KEYS[1], period + keep)
 -- (a no-op when nothing is buffered: PEXPIRE of a missing key does nothing)

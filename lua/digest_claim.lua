@@ -6,10 +6,10 @@
 -- KEYS[3]  hash    `…:claim:<start>`  the claimed buffer of the window that started at <start>
 -- KEYS[4]  string  `…:lease:<start>`  present while a flusher works on the claim
 -- KEYS[5]  hash    `…:last`  the channel's last message (see digest_append.lua): a claimed digest is that message
--- ARGV[1]  window start ms (from the flush message)
--- ARGV[2]  min period ms
--- ARGV[3]  lease ms: how long a flusher may take to publish before another may recover the claim
--- ARGV[4]  now in ms, or '' to read the server's TIME
+-- ARGV[1]  now in ms, or '' to read the server's TIME
+-- ARGV[2]  window start ms (from the flush message)
+-- ARGV[3]  min period ms
+-- ARGV[4]  lease ms: how long a flusher may take to publish before another may recover the claim
 -- ARGV[5]  keep ms: how long a claimed record survives if it is never completed
 --
 -- Returns one of
@@ -21,11 +21,11 @@
 --
 -- Complexity: O(groups) for the reply; the take itself is one RENAME.
 local now
-if ARGV[4] == '' then
+if ARGV[1] == '' then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 else
-  now = tonumber(ARGV[4])
+  now = tonumber(ARGV[1])
 end
 
 local function reply()
@@ -48,15 +48,15 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   if ttl > 0 then
     return {'busy', ttl}
   end
-  redis.call('SET', KEYS[4], now, 'PX', ARGV[3])
+  redis.call('SET', KEYS[4], now, 'PX', ARGV[4])
   return reply()
 end
 
 local start = redis.call('HGET', KEYS[1], 'start')
-if (not start) or start ~= ARGV[1] then
+if (not start) or start ~= ARGV[2] then
   return {'gone'}
 end
-local due = tonumber(start) + tonumber(ARGV[2])
+local due = tonumber(start) + tonumber(ARGV[3])
 if now < due then
   return {'early', due - now}
 end
@@ -69,6 +69,6 @@ redis.call('PEXPIRE', KEYS[3], ARGV[5])
 -- The digest is the channel's newest message: firings of the next `minPeriod` wait for the next digest.
 redis.call('DEL', KEYS[5])
 redis.call('HSET', KEYS[5], 'at', now)
-redis.call('PEXPIRE', KEYS[5], ARGV[2])
-redis.call('SET', KEYS[4], now, 'PX', ARGV[3])
+redis.call('PEXPIRE', KEYS[5], ARGV[3])
+redis.call('SET', KEYS[4], now, 'PX', ARGV[4])
 return reply()
