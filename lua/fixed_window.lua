@@ -31,9 +31,14 @@
 --   fired_count  count at the firing (0 when not fired)
 --   token        the window start (ms): identifies the firing inside its (rule, group)
 --   r_i          -1 when hit i is the firing (first or redelivered), else its count in the window
+-- except for a key whose hits carry no ids on the server's clock (ARGV[1] = '', the key's n sent as -n): there
+-- the hits' counts follow from the count after the call, so the reply is shorter:
+--   count                         when no hit fired (hit i's count is count - n + i), or
+--   -count, fired_at, token       when the hit whose count equals the threshold fired (that hit is -1 above)
 --
--- Cost: one HMGET (the window and the hits' ids at once) and one HSET per key, plus a PEXPIRE when the
--- window opens; the hash is compacted (one HGETALL, one HDEL) once every ARGV[2] new ids, amortised O(1) per
+-- Cost: without ids on the server's clock, one HINCRBY per key (an HSET and a PEXPIRE more when the window
+-- opens, an HMGET and an HSET when it crosses) and a one-integer reply. Otherwise one HMGET (the window and the
+-- hits' ids at once) and one HSET per key, plus a PEXPIRE when the window opens; the hash is compacted (one HGETALL, one HDEL) once every ARGV[2] new ids, amortised O(1) per
 -- id. The window and its ids are one key, so the common cases (a new key, or a hot key's next batch) never
 -- touch a second one. Memory O(1) per window plus at most 2 × ARGV[2] ids.
 local now
@@ -140,11 +145,10 @@ while a <= #ARGV do
       local before = count - n
       local head = #out + 1
       local fires = before < threshold and count >= threshold
-      local start, fired_at, fired_count = now, nil, 0
+      local start = now
       if before == 0 then
         -- a new window: the key did not exist
         if fires then
-          fired_at, fired_count = now, threshold
           redis.call('HSET', key, 's', now, 'f', now, 'fc', threshold, 'fe', '')
         else
           redis.call('HSET', key, 's', now)
@@ -152,23 +156,19 @@ while a <= #ARGV do
         redis.call('PEXPIRE', key, period)
       elseif fires then
         -- this call crosses the threshold: it fires unless the window has fired already (at another threshold)
-        local w = redis.call('HMGET', key, 's', 'f', 'fc')
-        start, fired_at, fired_count = tonumber(w[1]) or now, tonumber(w[2]), tonumber(w[3]) or 0
-        if fired_at == nil then
-          fired_at, fired_count = now, threshold
-          redis.call('HSET', key, 'f', now, 'fc', threshold, 'fe', '')
-        else
+        local w = redis.call('HMGET', key, 's', 'f')
+        start = tonumber(w[1]) or now
+        if w[2] then
           fires = false
+        else
+          redis.call('HSET', key, 'f', now, 'fc', threshold, 'fe', '')
         end
       end
-      -- fired_at is reported only when this call fires or crosses an earlier firing's window; -1 otherwise
-      out[head], out[head + 1], out[head + 2] = fired_at or -1, fired_count, start
-      for i = 1, n do
-        if fires and before + i == threshold then
-          out[#out + 1] = -1
-        else
-          out[#out + 1] = before + i
-        end
+      -- the short reply: the hits' counts follow from `count`
+      if fires then
+        out[head], out[head + 1], out[head + 2] = -count, now, start
+      else
+        out[head] = count
       end
     else
       local w, known = read(key, first, last)

@@ -130,6 +130,9 @@ struct Invocation {
     slot: Option<Slot>,
     /// Indices into the batch's calls, in the order of the script's keys.
     calls: Vec<usize>,
+    /// The script reads the server's clock (no `now` injected): fixed_window.lua then answers a call whose hits
+    /// carry no event id with the short reply.
+    server_clock: bool,
     cmd: Cmd,
 }
 
@@ -308,6 +311,7 @@ impl Counter {
                     kind,
                     slot,
                     calls: members,
+                    server_clock: now_ms.is_none(),
                     cmd,
                 }
             })
@@ -552,8 +556,9 @@ fn int(v: &Value) -> Option<i64> {
     }
 }
 
-/// Reads an invocation's reply — per call, `fired_at, fired_count, token, r_1..r_n` — into the outcomes
-/// of the calls' hits.
+/// Reads an invocation's reply — per call, `fired_at, fired_count, token, r_1..r_n`, or fixed_window.lua's short
+/// reply for a call without event ids on the server's clock (`count`, or `-count, fired_at, token` when the hit
+/// that reached the threshold fired) — into the outcomes of the calls' hits.
 fn decode(
     inv: &Invocation,
     calls: &[Call<'_>],
@@ -567,21 +572,50 @@ fn decode(
     let Value::Array(items) = value else {
         return Err(bad(format!("expected an array, got {value:?}")));
     };
-    let expected: usize = inv.calls.iter().map(|&c| 3 + calls[c].hits.len()).sum();
-    if items.len() != expected {
-        return Err(bad(format!("{} items, expected {expected}", items.len())));
-    }
     let mut rest = items.as_slice();
+    let mut take = |n: usize| -> Result<&[Value], CounterError> {
+        if rest.len() < n {
+            return Err(bad(format!("the reply ends early ({} items)", items.len())));
+        }
+        let (head, tail) = rest.split_at(n);
+        rest = tail;
+        Ok(head)
+    };
+    let int_at =
+        |v: &[Value], i: usize| int(&v[i]).ok_or_else(|| bad(format!("non-integer item {:?}", v[i])));
     for &c in &inv.calls {
         let call = &calls[c];
-        let (head, tail) = rest.split_at(3);
-        let (results, tail) = tail.split_at(call.hits.len());
-        rest = tail;
-        let (Some(fired_at), Some(fired_count), Some(token)) = (int(&head[0]), int(&head[1]), int(&head[2]))
-        else {
-            return Err(bad("non-integer header".into()));
-        };
-        for (&hit, item) in call.hits.iter().zip(results) {
+        let n = call.hits.len() as i64;
+        if inv.kind == Kind::Fixed && inv.server_clock && call.members.iter().all(|m| m.is_empty()) {
+            let first = int_at(take(1)?, 0)?;
+            let (count, fired) = if first < 0 {
+                let tail = take(2)?;
+                (-first, Some((int_at(tail, 0)?, int_at(tail, 1)?)))
+            } else {
+                (first, None)
+            };
+            let before = count - n;
+            if before < 0 {
+                return Err(bad(format!("count {count} below the call's {n} hits")));
+            }
+            let fired_hit = i64::try_from(call.threshold).unwrap_or(i64::MAX) - before;
+            for (&hit, i) in call.hits.iter().zip(1..) {
+                outcomes[hit] = Some(match fired {
+                    Some((at_ms, token)) if i == fired_hit => Outcome::Fired {
+                        count: call.threshold,
+                        firing: token.to_string(),
+                        at_ms,
+                    },
+                    _ => Outcome::Counted {
+                        count: u64::try_from(before + i).unwrap_or(0),
+                    },
+                });
+            }
+            continue;
+        }
+        let head = take(3)?;
+        let (fired_at, fired_count, token) = (int_at(head, 0)?, int_at(head, 1)?, int_at(head, 2)?);
+        for (&hit, item) in call.hits.iter().zip(take(call.hits.len())?) {
             let r = int(item).ok_or_else(|| bad(format!("non-integer result {item:?}")))?;
             outcomes[hit] = Some(if r == -1 {
                 if fired_at < 0 {
@@ -603,6 +637,9 @@ fn decode(
                 }
             });
         }
+    }
+    if !rest.is_empty() {
+        return Err(bad(format!("{} items left over", rest.len())));
     }
     Ok(())
 }
