@@ -687,7 +687,10 @@ pub async fn survey(store: &RuleStore, project: Option<&str>) -> anyhow::Result<
         rules_seen += rules.len();
         for rule in rules {
             found.extend(problems_of(rule).into_iter().map(|p| (project.clone(), p)));
-            for ch in klaxon_core::rule::ignored_channels(rule) {
+            let ignored_here = klaxon_core::RawRule::from_value(rule)
+                .map(|r| r.ignored_channels())
+                .unwrap_or_default();
+            for ch in ignored_here {
                 match ignored.iter_mut().find(|(p, c, _)| p == project && *c == ch) {
                     Some((_, _, n)) => *n += 1,
                     None => ignored.push((project.clone(), ch, 1)),
