@@ -1,5 +1,6 @@
-//! Notification rules in Hawk's `projects.notifications` shape: tolerant reading, validation into typed
-//! values, and the per-event decision of whether a rule wants an event.
+//! Notification rules in Hawk's `projects.notifications` shape: tolerant reading into the serde model
+//! [`RawRule`], validation into typed values ([`RawRule::validate`] → [`CompiledRule`]), and the per-event
+//! decision of whether a rule wants an event.
 //!
 //! Reading is per rule: one broken rule is reported and skipped while the project's other rules keep
 //! working (Hawk's notifier aborts the remaining rules instead).
