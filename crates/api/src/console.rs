@@ -25,7 +25,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Form, Router};
 use klaxon_broker::{Broker, Topology};
-use klaxon_core::{ChannelKind, EventTask};
+use klaxon_core::rule::{Field, RawChannel, RuleId};
+use klaxon_core::{ChannelKind, EventTask, RawRule};
 use klaxon_rules::format::oids_to_hex;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -763,13 +764,16 @@ async fn open_project(Query(q): Query<OpenQuery>) -> Result<Response, PageError>
     Ok(Redirect::to(&project_path(&id)).into_response())
 }
 
-/// One rule as the project page shows it (endpoints redacted).
+/// One rule as the project page shows it (endpoints redacted), read through the core's [`RawRule`] so that
+/// a broken rule is shown too.
 fn rule_view(rule: &Value) -> Value {
-    let r = oids_to_hex(rule.clone());
-    let text = |k: &str| r.get(k).and_then(Value::as_str).map(str::to_owned);
-    let list = |k: &str| -> Vec<String> {
-        match r.get(k) {
-            Some(Value::Array(items)) => items
+    // Ids as hex, like everywhere in the console; a value that is not a rule shows as an empty one.
+    let raw = RawRule::from_value(&oids_to_hex(rule.clone())).unwrap_or_default();
+    let text = |f: &Field<String>| f.typed().cloned();
+    let list = |f: &Field<Vec<String>>| -> Vec<String> {
+        match f {
+            Field::Typed(items) => items.clone(),
+            Field::Other(Value::Array(items)) => items
                 .iter()
                 .map(|i| match i {
                     Value::String(s) => s.clone(),
@@ -780,40 +784,50 @@ fn rule_view(rule: &Value) -> Value {
         }
     };
     let mut channels = Vec::new();
-    if let Some(Value::Object(chs)) = r.get("channels") {
-        for (name, ch) in chs {
-            let endpoint = ch.get("endpoint").and_then(Value::as_str).unwrap_or("");
-            let shown = match ChannelKind::parse(name) {
-                Some(kind) if !endpoint.trim().is_empty() => klaxon_channels::redact_endpoint(kind, endpoint),
-                Some(_) => "(no endpoint)".into(),
-                None => "(not delivered by Klaxon)".into(),
-            };
-            channels.push(
-                json!({"name": name, "enabled": ch.get("isEnabled").and_then(Value::as_bool).unwrap_or(false),
-                                 "destination": shown}),
-            );
-        }
+    for (name, ch) in raw
+        .channels
+        .typed()
+        .map(|chs| chs.0.as_slice())
+        .unwrap_or_default()
+    {
+        let ch = ch.typed();
+        let endpoint = ch
+            .and_then(|c| c.endpoint.typed())
+            .map(String::as_str)
+            .unwrap_or("");
+        let shown = match ChannelKind::parse(name) {
+            Some(kind) if !endpoint.trim().is_empty() => klaxon_channels::redact_endpoint(kind, endpoint),
+            Some(_) => "(no endpoint)".into(),
+            None => "(not delivered by Klaxon)".into(),
+        };
+        channels
+            .push(json!({"name": name, "enabled": ch.is_some_and(RawChannel::is_on), "destination": shown}));
     }
-    let period = r
-        .get("thresholdPeriod")
-        .and_then(Value::as_u64)
-        .map(|ms| humantime::format_duration(Duration::from_millis(ms)).to_string());
+    let period = raw
+        .threshold_period
+        .typed()
+        .map(|ms| humantime::format_duration(Duration::from_millis(*ms)).to_string());
     let problems: Vec<Value> = klaxon_rules::format::rule_problems(rule)
         .into_iter()
         .map(|p| json!({"fatal": p.fatal, "message": p.message, "fix": p.fix}))
         .collect();
+    // After `oids_to_hex`, an id still in `{"$oid": …}` form carries other keys: not shown as an id.
+    let id = match &raw.id {
+        Field::Typed(RuleId::Hex(id)) => id.clone(),
+        _ => "?".into(),
+    };
     json!({
-        "id": text("_id").unwrap_or_else(|| "?".into()),
-        "enabled": r.get("isEnabled").and_then(Value::as_bool).unwrap_or(false),
-        "what": text("whatToReceive").unwrap_or_else(|| "?".into()),
-        "threshold": r.get("threshold").cloned().unwrap_or(Value::Null),
+        "id": id,
+        "enabled": raw.is_enabled.typed() == Some(&true),
+        "what": text(&raw.what_to_receive).unwrap_or_else(|| "?".into()),
+        "threshold": raw.threshold.to_json(),
         "period": period,
-        "window": text("window").unwrap_or_else(|| "fixed".into()),
-        "unique_users": r.get("uniqueUsers").and_then(Value::as_bool).unwrap_or(false),
-        "including": list("including"),
-        "excluding": list("excluding"),
-        "including_patterns": list("includingPatterns"),
-        "excluding_patterns": list("excludingPatterns"),
+        "window": text(&raw.window).unwrap_or_else(|| "fixed".into()),
+        "unique_users": raw.unique_users.typed() == Some(&true),
+        "including": list(&raw.including),
+        "excluding": list(&raw.excluding),
+        "including_patterns": list(&raw.including_patterns),
+        "excluding_patterns": list(&raw.excluding_patterns),
         "channels": channels,
         "problems": problems,
     })
@@ -1476,6 +1490,53 @@ mod tests {
         assert!(!csrf_ok(format!("csrf={t}0").as_bytes(), t), "longer");
         assert!(!csrf_ok(b"csrf=0123456789abcdef0123456789abcdee", t));
         assert!(!csrf_ok(b"csrf=", ""), "an empty expected token never matches");
+    }
+
+    /// The project page shows broken rules as they are stored, with their problems.
+    #[test]
+    fn rule_views_show_what_is_stored() {
+        let id = "5e3eef0679fa3700a0198a49";
+        let broken = json!({"_id": {"$oid": id}, "isEnabled": "yes", "whatToReceive": 5, "threshold": "3",
+            "thresholdPeriod": 90_000, "window": null, "uniqueUsers": true, "including": ["a", 1],
+            "channels": {"slack": {"isEnabled": true, "endpoint": " "}, "webPush": {"isEnabled": true},
+                         "email": "x", "webhook": {"isEnabled": false, "endpoint": "https://h.test/x"}}});
+        let v = rule_view(&broken);
+        let want = json!({"id": id, "enabled": false, "what": "?", "threshold": "3", "period": "1m 30s",
+            "window": "fixed", "unique_users": true, "including": ["a", "1"], "excluding": [],
+            "including_patterns": [], "excluding_patterns": []});
+        for (k, w) in want.as_object().into_iter().flatten() {
+            assert_eq!(&v[k], w, "{k}");
+        }
+        let channels: Vec<(&str, bool, &str)> = v["channels"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap_or_default(),
+                    c["enabled"] == true,
+                    c["destination"].as_str().unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            channels[..3],
+            [
+                ("slack", true, "(no endpoint)"),
+                ("webPush", true, "(not delivered by Klaxon)"),
+                ("email", false, "(no endpoint)")
+            ]
+        );
+        assert_eq!((channels[3].0, channels[3].1), ("webhook", false));
+        assert_eq!(v["problems"][0]["message"], "`isEnabled` must be a boolean");
+        let v = rule_view(&json!(3));
+        assert_eq!(
+            (&v["id"], &v["what"], &v["window"]),
+            (&json!("?"), &json!("?"), &json!("fixed"))
+        );
+        assert_eq!(v["problems"][0]["message"], "rule is not an object");
+        let v = rule_view(&json!({"_id": {"$oid": id, "x": 1}}));
+        assert_eq!(v["id"], "?", "not an ObjectId");
     }
 
     #[tokio::test]

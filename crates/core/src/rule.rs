@@ -1,5 +1,6 @@
-//! Notification rules in Hawk's `projects.notifications` shape: tolerant reading, validation into typed
-//! values, and the per-event decision of whether a rule wants an event.
+//! Notification rules in Hawk's `projects.notifications` shape: tolerant reading into the serde model
+//! [`RawRule`], validation into typed values ([`RawRule::validate`] → [`CompiledRule`]), and the per-event
+//! decision of whether a rule wants an event.
 //!
 //! Reading is per rule: one broken rule is reported and skipped while the project's other rules keep
 //! working (Hawk's notifier aborts the remaining rules instead).
@@ -11,6 +12,10 @@ use serde_json::Value;
 
 use crate::event::Event;
 use crate::filter::{Title, TitleFilter};
+
+mod raw;
+
+pub use raw::{Channels, Field, RawChannel, RawRule, RuleId};
 
 /// The smallest `thresholdPeriod` accepted, in milliseconds.
 pub const MIN_PERIOD_MS: u64 = 1000;
@@ -101,22 +106,6 @@ impl ChannelKind {
     }
 }
 
-/// The enabled channels of a rule document that Klaxon does not deliver (Hawk's `webPush`, `desktopPush`, or
-/// any unknown key), sorted by key: they are ignored, not errors.
-pub fn ignored_channels(rule: &Value) -> Vec<String> {
-    let Some(Value::Object(chs)) = rule.get("channels") else {
-        return Vec::new();
-    };
-    chs.iter()
-        .filter(|(key, ch)| {
-            ChannelKind::parse(key).is_none() && ch.get("isEnabled").and_then(Value::as_bool) == Some(true)
-        })
-        .map(|(key, _)| key.clone())
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect()
-}
-
 impl fmt::Display for ChannelKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -143,49 +132,6 @@ impl fmt::Debug for ChannelConfig {
             .field("min_period_s", &self.min_period_s)
             .finish()
     }
-}
-
-/// A rule as stored (Hawk's field names), with every field optional so that reading never fails on shape
-/// alone. Used by the CLI to build documents and by [`parse_rule_value`] to read them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RawRule {
-    /// Rule id (24-hex); `None` until stored.
-    #[serde(rename = "_id", skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    /// Off = ignored.
-    #[serde(default)]
-    pub is_enabled: bool,
-    /// `ONLY_NEW`, `SEEN_MORE` (or legacy `ALL`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub what_to_receive: Option<String>,
-    /// Words, any of which must appear.
-    #[serde(default)]
-    pub including: Vec<String>,
-    /// Words, none of which may appear.
-    #[serde(default)]
-    pub excluding: Vec<String>,
-    /// SEEN_MORE threshold.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub threshold: Option<u64>,
-    /// SEEN_MORE window length in ms.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub threshold_period: Option<u64>,
-    /// Channels by key.
-    #[serde(default)]
-    pub channels: serde_json::Map<String, Value>,
-    /// `fixed` or `sliding`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub window: Option<String>,
-    /// Regexes, any of which must match.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub including_patterns: Vec<String>,
-    /// Regexes, none of which may match.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub excluding_patterns: Vec<String>,
-    /// SEEN_MORE counts distinct users (`event.user`) instead of events.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub unique_users: bool,
 }
 
 /// Why a rule (or one of its parts) cannot be used, with a suggested fix.
@@ -312,58 +258,13 @@ impl CompiledRule {
     }
 }
 
-fn id_of(v: Option<&Value>) -> Option<String> {
-    match v? {
-        Value::String(s) => Some(s.clone()),
-        Value::Object(m) => m.get("$oid").and_then(Value::as_str).map(str::to_owned),
-        _ => None,
-    }
-}
-
-fn as_u64(v: &Value) -> Option<u64> {
-    match v {
-        Value::Number(n) => n.as_u64().or_else(|| {
-            n.as_f64()
-                .filter(|f| f.fract() == 0.0 && *f >= 0.0)
-                .map(|f| f as u64)
-        }),
-        // Relaxed extended JSON of an int64 that does not fit a double, or a canonical one.
-        Value::Object(m) => m
-            .get("$numberLong")
-            .or_else(|| m.get("$numberInt"))
-            .and_then(Value::as_str)
-            .and_then(|s| s.parse().ok()),
-        _ => None,
-    }
-}
-
-fn string_list(rule: &serde_json::Map<String, Value>, field: &str) -> Result<Vec<String>, String> {
-    match rule.get(field) {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|i| {
-                i.as_str()
-                    .map(str::to_owned)
-                    .ok_or_else(|| format!("`{field}` must be a list of strings"))
-            })
-            .collect(),
-        Some(_) => Err(format!("`{field}` must be a list of strings")),
-    }
-}
-
-/// Reads one rule from its JSON form (a MongoDB document as relaxed extended JSON, or the import format).
+/// Reads one rule from its JSON form (a MongoDB document as relaxed extended JSON, or the import format):
+/// [`RawRule::from_value`], then [`RawRule::validate`].
 ///
 /// Returns the compiled rule and the non-fatal problems found in it (skipped channels), or the fatal problem
 /// that makes the rule unusable.
-///
-/// Every problem's message and fix is one line of at most [`MAX_PROBLEM_BYTES`]: messages quote the rule's
-/// own values (a bad `window`, a regex error), and those come from a tenant.
 pub fn parse_rule_value(value: &Value) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
-    match read_rule(value) {
-        Ok((rule, problems)) => Ok((rule, problems.into_iter().map(RuleProblem::bounded).collect())),
-        Err(p) => Err(p.bounded()),
-    }
+    RawRule::from_value(value)?.validate()
 }
 
 /// The longest [`RuleProblem`] message or fix, in bytes.
@@ -379,222 +280,6 @@ impl RuleProblem {
         }
         self
     }
-}
-
-fn read_rule(value: &Value) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
-    let Some(rule) = value.as_object() else {
-        return Err(RuleProblem {
-            rule_id: None,
-            fatal: true,
-            message: "rule is not an object".into(),
-            fix: "store each rule of `notifications` as a document".into(),
-        });
-    };
-    let rule_id = id_of(rule.get("_id"));
-    let fatal = |message: String, fix: &str| RuleProblem {
-        rule_id: rule_id.clone(),
-        fatal: true,
-        message,
-        fix: fix.to_owned(),
-    };
-    let Some(id) = rule_id.clone() else {
-        return Err(fatal(
-            "rule has no `_id`".into(),
-            "re-import the rule: `klaxon rules import` assigns ids",
-        ));
-    };
-    let enabled = match rule.get("isEnabled") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => {
-            return Err(fatal(
-                "`isEnabled` must be a boolean".into(),
-                "`klaxon rules enable|disable`",
-            ))
-        }
-    };
-    let what_raw = rule.get("whatToReceive").and_then(Value::as_str);
-    let threshold = rule.get("threshold");
-    let period = rule.get("thresholdPeriod");
-    let read_threshold = || -> Result<u64, RuleProblem> {
-        let t = threshold.ok_or_else(|| {
-            fatal(
-                "SEEN_MORE rule has no `threshold`".into(),
-                "set `threshold` to a whole number ≥ 1",
-            )
-        })?;
-        match as_u64(t) {
-            Some(0) | None => Err(fatal(
-                format!("`threshold` must be a whole number ≥ 1, got {t}"),
-                "set `threshold` to a whole number ≥ 1",
-            )),
-            Some(n) if n > MAX_THRESHOLD => Err(fatal(
-                format!("`threshold` must be at most {MAX_THRESHOLD}, got {n}"),
-                "set `threshold` to a whole number between 1 and 1000000",
-            )),
-            Some(n) => Ok(n),
-        }
-    };
-    let read_period = |default: Option<u64>| -> Result<u64, RuleProblem> {
-        let Some(p) = period else {
-            return default.ok_or_else(|| {
-                fatal(
-                    "SEEN_MORE rule has no `thresholdPeriod`".into(),
-                    "set `thresholdPeriod` in milliseconds, ≥ 1000",
-                )
-            });
-        };
-        match as_u64(p) {
-            Some(ms) if (MIN_PERIOD_MS..=MAX_PERIOD_MS).contains(&ms) => Ok(ms),
-            _ => Err(fatal(
-                format!("`thresholdPeriod` must be milliseconds between {MIN_PERIOD_MS} and {MAX_PERIOD_MS}, got {p}"),
-                "set `thresholdPeriod` in milliseconds, e.g. 3600000 for one hour",
-            )),
-        }
-    };
-    let what = match what_raw {
-        Some("ONLY_NEW") => WhatToReceive::OnlyNew,
-        Some("SEEN_MORE") => WhatToReceive::SeenMore {
-            threshold: read_threshold()?,
-            period_ms: read_period(None)?,
-        },
-        // Hawk's legacy "ALL": every occurrence is interesting. Klaxon treats it as SEEN_MORE with threshold 1,
-        // i.e. at most one notification per group per window (the rule's period, or one minute).
-        Some("ALL") => WhatToReceive::SeenMore {
-            threshold: 1,
-            period_ms: read_period(Some(LEGACY_ALL_PERIOD_MS))?,
-        },
-        other => {
-            return Err(fatal(
-                format!("unknown `whatToReceive` {other:?}"),
-                "use \"ONLY_NEW\" or \"SEEN_MORE\"",
-            ))
-        }
-    };
-    let window = match rule.get("window") {
-        None | Some(Value::Null) => Window::Fixed,
-        Some(Value::String(s)) if s == "fixed" => Window::Fixed,
-        Some(Value::String(s)) if s == "sliding" => Window::Sliding,
-        Some(other) => {
-            return Err(fatal(
-                format!("unknown `window` {other}"),
-                "use \"fixed\" or \"sliding\" (or leave it out for fixed)",
-            ))
-        }
-    };
-    let unique_users = match rule.get("uniqueUsers") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(other) => {
-            return Err(fatal(
-                format!("`uniqueUsers` must be a boolean, got {other}"),
-                "set `uniqueUsers` to true to count distinct users (`event.user.id`) instead of events, \
-                 or to false (or leave it out) to count events",
-            ))
-        }
-    };
-    let lists = ["including", "excluding", "includingPatterns", "excludingPatterns"]
-        .map(|f| string_list(rule, f).map_err(|m| fatal(m, "store a JSON array of strings")));
-    let [including, excluding, including_patterns, excluding_patterns] = lists;
-    let filter = TitleFilter::new(
-        &including?,
-        &excluding?,
-        &including_patterns?,
-        &excluding_patterns?,
-    )
-    .map_err(|e| {
-        fatal(
-            e.to_string(),
-            "fix the pattern (Rust `regex` syntax, no look-around or backreferences)",
-        )
-    })?;
-
-    let mut problems = Vec::new();
-    if unique_users && what == WhatToReceive::OnlyNew {
-        problems.push(RuleProblem {
-            rule_id: Some(id.clone()),
-            fatal: false,
-            message: "`uniqueUsers` counts distinct users toward a SEEN_MORE `threshold`; an ONLY_NEW rule \
-                      has no threshold, so it is ignored here"
-                .into(),
-            fix: "remove `uniqueUsers`, or make the rule SEEN_MORE with a `threshold` of users".into(),
-        });
-    }
-    let mut channels = Vec::new();
-    if let Some(Value::Object(chs)) = rule.get("channels") {
-        for (key, ch) in chs {
-            let Some(ch) = ch.as_object() else { continue };
-            if ch.get("isEnabled").and_then(Value::as_bool) != Some(true) {
-                continue;
-            }
-            // Channels Klaxon does not deliver (Hawk's `webPush`, `desktopPush`: Hawk has no sender for them
-            // either) are left alone; `klaxon rules check` lists them as ignored (`ignored_channels`).
-            let Some(kind) = ChannelKind::parse(key) else {
-                continue;
-            };
-            let endpoint = ch.get("endpoint").and_then(Value::as_str).unwrap_or("").trim();
-            if endpoint.is_empty() {
-                problems.push(RuleProblem {
-                    rule_id: Some(id.clone()),
-                    fatal: false,
-                    message: format!("channel `{key}` is enabled but has no endpoint; it is skipped"),
-                    fix: format!("set `channels.{key}.endpoint` or disable the channel"),
-                });
-                continue;
-            }
-            let min_period_s = match ch.get("minPeriod") {
-                None | Some(Value::Null) => 0,
-                Some(v) => match as_u64(v) {
-                    Some(n) if n > MAX_MIN_PERIOD_S => {
-                        return Err(fatal(
-                            format!(
-                                "channel `{key}` has `minPeriod` {v}, over the limit of {MAX_MIN_PERIOD_S} s (7 days)"
-                            ),
-                            "set `minPeriod` to whole seconds between 0 and 604800",
-                        ))
-                    }
-                    Some(n) => n,
-                    None => {
-                        problems.push(RuleProblem {
-                            rule_id: Some(id.clone()),
-                            fatal: false,
-                            message: format!(
-                                "channel `{key}` has `minPeriod` {v}, not whole seconds; digests are off"
-                            ),
-                            fix: format!("set `channels.{key}.minPeriod` to whole seconds ≥ 0"),
-                        });
-                        0
-                    }
-                },
-            };
-            channels.push(ChannelConfig {
-                kind,
-                endpoint: endpoint.to_owned(),
-                min_period_s,
-            });
-        }
-    }
-    channels.sort_by_key(|c| c.kind);
-    if enabled && channels.is_empty() {
-        problems.push(RuleProblem {
-            rule_id: Some(id.clone()),
-            fatal: false,
-            message: "rule is enabled but has no usable channel, so it never notifies".into(),
-            fix: "enable a channel (email, telegram, slack or webhook) with an endpoint".into(),
-        });
-    }
-    Ok((
-        CompiledRule {
-            id,
-            enabled,
-            what,
-            window,
-            channels,
-            filter,
-            unique_users,
-        },
-        problems,
-    ))
 }
 
 /// Longest project name kept, in characters (Hawk's own limit is far below; this bounds what goes into
@@ -711,7 +396,7 @@ mod tests {
         assert_eq!(rule.channels[0].kind, ChannelKind::Telegram);
         assert_eq!(rule.channels[1].kind, ChannelKind::Loop);
         assert_eq!(
-            ignored_channels(&doc),
+            RawRule::from_value(&doc).expect("object").ignored_channels(),
             vec!["desktopPush".to_owned(), "webPush".to_owned()]
         );
     }
@@ -996,7 +681,7 @@ mod tests {
             "still fires on new errors"
         );
         let raw: RawRule = serde_json::from_value(rule(json!({"uniqueUsers": true}))).expect("raw");
-        assert!(raw.unique_users);
+        assert_eq!(raw.unique_users, Field::Typed(true));
         assert!(serde_json::to_string(&raw)
             .expect("json")
             .contains(r#""uniqueUsers":true"#));

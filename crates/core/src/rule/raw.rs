@@ -1,0 +1,724 @@
+//! Hawk's rule document as a serde model, [`RawRule`], and its one validation into a [`CompiledRule`]
+//! ([`RawRule::validate`]): the raw → validated split of ripgrep's low and high arguments.
+//!
+//! Reading is tolerant so that one odd field never loses a whole project: every field Klaxon reads is a
+//! [`Field`], which is missing, of the expected type, or any other JSON value kept as it was (validation
+//! quotes it in the problem, and writing the model back gives it back unchanged). Fields Klaxon does not
+//! read (`uidAdded`, whatever Hawk adds next) are kept in `extra`. Only validation decides what is wrong.
+
+use std::fmt;
+
+use serde::de::{MapAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+use super::{
+    ChannelConfig, ChannelKind, CompiledRule, RuleProblem, WhatToReceive, Window, LEGACY_ALL_PERIOD_MS,
+    MAX_MIN_PERIOD_S, MAX_PERIOD_MS, MAX_THRESHOLD, MIN_PERIOD_MS,
+};
+use crate::filter::TitleFilter;
+
+/// One field of a stored document as read: absent, of the expected type, or some other JSON value.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Field<T> {
+    /// Not in the document (never written back).
+    #[default]
+    #[serde(skip)]
+    Missing,
+    /// Of the expected type.
+    Typed(T),
+    /// Any other value, `null` included: validation reports it, writing the document back keeps it.
+    Other(Value),
+}
+
+impl<T> Field<T> {
+    /// True when the document has no such field (serde's `skip_serializing_if`).
+    pub fn is_missing(&self) -> bool {
+        matches!(self, Field::Missing)
+    }
+
+    /// The value when it has the expected type.
+    pub fn typed(&self) -> Option<&T> {
+        match self {
+            Field::Typed(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// True when the field is absent or `null`: both mean "not set" in Hawk's documents.
+    fn is_unset(&self) -> bool {
+        matches!(self, Field::Missing | Field::Other(Value::Null))
+    }
+}
+
+impl<T: Serialize> Field<T> {
+    /// The field's JSON value as the document holds it (`null` when missing), for messages.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Field::Missing => Value::Null,
+            Field::Typed(t) => serde_json::to_value(t).unwrap_or(Value::Null),
+            Field::Other(v) => v.clone(),
+        }
+    }
+}
+
+impl Field<u64> {
+    /// The value as a whole number, also when MongoDB wrote it as a double with no fraction or as extended
+    /// JSON (`{"$numberLong": "…"}`).
+    pub fn whole(&self) -> Option<u64> {
+        match self {
+            Field::Missing => None,
+            Field::Typed(n) => Some(*n),
+            Field::Other(v) => whole_number(v),
+        }
+    }
+}
+
+fn whole_number(v: &Value) -> Option<u64> {
+    match v {
+        Value::Number(n) => n.as_u64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                .map(|f| f as u64)
+        }),
+        // Relaxed extended JSON of an int64 that does not fit a double, or a canonical one.
+        Value::Object(m) => m
+            .get("$numberLong")
+            .or_else(|| m.get("$numberInt"))
+            .and_then(Value::as_str)
+            .and_then(|s| s.parse().ok()),
+        _ => None,
+    }
+}
+
+/// A rule id as stored: a 24-hex string (the import format) or an ObjectId in extended JSON
+/// (`{"$oid": "…"}`, how MongoDB documents read as JSON).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RuleId {
+    /// `"5e3eef0679fa3700a0198a4a"`.
+    Hex(String),
+    /// `{"$oid": "5e3eef0679fa3700a0198a4a"}`.
+    Oid {
+        /// The 24-hex id.
+        #[serde(rename = "$oid")]
+        oid: String,
+        /// Anything else in the object, kept.
+        #[serde(flatten)]
+        extra: Map<String, Value>,
+    },
+}
+
+impl RuleId {
+    /// The id text.
+    pub fn as_str(&self) -> &str {
+        match self {
+            RuleId::Hex(s) | RuleId::Oid { oid: s, .. } => s,
+        }
+    }
+}
+
+/// One channel of a rule (`channels.<key>`), as stored.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RawChannel {
+    /// On/off.
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub is_enabled: Field<bool>,
+    /// Webhook URL, chat id, comma-separated addresses.
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub endpoint: Field<String>,
+    /// Digest period in whole seconds.
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub min_period: Field<u64>,
+    /// Fields Klaxon does not read, kept.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl RawChannel {
+    /// An enabled channel with this endpoint and digest period: what `klaxon rules add` stores.
+    pub fn enabled(endpoint: &str, min_period_s: u64) -> Self {
+        RawChannel {
+            is_enabled: Field::Typed(true),
+            endpoint: Field::Typed(endpoint.to_owned()),
+            min_period: Field::Typed(min_period_s),
+            extra: Map::new(),
+        }
+    }
+
+    /// True only for `isEnabled: true`.
+    pub fn is_on(&self) -> bool {
+        self.is_enabled.typed() == Some(&true)
+    }
+}
+
+/// A rule's `channels` object: channels by key, in the document's order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Channels(pub Vec<(String, Field<RawChannel>)>);
+
+impl Channels {
+    /// Sets a channel, keeping its place when the key is already there (like a JSON object would).
+    pub fn insert(&mut self, key: &str, channel: Field<RawChannel>) {
+        match self.0.iter_mut().find(|(k, _)| k == key) {
+            Some((_, c)) => *c = channel,
+            None => self.0.push((key.to_owned(), channel)),
+        }
+    }
+
+    /// The channels that are objects with `isEnabled: true`, with their keys.
+    pub fn enabled(&self) -> impl Iterator<Item = (&str, &RawChannel)> {
+        self.0.iter().filter_map(|(key, ch)| match ch {
+            Field::Typed(c) if c.is_on() => Some((key.as_str(), c)),
+            _ => None,
+        })
+    }
+}
+
+impl Serialize for Channels {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (key, ch) in &self.0 {
+            map.serialize_entry(key, ch)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Channels {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ChannelsVisitor;
+        impl<'de> Visitor<'de> for ChannelsVisitor {
+            type Value = Channels;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object of channels")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Channels, A::Error> {
+                let mut out = Channels::default();
+                while let Some((key, ch)) = access.next_entry::<String, Field<RawChannel>>()? {
+                    out.insert(&key, ch);
+                }
+                Ok(out)
+            }
+        }
+        deserializer.deserialize_map(ChannelsVisitor)
+    }
+}
+
+/// A rule in Hawk's `projects.notifications` shape, as stored, before validation.
+///
+/// Reading a JSON object into it never fails (see [`Field`]); [`RawRule::validate`] turns it into a
+/// [`CompiledRule`] or says what is wrong. Written back, it gives the same document: known fields in this
+/// order, then the unknown ones.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RawRule {
+    /// Rule id; missing until stored (the store assigns one).
+    #[serde(rename = "_id", default, skip_serializing_if = "Field::is_missing")]
+    pub id: Field<RuleId>,
+    /// Off = ignored.
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub is_enabled: Field<bool>,
+    /// `ONLY_NEW`, `SEEN_MORE` (or legacy `ALL`).
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub what_to_receive: Field<String>,
+    /// SEEN_MORE threshold.
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub threshold: Field<u64>,
+    /// SEEN_MORE window length in ms.
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub threshold_period: Field<u64>,
+    /// `fixed` or `sliding`.
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub window: Field<String>,
+    /// SEEN_MORE counts distinct users (`event.user`) instead of events.
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub unique_users: Field<bool>,
+    /// Words, any of which must appear.
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub including: Field<Vec<String>>,
+    /// Words, none of which may appear.
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub excluding: Field<Vec<String>>,
+    /// Regexes, any of which must match.
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub including_patterns: Field<Vec<String>>,
+    /// Regexes, none of which may match.
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub excluding_patterns: Field<Vec<String>>,
+    /// Channels by key.
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub channels: Field<Channels>,
+    /// Fields Klaxon does not read (`uidAdded`, …), kept as they are.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl RawRule {
+    /// Reads one rule from its JSON form (a MongoDB document as relaxed extended JSON, or the import
+    /// format). Fails only when the value is not an object.
+    pub fn from_value(value: &Value) -> Result<RawRule, RuleProblem> {
+        let not_an_object = |message: String| RuleProblem {
+            rule_id: None,
+            fatal: true,
+            message,
+            fix: "store each rule of `notifications` as a document".into(),
+        };
+        if !value.is_object() {
+            return Err(not_an_object("rule is not an object".into()));
+        }
+        // Every field takes any JSON value, so an object always reads; the error is kept for safety.
+        RawRule::deserialize(value).map_err(|e| not_an_object(format!("rule cannot be read: {e}")).bounded())
+    }
+
+    /// The rule id, when the document has one as a string or `{"$oid": "…"}`.
+    pub fn id(&self) -> Option<&str> {
+        self.id.typed().map(RuleId::as_str)
+    }
+
+    /// The enabled channels of the rule that Klaxon does not deliver (Hawk's `webPush`, `desktopPush`, or
+    /// any unknown key), sorted by key: they are ignored, not errors.
+    pub fn ignored_channels(&self) -> Vec<String> {
+        let Some(chs) = self.channels.typed() else {
+            return Vec::new();
+        };
+        chs.enabled()
+            .filter(|(key, _)| ChannelKind::parse(key).is_none())
+            .map(|(key, _)| key.to_owned())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    }
+
+    /// Validates the rule into a [`CompiledRule`].
+    ///
+    /// Returns the compiled rule and the non-fatal problems found in it (skipped channels), or the fatal
+    /// problem that makes the rule unusable. Every problem's message and fix is one line of at most
+    /// [`super::MAX_PROBLEM_BYTES`]: messages quote the rule's own values (a bad `window`, a regex error), and
+    /// those come from a tenant.
+    pub fn validate(&self) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
+        match self.check() {
+            Ok((rule, problems)) => Ok((rule, problems.into_iter().map(RuleProblem::bounded).collect())),
+            Err(p) => Err(p.bounded()),
+        }
+    }
+
+    fn check(&self) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
+        let rule_id = self.id().map(str::to_owned);
+        let fatal = |message: String, fix: &str| RuleProblem {
+            rule_id: rule_id.clone(),
+            fatal: true,
+            message,
+            fix: fix.to_owned(),
+        };
+        let Some(id) = rule_id.clone() else {
+            return Err(fatal(
+                "rule has no `_id`".into(),
+                "re-import the rule: `klaxon rules import` assigns ids",
+            ));
+        };
+        let enabled = match &self.is_enabled {
+            Field::Typed(b) => *b,
+            f if f.is_unset() => false,
+            _ => {
+                return Err(fatal(
+                    "`isEnabled` must be a boolean".into(),
+                    "`klaxon rules enable|disable`",
+                ))
+            }
+        };
+        let read_threshold = || -> Result<u64, RuleProblem> {
+            if self.threshold.is_missing() {
+                return Err(fatal(
+                    "SEEN_MORE rule has no `threshold`".into(),
+                    "set `threshold` to a whole number ≥ 1",
+                ));
+            }
+            match self.threshold.whole() {
+                Some(0) | None => Err(fatal(
+                    format!(
+                        "`threshold` must be a whole number ≥ 1, got {}",
+                        self.threshold.to_json()
+                    ),
+                    "set `threshold` to a whole number ≥ 1",
+                )),
+                Some(n) if n > MAX_THRESHOLD => Err(fatal(
+                    format!("`threshold` must be at most {MAX_THRESHOLD}, got {n}"),
+                    "set `threshold` to a whole number between 1 and 1000000",
+                )),
+                Some(n) => Ok(n),
+            }
+        };
+        let read_period = |default: Option<u64>| -> Result<u64, RuleProblem> {
+            if self.threshold_period.is_missing() {
+                return default.ok_or_else(|| {
+                    fatal(
+                        "SEEN_MORE rule has no `thresholdPeriod`".into(),
+                        "set `thresholdPeriod` in milliseconds, ≥ 1000",
+                    )
+                });
+            }
+            match self.threshold_period.whole() {
+                Some(ms) if (MIN_PERIOD_MS..=MAX_PERIOD_MS).contains(&ms) => Ok(ms),
+                _ => Err(fatal(
+                    format!(
+                        "`thresholdPeriod` must be milliseconds between {MIN_PERIOD_MS} and {MAX_PERIOD_MS}, got {}",
+                        self.threshold_period.to_json()
+                    ),
+                    "set `thresholdPeriod` in milliseconds, e.g. 3600000 for one hour",
+                )),
+            }
+        };
+        let what = match self.what_to_receive.typed().map(String::as_str) {
+            Some("ONLY_NEW") => WhatToReceive::OnlyNew,
+            Some("SEEN_MORE") => WhatToReceive::SeenMore {
+                threshold: read_threshold()?,
+                period_ms: read_period(None)?,
+            },
+            // Hawk's legacy "ALL": every occurrence is interesting. Klaxon treats it as SEEN_MORE with
+            // threshold 1, i.e. at most one notification per group per window (the rule's period, or one
+            // minute).
+            Some("ALL") => WhatToReceive::SeenMore {
+                threshold: 1,
+                period_ms: read_period(Some(LEGACY_ALL_PERIOD_MS))?,
+            },
+            other => {
+                return Err(fatal(
+                    format!("unknown `whatToReceive` {other:?}"),
+                    "use \"ONLY_NEW\" or \"SEEN_MORE\"",
+                ))
+            }
+        };
+        let window = match &self.window {
+            Field::Typed(s) if s == "fixed" => Window::Fixed,
+            Field::Typed(s) if s == "sliding" => Window::Sliding,
+            f if f.is_unset() => Window::Fixed,
+            other => {
+                return Err(fatal(
+                    format!("unknown `window` {}", other.to_json()),
+                    "use \"fixed\" or \"sliding\" (or leave it out for fixed)",
+                ))
+            }
+        };
+        let unique_users =
+            match &self.unique_users {
+                Field::Typed(b) => *b,
+                f if f.is_unset() => false,
+                other => return Err(fatal(
+                    format!("`uniqueUsers` must be a boolean, got {}", other.to_json()),
+                    "set `uniqueUsers` to true to count distinct users (`event.user.id`) instead of events, \
+                     or to false (or leave it out) to count events",
+                )),
+            };
+        let list = |field: &Field<Vec<String>>, name: &str| -> Result<Vec<String>, RuleProblem> {
+            match field {
+                Field::Typed(items) => Ok(items.clone()),
+                f if f.is_unset() => Ok(Vec::new()),
+                _ => Err(fatal(
+                    format!("`{name}` must be a list of strings"),
+                    "store a JSON array of strings",
+                )),
+            }
+        };
+        let including = list(&self.including, "including")?;
+        let excluding = list(&self.excluding, "excluding")?;
+        let including_patterns = list(&self.including_patterns, "includingPatterns")?;
+        let excluding_patterns = list(&self.excluding_patterns, "excludingPatterns")?;
+        let filter = TitleFilter::new(&including, &excluding, &including_patterns, &excluding_patterns)
+            .map_err(|e| {
+                fatal(
+                    e.to_string(),
+                    "fix the pattern (Rust `regex` syntax, no look-around or backreferences)",
+                )
+            })?;
+
+        let mut problems = Vec::new();
+        let warning = |message: String, fix: String| RuleProblem {
+            rule_id: Some(id.clone()),
+            fatal: false,
+            message,
+            fix,
+        };
+        if unique_users && what == WhatToReceive::OnlyNew {
+            problems.push(warning(
+                "`uniqueUsers` counts distinct users toward a SEEN_MORE `threshold`; an ONLY_NEW rule \
+                 has no threshold, so it is ignored here"
+                    .into(),
+                "remove `uniqueUsers`, or make the rule SEEN_MORE with a `threshold` of users".into(),
+            ));
+        }
+        let mut channels = Vec::new();
+        for (key, ch) in self.channels.typed().into_iter().flat_map(Channels::enabled) {
+            // Channels Klaxon does not deliver (Hawk's `webPush`, `desktopPush`: Hawk has no sender for them
+            // either) are left alone; `klaxon rules check` lists them as ignored (`ignored_channels`).
+            let Some(kind) = ChannelKind::parse(key) else {
+                continue;
+            };
+            let endpoint = ch.endpoint.typed().map(String::as_str).unwrap_or("").trim();
+            if endpoint.is_empty() {
+                problems.push(warning(
+                    format!("channel `{key}` is enabled but has no endpoint; it is skipped"),
+                    format!("set `channels.{key}.endpoint` or disable the channel"),
+                ));
+                continue;
+            }
+            let min_period_s = if ch.min_period.is_unset() {
+                0
+            } else {
+                let v = ch.min_period.to_json();
+                match ch.min_period.whole() {
+                    Some(n) if n > MAX_MIN_PERIOD_S => {
+                        return Err(fatal(
+                            format!(
+                                "channel `{key}` has `minPeriod` {v}, over the limit of {MAX_MIN_PERIOD_S} s (7 days)"
+                            ),
+                            "set `minPeriod` to whole seconds between 0 and 604800",
+                        ))
+                    }
+                    Some(n) => n,
+                    None => {
+                        problems.push(warning(
+                            format!("channel `{key}` has `minPeriod` {v}, not whole seconds; digests are off"),
+                            format!("set `channels.{key}.minPeriod` to whole seconds ≥ 0"),
+                        ));
+                        0
+                    }
+                }
+            };
+            channels.push(ChannelConfig {
+                kind,
+                endpoint: endpoint.to_owned(),
+                min_period_s,
+            });
+        }
+        channels.sort_by_key(|c| c.kind);
+        if enabled && channels.is_empty() {
+            problems.push(warning(
+                "rule is enabled but has no usable channel, so it never notifies".into(),
+                "enable a channel (email, telegram, slack or webhook) with an endpoint".into(),
+            ));
+        }
+        Ok((
+            CompiledRule {
+                id,
+                enabled,
+                what,
+                window,
+                channels,
+                filter,
+                unique_users,
+            },
+            problems,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const ID: &str = "5e3eef0679fa3700a0198a4a";
+
+    fn slack() -> Value {
+        json!({"slack": {"isEnabled": true, "endpoint": "https://hooks.slack.test/x", "minPeriod": 0}})
+    }
+
+    /// A valid ONLY_NEW rule with `field` set to `value`.
+    fn with(field: &str, value: Value) -> Value {
+        let mut doc = json!({"_id": ID, "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 3,
+            "thresholdPeriod": 60000, "channels": slack()});
+        doc[field] = value;
+        doc
+    }
+
+    #[test]
+    fn ids_as_hex_or_oid() {
+        let cases = [
+            (json!(ID), Some(ID)),
+            (json!({"$oid": ID}), Some(ID)),
+            (json!({"$oid": ID, "note": 1}), Some(ID)),
+            (json!({"$oid": 7}), None),
+            (json!({"oid": ID}), None),
+            (json!(42), None),
+            (json!(null), None),
+        ];
+        for (id, want) in cases {
+            let raw = RawRule::from_value(&with("_id", id.clone())).expect("an object reads");
+            assert_eq!(raw.id(), want, "{id}");
+            match want {
+                Some(want) => assert_eq!(raw.validate().expect("usable").0.id, want, "{id}"),
+                None => {
+                    let p = raw.validate().expect_err("no id");
+                    assert_eq!(p.message, "rule has no `_id`", "{id}");
+                    assert_eq!(p.rule_id, None);
+                }
+            }
+        }
+        let raw = RawRule::from_value(&json!({"_id": {"$oid": ID}})).expect("object");
+        assert!(matches!(&raw.id, Field::Typed(RuleId::Oid { oid, .. }) if oid == ID));
+        let raw = RawRule::from_value(&json!({"_id": ID})).expect("object");
+        assert_eq!(raw.id, Field::Typed(RuleId::Hex(ID.into())));
+    }
+
+    /// A field of the wrong type reads (the document is kept) and validation names it.
+    #[test]
+    fn wrong_types_are_problems_not_read_failures() {
+        let cases = [
+            ("isEnabled", json!("yes"), "`isEnabled` must be a boolean"),
+            ("whatToReceive", json!(1), "unknown `whatToReceive` None"),
+            ("whatToReceive", json!(null), "unknown `whatToReceive` None"),
+            (
+                "threshold",
+                json!("3"),
+                "`threshold` must be a whole number ≥ 1, got \"3\"",
+            ),
+            (
+                "threshold",
+                json!(null),
+                "`threshold` must be a whole number ≥ 1, got null",
+            ),
+            (
+                "threshold",
+                json!(-1),
+                "`threshold` must be a whole number ≥ 1, got -1",
+            ),
+            (
+                "threshold",
+                json!(2.5),
+                "`threshold` must be a whole number ≥ 1, got 2.5",
+            ),
+            (
+                "thresholdPeriod",
+                json!([60000]),
+                "`thresholdPeriod` must be milliseconds between 1000 and 2592000000, got [60000]",
+            ),
+            ("window", json!(true), "unknown `window` true"),
+            (
+                "window",
+                json!({"fixed": null}),
+                "unknown `window` {\"fixed\":null}",
+            ),
+            ("window", json!("hopping"), "unknown `window` \"hopping\""),
+            ("uniqueUsers", json!(1), "`uniqueUsers` must be a boolean, got 1"),
+            ("including", json!("db"), "`including` must be a list of strings"),
+            (
+                "excluding",
+                json!(["a", 1]),
+                "`excluding` must be a list of strings",
+            ),
+            (
+                "includingPatterns",
+                json!({}),
+                "`includingPatterns` must be a list of strings",
+            ),
+            (
+                "excludingPatterns",
+                json!(false),
+                "`excludingPatterns` must be a list of strings",
+            ),
+        ];
+        for (field, value, want) in cases {
+            let doc = with(field, value.clone());
+            let raw = RawRule::from_value(&doc).expect("an object always reads");
+            let p = raw.validate().expect_err(field);
+            assert!(p.fatal, "{field}: {p}");
+            assert_eq!(p.message, want, "{field} = {value}");
+            assert_eq!(p.rule_id.as_deref(), Some(ID));
+            // What was read is what was stored.
+            assert_eq!(serde_json::to_value(&raw).expect("json"), doc, "{field}");
+        }
+    }
+
+    /// Values that are not the plain type but mean it (MongoDB's number forms) and values that mean "unset".
+    #[test]
+    fn tolerated_forms() {
+        let seen_more = |raw: &RawRule| raw.validate().expect("usable").0.what;
+        let cases = [
+            ("threshold", json!(3.0), 3, 60000),
+            ("threshold", json!({"$numberLong": "3"}), 3, 60000),
+            ("threshold", json!({"$numberInt": "4"}), 4, 60000),
+            ("thresholdPeriod", json!(90000.0), 3, 90000),
+        ];
+        for (field, value, threshold, period_ms) in cases {
+            let raw = RawRule::from_value(&with(field, value.clone())).expect("object");
+            assert_eq!(
+                seen_more(&raw),
+                WhatToReceive::SeenMore { threshold, period_ms },
+                "{field} = {value}"
+            );
+        }
+        for field in [
+            "isEnabled",
+            "window",
+            "uniqueUsers",
+            "including",
+            "excludingPatterns",
+        ] {
+            let raw = RawRule::from_value(&with(field, Value::Null)).expect("object");
+            assert!(raw.validate().is_ok(), "{field}: null means unset");
+        }
+        let raw = RawRule::from_value(&with("isEnabled", Value::Null)).expect("object");
+        assert!(!raw.validate().expect("usable").0.enabled);
+    }
+
+    #[test]
+    fn unknown_fields_are_kept_on_a_round_trip() {
+        let docs = [
+            json!({
+                "_id": {"$oid": ID}, "uidAdded": {"$oid": "5e3eef0679fa3700a0198a00"}, "isEnabled": true,
+                "whatToReceive": "ONLY_NEW", "including": [], "excluding": ["x"], "window": null,
+                "channels": {
+                    "telegram": {"isEnabled": true, "endpoint": "-100", "minPeriod": 60, "chatTitle": "ops"},
+                    "webPush": {"isEnabled": false, "endpoint": "", "minPeriod": 0},
+                    "email": "not an object"
+                },
+                "somethingNew": {"nested": [1, 2.5, null]}, "createdAt": {"$date": "2020-01-01T00:00:00Z"}
+            }),
+            json!({"_id": ID, "threshold": {"$numberLong": "5"}, "channels": []}),
+            json!({}),
+        ];
+        for doc in docs {
+            let raw = RawRule::from_value(&doc).expect("object");
+            assert_eq!(serde_json::to_value(&raw).expect("json"), doc);
+        }
+        let raw =
+            RawRule::from_value(&json!({"_id": ID, "uidAdded": {"$oid": ID}, "custom": 1})).expect("object");
+        assert_eq!(raw.extra.get("custom"), Some(&json!(1)));
+        assert_eq!(raw.extra.get("uidAdded"), Some(&json!({"$oid": ID})));
+    }
+
+    #[test]
+    fn not_an_object() {
+        for v in [json!([]), json!("rule"), json!(null), json!(1)] {
+            let p = RawRule::from_value(&v).expect_err("not a rule");
+            assert!(p.fatal && p.rule_id.is_none());
+            assert_eq!(p.message, "rule is not an object");
+        }
+    }
+
+    /// The channels keep the document's order when written back: `klaxon rules add` stores them in the
+    /// order of its flags.
+    #[test]
+    fn channels_keep_their_order() {
+        let mut chs = Channels::default();
+        chs.insert(
+            "webhook",
+            Field::Typed(RawChannel::enabled("https://h.test/x", 0)),
+        );
+        chs.insert("email", Field::Typed(RawChannel::enabled("a@b.test", 60)));
+        chs.insert(
+            "webhook",
+            Field::Typed(RawChannel::enabled("https://h.test/y", 0)),
+        );
+        let text = serde_json::to_string(&chs).expect("json");
+        assert_eq!(
+            text,
+            r#"{"webhook":{"isEnabled":true,"endpoint":"https://h.test/y","minPeriod":0},"email":{"isEnabled":true,"endpoint":"a@b.test","minPeriod":60}}"#
+        );
+        let back: Channels = serde_json::from_str(&text).expect("channels");
+        assert_eq!(back, chs);
+    }
+}

@@ -1,0 +1,311 @@
+//! Building rules before connecting: `rules add` flags become a [`RawRule`] in Hawk's shape and `rules import`
+//! files become projects, both validated by the core exactly as the engine will read them.
+
+use std::fmt::Write as _;
+use std::io::Read as _;
+
+use anyhow::{bail, Context as _};
+use klaxon_core::rule::{Channels, Field, RawChannel, RuleId};
+use klaxon_core::{RawRule, RuleProblem};
+use klaxon_rules::{parse_import, ProjectNotifications};
+
+use super::{AddArgs, ImportArgs};
+
+/// Parses `1h`, `90s`, `1h30m`, `500ms`, `2d` into milliseconds.
+pub(super) fn parse_period_ms(s: &str) -> anyhow::Result<u64> {
+    let s = s.trim();
+    let mut total: u64 = 0;
+    let mut rest = s;
+    if rest.is_empty() {
+        bail!("empty period");
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        if digits == 0 {
+            bail!("period {s:?}: expected a number, e.g. 1h, 30m, 90s");
+        }
+        let n: u64 = rest[..digits]
+            .parse()
+            .with_context(|| format!("period {s:?}: number too large"))?;
+        rest = &rest[digits..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        let ms = match unit {
+            "ms" => 1,
+            "s" => 1000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            "" => bail!("period {s:?} needs a unit (ms, s, m, h, d), e.g. 1h"),
+            other => bail!("period {s:?}: unknown unit {other:?} (use ms, s, m, h or d)"),
+        };
+        total = n
+            .checked_mul(ms)
+            .and_then(|v| total.checked_add(v))
+            .with_context(|| format!("period {s:?} is too long"))?;
+    }
+    Ok(total)
+}
+
+/// `--min-period`: a duration in whole seconds (a plain number is seconds, as Hawk's `minPeriod` field).
+pub(super) fn whole_seconds(s: &str) -> Result<u64, String> {
+    let d = crate::cli::duration_secs(s)?;
+    if d.subsec_nanos() != 0 {
+        return Err(format!("`{}` is not a whole number of seconds", s.trim()));
+    }
+    Ok(d.as_secs())
+}
+
+/// Parses `THRESHOLD/PERIOD`.
+pub(super) fn parse_seen_more(s: &str) -> anyhow::Result<(u64, u64)> {
+    let Some((t, p)) = s.split_once('/') else {
+        bail!("--seen-more {s:?}: expected THRESHOLD/PERIOD, e.g. 100/1h");
+    };
+    let threshold: u64 = t
+        .trim()
+        .parse()
+        .with_context(|| format!("--seen-more {s:?}: threshold must be a whole number ≥ 1"))?;
+    let period = parse_period_ms(p).with_context(|| format!("--seen-more {s:?}"))?;
+    Ok((threshold, period))
+}
+
+fn clean(list: &[String]) -> Vec<String> {
+    list.iter()
+        .map(|w| w.trim().to_owned())
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// Flags → a rule in Hawk's shape (no `_id`: the store assigns it), validated by the core exactly as the
+/// engine will read it.
+pub(super) fn build_rule(a: &AddArgs) -> anyhow::Result<RawRule> {
+    klaxon_rules::format::parse_object_id("project id", &a.project)?;
+    let mut rule = RawRule {
+        is_enabled: Field::Typed(!a.disabled),
+        ..RawRule::default()
+    };
+    match &a.seen_more {
+        Some(s) => {
+            let (threshold, period) = parse_seen_more(s)?;
+            rule.what_to_receive = Field::Typed("SEEN_MORE".into());
+            rule.threshold = Field::Typed(threshold);
+            rule.threshold_period = Field::Typed(period);
+        }
+        None => rule.what_to_receive = Field::Typed("ONLY_NEW".into()),
+    }
+    if let Some(w) = &a.window {
+        rule.window = Field::Typed(w.clone());
+    }
+    if a.unique_users {
+        rule.unique_users = Field::Typed(true);
+    }
+    rule.including = Field::Typed(clean(&a.including));
+    rule.excluding = Field::Typed(clean(&a.excluding));
+    if !a.patterns.is_empty() {
+        rule.including_patterns = Field::Typed(a.patterns.clone());
+    }
+    if !a.exclude_patterns.is_empty() {
+        rule.excluding_patterns = Field::Typed(a.exclude_patterns.clone());
+    }
+    let mut channels = Channels::default();
+    for (key, endpoint) in [
+        ("email", &a.email),
+        ("telegram", &a.telegram),
+        ("slack", &a.slack),
+        ("webhook", &a.webhook),
+    ] {
+        if let Some(e) = endpoint {
+            if e.trim().is_empty() {
+                bail!("--{key} needs a non-empty value");
+            }
+            channels.insert(key, Field::Typed(RawChannel::enabled(e.trim(), a.min_period)));
+        }
+    }
+    rule.channels = Field::Typed(channels);
+    // Validate with a placeholder id: the store assigns the real one.
+    let probe = RawRule {
+        id: Field::Typed(RuleId::Hex("000000000000000000000000".into())),
+        ..rule.clone()
+    };
+    match probe.validate() {
+        Ok((_, problems)) if problems.is_empty() => Ok(rule),
+        Ok((_, problems)) => bail!("{}", describe(&problems)),
+        Err(p) => bail!("{} (fix: {})", p.message, p.fix),
+    }
+}
+
+fn describe(problems: &[RuleProblem]) -> String {
+    problems
+        .iter()
+        .map(|p| format!("{} (fix: {})", p.message, p.fix))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Reads and validates an import file (`-` = stdin). Only what the engine cannot use (fatal problems)
+/// refuses it, unless `--force`; warnings are printed to stderr.
+pub(super) fn read_import(a: &ImportArgs) -> anyhow::Result<Vec<ProjectNotifications>> {
+    let text = if a.file == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("cannot read stdin")?;
+        s
+    } else {
+        std::fs::read_to_string(&a.file).with_context(|| format!("cannot read {}", a.file))?
+    };
+    let projects = parse_import(&text).with_context(|| format!("{}: nothing imported", a.file))?;
+    let problems = klaxon_rules::format::import_problems(&projects);
+    // Import refuses only what the engine cannot use (fatal problems). A rule that is valid but cannot notify yet
+    // (Hawk's default rule with every channel disabled) is stored, with a warning.
+    let (problems, warnings): (Vec<_>, Vec<_>) = problems.into_iter().partition(|(_, p)| p.fatal);
+    if !warnings.is_empty() {
+        let mut msg = String::new();
+        for (project, p) in &warnings {
+            let _ = writeln!(msg, "  project {project}: {p}");
+        }
+        eprintln!("warning: stored with {} warning(s):\n{msg}", warnings.len());
+    }
+    if !problems.is_empty() {
+        let mut msg = String::new();
+        for (project, p) in &problems {
+            let _ = writeln!(msg, "  project {project}: {p}");
+        }
+        if a.force {
+            eprintln!("storing rules with problems (--force):\n{msg}");
+        } else {
+            bail!(
+                "{}: {} problem(s), nothing imported (use --force to store anyway):\n{msg}",
+                a.file,
+                problems.len()
+            );
+        }
+    }
+    Ok(projects)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn add_args() -> AddArgs {
+        AddArgs {
+            project: "5e3eef0679fa3700a0198a49".into(),
+            seen_more: None,
+            only_new: true,
+            window: None,
+            unique_users: false,
+            slack: None,
+            telegram: None,
+            email: None,
+            webhook: None,
+            including: Vec::new(),
+            excluding: Vec::new(),
+            patterns: Vec::new(),
+            exclude_patterns: Vec::new(),
+            min_period: 0,
+            disabled: false,
+            json: false,
+        }
+    }
+
+    #[test]
+    fn periods() {
+        let ok = [
+            ("1h", 3_600_000),
+            ("90s", 90_000),
+            ("1h30m", 5_400_000),
+            ("500ms", 500),
+            ("2d", 172_800_000),
+        ];
+        for (s, ms) in ok {
+            assert_eq!(parse_period_ms(s).expect(s), ms, "{s}");
+        }
+        for bad in ["", "1", "h", "1y", "1h30", "99999999999999999999s"] {
+            assert!(parse_period_ms(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_seen_more("100/1h").expect("valid"), (100, 3_600_000));
+        assert!(parse_seen_more("100").is_err());
+        assert!(parse_seen_more("x/1h").is_err());
+    }
+
+    /// The stored document keeps the exact shape (keys and their order) `rules add` always wrote.
+    #[test]
+    fn add_flags_build_hawks_document() {
+        let only_new = AddArgs {
+            telegram: Some(" -100123 ".into()),
+            email: Some("dev@example.com".into()),
+            including: vec![" db".into(), "".into()],
+            ..add_args()
+        };
+        let seen_more = AddArgs {
+            seen_more: Some("100/1h".into()),
+            only_new: false,
+            window: Some("sliding".into()),
+            unique_users: true,
+            webhook: Some("https://alerts.example.com/k".into()),
+            slack: Some("https://hooks.slack.com/x".into()),
+            patterns: vec!["^Type".into()],
+            exclude_patterns: vec!["noise".into()],
+            min_period: 60,
+            disabled: true,
+            ..add_args()
+        };
+        let cases = [
+            (
+                only_new,
+                r#"{"isEnabled":true,"whatToReceive":"ONLY_NEW","including":["db"],"excluding":[],"channels":{"email":{"isEnabled":true,"endpoint":"dev@example.com","minPeriod":0},"telegram":{"isEnabled":true,"endpoint":"-100123","minPeriod":0}}}"#,
+            ),
+            (
+                seen_more,
+                r#"{"isEnabled":false,"whatToReceive":"SEEN_MORE","threshold":100,"thresholdPeriod":3600000,"window":"sliding","uniqueUsers":true,"including":[],"excluding":[],"includingPatterns":["^Type"],"excludingPatterns":["noise"],"channels":{"slack":{"isEnabled":true,"endpoint":"https://hooks.slack.com/x","minPeriod":60},"webhook":{"isEnabled":true,"endpoint":"https://alerts.example.com/k","minPeriod":60}}}"#,
+            ),
+        ];
+        for (args, want) in cases {
+            let rule = build_rule(&args).expect("valid flags");
+            let value = serde_json::to_value(&rule).expect("json");
+            assert_eq!(value.to_string(), want);
+        }
+    }
+
+    #[test]
+    fn bad_add_flags_are_refused_with_the_core_message() {
+        let cases = [
+            (
+                AddArgs {
+                    slack: Some("  ".into()),
+                    ..add_args()
+                },
+                "--slack needs a non-empty value",
+            ),
+            (
+                AddArgs {
+                    seen_more: Some("0/1h".into()),
+                    slack: Some("https://hooks.slack.com/x".into()),
+                    ..add_args()
+                },
+                "`threshold` must be a whole number ≥ 1, got 0 (fix: set `threshold` to a whole number ≥ 1)",
+            ),
+            (
+                AddArgs {
+                    patterns: vec!["(".into()],
+                    slack: Some("https://hooks.slack.com/x".into()),
+                    ..add_args()
+                },
+                "(fix: fix the pattern",
+            ),
+            (
+                AddArgs {
+                    project: "nothex".into(),
+                    ..add_args()
+                },
+                "nothex",
+            ),
+        ];
+        for (args, want) in cases {
+            let err = format!("{:#}", build_rule(&args).expect_err(want));
+            assert!(err.contains(want), "{err} should contain {want}");
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! What `klaxon rules …` prints, all of it through [`crate::output`]: the rules table (read from the stored
+//! documents, so that broken rules are shown too), the `check` report, and the one-line answers of the
+//! editing commands. Tables never show channel endpoints (Slack webhook URLs are bearer secrets).
+
+use std::fmt::Write as _;
+
+use klaxon_core::rule::Field;
+use klaxon_core::{ChannelKind, RawRule, RuleProblem, WhatToReceive};
+use klaxon_rules::format::{oids_to_hex, rule_problems};
+use klaxon_rules::{export_json, ProjectNotifications};
+use serde_json::{json, Value};
+
+use super::{RuleRef, Survey};
+use crate::output::{self, Format};
+
+/// `rules add`: the stored rule (with the id the store gave it) or a sentence.
+pub(super) fn added(project: &str, id: &str, rule: Value, as_json: bool) -> anyhow::Result<()> {
+    let project = project.to_ascii_lowercase();
+    if as_json {
+        let mut stored = rule;
+        stored["_id"] = Value::String(id.to_owned());
+        output::emit(&format!("{}\n", json!({"projectId": project, "rule": stored})))
+    } else {
+        output::emit(&format!("added rule {id} to project {project}\n"))
+    }
+}
+
+/// `rules rm|enable|disable`: what was done to which rule.
+pub(super) fn edited(r: &RuleRef, project: &str, what: &str) -> anyhow::Result<()> {
+    let rule_id = r.rule_id.to_ascii_lowercase();
+    if r.json {
+        output::emit(&format!(
+            "{}\n",
+            json!({"projectId": project, "ruleId": rule_id, "action": what})
+        ))
+    } else {
+        output::emit(&format!("{what} rule {rule_id} of project {project}\n"))
+    }
+}
+
+/// `rules export` to stdout: the import format.
+pub(super) fn exported(projects: &[ProjectNotifications]) -> anyhow::Result<String> {
+    Ok(serde_json::to_string_pretty(&export_json(projects))?)
+}
+
+/// `rules import`: what was stored, as the export format or one line per project.
+pub(super) fn imported(projects: &[ProjectNotifications], as_json: bool) -> anyhow::Result<()> {
+    if as_json {
+        return output::emit(&format!("{}\n", exported(projects)?));
+    }
+    let mut text = String::new();
+    for p in projects {
+        let ids: Vec<String> = p
+            .notifications
+            .iter()
+            .filter_map(|d| d.get_object_id("_id").ok().map(|o| o.to_hex()))
+            .collect();
+        let _ = writeln!(
+            text,
+            "project {}: stored {} rule(s){}{}",
+            p.project_id,
+            ids.len(),
+            if ids.is_empty() { "" } else { ": " },
+            ids.join(", ")
+        );
+    }
+    output::emit(&text)
+}
+
+/// `rules list`: one row (or JSON object) per stored rule, with its project.
+pub(super) fn rules(format: Format, rules: &[(&String, &Value)]) -> anyhow::Result<()> {
+    output::emit(&output::list(
+        format,
+        rules,
+        &[
+            "PROJECT", "RULE", "ENABLED", "WHAT", "WINDOW", "CHANNELS", "FILTERS", "STATUS",
+        ],
+        |(p, r)| row(p, r).to_vec(),
+        |(p, r)| json!({"projectId": p, "rule": oids_to_hex((*r).clone()), "problems": rule_problems(r)}),
+        "no rules",
+    ))
+}
+
+/// `rules check`: the problems as JSON, or a report for people with their fixes and a summary line.
+pub(super) fn check(format: Format, survey: &Survey) -> anyhow::Result<()> {
+    let Survey {
+        projects,
+        rules: rules_seen,
+        found,
+        ignored,
+    } = survey;
+    if format != Format::Table {
+        let problem = |(project, p): &(String, RuleProblem)| json!({"projectId": project, "ruleId": p.rule_id, "fatal": p.fatal, "problem": p.message, "fix": p.fix});
+        return output::emit(&output::list(format, found, &[], |_| Vec::new(), problem, ""));
+    }
+    let mut text = String::new();
+    // not problems: channels Hawk offers that nobody delivers (Hawk has no sender for them either)
+    for (project, ch, rules) in ignored {
+        let _ = writeln!(
+            text,
+            "project {project}: channel `{ch}` is ignored in {rules} rule(s): Klaxon does not deliver it (nor does Hawk)"
+        );
+    }
+    if found.is_empty() {
+        let _ = writeln!(text, "{rules_seen} rule(s) in {projects} project(s): no problems");
+    } else {
+        for (project, p) in found {
+            let _ = writeln!(
+                text,
+                "project {project} rule {}: {}{}\n  fix: {}",
+                p.rule_id.as_deref().unwrap_or("<no id>"),
+                if p.fatal { "[rule skipped] " } else { "" },
+                p.message,
+                p.fix
+            );
+        }
+        let _ = writeln!(text, "{} problem(s) in {rules_seen} rule(s)", found.len());
+    }
+    output::emit(&text)
+}
+
+/// The id as the document holds it, whatever its shape.
+fn rule_id_of(rule: &RawRule) -> String {
+    match &rule.id {
+        Field::Typed(id) => id.as_str().to_owned(),
+        Field::Other(v) => v.to_string(),
+        Field::Missing => "<no id>".into(),
+    }
+}
+
+fn period_text(ms: u64) -> String {
+    match ms {
+        m if m % 86_400_000 == 0 => format!("{}d", m / 86_400_000),
+        m if m % 3_600_000 == 0 => format!("{}h", m / 3_600_000),
+        m if m % 60_000 == 0 => format!("{}m", m / 60_000),
+        m if m % 1000 == 0 => format!("{}s", m / 1000),
+        m => format!("{m}ms"),
+    }
+}
+
+/// The strings of a list field; a list that also holds other values shows its strings.
+fn strings(field: &Field<Vec<String>>) -> Vec<String> {
+    match field {
+        Field::Typed(items) => items.clone(),
+        Field::Other(Value::Array(items)) => items
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// One table row per rule; read from the raw document so that broken rules are shown too.
+fn row(project: &str, rule: &Value) -> [String; 8] {
+    let (raw, compiled) = match RawRule::from_value(rule) {
+        Ok(raw) => {
+            let compiled = raw.validate();
+            (raw, compiled)
+        }
+        Err(p) => (RawRule::default(), Err(p)),
+    };
+    let (status, what) = match compiled {
+        Ok((r, problems)) => {
+            let what = match r.what {
+                WhatToReceive::OnlyNew => "ONLY_NEW".to_owned(),
+                WhatToReceive::SeenMore { threshold, period_ms } if r.unique_users => {
+                    format!("SEEN_MORE {threshold} users/{}", period_text(period_ms))
+                }
+                WhatToReceive::SeenMore { threshold, period_ms } => {
+                    format!("SEEN_MORE {threshold}/{}", period_text(period_ms))
+                }
+            };
+            let status = match problems.first() {
+                None => "ok".to_owned(),
+                Some(p) => format!("warning: {}", p.message),
+            };
+            (status, what)
+        }
+        Err(p) => (
+            format!("INVALID: {}", p.message),
+            raw.what_to_receive.typed().cloned().unwrap_or_else(|| "?".into()),
+        ),
+    };
+    let enabled = if raw.is_enabled.typed() == Some(&true) {
+        "yes"
+    } else {
+        "no"
+    };
+    let window = raw.window.typed().cloned().unwrap_or_else(|| "fixed".into());
+    let mut channels: Vec<String> = raw
+        .channels
+        .typed()
+        .into_iter()
+        .flat_map(|chs| chs.enabled())
+        .filter(|(key, _)| ChannelKind::parse(key).is_some())
+        .map(|(key, ch)| match ch.min_period.typed() {
+            Some(p) if *p > 0 => format!("{key}({p}s)"),
+            _ => key.to_owned(),
+        })
+        .collect();
+    channels.sort();
+    let mut filters = Vec::new();
+    let inc = strings(&raw.including);
+    let exc = strings(&raw.excluding);
+    if !inc.is_empty() {
+        filters.push(format!("+{}", inc.join(",")));
+    }
+    if !exc.is_empty() {
+        filters.push(format!("-{}", exc.join(",")));
+    }
+    filters.extend(
+        strings(&raw.including_patterns)
+            .into_iter()
+            .map(|p| format!("~/{p}/")),
+    );
+    filters.extend(
+        strings(&raw.excluding_patterns)
+            .into_iter()
+            .map(|p| format!("!~/{p}/")),
+    );
+    [
+        project.to_owned(),
+        rule_id_of(&raw),
+        enabled.to_owned(),
+        what,
+        window,
+        if channels.is_empty() {
+            "-".into()
+        } else {
+            channels.join(",")
+        },
+        if filters.is_empty() {
+            "-".into()
+        } else {
+            filters.join(" ")
+        },
+        status,
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn periods() {
+        assert_eq!(period_text(3_600_000), "1h");
+        assert_eq!(period_text(90_000), "90s");
+    }
+
+    #[test]
+    fn rows_show_broken_rules_too() {
+        let id = "5e3eef0679fa3700a0198a4a";
+        let s = |v: &[&str]| v.iter().map(|c| (*c).to_owned()).collect::<Vec<_>>();
+        let cases = [
+            (
+                json!({"_id": {"$oid": id}, "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 5,
+                       "thresholdPeriod": 5_400_000, "window": "sliding", "uniqueUsers": true, "including": ["db"],
+                       "excludingPatterns": ["^x"],
+                       "channels": {"webhook": {"isEnabled": true, "endpoint": "https://h.test/x", "minPeriod": 60},
+                                    "email": {"isEnabled": true, "endpoint": "a@b.test", "minPeriod": 0},
+                                    "webPush": {"isEnabled": true, "endpoint": "x"},
+                                    "slack": {"isEnabled": false, "endpoint": "https://hooks.slack.com/x"}}}),
+                s(&[
+                    "p",
+                    id,
+                    "yes",
+                    "SEEN_MORE 5 users/90m",
+                    "sliding",
+                    "email,webhook(60s)",
+                    "+db !~/^x/",
+                    "ok",
+                ]),
+            ),
+            (
+                json!({"_id": id, "isEnabled": "yes", "whatToReceive": "ONLY_NEW", "excluding": ["a", 1], "channels": {}}),
+                s(&[
+                    "p",
+                    id,
+                    "no",
+                    "ONLY_NEW",
+                    "fixed",
+                    "-",
+                    "-a",
+                    "INVALID: `isEnabled` must be a boolean",
+                ]),
+            ),
+            (
+                json!({"_id": 7, "whatToReceive": 3}),
+                s(&[
+                    "p",
+                    "7",
+                    "no",
+                    "?",
+                    "fixed",
+                    "-",
+                    "-",
+                    "INVALID: rule has no `_id`",
+                ]),
+            ),
+            (
+                json!("not a rule"),
+                s(&[
+                    "p",
+                    "<no id>",
+                    "no",
+                    "?",
+                    "fixed",
+                    "-",
+                    "-",
+                    "INVALID: rule is not an object",
+                ]),
+            ),
+            (
+                json!({"_id": id, "isEnabled": true, "whatToReceive": "ONLY_NEW", "channels": {}}),
+                s(&[
+                    "p",
+                    id,
+                    "yes",
+                    "ONLY_NEW",
+                    "fixed",
+                    "-",
+                    "-",
+                    "warning: rule is enabled but has no usable channel, so it never notifies",
+                ]),
+            ),
+        ];
+        for (rule, want) in cases {
+            assert_eq!(row("p", &rule).to_vec(), want, "{rule}");
+        }
+    }
+}
