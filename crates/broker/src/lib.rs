@@ -19,7 +19,7 @@ pub use delay::{DelayTopology, MAX_DELAY};
 
 use std::time::Duration;
 
-use futures_lite::StreamExt;
+use futures_util::StreamExt;
 use klaxon_core::ChannelKind;
 use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions,
@@ -251,7 +251,7 @@ impl Broker {
         let urls: Vec<&str> = url.split(',').map(str::trim).filter(|u| !u.is_empty()).collect();
         let start = if urls.len() > 1 {
             use rand::Rng;
-            rand::thread_rng().gen_range(0..urls.len())
+            rand::rng().random_range(0..urls.len())
         } else {
             0
         };
@@ -554,6 +554,6 @@ pub fn backoff(attempt: u32, cap: Duration) -> Duration {
     use rand::Rng;
     let base = Duration::from_millis(500).saturating_mul(1u32 << attempt.min(16));
     let d = base.min(cap);
-    let jitter = rand::thread_rng().gen_range(0.75..1.25);
+    let jitter = rand::rng().random_range(0.75..1.25);
     d.mul_f64(jitter)
 }

@@ -127,9 +127,9 @@ async fn a_short_delay_is_not_blocked_by_a_long_one() {
 async fn two_hundred_random_delays_fire_on_time() {
     let s = Setup::new().await;
     let publisher = s.broker.publisher().await.expect("publisher");
-    let mut rng = rand::thread_rng();
+    let mut rng = rand::rng();
     let delays: Vec<Duration> = (0..200)
-        .map(|_| Duration::from_millis(rng.gen_range(1000..=5000)))
+        .map(|_| Duration::from_millis(rng.random_range(1000..=5000)))
         .collect();
     let batch: Vec<(Outgoing, Duration)> = delays
         .iter()

@@ -232,11 +232,11 @@ pub fn not_before(send_at_ms: Option<i64>, now_ms: i64) -> Option<Duration> {
 }
 
 fn jitter() -> f64 {
-    rand::thread_rng().gen_range(0.8..1.2)
+    rand::rng().random_range(0.8..1.2)
 }
 
 fn token() -> String {
-    format!("{:016x}", rand::thread_rng().gen::<u64>())
+    format!("{:016x}", rand::rng().random::<u64>())
 }
 
 /// What becomes of a task: decided by [`decide`] (and [`after_attempt`] once it was tried), carried out by
@@ -359,7 +359,7 @@ async fn decide(ctx: &Ctx, task: &NotificationTask, before: u32, token: &str) ->
         }
         Ok(Slot::Later(wait)) => {
             // Spread: the tasks refused together would otherwise all come back together and be refused again.
-            let spread = wait.mul_f64(rand::thread_rng().gen_range(1.0..1.5));
+            let spread = wait.mul_f64(rand::rng().random_range(1.0..1.5));
             let (wait, why) = (spread.max(Duration::from_secs(1)), "rate limited");
             return (Next::Park { wait, why }, true);
         }
@@ -373,7 +373,7 @@ async fn decide(ctx: &Ctx, task: &NotificationTask, before: u32, token: &str) ->
     // The bulkhead wait is bounded, so the dedup lease (longer than this wait plus one attempt) never runs
     // out while the task still holds it.
     let Ok(permit) = tokio::time::timeout(BULKHEAD_WAIT, deps.bulkheads.acquire(&host)).await else {
-        let wait = Duration::from_millis(rand::thread_rng().gen_range(1_000..3_000));
+        let wait = Duration::from_millis(rand::rng().random_range(1_000..3_000));
         let why = "destination host busy";
         return (Next::Park { wait, why }, true);
     };

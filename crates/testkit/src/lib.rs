@@ -52,7 +52,7 @@ pub fn smtp_url() -> String {
 /// A fresh namespace such as `kt_3f9a1c2b7d`, so that tests never share queues, keys or databases.
 pub fn unique_namespace() -> String {
     use rand::Rng;
-    let n: u64 = rand::thread_rng().gen();
+    let n: u64 = rand::rng().random();
     format!("kt_{:010x}", n & 0xff_ffff_ffff)
 }
 
