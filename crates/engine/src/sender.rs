@@ -28,12 +28,12 @@ use std::time::{Duration, Instant};
 use klaxon_broker::{header, Broker, Consumer, Delivery, Outgoing, Publisher, Topology, ERROR_HEADER};
 use klaxon_channels::{redact_endpoint, Channels, DeliveryError};
 use klaxon_core::{ChannelKind, NotificationTask};
+use klaxon_counter::dedup::{Claim, Dedup};
 use rand::Rng;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::breaker::{Admission, Breakers, Bulkheads, Transition};
-use crate::dedup::{Claim, Dedup};
 use crate::metrics::Metrics;
 use crate::ratelimit::{RateLimiter, Slot};
 use crate::trail::{now_ms, Record, Status, Trail};
