@@ -15,9 +15,8 @@ use klaxon_engine::http::Readiness;
 use klaxon_engine::metrics::Metrics;
 use klaxon_engine::names::CachedNames;
 use klaxon_engine::ratelimit::{RateLimiter, RateLimits};
-use klaxon_engine::trail::Trail;
 use klaxon_engine::{sender, worker};
-use klaxon_rules::{RuleCache, RuleStore};
+use klaxon_rules::{RuleCache, RuleStore, Trail};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -386,6 +385,8 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
     let tracker = TaskTracker::new();
     // Project names for messages come from the rule cache (the same `projects` documents).
     let names = CachedNames::default();
+    // The process's one MongoDB client, for rules and the delivery trail (the worker connects it first).
+    let mut mongo: Option<RuleStore> = None;
     if let Some(evaluate) = &plan.evaluate {
         let ready = readiness.role("worker");
         let Some(redis) =
@@ -407,6 +408,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
             readiness.role("redis"),
             shutdown.clone(),
         ));
+        mongo = Some(store.clone());
         let rules = RuleCache::new(store, evaluate.rules_ttl);
         tracker.spawn(klaxon_api::invalidation::subscribe(
             global.redis_url.clone(),
@@ -462,19 +464,29 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
     }
     if let Some((send, channels, retry_schedule)) = send {
         let (deliver, rates, breaker) = (&send.deliver, &send.rates, &send.breaker);
-        if !names.is_connected() {
-            // sender only: connect a rule cache for names in the background; deliveries never wait for it
-            let names = names.clone();
-            let shutdown = shutdown.clone();
-            let (mongo_url, mongo_db, ttl) = (global.mongo_url.clone(), global.mongo_db(), plan.names_ttl);
-            tracker.spawn(async move {
-                if let Some(store) =
-                    connect_with_retry("mongodb", &shutdown, || RuleStore::connect(&mongo_url, &mongo_db))
-                        .await
-                {
-                    names.connect(RuleCache::new(store, ttl));
-                }
-            });
+        // The trail writes through the rule store; it queues records until the store is there.
+        let (store_tx, store_rx) = tokio::sync::oneshot::channel::<RuleStore>();
+        match mongo.clone() {
+            Some(store) => {
+                let _ = store_tx.send(store);
+            }
+            None => {
+                // sender only: connect the store in the background, for names (a rule cache) and the trail;
+                // deliveries never wait for it
+                let names = names.clone();
+                let shutdown = shutdown.clone();
+                let (mongo_url, mongo_db, ttl) =
+                    (global.mongo_url.clone(), global.mongo_db(), plan.names_ttl);
+                tracker.spawn(async move {
+                    if let Some(store) =
+                        connect_with_retry("mongodb", &shutdown, || RuleStore::connect(&mongo_url, &mongo_db))
+                            .await
+                    {
+                        names.connect(RuleCache::new(store.clone(), ttl));
+                        let _ = store_tx.send(store);
+                    }
+                });
+            }
         }
         let channels = channels.with_project_names(Arc::new(names.clone()));
         let Some(redis) =
@@ -483,12 +495,17 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
             return Ok(ExitCode::SUCCESS);
         };
         let (trail, trail_task) = Trail::start(
-            global.mongo_url.clone(),
-            global.mongo_db(),
+            async move { store_rx.await.ok() },
             deliver.trail_ttl_days.max(Duration::from_secs(1)),
-            metrics.clone(),
             shutdown.clone(),
         );
+        {
+            let stats = trail.stats();
+            metrics.add_scrape_hook(Box::new(move |m: &Metrics| {
+                Metrics::sync_counter(&m.trail_dropped, stats.dropped());
+                Metrics::sync_counter(&m.trail_errors, stats.errors());
+            }));
+        }
         tracker.spawn(async move {
             let _ = trail_task.await;
         });

@@ -715,7 +715,7 @@ async fn queue_depths(api: &Api) -> Result<Vec<Value>, String> {
 
 /// The last hour of the delivery trail per project: distinct notifications fired, and records by status.
 async fn last_hour(api: &Api) -> Result<BTreeMap<String, Value>, ApiError> {
-    let since = klaxon_engine::trail::now_ms() - 3_600_000;
+    let since = klaxon_rules::trail::now_ms() - 3_600_000;
     let records = api
         .trail()
         .await?
@@ -726,7 +726,7 @@ async fn last_hour(api: &Api) -> Result<BTreeMap<String, Value>, ApiError> {
 }
 
 /// Per project: distinct notifications fired since `since` (ms), and the records by status.
-fn hour_counts(records: &[klaxon_engine::trail::Record], since: i64) -> BTreeMap<String, Value> {
+fn hour_counts(records: &[klaxon_rules::trail::Record], since: i64) -> BTreeMap<String, Value> {
     let mut fired: HashMap<&str, std::collections::HashSet<&str>> = HashMap::new();
     let mut out: BTreeMap<String, Value> = BTreeMap::new();
     for r in records {
@@ -1273,9 +1273,9 @@ struct DeliveriesQuery {
 }
 
 /// `at_ms:notificationId`.
-fn parse_cursor(s: &str) -> Option<klaxon_engine::trail::Cursor> {
+fn parse_cursor(s: &str) -> Option<klaxon_rules::trail::Cursor> {
     let (at, id) = s.split_once(':')?;
-    Some(klaxon_engine::trail::Cursor {
+    Some(klaxon_rules::trail::Cursor {
         at_ms: at.parse().ok()?,
         notification_id: id.to_owned(),
     })
@@ -1557,7 +1557,7 @@ mod tests {
 
     #[test]
     fn the_last_hour_counts_firings_once_and_records_by_status() {
-        use klaxon_engine::trail::{Record, Status};
+        use klaxon_rules::trail::{Record, Status};
         let rec = |p: &str, n: &str, status: Status, fired: i64| Record {
             notification_id: n.into(),
             project_id: p.into(),

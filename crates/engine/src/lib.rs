@@ -12,9 +12,9 @@
 //!
 //! The sender's delivery pipeline (see [`sender`]) is built from small parts: [`klaxon_counter::Dedup`] (a
 //! notification id is delivered once, Redis + `lua/dedup_*.lua`), [`ratelimit`] (the limits per destination
-//! over [`klaxon_counter::Gcra`], `lua/gcra_reserve.lua`), [`breaker`] (circuit breaker and bulkhead per host, in process) and [`trail`] (the
-//! append-only `deliveries` collection in MongoDB, written in the background). Every wait longer than a
-//! second goes through the broker's delay engine.
+//! over [`klaxon_counter::Gcra`], `lua/gcra_reserve.lua`), [`breaker`] (circuit breaker and bulkhead per
+//! host, in process) and [`klaxon_rules::trail`] (the append-only `deliveries` collection in MongoDB, written
+//! in the background). Every wait longer than a second goes through the broker's delay engine.
 #![deny(missing_docs)]
 
 pub mod breaker;
@@ -25,7 +25,6 @@ pub mod names;
 pub mod output;
 pub mod ratelimit;
 pub mod sender;
-pub mod trail;
 pub mod worker;
 
 use std::future::Future;
@@ -50,9 +49,6 @@ pub enum EngineError {
     /// The broker cancelled our consumer (transient: e.g. the queue was deleted).
     #[error("the broker closed the consumer")]
     ConsumerClosed,
-    /// The delivery trail could not be read or written (transient: MongoDB unavailable or refused).
-    #[error("delivery trail: {0}")]
-    Trail(String),
     /// A task could not be encoded (permanent; a bug).
     #[error("cannot encode a notification task: {0}")]
     Encode(String),
