@@ -24,7 +24,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Form, Router};
-use klaxon_broker::{Broker, Topology};
+use klaxon_broker::{Broker, BrokerError, Topology, QUEUE_DECLARE_PASSIVE};
 use klaxon_core::{ChannelKind, EventTask};
 use klaxon_rules::format::oids_to_hex;
 use serde::Deserialize;
@@ -677,30 +677,19 @@ async fn queue_depths(api: &Api) -> Result<Vec<Value>, String> {
             .map_err(|e| e.to_string())?;
         let mut out = Vec::new();
         for queue in topology.queues() {
-            // A passive declare of a missing queue closes its channel: one channel per queue.
-            let ch = match broker.channel().await {
-                Ok(ch) => ch,
+            let (messages, consumers) = match broker.queue_depth(&queue).await {
+                Ok(Some(q)) => (Some(q.messages), Some(q.consumers)),
+                // missing, or the declare failed: shown as unknown
+                Ok(None)
+                | Err(BrokerError::Amqp {
+                    op: QUEUE_DECLARE_PASSIVE,
+                    ..
+                }) => (None, None),
+                // no channel: RabbitMQ is unavailable
                 Err(e) => {
                     broker.close().await;
                     return Err(e.to_string());
                 }
-            };
-            let declared = ch
-                .queue_declare(
-                    queue.as_str().into(),
-                    lapin::options::QueueDeclareOptions {
-                        passive: true,
-                        ..Default::default()
-                    },
-                    lapin::types::FieldTable::default(),
-                )
-                .await;
-            let (messages, consumers) = match declared {
-                Ok(q) => {
-                    let _ = ch.close(200, "bye".into()).await;
-                    (Some(q.message_count()), Some(q.consumer_count()))
-                }
-                Err(_) => (None, None),
             };
             out.push(json!({"name": queue, "messages": messages, "consumers": consumers}));
         }

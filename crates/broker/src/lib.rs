@@ -64,6 +64,13 @@ pub enum BrokerError {
         /// Target queue.
         queue: String,
     },
+    /// A queue that must exist does not (deleted by hand?). Transient: the next session declares its queues
+    /// again.
+    #[error("RabbitMQ has no queue `{queue}` (was it deleted?)")]
+    NoQueue {
+        /// The queue.
+        queue: String,
+    },
     /// A queue exists with other arguments (permanent until an operator fixes it).
     #[error(
         "queue `{queue}` exists with different settings ({source}); delete it or use the queue type it was made with"
@@ -374,10 +381,13 @@ impl Broker {
                 }))
             }
             Err(e) if matches!(e.kind(), lapin::ErrorKind::ProtocolError(p) if p.get_id() == 404) => Ok(None),
-            Err(source) => Err(BrokerError::Amqp {
-                op: QUEUE_DECLARE_PASSIVE,
-                source,
-            }),
+            Err(source) => {
+                close_channel(&channel).await;
+                Err(BrokerError::Amqp {
+                    op: QUEUE_DECLARE_PASSIVE,
+                    source,
+                })
+            }
         }
     }
 
