@@ -272,6 +272,17 @@ fn parse_schedule(s: &str) -> anyhow::Result<Vec<Duration>> {
 }
 
 /// Retries `connect` with a jittered, capped backoff until it succeeds or shutdown begins.
+/// The process's rule store: connected once (one MongoDB client), by whichever part asks first.
+async fn shared_store(
+    cell: &tokio::sync::OnceCell<RuleStore>,
+    mongo_url: &str,
+    mongo_db: &str,
+) -> Result<RuleStore, klaxon_rules::RulesError> {
+    cell.get_or_try_init(|| RuleStore::connect(mongo_url, mongo_db))
+        .await
+        .cloned()
+}
+
 async fn connect_with_retry<T, E, F, Fut>(
     what: &str,
     shutdown: &CancellationToken,
@@ -352,6 +363,9 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
     let shutdown = CancellationToken::new();
     let metrics = Arc::new(Metrics::new());
     let readiness = Readiness::default();
+    // The process's one MongoDB client, for rules and the delivery trail: connected by whichever part (the
+    // worker, the sender, the API) needs it first.
+    let rule_store: Arc<tokio::sync::OnceCell<RuleStore>> = Arc::default();
     let api = klaxon_api::router(klaxon_api::ApiConfig {
         namespace: global.namespace.clone(),
         amqp_url: global.amqp_url.clone(),
@@ -364,6 +378,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
         token: std::env::var("KLAXON_API_TOKEN")
             .ok()
             .filter(|t| !t.trim().is_empty()),
+        rule_store: rule_store.clone(),
     });
     let http = klaxon_engine::http::serve(
         process.http_addr,
@@ -385,7 +400,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
     let tracker = TaskTracker::new();
     // Project names for messages come from the rule cache (the same `projects` documents).
     let names = CachedNames::default();
-    // The process's one MongoDB client, for rules and the delivery trail (the worker connects it first).
+    // The rule store once the worker has it (the sender's trail then writes through it at once).
     let mut mongo: Option<RuleStore> = None;
     if let Some(evaluate) = &plan.evaluate {
         let ready = readiness.role("worker");
@@ -396,7 +411,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
         };
         let mongo_db = global.mongo_db();
         let Some(store) = connect_with_retry("mongodb", &shutdown, || {
-            RuleStore::connect(&global.mongo_url, &mongo_db)
+            shared_store(&rule_store, &global.mongo_url, &mongo_db)
         })
         .await
         else {
@@ -475,12 +490,14 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
                 // deliveries never wait for it
                 let names = names.clone();
                 let shutdown = shutdown.clone();
+                let rule_store = rule_store.clone();
                 let (mongo_url, mongo_db, ttl) =
                     (global.mongo_url.clone(), global.mongo_db(), plan.names_ttl);
                 tracker.spawn(async move {
-                    if let Some(store) =
-                        connect_with_retry("mongodb", &shutdown, || RuleStore::connect(&mongo_url, &mongo_db))
-                            .await
+                    if let Some(store) = connect_with_retry("mongodb", &shutdown, || {
+                        shared_store(&rule_store, &mongo_url, &mongo_db)
+                    })
+                    .await
                     {
                         names.connect(RuleCache::new(store.clone(), ttl));
                         let _ = store_tx.send(store);

@@ -69,6 +69,9 @@ pub struct ApiConfig {
     /// `KLAXON_API_TOKEN`: when set, every request needs `Authorization: Bearer <token>`; when not, only
     /// loopback clients are served.
     pub token: Option<String>,
+    /// The rule store (rules and the delivery trail), connected on first use to `mongo_url`. Share the cell
+    /// with the rest of the process so that it has one MongoDB client; a fresh one when nothing else uses it.
+    pub rule_store: Arc<OnceCell<RuleStore>>,
 }
 
 impl std::fmt::Debug for ApiConfig {
@@ -84,7 +87,7 @@ impl std::fmt::Debug for ApiConfig {
 
 struct Inner {
     config: ApiConfig,
-    store: OnceCell<RuleStore>,
+    store: Arc<OnceCell<RuleStore>>,
     redis: OnceCell<RedisHandle>,
     amqp: Mutex<Option<(Broker, Publisher)>>,
     trail: OnceCell<klaxon_rules::TrailReader>,
@@ -158,8 +161,8 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
 /// for the loopback check; without it, only token auth can succeed.
 pub fn router(config: ApiConfig) -> Router {
     let api = Api(Arc::new(Inner {
+        store: config.rule_store.clone(),
         config,
-        store: OnceCell::new(),
         redis: OnceCell::new(),
         amqp: Mutex::new(None),
         trail: OnceCell::new(),
