@@ -271,7 +271,6 @@ fn parse_schedule(s: &str) -> anyhow::Result<Vec<Duration>> {
     Ok(out)
 }
 
-/// Retries `connect` with a jittered, capped backoff until it succeeds or shutdown begins.
 /// The process's rule store: connected once (one MongoDB client), by whichever part asks first.
 async fn shared_store(
     cell: &tokio::sync::OnceCell<RuleStore>,
@@ -283,6 +282,7 @@ async fn shared_store(
         .cloned()
 }
 
+/// Retries `connect` with a jittered, capped backoff until it succeeds or shutdown begins.
 async fn connect_with_retry<T, E, F, Fut>(
     what: &str,
     shutdown: &CancellationToken,
