@@ -470,19 +470,10 @@ async fn one(global: &GlobalOpts, args: &PipelineArgs, qt: QueueType) -> anyhow:
     let rate = n / elapsed;
 
     // Leave nothing behind.
-    if let Ok(ch) = broker.channel().await {
-        let topo = Topology::new(&ns, &format!("{ns}.events"), qt);
-        let _ = topo.delete(&ch).await;
-        let _ = ch
-            .queue_delete(
-                format!("{ns}.raw").as_str().into(),
-                lapin::options::QueueDeleteOptions::default(),
-            )
-            .await;
-        // Closed before the connection: a channel merely dropped closes itself in the background, and when that
-        // races the connection's close lapin reports a "Connection error" at ERROR level.
-        let _ = ch.close(200, "bye".into()).await;
-    }
+    let _ = broker
+        .delete_topology(&Topology::new(&ns, &format!("{ns}.events"), qt))
+        .await;
+    let _ = broker.delete_queue(&format!("{ns}.raw")).await;
     broker.close().await;
     Ok(Row {
         queue_type: label(qt).to_owned(),

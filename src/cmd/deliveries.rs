@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use klaxon_engine::trail::{Status, TrailReader};
-use klaxon_engine::EngineError;
+use klaxon_rules::trail::{Status, TrailReader};
+use klaxon_rules::RulesError;
 
 use crate::cli::GlobalOpts;
 use crate::exit::Unreachable;
@@ -57,8 +57,8 @@ pub async fn run(args: DeliveriesArgs, global: &GlobalOpts) -> anyhow::Result<Ex
         .await
         .map_err(|e| match e {
             // The reader pings first; a failed ping means the server is out of reach.
-            EngineError::Trail(m) if m.starts_with("ping") => {
-                anyhow::Error::new(Unreachable(format!("MongoDB is unreachable: {m}")))
+            RulesError::Query { op: "ping", message } => {
+                anyhow::Error::new(Unreachable(format!("MongoDB is unreachable: ping: {message}")))
             }
             e => anyhow::Error::new(e),
         })

@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use klaxon_broker::{Broker, QueueType, Topology};
+use klaxon_broker::{Broker, BrokerError, QueueType, Topology, QUEUE_DECLARE_PASSIVE};
 use klaxon_core::ChannelKind;
 use klaxon_counter::RedisHandle;
 use klaxon_rules::RuleStore;
@@ -292,41 +292,25 @@ async fn rabbit_checks(global: &GlobalOpts, t: Duration) -> Vec<Check> {
 
 async fn queue_check(broker: &Broker, topology: &Topology, queue: &str, t: Duration) -> Check {
     let name = format!("queue {queue}");
-    // A passive declare of a missing queue closes its channel: one channel per queue.
-    let declared = tokio::time::timeout(t, async {
-        let ch = broker.channel().await.map_err(|e| e.to_string())?;
-        let q = ch
-            .queue_declare(
-                queue.into(),
-                lapin::options::QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                lapin::types::FieldTable::default(),
-            )
-            .await;
-        if q.is_ok() {
-            let _ = ch.close(200, "bye".into()).await;
-        }
-        q.map_err(|e| match e.kind() {
-            lapin::ErrorKind::ProtocolError(p) if p.get_id() == 404 => "not found".to_owned(),
-            _ => e.to_string(),
-        })
-    })
-    .await;
+    let declared = tokio::time::timeout(t, broker.queue_depth(queue)).await;
     let q = match declared {
         Err(_) => return check(Status::Fail, name, "no answer in time"),
-        Ok(Err(e)) if e == "not found" => {
+        Ok(Ok(None)) => {
             return check(
                 Status::Warn,
                 name,
                 "not declared yet (a klaxon process declares it when it starts)",
             )
         }
-        Ok(Err(e)) => return check(Status::Fail, name, e),
-        Ok(Ok(q)) => q,
+        // The declare's own error, as the check has always shown it.
+        Ok(Err(BrokerError::Amqp {
+            op: QUEUE_DECLARE_PASSIVE,
+            source,
+        })) => return check(Status::Fail, name, source.to_string()),
+        Ok(Err(e)) => return check(Status::Fail, name, e.to_string()),
+        Ok(Ok(Some(q))) => q,
     };
-    let (messages, consumers) = (q.message_count(), q.consumer_count());
+    let (messages, consumers) = (q.messages, q.consumers);
     let detail = format!("{messages} messages, {consumers} consumers");
     if messages > 0 && queue == topology.dead_queue() {
         check(

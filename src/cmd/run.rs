@@ -9,16 +9,14 @@ use anyhow::Context;
 use clap::Args;
 use klaxon_broker::{QueueType, Topology};
 use klaxon_core::ChannelKind;
-use klaxon_counter::{Counter, RedisHandle};
+use klaxon_counter::{Counter, Dedup, RedisHandle};
 use klaxon_engine::breaker::{BreakerConfig, Breakers, Bulkheads};
-use klaxon_engine::dedup::Dedup;
 use klaxon_engine::http::Readiness;
 use klaxon_engine::metrics::Metrics;
 use klaxon_engine::names::CachedNames;
 use klaxon_engine::ratelimit::{RateLimiter, RateLimits};
-use klaxon_engine::trail::Trail;
 use klaxon_engine::{sender, worker};
-use klaxon_rules::{RuleCache, RuleStore};
+use klaxon_rules::{RuleCache, RuleStore, Trail};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -273,6 +271,17 @@ fn parse_schedule(s: &str) -> anyhow::Result<Vec<Duration>> {
     Ok(out)
 }
 
+/// The process's rule store: connected once (one MongoDB client), by whichever part asks first.
+async fn shared_store(
+    cell: &tokio::sync::OnceCell<RuleStore>,
+    mongo_url: &str,
+    mongo_db: &str,
+) -> Result<RuleStore, klaxon_rules::RulesError> {
+    cell.get_or_try_init(|| RuleStore::connect(mongo_url, mongo_db))
+        .await
+        .cloned()
+}
+
 /// Retries `connect` with a jittered, capped backoff until it succeeds or shutdown begins.
 async fn connect_with_retry<T, E, F, Fut>(
     what: &str,
@@ -354,6 +363,9 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
     let shutdown = CancellationToken::new();
     let metrics = Arc::new(Metrics::new());
     let readiness = Readiness::default();
+    // The process's one MongoDB client, for rules and the delivery trail: connected by whichever part (the
+    // worker, the sender, the API) needs it first.
+    let rule_store: Arc<tokio::sync::OnceCell<RuleStore>> = Arc::default();
     let api = klaxon_api::router(klaxon_api::ApiConfig {
         namespace: global.namespace.clone(),
         amqp_url: global.amqp_url.clone(),
@@ -366,6 +378,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
         token: std::env::var("KLAXON_API_TOKEN")
             .ok()
             .filter(|t| !t.trim().is_empty()),
+        rule_store: rule_store.clone(),
     });
     let http = klaxon_engine::http::serve(
         process.http_addr,
@@ -387,6 +400,8 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
     let tracker = TaskTracker::new();
     // Project names for messages come from the rule cache (the same `projects` documents).
     let names = CachedNames::default();
+    // The rule store once the worker has it (the sender's trail then writes through it at once).
+    let mut mongo: Option<RuleStore> = None;
     if let Some(evaluate) = &plan.evaluate {
         let ready = readiness.role("worker");
         let Some(redis) =
@@ -396,7 +411,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
         };
         let mongo_db = global.mongo_db();
         let Some(store) = connect_with_retry("mongodb", &shutdown, || {
-            RuleStore::connect(&global.mongo_url, &mongo_db)
+            shared_store(&rule_store, &global.mongo_url, &mongo_db)
         })
         .await
         else {
@@ -408,6 +423,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
             readiness.role("redis"),
             shutdown.clone(),
         ));
+        mongo = Some(store.clone());
         let rules = RuleCache::new(store, evaluate.rules_ttl);
         tracker.spawn(klaxon_api::invalidation::subscribe(
             global.redis_url.clone(),
@@ -469,19 +485,31 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
     }
     if let Some((send, channels, retry_schedule)) = send {
         let (deliver, rates, breaker) = (&send.deliver, &send.rates, &send.breaker);
-        if !names.is_connected() {
-            // sender only: connect a rule cache for names in the background; deliveries never wait for it
-            let names = names.clone();
-            let shutdown = shutdown.clone();
-            let (mongo_url, mongo_db, ttl) = (global.mongo_url.clone(), global.mongo_db(), plan.names_ttl);
-            tracker.spawn(async move {
-                if let Some(store) =
-                    connect_with_retry("mongodb", &shutdown, || RuleStore::connect(&mongo_url, &mongo_db))
-                        .await
-                {
-                    names.connect(RuleCache::new(store, ttl));
-                }
-            });
+        // The trail writes through the rule store; it queues records until the store is there.
+        let (store_tx, store_rx) = tokio::sync::oneshot::channel::<RuleStore>();
+        match mongo.clone() {
+            Some(store) => {
+                let _ = store_tx.send(store);
+            }
+            None => {
+                // sender only: connect the store in the background, for names (a rule cache) and the trail;
+                // deliveries never wait for it
+                let names = names.clone();
+                let shutdown = shutdown.clone();
+                let rule_store = rule_store.clone();
+                let (mongo_url, mongo_db, ttl) =
+                    (global.mongo_url.clone(), global.mongo_db(), plan.names_ttl);
+                tracker.spawn(async move {
+                    if let Some(store) = connect_with_retry("mongodb", &shutdown, || {
+                        shared_store(&rule_store, &mongo_url, &mongo_db)
+                    })
+                    .await
+                    {
+                        names.connect(RuleCache::new(store.clone(), ttl));
+                        let _ = store_tx.send(store);
+                    }
+                });
+            }
         }
         let channels = channels.with_project_names(Arc::new(names.clone()));
         let Some(redis) =
@@ -490,12 +518,17 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
             return Ok(ExitCode::SUCCESS);
         };
         let (trail, trail_task) = Trail::start(
-            global.mongo_url.clone(),
-            global.mongo_db(),
+            async move { store_rx.await.ok() },
             deliver.trail_ttl_days.max(Duration::from_secs(1)),
-            metrics.clone(),
             shutdown.clone(),
         );
+        {
+            let stats = trail.stats();
+            metrics.add_scrape_hook(Box::new(move |m: &Metrics| {
+                Metrics::sync_counter(&m.trail_dropped, stats.dropped());
+                Metrics::sync_counter(&m.trail_errors, stats.errors());
+            }));
+        }
         tracker.spawn(async move {
             let _ = trail_task.await;
         });

@@ -24,7 +24,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Form, Router};
-use klaxon_broker::{Broker, Topology};
+use klaxon_broker::{Broker, BrokerError, Topology, QUEUE_DECLARE_PASSIVE};
 use klaxon_core::rule::{Field, RawChannel, RuleId};
 use klaxon_core::{ChannelKind, EventTask, RawRule};
 use klaxon_rules::format::oids_to_hex;
@@ -678,30 +678,19 @@ async fn queue_depths(api: &Api) -> Result<Vec<Value>, String> {
             .map_err(|e| e.to_string())?;
         let mut out = Vec::new();
         for queue in topology.queues() {
-            // A passive declare of a missing queue closes its channel: one channel per queue.
-            let ch = match broker.channel().await {
-                Ok(ch) => ch,
+            let (messages, consumers) = match broker.queue_depth(&queue).await {
+                Ok(Some(q)) => (Some(q.messages), Some(q.consumers)),
+                // missing, or the declare failed: shown as unknown
+                Ok(None)
+                | Err(BrokerError::Amqp {
+                    op: QUEUE_DECLARE_PASSIVE,
+                    ..
+                }) => (None, None),
+                // no channel: RabbitMQ is unavailable
                 Err(e) => {
                     broker.close().await;
                     return Err(e.to_string());
                 }
-            };
-            let declared = ch
-                .queue_declare(
-                    queue.as_str().into(),
-                    lapin::options::QueueDeclareOptions {
-                        passive: true,
-                        ..Default::default()
-                    },
-                    lapin::types::FieldTable::default(),
-                )
-                .await;
-            let (messages, consumers) = match declared {
-                Ok(q) => {
-                    let _ = ch.close(200, "bye".into()).await;
-                    (Some(q.message_count()), Some(q.consumer_count()))
-                }
-                Err(_) => (None, None),
             };
             out.push(json!({"name": queue, "messages": messages, "consumers": consumers}));
         }
@@ -716,7 +705,7 @@ async fn queue_depths(api: &Api) -> Result<Vec<Value>, String> {
 
 /// The last hour of the delivery trail per project: distinct notifications fired, and records by status.
 async fn last_hour(api: &Api) -> Result<BTreeMap<String, Value>, ApiError> {
-    let since = klaxon_engine::trail::now_ms() - 3_600_000;
+    let since = klaxon_rules::trail::now_ms() - 3_600_000;
     let records = api
         .trail()
         .await?
@@ -727,7 +716,7 @@ async fn last_hour(api: &Api) -> Result<BTreeMap<String, Value>, ApiError> {
 }
 
 /// Per project: distinct notifications fired since `since` (ms), and the records by status.
-fn hour_counts(records: &[klaxon_engine::trail::Record], since: i64) -> BTreeMap<String, Value> {
+fn hour_counts(records: &[klaxon_rules::trail::Record], since: i64) -> BTreeMap<String, Value> {
     let mut fired: HashMap<&str, std::collections::HashSet<&str>> = HashMap::new();
     let mut out: BTreeMap<String, Value> = BTreeMap::new();
     for r in records {
@@ -1287,9 +1276,9 @@ struct DeliveriesQuery {
 }
 
 /// `at_ms:notificationId`.
-fn parse_cursor(s: &str) -> Option<klaxon_engine::trail::Cursor> {
+fn parse_cursor(s: &str) -> Option<klaxon_rules::trail::Cursor> {
     let (at, id) = s.split_once(':')?;
-    Some(klaxon_engine::trail::Cursor {
+    Some(klaxon_rules::trail::Cursor {
         at_ms: at.parse().ok()?,
         notification_id: id.to_owned(),
     })
@@ -1618,7 +1607,7 @@ mod tests {
 
     #[test]
     fn the_last_hour_counts_firings_once_and_records_by_status() {
-        use klaxon_engine::trail::{Record, Status};
+        use klaxon_rules::trail::{Record, Status};
         let rec = |p: &str, n: &str, status: Status, fired: i64| Record {
             notification_id: n.into(),
             project_id: p.into(),

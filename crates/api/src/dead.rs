@@ -11,8 +11,6 @@ use klaxon_broker::{header, Broker, BrokerError, Delivery, Outgoing, Publisher, 
 use klaxon_channels::redact_endpoint;
 use klaxon_core::NotificationTask;
 use klaxon_engine::sender::ATTEMPTS_HEADER;
-use lapin::options::QueueDeclareOptions;
-use lapin::types::FieldTable;
 use serde_json::{json, Value};
 
 /// How long to wait for the next message of a queue known to hold more.
@@ -91,25 +89,11 @@ pub async fn pass(
     what: Pass<'_>,
 ) -> Result<Vec<DeadItem>, BrokerError> {
     let queue = topology.dead_queue();
-    let count = {
-        let ch = broker.channel().await?;
-        let q = ch
-            .queue_declare(
-                queue.as_str().into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await;
-        let _ = ch.close(200, "bye".into()).await;
-        q.map_err(|source| BrokerError::Amqp {
-            op: "queue.declare (passive) of the dead-letter queue",
-            source,
-        })?
-        .message_count()
-    };
+    let count = broker
+        .queue_depth(&queue)
+        .await?
+        .ok_or_else(|| BrokerError::NoQueue { queue: queue.clone() })?
+        .messages;
     let limit = match what {
         Pass::List(n) => count.min(n),
         Pass::Replay(_) => count,

@@ -1,7 +1,7 @@
 //! The delivery trail as JSON: shared by `GET /api/v1/deliveries` and `klaxon deliveries list --json`.
 
 use klaxon_core::notification::rfc3339_ms;
-use klaxon_engine::trail::Record;
+use klaxon_rules::trail::Record;
 use serde_json::{json, Value};
 
 /// Most records `GET /api/v1/deliveries` returns at once.

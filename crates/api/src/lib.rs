@@ -69,6 +69,9 @@ pub struct ApiConfig {
     /// `KLAXON_API_TOKEN`: when set, every request needs `Authorization: Bearer <token>`; when not, only
     /// loopback clients are served.
     pub token: Option<String>,
+    /// The rule store (rules and the delivery trail), connected on first use to `mongo_url`. Share the cell
+    /// with the rest of the process so that it has one MongoDB client; a fresh one when nothing else uses it.
+    pub rule_store: Arc<OnceCell<RuleStore>>,
 }
 
 impl std::fmt::Debug for ApiConfig {
@@ -84,10 +87,10 @@ impl std::fmt::Debug for ApiConfig {
 
 struct Inner {
     config: ApiConfig,
-    store: OnceCell<RuleStore>,
+    store: Arc<OnceCell<RuleStore>>,
     redis: OnceCell<RedisHandle>,
     amqp: Mutex<Option<(Broker, Publisher)>>,
-    trail: OnceCell<klaxon_engine::trail::TrailReader>,
+    trail: OnceCell<klaxon_rules::TrailReader>,
 }
 
 #[derive(Clone)]
@@ -158,8 +161,8 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
 /// for the loopback check; without it, only token auth can succeed.
 pub fn router(config: ApiConfig) -> Router {
     let api = Api(Arc::new(Inner {
+        store: config.rule_store.clone(),
         config,
-        store: OnceCell::new(),
         redis: OnceCell::new(),
         amqp: Mutex::new(None),
         trail: OnceCell::new(),
@@ -288,12 +291,16 @@ fn json_body(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
 
 impl Api {
     async fn store(&self) -> Result<&RuleStore, ApiError> {
+        self.rule_store().await.map_err(ApiError::rules)
+    }
+
+    /// The rule store (connected on first use): the API's one MongoDB client, for rules and the trail.
+    async fn rule_store(&self) -> Result<&RuleStore, RulesError> {
         let c = &self.0.config;
         self.0
             .store
             .get_or_try_init(|| RuleStore::connect(&c.mongo_url, &c.mongo_db))
             .await
-            .map_err(ApiError::rules)
     }
 
     async fn redis(&self) -> Result<RedisHandle, ApiError> {
@@ -543,14 +550,18 @@ impl Api {
         }
     }
 
-    /// The delivery trail's reader (connected on first use).
-    async fn trail(&self) -> Result<&klaxon_engine::trail::TrailReader, ApiError> {
-        let c = &self.0.config;
+    /// The delivery trail's reader (through the rule store's client, connected on first use).
+    async fn trail(&self) -> Result<&klaxon_rules::TrailReader, ApiError> {
         self.0
             .trail
-            .get_or_try_init(|| klaxon_engine::trail::TrailReader::connect(&c.mongo_url, &c.mongo_db))
+            .get_or_try_init(|| async {
+                let store = self
+                    .rule_store()
+                    .await
+                    .map_err(|e| ApiError::unavailable("MongoDB", e))?;
+                Ok(klaxon_rules::TrailReader::new(store))
+            })
             .await
-            .map_err(|e| ApiError::unavailable("MongoDB", e))
     }
 
     /// The Redis clock (ms), the one mutes and windows use.

@@ -64,6 +64,13 @@ pub enum BrokerError {
         /// Target queue.
         queue: String,
     },
+    /// A queue that must exist does not (deleted by hand?). Transient: the next session declares its queues
+    /// again.
+    #[error("RabbitMQ has no queue `{queue}` (was it deleted?)")]
+    NoQueue {
+        /// The queue.
+        queue: String,
+    },
     /// A queue exists with other arguments (permanent until an operator fixes it).
     #[error(
         "queue `{queue}` exists with different settings ({source}); delete it or use the queue type it was made with"
@@ -349,6 +356,74 @@ impl Broker {
     pub async fn close(&self) {
         let _ = self.conn.close(200, "bye".into()).await;
     }
+
+    /// How many messages and consumers `queue` has, read by a passive declare (which creates nothing);
+    /// `None` when the queue does not exist. A passive declare of a missing queue closes its channel, so each
+    /// call uses a channel of its own.
+    pub async fn queue_depth(&self, queue: &str) -> Result<Option<QueueDepth>, BrokerError> {
+        let channel = self.channel().await?;
+        let declared = channel
+            .queue_declare(
+                queue.into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await;
+        match declared {
+            Ok(q) => {
+                let _ = channel.close(200, "bye".into()).await;
+                Ok(Some(QueueDepth {
+                    messages: q.message_count(),
+                    consumers: q.consumer_count(),
+                }))
+            }
+            Err(e) if matches!(e.kind(), lapin::ErrorKind::ProtocolError(p) if p.get_id() == 404) => Ok(None),
+            Err(source) => {
+                close_channel(&channel).await;
+                Err(BrokerError::Amqp {
+                    op: QUEUE_DECLARE_PASSIVE,
+                    source,
+                })
+            }
+        }
+    }
+
+    /// Deletes `queue` and the messages in it (benchmarks, tests), on a channel of its own.
+    pub async fn delete_queue(&self, queue: &str) -> Result<(), BrokerError> {
+        let channel = self.channel().await?;
+        let deleted = delete_queue(&channel, queue).await;
+        close_channel(&channel).await;
+        deleted
+    }
+
+    /// Deletes every queue and exchange of `topology` ([`Topology::delete`]), on a channel of its own.
+    pub async fn delete_topology(&self, topology: &Topology) -> Result<(), BrokerError> {
+        let channel = self.channel().await?;
+        let deleted = topology.delete(&channel).await;
+        close_channel(&channel).await;
+        deleted
+    }
+}
+
+/// The `op` of a failed passive declare in [`BrokerError::Amqp`] (see [`Broker::queue_depth`]).
+pub const QUEUE_DECLARE_PASSIVE: &str = "queue.declare (passive)";
+
+/// A queue's depth (see [`Broker::queue_depth`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueDepth {
+    /// Messages ready for delivery.
+    pub messages: u32,
+    /// Consumers attached.
+    pub consumers: u32,
+}
+
+/// Closes a one-off channel before its connection: a channel merely dropped closes itself in the background,
+/// and when that races the connection's close lapin reports a "Connection error" at ERROR level.
+async fn close_channel(channel: &Channel) {
+    let _ = channel.close(200, "bye".into()).await;
 }
 
 /// A consumer with manual acknowledgements.

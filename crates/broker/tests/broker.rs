@@ -228,3 +228,63 @@ async fn a_node_list_connects_past_a_dead_node_and_small_frames_carry_big_bodies
     delete_all(&broker, &topo).await;
     broker.close().await;
 }
+
+#[tokio::test]
+async fn queue_depth_and_deletes_on_their_own_channels() {
+    use klaxon_broker::QueueDepth;
+    let ns = klaxon_testkit::unique_namespace();
+    let broker = Broker::connect(&klaxon_testkit::amqp_url(), T)
+        .await
+        .expect("connect");
+    let topo = Topology::new(&ns, &format!("{ns}.events"), QueueType::Classic);
+    let publisher = broker.publisher().await.expect("publisher");
+    publisher.declare(&topo).await.expect("declare");
+    let raw = format!("{ns}.raw");
+    publisher.declare_plain(&raw).await.expect("declare raw");
+    publisher
+        .publish_all(&[
+            Outgoing::json(topo.dead_queue(), b"{}".to_vec()),
+            Outgoing::json(topo.dead_queue(), b"{}".to_vec()),
+        ])
+        .await
+        .expect("publish");
+    let missing = format!("{ns}.missing");
+    // (queue, expected depth): a missing queue is `None`, and it does not spoil the connection for the next
+    let table = [
+        (
+            topo.dead_queue(),
+            Some(QueueDepth {
+                messages: 2,
+                consumers: 0,
+            }),
+        ),
+        (missing.clone(), None),
+        (
+            topo.invalid_queue(),
+            Some(QueueDepth {
+                messages: 0,
+                consumers: 0,
+            }),
+        ),
+        (missing, None),
+        (
+            raw.clone(),
+            Some(QueueDepth {
+                messages: 0,
+                consumers: 0,
+            }),
+        ),
+    ];
+    for (queue, want) in table {
+        assert_eq!(broker.queue_depth(&queue).await.expect("depth"), want, "{queue}");
+    }
+    broker.delete_queue(&raw).await.expect("delete raw");
+    assert_eq!(broker.queue_depth(&raw).await.expect("depth"), None);
+    broker.delete_topology(&topo).await.expect("delete topology");
+    for queue in topo.queues() {
+        assert_eq!(broker.queue_depth(&queue).await.expect("depth"), None, "{queue}");
+    }
+    assert!(broker.is_connected());
+    publisher.close().await;
+    broker.close().await;
+}

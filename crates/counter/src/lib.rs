@@ -27,19 +27,26 @@
 //!   script on every node and resends only the calls that did not run.
 //! * **Digests.** [`Digests`] holds the Redis half of `minPeriod` digests (`lua/digest_*.lua`): an atomic,
 //!   idempotent append that says when a window opens, and an atomic take-and-mark claim of a due window.
+//! * **Delivery.** [`Dedup`] (`lua/dedup_*.lua`: a notification id is delivered once) and [`Gcra`]
+//!   (`lua/gcra_reserve.lua`: fleet-wide rate limits) are the Redis half of the senders' pipeline; the
+//!   policy around them (which limits apply, what a busy claim or a far slot means) is the engine's.
 #![deny(missing_docs)]
 
 mod counter;
+pub mod dedup;
 pub mod digest;
 mod error;
+pub mod gcra;
 mod handle;
 mod hit;
 pub mod mutes;
 mod peek;
 
 pub use counter::{Counter, DEFAULT_FIRST_SEEN_TTL};
+pub use dedup::Dedup;
 pub use digest::{Appended, Claim, DigestKey, Digests};
 pub use error::CounterError;
+pub use gcra::{Gcra, Slot};
 pub use handle::RedisHandle;
 pub use hit::{Hit, HitSpec, Outcome};
 pub use mutes::Mutes;

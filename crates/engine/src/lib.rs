@@ -16,15 +16,14 @@
 //! `KLAXON_TEST_CRASH_AFTER_CLAIM`; `scripts/test` turns it on for the tests. A build without it has neither the
 //! field, nor the check, nor the variable's name.
 //!
-//! The sender's delivery pipeline (see [`sender`]) is built from small parts: [`dedup`] (a notification id is
-//! delivered once, Redis + `lua/dedup_*.lua`), [`ratelimit`] (fleet-wide GCRA per destination,
-//! `lua/gcra_reserve.lua`), [`breaker`] (circuit breaker and bulkhead per host, in process) and [`trail`] (the
-//! append-only `deliveries` collection in MongoDB, written in the background). Every wait longer than a
-//! second goes through the broker's delay engine.
+//! The sender's delivery pipeline (see [`sender`]) is built from small parts: [`klaxon_counter::Dedup`] (a
+//! notification id is delivered once, Redis + `lua/dedup_*.lua`), [`ratelimit`] (the limits per destination
+//! over [`klaxon_counter::Gcra`], `lua/gcra_reserve.lua`), [`breaker`] (circuit breaker and bulkhead per
+//! host, in process) and [`klaxon_rules::trail`] (the append-only `deliveries` collection in MongoDB, written
+//! in the background). Every wait longer than a second goes through the broker's delay engine.
 #![deny(missing_docs)]
 
 pub mod breaker;
-pub mod dedup;
 pub mod digest;
 pub mod http;
 pub mod metrics;
@@ -32,7 +31,6 @@ pub mod names;
 pub mod output;
 pub mod ratelimit;
 pub mod sender;
-pub mod trail;
 pub mod worker;
 
 use std::future::Future;
@@ -48,7 +46,7 @@ pub enum EngineError {
     /// RabbitMQ failed (transient unless the topology clashes).
     #[error(transparent)]
     Broker(#[from] klaxon_broker::BrokerError),
-    /// Redis failed (transient).
+    /// Redis failed: counting, dedup or rate limits (transient unless Redis refused the call).
     #[error(transparent)]
     Counter(#[from] klaxon_counter::CounterError),
     /// Rules could not be loaded and none were cached (transient).
@@ -57,12 +55,6 @@ pub enum EngineError {
     /// The broker cancelled our consumer (transient: e.g. the queue was deleted).
     #[error("the broker closed the consumer")]
     ConsumerClosed,
-    /// A delivery-pipeline Redis call (dedup, rate limit) failed (transient).
-    #[error("Redis failed: {0}")]
-    Redis(#[from] redis::RedisError),
-    /// The delivery trail could not be read or written (transient: MongoDB unavailable or refused).
-    #[error("delivery trail: {0}")]
-    Trail(String),
     /// A task could not be encoded (permanent; a bug).
     #[error("cannot encode a notification task: {0}")]
     Encode(String),

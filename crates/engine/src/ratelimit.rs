@@ -1,4 +1,5 @@
-//! Fleet-wide rate limits per destination: GCRA in Redis (`lua/gcra_reserve.lua`).
+//! Fleet-wide rate limits per destination: the policy around GCRA in Redis ([`klaxon_counter::Gcra`],
+//! `lua/gcra_reserve.lua`).
 //!
 //! A sender asks for a send slot before each attempt. A slot at most [`RateLimiter::max_sleep`] away is
 //! *reserved* and the sender sleeps until it (short waits only, so a prefetch slot is never held long); a
@@ -10,17 +11,16 @@
 //! Telegram 1/s per chat and 30/s per bot, Slack 1/s per webhook by default; webhooks and email are unlimited
 //! unless configured. Keys are `<ns>:{rl:<destination>}`.
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use klaxon_channels::Channels;
 use klaxon_core::{ChannelKind, NotificationTask};
-use klaxon_counter::RedisHandle;
-use redis::Script;
+use klaxon_counter::{Gcra, RedisHandle};
 
 use crate::EngineError;
 
-static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/gcra_reserve.lua")));
+/// The answer to a slot request (re-exported: [`RateLimiter::acquire`] returns it).
+pub use klaxon_counter::Slot;
 
 /// Messages per second per destination kind; 0 (or less) means unlimited.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -85,20 +85,11 @@ impl RateLimits {
     }
 }
 
-/// The answer to a slot request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Slot {
-    /// A slot is reserved this far from now (zero = now): sleep, then send.
-    Reserved(Duration),
-    /// No slot within the accepted wait: delay the task about this long and ask again.
-    Later(Duration),
-}
-
-/// Typed front of `lua/gcra_reserve.lua`. Cheap to clone.
+/// Typed front of the rate limits: which GCRA reservations ([`klaxon_counter::Gcra`]) a task needs. Cheap to
+/// clone.
 #[derive(Debug, Clone)]
 pub struct RateLimiter {
-    redis: RedisHandle,
-    namespace: String,
+    gcra: Gcra,
     limits: RateLimits,
     max_sleep: Duration,
 }
@@ -107,8 +98,7 @@ impl RateLimiter {
     /// A limiter with these limits; reservations at most `max_sleep` away are taken.
     pub fn new(redis: RedisHandle, namespace: &str, limits: RateLimits, max_sleep: Duration) -> Self {
         RateLimiter {
-            redis,
-            namespace: namespace.to_owned(),
+            gcra: Gcra::new(redis, namespace),
             limits,
             max_sleep,
         }
@@ -126,6 +116,7 @@ impl RateLimiter {
         let mut wait = Duration::ZERO;
         for limit in self.limits.limits_for(task) {
             match self
+                .gcra
                 .reserve(&limit.key, limit.per_second, 1, self.max_sleep, None)
                 .await?
             {
@@ -134,34 +125,6 @@ impl RateLimiter {
             }
         }
         Ok(Slot::Reserved(wait))
-    }
-
-    /// One GCRA reservation on `<ns>:{rl:<key>}`: `per_second` with a burst of `burst` messages, accepting
-    /// a wait up to `max_wait`; `now_ms` is the Redis clock unless given (tests).
-    pub async fn reserve(
-        &self,
-        key: &str,
-        per_second: f64,
-        burst: u32,
-        max_wait: Duration,
-        now_ms: Option<u64>,
-    ) -> Result<Slot, EngineError> {
-        let interval_ms = (1000.0 / per_second).ceil().max(1.0) as u64;
-        let tolerance_ms = interval_ms.saturating_mul(u64::from(burst.max(1) - 1));
-        let (reserved, wait_ms): (i64, i64) = GCRA
-            .key(format!("{}:{{rl:{}}}", self.namespace, key))
-            .arg(interval_ms)
-            .arg(tolerance_ms)
-            .arg(u64::try_from(max_wait.as_millis()).unwrap_or(u64::MAX))
-            .arg(now_ms.map(|n| n.to_string()).unwrap_or_default())
-            .invoke_async(&mut self.redis.clone())
-            .await?;
-        let wait = Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0));
-        Ok(if reserved == 1 {
-            Slot::Reserved(wait)
-        } else {
-            Slot::Later(wait)
-        })
     }
 }
 

@@ -13,6 +13,8 @@
 //!   unknown projects, single flight per project, stale-while-error and change-stream invalidation where the
 //!   server offers it.
 //! * [`format`] is the JSON import/export format of INTERFACE.md.
+//! * [`trail`] is the delivery trail (collection `deliveries`): the senders' background writer and the reader
+//!   behind `klaxon deliveries list` and the API. It shares the store's client wherever a process has both.
 //!
 //! Parsing and validation of rules live in the pure core (`klaxon_core::rule`); this crate only moves
 //! documents and decides when to reload them.
@@ -22,8 +24,10 @@ pub mod cache;
 mod error;
 pub mod format;
 pub mod store;
+pub mod trail;
 
 pub use cache::{InvalidationMode, RuleCache, DEFAULT_TTL};
 pub use error::RulesError;
 pub use format::{export_json, parse_import, ProjectNotifications};
 pub use store::{RuleStore, StoredProject};
+pub use trail::{Trail, TrailReader};

@@ -16,7 +16,7 @@ use futures_util::TryStreamExt;
 use klaxon_core::ProjectRules;
 use mongodb::bson::{doc, oid::ObjectId, Bson, Document};
 use mongodb::options::ClientOptions;
-use mongodb::{Client, Collection, IndexModel};
+use mongodb::{Client, Collection, Database, IndexModel};
 use serde_json::Value;
 
 use crate::format::{document_to_json, parse_object_id, rule_to_document, ProjectNotifications};
@@ -99,6 +99,32 @@ fn fingerprint(parts: &[&str]) -> u64 {
     h.finish()
 }
 
+/// Opens a client for `mongo_url` with Klaxon's options (the URL's own settings win; otherwise
+/// [`SERVER_SELECTION_TIMEOUT`] to select a server and to connect, app name `klaxon`) and checks `database`
+/// answers a `ping`. The one place a MongoDB client is made: the rule store and the delivery trail share it.
+pub(crate) async fn connect_database(mongo_url: &str, database: &str) -> Result<Database, RulesError> {
+    let mut opts = ClientOptions::parse(mongo_url).await.map_err(|e| {
+        // The driver's message may quote parts of the URL, which can carry a password: quote it only
+        // when it cannot.
+        let detail = e.to_string();
+        RulesError::Config(if detail.contains('@') {
+            "cannot parse the MongoDB URL".to_owned()
+        } else {
+            format!("cannot parse the MongoDB URL: {detail}")
+        })
+    })?;
+    opts.server_selection_timeout
+        .get_or_insert(SERVER_SELECTION_TIMEOUT);
+    opts.connect_timeout.get_or_insert(SERVER_SELECTION_TIMEOUT);
+    opts.app_name.get_or_insert_with(|| "klaxon".to_owned());
+    let client = Client::with_options(opts).map_err(|e| RulesError::from_driver("connect", e))?;
+    let db = client.database(database);
+    db.run_command(doc! {"ping": 1})
+        .await
+        .map_err(|e| RulesError::from_driver("ping", e))?;
+    Ok(db)
+}
+
 /// Longest [`RuleStore::close`] waits for the server.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -121,25 +147,7 @@ impl RuleStore {
     /// Connects and checks the server answers (`ping`) within [`SERVER_SELECTION_TIMEOUT`] unless the URL
     /// sets its own `serverSelectionTimeoutMS`. Then tries to create the indexes the CLI uses.
     pub async fn connect(mongo_url: &str, database: &str) -> Result<Self, RulesError> {
-        let mut opts = ClientOptions::parse(mongo_url).await.map_err(|e| {
-            // The driver's message may quote parts of the URL, which can carry a password: quote it only
-            // when it cannot.
-            let detail = e.to_string();
-            RulesError::Config(if detail.contains('@') {
-                "cannot parse the MongoDB URL".to_owned()
-            } else {
-                format!("cannot parse the MongoDB URL: {detail}")
-            })
-        })?;
-        opts.server_selection_timeout
-            .get_or_insert(SERVER_SELECTION_TIMEOUT);
-        opts.connect_timeout.get_or_insert(SERVER_SELECTION_TIMEOUT);
-        opts.app_name.get_or_insert_with(|| "klaxon".to_owned());
-        let client = Client::with_options(opts).map_err(|e| RulesError::from_driver("connect", e))?;
-        let db = client.database(database);
-        db.run_command(doc! {"ping": 1})
-            .await
-            .map_err(|e| RulesError::from_driver("ping", e))?;
+        let db = connect_database(mongo_url, database).await?;
         let store = RuleStore {
             inner: Arc::new(Inner {
                 database: database.to_owned(),
@@ -192,6 +200,15 @@ impl RuleStore {
     /// The database in use.
     pub fn database(&self) -> &str {
         &self.inner.database
+    }
+
+    /// The delivery trail's collection, through this store's client.
+    pub(crate) fn deliveries(&self) -> Collection<Document> {
+        self.inner
+            .projects
+            .client()
+            .database(&self.inner.database)
+            .collection(crate::trail::DELIVERIES)
     }
 
     /// The `projects` collection (for change streams).

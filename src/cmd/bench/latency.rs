@@ -305,10 +305,9 @@ pub async fn latency(args: LatencyArgs, global: &GlobalOpts) -> anyhow::Result<E
 
     // Leave no queue behind (rules and Redis keys stay in the bench's own namespace, as with `bench pipeline`).
     if let Ok(broker) = Broker::connect(&global.amqp_url, Duration::from_secs(10)).await {
-        if let Ok(ch) = broker.channel().await {
-            let _ = Topology::new(&ns, &format!("{ns}.events"), qt).delete(&ch).await;
-            let _ = ch.close(200, "bye".into()).await;
-        }
+        let _ = broker
+            .delete_topology(&Topology::new(&ns, &format!("{ns}.events"), qt))
+            .await;
         broker.close().await;
     }
     let r = result?;

@@ -1,21 +1,21 @@
-//! Delivery deduplication: a notification delivered once is never delivered again.
+//! [`Dedup`]: delivery deduplication in Redis, so a notification delivered once is never delivered again.
 //!
-//! Each attempt first *claims* the notification id in Redis (`lua/dedup_claim.lua`): the claim fails when the
-//! id is already marked `sent`, and is deferred while another sender holds a lease on it, so a task that is
+//! Each attempt first *claims* the notification id (`lua/dedup_claim.lua`): the claim fails when the id is
+//! already marked `sent`, and is deferred while another sender holds a lease on it, so a task that is
 //! redelivered (consumer crash, lost ack) or published twice never produces a second message, not even when
 //! both copies are in flight on two processes at once. After a successful send the key becomes `sent` for
 //! the dedup TTL; after a failed one the lease is released (`lua/dedup_release.lua`) so the retry can claim
-//! it. A sender that crashes mid-send leaves a lease that runs out after [`Dedup::lease`].
+//! it. A sender that crashes mid-send leaves a lease that runs out after [`Dedup::lease`]. What the sender
+//! does with each answer is its own policy (`klaxon_engine::sender`).
 //!
 //! Keys are `<ns>:{dd:<notificationId>}`: one key per call, so every call stays in one cluster slot.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use klaxon_counter::RedisHandle;
 use redis::Script;
 
-use crate::EngineError;
+use crate::{ms, CounterError, RedisHandle};
 
 static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/dedup_claim.lua")));
 static RELEASE: LazyLock<Script> =
@@ -66,8 +66,8 @@ impl Dedup {
     }
 
     /// Claims `notification_id` for the attempt identified by `token` (`lua/dedup_claim.lua`).
-    pub async fn claim(&self, notification_id: &str, token: &str) -> Result<Claim, EngineError> {
-        let (state, ms): (i64, i64) = CLAIM
+    pub async fn claim(&self, notification_id: &str, token: &str) -> Result<Claim, CounterError> {
+        let (state, ms_left): (i64, i64) = CLAIM
             .key(self.key(notification_id))
             .arg(token)
             .arg(ms(self.lease))
@@ -76,12 +76,12 @@ impl Dedup {
         Ok(match state {
             1 => Claim::Claimed,
             0 => Claim::AlreadySent,
-            _ => Claim::Busy(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+            _ => Claim::Busy(Duration::from_millis(u64::try_from(ms_left).unwrap_or(0))),
         })
     }
 
     /// Marks `notification_id` delivered for the dedup TTL.
-    pub async fn mark_sent(&self, notification_id: &str) -> Result<(), EngineError> {
+    pub async fn mark_sent(&self, notification_id: &str) -> Result<(), CounterError> {
         redis::cmd("SET")
             .arg(self.key(notification_id))
             .arg("sent")
@@ -93,7 +93,7 @@ impl Dedup {
     }
 
     /// Gives up the lease of a failed attempt (`lua/dedup_release.lua`); true when it was still ours.
-    pub async fn release(&self, notification_id: &str, token: &str) -> Result<bool, EngineError> {
+    pub async fn release(&self, notification_id: &str, token: &str) -> Result<bool, CounterError> {
         let released: i64 = RELEASE
             .key(self.key(notification_id))
             .arg(token)
@@ -101,8 +101,4 @@ impl Dedup {
             .await?;
         Ok(released == 1)
     }
-}
-
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }

@@ -2,9 +2,8 @@
 
 use std::time::Duration;
 
-use klaxon_counter::RedisHandle;
-use klaxon_engine::dedup::{Claim, Dedup};
-use klaxon_engine::ratelimit::{RateLimiter, RateLimits, Slot};
+use klaxon_counter::dedup::{Claim, Dedup};
+use klaxon_counter::{Gcra, RedisHandle, Slot};
 
 async fn handles() -> Vec<(&'static str, RedisHandle)> {
     let mut out = Vec::new();
@@ -61,7 +60,7 @@ async fn dedup_claims_once_marks_and_releases() {
 async fn gcra_reserves_slots_one_interval_apart_and_defers_far_ones() {
     for (name, redis) in handles().await {
         let ns = klaxon_testkit::unique_namespace();
-        let rl = RateLimiter::new(redis, &ns, RateLimits::default(), Duration::from_secs(1));
+        let rl = Gcra::new(redis, &ns);
         let t0 = 1_000_000u64;
         let max = Duration::from_millis(2500);
         let ms = Duration::from_millis;

@@ -7,24 +7,29 @@
 //! Records are only ever inserted (no upserts, no positional updates), so the trail works on every
 //! MongoDB-wire server we target. A TTL index on `at` (default 30 days) is created where the server
 //! supports it; where it does not, that is logged once and the trail grows until pruned by an operator.
-//! Writing the trail never blocks or fails a delivery: a full channel or a failed insert only bumps
-//! `klaxon_trail_dropped_total` / `klaxon_trail_errors_total`.
+//! Writing the trail never blocks or fails a delivery: a full channel or a failed insert is only counted
+//! ([`TrailStats`], exported by the engine as `klaxon_trail_dropped_total` / `klaxon_trail_errors_total`).
 //!
-//! [`TrailReader`] serves `klaxon deliveries list`: the newest record of each notification wins.
+//! [`TrailReader`] serves `klaxon deliveries list` and the API: the newest record of each notification wins.
+//!
+//! The trail lives in the rules' database and shares the [`RuleStore`]'s MongoDB client (and its option
+//! handling) wherever a process uses both: the writer takes the store, the reader is [`TrailReader::new`].
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::TryStreamExt;
 use mongodb::bson::{doc, Bson, DateTime, Document};
-use mongodb::options::{ClientOptions, IndexOptions};
-use mongodb::{Client, Collection, IndexModel};
+use mongodb::options::IndexOptions;
+use mongodb::{Collection, IndexModel};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
-use crate::EngineError;
+use crate::store::{close_client, connect_database, SERVER_SELECTION_TIMEOUT};
+use crate::{RuleStore, RulesError};
 
 /// The collection of the trail.
 pub const DELIVERIES: &str = "deliveries";
@@ -32,7 +37,7 @@ pub const DELIVERIES: &str = "deliveries";
 pub const DEFAULT_TRAIL_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Records waiting for the writer; more are dropped (and counted).
 const QUEUE: usize = 4096;
-const SERVER_TIMEOUT: Duration = Duration::from_secs(5);
+const SERVER_TIMEOUT: Duration = SERVER_SELECTION_TIMEOUT;
 const TTL_INDEX: &str = "klaxon_deliveries_ttl";
 /// Documents per cursor batch when reading the trail. The driver's default (101) makes a long read mostly
 /// round trips: on PoloDB, 18,000 records took ~7 s with it and ~0.3 s with this.
@@ -74,7 +79,7 @@ impl std::str::FromStr for Status {
     }
 }
 
-/// One attempt record. `destination` is redacted ([`klaxon_channels::redact_endpoint`]); `last_error` is the
+/// One attempt record. `destination` is redacted (`klaxon_channels::redact_endpoint`); `last_error` is the
 /// adapters' secret-free reason.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {
@@ -147,11 +152,36 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// How many records the trail lost: dropped on a full queue, or failed to insert. Cheap to clone; the counts
+/// only grow.
+#[derive(Debug, Clone, Default)]
+pub struct TrailStats {
+    inner: Arc<Counts>,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    dropped: AtomicU64,
+    errors: AtomicU64,
+}
+
+impl TrailStats {
+    /// Records dropped because the writer's queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.inner.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Records whose insert failed or timed out.
+    pub fn errors(&self) -> u64 {
+        self.inner.errors.load(Ordering::Relaxed)
+    }
+}
+
 /// The sender's handle on the trail. Cheap to clone; [`Trail::disabled`] records nothing.
 #[derive(Clone)]
 pub struct Trail {
     tx: Option<mpsc::Sender<Record>>,
-    metrics: Arc<Metrics>,
+    stats: TrailStats,
 }
 
 impl std::fmt::Debug for Trail {
@@ -162,79 +192,64 @@ impl std::fmt::Debug for Trail {
     }
 }
 
-async fn collection(mongo_url: &str, database: &str) -> Result<Collection<Document>, EngineError> {
-    let mut opts = ClientOptions::parse(mongo_url)
-        .await
-        .map_err(|_| EngineError::Trail("cannot parse the MongoDB URL".into()))?;
-    opts.server_selection_timeout.get_or_insert(SERVER_TIMEOUT);
-    opts.connect_timeout.get_or_insert(SERVER_TIMEOUT);
-    opts.app_name.get_or_insert_with(|| "klaxon".to_owned());
-    let client = Client::with_options(opts).map_err(|e| EngineError::Trail(e.to_string()))?;
-    let db = client.database(database);
-    db.run_command(doc! {"ping": 1})
-        .await
-        .map_err(|e| EngineError::Trail(format!("ping: {e}")))?;
-    Ok(db.collection(DELIVERIES))
-}
-
 impl Trail {
     /// A trail that records nothing.
-    pub fn disabled(metrics: Arc<Metrics>) -> Self {
-        Trail { tx: None, metrics }
+    pub fn disabled() -> Self {
+        Trail {
+            tx: None,
+            stats: TrailStats::default(),
+        }
     }
 
-    /// Starts the background writer (it connects, and reconnects, by itself) and returns the handle and the
-    /// writer's task. The writer stops at `shutdown`, after writing what is queued (bounded: 2 s).
-    pub fn start(
-        mongo_url: String,
-        database: String,
+    /// Starts the background writer and returns the handle and the writer's task. The writer writes through
+    /// the store `store` resolves to (the process's rule store, so one MongoDB client serves rules and trail;
+    /// it may still be connecting: records queue meanwhile) and gives up when it resolves to `None`. It stops
+    /// at `shutdown`, after writing what is queued (bounded: 2 s).
+    pub fn start<F>(
+        store: F,
         ttl: Duration,
-        metrics: Arc<Metrics>,
         shutdown: CancellationToken,
-    ) -> (Self, tokio::task::JoinHandle<()>) {
+    ) -> (Self, tokio::task::JoinHandle<()>)
+    where
+        F: Future<Output = Option<RuleStore>> + Send + 'static,
+    {
         let (tx, rx) = mpsc::channel(QUEUE);
-        let task = tokio::spawn(writer(mongo_url, database, ttl, metrics.clone(), rx, shutdown));
-        (
-            Trail {
-                tx: Some(tx),
-                metrics,
-            },
-            task,
-        )
+        let stats = TrailStats::default();
+        let task = tokio::spawn(writer(store, ttl, stats.clone(), rx, shutdown));
+        (Trail { tx: Some(tx), stats }, task)
     }
 
-    /// Queues a record; never waits. A full queue drops it and counts `klaxon_trail_dropped_total`.
+    /// Queues a record; never waits. A full queue drops it and counts it in [`TrailStats::dropped`].
     pub fn record(&self, record: Record) {
         if let Some(tx) = &self.tx {
             if tx.try_send(record).is_err() {
-                self.metrics.trail_dropped.inc();
+                self.stats.inner.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
+
+    /// The trail's loss counts (shared with the writer).
+    pub fn stats(&self) -> TrailStats {
+        self.stats.clone()
+    }
 }
 
-async fn writer(
-    mongo_url: String,
-    database: String,
+async fn writer<F>(
+    store: F,
     ttl: Duration,
-    metrics: Arc<Metrics>,
+    stats: TrailStats,
     mut rx: mpsc::Receiver<Record>,
     shutdown: CancellationToken,
-) {
-    let mut failures = 0u32;
-    let coll = loop {
-        match collection(&mongo_url, &database).await {
-            Ok(c) => break c,
-            Err(e) => {
-                let wait = klaxon_broker::backoff(failures, Duration::from_secs(30));
-                failures = failures.saturating_add(1);
-                tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "delivery trail: cannot connect");
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(wait) => {}
-                }
-            }
-        }
+) where
+    F: Future<Output = Option<RuleStore>>,
+{
+    // The store connects (and retries) by itself; the writer only waits for it.
+    let coll = tokio::select! {
+        store = store => match store {
+            Some(store) => store.deliveries(),
+            None => return,
+        },
+        _ = shutdown.cancelled() => return,
     };
     ensure_ttl_index(&coll, ttl).await;
     let mut logged_error = false;
@@ -244,22 +259,22 @@ async fn writer(
             _ = shutdown.cancelled() => break,
         };
         let Some(record) = record else { return };
-        insert(&coll, &record, &metrics, &mut logged_error).await;
+        insert(&coll, &record, &stats, &mut logged_error).await;
     }
     // Drain what is queued, bounded.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
     while let Ok(Some(record)) = tokio::time::timeout_at(deadline, rx.recv()).await {
-        insert(&coll, &record, &metrics, &mut logged_error).await;
+        insert(&coll, &record, &stats, &mut logged_error).await;
     }
 }
 
-async fn insert(coll: &Collection<Document>, record: &Record, metrics: &Metrics, logged_error: &mut bool) {
+async fn insert(coll: &Collection<Document>, record: &Record, stats: &TrailStats, logged_error: &mut bool) {
     match tokio::time::timeout(SERVER_TIMEOUT, coll.insert_one(record.to_document())).await {
         Ok(Ok(_)) => {
             *logged_error = false;
         }
         failed => {
-            metrics.trail_errors.inc();
+            stats.inner.errors.fetch_add(1, Ordering::Relaxed);
             if !*logged_error {
                 *logged_error = true;
                 let error = match failed {
@@ -295,21 +310,32 @@ async fn ensure_ttl_index(coll: &Collection<Document>, ttl: Duration) {
     }
 }
 
-/// Reads the trail (for `klaxon deliveries list`).
+/// Reads the trail (for `klaxon deliveries list` and the API).
 pub struct TrailReader {
     coll: Collection<Document>,
 }
 
 impl TrailReader {
-    /// Ends the sessions and closes the connections (see [`klaxon_rules::store::close_client`]).
-    pub async fn close(&self) {
-        klaxon_rules::store::close_client(self.coll.client()).await;
+    /// Reads through `store`'s MongoDB client (the trail is in the rules' database).
+    pub fn new(store: &RuleStore) -> Self {
+        TrailReader {
+            coll: store.deliveries(),
+        }
     }
 
-    /// Connects to `database` at `mongo_url`.
-    pub async fn connect(mongo_url: &str, database: &str) -> Result<Self, EngineError> {
+    /// Ends the sessions and closes the connections (see [`close_client`]); with [`TrailReader::new`], the
+    /// store's too.
+    pub async fn close(&self) {
+        close_client(self.coll.client()).await;
+    }
+
+    /// Connects to `database` at `mongo_url` (with the store's options, then a `ping`), for a process that
+    /// reads only the trail.
+    pub async fn connect(mongo_url: &str, database: &str) -> Result<Self, RulesError> {
         Ok(TrailReader {
-            coll: collection(mongo_url, database).await?,
+            coll: connect_database(mongo_url, database)
+                .await?
+                .collection(DELIVERIES),
         })
     }
 
@@ -321,7 +347,7 @@ impl TrailReader {
         status: Option<Status>,
         limit: usize,
         scan: usize,
-    ) -> Result<Vec<Record>, EngineError> {
+    ) -> Result<Vec<Record>, RulesError> {
         let mut out: Vec<Record> = self
             .newest(project, scan)
             .await?
@@ -343,7 +369,7 @@ impl TrailReader {
         before: Option<&Cursor>,
         limit: usize,
         scan: usize,
-    ) -> Result<(Vec<Record>, bool), EngineError> {
+    ) -> Result<(Vec<Record>, bool), RulesError> {
         let mut records = self.newest_first(project, scan).await?;
         // notification → its newest record so far, and whether it belongs on this page
         let mut newest: HashMap<String, (Record, bool)> = HashMap::new();
@@ -387,7 +413,7 @@ impl TrailReader {
 
     /// Every record made at or after `since_ms` (of every project), at most `scan` of them, newest first;
     /// only the notification, project, status, attempts and times are read.
-    pub async fn since(&self, since_ms: i64, scan: usize) -> Result<Vec<Record>, EngineError> {
+    pub async fn since(&self, since_ms: i64, scan: usize) -> Result<Vec<Record>, RulesError> {
         // Newest first and in big batches: the read ends at the first older record, and the recent records
         // come in the first reply (PoloDB has been seen losing cursors between replies under load).
         let cursor = self
@@ -400,7 +426,7 @@ impl TrailReader {
             .sort(doc! {"at": -1})
             .batch_size(SINCE_BATCH)
             .await
-            .map_err(|e| EngineError::Trail(format!("find: {e}")))?;
+            .map_err(|e| RulesError::from_driver("find deliveries", e))?;
         let mut records = Records { cursor, left: scan };
         let mut out = Vec::new();
         // Checked here too: a server that ignores the operator still gets a correct answer.
@@ -414,7 +440,7 @@ impl TrailReader {
     }
 
     /// The newest record of each notification, newest first (ties by notification id).
-    async fn newest(&self, project: Option<&str>, scan: usize) -> Result<Vec<Record>, EngineError> {
+    async fn newest(&self, project: Option<&str>, scan: usize) -> Result<Vec<Record>, RulesError> {
         // Newest first, so that `scan` bounds the read to the most recent records (a server that ignores the
         // sort still gets a correct, if older, answer: the newest record per notification is picked below).
         let mut records = self.newest_first(project, scan).await?;
@@ -439,7 +465,7 @@ impl TrailReader {
 
 impl TrailReader {
     /// The records (of `project`, if given), newest first, at most `scan` of them.
-    async fn newest_first(&self, project: Option<&str>, scan: usize) -> Result<Records, EngineError> {
+    async fn newest_first(&self, project: Option<&str>, scan: usize) -> Result<Records, RulesError> {
         let filter = match project {
             Some(p) => doc! {"projectId": p},
             None => doc! {},
@@ -450,7 +476,7 @@ impl TrailReader {
             .sort(doc! {"at": -1})
             .batch_size(READ_BATCH)
             .await
-            .map_err(|e| EngineError::Trail(format!("find: {e}")))?;
+            .map_err(|e| RulesError::from_driver("find deliveries", e))?;
         Ok(Records { cursor, left: scan })
     }
 }
@@ -463,14 +489,14 @@ struct Records {
 }
 
 impl Records {
-    async fn next(&mut self) -> Result<Option<Record>, EngineError> {
+    async fn next(&mut self) -> Result<Option<Record>, RulesError> {
         while self.left > 0 {
             self.left -= 1;
             let Some(d) = self
                 .cursor
                 .try_next()
                 .await
-                .map_err(|e| EngineError::Trail(format!("find: {e}")))?
+                .map_err(|e| RulesError::from_driver("find deliveries", e))?
             else {
                 return Ok(None);
             };
