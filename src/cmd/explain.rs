@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Args;
 use klaxon_core::EventTask;
-use klaxon_counter::{Counter, RedisHandle};
+use klaxon_counter::{RedisHandle, WindowCounter};
 use klaxon_rules::RuleStore;
 use serde_json::json;
 
@@ -59,7 +59,7 @@ pub async fn run(args: ExplainArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
     let redis = RedisHandle::connect(&global.redis_url)
         .await
         .context("cannot connect to Redis (--redis-url / KLAXON_REDIS_URL)")?;
-    let counter = Counter::new(redis.clone(), &global.namespace);
+    let counter = WindowCounter::new(redis.clone(), &global.namespace);
     let now = counter.server_time_ms().await?;
     let mutes = klaxon_counter::Mutes::new(redis, &global.namespace)
         .list(&args.project, now)

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use klaxon_counter::{Counter, Mutes, RedisHandle};
+use klaxon_counter::{Mutes, RedisHandle, WindowCounter};
 use serde_json::json;
 
 use crate::cli::{duration_secs, GlobalOpts};
@@ -101,7 +101,7 @@ pub async fn run(args: MuteArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
     let redis = RedisHandle::connect(&global.redis_url)
         .await
         .context("cannot connect to Redis (--redis-url / KLAXON_REDIS_URL)")?;
-    let now = Counter::new(redis.clone(), &global.namespace)
+    let now = WindowCounter::new(redis.clone(), &global.namespace)
         .server_time_ms()
         .await?;
     let mutes = Mutes::new(redis, &global.namespace);

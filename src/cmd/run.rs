@@ -9,11 +9,11 @@ use anyhow::Context;
 use clap::Args;
 use klaxon_broker::{QueueType, Topology};
 use klaxon_core::ChannelKind;
-use klaxon_counter::{Counter, Dedup, RedisHandle};
+use klaxon_counter::{Dedup, RedisHandle, WindowCounter};
 use klaxon_engine::breaker::{BreakerConfig, Breakers, Bulkheads};
-use klaxon_engine::http::Readiness;
 use klaxon_engine::metrics::Metrics;
 use klaxon_engine::names::CachedNames;
+use klaxon_engine::ops_server::Readiness;
 use klaxon_engine::ratelimit::{RateLimiter, RateLimits};
 use klaxon_engine::{sender, worker};
 use klaxon_rules::{RuleCache, RuleStore, Trail};
@@ -380,7 +380,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
             .filter(|t| !t.trim().is_empty()),
         rule_store: rule_store.clone(),
     });
-    let http = klaxon_engine::http::serve(
+    let http = klaxon_engine::ops_server::serve(
         process.http_addr,
         metrics.clone(),
         readiness.clone(),
@@ -417,7 +417,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
         else {
             return Ok(ExitCode::SUCCESS);
         };
-        let counter = Counter::new(redis, &global.namespace);
+        let counter = WindowCounter::new(redis, &global.namespace);
         tracker.spawn(klaxon_engine::probe_redis(
             counter.clone(),
             readiness.role("redis"),

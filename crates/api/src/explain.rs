@@ -1,10 +1,10 @@
 //! `explain`: for one hypothetical event, what each rule of the project would do with it and why. The rule's
 //! decision is [`klaxon_core::CompiledRule::decide`], the function the worker evaluates with; the counting
-//! state comes from [`Counter::peek`], which reads and never counts.
+//! state comes from [`WindowCounter::peek`], which reads and never counts.
 
 use klaxon_core::notification::rfc3339_ms;
 use klaxon_core::{parse_rule_value, Event, Skip, Title, Want, Window};
-use klaxon_counter::{Counter, CounterError, Hit, HitSpec, Peek};
+use klaxon_counter::{CounterError, Hit, HitSpec, Peek, WindowCounter};
 use serde_json::{json, Map, Value};
 
 /// One rule's verdict, as the API and `klaxon explain` print it.
@@ -225,7 +225,7 @@ pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> Verdict {
 /// never writes. A rule that counts the event while one of `mutes` matches it is `muted` (counted, not
 /// delivered).
 pub async fn explain(
-    counter: &Counter,
+    counter: &WindowCounter,
     project_id: &str,
     notifications: &[Value],
     mutes: &[klaxon_core::mute::Mute],

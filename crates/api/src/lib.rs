@@ -565,8 +565,8 @@ impl Api {
     }
 
     /// The Redis clock (ms), the one mutes and windows use.
-    async fn redis_now(&self) -> Result<(klaxon_counter::Counter, i64), ApiError> {
-        let counter = klaxon_counter::Counter::new(self.redis().await?, &self.0.config.namespace);
+    async fn redis_now(&self) -> Result<(klaxon_counter::WindowCounter, i64), ApiError> {
+        let counter = klaxon_counter::WindowCounter::new(self.redis().await?, &self.0.config.namespace);
         let now = counter
             .server_time_ms()
             .await
@@ -574,7 +574,7 @@ impl Api {
         Ok((counter, now))
     }
 
-    fn mutes(&self, counter: &klaxon_counter::Counter) -> klaxon_counter::Mutes {
+    fn mutes(&self, counter: &klaxon_counter::WindowCounter) -> klaxon_counter::Mutes {
         klaxon_counter::Mutes::new(counter.redis().clone(), &self.0.config.namespace)
     }
 
@@ -582,7 +582,7 @@ impl Api {
     async fn active_mutes(
         &self,
         project_id: &str,
-    ) -> Result<(klaxon_counter::Counter, Vec<klaxon_core::mute::Mute>), ApiError> {
+    ) -> Result<(klaxon_counter::WindowCounter, Vec<klaxon_core::mute::Mute>), ApiError> {
         let (counter, now) = self.redis_now().await?;
         let list = self
             .mutes(&counter)

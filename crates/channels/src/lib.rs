@@ -22,7 +22,7 @@
 
 mod email;
 pub mod error;
-mod http;
+mod http_client;
 pub mod link;
 mod mattermost;
 pub mod render;
@@ -123,7 +123,7 @@ struct Inner {
     cfg: ChannelsConfig,
     telegram_api: Url,
     from: Mailbox,
-    http: http::Http,
+    http: http_client::Http,
     smtp: AsyncSmtpTransport<Tokio1Executor>,
     renderer: render::Renderer,
 }
@@ -163,7 +163,7 @@ impl Channels {
         }
         let from = email::parse_from(&cfg.smtp_from)?;
         let smtp = email::transport(&cfg.smtp_url, cfg.request_timeout)?;
-        let http = http::Http::new(
+        let http = http_client::Http::new(
             cfg.allow_private_endpoints,
             cfg.connect_timeout,
             cfg.request_timeout,

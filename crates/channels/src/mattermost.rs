@@ -3,7 +3,7 @@
 
 use klaxon_core::NotificationTask;
 
-use crate::http::{body_detail, label, parse_http_endpoint};
+use crate::http_client::{body_detail, label, parse_http_endpoint};
 use crate::render::{MessageContext, LOOP};
 use crate::{Channels, Delivered, DeliveryError};
 

@@ -3,7 +3,7 @@
 
 use klaxon_core::NotificationTask;
 
-use crate::http::{body_detail, label, parse_http_endpoint};
+use crate::http_client::{body_detail, label, parse_http_endpoint};
 use crate::render::{slack_blocks, MessageContext, SLACK};
 use crate::{Channels, Delivered, DeliveryError};
 

@@ -7,7 +7,7 @@
 use klaxon_core::NotificationTask;
 use url::Url;
 
-use crate::http::{body_detail, label, parse_http_endpoint};
+use crate::http_client::{body_detail, label, parse_http_endpoint};
 use crate::render::{split_html, MessageContext, TELEGRAM, TELEGRAM_MAX};
 use crate::{Channels, Delivered, DeliveryError};
 

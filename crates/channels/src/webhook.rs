@@ -7,7 +7,7 @@ use klaxon_core::{NotificationEvent, NotificationTask};
 use serde::Serialize;
 use sha2::Sha256;
 
-use crate::http::{body_detail, label, parse_http_endpoint};
+use crate::http_client::{body_detail, label, parse_http_endpoint};
 use crate::render::MessageContext;
 use crate::{Channels, Delivered, DeliveryError};
 

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use klaxon_counter::{Counter, Hit, HitSpec, RedisHandle};
+use klaxon_counter::{Hit, HitSpec, RedisHandle, WindowCounter};
 
 const BATCH: usize = 1000;
 const HOT_KEYS: usize = 50;
@@ -103,7 +103,7 @@ async fn main() {
     let url = klaxon_testkit::redis_url();
     let redis = RedisHandle::connect(&url).await.expect("redis");
     let ns = klaxon_testkit::unique_namespace();
-    let counter = Counter::new(redis.clone(), &ns);
+    let counter = WindowCounter::new(redis.clone(), &ns);
     counter.load_scripts().await.unwrap();
     let hour = 3_600_000;
     let specs = [
@@ -264,7 +264,7 @@ fn print_rows(redis: &RedisHandle, url: &str, rows: &[Row]) {
 }
 
 /// Memory of a full sliding key (exactly `threshold` members kept), per threshold.
-async fn sliding_memory(redis: &RedisHandle, counter: &Counter, hour: u64) {
+async fn sliding_memory(redis: &RedisHandle, counter: &WindowCounter, hour: u64) {
     // Memory of a full sliding key (exactly `threshold` members kept), per threshold.
     println!("\n| sliding threshold | members kept | encoding | bytes/key, 36-char event ids | bytes/key, no ids | cooldown key bytes |");
     println!("|---:|---:|---|---:|---:|---:|");

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use redis::Script;
 
-use crate::{ms, CounterError, RedisHandle};
+use crate::script_io::ms;
+use crate::{CounterError, RedisHandle};
 
 static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/dedup_claim.lua")));
 static RELEASE: LazyLock<Script> =

@@ -12,7 +12,8 @@ use std::time::Duration;
 use klaxon_core::{ChannelKind, NotificationEvent};
 use redis::{Script, Value};
 
-use crate::{ms, CounterError, RedisHandle};
+use crate::script_io::{bad, int, ms, now_arg, text};
+use crate::{CounterError, RedisHandle};
 
 static APPEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/digest_append.lua")));
@@ -94,33 +95,6 @@ pub struct Digests {
 /// The scripts' min period argument: at least one second, in ms.
 fn period_ms(min_period_s: u64) -> u64 {
     min_period_s.max(1).saturating_mul(1000)
-}
-
-fn now_arg(now_ms: Option<i64>) -> String {
-    now_ms.map(|n| n.to_string()).unwrap_or_default()
-}
-
-fn bad(script: &'static str, detail: impl Into<String>) -> CounterError {
-    CounterError::BadReply {
-        script,
-        detail: detail.into(),
-    }
-}
-
-fn int(v: &Value, script: &'static str) -> Result<i64, CounterError> {
-    match v {
-        Value::Int(n) => Ok(*n),
-        other => Err(bad(script, format!("expected an integer, got {other:?}"))),
-    }
-}
-
-fn text(v: &Value, script: &'static str) -> Result<String, CounterError> {
-    match v {
-        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Ok(s.clone()),
-        Value::Int(n) => Ok(n.to_string()),
-        other => Err(bad(script, format!("expected a string, got {other:?}"))),
-    }
 }
 
 impl Digests {

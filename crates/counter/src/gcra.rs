@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use redis::Script;
 
+use crate::script_io::now_arg;
 use crate::{CounterError, RedisHandle};
 
 static RESERVE: LazyLock<Script> =
@@ -56,7 +57,7 @@ impl Gcra {
         let tolerance_ms = interval_ms.saturating_mul(u64::from(burst.max(1) - 1));
         let (reserved, wait_ms): (i64, i64) = RESERVE
             .key(format!("{}:{{rl:{}}}", self.namespace, key))
-            .arg(now_ms.map(|n| n.to_string()).unwrap_or_default())
+            .arg(now_arg(now_ms))
             .arg(interval_ms)
             .arg(tolerance_ms)
             .arg(u64::try_from(max_wait.as_millis()).unwrap_or(u64::MAX))

@@ -10,7 +10,7 @@
 //!   `lua/unique_users.lua` (distinct users, fixed or sliding, memory O(threshold)) hold the whole decision; this crate only builds keys, batches calls and decodes replies. Each script opens
 //!   with a comment giving its keys, arguments, reply and complexity.
 //! * **One clock.** Windows run on Redis `TIME` unless the caller injects `now` (tests, replay).
-//! * **Batching.** [`Counter::hit_batch`] sends a whole batch in one pipeline (per slot in a cluster, all at
+//! * **Batching.** [`WindowCounter::hit_batch`] sends a whole batch in one pipeline (per slot in a cluster, all at
 //!   once). Hits of the same key in a batch are coalesced and the script reports which hit crossed: a hot
 //!   key (one error flooding) costs a few Lua steps per batch, not a script call per event. The keys of one
 //!   script are packed into one call (up to 128 keys; per slot in a cluster, since a script may only touch
@@ -32,27 +32,23 @@
 //!   policy around them (which limits apply, what a busy claim or a far slot means) is the engine's.
 #![deny(missing_docs)]
 
-mod counter;
 pub mod dedup;
 pub mod digest;
 mod error;
 pub mod gcra;
-mod handle;
 mod hit;
 pub mod mutes;
 mod peek;
+mod redis_handle;
+mod script_io;
+mod window_counter;
 
-pub use counter::{Counter, DEFAULT_FIRST_SEEN_TTL};
 pub use dedup::Dedup;
 pub use digest::{Appended, Claim, DigestKey, Digests};
 pub use error::CounterError;
 pub use gcra::{Gcra, Slot};
-pub use handle::RedisHandle;
 pub use hit::{Hit, HitSpec, Outcome};
 pub use mutes::Mutes;
 pub use peek::Peek;
-
-/// A duration as a script's ms argument: saturating, and at least 1 ms (Redis refuses a zero `PX`).
-pub(crate) fn ms(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
-}
+pub use redis_handle::RedisHandle;
+pub use window_counter::{WindowCounter, DEFAULT_FIRST_SEEN_TTL};

@@ -6,7 +6,8 @@
 use redis::Value;
 
 use crate::hit::{Hit, HitSpec};
-use crate::{Counter, CounterError};
+use crate::script_io::{stored_number, stored_text};
+use crate::{CounterError, WindowCounter};
 use klaxon_core::Window;
 
 /// The state of one (rule, group) as the scripts left it, read at `now_ms` (Redis `TIME`).
@@ -24,37 +25,14 @@ pub struct Peek {
     pub user_known: bool,
 }
 
-fn int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Int(i) => Some(*i),
-        Value::BulkString(b) => std::str::from_utf8(b)
-            .ok()?
-            .trim()
-            .parse::<f64>()
-            .ok()
-            .map(|f| f as i64),
-        Value::SimpleString(s) => s.trim().parse::<f64>().ok().map(|f| f as i64),
-        Value::Double(d) => Some(*d as i64),
-        _ => None,
-    }
-}
-
 fn field(v: &Value, i: usize) -> Option<i64> {
     match v {
-        Value::Array(a) => a.get(i).and_then(int),
+        Value::Array(a) => a.get(i).and_then(stored_number),
         _ => None,
     }
 }
 
-fn text(v: &Value) -> Option<String> {
-    match v {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        _ => None,
-    }
-}
-
-impl Counter {
+impl WindowCounter {
     /// Reads the state of each hit's (rule, group) without counting (the hits' specs say which keys). The
     /// hit's user, when set, is looked up among a unique-users window's users.
     pub async fn peek(&self, hits: &[Hit]) -> Result<Vec<Peek>, CounterError> {
@@ -138,7 +116,7 @@ fn decode(spec: HitSpec, now: i64, r: &[Value]) -> Peek {
     };
     match spec {
         HitSpec::FirstSeen => {
-            p.fired_at = text(at(0)).and_then(|v| v.split('|').next().and_then(|t| t.parse().ok()));
+            p.fired_at = stored_text(at(0)).and_then(|v| v.split('|').next().and_then(|t| t.parse().ok()));
         }
         HitSpec::Fixed { period_ms, .. } => {
             let start = field(at(0), 0);
@@ -150,7 +128,7 @@ fn decode(spec: HitSpec, now: i64, r: &[Value]) -> Peek {
             }
         }
         HitSpec::Sliding { period_ms, .. } => {
-            p.count = int(at(0)).unwrap_or(0).max(0) as u64;
+            p.count = stored_number(at(0)).unwrap_or(0).max(0) as u64;
             p.fired_at = field(at(1), 0).filter(|a| now < a + period_ms as i64);
         }
         HitSpec::UniqueUsers {
@@ -163,7 +141,7 @@ fn decode(spec: HitSpec, now: i64, r: &[Value]) -> Peek {
                 p.fired_at = field(at(0), 1);
                 p.count = match p.fired_at {
                     Some(_) => field(at(0), 2).unwrap_or(0).max(0) as u64,
-                    None => int(at(1)).unwrap_or(0).max(0) as u64,
+                    None => stored_number(at(1)).unwrap_or(0).max(0) as u64,
                 };
                 p.user_known = !matches!(at(2), Value::Nil);
             }
@@ -173,9 +151,9 @@ fn decode(spec: HitSpec, now: i64, r: &[Value]) -> Peek {
             period_ms,
             ..
         } => {
-            p.count = int(at(0)).unwrap_or(0).max(0) as u64;
+            p.count = stored_number(at(0)).unwrap_or(0).max(0) as u64;
             p.fired_at = field(at(1), 0).filter(|a| now < a + period_ms as i64);
-            p.user_known = int(at(2)).is_some_and(|seen| seen > now - period_ms as i64);
+            p.user_known = stored_number(at(2)).is_some_and(|seen| seen > now - period_ms as i64);
         }
     }
     p

@@ -3,7 +3,7 @@
 mod common;
 
 use common::{counted, fixed, hit, on_both, sliding, Env};
-use klaxon_counter::{Counter, CounterError, Hit, HitSpec, Outcome, RedisHandle};
+use klaxon_counter::{CounterError, Hit, HitSpec, Outcome, RedisHandle, WindowCounter};
 
 const T0: i64 = 1_700_000_000_000;
 const MINUTE: i64 = 60_000;
@@ -563,7 +563,7 @@ fn mixed_hits() -> Vec<Hit> {
 async fn batch_equals_singles(env: Env) {
     let hits = mixed_hits();
     let batched = env.counter.hit_batch(&hits, Some(T0)).await.expect("batch");
-    let singles_counter = Counter::new(env.redis.clone(), &format!("{}_singles", env.ns));
+    let singles_counter = WindowCounter::new(env.redis.clone(), &format!("{}_singles", env.ns));
     let mut singles = Vec::with_capacity(hits.len());
     for h in &hits {
         singles.push(singles_counter.hit(h, Some(T0)).await.expect("single"));
@@ -659,7 +659,7 @@ async fn lost_scripts_are_reloaded() {
     // SCRIPT FLUSH is only done on the test cluster: the single node is shared with other test suites.
     let url = klaxon_testkit::redis_cluster_url();
     let redis = RedisHandle::connect(&url).await.expect("cluster");
-    let counter = Counter::new(redis.clone(), &klaxon_testkit::unique_namespace());
+    let counter = WindowCounter::new(redis.clone(), &klaxon_testkit::unique_namespace());
     counter.load_scripts().await.expect("load");
     let hits: Vec<Hit> = (0..20)
         .map(|i| Hit::new("r", format!("g{i}"), fixed(2, 60_000)))

@@ -267,7 +267,7 @@ async fn batch_equals_singles(env: Env) {
         .collect();
     let batched = env.counter.hit_batch(&batch, Some(T0)).await.expect("batch");
     // The same hits one by one, in another namespace.
-    let other = klaxon_counter::Counter::new(env.redis.clone(), &format!("{}-single", env.ns));
+    let other = klaxon_counter::WindowCounter::new(env.redis.clone(), &format!("{}-single", env.ns));
     let mut singles = Vec::new();
     for h in &batch {
         singles.push(other.hit(h, Some(T0)).await.expect("single"));

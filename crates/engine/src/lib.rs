@@ -25,9 +25,9 @@
 
 pub mod breaker;
 pub mod digest;
-pub mod http;
 pub mod metrics;
 pub mod names;
+pub mod ops_server;
 pub mod output;
 pub mod ratelimit;
 pub mod sender;
@@ -120,7 +120,7 @@ pub(crate) async fn supervise<F, Fut>(
 /// Keeps `ready` true while Redis answers, checking every 2 s (1 s timeout). An idle worker thereby reports a
 /// Redis outage on `/readyz` before the next event would have failed on it.
 pub async fn probe_redis(
-    counter: klaxon_counter::Counter,
+    counter: klaxon_counter::WindowCounter,
     ready: Arc<AtomicBool>,
     shutdown: CancellationToken,
 ) {

@@ -22,7 +22,7 @@ use klaxon_core::filter::Title;
 use klaxon_core::notification::{Firing, NotificationTask};
 use klaxon_core::rule::{CompiledRule, Want};
 use klaxon_core::{EventTask, ProjectRules};
-use klaxon_counter::{Counter, Hit, HitSpec, Outcome};
+use klaxon_counter::{Hit, HitSpec, Outcome, WindowCounter};
 use klaxon_rules::RuleCache;
 use tokio_util::sync::CancellationToken;
 
@@ -58,7 +58,7 @@ pub struct WorkerDeps {
     /// Queue names.
     pub topology: Topology,
     /// Redis counting.
-    pub counter: Counter,
+    pub counter: WindowCounter,
     /// Rules, cached.
     pub rules: RuleCache,
     /// Metrics.

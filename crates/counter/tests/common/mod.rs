@@ -4,12 +4,12 @@
 use std::future::Future;
 use std::time::Duration;
 
-use klaxon_counter::{Counter, Hit, HitSpec, Outcome, RedisHandle};
+use klaxon_counter::{Hit, HitSpec, Outcome, RedisHandle, WindowCounter};
 
 /// What a test body gets.
 #[derive(Clone)]
 pub struct Env {
-    pub counter: Counter,
+    pub counter: WindowCounter,
     pub redis: RedisHandle,
     pub ns: String,
     pub topology: &'static str,
@@ -48,7 +48,7 @@ where
         assert_eq!(redis.is_cluster(), topology == "cluster");
         let ns = klaxon_testkit::unique_namespace();
         let env = Env {
-            counter: Counter::new(redis.clone(), &ns),
+            counter: WindowCounter::new(redis.clone(), &ns),
             redis,
             ns,
             topology,

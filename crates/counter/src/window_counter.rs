@@ -1,4 +1,4 @@
-//! [`Counter`]: the typed front of the three Lua scripts, batched and cluster-aware.
+//! [`WindowCounter`]: the typed front of the three Lua scripts, batched and cluster-aware.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -11,7 +11,8 @@ use sha2::{Digest, Sha256};
 
 use klaxon_core::Window;
 
-use crate::{ms, CounterError, Hit, HitSpec, Outcome, RedisHandle};
+use crate::script_io::{self, ms, now_arg};
+use crate::{CounterError, Hit, HitSpec, Outcome, RedisHandle};
 
 static FIXED_WINDOW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/fixed_window.lua")));
@@ -142,16 +143,16 @@ struct Invocation {
 /// project): the `{hash tag}` keeps the keys of one script call in one
 /// Redis Cluster slot while spreading (rule, group) pairs over the cluster.
 #[derive(Debug, Clone)]
-pub struct Counter {
+pub struct WindowCounter {
     redis: RedisHandle,
     namespace: Arc<str>,
     first_seen_ttl_ms: u64,
 }
 
-impl Counter {
+impl WindowCounter {
     /// A counter whose keys live under `<namespace>:`.
     pub fn new(redis: RedisHandle, namespace: &str) -> Self {
-        Counter {
+        WindowCounter {
             redis,
             namespace: namespace.into(),
             first_seen_ttl_ms: ms(DEFAULT_FIRST_SEEN_TTL),
@@ -336,10 +337,7 @@ impl Counter {
                 cmd.arg(format!("{base}:{s}"));
             }
         }
-        match now_ms {
-            Some(now) => cmd.arg(now),
-            None => cmd.arg(""),
-        };
+        cmd.arg(now_arg(now_ms));
         match kind {
             Kind::FirstSeen => {
                 cmd.arg(self.first_seen_ttl_ms);
@@ -451,7 +449,7 @@ impl Counter {
     }
 }
 
-/// Attempts per failed cluster slot pipeline inside one batch (see [`Counter::hit_batch`]).
+/// Attempts per failed cluster slot pipeline inside one batch (see [`WindowCounter::hit_batch`]).
 const SLOT_ATTEMPTS: u32 = 3;
 /// Wait before the n-th resend of failed slot pipelines is n times this (a failover takes a few seconds; the
 /// batch's own retry covers longer outages).
@@ -549,13 +547,6 @@ fn coalesce(hits: &[Hit]) -> Result<Vec<Call<'_>>, CounterError> {
     Ok(calls)
 }
 
-fn int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Int(n) => Some(*n),
-        _ => None,
-    }
-}
-
 /// Reads an invocation's reply — per call, `fired_at, fired_count, token, r_1..r_n`, or fixed_window.lua's short
 /// reply for a call without event ids on the server's clock (`count`, or `-count, fired_at, token` when the hit
 /// that reached the threshold fired) — into the outcomes of the calls' hits.
@@ -565,10 +556,8 @@ fn decode(
     value: Value,
     outcomes: &mut [Option<Outcome>],
 ) -> Result<(), CounterError> {
-    let bad = |detail: String| CounterError::BadReply {
-        script: inv.kind.name(),
-        detail,
-    };
+    let script = inv.kind.name();
+    let bad = |detail: String| script_io::bad(script, detail);
     let Value::Array(items) = value else {
         return Err(bad(format!("expected an array, got {value:?}")));
     };
@@ -581,8 +570,7 @@ fn decode(
         rest = tail;
         Ok(head)
     };
-    let int_at =
-        |v: &[Value], i: usize| int(&v[i]).ok_or_else(|| bad(format!("non-integer item {:?}", v[i])));
+    let int_at = |v: &[Value], i: usize| script_io::int(&v[i], script);
     for &c in &inv.calls {
         let call = &calls[c];
         let n = call.hits.len() as i64;
@@ -616,7 +604,7 @@ fn decode(
         let head = take(3)?;
         let (fired_at, fired_count, token) = (int_at(head, 0)?, int_at(head, 1)?, int_at(head, 2)?);
         for (&hit, item) in call.hits.iter().zip(take(call.hits.len())?) {
-            let r = int(item).ok_or_else(|| bad(format!("non-integer result {item:?}")))?;
+            let r = script_io::int(item, script)?;
             outcomes[hit] = Some(if r == -1 {
                 if fired_at < 0 {
                     return Err(bad("a hit fired but the reply has no firing time".into()));
