@@ -78,7 +78,9 @@ impl Clusters {
         let dir = std::env::temp_dir().join(format!("klaxon-chaos-{}", klaxon_testkit::unique_namespace()));
         std::fs::create_dir_all(&dir).expect("dir");
         let rmq = free_family(21000, 24900, 3, &[20000, 30000, 30010]);
-        let redis_base = free_family(26000, 29000, 6, &[10000]);
+        // Redis nodes bind 30 s later (after RabbitMQ has booted): their ports and cluster bus ports (+10000)
+        // stay below the kernel's ephemeral range (32768+), so no outgoing connection can take one meanwhile.
+        let redis_base = free_family(5000, 9000, 6, &[10000]);
         let c = Clusters {
             dir,
             rmq_ports: vec![rmq, rmq + 1, rmq + 2],
