@@ -39,7 +39,6 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::breaker::{Admission, Breakers, Bulkheads, Transition};
-use crate::metrics::Metrics;
 use crate::ratelimit::{RateLimiter, Slot};
 use crate::EngineError;
 
@@ -62,8 +61,6 @@ pub struct SenderDeps {
     pub topology: Topology,
     /// The channel adapters.
     pub channels: Channels,
-    /// Metrics.
-    pub metrics: Arc<Metrics>,
     /// Attempts before a task goes to the dead-letter queue.
     pub max_attempts: u32,
     /// Tasks per channel queue processed at once (and unacked at most).
@@ -90,7 +87,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let role = format!("sender.{channel}");
-    crate::supervise(&role, ready, shutdown, deps.metrics.clone(), |ready, shutdown| {
+    crate::supervise(&role, ready, shutdown, |ready, shutdown| {
         let deps = deps.clone();
         async move { session(deps, channel, ready, shutdown).await }
     })
@@ -312,7 +309,6 @@ async fn handle(ctx: &Ctx, delivery: &Delivery) -> Result<(), EngineError> {
 async fn decide(ctx: &Ctx, task: &NotificationTask, before: u32, token: &str) -> (Next, bool) {
     let deps = &ctx.deps;
     let channel = ctx.channel;
-    let m = &deps.metrics;
     let id = task.notification_id.as_str();
 
     // 0. A scheduled notification (`sendAt`) never leaves before its time: one that arrives early (the delay
@@ -382,11 +378,11 @@ async fn decide(ctx: &Ctx, task: &NotificationTask, before: u32, token: &str) ->
     let host_ok = !matches!(result, Err(DeliveryError::Transient { .. }));
     match deps.breakers.record(&host, host_ok, Instant::now()) {
         Some(Transition::Opened) => {
-            m.breaker("open");
+            metrics::counter!("klaxon_breaker_transitions_total", "state" => "open").increment(1);
             tracing::warn!(host = %host, probe, "circuit breaker opened");
         }
         Some(Transition::Closed) => {
-            m.breaker("closed");
+            metrics::counter!("klaxon_breaker_transitions_total", "state" => "closed").increment(1);
             tracing::info!(host = %host, "circuit breaker closed");
         }
         None => {}
@@ -413,7 +409,6 @@ async fn settle(
 ) -> Result<(), EngineError> {
     let deps = &ctx.deps;
     let channel = ctx.channel;
-    let m = &deps.metrics;
     // A body that is not a task only ever becomes `Dead`, whose log then names no id: "" is never logged.
     let id = task.map_or("", |t| t.notification_id.as_str());
     if let (Some(token), false) = (lease, matches!(next, Next::Delivered { .. })) {
@@ -425,14 +420,14 @@ async fn settle(
                 // Delivered all the same; only a redelivery in the lease's lifetime is still caught.
                 tracing::warn!(notification_id = %id, error = %e, "cannot mark notification delivered");
             }
-            m.delivery(channel.as_str(), "sent");
+            delivered(channel, "sent");
             tracing::info!(notification_id = %id, channel = %channel, attempts, "delivered");
             trail(deps, task, attempts, Status::Sent, None);
             Ok(())
         }
         Next::Duplicate => {
             tracing::info!(notification_id = %id, channel = %channel, "already delivered; duplicate dropped");
-            m.delivery(channel.as_str(), "duplicate");
+            delivered(channel, "duplicate");
             Ok(())
         }
         Next::Park { wait, why } => {
@@ -440,7 +435,7 @@ async fn settle(
                 notification_id = %id, channel = %channel, why,
                 wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), "delivery parked"
             );
-            m.parked(channel.as_str());
+            metrics::counter!("klaxon_deliveries_parked_total", "channel" => channel.as_str()).increment(1);
             let msg = requeue(delivery, deps.topology.notify_queue(channel), Vec::new());
             publish_later(ctx, msg, wait).await
         }
@@ -450,7 +445,7 @@ async fn settle(
                 retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), reason = %why,
                 "delivery failed, will retry"
             );
-            m.delivery(channel.as_str(), "retried");
+            delivered(channel, "retried");
             trail(deps, task, attempts, Status::Retrying, Some(why.clone()));
             let msg = requeue(
                 delivery,
@@ -468,7 +463,7 @@ async fn settle(
             } else {
                 tracing::warn!(channel = %channel, reason = %why, "notification task dead-lettered");
             }
-            m.delivery(channel.as_str(), "dead");
+            delivered(channel, "dead");
             trail(deps, task, attempts, Status::Dead, Some(why.clone()));
             let msg = requeue(
                 delivery,
@@ -535,6 +530,12 @@ fn trail(
         fired_at_ms: task.fired_at_ms,
         at_ms: now_ms(),
     });
+}
+
+/// Counts one delivery attempt's outcome (`klaxon_deliveries_total{channel,outcome}`).
+fn delivered(channel: ChannelKind, outcome: &'static str) {
+    metrics::counter!("klaxon_deliveries_total", "channel" => channel.as_str(), "outcome" => outcome)
+        .increment(1);
 }
 
 #[cfg(test)]
