@@ -25,6 +25,7 @@
 
 pub mod breaker;
 pub mod digest;
+mod internal_events;
 pub mod metrics;
 pub mod names;
 pub mod ops_server;

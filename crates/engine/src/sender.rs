@@ -39,6 +39,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::breaker::{Admission, Breakers, Bulkheads, Transition};
+use crate::internal_events::{
+    BreakerClosed, BreakerOpened, DeadLettered, Delivered, DeliveryParked, DeliveryRetried, DuplicateDropped,
+};
 use crate::ratelimit::{RateLimiter, Slot};
 use crate::EngineError;
 
@@ -378,12 +381,10 @@ async fn decide(ctx: &Ctx, task: &NotificationTask, before: u32, token: &str) ->
     let host_ok = !matches!(result, Err(DeliveryError::Transient { .. }));
     match deps.breakers.record(&host, host_ok, Instant::now()) {
         Some(Transition::Opened) => {
-            metrics::counter!("klaxon_breaker_transitions_total", "state" => "open").increment(1);
-            tracing::warn!(host = %host, probe, "circuit breaker opened");
+            BreakerOpened { host: &host, probe }.emit();
         }
         Some(Transition::Closed) => {
-            metrics::counter!("klaxon_breaker_transitions_total", "state" => "closed").increment(1);
-            tracing::info!(host = %host, "circuit breaker closed");
+            BreakerClosed { host: &host }.emit();
         }
         None => {}
     }
@@ -420,32 +421,39 @@ async fn settle(
                 // Delivered all the same; only a redelivery in the lease's lifetime is still caught.
                 tracing::warn!(notification_id = %id, error = %e, "cannot mark notification delivered");
             }
-            delivered(channel, "sent");
-            tracing::info!(notification_id = %id, channel = %channel, attempts, "delivered");
+            Delivered {
+                id,
+                channel,
+                attempts,
+            }
+            .emit();
             trail(deps, task, attempts, Status::Sent, None);
             Ok(())
         }
         Next::Duplicate => {
-            tracing::info!(notification_id = %id, channel = %channel, "already delivered; duplicate dropped");
-            delivered(channel, "duplicate");
+            DuplicateDropped { id, channel }.emit();
             Ok(())
         }
         Next::Park { wait, why } => {
-            tracing::info!(
-                notification_id = %id, channel = %channel, why,
-                wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), "delivery parked"
-            );
-            metrics::counter!("klaxon_deliveries_parked_total", "channel" => channel.as_str()).increment(1);
+            DeliveryParked {
+                id,
+                channel,
+                why,
+                wait,
+            }
+            .emit();
             let msg = requeue(delivery, deps.topology.notify_queue(channel), Vec::new());
             publish_later(ctx, msg, wait).await
         }
         Next::Retry { attempts, wait, why } => {
-            tracing::warn!(
-                notification_id = %id, channel = %channel, attempts,
-                retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), reason = %why,
-                "delivery failed, will retry"
-            );
-            delivered(channel, "retried");
+            DeliveryRetried {
+                id,
+                channel,
+                attempts,
+                wait,
+                reason: &why,
+            }
+            .emit();
             trail(deps, task, attempts, Status::Retrying, Some(why.clone()));
             let msg = requeue(
                 delivery,
@@ -455,15 +463,13 @@ async fn settle(
             publish_later(ctx, msg, wait).await
         }
         Next::Dead { attempts, why } => {
-            if task.is_some() {
-                tracing::warn!(
-                    notification_id = %id, channel = %channel, attempts, reason = %why,
-                    "notification dead-lettered"
-                );
-            } else {
-                tracing::warn!(channel = %channel, reason = %why, "notification task dead-lettered");
+            DeadLettered {
+                id: task.map(|t| t.notification_id.as_str()),
+                channel,
+                attempts,
+                reason: &why,
             }
-            delivered(channel, "dead");
+            .emit();
             trail(deps, task, attempts, Status::Dead, Some(why.clone()));
             let msg = requeue(
                 delivery,
@@ -530,12 +536,6 @@ fn trail(
         fired_at_ms: task.fired_at_ms,
         at_ms: now_ms(),
     });
-}
-
-/// Counts one delivery attempt's outcome (`klaxon_deliveries_total{channel,outcome}`).
-fn delivered(channel: ChannelKind, outcome: &'static str) {
-    metrics::counter!("klaxon_deliveries_total", "channel" => channel.as_str(), "outcome" => outcome)
-        .increment(1);
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ use klaxon_counter::{Hit, HitSpec, Outcome, WindowCounter};
 use klaxon_rules::RuleCache;
 use tokio_util::sync::CancellationToken;
 
+use crate::internal_events::{EventInvalid, FiringMuted};
 use crate::EngineError;
 
 /// Tuning of the evaluate loop.
@@ -161,8 +162,11 @@ async fn process_batch(
                 events.push((task, id));
             }
             Err(reason) => {
-                tracing::warn!(reason = %reason, bytes = d.data.len(), "invalid event set aside");
-                metrics::counter!("klaxon_events_invalid_total").increment(1);
+                EventInvalid {
+                    reason: &reason,
+                    bytes: d.data.len(),
+                }
+                .emit();
                 out.push(set_aside(d, deps.topology.invalid_queue(), &reason.0));
             }
         }
@@ -234,8 +238,11 @@ async fn process_batch(
                 klaxon_core::mute::is_muted(ms, &src.rule.id, &task.event.group_hash, *at_ms)
             }) {
                 // Counted (the window stays true), never delivered, not later either.
-                metrics::counter!("klaxon_firings_muted_total").increment(1);
-                tracing::info!(project = %task.project_id, rule = %src.rule.id, "firing muted");
+                FiringMuted {
+                    project: &task.project_id,
+                    rule: &src.rule.id,
+                }
+                .emit();
                 continue;
             }
             let fired = NotificationTask::for_firing(&Firing {
