@@ -361,7 +361,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
     };
 
     let shutdown = CancellationToken::new();
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Metrics::install();
     let readiness = Readiness::default();
     // The process's one MongoDB client, for rules and the delivery trail: connected by whichever part (the
     // worker, the sender, the API) needs it first.
@@ -382,7 +382,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
     });
     let http = klaxon_engine::ops_server::serve(
         process.http_addr,
-        metrics.clone(),
+        metrics,
         readiness.clone(),
         api,
         shutdown.clone(),
@@ -434,15 +434,6 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
         names.connect(rules.clone());
         {
             let rules = rules.clone();
-            metrics.add_scrape_hook(Box::new(move |m: &Metrics| {
-                Metrics::sync_counter(&m.rules_queries, rules.queries());
-                Metrics::sync_counter(&m.rules_stale_served, rules.stale_served());
-                Metrics::sync_counter(&m.rules_load_errors, rules.load_errors());
-                Metrics::sync_counter(&m.rules_problems, rules.store().problems_reported());
-            }));
-        }
-        {
-            let rules = rules.clone();
             let shutdown = shutdown.clone();
             tracker.spawn(async move {
                 rules.start_invalidation(shutdown).await;
@@ -453,7 +444,6 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
             topology: topology.clone(),
             counter,
             rules,
-            metrics: metrics.clone(),
             config: worker::WorkerConfig {
                 prefetch: evaluate.prefetch,
                 batch_max: evaluate.batch_max,
@@ -465,7 +455,6 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
             amqp_url: global.amqp_url.clone(),
             topology: topology.clone(),
             digests: klaxon_counter::Digests::new(deps.counter.redis().clone(), &global.namespace),
-            metrics: metrics.clone(),
             prefetch: 16,
             output: evaluate.output,
             // test builds only: the end-to-end crash-between-claim-and-publish test sets the variable
@@ -522,13 +511,6 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
             deliver.trail_ttl_days.max(Duration::from_secs(1)),
             shutdown.clone(),
         );
-        {
-            let stats = trail.stats();
-            metrics.add_scrape_hook(Box::new(move |m: &Metrics| {
-                Metrics::sync_counter(&m.trail_dropped, stats.dropped());
-                Metrics::sync_counter(&m.trail_errors, stats.errors());
-            }));
-        }
         tracker.spawn(async move {
             let _ = trail_task.await;
         });
@@ -536,7 +518,6 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
             amqp_url: global.amqp_url.clone(),
             topology: topology.clone(),
             channels,
-            metrics: metrics.clone(),
             max_attempts: deliver.max_attempts,
             prefetch: deliver.sender_prefetch,
             retry_schedule: retry_schedule.into(),

@@ -40,7 +40,6 @@ use klaxon_counter::{Claim, DigestKey, Digests};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
 use crate::EngineError;
 
 /// The environment variable the binary reads into [`Faults::crash_after_claim`] when built with the
@@ -65,8 +64,6 @@ pub struct DigestDeps {
     pub topology: Topology,
     /// Digest state in Redis.
     pub digests: Digests,
-    /// Metrics.
-    pub metrics: Arc<Metrics>,
     /// Unacked flush messages.
     pub prefetch: u16,
     /// Where digests go (`--output`).
@@ -237,16 +234,10 @@ pub async fn run(deps: DigestDeps, ready: Arc<AtomicBool>, shutdown: Cancellatio
             "test hook on: the process aborts after its first claim"
         );
     }
-    crate::supervise(
-        "digest",
-        ready,
-        shutdown,
-        deps.metrics.clone(),
-        |ready, shutdown| {
-            let deps = deps.clone();
-            async move { session(&deps, ready, shutdown).await }
-        },
-    )
+    crate::supervise("digest", ready, shutdown, |ready, shutdown| {
+        let deps = deps.clone();
+        async move { session(&deps, ready, shutdown).await }
+    })
     .await;
 }
 
@@ -304,7 +295,7 @@ async fn flush(deps: &DigestDeps, publisher: &Publisher, delivery: &Delivery) ->
         .claim(&f.key(), f.window_start_ms, f.min_period_s, None)
         .await
         .inspect_err(|_| {
-            deps.metrics.redis_errors.inc();
+            metrics::counter!("klaxon_redis_errors_total").increment(1);
         })?;
     match claim {
         Claim::Gone => {
@@ -335,7 +326,8 @@ async fn flush(deps: &DigestDeps, publisher: &Publisher, delivery: &Delivery) ->
                 let task = f.task(now_ms, events);
                 let msg = crate::output::message(&deps.topology, deps.output, &task)?;
                 publisher.publish_all(&[msg]).await?;
-                Metrics::channel(&deps.metrics.digests_published, f.channel);
+                metrics::counter!("klaxon_digests_published_total", "channel" => f.channel.as_str())
+                    .increment(1);
                 tracing::info!(
                     notification_id = %task.notification_id, project = %f.project_id, rule = %f.rule_id,
                     channel = %f.channel, groups, window_start_ms = f.window_start_ms, "digest published"
@@ -345,7 +337,7 @@ async fn flush(deps: &DigestDeps, publisher: &Publisher, delivery: &Delivery) ->
                 .done(&f.key(), f.window_start_ms)
                 .await
                 .inspect_err(|_| {
-                    deps.metrics.redis_errors.inc();
+                    metrics::counter!("klaxon_redis_errors_total").increment(1);
                 })?;
             Ok(())
         }

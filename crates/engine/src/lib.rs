@@ -25,6 +25,7 @@
 
 pub mod breaker;
 pub mod digest;
+mod internal_events;
 pub mod metrics;
 pub mod names;
 pub mod ops_server;
@@ -84,7 +85,6 @@ pub(crate) async fn supervise<F, Fut>(
     role: &str,
     ready: Arc<AtomicBool>,
     shutdown: CancellationToken,
-    metrics: Arc<metrics::Metrics>,
     mut session: F,
 ) where
     F: FnMut(Arc<AtomicBool>, CancellationToken) -> Fut,
@@ -98,7 +98,7 @@ pub(crate) async fn supervise<F, Fut>(
             Err(err) => {
                 ready.store(false, Ordering::Relaxed);
                 if matches!(err, EngineError::Broker(_) | EngineError::ConsumerClosed) {
-                    metrics.broker_errors.inc();
+                    ::metrics::counter!("klaxon_broker_errors_total").increment(1);
                 }
                 // A session that ran for a while resets the backoff.
                 if started.elapsed() > Duration::from_secs(30) {

@@ -1,310 +1,258 @@
-//! Prometheus metrics. Names are `klaxon_<noun>_<verb>_total`; labels are low-cardinality (channel, outcome,
-//! window), never ids, titles or recipients.
+//! Prometheus metrics through the [`metrics`] facade. Each crate counts where the thing happens
+//! (`metrics::counter!(name, "channel" => …).increment(1)`); this module installs the process's one
+//! recorder ([`Metrics::install`]), describes every metric ([`DESCRIBED`], the HELP texts), registers the
+//! unlabeled ones at 0 and renders `/metrics`. Names are `klaxon_<noun>_<verb>_total`; labels are low-cardinality
+//! (channel, outcome, window, state), never ids, titles or recipients.
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::Registry;
+use std::sync::OnceLock;
+use std::time::Duration;
 
-/// Label set with a channel and an outcome.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ChannelOutcome {
-    /// email, telegram, slack, webhook.
-    pub channel: String,
-    /// sent, retried, dead, ….
-    pub outcome: String,
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+
+/// The kind of a metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Only goes up.
+    Counter,
+    /// Set to the current value.
+    Gauge,
+    /// Observations in buckets (`_bucket`, `_sum`, `_count`).
+    Histogram,
 }
 
-/// Label set with one channel.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ChannelLabel {
-    /// email, telegram, slack, webhook.
-    pub channel: String,
+/// One metric the process exports.
+#[derive(Clone, Copy, Debug)]
+pub struct Described {
+    /// The exported name.
+    pub name: &'static str,
+    /// Counter, gauge or histogram.
+    pub kind: Kind,
+    /// Its label names, in the order they are printed; empty for an unlabeled metric (exported at 0 from the
+    /// start).
+    pub labels: &'static [&'static str],
+    /// The HELP text.
+    pub help: &'static str,
 }
 
-/// Label set with a window kind.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WindowLabel {
-    /// fixed, sliding, first_seen.
-    pub window: String,
-}
-
-/// Label set of a breaker transition.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BreakerLabel {
-    /// The state entered: open or closed.
-    pub state: String,
-}
-
-/// A function run before each scrape.
-pub type ScrapeHook = Box<dyn Fn(&Metrics) + Send + Sync>;
-
-/// Every metric the engine exports.
-pub struct Metrics {
-    registry: Registry,
-    scrape_hooks: std::sync::Mutex<Vec<ScrapeHook>>,
-    /// Firings buffered into a digest (channels with `minPeriod > 0`).
-    pub digest_firings: Family<ChannelLabel, Counter>,
-    /// Digest notifications published (one per flushed window).
-    pub digests_published: Family<ChannelLabel, Counter>,
-    /// MongoDB reads made by the rule cache (synced from the cache at scrape time).
-    pub rules_queries: Counter,
-    /// Lookups answered with stale rules because MongoDB failed (synced at scrape time).
-    pub rules_stale_served: Counter,
-    /// Failed rule loads (synced at scrape time).
-    pub rules_load_errors: Counter,
-    /// Events taken from the events queue.
-    pub events_consumed: Counter,
-    /// Events acked: their batch's outcome (counted, tasks published, or set aside) is durable.
-    pub events_acked: Counter,
-    /// Events moved to `<ns>.events.invalid`.
-    pub events_invalid: Counter,
-    /// (event, rule) pairs that passed the rule's filters.
-    pub rules_matched: Counter,
-    /// Threshold crossings (and first occurrences) that fired a rule.
-    pub thresholds_crossed: Family<WindowLabel, Counter>,
-    /// Notification tasks published to the sender queues.
-    pub notifications_published: Family<ChannelLabel, Counter>,
-    /// Firings counted but not delivered because a mute matched.
-    pub firings_muted: Counter,
-    /// Delivery attempts by outcome.
-    pub deliveries: Family<ChannelOutcome, Counter>,
-    /// Redis failures.
-    pub redis_errors: Counter,
-    /// RabbitMQ failures.
-    pub broker_errors: Counter,
-    /// MongoDB failures while loading rules.
-    pub rules_errors: Counter,
-    /// Rule problems reported (unusable rules or parts).
-    pub rules_problems: Counter,
-    /// Events per processed batch.
-    pub batch_size: Histogram,
-    /// Seconds from a batch's first delivery to its ack.
-    pub batch_seconds: Histogram,
-    /// 1 while the process can do its work.
-    pub ready: Gauge,
-    /// Circuit-breaker transitions by the state entered.
-    pub breaker_transitions: Family<BreakerLabel, Counter>,
-    /// Tasks parked in a delay queue (breaker open, rate limit, dedup lease held elsewhere), by channel.
-    pub deliveries_parked: Family<ChannelLabel, Counter>,
-    /// Delivery-trail records dropped because the writer's queue was full.
-    pub trail_dropped: Counter,
-    /// Delivery-trail inserts that failed.
-    pub trail_errors: Counter,
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
+const fn counter(name: &'static str, labels: &'static [&'static str], help: &'static str) -> Described {
+    Described {
+        name,
+        kind: Kind::Counter,
+        labels,
+        help,
     }
+}
+
+/// Events per processed batch.
+pub const BATCH_SIZE: &str = "klaxon_batch_size";
+/// Seconds from a batch's first delivery to its ack.
+pub const BATCH_SECONDS: &str = "klaxon_batch_seconds";
+/// 1 while the process can do its work.
+pub const READY: &str = "klaxon_ready";
+
+/// Every metric the process exports, with its HELP text (README.md's "## Metrics" table lists the same names).
+pub const DESCRIBED: &[Described] = &[
+    counter(
+        "klaxon_digest_firings_total",
+        &["channel"],
+        "Firings buffered into a digest",
+    ),
+    counter(
+        "klaxon_digests_published_total",
+        &["channel"],
+        "Digest notifications published",
+    ),
+    counter(
+        "klaxon_rules_queries_total",
+        &[],
+        "MongoDB reads made by the rule cache",
+    ),
+    counter(
+        "klaxon_rules_stale_served_total",
+        &[],
+        "Rule lookups answered with the last good rules because MongoDB failed",
+    ),
+    counter("klaxon_rules_load_errors_total", &[], "Failed rule loads"),
+    counter(
+        "klaxon_events_consumed_total",
+        &[],
+        "Events taken from the events queue",
+    ),
+    counter(
+        "klaxon_events_acked_total",
+        &[],
+        "Events acked after their batch's outcome was durable",
+    ),
+    counter(
+        "klaxon_events_invalid_total",
+        &[],
+        "Events moved to the invalid queue",
+    ),
+    counter(
+        "klaxon_rules_matched_total",
+        &[],
+        "Event and rule pairs that passed the filters",
+    ),
+    counter(
+        "klaxon_thresholds_crossed_total",
+        &["window"],
+        "Rule firings (threshold crossings and first occurrences)",
+    ),
+    counter(
+        "klaxon_firings_muted_total",
+        &[],
+        "Firings counted but not delivered because a mute matched",
+    ),
+    counter(
+        "klaxon_notifications_published_total",
+        &["channel"],
+        "Notification tasks published to sender queues",
+    ),
+    counter(
+        "klaxon_deliveries_total",
+        &["channel", "outcome"],
+        "Delivery attempts by channel and outcome",
+    ),
+    counter("klaxon_redis_errors_total", &[], "Redis failures"),
+    counter("klaxon_broker_errors_total", &[], "RabbitMQ failures"),
+    counter(
+        "klaxon_rules_errors_total",
+        &[],
+        "MongoDB failures while loading rules",
+    ),
+    counter("klaxon_rules_problems_total", &[], "Rule problems reported"),
+    Described {
+        name: BATCH_SIZE,
+        kind: Kind::Histogram,
+        labels: &[],
+        help: "Events per processed batch",
+    },
+    Described {
+        name: BATCH_SECONDS,
+        kind: Kind::Histogram,
+        labels: &[],
+        help: "Seconds from a batch's first delivery to its ack",
+    },
+    Described {
+        name: READY,
+        kind: Kind::Gauge,
+        labels: &[],
+        help: "1 while the process can do its work",
+    },
+    counter(
+        "klaxon_breaker_transitions_total",
+        &["state"],
+        "Circuit-breaker transitions by the state entered",
+    ),
+    counter(
+        "klaxon_deliveries_parked_total",
+        &["channel"],
+        "Tasks parked in a delay queue (breaker open, rate limit, dedup lease)",
+    ),
+    counter(
+        "klaxon_trail_dropped_total",
+        &[],
+        "Delivery-trail records dropped (queue full)",
+    ),
+    counter(
+        "klaxon_trail_errors_total",
+        &[],
+        "Delivery-trail inserts that failed",
+    ),
+];
+
+/// `count` buckets from `start`, each `factor` times the previous (prometheus-client's `exponential_buckets`).
+fn exponential_buckets(start: f64, factor: f64, count: u16) -> Vec<f64> {
+    std::iter::successors(Some(start), |b| Some(b * factor))
+        .take(usize::from(count))
+        .collect()
+}
+
+/// The recorder with the histograms' buckets.
+fn recorder() -> PrometheusRecorder {
+    let builder = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(BATCH_SIZE.to_owned()),
+            &exponential_buckets(1.0, 2.0, 12),
+        )
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full(BATCH_SECONDS.to_owned()),
+                &exponential_buckets(0.0005, 2.0, 14),
+            )
+        });
+    match builder {
+        Ok(builder) => builder.build_recorder(),
+        // Only empty bucket lists are refused, and these are not empty.
+        Err(e) => {
+            tracing::error!(error = %e, "metrics: histogram buckets refused");
+            PrometheusBuilder::new().build_recorder()
+        }
+    }
+}
+
+/// Describes every metric and registers the unlabeled ones, so they are exported at 0 from the start.
+fn describe_and_register() {
+    for m in DESCRIBED {
+        match m.kind {
+            Kind::Counter => {
+                metrics::describe_counter!(m.name, m.help);
+                if m.labels.is_empty() {
+                    metrics::counter!(m.name).absolute(0);
+                }
+            }
+            Kind::Gauge => {
+                metrics::describe_gauge!(m.name, m.help);
+                metrics::gauge!(m.name).set(0.0);
+            }
+            Kind::Histogram => {
+                metrics::describe_histogram!(m.name, m.help);
+                let _ = metrics::histogram!(m.name);
+            }
+        }
+    }
+}
+
+/// The process's metrics recorder: renders `/metrics` and sets the readiness gauge.
+pub struct Metrics {
+    handle: PrometheusHandle,
 }
 
 impl Metrics {
-    /// Creates and registers every metric.
-    pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("klaxon");
-        let m = Metrics {
-            events_consumed: Counter::default(),
-            events_acked: Counter::default(),
-            events_invalid: Counter::default(),
-            rules_matched: Counter::default(),
-            thresholds_crossed: Family::default(),
-            notifications_published: Family::default(),
-            firings_muted: Counter::default(),
-            deliveries: Family::default(),
-            redis_errors: Counter::default(),
-            broker_errors: Counter::default(),
-            rules_errors: Counter::default(),
-            rules_problems: Counter::default(),
-            batch_size: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
-            batch_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
-            ready: Gauge::default(),
-            breaker_transitions: Family::default(),
-            deliveries_parked: Family::default(),
-            trail_dropped: Counter::default(),
-            trail_errors: Counter::default(),
-            registry: Registry::default(),
-            scrape_hooks: std::sync::Mutex::new(Vec::new()),
-            digest_firings: Family::default(),
-            digests_published: Family::default(),
-            rules_queries: Counter::default(),
-            rules_stale_served: Counter::default(),
-            rules_load_errors: Counter::default(),
-        };
-        registry.register(
-            "digest_firings",
-            "Firings buffered into a digest",
-            m.digest_firings.clone(),
-        );
-        registry.register(
-            "digests_published",
-            "Digest notifications published",
-            m.digests_published.clone(),
-        );
-        registry.register(
-            "rules_queries",
-            "MongoDB reads made by the rule cache",
-            m.rules_queries.clone(),
-        );
-        registry.register(
-            "rules_stale_served",
-            "Rule lookups answered with the last good rules because MongoDB failed",
-            m.rules_stale_served.clone(),
-        );
-        registry.register(
-            "rules_load_errors",
-            "Failed rule loads",
-            m.rules_load_errors.clone(),
-        );
-        // prometheus-client appends `_total` to counters itself.
-        registry.register(
-            "events_consumed",
-            "Events taken from the events queue",
-            m.events_consumed.clone(),
-        );
-        registry.register(
-            "events_acked",
-            "Events acked after their batch's outcome was durable",
-            m.events_acked.clone(),
-        );
-        registry.register(
-            "events_invalid",
-            "Events moved to the invalid queue",
-            m.events_invalid.clone(),
-        );
-        registry.register(
-            "rules_matched",
-            "Event and rule pairs that passed the filters",
-            m.rules_matched.clone(),
-        );
-        registry.register(
-            "thresholds_crossed",
-            "Rule firings (threshold crossings and first occurrences)",
-            m.thresholds_crossed.clone(),
-        );
-        registry.register(
-            "firings_muted",
-            "Firings counted but not delivered because a mute matched",
-            m.firings_muted.clone(),
-        );
-        registry.register(
-            "notifications_published",
-            "Notification tasks published to sender queues",
-            m.notifications_published.clone(),
-        );
-        registry.register(
-            "deliveries",
-            "Delivery attempts by channel and outcome",
-            m.deliveries.clone(),
-        );
-        registry.register("redis_errors", "Redis failures", m.redis_errors.clone());
-        registry.register("broker_errors", "RabbitMQ failures", m.broker_errors.clone());
-        registry.register(
-            "rules_errors",
-            "MongoDB failures while loading rules",
-            m.rules_errors.clone(),
-        );
-        registry.register(
-            "rules_problems",
-            "Rule problems reported",
-            m.rules_problems.clone(),
-        );
-        registry.register("batch_size", "Events per processed batch", m.batch_size.clone());
-        registry.register(
-            "batch_seconds",
-            "Seconds from a batch's first delivery to its ack",
-            m.batch_seconds.clone(),
-        );
-        registry.register("ready", "1 while the process can do its work", m.ready.clone());
-        registry.register(
-            "breaker_transitions",
-            "Circuit-breaker transitions by the state entered",
-            m.breaker_transitions.clone(),
-        );
-        registry.register(
-            "deliveries_parked",
-            "Tasks parked in a delay queue (breaker open, rate limit, dedup lease)",
-            m.deliveries_parked.clone(),
-        );
-        registry.register(
-            "trail_dropped",
-            "Delivery-trail records dropped (queue full)",
-            m.trail_dropped.clone(),
-        );
-        registry.register(
-            "trail_errors",
-            "Delivery-trail inserts that failed",
-            m.trail_errors.clone(),
-        );
-        Metrics { registry, ..m }
+    /// Installs the process's recorder on first use (later calls return the same one, so a process or a test
+    /// binary that starts two servers shares it).
+    pub fn install() -> &'static Metrics {
+        static INSTALLED: OnceLock<Metrics> = OnceLock::new();
+        INSTALLED.get_or_init(|| {
+            let recorder = recorder();
+            let handle = recorder.handle();
+            if let Err(e) = metrics::set_global_recorder(recorder) {
+                tracing::warn!(error = %e, "metrics: another recorder is installed; /metrics will be empty");
+            }
+            describe_and_register();
+            // Drains histogram samples even when nobody scrapes.
+            let upkeep = handle.clone();
+            let spawned = std::thread::Builder::new()
+                .name("metrics-upkeep".into())
+                .spawn(move || loop {
+                    std::thread::sleep(Duration::from_secs(5));
+                    upkeep.run_upkeep();
+                });
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "metrics: no upkeep thread (samples are drained at scrape time)");
+            }
+            Metrics { handle }
+        })
     }
 
-    /// Registers a function run before every scrape, to copy counters kept elsewhere (e.g. the rule cache's)
-    /// into the registry.
-    pub fn add_scrape_hook(&self, hook: ScrapeHook) {
-        self.scrape_hooks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(hook);
-    }
-
-    /// Raises `counter` to `total` (counters only go up; a smaller total is ignored).
-    pub fn sync_counter(counter: &Counter, total: u64) {
-        let now = counter.get();
-        if total > now {
-            counter.inc_by(total - now);
-        }
+    /// Sets `klaxon_ready`.
+    pub fn set_ready(&self, ready: bool) {
+        metrics::gauge!(READY).set(if ready { 1.0 } else { 0.0 });
     }
 
     /// Prometheus text exposition.
-    pub fn encode(&self) -> String {
-        for hook in self.scrape_hooks.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            hook(self);
-        }
-        let mut out = String::new();
-        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
-            out.clear();
-        }
-        out
-    }
-
-    /// Counts one breaker transition.
-    pub fn breaker(&self, state: &str) {
-        self.breaker_transitions
-            .get_or_create(&BreakerLabel {
-                state: state.to_owned(),
-            })
-            .inc();
-    }
-
-    /// Counts one parked task.
-    pub fn parked(&self, channel: &str) {
-        self.deliveries_parked
-            .get_or_create(&ChannelLabel {
-                channel: channel.to_owned(),
-            })
-            .inc();
-    }
-
-    /// Counts one event of a per-channel family.
-    pub fn channel(family: &Family<ChannelLabel, Counter>, channel: klaxon_core::ChannelKind) {
-        family
-            .get_or_create(&ChannelLabel {
-                channel: channel.as_str().to_owned(),
-            })
-            .inc();
-    }
-
-    /// Counts one delivery outcome.
-    pub fn delivery(&self, channel: &str, outcome: &str) {
-        self.deliveries
-            .get_or_create(&ChannelOutcome {
-                channel: channel.to_owned(),
-                outcome: outcome.to_owned(),
-            })
-            .inc();
+    pub fn render(&self) -> String {
+        self.handle.render()
     }
 }
 
@@ -332,19 +280,37 @@ pub fn series_sum(text: &str, prefix: &str) -> f64 {
 mod tests {
     use super::*;
 
+    /// Renders what `record` counts, through a recorder of this test's own (the global one is shared).
+    fn render(record: impl FnOnce()) -> String {
+        let recorder = recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            describe_and_register();
+            record();
+        });
+        handle.render()
+    }
+
     #[test]
     fn series_are_read_exactly_as_printed() {
-        let m = Metrics::new();
-        m.events_acked.inc_by(7);
-        m.delivery("webhook", "sent");
-        m.delivery("webhook", "sent");
-        m.delivery("webhook", "dead");
-        m.delivery("slack", "sent");
-        let text = m.encode();
+        let text = render(|| {
+            metrics::counter!("klaxon_events_acked_total").increment(7);
+            for (channel, outcome) in [
+                ("webhook", "sent"),
+                ("webhook", "sent"),
+                ("webhook", "dead"),
+                ("slack", "sent"),
+            ] {
+                metrics::counter!("klaxon_deliveries_total", "channel" => channel, "outcome" => outcome)
+                    .increment(1);
+            }
+        });
         let cases: &[(&str, Option<f64>)] = &[
             ("klaxon_events_acked_total", Some(7.0)),
             ("klaxon_events_acked", None),
             ("klaxon_events_invalid_total", Some(0.0)),
+            ("klaxon_ready", Some(0.0)),
+            ("klaxon_batch_size_count", Some(0.0)),
             (
                 r#"klaxon_deliveries_total{channel="webhook",outcome="sent"}"#,
                 Some(2.0),
@@ -361,5 +327,30 @@ mod tests {
         );
         assert_eq!(series_sum(&text, "klaxon_deliveries_total{"), 4.0);
         assert_eq!(series_sum(&text, "klaxon_nothing"), 0.0);
+    }
+
+    #[test]
+    fn histograms_keep_their_buckets() {
+        let text = render(|| {
+            metrics::histogram!(BATCH_SIZE).record(3.0);
+            metrics::histogram!(BATCH_SECONDS).record(0.001);
+        });
+        for series in [
+            r#"klaxon_batch_size_bucket{le="1"}"#,
+            r#"klaxon_batch_size_bucket{le="4"}"#,
+            r#"klaxon_batch_size_bucket{le="2048"}"#,
+            r#"klaxon_batch_seconds_bucket{le="0.0005"}"#,
+            r#"klaxon_batch_seconds_bucket{le="4.096"}"#,
+            r#"klaxon_batch_seconds_bucket{le="+Inf"}"#,
+        ] {
+            assert!(series_value(&text, series).is_some(), "{series} in\n{text}");
+        }
+        assert_eq!(series_value(&text, "klaxon_batch_size_sum"), Some(3.0));
+        assert_eq!(series_value(&text, "klaxon_batch_size_count"), Some(1.0));
+        assert_eq!(
+            series_value(&text, r#"klaxon_batch_size_bucket{le="2"}"#),
+            Some(0.0)
+        );
+        assert!(text.contains("# HELP klaxon_batch_size Events per processed batch"));
     }
 }

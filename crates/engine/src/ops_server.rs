@@ -49,20 +49,16 @@ impl Readiness {
 
 #[derive(Clone)]
 struct Ops {
-    metrics: Arc<Metrics>,
+    metrics: &'static Metrics,
     readiness: Readiness,
 }
 
 async fn metrics_handler(State(ops): State<Ops>) -> impl IntoResponse {
-    ops.metrics
-        .ready
-        .set(i64::from(ops.readiness.not_ready().is_empty()));
+    ops.metrics.set_ready(ops.readiness.not_ready().is_empty());
+    // The exporter writes the Prometheus text format (not OpenMetrics: no `# EOF`).
     (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        ops.metrics.encode(),
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        ops.metrics.render(),
     )
 }
 
@@ -82,7 +78,7 @@ async fn readyz(State(ops): State<Ops>) -> impl IntoResponse {
 /// Binding errors are returned at once so a bad `--http-addr` is a clear start-up error.
 pub async fn serve(
     addr: SocketAddr,
-    metrics: Arc<Metrics>,
+    metrics: &'static Metrics,
     readiness: Readiness,
     extra: axum::Router,
     shutdown: CancellationToken,

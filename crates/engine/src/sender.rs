@@ -39,7 +39,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::breaker::{Admission, Breakers, Bulkheads, Transition};
-use crate::metrics::Metrics;
+use crate::internal_events::{
+    BreakerClosed, BreakerOpened, DeadLettered, Delivered, DeliveryParked, DeliveryRetried, DuplicateDropped,
+};
 use crate::ratelimit::{RateLimiter, Slot};
 use crate::EngineError;
 
@@ -62,8 +64,6 @@ pub struct SenderDeps {
     pub topology: Topology,
     /// The channel adapters.
     pub channels: Channels,
-    /// Metrics.
-    pub metrics: Arc<Metrics>,
     /// Attempts before a task goes to the dead-letter queue.
     pub max_attempts: u32,
     /// Tasks per channel queue processed at once (and unacked at most).
@@ -90,7 +90,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let role = format!("sender.{channel}");
-    crate::supervise(&role, ready, shutdown, deps.metrics.clone(), |ready, shutdown| {
+    crate::supervise(&role, ready, shutdown, |ready, shutdown| {
         let deps = deps.clone();
         async move { session(deps, channel, ready, shutdown).await }
     })
@@ -312,7 +312,6 @@ async fn handle(ctx: &Ctx, delivery: &Delivery) -> Result<(), EngineError> {
 async fn decide(ctx: &Ctx, task: &NotificationTask, before: u32, token: &str) -> (Next, bool) {
     let deps = &ctx.deps;
     let channel = ctx.channel;
-    let m = &deps.metrics;
     let id = task.notification_id.as_str();
 
     // 0. A scheduled notification (`sendAt`) never leaves before its time: one that arrives early (the delay
@@ -382,12 +381,10 @@ async fn decide(ctx: &Ctx, task: &NotificationTask, before: u32, token: &str) ->
     let host_ok = !matches!(result, Err(DeliveryError::Transient { .. }));
     match deps.breakers.record(&host, host_ok, Instant::now()) {
         Some(Transition::Opened) => {
-            m.breaker("open");
-            tracing::warn!(host = %host, probe, "circuit breaker opened");
+            BreakerOpened { host: &host, probe }.emit();
         }
         Some(Transition::Closed) => {
-            m.breaker("closed");
-            tracing::info!(host = %host, "circuit breaker closed");
+            BreakerClosed { host: &host }.emit();
         }
         None => {}
     }
@@ -413,7 +410,6 @@ async fn settle(
 ) -> Result<(), EngineError> {
     let deps = &ctx.deps;
     let channel = ctx.channel;
-    let m = &deps.metrics;
     // A body that is not a task only ever becomes `Dead`, whose log then names no id: "" is never logged.
     let id = task.map_or("", |t| t.notification_id.as_str());
     if let (Some(token), false) = (lease, matches!(next, Next::Delivered { .. })) {
@@ -425,32 +421,39 @@ async fn settle(
                 // Delivered all the same; only a redelivery in the lease's lifetime is still caught.
                 tracing::warn!(notification_id = %id, error = %e, "cannot mark notification delivered");
             }
-            m.delivery(channel.as_str(), "sent");
-            tracing::info!(notification_id = %id, channel = %channel, attempts, "delivered");
+            Delivered {
+                id,
+                channel,
+                attempts,
+            }
+            .emit();
             trail(deps, task, attempts, Status::Sent, None);
             Ok(())
         }
         Next::Duplicate => {
-            tracing::info!(notification_id = %id, channel = %channel, "already delivered; duplicate dropped");
-            m.delivery(channel.as_str(), "duplicate");
+            DuplicateDropped { id, channel }.emit();
             Ok(())
         }
         Next::Park { wait, why } => {
-            tracing::info!(
-                notification_id = %id, channel = %channel, why,
-                wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), "delivery parked"
-            );
-            m.parked(channel.as_str());
+            DeliveryParked {
+                id,
+                channel,
+                why,
+                wait,
+            }
+            .emit();
             let msg = requeue(delivery, deps.topology.notify_queue(channel), Vec::new());
             publish_later(ctx, msg, wait).await
         }
         Next::Retry { attempts, wait, why } => {
-            tracing::warn!(
-                notification_id = %id, channel = %channel, attempts,
-                retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX), reason = %why,
-                "delivery failed, will retry"
-            );
-            m.delivery(channel.as_str(), "retried");
+            DeliveryRetried {
+                id,
+                channel,
+                attempts,
+                wait,
+                reason: &why,
+            }
+            .emit();
             trail(deps, task, attempts, Status::Retrying, Some(why.clone()));
             let msg = requeue(
                 delivery,
@@ -460,15 +463,13 @@ async fn settle(
             publish_later(ctx, msg, wait).await
         }
         Next::Dead { attempts, why } => {
-            if task.is_some() {
-                tracing::warn!(
-                    notification_id = %id, channel = %channel, attempts, reason = %why,
-                    "notification dead-lettered"
-                );
-            } else {
-                tracing::warn!(channel = %channel, reason = %why, "notification task dead-lettered");
+            DeadLettered {
+                id: task.map(|t| t.notification_id.as_str()),
+                channel,
+                attempts,
+                reason: &why,
             }
-            m.delivery(channel.as_str(), "dead");
+            .emit();
             trail(deps, task, attempts, Status::Dead, Some(why.clone()));
             let msg = requeue(
                 delivery,

@@ -26,7 +26,7 @@ use klaxon_counter::{Hit, HitSpec, Outcome, WindowCounter};
 use klaxon_rules::RuleCache;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::{Metrics, WindowLabel};
+use crate::internal_events::{EventInvalid, FiringMuted};
 use crate::EngineError;
 
 /// Tuning of the evaluate loop.
@@ -61,8 +61,6 @@ pub struct WorkerDeps {
     pub counter: WindowCounter,
     /// Rules, cached.
     pub rules: RuleCache,
-    /// Metrics.
-    pub metrics: Arc<Metrics>,
     /// Tuning.
     pub config: WorkerConfig,
     /// Where notifications go (`--output`).
@@ -71,16 +69,10 @@ pub struct WorkerDeps {
 
 /// Runs the evaluate loop until `shutdown`, reconnecting after failures.
 pub async fn run(deps: WorkerDeps, ready: Arc<AtomicBool>, shutdown: CancellationToken) {
-    crate::supervise(
-        "worker",
-        ready,
-        shutdown,
-        deps.metrics.clone(),
-        |ready, shutdown| {
-            let deps = deps.clone();
-            async move { session(&deps, ready, shutdown).await }
-        },
-    )
+    crate::supervise("worker", ready, shutdown, |ready, shutdown| {
+        let deps = deps.clone();
+        async move { session(&deps, ready, shutdown).await }
+    })
     .await;
 }
 
@@ -141,11 +133,9 @@ async fn consume_loop(
         let last_tag = batch.iter().map(|d| d.delivery_tag).max().unwrap_or(0);
         process_batch(deps, publisher, &batch).await?;
         consumer.ack_up_to(last_tag).await?;
-        deps.metrics.events_acked.inc_by(batch.len() as u64);
-        deps.metrics.batch_size.observe(batch.len() as f64);
-        deps.metrics
-            .batch_seconds
-            .observe(started.elapsed().as_secs_f64());
+        metrics::counter!("klaxon_events_acked_total").increment(batch.len() as u64);
+        metrics::histogram!(crate::metrics::BATCH_SIZE).record(batch.len() as f64);
+        metrics::histogram!(crate::metrics::BATCH_SECONDS).record(started.elapsed().as_secs_f64());
     }
 }
 
@@ -161,8 +151,7 @@ async fn process_batch(
     publisher: &Publisher,
     batch: &[Delivery],
 ) -> Result<(), EngineError> {
-    let m = &deps.metrics;
-    m.events_consumed.inc_by(batch.len() as u64);
+    metrics::counter!("klaxon_events_consumed_total").increment(batch.len() as u64);
     let mut out: Vec<Outgoing> = Vec::new();
     let mut digest_firings: Vec<NotificationTask> = Vec::new();
     let mut events: Vec<(EventTask, Option<String>)> = Vec::with_capacity(batch.len());
@@ -173,8 +162,11 @@ async fn process_batch(
                 events.push((task, id));
             }
             Err(reason) => {
-                tracing::warn!(reason = %reason, bytes = d.data.len(), "invalid event set aside");
-                m.events_invalid.inc();
+                EventInvalid {
+                    reason: &reason,
+                    bytes: d.data.len(),
+                }
+                .emit();
                 out.push(set_aside(d, deps.topology.invalid_queue(), &reason.0));
             }
         }
@@ -196,7 +188,7 @@ async fn process_batch(
             let Some(want) = rule.wants(&task.event, &title) else {
                 continue;
             };
-            m.rules_matched.inc();
+            metrics::counter!("klaxon_rules_matched_total").increment(1);
             let mut hit = Hit::new(
                 rule.id.as_str(),
                 task.event.group_hash.as_str(),
@@ -216,7 +208,7 @@ async fn process_batch(
 
     if !hits.is_empty() {
         let outcomes = deps.counter.hit_batch(&hits, None).await.inspect_err(|_| {
-            m.redis_errors.inc();
+            metrics::counter!("klaxon_redis_errors_total").increment(1);
         })?;
         // Mutes of the projects that fired: one extra Redis round trip per batch with firings, none otherwise.
         let mut firing_projects: Vec<&str> = outcomes
@@ -234,7 +226,7 @@ async fn process_batch(
                 .of_projects(&firing_projects)
                 .await
                 .inspect_err(|_| {
-                    m.redis_errors.inc();
+                    metrics::counter!("klaxon_redis_errors_total").increment(1);
                 })?
         };
         for (outcome, src) in outcomes.iter().zip(&sources) {
@@ -246,8 +238,11 @@ async fn process_batch(
                 klaxon_core::mute::is_muted(ms, &src.rule.id, &task.event.group_hash, *at_ms)
             }) {
                 // Counted (the window stays true), never delivered, not later either.
-                m.firings_muted.inc();
-                tracing::info!(project = %task.project_id, rule = %src.rule.id, "firing muted");
+                FiringMuted {
+                    project: &task.project_id,
+                    rule: &src.rule.id,
+                }
+                .emit();
                 continue;
             }
             let fired = NotificationTask::for_firing(&Firing {
@@ -258,9 +253,7 @@ async fn process_batch(
                 firing,
                 at_ms: *at_ms,
             });
-            m.thresholds_crossed
-                .get_or_create(&WindowLabel { window: fired.window })
-                .inc();
+            metrics::counter!("klaxon_thresholds_crossed_total", "window" => fired.window).increment(1);
             for nt in fired.tasks {
                 tracing::info!(
                     notification_id = %nt.notification_id,
@@ -272,7 +265,8 @@ async fn process_batch(
                 );
                 if nt.min_period_s > 0 {
                     // digest channel: buffered in Redis, delivered by the flush loop (crate::digest)
-                    Metrics::channel(&m.digest_firings, nt.channel);
+                    metrics::counter!("klaxon_digest_firings_total", "channel" => nt.channel.as_str())
+                        .increment(1);
                     digest_firings.push(nt);
                     continue;
                 }
@@ -286,7 +280,7 @@ async fn process_batch(
         let routed = crate::digest::append_firings(&digests, &deps.topology, digest_firings)
             .await
             .inspect_err(|_| {
-                m.redis_errors.inc();
+                metrics::counter!("klaxon_redis_errors_total").increment(1);
             })?;
         for nt in routed.send_now {
             out.push(task_message(deps, nt)?);
@@ -297,13 +291,13 @@ async fn process_batch(
                 .publish_delayed(&deps.topology.delay(), &flushes)
                 .await
                 .inspect_err(|_| {
-                    m.broker_errors.inc();
+                    metrics::counter!("klaxon_broker_errors_total").increment(1);
                 })?;
         }
     }
     if !out.is_empty() {
         publisher.publish_all(&out).await.inspect_err(|_| {
-            m.broker_errors.inc();
+            metrics::counter!("klaxon_broker_errors_total").increment(1);
         })?;
     }
     Ok(())
@@ -311,7 +305,7 @@ async fn process_batch(
 
 /// A notification task for its channel's sender queue (counted as published), keyed by its notification id.
 fn task_message(deps: &WorkerDeps, nt: NotificationTask) -> Result<Outgoing, EngineError> {
-    Metrics::channel(&deps.metrics.notifications_published, nt.channel);
+    metrics::counter!("klaxon_notifications_published_total", "channel" => nt.channel.as_str()).increment(1);
     crate::output::message(&deps.topology, deps.output, &nt)
 }
 
@@ -330,7 +324,7 @@ async fn load_rules<'a>(
                 out.insert(p, rules);
             }
             Err(e) => {
-                deps.metrics.rules_errors.inc();
+                metrics::counter!("klaxon_rules_errors_total").increment(1);
                 return Err(EngineError::Rules(e));
             }
         }

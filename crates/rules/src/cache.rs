@@ -215,6 +215,7 @@ impl RuleCache {
             Lookup::Fresh(v) => Ok(v),
             Lookup::Stale(v) => {
                 self.inner.stale_served.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("klaxon_rules_stale_served_total").increment(1);
                 Ok(v)
             }
             Lookup::Miss(previous) => Err(previous),
@@ -273,6 +274,7 @@ impl RuleCache {
             }
             Err(e) => {
                 self.inner.load_errors.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("klaxon_rules_load_errors_total").increment(1);
                 st.last_error = Some((now, e.clone()));
                 st.fresh_until = Some(now + self.inner.error_retry);
                 match st.value.clone() {
@@ -280,6 +282,7 @@ impl RuleCache {
                         st.stale = true;
                         drop(st);
                         self.inner.stale_served.fetch_add(1, Ordering::Relaxed);
+                        metrics::counter!("klaxon_rules_stale_served_total").increment(1);
                         if !self.inner.degraded.swap(true, Ordering::Relaxed) {
                             tracing::warn!(
                                 project_id = %key,

@@ -235,6 +235,7 @@ impl RuleStore {
             return Ok(None);
         };
         self.inner.queries.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("klaxon_rules_queries_total").increment(1);
         let Some(doc) = self.find_project(oid).await? else {
             return Ok(None);
         };
@@ -272,6 +273,7 @@ impl RuleStore {
             let version = versions.get(rule_id).map(String::as_str).unwrap_or("");
             if reported.insert(fingerprint(&[project_id, rule_id, version, &p.message])) {
                 self.inner.problems_reported.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("klaxon_rules_problems_total").increment(1);
                 tracing::warn!(
                     project_id,
                     rule_id = p.rule_id.as_deref().unwrap_or("<none>"),

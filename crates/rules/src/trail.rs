@@ -8,7 +8,7 @@
 //! MongoDB-wire server we target. A TTL index on `at` (default 30 days) is created where the server
 //! supports it; where it does not, that is logged once and the trail grows until pruned by an operator.
 //! Writing the trail never blocks or fails a delivery: a full channel or a failed insert is only counted
-//! ([`TrailStats`], exported by the engine as `klaxon_trail_dropped_total` / `klaxon_trail_errors_total`).
+//! (`klaxon_trail_dropped_total` / `klaxon_trail_errors_total`).
 //!
 //! [`TrailReader`] serves `klaxon deliveries list` and the API: the newest record of each notification wins.
 //!
@@ -17,8 +17,6 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::TryStreamExt;
@@ -152,36 +150,10 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// How many records the trail lost: dropped on a full queue, or failed to insert. Cheap to clone; the counts
-/// only grow.
-#[derive(Debug, Clone, Default)]
-pub struct TrailStats {
-    inner: Arc<Counts>,
-}
-
-#[derive(Debug, Default)]
-struct Counts {
-    dropped: AtomicU64,
-    errors: AtomicU64,
-}
-
-impl TrailStats {
-    /// Records dropped because the writer's queue was full.
-    pub fn dropped(&self) -> u64 {
-        self.inner.dropped.load(Ordering::Relaxed)
-    }
-
-    /// Records whose insert failed or timed out.
-    pub fn errors(&self) -> u64 {
-        self.inner.errors.load(Ordering::Relaxed)
-    }
-}
-
 /// The sender's handle on the trail. Cheap to clone; [`Trail::disabled`] records nothing.
 #[derive(Clone)]
 pub struct Trail {
     tx: Option<mpsc::Sender<Record>>,
-    stats: TrailStats,
 }
 
 impl std::fmt::Debug for Trail {
@@ -195,10 +167,7 @@ impl std::fmt::Debug for Trail {
 impl Trail {
     /// A trail that records nothing.
     pub fn disabled() -> Self {
-        Trail {
-            tx: None,
-            stats: TrailStats::default(),
-        }
+        Trail { tx: None }
     }
 
     /// Starts the background writer and returns the handle and the writer's task. The writer writes through
@@ -214,33 +183,22 @@ impl Trail {
         F: Future<Output = Option<RuleStore>> + Send + 'static,
     {
         let (tx, rx) = mpsc::channel(QUEUE);
-        let stats = TrailStats::default();
-        let task = tokio::spawn(writer(store, ttl, stats.clone(), rx, shutdown));
-        (Trail { tx: Some(tx), stats }, task)
+        let task = tokio::spawn(writer(store, ttl, rx, shutdown));
+        (Trail { tx: Some(tx) }, task)
     }
 
-    /// Queues a record; never waits. A full queue drops it and counts it in [`TrailStats::dropped`].
+    /// Queues a record; never waits. A full queue drops it and counts it in `klaxon_trail_dropped_total`.
     pub fn record(&self, record: Record) {
         if let Some(tx) = &self.tx {
             if tx.try_send(record).is_err() {
-                self.stats.inner.dropped.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("klaxon_trail_dropped_total").increment(1);
             }
         }
     }
-
-    /// The trail's loss counts (shared with the writer).
-    pub fn stats(&self) -> TrailStats {
-        self.stats.clone()
-    }
 }
 
-async fn writer<F>(
-    store: F,
-    ttl: Duration,
-    stats: TrailStats,
-    mut rx: mpsc::Receiver<Record>,
-    shutdown: CancellationToken,
-) where
+async fn writer<F>(store: F, ttl: Duration, mut rx: mpsc::Receiver<Record>, shutdown: CancellationToken)
+where
     F: Future<Output = Option<RuleStore>>,
 {
     // The store connects (and retries) by itself; the writer only waits for it.
@@ -259,22 +217,22 @@ async fn writer<F>(
             _ = shutdown.cancelled() => break,
         };
         let Some(record) = record else { return };
-        insert(&coll, &record, &stats, &mut logged_error).await;
+        insert(&coll, &record, &mut logged_error).await;
     }
     // Drain what is queued, bounded.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
     while let Ok(Some(record)) = tokio::time::timeout_at(deadline, rx.recv()).await {
-        insert(&coll, &record, &stats, &mut logged_error).await;
+        insert(&coll, &record, &mut logged_error).await;
     }
 }
 
-async fn insert(coll: &Collection<Document>, record: &Record, stats: &TrailStats, logged_error: &mut bool) {
+async fn insert(coll: &Collection<Document>, record: &Record, logged_error: &mut bool) {
     match tokio::time::timeout(SERVER_TIMEOUT, coll.insert_one(record.to_document())).await {
         Ok(Ok(_)) => {
             *logged_error = false;
         }
         failed => {
-            stats.inner.errors.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!("klaxon_trail_errors_total").increment(1);
             if !*logged_error {
                 *logged_error = true;
                 let error = match failed {

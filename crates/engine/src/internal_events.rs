@@ -1,0 +1,155 @@
+//! Internal events (vector's `src/internal_events/`): one struct per occurrence that both logs and counts, so the
+//! log line and its metric cannot drift apart. Occurrences that are only counted (Redis and broker failures,
+//! matches, publications) call `metrics::counter!` where they happen.
+
+use std::time::Duration;
+
+use klaxon_core::ChannelKind;
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn delivery(channel: ChannelKind, outcome: &'static str) {
+    metrics::counter!("klaxon_deliveries_total", "channel" => channel.as_str(), "outcome" => outcome)
+        .increment(1);
+}
+
+/// An event that is not a valid event task, set aside to `<ns>.events.invalid`.
+pub(crate) struct EventInvalid<'a> {
+    pub reason: &'a dyn std::fmt::Display,
+    pub bytes: usize,
+}
+
+impl EventInvalid<'_> {
+    pub fn emit(self) {
+        tracing::warn!(reason = %self.reason, bytes = self.bytes, "invalid event set aside");
+        metrics::counter!("klaxon_events_invalid_total").increment(1);
+    }
+}
+
+/// A firing counted but not delivered because a mute matched.
+pub(crate) struct FiringMuted<'a> {
+    pub project: &'a str,
+    pub rule: &'a str,
+}
+
+impl FiringMuted<'_> {
+    pub fn emit(self) {
+        metrics::counter!("klaxon_firings_muted_total").increment(1);
+        tracing::info!(project = %self.project, rule = %self.rule, "firing muted");
+    }
+}
+
+/// A notification sent after `attempts` attempts.
+pub(crate) struct Delivered<'a> {
+    pub id: &'a str,
+    pub channel: ChannelKind,
+    pub attempts: u32,
+}
+
+impl Delivered<'_> {
+    pub fn emit(self) {
+        delivery(self.channel, "sent");
+        tracing::info!(notification_id = %self.id, channel = %self.channel, attempts = self.attempts, "delivered");
+    }
+}
+
+/// A notification already delivered (its id is marked sent), dropped.
+pub(crate) struct DuplicateDropped<'a> {
+    pub id: &'a str,
+    pub channel: ChannelKind,
+}
+
+impl DuplicateDropped<'_> {
+    pub fn emit(self) {
+        tracing::info!(notification_id = %self.id, channel = %self.channel, "already delivered; duplicate dropped");
+        delivery(self.channel, "duplicate");
+    }
+}
+
+/// A task parked in the delay engine for `wait` (rate limit, open breaker, busy dedup lease, `sendAt`).
+pub(crate) struct DeliveryParked<'a> {
+    pub id: &'a str,
+    pub channel: ChannelKind,
+    pub why: &'static str,
+    pub wait: Duration,
+}
+
+impl DeliveryParked<'_> {
+    pub fn emit(self) {
+        tracing::info!(
+            notification_id = %self.id, channel = %self.channel, why = self.why,
+            wait_ms = millis(self.wait), "delivery parked"
+        );
+        metrics::counter!("klaxon_deliveries_parked_total", "channel" => self.channel.as_str()).increment(1);
+    }
+}
+
+/// A transient delivery failure with attempts left, retried after `wait`.
+pub(crate) struct DeliveryRetried<'a> {
+    pub id: &'a str,
+    pub channel: ChannelKind,
+    pub attempts: u32,
+    pub wait: Duration,
+    pub reason: &'a str,
+}
+
+impl DeliveryRetried<'_> {
+    pub fn emit(self) {
+        tracing::warn!(
+            notification_id = %self.id, channel = %self.channel, attempts = self.attempts,
+            retry_in_ms = millis(self.wait), reason = %self.reason,
+            "delivery failed, will retry"
+        );
+        delivery(self.channel, "retried");
+    }
+}
+
+/// A notification (or a body that is not a task: `id` None) moved to `<ns>.dead`.
+pub(crate) struct DeadLettered<'a> {
+    pub id: Option<&'a str>,
+    pub channel: ChannelKind,
+    pub attempts: u32,
+    pub reason: &'a str,
+}
+
+impl DeadLettered<'_> {
+    pub fn emit(self) {
+        match self.id {
+            Some(id) => tracing::warn!(
+                notification_id = %id, channel = %self.channel, attempts = self.attempts, reason = %self.reason,
+                "notification dead-lettered"
+            ),
+            None => {
+                tracing::warn!(channel = %self.channel, reason = %self.reason, "notification task dead-lettered")
+            }
+        }
+        delivery(self.channel, "dead");
+    }
+}
+
+/// A host's circuit breaker opened (`probe`: on a half-open probe's failure).
+pub(crate) struct BreakerOpened<'a> {
+    pub host: &'a str,
+    pub probe: bool,
+}
+
+impl BreakerOpened<'_> {
+    pub fn emit(self) {
+        metrics::counter!("klaxon_breaker_transitions_total", "state" => "open").increment(1);
+        tracing::warn!(host = %self.host, probe = self.probe, "circuit breaker opened");
+    }
+}
+
+/// A host's circuit breaker closed again.
+pub(crate) struct BreakerClosed<'a> {
+    pub host: &'a str,
+}
+
+impl BreakerClosed<'_> {
+    pub fn emit(self) {
+        metrics::counter!("klaxon_breaker_transitions_total", "state" => "closed").increment(1);
+        tracing::info!(host = %self.host, "circuit breaker closed");
+    }
+}
