@@ -188,7 +188,6 @@ async fn process_batch(
             let Some(want) = rule.wants(&task.event, &title) else {
                 continue;
             };
-            metrics::counter!("klaxon_rules_matched_total").increment(1);
             let mut hit = Hit::new(
                 rule.id.as_str(),
                 task.event.group_hash.as_str(),
@@ -206,6 +205,8 @@ async fn process_batch(
         }
     }
 
+    // one registry lookup per batch, not one per (event, rule) pair
+    metrics::counter!("klaxon_rules_matched_total").increment(hits.len() as u64);
     if !hits.is_empty() {
         let outcomes = deps.counter.hit_batch(&hits, None).await.inspect_err(|_| {
             metrics::counter!("klaxon_redis_errors_total").increment(1);
