@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use klaxon_broker::{
-    header, set_aside, Broker, BrokerError, Consumer, Delivery, Outgoing, QueueType, Topology, ERROR_HEADER,
+    header, set_aside, Broker, BrokerError, Consumer, Delivery, Outgoing, Publisher, QueueType, Topology,
+    ERROR_HEADER,
 };
 use klaxon_core::ChannelKind;
 
@@ -19,6 +20,17 @@ async fn recv(consumer: &mut Consumer) -> Delivery {
         .expect("ok")
 }
 
+/// A connection to the test broker and the classic topology of namespace `ns`, declared.
+async fn declared(ns: &str) -> (Broker, Topology, Publisher) {
+    let broker = Broker::connect(&klaxon_testkit::amqp_url(), T)
+        .await
+        .expect("connect");
+    let topo = Topology::new(ns, &format!("{ns}.events"), QueueType::Classic);
+    let publisher = broker.publisher().await.expect("publisher");
+    publisher.declare(&topo).await.expect("declare");
+    (broker, topo, publisher)
+}
+
 async fn delete_all(broker: &Broker, topo: &Topology) {
     let ch = broker.channel().await.expect("channel");
     topo.delete(&ch)
@@ -29,12 +41,7 @@ async fn delete_all(broker: &Broker, topo: &Topology) {
 #[tokio::test]
 async fn publish_confirm_consume_ack_and_set_aside() {
     let ns = klaxon_testkit::unique_namespace();
-    let broker = Broker::connect(&klaxon_testkit::amqp_url(), T)
-        .await
-        .expect("connect");
-    let topo = Topology::new(&ns, &format!("{ns}.events"), QueueType::Classic);
-    let publisher = broker.publisher().await.expect("publisher");
-    publisher.declare(&topo).await.expect("declare");
+    let (broker, topo, publisher) = declared(&ns).await;
     // declaring twice is fine
     publisher.declare(&topo).await.expect("declare again");
 
@@ -123,12 +130,7 @@ async fn a_publish_no_queue_takes_is_an_error_not_a_confirmed_loss() {
 #[tokio::test]
 async fn unacked_messages_come_back_after_the_channel_closes() {
     let ns = klaxon_testkit::unique_namespace();
-    let broker = Broker::connect(&klaxon_testkit::amqp_url(), T)
-        .await
-        .expect("connect");
-    let topo = Topology::new(&ns, &format!("{ns}.events"), QueueType::Classic);
-    let publisher = broker.publisher().await.expect("publisher");
-    publisher.declare(&topo).await.expect("declare");
+    let (broker, topo, publisher) = declared(&ns).await;
     let q = topo.notify_queue(ChannelKind::Slack);
     publisher
         .publish_all(&[Outgoing::json(&q, b"x".to_vec())])
@@ -233,12 +235,7 @@ async fn a_node_list_connects_past_a_dead_node_and_small_frames_carry_big_bodies
 async fn queue_depth_and_deletes_on_their_own_channels() {
     use klaxon_broker::QueueDepth;
     let ns = klaxon_testkit::unique_namespace();
-    let broker = Broker::connect(&klaxon_testkit::amqp_url(), T)
-        .await
-        .expect("connect");
-    let topo = Topology::new(&ns, &format!("{ns}.events"), QueueType::Classic);
-    let publisher = broker.publisher().await.expect("publisher");
-    publisher.declare(&topo).await.expect("declare");
+    let (broker, topo, publisher) = declared(&ns).await;
     let raw = format!("{ns}.raw");
     publisher.declare_plain(&raw).await.expect("declare raw");
     publisher
