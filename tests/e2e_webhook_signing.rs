@@ -80,6 +80,23 @@ fn whsec(v: &Value, field: &str) -> EndpointSecret {
         .unwrap_or_else(|| panic!("`{field}` is a whsec_ secret: {v}"))
 }
 
+/// `GET path` on the running process, with a bearer token if given: (status, body).
+async fn get_page(k: &Klaxon, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut req = reqwest::Client::new()
+        .get(format!("http://{}{path}", k.addr))
+        .timeout(Duration::from_secs(10));
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.expect("the console answers");
+    (resp.status().as_u16(), resp.text().await.unwrap_or_default())
+}
+
+/// How the console's HTML shows a secret (minijinja escapes `/`).
+fn in_html(secret: &EndpointSecret) -> String {
+    secret.expose_whsec().replace('/', "&#x2f;")
+}
+
 /// `GET /api/v1/projects/{project}/webhook-secret?endpoint=` on the running process.
 async fn api_secret(k: &Klaxon, project: &str, endpoint: &str) -> (u16, Value, Option<String>) {
     let resp = reqwest::Client::new()
@@ -139,6 +156,10 @@ async fn each_project_gets_its_own_secret_and_a_captured_request_expires() {
     );
     let secret_b = whsec(&cli_secret(&env, &b, &endpoint), "secret");
     assert_ne!(secret_a, secret_b, "two projects, two secrets for one endpoint");
+    let (status, html) = get_page(&k, &format!("/projects/{a}"), None).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(html.contains(&in_html(&secret_a)), "A's page shows A's secret");
+    assert!(!html.contains(&in_html(&secret_b)), "and not B's");
 
     for req in [req_a, req_b] {
         let (id, _, sig) = standard(req);
@@ -218,11 +239,13 @@ async fn each_project_gets_its_own_secret_and_a_captured_request_expires() {
 /// rotation, the other with the new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_keeps_the_id_and_a_rotation_verifies_with_the_old_and_the_new_secret() {
+    const TOKEN: &str = "console-token-e2e";
     let before = Env::new().set("KLAXON_WEBHOOK_SECRET", "OLDmasterKEY-e2e");
     let env = before
         .clone()
         .set("KLAXON_WEBHOOK_SECRET", "NEWmasterKEY-e2e")
-        .set("KLAXON_WEBHOOK_SECRET_PREVIOUS", "OLDmasterKEY-e2e");
+        .set("KLAXON_WEBHOOK_SECRET_PREVIOUS", "OLDmasterKEY-e2e")
+        .set("KLAXON_API_TOKEN", TOKEN);
     let hook = HttpSink::start().await.expect("sink");
     hook.script([Reply::status(500)]);
     let endpoint = hook.url("/hook");
