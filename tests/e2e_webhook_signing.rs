@@ -120,7 +120,8 @@ async fn api_secret(k: &Klaxon, project: &str, endpoint: &str) -> (u16, Value, O
 
 /// Two tenants whose rules point at the same receiver URL (the worst case: a hostile tenant copies another's
 /// endpoint) get different secrets, and neither secret verifies the other project's delivery. A captured request
-/// stops verifying once it is older than the tolerance. No secret reaches the log or the metrics.
+/// stops verifying once it is older than the tolerance. Direct notifications are signed with their project's
+/// secret, or the project-less one. No secret reaches the log or the metrics.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_project_gets_its_own_secret_and_a_captured_request_expires() {
     const MASTER: &str = "MASTERwebhookKEY-e2e";
@@ -203,6 +204,55 @@ async fn each_project_gets_its_own_secret_and_a_captured_request_expires() {
     assert!(
         !secret_a.verify(&id, &later, &sig, &req_a.body, t + 3600),
         "re-stamped"
+    );
+
+    // Direct notifications: with a projectId, signed with that project's secret; without one, with the
+    // endpoint's project-less secret (`GET /api/v1/webhook-secret`), which verifies no project's delivery.
+    let client = reqwest::Client::new();
+    for body in [
+        json!({"channel": "webhook", "endpoint": endpoint, "title": "deploy", "projectId": a}),
+        json!({"channel": "webhook", "endpoint": endpoint, "title": "deploy"}),
+    ] {
+        let resp = client
+            .post(format!("http://{}/api/v1/notifications", k.addr))
+            .json(&body)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .expect("API answers");
+        assert_eq!(resp.status().as_u16(), 202);
+    }
+    let got = hook.wait_for_count(4, WAIT).await;
+    assert_eq!(
+        got.len(),
+        4,
+        "log:
+{}",
+        k.logs()
+    );
+    let (direct_a, direct_none) = if got[2].json()["projectId"] == a.as_str() {
+        (&got[2], &got[3])
+    } else {
+        (&got[3], &got[2])
+    };
+    let none: Value = client
+        .get(format!("http://{}/api/v1/webhook-secret", k.addr))
+        .query(&[("endpoint", &endpoint)])
+        .send()
+        .await
+        .expect("API answers")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(none["projectId"], Value::Null);
+    let secret_none = whsec(&none, "secret");
+    assert!(verifies(&secret_a, direct_a, stamp(direct_a) + 1));
+    assert!(verifies(&secret_none, direct_none, stamp(direct_none) + 1));
+    assert!(!verifies(&secret_none, direct_a, stamp(direct_a) + 1));
+    assert!(!verifies(&secret_a, direct_none, stamp(direct_none) + 1));
+    assert!(
+        !verifies(&secret_none, req_a, stamp(req_a) + 1),
+        "the project-less secret verifies no project's"
     );
 
     // The API refuses what is not a webhook URL; no master key, no secret.
