@@ -97,7 +97,8 @@ pub const DEFAULT_SMTP_URL: &str = "smtp://127.0.0.1:25";
 pub const DEFAULT_TELEGRAM_API: &str = "https://api.telegram.org";
 
 /// Delivery settings shared by `klaxon run|sender` and `klaxon test-notify`. Secrets come from the
-/// environment only: `KLAXON_TELEGRAM_BOT_TOKEN`, `KLAXON_WEBHOOK_SECRET` (and SMTP credentials inside the URL).
+/// environment only: `KLAXON_TELEGRAM_BOT_TOKEN`, `KLAXON_WEBHOOK_SECRET` and `KLAXON_WEBHOOK_SECRET_PREVIOUS`
+/// (and SMTP credentials inside the URL).
 #[derive(Debug, Clone, Args)]
 pub struct DeliveryOpts {
     /// Telegram Bot API base URL.
@@ -136,6 +137,18 @@ fn env_secret(name: &str) -> Option<klaxon_channels::Secret> {
         .map(klaxon_channels::Secret::new)
 }
 
+/// The webhook master keys from the environment: `KLAXON_WEBHOOK_SECRET` (current) and
+/// `KLAXON_WEBHOOK_SECRET_PREVIOUS` (during a rotation). `None` when no current key is set; a previous key
+/// alone is a usage error. Every process that signs (senders) or shows secrets (API, console, `klaxon webhook
+/// secret`) reads the same two variables.
+pub fn webhook_keys() -> anyhow::Result<Option<klaxon_channels::webhook::SigningKeys>> {
+    klaxon_channels::webhook::SigningKeys::from_settings(
+        env_secret("KLAXON_WEBHOOK_SECRET"),
+        env_secret("KLAXON_WEBHOOK_SECRET_PREVIOUS"),
+    )
+    .map_err(crate::exit::usage)
+}
+
 impl DeliveryOpts {
     /// The validated adapters (must be called inside the tokio runtime: the SMTP pool starts a task).
     pub fn channels(&self) -> anyhow::Result<klaxon_channels::Channels> {
@@ -144,7 +157,7 @@ impl DeliveryOpts {
             telegram_bot_token: env_secret("KLAXON_TELEGRAM_BOT_TOKEN"),
             smtp_url: klaxon_channels::Secret::new(self.smtp_url.clone()),
             smtp_from: self.smtp_from.clone(),
-            webhook_secret: env_secret("KLAXON_WEBHOOK_SECRET"),
+            webhook_keys: webhook_keys()?,
             allow_private_endpoints: self.allow_private_endpoints,
             connect_timeout: self.connect_timeout,
             request_timeout: self.request_timeout,
@@ -177,6 +190,8 @@ pub enum Command {
     Mute(crate::cmd::mute::MuteArgs),
     /// Send a real test notification through one channel.
     TestNotify(crate::cmd::test_notify::TestNotifyArgs),
+    /// Webhook signing: `webhook secret` prints a project's signing secret for one endpoint.
+    Webhook(crate::cmd::webhook::WebhookArgs),
     /// Ask a running Klaxon's /readyz (or /healthz): a healthcheck for images without curl.
     Probe(crate::cmd::probe::ProbeArgs),
     /// Measure throughput and cost side by side on this machine.

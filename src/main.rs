@@ -56,6 +56,7 @@ async fn main() -> ExitCode {
         cli::Command::Explain(args) => cmd::explain::run(args, &global).await,
         cli::Command::Mute(args) => cmd::mute::run(args, &global).await,
         cli::Command::TestNotify(args) => cmd::test_notify::run(args, &global).await,
+        cli::Command::Webhook(args) => cmd::webhook::run(args).await,
         cli::Command::Probe(args) => cmd::probe::run(args).await,
         cli::Command::Bench(args) => cmd::bench::run(args, &global).await,
         cli::Command::Doctor(args) => cmd::doctor::run(args, &global).await,

@@ -1,6 +1,7 @@
 //! The documentation is tested like code: no document points outside the repository, the example rules
 //! import cleanly and the README's quickstart ends in a real notification, and docs/webhook.md's payload schema
-//! and signature snippets (Python, Node) hold against a delivery Klaxon itself made.
+//! and signature snippets (Python, Node) hold against a delivery Klaxon itself made (and so do the Standard
+//! Webhooks reference libraries, where `scripts/services` installed them).
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{object_id, Env};
-use klaxon_testkit::http_sink::{HttpSink, Reply};
+use klaxon_testkit::http_sink::HttpSink;
 use serde_json::Value;
 
 fn root() -> PathBuf {
@@ -116,60 +117,264 @@ fn have(tool: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// A real signed delivery: `klaxon test-notify` to a local receiver with a webhook secret.
-async fn signed_delivery(secret: &str) -> (Vec<u8>, String) {
-    let env = Env::new().set("KLAXON_WEBHOOK_SECRET", secret);
+/// A real delivery: `klaxon run` with a master key, an ONLY_NEW rule of `project` with a webhook channel to a
+/// local receiver, one event. Returns the recorded request and the endpoint.
+async fn real_delivery(env: &Env, project: &str) -> (klaxon_testkit::Request, String) {
     let hook = HttpSink::start().await.expect("sink");
-    hook.script([Reply::status(200)]);
-    let url = hook.url("/hook");
-    let (code, out, err) = tokio::task::spawn_blocking(move || {
-        env.run(&["test-notify", "--channel", "webhook", "--endpoint", &url])
-    })
-    .await
-    .expect("join");
-    assert_eq!(code, 0, "{out}{err}");
-    let req = hook.requests().pop().expect("one request");
-    let sig = req.header("x-klaxon-signature").expect("signed").to_owned();
-    (req.body.to_vec(), sig)
+    let endpoint = hook.url("/hook?tenant=a");
+    env.import(&serde_json::json!([{"_id": project, "notifications": [{
+        "isEnabled": true, "whatToReceive": "ONLY_NEW", "including": [], "excluding": [],
+        "channels": {"webhook": {"isEnabled": true, "endpoint": endpoint, "minPeriod": 0}}}]}]));
+    let mut k = env.spawn("run", &[]);
+    let title = format!("TypeError: docs {}", env.namespace);
+    env.ok(&[
+        "publish",
+        "--project",
+        project,
+        "--title",
+        &title,
+        "--group",
+        "docs",
+        "--new",
+    ]);
+    let got = hook.wait_for_count(1, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 1, "one delivery; log:\n{}", k.logs());
+    assert_eq!(k.terminate(Duration::from_secs(15)), Some(0));
+    (got[0].clone(), endpoint)
 }
 
-#[tokio::test]
-async fn webhook_snippets_verify_a_real_signature_and_the_schema_holds() {
+fn now_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// The endpoint's secret as a tenant gets it: `klaxon webhook secret -o json`.
+fn cli_secret(env: &Env, project: &str, endpoint: &str) -> String {
+    let out = env.ok(&[
+        "webhook",
+        "secret",
+        "--project",
+        project,
+        "--endpoint",
+        endpoint,
+        "-o",
+        "json",
+    ]);
+    let v: Value = serde_json::from_str(&out).expect("one JSON object");
+    v["secret"].as_str().expect("secret").to_owned()
+}
+
+/// One verification case for the documented verifiers: what they are given and the answer they must give.
+fn case(what: &str, secret: Value, body: Option<&[u8]>, headers: Value, want: bool) -> Value {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    serde_json::json!({"what": what, "secret": secret, "body": body.map(|b| b64.encode(b)), "headers": headers,
+                       "want": want})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_snippets_verify_a_real_delivery_and_the_schema_holds() {
+    use klaxon_channels::webhook::EndpointSecret;
     let doc = std::fs::read_to_string(root().join("docs/webhook.md")).expect("docs/webhook.md");
-    let secret = "s3cret-for-docs-test";
-    let (body, sig) = signed_delivery(secret).await;
-    let dir = tempfile::tempdir().expect("tmp");
-    let body_file = dir.path().join("body.json");
-    let tampered_file = dir.path().join("tampered.json");
-    std::fs::write(&body_file, &body).expect("write");
+    let env = Env::new().set("KLAXON_WEBHOOK_SECRET", "master-key-for-the-docs-test");
+    let project = object_id();
+    let (req, endpoint) = real_delivery(&env, &project).await;
+    let body = req.body.to_vec();
+    let header = |n: &str| req.header(n).unwrap_or_else(|| panic!("no {n}")).to_owned();
+    let (id, stamp, signature) = (
+        header("webhook-id"),
+        header("webhook-timestamp"),
+        header("webhook-signature"),
+    );
+    assert_eq!(req.json()["notificationId"], id.as_str());
+    let secret = cli_secret(&env, &project, &endpoint);
+    let other_secret = cli_secret(&env, &object_id(), &endpoint);
+    // Requests signed here, with the real secret, at chosen times: only the time makes them fail.
+    let key = EndpointSecret::from_whsec(&secret).expect("a whsec_ secret");
+    let signed_at = |at: i64| {
+        serde_json::json!({"webhook-id": id, "webhook-timestamp": at.to_string(),
+                                                 "webhook-signature": key.sign(&id, at, &body)})
+    };
+    let real =
+        serde_json::json!({"webhook-id": id, "webhook-timestamp": stamp, "webhook-signature": signature});
+    let with = |name: &str, value: Value| {
+        let mut h = real.clone();
+        h[name] = value;
+        h
+    };
+    let without = |name: &str| {
+        let mut h = real.clone();
+        h.as_object_mut().expect("object").remove(name);
+        h
+    };
     let mut tampered = body.clone();
     tampered.extend_from_slice(b" ");
-    std::fs::write(&tampered_file, &tampered).expect("write");
+    let s = Value::String(secret.clone());
+    let b = Some(body.as_slice());
+    let now = now_s();
+    let cases = vec![
+        case("the real delivery", s.clone(), b, real.clone(), true),
+        case("signed now, here", s.clone(), b, signed_at(now), true),
+        case("tampered body", s.clone(), Some(&tampered), real.clone(), false),
+        case(
+            "stale: signed 6 minutes ago",
+            s.clone(),
+            b,
+            signed_at(now - 360),
+            false,
+        ),
+        case(
+            "from the future: 6 minutes ahead",
+            s.clone(),
+            b,
+            signed_at(now + 360),
+            false,
+        ),
+        case(
+            "replayed with a fresh timestamp",
+            s.clone(),
+            b,
+            with("webhook-timestamp", json_str(now + 1)),
+            false,
+        ),
+        case(
+            "another project's secret",
+            Value::String(other_secret),
+            b,
+            real.clone(),
+            false,
+        ),
+        case(
+            "a wrong secret",
+            Value::String("whsec_bm90LXRoZS1zZWNyZXQtYXQtYWxsLXJlYWxseQ==".into()),
+            b,
+            real.clone(),
+            false,
+        ),
+        case(
+            "a secret that is not base64",
+            Value::String("whsec_!!!ä".into()),
+            b,
+            real.clone(),
+            false,
+        ),
+        case(
+            "a secret that is not a string",
+            serde_json::json!(42),
+            b,
+            real.clone(),
+            false,
+        ),
+        case(
+            "non-ASCII signature",
+            s.clone(),
+            b,
+            with("webhook-signature", json_str("v1,ünïcödé∂ƒ")),
+            false,
+        ),
+        case(
+            "non-ASCII timestamp digits",
+            s.clone(),
+            b,
+            with("webhook-timestamp", json_str("١٧٩٥٣٤٨٢٠٠")),
+            false,
+        ),
+        case(
+            "non-ASCII id",
+            s.clone(),
+            b,
+            with("webhook-id", json_str("ïd-\u{202e}")),
+            false,
+        ),
+        case(
+            "bad base64 signature",
+            s.clone(),
+            b,
+            with("webhook-signature", json_str("v1,%%%")),
+            false,
+        ),
+        case("missing webhook-id", s.clone(), b, without("webhook-id"), false),
+        case(
+            "missing webhook-timestamp",
+            s.clone(),
+            b,
+            without("webhook-timestamp"),
+            false,
+        ),
+        case(
+            "missing webhook-signature",
+            s.clone(),
+            b,
+            without("webhook-signature"),
+            false,
+        ),
+        case("no headers at all", s.clone(), b, serde_json::json!({}), false),
+        case("headers that are not a mapping", s.clone(), b, Value::Null, false),
+        case(
+            "a header that is not a string",
+            s.clone(),
+            b,
+            with("webhook-timestamp", serde_json::json!(17)),
+            false,
+        ),
+        case("no body", s.clone(), None, real.clone(), false),
+    ];
+    // Body as text instead of bytes: a wrong type too.
+    let mut text_body = case(
+        "a body that is text, not bytes",
+        s.clone(),
+        b,
+        real.clone(),
+        false,
+    );
+    text_body["asText"] = Value::Bool(true);
+    let mut cases = cases;
+    cases.push(text_body);
+    let want: Vec<bool> = cases.iter().map(|c| c["want"] == true).collect();
+
+    let dir = tempfile::tempdir().expect("tmp");
+    let cases_file = dir.path().join("cases.json");
+    std::fs::write(&cases_file, serde_json::to_vec(&cases).expect("json")).expect("write");
+    let run = |lang: &str, program: &str, code: String| -> Vec<bool> {
+        let out = Command::new(program)
+            .arg(if lang == "python" { "-c" } else { "-e" })
+            .arg(&code)
+            .arg(&cases_file)
+            .output()
+            .unwrap_or_else(|e| panic!("{program}: {e}"));
+        assert!(
+            out.status.success(),
+            "{lang}: the verifier raised: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{lang} printed {}: {e}", String::from_utf8_lossy(&out.stdout)))
+    };
+    let check = |lang: &str, got: Vec<bool>| {
+        let wrong: Vec<String> = cases
+            .iter()
+            .zip(&got)
+            .filter(|(c, g)| c["want"] != **g)
+            .map(|(c, g)| format!("{}: got {g}", c["what"]))
+            .collect();
+        assert!(wrong.is_empty() && got.len() == want.len(), "{lang}: {wrong:?}");
+    };
 
     let mut ran = 0;
     if have("python3") {
         let py = code_block(&doc, "Python (standard library only", "python")
-            + "\nimport sys\nprint(verify(sys.argv[2].encode(), open(sys.argv[1], 'rb').read(), sys.argv[3]))\n";
-        for (file, key, want) in [
-            (&body_file, secret, "True"),
-            (&tampered_file, secret, "False"),
-            (&body_file, "wrong", "False"),
-        ] {
-            let out = Command::new("python3")
-                .arg("-c")
-                .arg(&py)
-                .arg(file)
-                .arg(key)
-                .arg(&sig)
-                .output()
-                .expect("python3");
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-            assert_eq!(
-                String::from_utf8_lossy(&out.stdout).trim(),
-                want,
-                "python, {file:?} {key}"
-            );
-        }
+            + r#"
+import base64 as _b64, json as _json, sys as _sys
+_out = []
+for _c in _json.load(open(_sys.argv[1])):
+    _body = None if _c["body"] is None else _b64.b64decode(_c["body"])
+    if _c.get("asText"):
+        _body = _body.decode()
+    _out.append(verify(_c["secret"], _body, _c["headers"]))
+print(_json.dumps(_out))
+"#;
+        check("python", run("python", "python3", py));
         ran += 1;
 
         // The schema block is valid JSON Schema and the real body satisfies it (where jsonschema is installed).
@@ -177,7 +382,9 @@ async fn webhook_snippets_verify_a_real_signature_and_the_schema_holds() {
         let schema_value: Value = serde_json::from_str(&schema).expect("the schema block is JSON");
         assert_eq!(schema_value["required"].as_array().map(Vec::len), Some(6));
         let schema_file = dir.path().join("schema.json");
+        let body_file = dir.path().join("body.json");
         std::fs::write(&schema_file, &schema).expect("write");
+        std::fs::write(&body_file, &body).expect("write");
         let check = "import json, sys\ntry:\n    import jsonschema\nexcept ImportError:\n    print('skip'); sys.exit(0)\n\
 schema = json.load(open(sys.argv[1]))\njsonschema.Draft202012Validator.check_schema(schema)\n\
 v = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())\n\
@@ -199,31 +406,95 @@ print('ok' if not v.is_valid(bad) else 'schema too loose')\n";
     }
     if have("node") {
         let js = code_block(&doc, "Node.js (no packages", "js")
-            + "\nconst [, file, key, sig] = process.argv;\nconsole.log(verify(key, require('node:fs').readFileSync(file), sig));\n";
-        for (file, key, want) in [
-            (&body_file, secret, "true"),
-            (&tampered_file, secret, "false"),
-            (&body_file, "wrong", "false"),
-        ] {
-            let out = Command::new("node")
-                .arg("-e")
-                .arg(&js)
-                .arg(file)
-                .arg(key)
-                .arg(&sig)
-                .output()
-                .expect("node");
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-            assert_eq!(
-                String::from_utf8_lossy(&out.stdout).trim(),
-                want,
-                "node, {file:?} {key}"
-            );
-        }
+            + r#"
+const _cases = JSON.parse(require("node:fs").readFileSync(process.argv[1], "utf8"));
+console.log(JSON.stringify(_cases.map((c) => {
+  let body = c.body === null ? null : Buffer.from(c.body, "base64");
+  if (c.asText) body = body.toString("utf8");
+  return verify(c.secret, body, c.headers);
+})));
+"#;
+        check("node", run("node", "node", js));
         ran += 1;
     }
     if ran == 0 {
         eprintln!("neither python3 nor node found: signature snippets not run");
+    }
+    reference_libraries_accept(&secret, &body, &real, &tampered);
+}
+
+fn json_str(v: impl ToString) -> Value {
+    Value::String(v.to_string())
+}
+
+/// Where `scripts/services` installs the Standard Webhooks reference libraries (PyPI and npm `standardwebhooks`).
+fn reference_dir() -> PathBuf {
+    let tools = std::env::var_os("KLAXON_TOOLS_DIR").map_or_else(
+        || PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".local/share/klaxon"),
+        PathBuf::from,
+    );
+    tools.join("standardwebhooks")
+}
+
+/// The reference implementations accept the real delivery and refuse it with a tampered body.
+fn reference_libraries_accept(secret: &str, body: &[u8], headers: &Value, tampered: &[u8]) {
+    let dir = reference_dir();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let write = |name: &str, bytes: &[u8]| {
+        let p = tmp.path().join(name);
+        std::fs::write(&p, bytes).expect("write");
+        p
+    };
+    let (body_file, tampered_file) = (write("body", body), write("tampered", tampered));
+    let headers_file = write("headers.json", headers.to_string().as_bytes());
+    let py_lib = dir.join("py");
+    if have("python3") && py_lib.join("standardwebhooks").is_dir() {
+        let code = "import json, sys\nfrom standardwebhooks.webhooks import Webhook\n\
+wh = Webhook(sys.argv[1]); headers = json.load(open(sys.argv[2]))\n\
+def ok(path):\n    try:\n        wh.verify(open(path, 'rb').read(), headers)\n        return True\n    except Exception:\n        return False\n\
+print(json.dumps([ok(sys.argv[3]), ok(sys.argv[4])]))\n";
+        let out = Command::new("python3")
+            .env("PYTHONPATH", &py_lib)
+            .args(["-c", code, secret])
+            .args([&headers_file, &body_file, &tampered_file])
+            .output()
+            .expect("python3");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "[true, false]",
+            "PyPI standardwebhooks"
+        );
+    } else {
+        eprintln!(
+            "PyPI standardwebhooks not installed under {}: not checked (scripts/services installs it)",
+            dir.display()
+        );
+    }
+    let node_lib = dir.join("node/node_modules/standardwebhooks");
+    if have("node") && node_lib.is_dir() {
+        let code = "const { Webhook } = require(process.argv[1]);\nconst fs = require('node:fs');\n\
+const wh = new Webhook(process.argv[2]); const headers = JSON.parse(fs.readFileSync(process.argv[3], 'utf8'));\n\
+const ok = (p) => { try { wh.verify(fs.readFileSync(p), headers); return true; } catch { return false; } };\n\
+console.log(JSON.stringify([ok(process.argv[4]), ok(process.argv[5])]));\n";
+        let out = Command::new("node")
+            .args(["-e", code])
+            .arg(&node_lib)
+            .arg(secret)
+            .args([&headers_file, &body_file, &tampered_file])
+            .output()
+            .expect("node");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "[true,false]",
+            "npm standardwebhooks"
+        );
+    } else {
+        eprintln!(
+            "npm standardwebhooks not installed under {}: not checked (scripts/services installs it)",
+            dir.display()
+        );
     }
 }
 

@@ -12,3 +12,4 @@ pub mod publish;
 pub mod rules;
 pub mod run;
 pub mod test_notify;
+pub mod webhook;

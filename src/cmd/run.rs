@@ -379,6 +379,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
             .ok()
             .filter(|t| !t.trim().is_empty()),
         rule_store: rule_store.clone(),
+        webhook_keys: crate::cli::webhook_keys()?,
     });
     let http = klaxon_engine::ops_server::serve(
         process.http_addr,

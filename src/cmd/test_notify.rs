@@ -19,7 +19,8 @@ Examples:
   klaxon test-notify --channel slack --endpoint https://hooks.slack.com/services/T/B/X
   klaxon test-notify --channel email --endpoint ops@example.com --smtp-url smtp://127.0.0.1:2525
   KLAXON_TELEGRAM_BOT_TOKEN=… klaxon test-notify --channel telegram --endpoint -100123
-  klaxon test-notify --channel webhook --endpoint https://alerts.example.com/klaxon --json")]
+  klaxon test-notify --channel webhook --endpoint https://alerts.example.com/klaxon --json
+  klaxon test-notify --channel webhook --endpoint https://alerts.example.com/klaxon --project 5e3eef0679fa3700a0198a49")]
 pub struct TestNotifyArgs {
     /// slack, telegram, email or webhook.
     #[arg(long, value_parser = parse_channel)]
@@ -27,6 +28,10 @@ pub struct TestNotifyArgs {
     /// The endpoint: webhook URL, Telegram chat id, email address(es).
     #[arg(long, allow_hyphen_values = true)]
     pub endpoint: String,
+    /// Send it as this project's (24-hex id): a webhook is then signed with the project's secret for the
+    /// endpoint (`klaxon webhook secret --project …`) [default: no project].
+    #[arg(long)]
+    pub project: Option<String>,
     /// Print the outcome as one JSON object: {"ok": true, …} on stdout, or {"ok": false, "class", "reason", …}
     /// on stderr.
     #[arg(long)]
@@ -41,8 +46,17 @@ fn parse_channel(s: &str) -> Result<ChannelKind, String> {
 }
 
 pub async fn run(args: TestNotifyArgs, _global: &GlobalOpts) -> anyhow::Result<ExitCode> {
+    if let Some(p) = &args.project {
+        crate::exit::ensure_usage!(
+            klaxon_core::event::is_object_id(p),
+            "--project must be a 24-hex-digit ObjectId"
+        );
+    }
     let channels = args.delivery.channels()?;
-    let task = test_task(args.channel, &args.endpoint);
+    let mut task = test_task(args.channel, &args.endpoint);
+    if let Some(p) = args.project {
+        task.project_id = p.to_ascii_lowercase();
+    }
     let dest = redact_endpoint(args.channel, &args.endpoint);
     let channel = args.channel.to_string();
     match channels.deliver(&task).await {

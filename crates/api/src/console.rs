@@ -10,7 +10,8 @@
 //!
 //! Sessions live in this process only (bounded, expiring): a restart logs everyone out, and behind a load
 //! balancer a session sticks to the process that made it. Templates are compiled in (`templates/console`) and
-//! rendered by minijinja with HTML auto-escaping; secrets (endpoints, the token, URLs) are never rendered.
+//! rendered by minijinja with HTML auto-escaping; secrets (endpoints, the token, URLs) are never rendered — the
+//! one exception is a webhook channel's own signing secret on its project's page, which is there to be copied.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -822,6 +823,34 @@ fn rule_view(rule: &Value) -> Value {
     })
 }
 
+/// Adds the webhook channel's Standard Webhooks signing secret to a rule's view (`signing_secret`, or
+/// `unsigned` without a master key): the project page shows it, behind the console's auth, so the tenant can
+/// configure its receiver. Derived for this project only (see `webhook_secret`).
+fn add_signing_secret(
+    view: &mut Value,
+    rule: &Value,
+    project_id: &str,
+    keys: Option<&klaxon_channels::webhook::SigningKeys>,
+) {
+    let Some(endpoint) = rule
+        .pointer("/channels/webhook/endpoint")
+        .and_then(Value::as_str)
+        .filter(|e| !e.trim().is_empty())
+    else {
+        return;
+    };
+    let Some(ch) = view["channels"]
+        .as_array_mut()
+        .and_then(|chs| chs.iter_mut().find(|c| c["name"] == "webhook"))
+    else {
+        return;
+    };
+    match keys {
+        Some(k) => ch["signing_secret"] = json!(k.endpoint_secret(project_id, endpoint).expose_whsec()),
+        None => ch["unsigned"] = json!(true),
+    }
+}
+
 #[derive(Deserialize)]
 struct DoneQuery {
     done: Option<String>,
@@ -844,7 +873,17 @@ async fn project_page(
         .await
         .map_err(rules_error)?;
     let (exists, rules) = match &project {
-        Some(p) => (true, p.notifications.iter().map(rule_view).collect::<Vec<_>>()),
+        Some(p) => (
+            true,
+            p.notifications
+                .iter()
+                .map(|r| {
+                    let mut view = rule_view(r);
+                    add_signing_secret(&mut view, r, &project_id, api.0.config.webhook_keys.as_ref());
+                    view
+                })
+                .collect::<Vec<_>>(),
+        ),
         None => (false, Vec::new()),
     };
     let (mutes, mutes_error) = match active_mutes(api, &project_id).await {
@@ -1563,6 +1602,65 @@ mod tests {
             html.contains("name=\"csrf\" value=\"tok\""),
             "forms carry the token"
         );
+    }
+
+    #[tokio::test]
+    async fn the_project_page_shows_each_webhook_channels_own_signing_secret() {
+        use klaxon_channels::webhook::SigningKeys;
+        let access = Access {
+            csrf: "tok".into(),
+            session: true,
+        };
+        let (p, endpoint) = (
+            "5e3eef0679fa3700a0198a48",
+            "https://hooks.example/k?token=SECRETPATH",
+        );
+        let rule = json!({"_id": "5e3eef0679fa3700a0198a49", "isEnabled": true, "whatToReceive": "ONLY_NEW",
+            "channels": {"webhook": {"isEnabled": true, "endpoint": endpoint},
+                         "slack": {"isEnabled": true, "endpoint": "https://hooks.slack.com/services/x"}}});
+        let keys = SigningKeys::from_settings(Some(klaxon_channels::Secret::new("MASTERKEY")), None)
+            .expect("valid")
+            .expect("some");
+        let page = |keys: Option<&SigningKeys>| {
+            let mut view = rule_view(&rule);
+            add_signing_secret(&mut view, &rule, p, keys);
+            let r = render(
+                StatusCode::OK,
+                "project.html",
+                page_ctx(
+                    &access,
+                    "projects",
+                    "P",
+                    json!({"project_id": p, "exists": true, "rules": [view], "mutes": [], "mutes_error": null,
+                           "notice": null}),
+                ),
+            );
+            async move {
+                axum::body::to_bytes(r.into_body(), usize::MAX)
+                    .await
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default()
+            }
+        };
+        let html = page(Some(&keys)).await;
+        let secret = keys.endpoint_secret(p, endpoint).expose_whsec();
+        // base64 may hold `/` and `+`: the page escapes them like any text, so compare with the escaped form.
+        let shown = secret.replace('/', "&#x2f;");
+        assert!(html.contains(&shown), "the project's own secret is shown: {html}");
+        assert_eq!(
+            html.matches("signing secret").count(),
+            1,
+            "for the webhook channel only"
+        );
+        let other = keys
+            .endpoint_secret("65a000000000000000000001", endpoint)
+            .expose_whsec();
+        assert!(!html.contains(&other.replace('/', "&#x2f;")));
+        for hidden in ["MASTERKEY", "SECRETPATH"] {
+            assert!(!html.contains(hidden), "{hidden} in {html}");
+        }
+        let html = page(None).await;
+        assert!(html.contains("unsigned") && !html.contains("whsec_"), "{html}");
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod explain;
 pub mod invalidation;
 pub mod mutes;
 pub mod notifications;
+pub mod webhook_secret;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -72,6 +73,9 @@ pub struct ApiConfig {
     /// The rule store (rules and the delivery trail), connected on first use to `mongo_url`. Share the cell
     /// with the rest of the process so that it has one MongoDB client; a fresh one when nothing else uses it.
     pub rule_store: Arc<OnceCell<RuleStore>>,
+    /// The webhook master keys (`KLAXON_WEBHOOK_SECRET`, `…_PREVIOUS`): the API and the console show each
+    /// (project, endpoint)'s signing secret derived from them. `None`: webhooks are unsigned.
+    pub webhook_keys: Option<klaxon_channels::webhook::SigningKeys>,
 }
 
 impl std::fmt::Debug for ApiConfig {
@@ -81,6 +85,7 @@ impl std::fmt::Debug for ApiConfig {
             .field("namespace", &self.namespace)
             .field("events_queue", &self.events_queue)
             .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .field("webhook_keys", &self.webhook_keys)
             .finish_non_exhaustive()
     }
 }
@@ -184,6 +189,11 @@ pub fn router(config: ApiConfig) -> Router {
             axum::routing::delete(delete_mute),
         )
         .route("/api/v1/notifications", post(post_notification))
+        .route(
+            "/api/v1/projects/{project_id}/webhook-secret",
+            get(webhook_secret::get_project_secret),
+        )
+        .route("/api/v1/webhook-secret", get(webhook_secret::get_secret))
         .route("/api/v1/deliveries", get(get_deliveries))
         .route("/api/v1/dead", get(get_dead))
         .route("/api/v1/dead/replay", post(replay_dead))

@@ -16,8 +16,9 @@
 //! Safety: endpoints are user input. Unless `allow_private_endpoints` is set, HTTP deliveries to loopback,
 //! private, link-local, multicast or unspecified addresses are refused with a permanent error before any byte
 //! is sent, and the check is done on the very addresses the client connects to (see [`safety`]). Redirects
-//! are never followed and proxies are not used. Secrets — the bot token, the SMTP password, the webhook secret
-//! and the endpoints themselves — are held in [`Secret`] or redacted, and are scrubbed from every reason.
+//! are never followed and proxies are not used. Secrets — the bot token, the SMTP password, the webhook master
+//! keys, the per-endpoint webhook secrets derived from them ([`webhook`]) and the endpoints themselves — are
+//! held in [`Secret`]/[`webhook::EndpointSecret`] or redacted, and are scrubbed from every reason.
 #![deny(missing_docs)]
 
 mod email;
@@ -61,8 +62,9 @@ pub struct ChannelsConfig {
     pub smtp_url: Secret,
     /// The From address (`--smtp-from`).
     pub smtp_from: String,
-    /// HMAC key for webhook signatures (`KLAXON_WEBHOOK_SECRET`).
-    pub webhook_secret: Option<Secret>,
+    /// The master keys webhook secrets are derived from (`KLAXON_WEBHOOK_SECRET`, and
+    /// `KLAXON_WEBHOOK_SECRET_PREVIOUS` during a rotation); `None`: webhooks go out unsigned.
+    pub webhook_keys: Option<webhook::SigningKeys>,
     /// Allow endpoints on loopback/private/link-local addresses (`--allow-private-endpoints`).
     pub allow_private_endpoints: bool,
     /// TCP (and TLS) connect timeout.
@@ -80,7 +82,7 @@ impl Default for ChannelsConfig {
             telegram_bot_token: None,
             smtp_url: Secret::new("smtp://127.0.0.1:25"),
             smtp_from: "klaxon@localhost".into(),
-            webhook_secret: None,
+            webhook_keys: None,
             allow_private_endpoints: false,
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
@@ -427,12 +429,16 @@ mod tests {
         let cfg = ChannelsConfig {
             telegram_bot_token: Some(Secret::new("123:TOKEN")),
             smtp_url: Secret::new("smtps://user:PASSWORD@mail.example.com"),
-            webhook_secret: Some(Secret::new("HMACKEY")),
+            webhook_keys: webhook::SigningKeys::from_settings(
+                Some(Secret::new("HMACKEY")),
+                Some(Secret::new("OLDHMACKEY")),
+            )
+            .expect("valid"),
             ..ChannelsConfig::default()
         };
         let channels = Channels::new(cfg.clone()).expect("valid");
         let debug = format!("{channels:?} {cfg:?}");
-        for secret in ["TOKEN", "PASSWORD", "HMACKEY"] {
+        for secret in ["TOKEN", "PASSWORD", "HMACKEY", "OLDHMACKEY"] {
             assert!(!debug.contains(secret), "{debug}");
         }
         for bad in [

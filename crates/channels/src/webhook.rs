@@ -1,7 +1,30 @@
-//! Generic webhooks: the notification as JSON, exactly as INTERFACE.md shows it, signed with HMAC-SHA256 when
-//! a secret is configured. Two optional fields are added when known: `projectName` (Hawk's project name) and,
-//! per event, `url` (from `--event-url-template`).
+//! Generic webhooks: the notification as JSON, exactly as INTERFACE.md shows it, signed per the
+//! [Standard Webhooks](https://www.standardwebhooks.com/) spec when a master key is configured. Two optional
+//! fields are added when known: `projectName` (Hawk's project name) and, per event, `url` (from
+//! `--event-url-template`).
+//!
+//! ```text
+//! KLAXON_WEBHOOK_SECRET (master) ──HMAC(master, "klaxon webhook v1" ‖ project ‖ endpoint)──▶ the endpoint's secret
+//!   (whsec_<base64 of 32 bytes>; what the tenant is given: API, CLI, console)
+//! each attempt: webhook-id = notificationId (the same on every retry), webhook-timestamp = now (Unix s),
+//!               webhook-signature = "v1,<base64 HMAC-SHA256(secret, id.timestamp.body)>"
+//!               [+ " v1,<…>" under the secret derived from KLAXON_WEBHOOK_SECRET_PREVIOUS during a rotation]
+//!               X-Klaxon-Signature = "sha256=<hex HMAC-SHA256(master, body)>" (deprecated, one release)
+//! ```
+//!
+//! Why derived and bound to the project: a secret shared by every tenant lets any tenant forge notifications
+//! that every other tenant's receiver accepts. The endpoint's secret depends on the project too, so a tenant
+//! who points one of its own rules at another tenant's URL and reads "its" secret for that URL gets a key
+//! that verifies only its own deliveries. Deriving (instead of storing a random key per channel) keeps Hawk's
+//! rule documents untouched and every process able to sign without a lookup; the cost is that rotating means
+//! rotating the master key (every endpoint's secret changes at once), which the previous key makes
+//! zero-downtime. Notifications that belong to no project (direct notifications without `projectId`,
+//! `klaxon test-notify`) use the secret derived with an empty project.
 
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use klaxon_core::{NotificationEvent, NotificationTask};
 use serde::Serialize;
@@ -9,12 +32,210 @@ use sha2::Sha256;
 
 use crate::http_client::{body_detail, label, parse_http_endpoint};
 use crate::render::MessageContext;
-use crate::{Channels, Delivered, DeliveryError};
+use crate::{Channels, Delivered, DeliveryError, Secret};
 
-/// Header carrying `sha256=<hex HMAC-SHA256 of the body>`.
+/// Deprecated header carrying `sha256=<hex HMAC-SHA256 of the body>` under the master key; sent for one more
+/// release beside the Standard Webhooks headers.
 pub const SIGNATURE_HEADER: &str = "X-Klaxon-Signature";
 /// Header carrying the notification id (the same on every retry: receivers deduplicate on it).
 pub const NOTIFICATION_ID_HEADER: &str = "X-Klaxon-Notification-Id";
+/// Standard Webhooks: the message id (our notification id, the same on every retry).
+pub const ID_HEADER: &str = "webhook-id";
+/// Standard Webhooks: the Unix time (seconds) of this attempt.
+pub const TIMESTAMP_HEADER: &str = "webhook-timestamp";
+/// Standard Webhooks: space-separated `v1,<base64>` signatures.
+pub const STANDARD_SIGNATURE_HEADER: &str = "webhook-signature";
+/// How far a `webhook-timestamp` may be from the receiver's clock, either way (the spec's 5 minutes).
+pub const TOLERANCE_SECS: i64 = 5 * 60;
+/// The prefix of a serialized secret (Standard Webhooks, symmetric).
+pub const SECRET_PREFIX: &str = "whsec_";
+/// Domain separation of the derivation: a master key used for something else never yields these secrets.
+const DERIVATION_LABEL: &[u8] = b"klaxon webhook v1";
+
+/// The master keys every endpoint's secret is derived from: `KLAXON_WEBHOOK_SECRET` and, while tenants move
+/// to the new secrets after a rotation, `KLAXON_WEBHOOK_SECRET_PREVIOUS`. `Debug` shows no key.
+#[derive(Clone)]
+pub struct SigningKeys {
+    current: Secret,
+    previous: Option<Secret>,
+}
+
+impl std::fmt::Debug for SigningKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SigningKeys")
+            .field("current", &"<redacted>")
+            .field("previous", &self.previous.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl SigningKeys {
+    /// The keys from their settings; `None` when no current key is set (webhooks then go out unsigned).
+    /// A previous key without a current one is a configuration error (what would it rotate to?).
+    pub fn from_settings(
+        current: Option<Secret>,
+        previous: Option<Secret>,
+    ) -> Result<Option<Self>, &'static str> {
+        let present = |s: Option<Secret>| s.filter(|s| !s.expose().is_empty());
+        match (present(current), present(previous)) {
+            (Some(current), previous) => Ok(Some(SigningKeys { current, previous })),
+            (None, Some(_)) => Err(
+                "KLAXON_WEBHOOK_SECRET_PREVIOUS is set but KLAXON_WEBHOOK_SECRET is not: set the new master key in \
+                 KLAXON_WEBHOOK_SECRET and keep the old one in KLAXON_WEBHOOK_SECRET_PREVIOUS",
+            ),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// The current master key (the deprecated `X-Klaxon-Signature` is made with it).
+    pub fn master(&self) -> &Secret {
+        &self.current
+    }
+
+    /// True while a previous master key is configured (deliveries carry two signatures).
+    pub fn rotating(&self) -> bool {
+        self.previous.is_some()
+    }
+
+    /// The secret of `endpoint` in `project_id` under the current master key.
+    pub fn endpoint_secret(&self, project_id: &str, endpoint: &str) -> EndpointSecret {
+        EndpointSecret::derive(&self.current, project_id, endpoint)
+    }
+
+    /// The secret of `endpoint` in `project_id` under the previous master key, during a rotation.
+    pub fn previous_endpoint_secret(&self, project_id: &str, endpoint: &str) -> Option<EndpointSecret> {
+        self.previous
+            .as_ref()
+            .map(|p| EndpointSecret::derive(p, project_id, endpoint))
+    }
+
+    /// Every secret a delivery to (`project_id`, `endpoint`) is signed with: the current one first.
+    pub fn secrets_for(&self, project_id: &str, endpoint: &str) -> Vec<EndpointSecret> {
+        let mut out = vec![self.endpoint_secret(project_id, endpoint)];
+        out.extend(self.previous_endpoint_secret(project_id, endpoint));
+        out
+    }
+}
+
+/// The project part of the derivation: a project id (24 hex digits, any case) stands for itself in lower
+/// case; anything else (no project: direct notifications without `projectId`, `klaxon test-notify`) is the
+/// empty project.
+pub fn project_key(project_id: &str) -> String {
+    let p = project_id.trim();
+    if klaxon_core::event::is_object_id(p) {
+        p.to_ascii_lowercase()
+    } else {
+        String::new()
+    }
+}
+
+/// The endpoint part of the derivation: the URL as the WHATWG parser normalizes it (scheme and host in lower
+/// case, default port dropped, an empty path as `/`), so `HTTPS://Hooks.Example.com:443` and
+/// `https://hooks.example.com/` have one secret; anything that does not parse, trimmed.
+pub fn endpoint_key(endpoint: &str) -> String {
+    let e = endpoint.trim();
+    url::Url::parse(e).map_or_else(|_| e.to_owned(), |u| u.as_str().to_owned())
+}
+
+/// One endpoint's signing secret: 32 bytes, shown to its tenant as `whsec_<base64>` (the Standard Webhooks
+/// serialization; the HMAC key is the decoded bytes). `Debug` shows nothing of it and there is no `Display`:
+/// only [`EndpointSecret::expose_whsec`] gives it out, at the places that must (API, CLI, console).
+#[derive(Clone, PartialEq, Eq)]
+pub struct EndpointSecret(Vec<u8>);
+
+impl std::fmt::Debug for EndpointSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EndpointSecret(<redacted>)")
+    }
+}
+
+fn mac(key: &[u8]) -> Hmac<Sha256> {
+    // HMAC takes keys of any length, so this cannot fail; the fallback (an all-zero key, infallible) keeps
+    // runtime paths free of panics and could only make signatures wrong, never leak anything.
+    Hmac::<Sha256>::new_from_slice(key)
+        .unwrap_or_else(|_| <Hmac<Sha256> as hmac::digest::KeyInit>::new(&Default::default()))
+}
+
+impl EndpointSecret {
+    /// HMAC-SHA256(master, "klaxon webhook v1" ‖ 0 ‖ len ‖ project ‖ len ‖ endpoint), lengths as u64 big-endian
+    /// so that no two (project, endpoint) pairs give the same input.
+    fn derive(master: &Secret, project_id: &str, endpoint: &str) -> Self {
+        let project = project_key(project_id);
+        let endpoint = endpoint_key(endpoint);
+        let mut m = mac(master.expose().as_bytes());
+        m.update(DERIVATION_LABEL);
+        m.update(&[0]);
+        for part in [project.as_bytes(), endpoint.as_bytes()] {
+            m.update(&(part.len() as u64).to_be_bytes());
+            m.update(part);
+        }
+        EndpointSecret(m.finalize().into_bytes().to_vec())
+    }
+
+    /// A secret from its `whsec_<base64>` form (the prefix is optional): 24 to 64 bytes, as the spec allows.
+    pub fn from_whsec(s: &str) -> Option<Self> {
+        let s = s.trim();
+        let bytes = BASE64.decode(s.strip_prefix(SECRET_PREFIX).unwrap_or(s)).ok()?;
+        (24..=64).contains(&bytes.len()).then_some(EndpointSecret(bytes))
+    }
+
+    /// `whsec_<base64>`: what the tenant configures in its receiver. Never log it.
+    pub fn expose_whsec(&self) -> String {
+        format!("{SECRET_PREFIX}{}", BASE64.encode(&self.0))
+    }
+
+    fn mac_of(&self, id: &str, timestamp: i64, body: &[u8]) -> Hmac<Sha256> {
+        let mut m = mac(&self.0);
+        m.update(format!("{id}.{timestamp}.").as_bytes());
+        m.update(body);
+        m
+    }
+
+    /// `v1,<base64 HMAC-SHA256(secret, "<id>.<timestamp>.<body>")>`.
+    pub fn sign(&self, id: &str, timestamp: i64, body: &[u8]) -> String {
+        format!(
+            "v1,{}",
+            BASE64.encode(self.mac_of(id, timestamp, body).finalize().into_bytes())
+        )
+    }
+
+    /// Verifies a request as a Standard Webhooks receiver does: the three headers present, the timestamp an
+    /// integer within [`TOLERANCE_SECS`] of `now_s` (either way), and one `v1` entry of the space-separated
+    /// `signatures` equal to ours (compared in constant time). Never panics, whatever the input.
+    pub fn verify(&self, id: &str, timestamp: &str, signatures: &str, body: &[u8], now_s: i64) -> bool {
+        if id.is_empty() || signatures.is_empty() {
+            return false;
+        }
+        let ts = timestamp.trim();
+        let Some(at) = (!ts.is_empty() && ts.len() <= 19 && ts.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| ts.parse::<i64>().ok())
+            .flatten()
+        else {
+            return false;
+        };
+        if (now_s - at).abs() > TOLERANCE_SECS {
+            return false;
+        }
+        signatures.split(' ').any(|entry| {
+            let Some(("v1", sig)) = entry.split_once(',') else {
+                return false;
+            };
+            let Ok(given) = BASE64.decode(sig) else {
+                return false;
+            };
+            self.mac_of(id, at, body).verify_slice(&given).is_ok()
+        })
+    }
+}
+
+/// The `webhook-signature` value: one `v1,…` per secret, space-separated, in the order given.
+pub fn signature_header(secrets: &[EndpointSecret], id: &str, timestamp: i64, body: &[u8]) -> String {
+    secrets
+        .iter()
+        .map(|s| s.sign(id, timestamp, body))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -70,16 +291,35 @@ pub fn webhook_body_with(task: &NotificationTask, ctx: MessageContext<'_>) -> Ve
     serde_json::to_vec(&body).unwrap_or_default()
 }
 
-/// `sha256=<hex>` for a body and secret.
+/// `sha256=<hex>` for a body and secret (the deprecated `X-Klaxon-Signature`).
 pub fn sign(secret: &[u8], body: &[u8]) -> String {
-    // HMAC accepts keys of any length, so `new_from_slice` cannot fail here.
-    match Hmac::<Sha256>::new_from_slice(secret) {
-        Ok(mut mac) => {
-            mac.update(body);
-            format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
-        }
-        Err(_) => String::new(),
+    let mut m = mac(secret);
+    m.update(body);
+    format!("sha256={}", hex::encode(m.finalize().into_bytes()))
+}
+
+/// The headers of one attempt: the id always; with keys, the timestamp, the signature(s) and the deprecated
+/// `X-Klaxon-Signature`.
+pub fn request_headers(
+    keys: Option<&SigningKeys>,
+    task: &NotificationTask,
+    body: &[u8],
+    now_s: i64,
+) -> Vec<(&'static str, String)> {
+    let mut headers = vec![
+        (ID_HEADER, task.notification_id.clone()),
+        (NOTIFICATION_ID_HEADER, task.notification_id.clone()),
+    ];
+    if let Some(keys) = keys {
+        let secrets = keys.secrets_for(&task.project_id, &task.endpoint);
+        headers.push((TIMESTAMP_HEADER, now_s.to_string()));
+        headers.push((
+            STANDARD_SIGNATURE_HEADER,
+            signature_header(&secrets, &task.notification_id, now_s, body),
+        ));
+        headers.push((SIGNATURE_HEADER, sign(keys.master().expose().as_bytes(), body)));
     }
+    headers
 }
 
 impl Channels {
@@ -91,11 +331,16 @@ impl Channels {
         let url = parse_http_endpoint(&task.endpoint, "webhook")?;
         let what = label("webhook", &url);
         let body = webhook_body_with(task, ctx);
-        let mut headers = vec![(NOTIFICATION_ID_HEADER, task.notification_id.clone())];
+        // The time of this attempt: a retry is signed anew, so a receiver's tolerance window never rejects it.
+        let now_s = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let keys = self.inner.cfg.webhook_keys.as_ref();
+        let headers = request_headers(keys, task, &body, now_s);
         let mut secrets = vec![task.endpoint.as_str()];
-        if let Some(secret) = &self.inner.cfg.webhook_secret {
-            headers.push((SIGNATURE_HEADER, sign(secret.expose().as_bytes(), &body)));
-            secrets.push(secret.expose());
+        if let Some(keys) = keys {
+            secrets.push(keys.current.expose());
+            secrets.extend(keys.previous.as_ref().map(Secret::expose));
         }
         let answer = self
             .inner
@@ -104,5 +349,163 @@ impl Channels {
             .await?;
         answer.check(&what, &body_detail(&answer.body, &secrets))?;
         Ok(Delivered { messages: 1 })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P1: &str = "5e3eef0679fa3700a0198a49";
+    const P2: &str = "65a000000000000000000001";
+    const NOW: i64 = 1_800_000_000;
+
+    fn keys(current: &str, previous: Option<&str>) -> SigningKeys {
+        SigningKeys::from_settings(Some(Secret::new(current)), previous.map(Secret::new))
+            .expect("valid")
+            .expect("some")
+    }
+
+    #[test]
+    fn settings_validate_and_debug_hides_keys() {
+        assert!(SigningKeys::from_settings(None, None).expect("ok").is_none());
+        assert!(SigningKeys::from_settings(Some(Secret::new("")), None)
+            .expect("ok")
+            .is_none());
+        let err = SigningKeys::from_settings(None, Some(Secret::new("OLDKEY"))).expect_err("previous alone");
+        assert!(err.contains("KLAXON_WEBHOOK_SECRET_PREVIOUS") && !err.contains("OLDKEY"));
+        let k = keys("MASTERKEY", Some("OLDKEY"));
+        let s = k.endpoint_secret(P1, "https://h.test/x");
+        let shown = format!("{k:?} {s:?}");
+        for secret in ["MASTERKEY", "OLDKEY", &s.expose_whsec(), &s.expose_whsec()[6..]] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+    }
+
+    #[test]
+    fn secrets_are_bound_to_project_endpoint_and_master() {
+        let k = keys("master-1", None);
+        let a = k.endpoint_secret(P1, "https://h.test/x");
+        let table = [
+            (k.endpoint_secret(P2, "https://h.test/x"), "another project"),
+            (k.endpoint_secret(P1, "https://h.test/y"), "another endpoint"),
+            (k.endpoint_secret("", "https://h.test/x"), "no project"),
+            (
+                keys("master-2", None).endpoint_secret(P1, "https://h.test/x"),
+                "another master",
+            ),
+        ];
+        for (other, what) in table {
+            assert_ne!(a, other, "{what}");
+            let sig = other.sign("n1", NOW, b"{}");
+            assert!(!a.verify("n1", &NOW.to_string(), &sig, b"{}", NOW), "{what}");
+        }
+        // Stable, and the same for the spellings of one URL and one project id.
+        assert_eq!(a, keys("master-1", None).endpoint_secret(P1, "https://h.test/x"));
+        assert_eq!(a, k.endpoint_secret(&P1.to_uppercase(), " HTTPS://H.test:443/x "));
+        // Everything that is not a project id is "no project".
+        assert_eq!(
+            k.endpoint_secret("klaxon-test", "https://h.test/x"),
+            k.endpoint_secret("", "https://h.test/x")
+        );
+        // Length-prefixed parts: moving bytes between project and endpoint changes the secret.
+        assert_ne!(
+            EndpointSecret::derive(&Secret::new("m"), "", "ab"),
+            EndpointSecret::derive(&Secret::new("m"), "a", "b")
+        );
+    }
+
+    #[test]
+    fn whsec_round_trips_and_rejects_garbage() {
+        let s = keys("m", None).endpoint_secret(P1, "https://h.test/x");
+        let w = s.expose_whsec();
+        assert!(w.starts_with("whsec_") && w.len() == 6 + 44, "32 bytes: {w}");
+        assert_eq!(EndpointSecret::from_whsec(&w), Some(s.clone()));
+        assert_eq!(EndpointSecret::from_whsec(&w[6..]), Some(s));
+        for bad in ["", "whsec_", "whsec_!!!", "whsec_AAAA", "whsec_ä"] {
+            assert_eq!(EndpointSecret::from_whsec(bad), None, "{bad}");
+        }
+    }
+
+    /// The spec's own example (standard-webhooks' test suite): secret `whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw`,
+    /// id `msg_p5jXN8AQM9LWM0D4loKWxJek`, timestamp 1614265330, body `{"test": 2432232314}`.
+    #[test]
+    fn signs_like_the_reference_implementation() {
+        let s = EndpointSecret::from_whsec("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").expect("secret");
+        let (id, body) = ("msg_p5jXN8AQM9LWM0D4loKWxJek", br#"{"test": 2432232314}"#);
+        let sig = s.sign(id, 1_614_265_330, body);
+        assert_eq!(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+        assert!(s.verify(id, "1614265330", &sig, body, 1_614_265_330 + 10));
+    }
+
+    #[test]
+    fn verification_checks_tolerance_both_ways_and_every_listed_signature() {
+        let k = keys("new", Some("old"));
+        let secrets = k.secrets_for(P1, "https://h.test/x");
+        assert_eq!(secrets.len(), 2);
+        let body = br#"{"notificationId":"n1"}"#;
+        let header = signature_header(&secrets, "n1", NOW, body);
+        let parts: Vec<&str> = header.split(' ').collect();
+        assert_eq!(parts.len(), 2, "{header}");
+        assert!(parts.iter().all(|p| p.starts_with("v1,")));
+        // Each tenant secret verifies (its own entry of the list).
+        for s in &secrets {
+            assert!(s.verify("n1", &NOW.to_string(), &header, body, NOW));
+        }
+        let s = &secrets[0];
+        let ts = NOW.to_string();
+        let ok = |id: &str, ts: &str, sig: &str, body: &[u8], now: i64| s.verify(id, ts, sig, body, now);
+        assert!(ok("n1", &ts, &header, body, NOW + TOLERANCE_SECS));
+        assert!(ok("n1", &ts, &header, body, NOW - TOLERANCE_SECS));
+        let rejected: [(&str, &str, &str, &[u8], i64); 13] = [
+            ("n1", &ts, &header, body, NOW + TOLERANCE_SECS + 1), // replayed later
+            ("n1", &ts, &header, body, NOW - TOLERANCE_SECS - 1), // from the future
+            ("n2", &ts, &header, body, NOW),                      // another id
+            ("n1", "1800000001", &header, body, NOW),             // a fresh timestamp on an old signature
+            ("n1", &ts, &header, b"{}", NOW),                     // tampered body
+            ("", &ts, &header, body, NOW),                        // missing id
+            ("n1", "", &header, body, NOW),                       // missing timestamp
+            ("n1", &ts, "", body, NOW),                           // missing signature
+            ("n1", "18e8", &header, body, NOW),                   // not an integer
+            ("n1", "-1800000000", &header, body, NOW),            // not an integer of ours
+            ("n1", &ts, "v1,!!!", body, NOW),                     // bad base64
+            ("n1", &ts, &header.replace("v1,", "v2,"), body, NOW), // unknown version
+            ("n1", "99999999999999999999999", &header, body, NOW), // overflow
+        ];
+        for (i, (id, ts, sig, body, now)) in rejected.into_iter().enumerate() {
+            assert!(!s.verify(id, ts, sig, body, now), "case {i}");
+        }
+    }
+
+    #[test]
+    fn headers_of_an_attempt() {
+        let task = crate::test_task(klaxon_core::ChannelKind::Webhook, "https://h.test/x");
+        let body = webhook_body(&task);
+        let names = |h: &[(&'static str, String)]| h.iter().map(|(n, _)| *n).collect::<Vec<_>>();
+        let unsigned = request_headers(None, &task, &body, NOW);
+        assert_eq!(names(&unsigned), [ID_HEADER, NOTIFICATION_ID_HEADER]);
+        assert_eq!(unsigned[0].1, task.notification_id);
+        let k = keys("m", None);
+        let signed = request_headers(Some(&k), &task, &body, NOW);
+        assert_eq!(
+            names(&signed),
+            [
+                ID_HEADER,
+                NOTIFICATION_ID_HEADER,
+                TIMESTAMP_HEADER,
+                STANDARD_SIGNATURE_HEADER,
+                SIGNATURE_HEADER
+            ]
+        );
+        assert_eq!(signed[2].1, NOW.to_string());
+        assert_eq!(signed[4].1, sign(b"m", &body));
+        // test-notify has no project: signed with the no-project secret of the endpoint.
+        assert!(k.endpoint_secret("", "https://h.test/x").verify(
+            &task.notification_id,
+            &signed[2].1,
+            &signed[3].1,
+            &body,
+            NOW
+        ));
     }
 }

@@ -5,7 +5,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use klaxon_channels::{ChannelsConfig, DeliveryError};
+use klaxon_channels::webhook::SigningKeys;
+use klaxon_channels::{ChannelsConfig, DeliveryError, Secret};
 use klaxon_core::{ChannelKind, Reason};
 use klaxon_testkit::{HttpSink, Reply};
 use sha2::{Digest, Sha256};
@@ -248,11 +249,128 @@ async fn webhook_body_headers_and_signature() {
     assert_eq!(body, expected);
 }
 
+fn now_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// The Standard Webhooks headers of a recorded request: (id, timestamp, signatures).
+fn standard(req: &klaxon_testkit::http_sink::Request) -> (String, String, String) {
+    let h = |n: &str| {
+        req.header(n)
+            .unwrap_or_else(|| panic!("no {n} header"))
+            .to_owned()
+    };
+    (h("webhook-id"), h("webhook-timestamp"), h("webhook-signature"))
+}
+
+fn signing_keys(current: &str, previous: Option<&str>) -> SigningKeys {
+    SigningKeys::from_settings(Some(Secret::new(current)), previous.map(Secret::new))
+        .expect("valid")
+        .expect("some")
+}
+
+/// The signature checked without our verifier: base64 of the reference HMAC over `id.timestamp.body`, under the
+/// key the tenant is given (`whsec_` + base64).
+fn reference_v1(whsec: &str, id: &str, ts: &str, body: &[u8]) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let key = b64
+        .decode(whsec.strip_prefix("whsec_").expect("whsec_ prefix"))
+        .expect("base64 key");
+    let msg = [format!("{id}.{ts}.").as_bytes(), body].concat();
+    let mac = hex::decode(reference_hmac_sha256(&key, &msg)).expect("hex");
+    format!("v1,{}", b64.encode(mac))
+}
+
+#[tokio::test]
+async fn webhooks_carry_standard_webhooks_headers_signed_with_the_endpoints_own_secret() {
+    let sink = HttpSink::start().await.expect("sink");
+    let ch = channels(config("http://127.0.0.1:1"));
+    let keys = signing_keys(HMAC_KEY, None);
+    let endpoint = sink.url(&format!("/hook?token={ENDPOINT_SECRET}"));
+    let mut a = task(ChannelKind::Webhook, &endpoint, Reason::New, &[("a", 1)]);
+    a.project_id = "5e3eef0679fa3700a0198a49".into();
+    let mut b = task(ChannelKind::Webhook, &endpoint, Reason::New, &[("b", 1)]);
+    b.project_id = "65a000000000000000000001".into();
+    let before = now_s();
+    ch.deliver(&a).await.expect("delivered");
+    ch.deliver(&b).await.expect("delivered");
+    let reqs = sink.wait_for_count(2, WAIT).await;
+    assert_eq!(reqs.len(), 2);
+    let secret_a = keys.endpoint_secret(&a.project_id, &endpoint);
+    let secret_b = keys.endpoint_secret(&b.project_id, &endpoint);
+    assert_ne!(secret_a, secret_b, "one secret per (project, endpoint)");
+    for (req, t, own, other) in [
+        (&reqs[0], &a, &secret_a, &secret_b),
+        (&reqs[1], &b, &secret_b, &secret_a),
+    ] {
+        let (id, ts, sig) = standard(req);
+        assert_eq!(id, t.notification_id);
+        assert_eq!(req.json()["notificationId"], t.notification_id.as_str());
+        let at: i64 = ts.parse().expect("integer seconds");
+        assert!((before..=now_s()).contains(&at), "the attempt's time: {at}");
+        assert_eq!(sig, reference_v1(&own.expose_whsec(), &id, &ts, &req.body));
+        assert!(own.verify(&id, &ts, &sig, &req.body, now_s()));
+        assert!(
+            !other.verify(&id, &ts, &sig, &req.body, now_s()),
+            "another project's secret does not verify this delivery"
+        );
+        // The old header stays for one release (master key, body only).
+        let legacy = format!("sha256={}", reference_hmac_sha256(HMAC_KEY.as_bytes(), &req.body));
+        assert_eq!(req.header("x-klaxon-signature"), Some(legacy.as_str()));
+        assert!(!sig.contains(HMAC_KEY) && !own.expose_whsec().contains(HMAC_KEY));
+    }
+}
+
+#[tokio::test]
+async fn a_rotation_signs_with_both_secrets_and_a_retry_keeps_the_id_with_a_fresh_timestamp() {
+    let sink = HttpSink::start().await.expect("sink");
+    sink.script([Reply::status(503)]);
+    let ch = channels(ChannelsConfig {
+        webhook_keys: Some(signing_keys("NEWMASTER", Some("OLDMASTER"))),
+        ..config("http://127.0.0.1:1")
+    });
+    let endpoint = sink.url("/h");
+    let mut t = task(ChannelKind::Webhook, &endpoint, Reason::New, &[("x", 1)]);
+    t.project_id = "5e3eef0679fa3700a0198a49".into();
+    let err = ch.deliver(&t).await.expect_err("503 first");
+    assert!(err.is_transient());
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    ch.deliver(&t).await.expect("delivered on the retry");
+    let reqs = sink.wait_for_count(2, WAIT).await;
+    assert_eq!(reqs.len(), 2);
+    let new = signing_keys("NEWMASTER", None).endpoint_secret(&t.project_id, &endpoint);
+    let old = signing_keys("OLDMASTER", None).endpoint_secret(&t.project_id, &endpoint);
+    let mut stamps = Vec::new();
+    for req in &reqs {
+        let (id, ts, sig) = standard(req);
+        assert_eq!(id, t.notification_id, "the same id on every attempt");
+        let entries: Vec<&str> = sig.split(' ').collect();
+        assert_eq!(
+            entries,
+            [
+                reference_v1(&new.expose_whsec(), &id, &ts, &req.body),
+                reference_v1(&old.expose_whsec(), &id, &ts, &req.body)
+            ],
+            "current first, then previous"
+        );
+        assert!(new.verify(&id, &ts, &sig, &req.body, now_s()));
+        assert!(old.verify(&id, &ts, &sig, &req.body, now_s()));
+        stamps.push(ts.parse::<i64>().expect("seconds"));
+    }
+    assert!(
+        stamps[1] > stamps[0],
+        "each attempt is signed at its own time: {stamps:?}"
+    );
+}
+
 #[tokio::test]
 async fn webhook_without_secret_is_unsigned_and_repetition_id_null() {
     let sink = HttpSink::start().await.expect("sink");
     let ch = channels(ChannelsConfig {
-        webhook_secret: None,
+        webhook_keys: None,
         ..config("http://127.0.0.1:1")
     });
     let mut t = task(ChannelKind::Webhook, &sink.url("/h"), Reason::New, &[("x", 1)]);
@@ -261,6 +379,9 @@ async fn webhook_without_secret_is_unsigned_and_repetition_id_null() {
     let reqs = sink.wait_for_count(1, WAIT).await;
     assert_eq!(reqs.len(), 1);
     assert_eq!(reqs[0].header("x-klaxon-signature"), None);
+    assert_eq!(reqs[0].header("webhook-signature"), None);
+    assert_eq!(reqs[0].header("webhook-timestamp"), None);
+    assert_eq!(reqs[0].header("webhook-id"), Some(t.notification_id.as_str()));
     assert_eq!(
         reqs[0].json()["events"][0]["repetitionId"],
         serde_json::Value::Null

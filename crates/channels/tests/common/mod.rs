@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use klaxon_channels::webhook::SigningKeys;
 use klaxon_channels::{Channels, ChannelsConfig, DeliveryError, Secret};
 use klaxon_core::{ChannelKind, NotificationEvent, NotificationTask, Reason, Window};
 
@@ -20,7 +21,7 @@ pub fn config(telegram_api: &str) -> ChannelsConfig {
         telegram_bot_token: Some(Secret::new(TOKEN)),
         smtp_url: Secret::new(klaxon_testkit::smtp_url()),
         smtp_from: "klaxon-test@localhost".into(),
-        webhook_secret: Some(Secret::new(HMAC_KEY)),
+        webhook_keys: SigningKeys::from_settings(Some(Secret::new(HMAC_KEY)), None).expect("valid keys"),
         allow_private_endpoints: true,
         connect_timeout: Duration::from_secs(2),
         request_timeout: Duration::from_secs(5),
