@@ -13,9 +13,9 @@
 //! ([`Channels::destination_key`]), a breaker/bulkhead key per host ([`Channels::host_key`]) and a
 //! loggable form of the endpoint ([`redact_endpoint`]).
 //!
-//! Safety: endpoints are user input. Unless `allow_private_endpoints` is set, HTTP deliveries to loopback,
-//! private, link-local, multicast or unspecified addresses are refused with a permanent error before any byte
-//! is sent, and the check is done on the very addresses the client connects to (see [`safety`]). Redirects
+//! Safety: endpoints are user input. Unless `allow_private_endpoints` is set, HTTP deliveries to addresses the
+//! IANA special-purpose registries mark not globally reachable (loopback, private, link-local, benchmarking,
+//! multicast, …) are refused with a permanent error before any byte is sent, and the check is done on the very addresses the client connects to (see [`safety`]). Redirects
 //! are never followed and proxies are not used. Secrets — the bot token, the SMTP password, the webhook secret
 //! and the endpoints themselves — are held in [`Secret`] or redacted, and are scrubbed from every reason.
 #![deny(missing_docs)]
