@@ -229,10 +229,7 @@ impl Channels {
             ChannelKind::Telegram => Ok(bodies(
                 self.telegram_parts(task, ctx)?
                     .into_iter()
-                    .map(|text| {
-                        serde_json::json!({"chat_id": task.endpoint.trim(), "text": text, "parse_mode": "HTML"})
-                            .to_string()
-                    })
+                    .map(|text| telegram::send_message(task.endpoint.trim(), &text).to_string())
                     .collect(),
             )),
             ChannelKind::Email => {
@@ -242,6 +239,7 @@ impl Channels {
                     bodies: vec![text, html],
                 })
             }
+            ChannelKind::Loop => Ok(bodies(vec![self.loop_body(task, ctx)?])),
             ChannelKind::Webhook => Ok(bodies(vec![String::from_utf8_lossy(
                 &webhook::webhook_body_with(task, ctx),
             )
