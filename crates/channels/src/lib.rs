@@ -107,7 +107,7 @@ pub const NAME_LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct Preview {
     /// The email subject (email only).
     pub subject: Option<String>,
-    /// Every body that would be sent, in order: the JSON request for Slack and webhooks, one request per
+    /// Every body that would be sent, in order: the JSON request for Slack, Loop and webhooks, one request per
     /// part for Telegram, the text and then the HTML part for email.
     pub bodies: Vec<String>,
 }

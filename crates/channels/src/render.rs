@@ -123,6 +123,9 @@ impl Renderer {
         env.add_filter("slack_url", |url: String| {
             Value::from_safe_string(entities(&url, false))
         });
+        env.add_filter("html_url", |url: String| {
+            Value::from_safe_string(entities(&url, true))
+        });
         env.add_template(TELEGRAM, include_str!("../templates/telegram.tg.html"))?;
         env.add_template(SLACK, include_str!("../templates/slack.mrkdwn"))?;
         env.add_template(LOOP, include_str!("../templates/loop.md"))?;
