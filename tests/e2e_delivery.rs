@@ -613,3 +613,41 @@ async fn a_huge_hostname_fails_alone_and_the_sender_keeps_delivering() {
     assert!(longest < 4_000, "log lines stay bounded: {longest} bytes");
     common::delete_queues(&env).await;
 }
+
+/// Issue #22: a message to many recipients used to carry its whole `To:` list on one line (RFC 5322 allows 998
+/// octets); the SMTP server answered `500 Line too long` and the notification was dead-lettered. Through the
+/// binary, 50 recipients (the per-channel cap at write time) with long addresses: one line would be ~1,700 octets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn email_to_many_recipients_is_delivered_with_a_folded_to_header() {
+    let env = Env::new();
+    let recipients: Vec<String> = (0..50)
+        .map(|i| format!("recipient-{i:02}-{}@example.com", env.namespace))
+        .collect();
+    let out = env.ok(&[
+        "test-notify",
+        "--channel",
+        "email",
+        "--endpoint",
+        &recipients.join(","),
+    ]);
+    assert!(out.starts_with("sent"), "{out}");
+    let mail = eventually(Duration::from_secs(10), || {
+        klaxon_testkit::smtp::messages_containing(&recipients[49])
+            .into_iter()
+            .next()
+    })
+    .await
+    .expect("the message in the SMTP sink");
+    let headers = mail.split("\r\n\r\n").next().unwrap_or_default();
+    // the sink's own X-Envelope-To line lists RCPT TO: every recipient got the message
+    let envelope = headers
+        .lines()
+        .find_map(|l| l.strip_prefix("X-Envelope-To: "))
+        .expect("envelope");
+    for r in &recipients {
+        assert!(envelope.contains(r.as_str()), "{r} not in RCPT TO");
+    }
+    for line in headers.split("\r\n").filter(|l| !l.starts_with("X-Envelope-")) {
+        assert!(line.len() <= 78, "{} octets: {line}", line.len());
+    }
+}

@@ -345,6 +345,19 @@ mod tests {
             ),
             (base(json!({"endpoint": "http://10.0.0.7/h"})), "refused"),
             (base(json!({"endpoint": "http://[::1]/h"})), "refused"),
+            // the whole IANA special-purpose registries, as for rules' deliveries (issue #22)
+            (
+                base(json!({"endpoint": "http://198.18.0.1/h"})),
+                "benchmarking address; refused",
+            ),
+            (
+                base(json!({"endpoint": "http://[64:ff9b:1::a00:1]/h"})),
+                "local-use NAT64 address; refused",
+            ),
+            (
+                base(json!({"endpoint": "http://192.0.0.170/h"})),
+                "NAT64/DNS64 discovery address; refused",
+            ),
             (
                 base(json!({"channel": "telegram", "endpoint": "chat 12"})),
                 "chat id",

@@ -9,7 +9,9 @@
 use std::time::Duration;
 
 use klaxon_core::NotificationTask;
-use lettre::message::{Mailbox, MultiPart};
+use lettre::address::Envelope;
+use lettre::message::header::{HeaderName, HeaderValue, Headers, To};
+use lettre::message::{Mailbox, Mailboxes, MultiPart};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 
 use crate::error::{one_line, tidy};
@@ -107,6 +109,54 @@ fn recipients(endpoint: &str) -> Result<Vec<Mailbox>, DeliveryError> {
     Ok(out)
 }
 
+/// Header lines are folded to stay within this many octets (RFC 5322 section 2.1.1: "SHOULD be no more than 78
+/// characters", "MUST be no more than 998").
+const HEADER_LINE: usize = 78;
+
+/// The `To:` header with the address list folded after commas, so that no line exceeds [`HEADER_LINE`] octets
+/// (unless a single address is longer, which stays under 998: an address is at most 254 octets).
+///
+/// lettre encodes each mailbox (RFC 2047 for non-ASCII display names) but writes the whole list on one line: 60
+/// recipients made a 1,300-octet line that SMTP servers refuse (`500 Line too long`, RFC 5321 section
+/// 4.5.3.1.6). Each mailbox is encoded here by lettre's own `To` header, then the list is folded between them.
+fn folded_to(to: &[Mailbox]) -> Result<HeaderValue, DeliveryError> {
+    const NAME: &str = "To";
+    let mut encoded = String::new();
+    let mut line = NAME.len() + ": ".len();
+    for (i, mailbox) in to.iter().enumerate() {
+        let mut one = Headers::new();
+        one.set(To::from(Mailboxes::from(mailbox.clone())));
+        let rendered = one.to_string();
+        let value = rendered
+            .strip_prefix("To: ")
+            .and_then(|v| v.strip_suffix("\r\n"))
+            .ok_or_else(|| DeliveryError::permanent("email: cannot encode a recipient"))?;
+        // the width of the value's first line (an encoded display name may be folded already)
+        let first = value.split("\r\n").next().unwrap_or(value).len();
+        if i > 0 {
+            encoded.push(',');
+            line += 1;
+            if line + 1 + first > HEADER_LINE {
+                encoded.push_str("\r\n");
+                line = 0;
+            }
+            encoded.push(' ');
+            line += 1;
+        }
+        encoded.push_str(value);
+        line = match value.rsplit_once("\r\n") {
+            Some((_, last)) => last.len(),
+            None => line + value.len(),
+        };
+    }
+    let raw = Mailboxes::from(to.to_vec()).to_string();
+    Ok(HeaderValue::dangerous_new_pre_encoded(
+        HeaderName::new_from_ascii_str(NAME),
+        raw,
+        encoded,
+    ))
+}
+
 /// Classifies an SMTP failure: 4xx replies, timeouts and connection trouble are transient; 5xx replies and
 /// client-side problems (an AUTH mechanism or TLS requirement the server cannot meet) are permanent.
 fn classify_smtp(e: &lettre::transport::smtp::Error, secrets: &[&str]) -> DeliveryError {
@@ -149,14 +199,19 @@ impl Channels {
     ) -> Result<Delivered, DeliveryError> {
         let to = recipients(&task.endpoint)?;
         let (subject, text, html) = self.email_parts(task, ctx)?;
-        let mut builder = Message::builder()
+        // The envelope (RCPT TO) is set from the list itself: the folded header is written pre-encoded, so
+        // lettre is not asked to read it back.
+        let envelope = Envelope::new(
+            Some(self.inner.from.email.clone()),
+            to.iter().map(|m| m.email.clone()).collect(),
+        )
+        .map_err(|e| DeliveryError::permanent(format!("email: {e}")))?;
+        let message = Message::builder()
             .from(self.inner.from.clone())
+            .raw_header(folded_to(&to)?)
             .subject(subject)
-            .message_id(Some(format!("<{}@klaxon>", task.notification_id)));
-        for mailbox in to {
-            builder = builder.to(mailbox);
-        }
-        let message = builder
+            .message_id(Some(format!("<{}@klaxon>", task.notification_id)))
+            .envelope(envelope)
             .multipart(MultiPart::alternative_plain_html(text, html))
             .map_err(|e| {
                 DeliveryError::permanent(format!(
@@ -214,6 +269,41 @@ mod tests {
         assert!(recipients(" , ").is_err());
         let err = recipients("a@x.test, not an address").expect_err("bad");
         assert!(!err.reason().contains("not an address"), "{err}");
+    }
+
+    #[test]
+    fn to_headers_are_folded_whatever_the_count() {
+        for n in [1usize, 2, 3, 10, 60, 500] {
+            let to: Vec<Mailbox> = (0..n)
+                .map(|i| format!("user{i}@example.test").parse().expect("mailbox"))
+                .collect();
+            let value = folded_to(&to).expect("encoded");
+            let mut headers = Headers::new();
+            headers.insert_raw(value);
+            let text = headers.to_string();
+            for line in text.trim_end_matches("\r\n").split("\r\n") {
+                assert!(line.len() <= HEADER_LINE, "{n}: {} octets: {line}", line.len());
+            }
+            // unfolded, it is the plain comma-separated list
+            let unfolded = text.replace("\r\n ", " ");
+            let want = to.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+            assert_eq!(unfolded, format!("To: {want}\r\n"), "{n}");
+        }
+        // display names are encoded by lettre (RFC 2047), the list still folded
+        let to: Vec<Mailbox> = (0..5)
+            .map(|i| {
+                format!("Ünïcode Person {i} <p{i}@example.test>")
+                    .parse()
+                    .expect("mailbox")
+            })
+            .collect();
+        let mut headers = Headers::new();
+        headers.insert_raw(folded_to(&to).expect("encoded"));
+        let text = headers.to_string();
+        assert!(text.is_ascii(), "{text}");
+        for line in text.trim_end_matches("\r\n").split("\r\n") {
+            assert!(line.len() <= HEADER_LINE, "{} octets: {line}", line.len());
+        }
     }
 
     #[test]

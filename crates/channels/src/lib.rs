@@ -13,12 +13,13 @@
 //! ([`Channels::destination_key`]), a breaker/bulkhead key per host ([`Channels::host_key`]) and a
 //! loggable form of the endpoint ([`redact_endpoint`]).
 //!
-//! Safety: endpoints are user input. Unless `allow_private_endpoints` is set, HTTP deliveries to loopback,
-//! private, link-local, multicast or unspecified addresses are refused with a permanent error before any byte
-//! is sent, and the check is done on the very addresses the client connects to (see [`safety`]). Redirects
-//! are never followed and proxies are not used. Secrets — the bot token, the SMTP password, the webhook master
-//! keys, the per-endpoint webhook secrets derived from them ([`webhook`]) and the endpoints themselves — are
-//! held in [`Secret`]/[`webhook::EndpointSecret`] or redacted, and are scrubbed from every reason.
+//! Safety: endpoints are user input. Unless `allow_private_endpoints` is set, HTTP deliveries to addresses the
+//! IANA special-purpose registries mark not globally reachable (loopback, private, link-local, benchmarking,
+//! multicast, …) are refused with a permanent error before any byte is sent, and the check is done on the very
+//! addresses the client connects to (see [`safety`]). Redirects are never followed and proxies are not used.
+//! Secrets — the bot token, the SMTP password, the webhook master keys, the per-endpoint webhook secrets derived
+//! from them ([`webhook`]) and the endpoints themselves — are held in [`Secret`]/[`webhook::EndpointSecret`] or
+//! redacted, and are scrubbed from every reason.
 #![deny(missing_docs)]
 
 mod email;
@@ -109,7 +110,7 @@ pub const NAME_LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct Preview {
     /// The email subject (email only).
     pub subject: Option<String>,
-    /// Every body that would be sent, in order: the JSON request for Slack and webhooks, one request per
+    /// Every body that would be sent, in order: the JSON request for Slack, Loop and webhooks, one request per
     /// part for Telegram, the text and then the HTML part for email.
     pub bodies: Vec<String>,
 }
@@ -231,10 +232,7 @@ impl Channels {
             ChannelKind::Telegram => Ok(bodies(
                 self.telegram_parts(task, ctx)?
                     .into_iter()
-                    .map(|text| {
-                        serde_json::json!({"chat_id": task.endpoint.trim(), "text": text, "parse_mode": "HTML"})
-                            .to_string()
-                    })
+                    .map(|text| telegram::send_message(task.endpoint.trim(), &text).to_string())
                     .collect(),
             )),
             ChannelKind::Email => {
@@ -244,6 +242,7 @@ impl Channels {
                     bodies: vec![text, html],
                 })
             }
+            ChannelKind::Loop => Ok(bodies(vec![self.loop_body(task, ctx)?])),
             ChannelKind::Webhook => Ok(bodies(vec![String::from_utf8_lossy(
                 &webhook::webhook_body_with(task, ctx),
             )

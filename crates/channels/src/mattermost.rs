@@ -1,5 +1,6 @@
 //! Hawk's `loop` channel: Loop is a Mattermost-compatible messenger, so its incoming webhook takes
-//! `POST <endpoint>` with JSON `{"text": …}` in Markdown. Failures are classified like Slack's.
+//! `POST <endpoint>` with JSON `{"text": …}` in Markdown. Failures are classified like Slack's. Tenant text is
+//! neutralised by [`crate::render::escape_loop`] (no mentions, links, formatting).
 
 use klaxon_core::NotificationTask;
 
@@ -8,6 +9,16 @@ use crate::render::{MessageContext, LOOP};
 use crate::{Channels, Delivered, DeliveryError};
 
 impl Channels {
+    /// The JSON body POSTed to the webhook.
+    pub(crate) fn loop_body(
+        &self,
+        task: &NotificationTask,
+        ctx: MessageContext<'_>,
+    ) -> Result<String, DeliveryError> {
+        let text = self.inner.renderer.render_with(LOOP, task, ctx)?;
+        Ok(serde_json::json!({ "text": text }).to_string())
+    }
+
     pub(crate) async fn deliver_loop(
         &self,
         task: &NotificationTask,
@@ -15,20 +26,12 @@ impl Channels {
     ) -> Result<Delivered, DeliveryError> {
         let url = parse_http_endpoint(&task.endpoint, "loop")?;
         let what = label("loop", &url);
-        let text = self.inner.renderer.render_with(LOOP, task, ctx)?;
-        let body = serde_json::json!({ "text": text });
+        let body = self.loop_body(task, ctx)?;
         let secrets = [task.endpoint.as_str()];
         let answer = self
             .inner
             .http
-            .post(
-                &url,
-                "application/json",
-                &[],
-                body.to_string().into_bytes(),
-                &what,
-                &secrets,
-            )
+            .post(&url, "application/json", &[], body.into_bytes(), &what, &secrets)
             .await?;
         // Mattermost explains failures in a JSON or plain-text body.
         answer.check(&what, &body_detail(&answer.body, &secrets))?;

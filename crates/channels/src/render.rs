@@ -2,12 +2,19 @@
 //!
 //! One view model feeds every template, so all channels say the same thing: the project (its name when known,
 //! see [`MessageContext`]), rule, title(s), what happened in words ("first seen", "100 times in the last
-//! hour", "50 users in the last hour"), a link to the event (`--event-url-template`) and the firing time. Escaping is chosen by template name and applied by the engine to every value, so a
-//! template cannot forget it: `*.tg.html` gets Telegram's HTML escaping (`&`, `<`, `>`, `"` only: the entities
-//! Telegram's parser knows), `*.html` full HTML escaping, `*.mrkdwn` Slack's (`&`, `<`, `>`), `*.md`
-//! Markdown's (Loop/Mattermost: a backslash before the characters that would format), and `*.txt` none. Titles are shown on one line (control characters become spaces) and cut at [`MAX_TITLE_CHARS`];
-//! the webhook body, which is data rather than text, carries them untouched.
+//! hour", "50 users in the last hour"), a link to the event (`--event-url-template`) and the firing time.
+//!
+//! **Tenant text is data, never markup.** Titles, project names and every other value come from tenants (a
+//! title is whatever an app threw). The engine applies one neutralising step to every value a template prints,
+//! chosen by the template, so a template cannot forget it — see [`escape_telegram`], [`escape_loop`],
+//! [`escape_slack_text`] and, for Slack's blocks, [`slack_literal`]; the email HTML part gets full HTML escaping
+//! and the email text part none (it is not markup). Before that, every value is [`reveal`]ed: characters that
+//! reorder or hide text (bidi overrides, zero-width spaces, …) become a visible `<U+202E>`. Titles are shown on
+//! one line (control characters become spaces) and cut at [`MAX_TITLE_CHARS`]; the webhook body, which is
+//! data for machines rather than text for people, carries them untouched. What each channel can and cannot
+//! neutralise is documented in `docs/messages.md`.
 
+use klaxon_core::text::reveal;
 use klaxon_core::{NotificationTask, Reason, Window};
 
 use crate::link::UrlTemplate;
@@ -44,31 +51,35 @@ pub struct MessageContext<'a> {
     pub links: Option<&'a UrlTemplate>,
 }
 
+/// One group as the templates show it.
 #[derive(Serialize)]
-struct ViewEvent {
-    title: String,
-    count: u64,
-    url: Option<String>,
+pub(crate) struct ViewEvent {
+    /// One line, hidden characters revealed, bounded.
+    pub(crate) title: String,
+    pub(crate) count: u64,
+    pub(crate) url: Option<String>,
 }
 
+/// What every template (and Slack's blocks) is rendered from. Tenant strings in it are revealed and bounded
+/// but not escaped: each channel escapes them its own way.
 #[derive(Serialize)]
-struct View {
-    kind: &'static str,
-    project: String,
-    project_id: String,
-    rule: String,
-    notification_id: String,
-    fired_at: String,
-    window: String,
-    window_kind: &'static str,
-    threshold: u64,
-    seen: String,
-    url: Option<String>,
-    total: u64,
-    events: Vec<ViewEvent>,
-    more: usize,
+pub(crate) struct View {
+    pub(crate) kind: &'static str,
+    pub(crate) project: String,
+    pub(crate) project_id: String,
+    pub(crate) rule: String,
+    pub(crate) notification_id: String,
+    pub(crate) fired_at: String,
+    pub(crate) window: String,
+    pub(crate) window_kind: &'static str,
+    pub(crate) threshold: u64,
+    pub(crate) seen: String,
+    pub(crate) url: Option<String>,
+    pub(crate) total: u64,
+    pub(crate) events: Vec<ViewEvent>,
+    pub(crate) more: usize,
     /// The body of a direct notification.
-    text: Option<String>,
+    pub(crate) text: Option<String>,
 }
 
 /// The template engine with every template loaded (they are compiled into the binary).
@@ -79,30 +90,41 @@ pub(crate) struct Renderer {
 impl Renderer {
     pub(crate) fn new() -> Result<Self, minijinja::Error> {
         let mut env = Environment::new();
-        env.set_auto_escape_callback(|name| {
-            if name.ends_with(".tg.html") {
-                AutoEscape::Custom("telegram")
-            } else if name.ends_with(".html") {
-                AutoEscape::Html
-            } else if name.ends_with(".mrkdwn") {
-                AutoEscape::Custom("mrkdwn")
-            } else if name.ends_with(".md") {
-                AutoEscape::Custom("markdown")
-            } else {
-                AutoEscape::None
-            }
+        // One neutralising step per template (its channel), applied by the engine to every printed value.
+        env.set_auto_escape_callback(|name| match name {
+            TELEGRAM => AutoEscape::Custom("telegram"),
+            SLACK => AutoEscape::Custom("slack"),
+            LOOP => AutoEscape::Custom("loop"),
+            EMAIL_HTML => AutoEscape::Html,
+            _ => AutoEscape::Custom("plain"),
         });
-        env.set_formatter(|out, state, value| match state.auto_escape() {
-            AutoEscape::Custom(which) if !value.is_safe() => {
-                let raw = value_text(value);
-                let escaped = match which {
-                    "telegram" => escape_telegram(&raw),
-                    "markdown" => escape_markdown(&raw),
-                    _ => escape_mrkdwn(&raw),
-                };
-                out.write_str(&escaped).map_err(minijinja::Error::from)
+        env.set_formatter(|out, state, value| {
+            if value.is_safe() || value.is_number() {
+                // ours (numbers, links marked safe by the URL filters): nothing to neutralise
+                return out.write_str(&value_text(value)).map_err(minijinja::Error::from);
             }
-            _ => minijinja::escape_formatter(out, state, value),
+            let raw = value_text(value);
+            let shown = reveal(&raw);
+            let escaped = match state.auto_escape() {
+                AutoEscape::Custom("telegram") => escape_telegram(&shown),
+                AutoEscape::Custom("slack") => escape_slack_text(&shown),
+                AutoEscape::Custom("loop") => escape_loop(&shown),
+                AutoEscape::Custom(_) | AutoEscape::None => shown.into_owned(),
+                _ => {
+                    return minijinja::escape_formatter(out, state, &Value::from(shown.into_owned()));
+                }
+            };
+            out.write_str(&escaped).map_err(minijinja::Error::from)
+        });
+        // Links we build (`--event-url-template`, values percent-encoded) in each markup's own URL syntax.
+        env.add_filter("md_url", |url: String| {
+            Value::from_safe_string(markdown_url(&url))
+        });
+        env.add_filter("slack_url", |url: String| {
+            Value::from_safe_string(entities(&url, false))
+        });
+        env.add_filter("html_url", |url: String| {
+            Value::from_safe_string(entities(&url, true))
         });
         env.add_template(TELEGRAM, include_str!("../templates/telegram.tg.html"))?;
         env.add_template(SLACK, include_str!("../templates/slack.mrkdwn"))?;
@@ -117,6 +139,11 @@ impl Renderer {
     #[allow(dead_code)] // the adapters use render_with; kept for callers without a context
     pub(crate) fn render(&self, template: &str, task: &NotificationTask) -> Result<String, DeliveryError> {
         self.render_with(template, task, MessageContext::default())
+    }
+
+    /// The view model of a task (Slack's blocks are built from it directly).
+    pub(crate) fn view(&self, task: &NotificationTask, ctx: MessageContext<'_>) -> View {
+        view(task, ctx)
     }
 
     /// Renders one template for a task, with the project's name and event links when known.
@@ -142,42 +169,217 @@ fn value_text(value: &Value) -> String {
     }
 }
 
-/// Escapes text for Telegram's HTML parse mode.
+/// U+2060 WORD JOINER: invisible, no width, not white space, not a letter. Put after `@` it splits the word
+/// every mention parser looks for (`@channel` becomes `@` and `channel`); put inside `https://` or `www.` it
+/// stops every autolinker we know of, and the text still reads (and copies) as it was written.
+pub const WORD_JOINER: char = '\u{2060}';
+
+/// Telegram, HTML parse mode: the four entities Telegram's parser knows (`&amp; &lt; &gt; &quot;`), and a word
+/// joiner after `@`, so `@username` in a title never mentions (and notifies) a member of the chat. Telegram still
+/// turns URLs, domain names, `#hashtags` and `/commands` in plain text into clickable entities on its own (no
+/// escape exists for that); every message is sent with link previews off, so no URL becomes a preview card.
 pub fn escape_telegram(s: &str) -> String {
-    escape_entities(s, true)
-}
-
-/// Escapes text for Slack's mrkdwn.
-pub fn escape_mrkdwn(s: &str) -> String {
-    escape_entities(s, false)
-}
-
-/// Escapes text for Markdown (Loop, Mattermost): a backslash before every character that would start
-/// formatting, a link, an HTML tag or a table cell. `_` inside a word (`snake_case`) formats nothing in
-/// Mattermost's CommonMark and is left alone, so identifiers stay readable and searchable.
-pub fn escape_markdown(s: &str) -> String {
-    let chars: Vec<char> = s.chars().collect();
     let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '@' => {
+                out.push('@');
+                out.push(WORD_JOINER);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Loop / Mattermost Markdown. What each rule defeats, checked against Mattermost's sources — the server's
+/// mention parser (`server/channels/app/mention_parser_standard.go`: the post is parsed as Markdown, adjacent
+/// text nodes joined, then split into words on anything that is not a letter, digit or `.-_:@`), its Markdown
+/// parser (`server/public/shared/markdown`) and the web app's marked fork (`mattermost/marked`):
+///
+/// - `@` → `@` + word joiner: no `@channel`, `@all`, `@here`, `@everyone`, `@user` or `@group` mention. A
+///   backslash would not do: `\@` becomes a text node `@` that the server joins with `channel` again, and
+///   `&#64;` likewise.
+/// - `:` followed by anything but white space → `:` + word joiner: no `scheme:` autolink (`https://…`,
+///   `mailto:…`, custom schemes), no `:emoji:`, no `:)` emoticon. `www.` → `www` + word joiner + `.`, and a
+///   `/` right after `.xyz` gets one before it (marked autolinks `example.com/path` without a scheme).
+/// - `&`, `<`, `>` → `&amp; &lt; &gt;` (no HTML, no `<http://…>` autolink: marked has no backslash escape
+///   for `<`), `$` → `&#36;` (inline LaTeX).
+/// - `` ` * [ ] | ! `` and `_` at a word edge get a backslash (both marked and CommonMark honour it): no code,
+///   emphasis, links, images or table cells. `_` inside a word (`snake_case`) formats nothing and is kept.
+///   `\` is doubled unless a letter or digit follows (marked only unescapes `\\` before a non-word character).
+/// - `#` and `~` + word joiner: no `#hashtag` search link, no `~channel` link, no `~~strike~~`.
+/// - A line that starts like a Markdown block starts with a word joiner: no heading, list, quote, code block,
+///   rule, table or setext underline from a title that begins with `#`, `-`, `1.`, `>`, spaces or `===`.
+///
+/// What remains: a user who set a custom mention keyword (or their first name) is notified when a title
+/// contains that word, as for any text posted in the channel.
+pub fn escape_loop(s: &str) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = String::with_capacity(s.len() + 16);
     for (i, &c) in chars.iter().enumerate() {
-        let escape = match c {
-            '\\' | '`' | '*' | '~' | '[' | ']' | '<' | '>' | '#' | '|' | '!' => true,
+        let next = chars.get(i + 1).copied();
+        if (i == 0 || chars[i - 1] == '\n') && starts_a_block(&chars[i..]) {
+            out.push(WORD_JOINER);
+        }
+        if link_break_before(&chars, i) {
+            out.push(WORD_JOINER);
+        }
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '$' => out.push_str("&#36;"),
+            '\\' => {
+                out.push('\\');
+                if !next.is_some_and(|n| n.is_ascii_alphanumeric()) {
+                    out.push('\\');
+                }
+            }
+            '`' | '*' | '[' | ']' | '|' | '!' => {
+                out.push('\\');
+                out.push(c);
+            }
             '_' => {
                 let word =
                     |j: Option<usize>| j.and_then(|j| chars.get(j)).is_some_and(|c| c.is_alphanumeric());
-                !(word(i.checked_sub(1)) && word(i.checked_add(1)))
+                if !(word(i.checked_sub(1)) && word(i.checked_add(1))) {
+                    out.push('\\');
+                }
+                out.push('_');
             }
-            _ => false,
-        };
-        if escape {
-            out.push('\\');
+            '@' | '#' | '~' => {
+                out.push(c);
+                out.push(WORD_JOINER);
+            }
+            ':' => {
+                out.push(':');
+                if next.is_some_and(|n| !n.is_whitespace()) {
+                    out.push(WORD_JOINER);
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Slack's top-level `text`, in mrkdwn: the text of push notifications, and of the message only for clients that
+/// cannot show blocks (when blocks are present Slack shows them instead). Slack's three control characters as
+/// entities (`&amp; &lt; &gt;`, as Slack's formatting reference asks), so `<!channel>`, `<!here>`, `<@U…>`,
+/// `<#C…>` and `<url|label>` stay text, and the link breaks of [`escape_loop`] (Slack turns URLs into links in
+/// `text`). mrkdwn has no escape for `*`, `_`, `~` and `` ` ``: that is why the displayed message is built from
+/// `rich_text` blocks, where tenant text is literal ([`slack_literal`]).
+pub fn escape_slack_text(s: &str) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = String::with_capacity(s.len() + 8);
+    for (i, &c) in chars.iter().enumerate() {
+        if link_break_before(&chars, i) {
+            out.push(WORD_JOINER);
+        }
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            c => {
+                out.push(c);
+                if link_break_after(&chars, i) {
+                    out.push(WORD_JOINER);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Slack's blocks carry tenant text in `rich_text` `text` elements, which Slack shows literally: no mrkdwn, no
+/// mentions (those are separate `user`/`broadcast` elements), and bare URLs are not made links (integrators
+/// report having to add `link` elements to make them clickable). Belt and braces, in case a client parses
+/// them after all: a word joiner after `<` (no `<!channel>` control sequence) and the link breaks of
+/// [`escape_loop`]. Entities would show as `&lt;` here, so `&`, `<` and `>` stay themselves.
+pub fn slack_literal(s: &str) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = String::with_capacity(s.len() + 8);
+    for (i, &c) in chars.iter().enumerate() {
+        if link_break_before(&chars, i) {
+            out.push(WORD_JOINER);
         }
         out.push(c);
+        if c == '<' || link_break_after(&chars, i) {
+            out.push(WORD_JOINER);
+        }
+    }
+    out
+}
+
+/// True when a line starting with `rest` could open a Markdown block (heading, quote, list, code block,
+/// thematic break, setext underline, table, fence, HTML block) instead of a paragraph.
+fn starts_a_block(rest: &[char]) -> bool {
+    match rest.first() {
+        None => false,
+        Some(c) if c.is_whitespace() => *c != '\n',
+        Some(c) if "#>-+*=_~|`!<&$[:\\".contains(*c) => true,
+        Some(c) if c.is_ascii_digit() => {
+            let digits = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+            matches!(rest.get(digits), Some('.' | ')'))
+        }
+        Some(_) => false,
+    }
+}
+
+/// A word joiner goes before `chars[i]`: the `.` of `www.` (or `www1.`…`www999.`), or a `/` right after a dot
+/// and 2-4 letters (`example.com/…`, which marked links without a scheme).
+fn link_break_before(chars: &[char], i: usize) -> bool {
+    let before = &chars[..i];
+    match chars[i] {
+        '.' => {
+            let digits = before.iter().rev().take_while(|c| c.is_ascii_digit()).count();
+            if digits > 3 {
+                return false;
+            }
+            let head = &before[..before.len() - digits];
+            head.len() >= 3
+                && head[head.len() - 3..]
+                    .iter()
+                    .all(|c| c.eq_ignore_ascii_case(&'w'))
+        }
+        '/' => {
+            let letters = before.iter().rev().take_while(|c| c.is_alphabetic()).count();
+            (2..=4).contains(&letters) && before.len() > letters && before[before.len() - letters - 1] == '.'
+        }
+        _ => false,
+    }
+}
+
+/// A word joiner goes after `chars[i]`: a `:` followed by anything but white space (`https:`, `mailto:`).
+fn link_break_after(chars: &[char], i: usize) -> bool {
+    chars[i] == ':' && chars.get(i + 1).is_some_and(|n| !n.is_whitespace())
+}
+
+/// A URL we built, as a Markdown link destination: the characters that would end or break one percent-encoded.
+fn markdown_url(url: &str) -> String {
+    let mut out = String::with_capacity(url.len());
+    for c in url.chars() {
+        match c {
+            '(' => out.push_str("%28"),
+            ')' => out.push_str("%29"),
+            '<' => out.push_str("%3C"),
+            '>' => out.push_str("%3E"),
+            ' ' => out.push_str("%20"),
+            '\\' => out.push_str("%5C"),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
     }
     out
 }
 
 /// `&`, `<` and `>` as entities, and `"` too when `quote`.
-fn escape_entities(s: &str, quote: bool) -> String {
+fn entities(s: &str, quote: bool) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -191,19 +393,32 @@ fn escape_entities(s: &str, quote: bool) -> String {
     out
 }
 
-/// A title as shown in messages: one line, at most [`MAX_TITLE_CHARS`].
+/// A title as shown in messages: one line, hidden characters revealed, at most [`MAX_TITLE_CHARS`].
 pub fn display_title(title: &str) -> String {
     bounded_line(title, MAX_TITLE_CHARS)
 }
 
-fn bounded_line(title: &str, max: usize) -> String {
+/// `text` on one line (control characters become spaces), every hidden character shown as `<U+XXXX>`
+/// ([`klaxon_core::text::reveal`]), and at most `max` characters of that (then `…`): the bound holds for what
+/// is shown, so a title made of bidi controls cannot grow eight-fold past a channel's limits.
+fn bounded_line(text: &str, max: usize) -> String {
     let mut out = String::new();
-    for (i, c) in title.chars().enumerate() {
-        if i == max {
+    let mut shown = 0;
+    for c in text.chars() {
+        let piece = if c.is_control() {
+            " ".to_owned()
+        } else if klaxon_core::text::is_hidden(c) {
+            klaxon_core::text::marker(c)
+        } else {
+            c.to_string()
+        };
+        let len = piece.chars().count();
+        if shown + len > max {
             out.push('…');
             break;
         }
-        out.push(if c.is_control() { ' ' } else { c });
+        out.push_str(&piece);
+        shown += len;
     }
     out
 }
@@ -331,7 +546,11 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>) -> View {
             })
             .collect(),
         more,
-        text: task.text.clone().filter(|_| direct),
+        text: task
+            .text
+            .as_deref()
+            .filter(|_| direct)
+            .map(|t| reveal(t).into_owned()),
     }
 }
 
@@ -461,19 +680,6 @@ fn balance(parts: Vec<String>) -> Vec<String> {
     out
 }
 
-/// Slack `blocks`: the rendered mrkdwn in section blocks of at most [`SLACK_SECTION_MAX`] characters.
-pub(crate) fn slack_blocks(text: &str) -> Vec<serde_json::Value> {
-    split_message(text, SLACK_SECTION_MAX)
-        .into_iter()
-        .map(|part| {
-            serde_json::json!({
-                "type": "section",
-                "text": {"type": "mrkdwn", "text": part.trim_end()},
-            })
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -566,7 +772,7 @@ mod tests {
             "<b>Deploy &lt;v2&gt; &amp; done</b>"
         );
         let md = r.render(LOOP, &t).expect("render");
-        assert_eq!(md, "**Deploy \\<v2\\> & done**");
+        assert_eq!(md, "**Deploy &lt;v2&gt; &amp; done**");
     }
 
     #[test]
@@ -604,6 +810,125 @@ mod tests {
         assert!(html.contains("&lt;script&gt;&amp;&quot;x"), "{html}");
         let text = r.render(EMAIL_TEXT, &t).expect("text");
         assert!(text.contains("<script>&\"x"), "{text}");
+    }
+
+    /// Shows the word joiner as `⁀` so the tables below can be read.
+    fn shown(s: &str) -> String {
+        s.replace(WORD_JOINER, "⁀")
+    }
+
+    /// Loop / Mattermost: input → exactly what is sent (`⁀` = U+2060 WORD JOINER).
+    #[test]
+    fn loop_escaping_table() {
+        let table: &[(&str, &str)] = &[
+            (
+                "plain TypeError: x is undefined",
+                "plain TypeError: x is undefined",
+            ),
+            (
+                "boom @channel @all @here @everyone @bob",
+                "boom @⁀channel @⁀all @⁀here @⁀everyone @⁀bob",
+            ),
+            ("x.@channel _@here", "x.@⁀channel \\_@⁀here"),
+            ("*bold* _it_ ~s~ `code`", "⁀\\*bold\\* \\_it\\_ ~⁀s~⁀ \\`code\\`"),
+            ("snake_case_name stays", "snake_case_name stays"),
+            ("[x](https://evil.example)", "⁀\\[x\\](https:⁀//evil.example)"),
+            (
+                "![img](http://e.test/a.png)",
+                "⁀\\!\\[img\\](http:⁀//e.test⁀/a.png)",
+            ),
+            (
+                "see https://evil.example/x now",
+                "see https:⁀//evil.example/x now",
+            ),
+            (
+                "<http://evil.example> <b>x</b> &amp;",
+                "⁀&lt;http:⁀//evil.example&gt; &lt;b&gt;x&lt;/b&gt; &amp;amp;",
+            ),
+            (
+                "go www.evil.example or WWW2.evil.example",
+                "go www⁀.evil.example or WWW2⁀.evil.example",
+            ),
+            ("evil.com/path and a/b", "evil.com⁀/path and a/b"),
+            (
+                "mailto:a@b.test :fire: :) 12:30",
+                "mailto:⁀a@⁀b.test :⁀fire: :⁀) 12:⁀30",
+            ),
+            ("#tag ~town-square $x^2$", "⁀#⁀tag ~⁀town-square &#36;x^2&#36;"),
+            ("# heading", "⁀#⁀ heading"),
+            ("- list", "⁀- list"),
+            ("1. ordered", "⁀1. ordered"),
+            ("> quote", "⁀&gt; quote"),
+            ("    code", "⁀    code"),
+            ("===", "⁀==="),
+            ("a|b", "a\\|b"),
+            (r"C:\new \* \\", r"C:⁀\new \\\* \\\\"),
+        ];
+        for (input, want) in table {
+            assert_eq!(shown(&escape_loop(input)), *want, "{input:?}");
+        }
+        // every line of a multi-line text gets the line-start rule
+        assert_eq!(shown(&escape_loop("ok\n# no")), "ok\n⁀#⁀ no");
+    }
+
+    /// Slack: the plain-text fallback and the literal text of `rich_text` elements.
+    #[test]
+    fn slack_escaping_table() {
+        let table: &[(&str, &str, &str)] = &[
+            // input, top-level text, rich_text element
+            ("plain", "plain", "plain"),
+            (
+                "<!channel> <!here> <@U123> <#C1>",
+                "&lt;!channel&gt; &lt;!here&gt; &lt;@U123&gt; &lt;#C1&gt;",
+                "<⁀!channel> <⁀!here> <⁀@U123> <⁀#C1>",
+            ),
+            ("*b* _i_ ~s~ `c`", "*b* _i_ ~s~ `c`", "*b* _i_ ~s~ `c`"),
+            ("& &amp;", "&amp; &amp;amp;", "& &amp;"),
+            (
+                "https://evil.example www.evil.example <https://e.test|x>",
+                "https:⁀//evil.example www⁀.evil.example &lt;https:⁀//e.test|x&gt;",
+                "https:⁀//evil.example www⁀.evil.example <⁀https:⁀//e.test|x>",
+            ),
+        ];
+        for (input, text, literal) in table {
+            assert_eq!(shown(&escape_slack_text(input)), *text, "{input:?}");
+            assert_eq!(shown(&slack_literal(input)), *literal, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn telegram_escaping_table() {
+        let table: &[(&str, &str)] = &[
+            ("<b>x</b> & \"q\"", "&lt;b&gt;x&lt;/b&gt; &amp; &quot;q&quot;"),
+            ("ping @admin", "ping @⁀admin"),
+            ("https://evil.example", "https://evil.example"),
+        ];
+        for (input, want) in table {
+            assert_eq!(shown(&escape_telegram(input)), *want, "{input:?}");
+        }
+    }
+
+    /// Bidi and other hidden characters are shown, in every template, and count against the bounds.
+    #[test]
+    fn hidden_characters_are_revealed_everywhere() {
+        let r = Renderer::new().expect("templates");
+        let mut t = task(Reason::New, vec![("Invoice \u{202E}gpj.exe\u{202C}", 1)]);
+        t.events[0].group_hash = "g".into();
+        for name in [TELEGRAM, SLACK, LOOP, EMAIL_TEXT, EMAIL_HTML, EMAIL_SUBJECT] {
+            let out = r.render(name, &t).expect("render");
+            assert!(
+                !out.contains('\u{202E}') && !out.contains('\u{202C}'),
+                "{name}: {out}"
+            );
+            assert!(out.contains("U+202E") && out.contains("U+202C"), "{name}: {out}");
+        }
+        let mut d = task(Reason::Direct, vec![("t", 1)]);
+        d.text = Some("line\u{2028}two\u{2066}".into());
+        let out = r.render(EMAIL_TEXT, &d).expect("render");
+        assert!(out.contains("line<U+2028>two<U+2066>"), "{out}");
+        let many = "\u{202E}".repeat(5000);
+        assert_eq!(display_title(&many).chars().count(), MAX_TITLE_CHARS + 1);
+        assert!(display_title(&many).ends_with('…'));
     }
 
     #[test]
@@ -664,6 +989,11 @@ mod tests {
         assert!(
             slack.contains("<https://garage.hawk.so/project/proj/event/g-Boom/rep1/overview|Open event>"),
             "{slack}"
+        );
+        let md = r.render_with(LOOP, &t, ctx).expect("loop");
+        assert!(
+            md.contains("[Open event](https://garage.hawk.so/project/proj/event/g-Boom/rep1/overview)"),
+            "our own links are links: {md}"
         );
         let new = r
             .render_with(EMAIL_SUBJECT, &task(Reason::New, vec![("Boom", 1)]), ctx)

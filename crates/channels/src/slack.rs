@@ -1,11 +1,202 @@
-//! Slack incoming webhooks: `POST <endpoint>` with `text` (the notification in mrkdwn, also the fallback
-//! shown in push notifications) and `blocks` (the same text in section blocks).
+//! Slack incoming webhooks: `POST <endpoint>` with `text` (the notification in mrkdwn: the text of push
+//! notifications, and the fallback for clients that cannot show blocks) and `blocks` (the message as Slack
+//! shows it).
+//!
+//! Tenant text never goes through mrkdwn. mrkdwn has no escape for `*`, `_`, `~` or `` ` ``, so a title like
+//! `*boom*` would be bold; Slack's answer for user-defined text is the `rich_text` block ("While it is possible
+//! to format text with mrkdwn, rich_text is strongly preferred"), whose `text` elements are shown literally and
+//! whose styles (bold, italic) and links are separate fields. So the blocks are built here, element by element,
+//! from the view model: our words carry the styles, tenant strings go in plain `text` elements
+//! ([`slack_literal`]). In the top-level `text` tenant values are escaped for Slack's control characters and
+//! their URLs broken ([`crate::render::escape_slack_text`]); `unfurl_links`/`unfurl_media` are off so a URL in a
+//! title never becomes a preview.
 
 use klaxon_core::NotificationTask;
+use serde_json::{json, Value};
 
 use crate::http_client::{body_detail, label, parse_http_endpoint};
-use crate::render::{slack_blocks, MessageContext, SLACK};
+use crate::render::{slack_literal, MessageContext, View, SLACK, SLACK_SECTION_MAX};
 use crate::{Channels, Delivered, DeliveryError};
+
+/// One piece of a line of a Slack message.
+enum Piece {
+    /// Our words.
+    Ours(String),
+    /// Our words, bold.
+    Bold(String),
+    /// Our words, italic.
+    Italic(String),
+    /// Tenant text: shown literally.
+    Tenant { text: String, bold: bool },
+    /// A link we built (`--event-url-template`) with a label.
+    Link {
+        url: String,
+        label: String,
+        tenant_label: bool,
+    },
+}
+
+impl Piece {
+    fn element(&self) -> Value {
+        match self {
+            Piece::Ours(t) => json!({"type": "text", "text": t}),
+            Piece::Bold(t) => json!({"type": "text", "text": t, "style": {"bold": true}}),
+            Piece::Italic(t) => json!({"type": "text", "text": t, "style": {"italic": true}}),
+            Piece::Tenant { text, bold: false } => json!({"type": "text", "text": slack_literal(text)}),
+            Piece::Tenant { text, bold: true } => {
+                json!({"type": "text", "text": slack_literal(text), "style": {"bold": true}})
+            }
+            Piece::Link {
+                url,
+                label,
+                tenant_label,
+            } => {
+                let text = if *tenant_label {
+                    slack_literal(label)
+                } else {
+                    label.clone()
+                };
+                json!({"type": "link", "url": url, "text": text})
+            }
+        }
+    }
+
+    /// Slack refuses empty `text` elements.
+    fn is_empty(&self) -> bool {
+        match self {
+            Piece::Ours(t) | Piece::Bold(t) | Piece::Italic(t) | Piece::Tenant { text: t, .. } => {
+                t.is_empty()
+            }
+            Piece::Link { label, .. } => label.is_empty(),
+        }
+    }
+}
+
+/// The lines of the message, as the other channels' templates say it.
+fn lines(v: &View) -> Vec<Vec<Piece>> {
+    let tenant = |text: &str| Piece::Tenant {
+        text: text.to_owned(),
+        bold: false,
+    };
+    let tenant_bold = |text: &str| Piece::Tenant {
+        text: text.to_owned(),
+        bold: true,
+    };
+    let title = v.events.first().map(|e| e.title.as_str()).unwrap_or_default();
+    let open_event = |url: &str| Piece::Link {
+        url: url.to_owned(),
+        label: "Open event".into(),
+        tenant_label: false,
+    };
+    let footer = || {
+        vec![Piece::Italic(format!(
+            "Rule {} · fired at {}",
+            v.rule, v.fired_at
+        ))]
+    };
+    let mut out: Vec<Vec<Piece>> = Vec::new();
+    match v.kind {
+        "direct" => {
+            out.push(vec![tenant_bold(title)]);
+            if let Some(text) = &v.text {
+                out.push(vec![tenant(text)]);
+            }
+            return out;
+        }
+        "new" => {
+            out.push(vec![
+                Piece::Bold("New error in project ".into()),
+                tenant_bold(&v.project),
+            ]);
+            out.push(vec![tenant(title)]);
+            let mut seen = vec![Piece::Ours("First seen".into())];
+            if let Some(url) = &v.url {
+                seen.push(Piece::Ours(" · ".into()));
+                seen.push(open_event(url));
+            }
+            out.push(seen);
+        }
+        "threshold" | "users" => {
+            out.push(vec![tenant_bold(title)]);
+            let by = if v.kind == "users" { "by " } else { "" };
+            out.push(vec![
+                Piece::Ours(format!(
+                    "Seen {by}{} ({} window, threshold {}) in project ",
+                    v.seen, v.window_kind, v.threshold
+                )),
+                tenant(&v.project),
+            ]);
+            if let Some(url) = &v.url {
+                out.push(vec![open_event(url)]);
+            }
+        }
+        _ => {
+            out.push(vec![
+                Piece::Bold(format!("{} errors in ", v.total)),
+                tenant_bold(&v.project),
+                Piece::Bold(format!(" in {}", v.window)),
+            ]);
+            for e in &v.events {
+                let label = match &e.url {
+                    Some(url) => Piece::Link {
+                        url: url.clone(),
+                        label: e.title.clone(),
+                        tenant_label: true,
+                    },
+                    None => tenant(&e.title),
+                };
+                out.push(vec![Piece::Ours(format!("{} × ", e.count)), label]);
+            }
+            if v.more > 0 {
+                out.push(vec![Piece::Ours(format!("and {} more", v.more))]);
+            }
+        }
+    }
+    out.push(footer());
+    out
+}
+
+/// `rich_text` blocks of at most [`SLACK_SECTION_MAX`] characters of text each (the limit of the section blocks
+/// they replace; Slack documents none for `rich_text`), split between lines. A line is at most one title of
+/// 1,000 characters (each `<` and `:` followed by a word joiner: 2,000) and our words, so it always fits.
+pub(crate) fn rich_text_blocks(v: &View) -> Vec<Value> {
+    let mut blocks = Vec::new();
+    let mut elements: Vec<Value> = Vec::new();
+    let mut size = 0;
+    for line in lines(v) {
+        let line: Vec<Value> = line
+            .iter()
+            .filter(|p| !p.is_empty())
+            .map(Piece::element)
+            .collect();
+        // what Slack shows: the element texts as sent, plus the line break
+        let len = line
+            .iter()
+            .map(|e| e["text"].as_str().map_or(0, |t| t.chars().count()))
+            .sum::<usize>()
+            + 1;
+        if !elements.is_empty() && size + len > SLACK_SECTION_MAX {
+            blocks.push(rich_text(std::mem::take(&mut elements)));
+            size = 0;
+        }
+        if !elements.is_empty() {
+            elements.push(json!({"type": "text", "text": "\n"}));
+        }
+        elements.extend(line);
+        size += len;
+    }
+    if !elements.is_empty() {
+        blocks.push(rich_text(elements));
+    }
+    blocks
+}
+
+fn rich_text(elements: Vec<Value>) -> Value {
+    json!({
+        "type": "rich_text",
+        "elements": [{"type": "rich_text_section", "elements": elements}],
+    })
+}
 
 impl Channels {
     /// The JSON body POSTed to the webhook.
@@ -14,8 +205,16 @@ impl Channels {
         task: &NotificationTask,
         ctx: MessageContext<'_>,
     ) -> Result<String, DeliveryError> {
-        let text = self.inner.renderer.render_with(SLACK, task, ctx)?;
-        Ok(serde_json::json!({ "text": text, "blocks": slack_blocks(&text) }).to_string())
+        let renderer = &self.inner.renderer;
+        let text = renderer.render_with(SLACK, task, ctx)?;
+        let blocks = rich_text_blocks(&renderer.view(task, ctx));
+        Ok(json!({
+            "text": text,
+            "blocks": blocks,
+            "unfurl_links": false,
+            "unfurl_media": false,
+        })
+        .to_string())
     }
 
     pub(crate) async fn deliver_slack(

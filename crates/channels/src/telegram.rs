@@ -37,6 +37,18 @@ fn body_description(body: &str) -> String {
         .unwrap_or_else(|| body.to_owned())
 }
 
+/// The `sendMessage` body for one part: HTML parse mode, and link previews off (`link_preview_options`, Bot API
+/// 7.0, which replaced `disable_web_page_preview`), so a URL in a title never turns into a preview card under
+/// the alert.
+pub(crate) fn send_message(chat_id: &str, text: &str) -> serde_json::Value {
+    serde_json::json!({
+        "chat_id": chat_id,
+        "text": text,
+        "parse_mode": "HTML",
+        "link_preview_options": {"is_disabled": true},
+    })
+}
+
 impl Channels {
     /// The message as Telegram receives it: balanced HTML parts of at most 4096 characters.
     pub(crate) fn telegram_parts(
@@ -79,7 +91,7 @@ impl Channels {
         .map_err(|_| DeliveryError::permanent("telegram: bot token does not fit in a URL"))?;
         let what = label("telegram", &url);
         for (i, part) in parts.iter().enumerate() {
-            let body = serde_json::json!({"chat_id": endpoint, "text": part, "parse_mode": "HTML"});
+            let body = send_message(endpoint, part);
             let result = async {
                 let answer = self
                     .inner
@@ -110,7 +122,8 @@ impl Channels {
         })
     }
 
-    /// Hawk's notify-bot: `POST <endpoint>` with a form `message=…&parse_mode=HTML`.
+    /// Hawk's notify-bot: `POST <endpoint>` with a form `message=…&parse_mode=HTML&disable_web_page_preview=true`
+    /// (the codex-bot notify API takes the older Bot API's preview switch).
     async fn deliver_notify_bot(
         &self,
         task: &NotificationTask,
@@ -124,6 +137,7 @@ impl Channels {
             let body = url::form_urlencoded::Serializer::new(String::new())
                 .append_pair("message", part)
                 .append_pair("parse_mode", "HTML")
+                .append_pair("disable_web_page_preview", "true")
                 .finish();
             let result = async {
                 let answer = self

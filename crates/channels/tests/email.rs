@@ -92,6 +92,94 @@ async fn email_is_multipart_to_every_recipient_with_escaped_html() {
     assert!(!html.contains("<script>"), "{html}");
 }
 
+/// The header section of a raw message as its lines (folded lines stay separate: a fold starts with white space).
+fn header_lines(raw: &str) -> Vec<&str> {
+    raw.split("\r\n\r\n")
+        .next()
+        .unwrap_or_default()
+        .split("\r\n")
+        .collect()
+}
+
+/// 60 recipients (issue #22): lettre writes the `To:` address list on one line (over 1,300 octets here), which
+/// RFC 5322 forbids (998 at most, 78 recommended) and the sink refuses (`500 Line too long`). Folded after commas,
+/// every line stays short and every recipient gets the message.
+#[tokio::test]
+async fn sixty_recipients_get_a_folded_to_header_and_the_message() {
+    let ch = channels(config("http://127.0.0.1:1"));
+    let ns = klaxon_testkit::unique_namespace();
+    let recipients: Vec<String> = (0..60)
+        .map(|i| format!("recipient-{i:02}-{ns}@example.test"))
+        .collect();
+    let endpoint = recipients.join(", ");
+    let t = task(
+        ChannelKind::Email,
+        &endpoint,
+        threshold(),
+        &[("Boom for sixty", 100)],
+    );
+    ch.deliver(&t).await.expect("delivered to 60 recipients");
+
+    let raw = wait_for_mail(&t.notification_id).await;
+    // (the sink writes its own X-Envelope-* lines first: the RCPT TO list, one line)
+    for line in header_lines(&raw)
+        .iter()
+        .filter(|l| !l.starts_with("X-Envelope-"))
+    {
+        assert!(line.len() <= 78, "header line of {} octets: {line}", line.len());
+    }
+    let mail = mailparse::parse_mail(raw.as_bytes()).expect("parse");
+    let to = mail.headers.get_first_value("To").expect("to");
+    let envelope = mail.headers.get_first_value("X-Envelope-To").expect("envelope");
+    for r in &recipients {
+        assert!(to.contains(r.as_str()), "{r} missing from To: {to}");
+        assert!(
+            envelope.contains(r.as_str()),
+            "{r} missing from RCPT TO: {envelope}"
+        );
+    }
+    assert_eq!(envelope.split(", ").count(), 60, "{envelope}");
+    let parsed = mailparse::addrparse(&to).expect("To parses as an address list");
+    assert_eq!(parsed.len(), 60);
+}
+
+/// A title is text for the subject, never a header: CR/LF and header-looking text stay inside the one-line
+/// `Subject:` (lettre encodes it; Klaxon folds control characters to spaces first).
+#[tokio::test]
+async fn hostile_titles_cannot_inject_headers() {
+    let ch = channels(config("http://127.0.0.1:1"));
+    let ns = klaxon_testkit::unique_namespace();
+    let title = format!("boom {ns}\r\nBcc: victim@example.test\r\n\r\n<b>body</b>\nX-Evil: 1");
+    let t = task(
+        ChannelKind::Email,
+        "dev@example.test",
+        Reason::New,
+        &[(&title, 1)],
+    );
+    ch.deliver(&t).await.expect("delivered");
+    let raw = wait_for_mail(&t.notification_id).await;
+    let headers = header_lines(&raw);
+    assert!(
+        !headers
+            .iter()
+            .any(|l| l.starts_with("Bcc:") || l.starts_with("X-Evil:")),
+        "{headers:#?}"
+    );
+    let mail = mailparse::parse_mail(raw.as_bytes()).expect("parse");
+    assert!(mail.headers.get_first_value("Bcc").is_none());
+    assert!(mail.headers.get_first_value("X-Evil").is_none());
+    let envelope = mail.headers.get_first_value("X-Envelope-To").expect("envelope");
+    assert_eq!(envelope, "dev@example.test");
+    let subject = mail.headers.get_first_value("Subject").expect("subject");
+    assert!(
+        subject.contains(&format!("boom {ns}  Bcc: victim@example.test")) && !subject.contains('\n'),
+        "{subject:?}"
+    );
+    // the text part shows the title on one line too
+    let text = part_body(&mail, "text/plain");
+    assert!(!text.contains("\nBcc:"), "{text}");
+}
+
 #[tokio::test]
 async fn email_digest_lists_groups() {
     let ch = channels(config("http://127.0.0.1:1"));

@@ -1,5 +1,7 @@
 //! Golden files of what every channel sends (`tests/golden/<channel>/<case>.txt`), and every channel's own
-//! documented limits checked on worst-case messages.
+//! documented limits checked on worst-case messages. The `hostile` and `hostile_digest` cases carry a title and a
+//! project name made of every markup we know (mentions, links, formatting, HTML, bidi overrides): the files show
+//! how each channel neutralises them. U+2060 WORD JOINER, invisible, is written `{WJ}` in the files.
 //!
 //! Re-bless after an intended change: `KLAXON_BLESS=1 cargo test -p klaxon-channels --test golden`, then
 //! review the diff of `tests/golden/`.
@@ -15,6 +17,18 @@ const HAWK_GARAGE: &str =
     "https://garage.hawk.so/project/{projectId}/event/{groupHash}/{repetitionId}/overview";
 const PROJECT: &str = "5e3eef0679fa3700a0198a49";
 const NAME: &str = "Acme <web> & \"shop\"";
+/// A title written to page, link, format and mislead on every channel (issue #22).
+const HOSTILE: &str = "boom @channel @all @here <!channel> <@U123> *bold* _it_ ~s~ `code` [x](https://evil.example) https://evil.example \u{202E}gpj.exe\u{202C} <b>x</b> &amp;";
+/// A project name that tries the same.
+const HOSTILE_NAME: &str = "@here *Acme* <!channel> [p](https://evil.example)";
+/// The channels with golden files.
+const CHANNELS: [ChannelKind; 5] = [
+    ChannelKind::Slack,
+    ChannelKind::Telegram,
+    ChannelKind::Email,
+    ChannelKind::Loop,
+    ChannelKind::Webhook,
+];
 
 fn channels() -> Channels {
     common::channels(common::config("http://127.0.0.1:9"))
@@ -31,6 +45,7 @@ fn task(channel: ChannelKind, reason: Reason, events: &[(&str, u64, Option<&str>
         endpoint: match channel {
             ChannelKind::Email => "ops@example.com".into(),
             ChannelKind::Telegram => "-1001234567890".into(),
+            ChannelKind::Loop => "https://loop.example.com/hooks/X".into(),
             _ => "https://hooks.example.com/services/T/B/X".into(),
         },
         min_period_s: 300,
@@ -98,7 +113,57 @@ fn cases(channel: ChannelKind) -> Vec<(&'static str, NotificationTask)> {
                 ],
             ),
         ),
+        (
+            "hostile",
+            task(
+                channel,
+                Reason::Threshold {
+                    threshold: 100,
+                    period_ms: 3_600_000,
+                    window: Window::Fixed,
+                },
+                &[(HOSTILE, 100, Some("6a1b2c3d4e5f60718293a4b5"))],
+            ),
+        ),
+        ("hostile_new", task(channel, Reason::New, &[(HOSTILE, 1, None)])),
+        (
+            "hostile_digest",
+            task(
+                channel,
+                Reason::Digest { min_period_s: 300 },
+                &[
+                    (HOSTILE, 7, Some("6a1b2c3d4e5f60718293a4b5")),
+                    (
+                        "# heading? - list? > quote? @bob #tag ~town www.evil.example",
+                        3,
+                        None,
+                    ),
+                ],
+            ),
+        ),
     ]
+}
+
+/// The project name a case is shown with.
+fn name_for(case: &str) -> &'static str {
+    if case.starts_with("hostile") {
+        HOSTILE_NAME
+    } else {
+        NAME
+    }
+}
+
+/// Invisible characters made visible for review: the word joiner the escapers add shows as `{WJ}`; any other
+/// character that hides or reorders text must never be in a message (the renderer reveals those).
+fn visible(text: &str) -> String {
+    for c in text.chars() {
+        assert!(
+            c == '\u{2060}' || !klaxon_core::text::is_hidden(c),
+            "hidden U+{:04X} in {text}",
+            u32::from(c)
+        );
+    }
+    text.replace('\u{2060}', "{WJ}")
 }
 
 /// JSON with its keys sorted at every level, so the golden files do not depend on whether serde_json's
@@ -143,14 +208,17 @@ async fn every_channel_matches_its_golden_files() {
     let bless = std::env::var("KLAXON_BLESS").is_ok_and(|v| v == "1");
     let ch = channels();
     let mut mismatches = Vec::new();
-    for channel in [
-        ChannelKind::Slack,
-        ChannelKind::Telegram,
-        ChannelKind::Email,
-        ChannelKind::Webhook,
-    ] {
+    for channel in CHANNELS {
         for (case, t) in cases(channel) {
-            let got = as_text(&ch.preview(&t, Some(NAME)).expect("renders"));
+            let preview = ch.preview(&t, Some(name_for(case))).expect("renders");
+            let got = if channel == ChannelKind::Webhook {
+                // data for machines: carried exactly, bidi characters included (JSON shows them escaped)
+                as_text(&preview)
+                    .replace('\u{202E}', "\\u202e")
+                    .replace('\u{202C}', "\\u202c")
+            } else {
+                visible(&as_text(&preview))
+            };
             let path = golden_dir().join(channel.as_str()).join(format!("{case}.txt"));
             if bless {
                 std::fs::create_dir_all(path.parent().expect("dir")).expect("mkdir");
@@ -174,12 +242,7 @@ async fn every_channel_matches_its_golden_files() {
 #[tokio::test]
 async fn without_a_name_or_template_messages_show_the_id_and_no_link() {
     let ch = common::channels(common::config("http://127.0.0.1:9"));
-    for channel in [
-        ChannelKind::Slack,
-        ChannelKind::Telegram,
-        ChannelKind::Email,
-        ChannelKind::Webhook,
-    ] {
+    for channel in CHANNELS {
         let (_, t) = cases(channel).remove(1);
         let text = as_text(&ch.preview(&t, None).expect("renders"));
         assert!(text.contains(PROJECT), "{channel}: {text}");
@@ -233,17 +296,20 @@ async fn slack_blocks_stay_within_slack_limits() {
             blocks.len()
         );
         for b in blocks {
-            assert_eq!(b["type"], "section");
-            assert!(
-                b.get("fields").is_none(),
-                "no section fields (limit 10 × 2,000 chars)"
-            );
-            let t = b["text"]["text"].as_str().expect("block text");
-            assert!(
-                !t.is_empty() && t.chars().count() <= 3000,
-                "block {} chars",
-                t.chars().count()
-            );
+            assert_eq!(b["type"], "rich_text", "tenant text never in mrkdwn");
+            let elements = b["elements"][0]["elements"].as_array().expect("section elements");
+            let chars: usize = elements
+                .iter()
+                .map(|e| e["text"].as_str().unwrap_or_default().chars().count())
+                .sum();
+            assert!(chars > 0 && chars <= 3000, "block {chars} chars");
+            for e in elements {
+                assert!(
+                    ["text", "link"].contains(&e["type"].as_str().unwrap_or_default()),
+                    "{e}"
+                );
+                assert!(!e["text"].as_str().unwrap_or_default().is_empty(), "{e}");
+            }
         }
     }
 }

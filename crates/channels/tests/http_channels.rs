@@ -49,14 +49,16 @@ async fn slack_payload_has_text_blocks_and_escaped_title() {
         "{text}"
     );
     assert!(text.contains("2023-11-14T22:13:20.123Z"), "{text}");
+    assert_eq!(body["unfurl_links"], false);
+    assert_eq!(body["unfurl_media"], false);
+    // the blocks carry the title in a rich_text `text` element, shown literally by Slack (`<` + word joiner)
     let blocks = body["blocks"].as_array().expect("blocks");
     assert!(!blocks.is_empty());
-    assert_eq!(blocks[0]["type"], "section");
-    assert_eq!(blocks[0]["text"]["type"], "mrkdwn");
-    assert!(blocks[0]["text"]["text"]
-        .as_str()
-        .expect("block text")
-        .contains("&lt;script&gt;"));
+    assert_eq!(blocks[0]["type"], "rich_text");
+    let first = &blocks[0]["elements"][0]["elements"][0];
+    assert_eq!(first["type"], "text");
+    assert_eq!(first["style"]["bold"], true);
+    assert_eq!(first["text"], "<\u{2060}script>&\"boom");
 }
 
 #[tokio::test]
@@ -156,6 +158,10 @@ async fn telegram_hawk_notify_bot_url_gets_a_form() {
     assert_eq!(form[0].0, "message");
     assert!(form[0].1.contains("Boom &amp; &lt;bang&gt;"), "{}", form[0].1);
     assert_eq!(form[1], ("parse_mode".to_owned(), "HTML".to_owned()));
+    assert_eq!(
+        form[2],
+        ("disable_web_page_preview".to_owned(), "true".to_owned())
+    );
 }
 
 #[tokio::test]
@@ -618,7 +624,7 @@ async fn loop_payload_is_markdown_text_with_escaped_title() {
     );
     let text = body["text"].as_str().expect("text");
     assert!(
-        text.contains(r"\*bold\* \[link\](http://x) \<b\> snake_case \`code\`"),
+        text.contains("\\*bold\\* \\[link\\](http:\u{2060}//x) &lt;b&gt; snake_case \\`code\\`"),
         "{text}"
     );
     assert!(text.starts_with("**"), "the title line is bold: {text}");
@@ -676,4 +682,100 @@ async fn loop_statuses_are_classified_like_slack() {
     // an invalid endpoint is permanent and sends nothing
     let bad = task(ChannelKind::Loop, "not a url", Reason::New, &[("x", 1)]);
     assert!(!ch.deliver(&bad).await.expect_err("invalid").is_transient());
+}
+
+/// Issue #22: a title (and a project name: tenants name their projects) written to page everyone, link to an
+/// attacker and mislead, delivered to every HTTP channel. None of it may come out as a mention, a link, a
+/// format or reordered text; the webhook, data for machines, carries it exactly.
+#[tokio::test]
+async fn hostile_titles_are_neutralised_on_every_http_channel() {
+    const WJ: char = '\u{2060}';
+    let title = "boom @channel @all @here @everyone <!channel> <@U123> *bold* _it_ ~s~ `code` [x](https://evil.example) ![i](https://evil.example/i.png) <https://evil.example> https://evil.example www.evil.example Invoice \u{202E}gpj.exe\u{202C} <b>x</b> &amp;";
+    let sink = HttpSink::start().await.expect("sink");
+    let ch = channels(config(&sink.url("")));
+    let hostile =
+        |channel: ChannelKind, endpoint: &str| task(channel, endpoint, threshold(), &[(title, 100)]);
+    ch.deliver(&hostile(ChannelKind::Loop, &sink.url("/loop")))
+        .await
+        .expect("loop");
+    ch.deliver(&hostile(ChannelKind::Slack, &sink.url("/slack")))
+        .await
+        .expect("slack");
+    ch.deliver(&hostile(ChannelKind::Telegram, "-100123"))
+        .await
+        .expect("telegram");
+    ch.deliver(&hostile(ChannelKind::Webhook, &sink.url("/webhook")))
+        .await
+        .expect("webhook");
+    let reqs = sink.wait_for_count(4, WAIT).await;
+    let body = |path: &str| {
+        reqs.iter()
+            .find(|r| r.uri.starts_with(path))
+            .unwrap_or_else(|| panic!("no request to {path}"))
+            .json()
+    };
+    let no_hidden = |what: &str, text: &str| {
+        assert!(
+            !text.contains(['\u{202E}', '\u{202C}']) && text.contains("<U+202E>")
+                || text.contains("&lt;U+202E&gt;"),
+            "{what}: bidi override shown, not applied: {text}"
+        );
+    };
+
+    // Loop / Mattermost: no mention, link, image, autolink or emphasis survives
+    let loop_text = body("/loop")["text"].as_str().unwrap_or_default().to_owned();
+    for mention in ["@channel", "@all", "@here", "@everyone"] {
+        assert!(!loop_text.contains(mention), "{mention} in {loop_text}");
+        assert!(
+            loop_text.contains(&format!("@{WJ}{}", &mention[1..])),
+            "{loop_text}"
+        );
+    }
+    for markup in [
+        "](https://",
+        "https://",
+        "<https",
+        "*bold*",
+        "_it_",
+        "`code`",
+        "<b>",
+        "www.evil",
+    ] {
+        assert!(!loop_text.contains(markup), "{markup} in {loop_text}");
+    }
+    no_hidden("loop", &loop_text);
+
+    // Slack: control sequences escaped and URLs broken in the mrkdwn fallback, tenant text only in rich_text text
+    // elements in the blocks Slack shows
+    let slack = body("/slack");
+    let slack_text = slack["text"].as_str().unwrap_or_default();
+    for markup in ["<!channel>", "<@U123>", "<https://", "https://evil"] {
+        assert!(!slack_text.contains(markup), "{markup} in {slack_text}");
+    }
+    no_hidden("slack text", slack_text);
+    let blocks = slack["blocks"].as_array().expect("blocks");
+    for b in blocks {
+        assert_eq!(b["type"], "rich_text", "{b}");
+        for e in b["elements"][0]["elements"].as_array().expect("elements") {
+            assert!(matches!(e["type"].as_str(), Some("text" | "link")), "{e}");
+            let text = e["text"].as_str().unwrap_or_default();
+            assert!(!text.contains("<!") && !text.contains("<@"), "{text}");
+            if e["type"] == "link" {
+                assert!(!e["url"].as_str().unwrap_or_default().contains("evil"), "{e}");
+            }
+        }
+    }
+    assert!(!blocks.iter().any(|b| b.to_string().contains("mrkdwn")));
+
+    // Telegram: HTML escaped, no @mention, previews off
+    let tg = body("/bot");
+    assert_eq!(tg["link_preview_options"]["is_disabled"], true, "{tg}");
+    let tg_text = tg["text"].as_str().unwrap_or_default();
+    for markup in ["<b>x", "<https", "@channel", "@here"] {
+        assert!(!tg_text.contains(markup), "{markup} in {tg_text}");
+    }
+    no_hidden("telegram", tg_text);
+
+    // webhook: the data as it came
+    assert_eq!(body("/webhook")["events"][0]["title"], title);
 }

@@ -26,6 +26,12 @@ async fn default_config_refuses_internal_addresses_without_sending() {
         "http://169.254.169.254/latest/meta-data".to_owned(),
         "http://0.0.0.0/h".to_owned(),
         "http://[fe80::1]/h".to_owned(),
+        // blocks of the IANA special-purpose registries the first hand-written checks missed (issue #22)
+        "http://198.18.0.1/h".to_owned(),
+        "http://192.0.0.170/h".to_owned(),
+        "http://[64:ff9b:1::a00:1]/h".to_owned(),
+        "http://[::ffff:0:7f00:1]/h".to_owned(),
+        "http://[64:ff9b::7f00:1]/h".to_owned(),
     ];
     for endpoint in &endpoints {
         for channel in [ChannelKind::Webhook, ChannelKind::Slack, ChannelKind::Telegram] {

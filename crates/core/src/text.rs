@@ -1,6 +1,10 @@
 //! Bounded text for everything that leaves the process: reasons in AMQP headers, log fields, the delivery trail
 //! and dead letters. One tenant's input (a 200 KB title, a serde error that echoes a whole body, a huge hostname)
 //! must never make a header frame exceed RabbitMQ's `frame_max` or a log line unbounded.
+//!
+//! And text shown to people as it really is: [`reveal`] replaces the invisible characters that reorder or hide
+//! text (bidi overrides and isolates, zero-width spaces, line/paragraph separators, tag characters, …) with a
+//! visible `<U+XXXX>`, so a title `Invoice \u{202E}gpj.exe` cannot pass for `Invoice exe.jpg`.
 
 /// The most bytes a reason may have when it leaves the process (headers, logs, trail, dead letters).
 pub const MAX_REASON_BYTES: usize = 512;
@@ -44,9 +48,105 @@ pub fn reason(text: &str) -> String {
     one_line(text, MAX_REASON_BYTES)
 }
 
+/// True for the characters [`reveal`] shows as `<U+XXXX>`: every character of Unicode's general categories Cf
+/// (format: bidi embeddings, overrides, isolates and marks, zero-width spaces, word joiners, invisible operators,
+/// the byte order mark, interlinear annotations, tag characters, …), Zl and Zp (line and paragraph separators,
+/// which break a line where a message expects none), and the Hangul fillers, which are letters that draw
+/// nothing. Kept: U+200C ZERO WIDTH NON-JOINER and U+200D ZERO WIDTH JOINER, which only choose glyph shapes
+/// (Persian and Indic scripts, emoji sequences) and neither reorder nor hide anything.
+///
+/// The ranges are Unicode 15's Cf/Zl/Zp (checked against Python's `unicodedata`, Unicode 14, plus the
+/// hieroglyph format controls U+13439–U+1343F that Unicode 15 added).
+pub fn is_hidden(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{0600}'..='\u{0605}'
+            | '\u{061C}'
+            | '\u{06DD}'
+            | '\u{070F}'
+            | '\u{0890}'..='\u{0891}'
+            | '\u{08E2}'
+            | '\u{115F}'..='\u{1160}'
+            | '\u{180E}'
+            | '\u{200B}'
+            | '\u{200E}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206F}'
+            | '\u{3164}'
+            | '\u{FEFF}'
+            | '\u{FFA0}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{110BD}'
+            | '\u{110CD}'
+            | '\u{13430}'..='\u{1343F}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0001}'
+            | '\u{E0020}'..='\u{E007F}'
+    )
+}
+
+/// How [`reveal`] writes a hidden character: `<U+202E>`.
+pub fn marker(c: char) -> String {
+    format!("<U+{:04X}>", u32::from(c))
+}
+
+/// `text` with every [`is_hidden`] character replaced by its visible [`marker`]; borrowed when there is none.
+pub fn reveal(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(is_hidden) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if is_hidden(c) {
+            out.push_str(&marker(c));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reveal_table() {
+        let cases: &[(&str, &str)] = &[
+            ("plain title", "plain title"),
+            (
+                "Invoice \u{202E}gpj.exe\u{202C}",
+                "Invoice <U+202E>gpj.exe<U+202C>",
+            ),
+            (
+                "a\u{2066}b\u{2067}c\u{2068}d\u{2069}",
+                "a<U+2066>b<U+2067>c<U+2068>d<U+2069>",
+            ),
+            ("\u{202A}\u{202B}\u{202D}", "<U+202A><U+202B><U+202D>"),
+            ("rtl\u{200F}ltr\u{200E}", "rtl<U+200F>ltr<U+200E>"),
+            ("line\u{2028}para\u{2029}", "line<U+2028>para<U+2029>"),
+            (
+                "zero\u{200B}width\u{2060}joiner\u{FEFF}",
+                "zero<U+200B>width<U+2060>joiner<U+FEFF>",
+            ),
+            ("soft\u{00AD}hyphen", "soft<U+00AD>hyphen"),
+            ("tag\u{E0041}\u{E007F}", "tag<U+E0041><U+E007F>"),
+            ("hangul\u{3164}filler", "hangul<U+3164>filler"),
+            // joiners only shape glyphs: kept (Persian text, emoji sequences)
+            ("می\u{200C}خواهم 👩\u{200D}💻", "می\u{200C}خواهم 👩\u{200D}💻"),
+            (
+                "ordinary ünïcode 😀 and \u{05D0}\u{05D1} Hebrew",
+                "ordinary ünïcode 😀 and \u{05D0}\u{05D1} Hebrew",
+            ),
+        ];
+        for (text, want) in cases {
+            assert_eq!(reveal(text), *want, "{text:?}");
+        }
+        assert!(matches!(reveal("nothing hidden"), std::borrow::Cow::Borrowed(_)));
+    }
 
     #[test]
     fn one_line_table() {
