@@ -29,6 +29,8 @@ pub const EVENTS_REPORT_TTL: Duration = Duration::from_secs(600);
 pub const WARN_EVERY: Duration = Duration::from_secs(600);
 /// How long one beat or count may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long unregistering may hold up a session's end (shutdown drains within 8 s).
+const LEAVE_TIMEOUT: Duration = Duration::from_secs(1);
 /// The gauge: consumers of the events queue beyond the registered Klaxon workers, at the last count.
 pub const FOREIGN_CONSUMERS: &str = "klaxon_events_foreign_consumers";
 
@@ -70,9 +72,10 @@ impl Presence {
         }
     }
 
-    /// Unregisters after the consumer closed (best effort: the registration runs out anyway).
+    /// Unregisters after the consumer closed (best effort, at most [`LEAVE_TIMEOUT`]: the registration runs out
+    /// anyway).
     pub async fn leave(&self) {
-        let left = tokio::time::timeout(CALL_TIMEOUT, self.registry.leave(&self.label)).await;
+        let left = tokio::time::timeout(LEAVE_TIMEOUT, self.registry.leave(&self.label)).await;
         if !matches!(left, Ok(Ok(_))) {
             tracing::debug!(queue = %self.queue, "could not unregister; the registration runs out by itself");
         }

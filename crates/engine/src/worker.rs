@@ -116,8 +116,9 @@ async fn session(
     );
     let result = consume_loop(deps, &mut consumer, &publisher, &shutdown, &presence).await;
     ready.store(false, Ordering::Relaxed);
+    // a beat in flight is simply dropped: shutdown must not wait for a slow Redis
     watching.cancel();
-    let _ = watch.await;
+    watch.abort();
     consumer.close().await;
     publisher.close().await;
     presence.leave().await;
