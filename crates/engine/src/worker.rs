@@ -10,6 +10,9 @@
 //!
 //! Any failure in 2–4 ends the session without acking: the connection closes, RabbitMQ hands the batch back,
 //! and the loop reconnects with a jittered, capped backoff.
+//!
+//! Each session registers the worker in Redis before it consumes and unregisters after it stopped, and beats
+//! meanwhile ([`crate::consumers`]): that is how consumers of the events queue that are not Klaxon are found.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
