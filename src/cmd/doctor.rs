@@ -559,7 +559,8 @@ fn consumers_check(
                 Status::Warn,
                 NAME,
                 format!(
-                    "queue {queue}: {n} consumer(s); Redis is unreachable, so Klaxon's cannot be told from others"
+                    "queue {queue}: {n} consumer(s); Redis could not be used (see the redis checks), so Klaxon's \
+                     cannot be told from others"
                 ),
             )
         }
@@ -891,6 +892,152 @@ mod tests {
             Some(("::1".into(), 2525, false))
         );
         assert_eq!(smtp_target("nonsense"), None);
+    }
+
+    fn global() -> GlobalOpts {
+        GlobalOpts {
+            namespace: "ns".into(),
+            amqp_url: String::new(),
+            redis_url: String::new(),
+            mongo_url: String::new(),
+            mongo_db: Some("hawk".into()),
+            events_queue: Some("notifier".into()),
+            log_format: "text".into(),
+        }
+    }
+
+    fn registered(live: u64, events_ago_s: Option<u64>) -> Registered {
+        Registered {
+            live,
+            events_ago: events_ago_s.map(Duration::from_secs),
+            labels: (0..live).map(|i| format!("klaxon worker h {i}")).collect(),
+        }
+    }
+
+    #[test]
+    fn consumers_beyond_the_registered_workers_are_warned_with_their_count() {
+        let q = |messages, consumers| QueueDepth { messages, consumers };
+        let cases: Vec<(QueueDepth, Option<Result<Registered, String>>, Status, &str)> = vec![
+            (q(0, 0), None, Status::Ok, "no consumers"),
+            (
+                q(5, 0),
+                None,
+                Status::Warn,
+                "5 messages wait and nothing consumes them",
+            ),
+            (
+                q(0, 1),
+                Some(Ok(registered(1, None))),
+                Status::Ok,
+                "all registered Klaxon workers (klaxon worker h 0)",
+            ),
+            // a crashed worker still registered: never blamed on anyone
+            (
+                q(0, 1),
+                Some(Ok(registered(2, None))),
+                Status::Ok,
+                "all registered",
+            ),
+            (
+                q(0, 1),
+                Some(Ok(registered(0, None))),
+                Status::Warn,
+                "no registered Klaxon worker: 1 consumer(s) are not",
+            ),
+            (
+                q(0, 3),
+                Some(Ok(registered(1, None))),
+                Status::Warn,
+                "1 registered Klaxon worker(s) (klaxon worker h 0): 2 consumer(s) are not",
+            ),
+            (
+                q(0, 5),
+                Some(Ok(registered(5, None))),
+                Status::Ok,
+                "h 2 and 2 more",
+            ),
+            (
+                q(0, 2),
+                Some(Err("boom".into())),
+                Status::Warn,
+                "could not be read (boom)",
+            ),
+            (q(0, 2), None, Status::Warn, "Redis could not be used"),
+        ];
+        for (depth, reg, want, said) in cases {
+            let c = consumers_check(&global(), depth, reg.as_ref());
+            assert_eq!(c.status, want, "{depth:?} {reg:?}: {}", c.detail);
+            assert!(c.detail.contains(said), "`{said}` in {}", c.detail);
+            assert!(c.detail.starts_with("queue notifier:"), "{}", c.detail);
+        }
+    }
+
+    #[test]
+    fn an_empty_rule_database_fails_only_with_traffic_and_names_the_database() {
+        let t = Duration::from_secs(3);
+        let survey = |rules| super::super::rules::Survey {
+            projects: 2,
+            rules,
+            found: Vec::new(),
+            ignored: Vec::new(),
+        };
+        let traffic = |ready, consumers, ago: Option<u64>| Traffic {
+            ready,
+            consumers,
+            taken_ago: ago.map(Duration::from_secs),
+        };
+        let cases = [
+            (
+                0,
+                Some(traffic(7, 0, None)),
+                Status::Fail,
+                "has traffic (7 messages ready)",
+            ),
+            (
+                0,
+                Some(traffic(0, 1, Some(65))),
+                Status::Fail,
+                "(a Klaxon worker took events 1m 5s ago)",
+            ),
+            (
+                0,
+                Some(traffic(0, 2, None)),
+                Status::Warn,
+                "has 2 consumer(s): no event can fire",
+            ),
+            (0, Some(traffic(0, 0, None)), Status::Ok, "yet; no traffic"),
+            (0, None, Status::Ok, "yet; no traffic"),
+            (
+                3,
+                Some(traffic(7, 1, Some(1))),
+                Status::Ok,
+                "3 rule(s) in 2 project(s) in database `hawk`",
+            ),
+        ];
+        for (rules, tr, want, said) in cases {
+            let c = rules_check(&global(), RulesRead::Read(survey(rules)), tr, t);
+            assert_eq!(c.status, want, "{rules} {tr:?}: {}", c.detail);
+            assert!(c.detail.contains(said), "`{said}` in {}", c.detail);
+            if rules == 0 {
+                assert!(c
+                    .detail
+                    .contains("database `hawk` (collection `projects`) holds no project with rules"));
+            }
+            if want == Status::Fail {
+                assert!(
+                    c.detail.contains("--mongo-db") && c.detail.contains("queue notifier"),
+                    "{}",
+                    c.detail
+                );
+            }
+        }
+        let c = rules_check(&global(), RulesRead::Slow, Some(traffic(7, 0, None)), t);
+        assert_eq!(
+            c.status,
+            Status::Warn,
+            "unknown rules are not a failure: {}",
+            c.detail
+        );
     }
 
     #[test]
