@@ -917,7 +917,8 @@ mod tests {
     #[test]
     fn consumers_beyond_the_registered_workers_are_warned_with_their_count() {
         let q = |messages, consumers| QueueDepth { messages, consumers };
-        let cases: Vec<(QueueDepth, Option<Result<Registered, String>>, Status, &str)> = vec![
+        type Read = Option<Result<Registered, String>>;
+        let cases: Vec<(QueueDepth, Read, Status, &str)> = vec![
             (q(0, 0), None, Status::Ok, "no consumers"),
             (
                 q(5, 0),
