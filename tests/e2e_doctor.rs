@@ -251,7 +251,7 @@ async fn a_consumer_of_the_events_queue_that_is_not_klaxon_is_warned_by_doctor_a
     let warned = klaxon_testkit::eventually(T, || k.logs().contains(said).then_some(())).await;
     assert!(warned.is_some(), "no warning; log:\n{}", k.logs());
     let logs = k.logs();
-    assert_eq!(count_in(&logs, said), 1, "warned once, not every beat: {logs}");
+    assert_eq!(count_in(&logs, said), 1, "warned once: {logs}");
     assert_eq!(k.metric("klaxon_events_foreign_consumers"), 1.0);
 
     // doctor tells the worker (by its registered label: role, host, pid) from the other consumer.
