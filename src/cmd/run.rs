@@ -366,6 +366,9 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
     // The process's one MongoDB client, for rules and the delivery trail: connected by whichever part (the
     // worker, the sender, the API) needs it first.
     let rule_store: Arc<tokio::sync::OnceCell<RuleStore>> = Arc::default();
+    let api_token = std::env::var("KLAXON_API_TOKEN")
+        .ok()
+        .filter(|t| !t.trim().is_empty());
     let api = klaxon_api::router(klaxon_api::ApiConfig {
         namespace: global.namespace.clone(),
         amqp_url: global.amqp_url.clone(),
@@ -375,9 +378,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
         events_queue: global.events_queue(),
         queue_type: process.queue_type,
         allow_private_endpoints: plan.allow_private_endpoints,
-        token: std::env::var("KLAXON_API_TOKEN")
-            .ok()
-            .filter(|t| !t.trim().is_empty()),
+        token: api_token.clone(),
         rule_store: rule_store.clone(),
         webhook_keys: crate::cli::webhook_keys()?,
     });
@@ -418,6 +419,8 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
         else {
             return Ok(ExitCode::SUCCESS);
         };
+        // said once per process: the sender-only branch below checks when there is no evaluate side
+        tracker.spawn(super::notices::redis_eviction(redis.clone()));
         let counter = WindowCounter::new(redis, &global.namespace);
         tracker.spawn(klaxon_engine::probe_redis(
             counter.clone(),
@@ -507,6 +510,9 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
         else {
             return Ok(ExitCode::SUCCESS);
         };
+        if plan.evaluate.is_none() {
+            tracker.spawn(super::notices::redis_eviction(redis.clone()));
+        }
         let (trail, trail_task) = Trail::start(
             async move { store_rx.await.ok() },
             deliver.trail_ttl_days.max(Duration::from_secs(1)),
@@ -558,6 +564,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
     }
     tracker.close();
     tracing::info!(namespace = %global.namespace, http = %process.http_addr, "klaxon started");
+    super::notices::console(process.http_addr, api_token.as_deref());
 
     shutdown.cancelled().await;
     let stopping = tokio::time::Instant::now();

@@ -251,10 +251,19 @@ pub struct Broker {
 }
 
 impl Broker {
-    /// Connects (each attempt bounded by `timeout`). `url` may be a comma-separated list of the nodes of one
-    /// RabbitMQ cluster: they are tried in turn, starting at a random one (so a fleet spreads over the nodes), and
-    /// the first that accepts wins; a node that is down only costs its connect attempt.
+    /// Connects (each attempt bounded by `timeout`) as a client: [`Broker::connect_as`] with role `client`.
     pub async fn connect(url: &str, timeout: Duration) -> Result<Self, BrokerError> {
+        Self::connect_as(url, timeout, "client").await
+    }
+
+    /// Connects (each attempt bounded by `timeout`), naming the connection [`process_label`]`(role)` — what
+    /// `rabbitmqctl list_connections name` and the management UI show, so an operator can tell Klaxon's
+    /// connections (and which part of which process holds them) from other applications'. `url` may be a
+    /// comma-separated list of the nodes of one RabbitMQ cluster: they are tried in turn, starting at a random
+    /// one (so a fleet spreads over the nodes), and the first that accepts wins; a node that is down only costs
+    /// its connect attempt.
+    pub async fn connect_as(url: &str, timeout: Duration, role: &str) -> Result<Self, BrokerError> {
+        let name = process_label(role);
         let urls: Vec<&str> = url.split(',').map(str::trim).filter(|u| !u.is_empty()).collect();
         let start = if urls.len() > 1 {
             use rand::Rng;
@@ -265,7 +274,7 @@ impl Broker {
         let mut last = None;
         for i in 0..urls.len().max(1) {
             let one = urls.get((start + i) % urls.len().max(1)).copied().unwrap_or(url);
-            match Self::connect_one(one, timeout).await {
+            match Self::connect_one(one, timeout, &name).await {
                 Ok(b) => return Ok(b),
                 Err(e) => last = Some(e),
             }
@@ -278,8 +287,8 @@ impl Broker {
         }))
     }
 
-    async fn connect_one(url: &str, timeout: Duration) -> Result<Self, BrokerError> {
-        let props = ConnectionProperties::default().with_connection_name("klaxon".into());
+    async fn connect_one(url: &str, timeout: Duration, name: &str) -> Result<Self, BrokerError> {
+        let props = ConnectionProperties::default().with_connection_name(name.into());
         let mut uri: lapin::uri::AMQPUri = url.parse().map_err(|e: String| BrokerError::Amqp {
             op: "connect",
             source: lapin::Error::from(lapin::ErrorKind::IOError(std::sync::Arc::new(
@@ -631,4 +640,51 @@ pub fn backoff(attempt: u32, cap: Duration) -> Duration {
     let d = base.min(cap);
     let jitter = rand::rng().random_range(0.75..1.25);
     d.mul_f64(jitter)
+}
+
+/// `klaxon <role> <host> <pid>`: the name of this process's AMQP connections (see [`Broker::connect_as`]) and the
+/// consumer tag of its long-lived consumers, e.g. `klaxon worker api-7f9c 4711`. The host is the machine's (in
+/// Kubernetes: the pod's) host name; `role` says which part of the process holds the connection.
+pub fn process_label(role: &str) -> String {
+    format!("klaxon {role} {} {}", host_name(), std::process::id())
+}
+
+/// This machine's host name (`/proc/sys/kernel/hostname`, else `$HOSTNAME`), bounded to 64 characters;
+/// `unknown-host` when neither says.
+pub fn host_name() -> String {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|h| {
+                h.trim()
+                    .chars()
+                    .filter(|c| !c.is_whitespace() && !c.is_control())
+                    .take(64)
+                    .collect::<String>()
+            })
+            .unwrap_or_default();
+        if name.is_empty() {
+            "unknown-host".to_owned()
+        } else {
+            name
+        }
+    })
+    .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn process_labels_name_role_host_and_pid() {
+        let label = process_label("worker");
+        let parts: Vec<&str> = label.split(' ').collect();
+        assert_eq!(parts.len(), 4, "{label}");
+        assert_eq!(&parts[..2], ["klaxon", "worker"]);
+        assert!(!parts[2].is_empty() && parts[2].len() <= 64, "{label}");
+        assert_eq!(parts[3], std::process::id().to_string());
+    }
 }

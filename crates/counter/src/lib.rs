@@ -30,11 +30,16 @@
 //! * **Delivery.** [`Dedup`] (`lua/dedup_*.lua`: a notification id is delivered once) and [`Gcra`]
 //!   (`lua/gcra_reserve.lua`: fleet-wide rate limits) are the Redis half of the senders' pipeline; the
 //!   policy around them (which limits apply, what a busy claim or a far slot means) is the engine's.
+//! * **Deployment checks.** [`eviction_policies`] reads `maxmemory-policy` from every primary (anything but
+//!   `noeviction` can delete Klaxon's keys); [`Consumers`] (`lua/consumers_*.lua`) registers Klaxon's consumers
+//!   of the events queue, so a consumer that is not Klaxon can be told apart by its count.
 #![deny(missing_docs)]
 
+pub mod consumers;
 pub mod dedup;
 pub mod digest;
 mod error;
+pub mod eviction;
 pub mod gcra;
 mod hit;
 pub mod mutes;
@@ -43,9 +48,11 @@ mod redis_handle;
 mod script_io;
 mod window_counter;
 
+pub use consumers::{Consumers, Registered};
 pub use dedup::Dedup;
 pub use digest::{Appended, Claim, DigestKey, Digests};
 pub use error::CounterError;
+pub use eviction::{eviction_policies, EvictionPolicies, NodePolicy, PolicySource, NO_EVICTION};
 pub use gcra::{Gcra, Slot};
 pub use hit::{Hit, HitSpec, Outcome};
 pub use mutes::Mutes;

@@ -89,6 +89,51 @@ impl RedisHandle {
     pub fn is_cluster(&self) -> bool {
         matches!(self.inner, Inner::Cluster(_))
     }
+
+    /// Sends `cmd` to the one server, or to every primary of a cluster (a command like `CONFIG GET` would
+    /// otherwise reach one random node). One reply per node: the node's address in a cluster (`None` for a
+    /// single server) and its reply, a refusal being `Value::ServerError` there rather than an error.
+    pub(crate) async fn on_every_primary(
+        &self,
+        cmd: redis::Cmd,
+    ) -> Result<Vec<(Option<String>, Value)>, redis::RedisError> {
+        use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+        match &self.inner {
+            Inner::Single(c) => {
+                let mut c = c.clone();
+                match cmd.query_async::<Value>(&mut c).await {
+                    Ok(v) => Ok(vec![(None, v)]),
+                    Err(e) => match redis::ServerError::try_from(e) {
+                        Ok(refused) => Ok(vec![(None, Value::ServerError(refused))]),
+                        Err(e) => Err(e),
+                    },
+                }
+            }
+            Inner::Cluster(c) => {
+                let reply = c
+                    .clone()
+                    .route_command(
+                        cmd,
+                        RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None)),
+                    )
+                    .await?;
+                Ok(match reply {
+                    Value::Map(pairs) => pairs
+                        .into_iter()
+                        .map(|(node, v)| {
+                            let node = match node {
+                                Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+                                Value::SimpleString(s) => s,
+                                other => format!("{other:?}"),
+                            };
+                            (Some(node), v)
+                        })
+                        .collect(),
+                    other => vec![(None, other)],
+                })
+            }
+        }
+    }
 }
 
 impl ConnectionLike for RedisHandle {

@@ -246,12 +246,14 @@ async fn session(
     ready: Arc<AtomicBool>,
     shutdown: CancellationToken,
 ) -> Result<(), EngineError> {
-    let broker = Broker::connect(&deps.amqp_url, Duration::from_secs(10)).await?;
+    let broker = Broker::connect_as(&deps.amqp_url, Duration::from_secs(10), "digest").await?;
     let publisher = broker.publisher().await?;
     publisher.declare(&deps.topology).await?;
     crate::output::declare(&publisher, deps.output).await?;
     let queue = deps.topology.digest_flush_queue();
-    let mut consumer = broker.consume(&queue, deps.prefetch, "klaxon-digest").await?;
+    let mut consumer = broker
+        .consume(&queue, deps.prefetch, &klaxon_broker::process_label("digest"))
+        .await?;
     ready.store(true, Ordering::Relaxed);
     tracing::info!(queue = %queue, "digest flusher consuming");
     let result = consume_loop(deps, &mut consumer, &publisher, &shutdown).await;

@@ -24,6 +24,7 @@
 #![deny(missing_docs)]
 
 pub mod breaker;
+pub mod consumers;
 pub mod digest;
 mod internal_events;
 pub mod metrics;

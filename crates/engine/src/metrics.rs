@@ -139,6 +139,12 @@ pub const DESCRIBED: &[Described] = &[
         labels: &[],
         help: "1 while the process can do its work",
     },
+    Described {
+        name: crate::consumers::FOREIGN_CONSUMERS,
+        kind: Kind::Gauge,
+        labels: &[],
+        help: "Consumers of the events queue that are not registered Klaxon workers of this namespace (last count)",
+    },
     counter(
         "klaxon_breaker_transitions_total",
         &["state"],

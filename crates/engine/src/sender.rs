@@ -103,12 +103,13 @@ async fn session(
     ready: Arc<AtomicBool>,
     shutdown: CancellationToken,
 ) -> Result<(), EngineError> {
-    let broker = Broker::connect(&deps.amqp_url, Duration::from_secs(10)).await?;
+    let role = format!("sender.{channel}");
+    let broker = Broker::connect_as(&deps.amqp_url, Duration::from_secs(10), &role).await?;
     let publisher = broker.publisher().await?;
     publisher.declare(&deps.topology).await?;
     let queue = deps.topology.notify_queue(channel);
     let mut consumer = broker
-        .consume(&queue, deps.prefetch, &format!("klaxon-sender-{channel}"))
+        .consume(&queue, deps.prefetch, &klaxon_broker::process_label(&role))
         .await?;
     ready.store(true, Ordering::Relaxed);
     tracing::info!(queue = %queue, prefetch = deps.prefetch, "sender consuming");

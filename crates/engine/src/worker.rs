@@ -10,6 +10,9 @@
 //!
 //! Any failure in 2–4 ends the session without acking: the connection closes, RabbitMQ hands the batch back,
 //! and the loop reconnects with a jittered, capped backoff.
+//!
+//! Each session registers the worker in Redis before it consumes and unregisters after it stopped, and beats
+//! meanwhile ([`crate::consumers`]): that is how consumers of the events queue that are not Klaxon are found.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,6 +29,7 @@ use klaxon_counter::{Hit, HitSpec, Outcome, WindowCounter};
 use klaxon_rules::RuleCache;
 use tokio_util::sync::CancellationToken;
 
+use crate::consumers::Presence;
 use crate::internal_events::{EventInvalid, FiringMuted};
 use crate::EngineError;
 
@@ -81,27 +85,46 @@ async fn session(
     ready: Arc<AtomicBool>,
     shutdown: CancellationToken,
 ) -> Result<(), EngineError> {
-    let broker = Broker::connect(&deps.amqp_url, Duration::from_secs(10)).await?;
+    let broker = Broker::connect_as(&deps.amqp_url, Duration::from_secs(10), "worker").await?;
     let publisher = broker.publisher().await?;
     publisher.declare(&deps.topology).await?;
     crate::output::declare(&publisher, deps.output).await?;
-    let mut consumer = broker
-        .consume(
-            deps.topology.events_queue(),
-            deps.config.prefetch,
-            "klaxon-worker",
-        )
-        .await?;
+    // Registered before consuming and unregistered after, so the registry never counts fewer Klaxon workers than
+    // the queue has (crate::consumers).
+    let label = klaxon_broker::process_label("worker");
+    let presence = Presence::new(
+        deps.counter.redis().clone(),
+        deps.topology.namespace(),
+        deps.topology.events_queue(),
+        label.clone(),
+    );
+    presence.join().await;
+    let consumer = broker
+        .consume(deps.topology.events_queue(), deps.config.prefetch, &label)
+        .await;
+    let mut consumer = match consumer {
+        Ok(c) => c,
+        Err(e) => {
+            presence.leave().await;
+            return Err(e.into());
+        }
+    };
+    let watching = CancellationToken::new();
+    let watch = tokio::spawn(presence.clone().watch(broker.clone(), watching.clone()));
     ready.store(true, Ordering::Relaxed);
     tracing::info!(
         queue = deps.topology.events_queue(),
         prefetch = deps.config.prefetch,
         "worker consuming"
     );
-    let result = consume_loop(deps, &mut consumer, &publisher, &shutdown).await;
+    let result = consume_loop(deps, &mut consumer, &publisher, &shutdown, &presence).await;
     ready.store(false, Ordering::Relaxed);
+    // a beat in flight is simply dropped: shutdown must not wait for a slow Redis
+    watching.cancel();
+    watch.abort();
     consumer.close().await;
     publisher.close().await;
+    presence.leave().await;
     broker.close().await;
     result
 }
@@ -111,6 +134,7 @@ async fn consume_loop(
     consumer: &mut Consumer,
     publisher: &Publisher,
     shutdown: &CancellationToken,
+    presence: &Presence,
 ) -> Result<(), EngineError> {
     loop {
         let Some(first) = crate::next_or_shutdown(consumer, shutdown).await? else {
@@ -133,6 +157,7 @@ async fn consume_loop(
         let last_tag = batch.iter().map(|d| d.delivery_tag).max().unwrap_or(0);
         process_batch(deps, publisher, &batch).await?;
         consumer.ack_up_to(last_tag).await?;
+        presence.taken(batch.len() as u64);
         metrics::counter!("klaxon_events_acked_total").increment(batch.len() as u64);
         metrics::histogram!(crate::metrics::BATCH_SIZE).record(batch.len() as f64);
         metrics::histogram!(crate::metrics::BATCH_SECONDS).record(started.elapsed().as_secs_f64());
