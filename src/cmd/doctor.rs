@@ -57,6 +57,9 @@ pub struct DoctorArgs {
     pub telegram_api: String,
     #[command(flatten)]
     pub output: OutputArgs,
+    /// The rules check reads projects under these limits, as the engine does.
+    #[command(flatten, next_help_heading = "Limits per project")]
+    pub limits: crate::cli::RuleLimitOpts,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,10 +108,11 @@ fn endpoint(url: &str) -> String {
 /// Runs every check.
 pub async fn run(args: DoctorArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     let t = args.timeout;
+    let limits = crate::cli::limits(Some(&args.limits), None)?;
     let (redis, rabbit, mongo, smtp) = tokio::join!(
         redis_checks(&global.redis_url, t),
         rabbit_checks(global, t),
-        mongo_checks(global, t),
+        mongo_checks(global, t, &limits),
         smtp_check(&args.smtp_url, t),
     );
     let mut checks = Vec::new();
@@ -329,7 +333,7 @@ async fn queue_check(broker: &Broker, topology: &Topology, queue: &str, t: Durat
     }
 }
 
-async fn mongo_checks(global: &GlobalOpts, t: Duration) -> Vec<Check> {
+async fn mongo_checks(global: &GlobalOpts, t: Duration, limits: &klaxon_core::Limits) -> Vec<Check> {
     let at = endpoint(&global.mongo_url);
     let db = global.mongo_db();
     let store = match tokio::time::timeout(t, RuleStore::connect(&global.mongo_url, &db)).await {
@@ -361,8 +365,8 @@ async fn mongo_checks(global: &GlobalOpts, t: Duration) -> Vec<Check> {
     )];
     // One retry of a failed read: a MongoDB-wire server under load may drop a cursor ("cursor not found").
     let survey = async {
-        match super::rules::survey(&store, None).await {
-            Err(_) => super::rules::survey(&store, None).await,
+        match super::rules::survey(&store, None, limits).await {
+            Err(_) => super::rules::survey(&store, None, limits).await,
             ok => ok,
         }
     };

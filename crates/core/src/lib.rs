@@ -26,6 +26,6 @@ pub use notification::{
     notification_id, DigestWindow, Firing, FiringTasks, NotificationEvent, NotificationTask, Reason,
 };
 pub use rule::{
-    parse_rule_value, parse_rule_value_with, rule_problems, ChannelConfig, ChannelKind, CompiledRule, ProjectRules, RawRule, RuleProblem, Skip,
-    Want, WhatToReceive, Window,
+    parse_rule_value, parse_rule_value_with, rule_problems, ChannelConfig, ChannelKind, CompiledRule,
+    ProjectRules, RawRule, RuleProblem, Skip, Want, WhatToReceive, Window,
 };

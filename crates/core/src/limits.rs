@@ -239,7 +239,10 @@ mod tests {
             ((100, 0, 50), "--max-mutes-per-project"),
             ((100, CEILING_MAX_MUTES + 1, 50), "--max-mutes-per-project"),
             ((100, 1000, 0), "--max-email-recipients"),
-            ((100, 1000, CEILING_MAX_EMAIL_RECIPIENTS + 1), "--max-email-recipients"),
+            (
+                (100, 1000, CEILING_MAX_EMAIL_RECIPIENTS + 1),
+                "--max-email-recipients",
+            ),
         ];
         for ((r, m, e), flag) in cases {
             let err = Limits::new(r, m, e).expect_err(flag);
@@ -250,7 +253,13 @@ mod tests {
     #[test]
     fn rule_counts_over_the_limit_are_a_project_problem() {
         let limits = Limits::default();
-        let cases = [(0, None), (99, None), (100, None), (101, Some(1)), (150, Some(50))];
+        let cases = [
+            (0, None),
+            (99, None),
+            (100, None),
+            (101, Some(1)),
+            (150, Some(50)),
+        ];
         for (rules, skipped) in cases {
             let p = limits.rule_count_problem(rules);
             assert_eq!(p.is_some(), skipped.is_some(), "{rules}");
@@ -279,7 +288,11 @@ mod tests {
             ("", vec![]),
         ];
         for (endpoint, want) in cases {
-            assert_eq!(email_recipients(endpoint).collect::<Vec<_>>(), want, "{endpoint:?}");
+            assert_eq!(
+                email_recipients(endpoint).collect::<Vec<_>>(),
+                want,
+                "{endpoint:?}"
+            );
         }
     }
 
@@ -300,7 +313,10 @@ mod tests {
                 vec![],
             ),
             // unknown-but-safe keys are kept (Hawk adds fields)
-            (json!({"_id": id, "somethingNew": {"nested": [1, {"deeper": true}]}}), vec![]),
+            (
+                json!({"_id": id, "somethingNew": {"nested": [1, {"deeper": true}]}}),
+                vec![],
+            ),
             (json!({"_id": id, "$where": "sleep(1000)"}), vec!["`$where`"]),
             (
                 json!({"_id": id, "channels": {"slack": {"isEnabled": true, "$set": {"x": 1}}}}),
@@ -355,7 +371,11 @@ mod tests {
         }
         let p = key_problem(&Value::Object(doc)).expect("problem");
         assert!(p.message.contains("has 500 key(s)"), "{}", p.message);
-        assert!(p.message.len() <= crate::rule::MAX_PROBLEM_BYTES, "{}", p.message.len());
+        assert!(
+            p.message.len() <= crate::rule::MAX_PROBLEM_BYTES,
+            "{}",
+            p.message.len()
+        );
         assert!(!p.message.contains('\n'));
         assert_eq!(p.rule_id, None);
     }

@@ -757,9 +757,7 @@ mod tests {
     #[test]
     fn limits_table() {
         let id = |i: usize| format!("5e3eef0679fa3700a0198{i:03x}");
-        let rule = |i: usize| {
-            json!({"_id": id(i), "isEnabled": true, "whatToReceive": "ONLY_NEW", "channels": slack()})
-        };
+        let rule = |i: usize| json!({"_id": id(i), "isEnabled": true, "whatToReceive": "ONLY_NEW", "channels": slack()});
         let limits = |rules, recipients| Limits {
             max_rules: rules,
             max_mutes: 1000,
@@ -773,7 +771,12 @@ mod tests {
             assert_eq!(ids, (0..read).map(id).collect::<Vec<_>>(), "{stored}/{max}");
             assert_eq!(pr.skipped, stored - read, "{stored}/{max}");
             let project: Vec<&RuleProblem> = pr.problems.iter().filter(|p| p.rule_id.is_none()).collect();
-            assert_eq!(project.len(), usize::from(stored > max), "{stored}/{max}: {:?}", pr.problems);
+            assert_eq!(
+                project.len(),
+                usize::from(stored > max),
+                "{stored}/{max}: {:?}",
+                pr.problems
+            );
             if let Some(p) = project.first() {
                 assert!(p.limit && !p.fatal, "{p:?}");
                 assert!(p.message.contains(&format!("{stored} rules")), "{}", p.message);
@@ -805,7 +808,8 @@ mod tests {
                 let p = &problems[0];
                 assert!(p.limit && !p.fatal && p.refuses_write(true), "{p:?}");
                 assert!(
-                    p.message.contains(&format!("{n} recipients, over the limit of {max}")),
+                    p.message
+                        .contains(&format!("{n} recipients, over the limit of {max}")),
                     "{}",
                     p.message
                 );
@@ -854,10 +858,16 @@ mod tests {
             (true, true, true, true),
         ];
         for (fatal, limit, force, refused) in cases {
-            assert_eq!(p(fatal, limit).refuses_write(force), refused, "{fatal} {limit} {force}");
+            assert_eq!(
+                p(fatal, limit).refuses_write(force),
+                refused,
+                "{fatal} {limit} {force}"
+            );
         }
         // `limit` is written only when set (the JSON of every other problem is unchanged).
-        assert!(!serde_json::to_string(&p(true, false)).expect("json").contains("limit"));
+        assert!(!serde_json::to_string(&p(true, false))
+            .expect("json")
+            .contains("limit"));
         assert!(serde_json::to_string(&p(false, true))
             .expect("json")
             .contains(r#""limit":true"#));
