@@ -121,7 +121,7 @@ impl Mutes {
     /// says how many more are stored); expired ones among those read are deleted.
     pub async fn list(&self, project_id: &str, now_ms: i64) -> Result<ReadMutes, CounterError> {
         let key = self.key(project_id);
-        let mut read = self.read(&[key.clone()]).await?;
+        let mut read = self.read(std::slice::from_ref(&key)).await?;
         let (fields, unread) = read.pop().unwrap_or_default();
         let (active, expired): (Vec<(String, Option<Mute>)>, Vec<_>) = fields
             .into_iter()
