@@ -564,5 +564,19 @@ async fn a_document_over_the_limit_written_elsewhere_is_reported_and_only_its_fi
         "logged once: {logs}"
     );
     assert!(logs.contains("more mutes than --max-mutes-per-project"), "{logs}");
+    // The console shows the rules the engine evaluates, and says why the others are not there.
+    let (st, _, page) = Http::new(&k)
+        .page(&format!("/projects/{}", big.to_hex()), None)
+        .await;
+    assert_eq!(st, 200, "{page}");
+    assert_eq!(page.matches("<tr id=\"rule-").count(), 100, "{page}");
+    assert!(
+        page.contains("the project has 150 rules, over the limit of 100"),
+        "{page}"
+    );
+    assert!(
+        page.contains("50 more mutes are stored than the limit of 1000"),
+        "{page}"
+    );
     common::delete_queues(&env).await;
 }

@@ -521,7 +521,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
                     })
                     .await
                     {
-                        names.connect(RuleCache::new(store.clone(), ttl));
+                        names.connect(RuleCache::new(store.clone(), ttl).with_limits(limits));
                         let _ = store_tx.send(store);
                     }
                 });

@@ -850,10 +850,13 @@ async fn project_page(
         .map_err(rules_error)?;
     let limits = &api.0.config.limits;
     let (exists, rules) = match &project {
+        // The rules the engine evaluates: a project over the limit (written elsewhere) shows its first ones
+        // and says so below; the editor shows every stored rule, to remove some.
         Some(p) => (
             true,
             p.notifications
                 .iter()
+                .take(limits.max_rules)
                 .map(|r| rule_view(r, limits))
                 .collect::<Vec<_>>(),
         ),
@@ -863,7 +866,12 @@ async fn project_page(
     let mut over_limit: Vec<String> = project
         .as_ref()
         .and_then(|p| limits.rule_count_problem(p.notifications.len()))
-        .map(|p| format!("{} (fix: {})", p.message, p.fix))
+        .map(|p| {
+            format!(
+                "{}; the list below shows those {}, Edit rules shows them all (fix: {})",
+                p.message, limits.max_rules, p.fix
+            )
+        })
         .into_iter()
         .collect();
     let (mutes, mutes_error) = match active_mutes(api, &project_id).await {

@@ -136,6 +136,7 @@ impl ApiError {
     fn rules(e: RulesError) -> Self {
         match e {
             RulesError::InvalidId { .. } => Self::bad_request(e.to_string()),
+            RulesError::OverLimit(_) => Self::new(StatusCode::CONFLICT, e.to_string()),
             e if e.is_transient() => Self::unavailable("MongoDB", e),
             e => Self::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
         }
