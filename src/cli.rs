@@ -168,6 +168,45 @@ impl DeliveryOpts {
     }
 }
 
+/// The per-project limits on rules (INTERFACE.md, "Trust boundaries"): writes over them are refused (exit 1,
+/// a 4xx from the API), and a document over them written by someone else is read up to them. Processes that
+/// write or read rules take these (`run`, `worker`, `sender` for their API; `rules add|import|check`,
+/// `explain`). Give every process of a namespace the same values.
+#[derive(Debug, Clone, Args)]
+pub struct RuleLimitOpts {
+    /// Most rules one project may hold; a stored project with more is evaluated for its first N (document
+    /// order) and reported.
+    #[arg(long, env = "KLAXON_MAX_RULES_PER_PROJECT", default_value_t = klaxon_core::limits::DEFAULT_MAX_RULES, value_name = "N")]
+    pub max_rules_per_project: usize,
+    /// Most addresses one email channel (or direct email notification) may have; a stored channel with more
+    /// is sent to its first N and reported.
+    #[arg(long, env = "KLAXON_MAX_EMAIL_RECIPIENTS", default_value_t = klaxon_core::limits::DEFAULT_MAX_EMAIL_RECIPIENTS, value_name = "N")]
+    pub max_email_recipients: usize,
+}
+
+/// The per-project limit on mutes: `mute add` (and the API) refuse one more, readers apply at most N.
+#[derive(Debug, Clone, Args)]
+pub struct MuteLimitOpts {
+    /// Most active mutes one project may have; more stored ones are not read (not applied) and reported.
+    #[arg(long, env = "KLAXON_MAX_MUTES_PER_PROJECT", default_value_t = klaxon_core::limits::DEFAULT_MAX_MUTES, value_name = "N")]
+    pub max_mutes_per_project: usize,
+}
+
+/// The validated limits from the flags a command has (the others keep their defaults); a value out of range
+/// is a usage error.
+pub fn limits(
+    rules: Option<&RuleLimitOpts>,
+    mutes: Option<&MuteLimitOpts>,
+) -> anyhow::Result<klaxon_core::Limits> {
+    let d = klaxon_core::Limits::default();
+    klaxon_core::Limits::new(
+        rules.map_or(d.max_rules, |r| r.max_rules_per_project),
+        mutes.map_or(d.max_mutes, |m| m.max_mutes_per_project),
+        rules.map_or(d.max_email_recipients, |r| r.max_email_recipients),
+    )
+    .map_err(crate::exit::usage)
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Evaluate events and deliver notifications in one process.
@@ -261,6 +300,32 @@ mod tests {
             assert!(duration_secs(bad).is_err(), "{bad}");
         }
         assert!(duration_days("999999999999999").is_err());
+    }
+
+    #[test]
+    fn limits_are_validated_before_anything_connects() {
+        let rules = |r, e| RuleLimitOpts {
+            max_rules_per_project: r,
+            max_email_recipients: e,
+        };
+        let mutes = |m| MuteLimitOpts {
+            max_mutes_per_project: m,
+        };
+        assert_eq!(
+            limits(None, None).expect("defaults"),
+            klaxon_core::Limits::default()
+        );
+        let l = limits(Some(&rules(5, 3)), Some(&mutes(7))).expect("valid");
+        assert_eq!((l.max_rules, l.max_mutes, l.max_email_recipients), (5, 7, 3));
+        for (r, m, e, flag) in [
+            (0, 1, 1, "--max-rules-per-project"),
+            (1, 0, 1, "--max-mutes-per-project"),
+            (1, 1, 0, "--max-email-recipients"),
+        ] {
+            let err = limits(Some(&rules(r, e)), Some(&mutes(m))).expect_err(flag);
+            assert_eq!(crate::exit::code(&err), crate::exit::USAGE, "{err:#}");
+            assert!(format!("{err:#}").contains(flag), "{err:#}");
+        }
     }
 
     #[test]

@@ -84,6 +84,9 @@ pub struct DoctorArgs {
     pub notify_output: Output,
     #[command(flatten)]
     pub output: OutputArgs,
+    /// The rules check reads projects under these limits, as the engine does.
+    #[command(flatten, next_help_heading = "Limits per project")]
+    pub limits: crate::cli::RuleLimitOpts,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,10 +135,11 @@ fn endpoint(url: &str) -> String {
 /// Runs every check.
 pub async fn run(args: DoctorArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     let t = args.timeout;
+    let limits = crate::cli::limits(Some(&args.limits), None)?;
     let ((redis, handle), (rabbit, events), (mongo, survey), smtp) = tokio::join!(
         redis_checks(&global.redis_url, t),
         rabbit_checks(global, args.notify_output, t),
-        mongo_checks(global, t),
+        mongo_checks(global, t, &limits),
         smtp_check(&args.smtp_url, t),
     );
     // Klaxon's registered consumers of the events queue (and whether they took events lately), from Redis.
@@ -730,7 +734,11 @@ fn rules_check(global: &GlobalOpts, read: RulesRead, traffic: Option<Traffic>, t
     )
 }
 
-async fn mongo_checks(global: &GlobalOpts, t: Duration) -> (Vec<Check>, Option<RulesRead>) {
+async fn mongo_checks(
+    global: &GlobalOpts,
+    t: Duration,
+    limits: &klaxon_core::Limits,
+) -> (Vec<Check>, Option<RulesRead>) {
     let at = endpoint(&global.mongo_url);
     let db = global.mongo_db();
     let store = match tokio::time::timeout(t, RuleStore::connect(&global.mongo_url, &db)).await {
@@ -768,8 +776,8 @@ async fn mongo_checks(global: &GlobalOpts, t: Duration) -> (Vec<Check>, Option<R
     )];
     // One retry of a failed read: a MongoDB-wire server under load may drop a cursor ("cursor not found").
     let survey = async {
-        match super::rules::survey(&store, None).await {
-            Err(_) => super::rules::survey(&store, None).await,
+        match super::rules::survey(&store, None, limits).await {
+            Err(_) => super::rules::survey(&store, None, limits).await,
             ok => ok,
         }
     };

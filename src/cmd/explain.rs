@@ -10,7 +10,7 @@ use klaxon_counter::{RedisHandle, WindowCounter};
 use klaxon_rules::RuleStore;
 use serde_json::json;
 
-use crate::cli::GlobalOpts;
+use crate::cli::{GlobalOpts, MuteLimitOpts, RuleLimitOpts};
 use crate::exit::usage;
 use crate::output::{self, Format, OutputArgs};
 
@@ -36,6 +36,10 @@ pub struct ExplainArgs {
     /// The event's user id (uniqueUsers rules).
     #[arg(long)]
     pub user: Option<String>,
+    #[command(flatten, next_help_heading = "Limits per project")]
+    pub rule_limits: RuleLimitOpts,
+    #[command(flatten, next_help_heading = "Limits per project")]
+    pub mute_limits: MuteLimitOpts,
     /// `-o json` prints the API's answer, `{"rules": [...]}`; `-o ndjson` one verdict per line.
     #[command(flatten)]
     pub output: OutputArgs,
@@ -50,6 +54,7 @@ pub async fn run(args: ExplainArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
     let event = EventTask::parse(task.as_bytes())
         .map_err(|e| usage(e.to_string()))?
         .event;
+    let limits = crate::cli::limits(Some(&args.rule_limits), Some(&args.mute_limits))?;
     let store = RuleStore::connect(&global.mongo_url, &global.mongo_db())
         .await
         .context("cannot connect to MongoDB (--mongo-url / KLAXON_MONGO_URL)")?;
@@ -62,14 +67,17 @@ pub async fn run(args: ExplainArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
     let counter = WindowCounter::new(redis.clone(), &global.namespace);
     let now = counter.server_time_ms().await?;
     let mutes = klaxon_counter::Mutes::new(redis, &global.namespace)
+        .with_limit(limits.max_mutes)
         .list(&args.project, now)
-        .await?;
+        .await?
+        .mutes;
     let verdicts = klaxon_api::explain::explain(
         &counter,
         &project.project_id,
         &project.notifications,
         &mutes,
         &event,
+        &limits,
     )
     .await?;
     let format = args.output.format(Format::Json);

@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use klaxon_counter::{Mutes, RedisHandle, WindowCounter};
 use serde_json::json;
 
-use crate::cli::{duration_secs, GlobalOpts};
+use crate::cli::{duration_secs, GlobalOpts, MuteLimitOpts};
 use crate::exit::{ensure_usage, usage};
 use crate::output::{self, Format, OutputArgs};
 
@@ -53,6 +53,8 @@ pub struct ListArgs {
     pub project: String,
     #[command(flatten)]
     pub output: OutputArgs,
+    #[command(flatten)]
+    pub limits: MuteLimitOpts,
 }
 
 #[derive(Debug, Args)]
@@ -72,6 +74,8 @@ pub struct AddArgs {
     /// For this long: a duration like 2h, 30m, 1d (a plain number is seconds).
     #[arg(long = "for", id = "for_", value_parser = duration_secs, value_name = "DURATION")]
     pub for_: Option<Duration>,
+    #[command(flatten)]
+    pub limits: MuteLimitOpts,
 }
 
 #[derive(Debug, Args)]
@@ -98,13 +102,21 @@ pub async fn run(args: MuteArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
         MuteCommand::List(a) => &a.project,
         MuteCommand::Rm(a) => &a.project,
     })?;
+    let limits = crate::cli::limits(
+        None,
+        match &args.command {
+            MuteCommand::Add(a) => Some(&a.limits),
+            MuteCommand::List(a) => Some(&a.limits),
+            MuteCommand::Rm(_) => None,
+        },
+    )?;
     let redis = RedisHandle::connect(&global.redis_url)
         .await
         .context("cannot connect to Redis (--redis-url / KLAXON_REDIS_URL)")?;
     let now = WindowCounter::new(redis.clone(), &global.namespace)
         .server_time_ms()
         .await?;
-    let mutes = Mutes::new(redis, &global.namespace);
+    let mutes = Mutes::new(redis, &global.namespace).with_limit(limits.max_mutes);
     match args.command {
         MuteCommand::Add(a) => {
             let mut req = json!({"ruleId": a.rule, "groupHash": a.group});
@@ -117,7 +129,15 @@ pub async fn run(args: MuteArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
             let id = format!("{:016x}", rand::random::<u64>());
             // What the API would answer 400 to: the flags' values are wrong.
             let mute = klaxon_api::mutes::mute_from_request(&req, now, id).map_err(usage)?;
-            mutes.add(&a.project, &mute).await?;
+            // Over the project's limit: exit 1 with what to do (the API answers 409).
+            if let klaxon_counter::mutes::Added::Full { active } =
+                mutes.add(&a.project, &mute, Some(now)).await?
+            {
+                anyhow::bail!(
+                    "{}",
+                    klaxon_api::bounds::mutes_full(&a.project.to_ascii_lowercase(), active, mutes.limit())
+                );
+            }
             let v = klaxon_api::mutes::to_json(&mute);
             println!(
                 "muted {} until {}",
@@ -126,7 +146,15 @@ pub async fn run(args: MuteArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
             );
         }
         MuteCommand::List(a) => {
-            let list = mutes.list(&a.project, now).await?;
+            let read = mutes.list(&a.project, now).await?;
+            if read.unread > 0 {
+                eprintln!(
+                    "warning: {} more mutes are stored than the limit of {} per project: not listed, and not applied",
+                    read.unread,
+                    mutes.limit()
+                );
+            }
+            let list = read.mutes;
             output::emit(&output::list(
                 a.output.format(Format::Json),
                 &list,

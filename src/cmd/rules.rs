@@ -17,7 +17,7 @@ use klaxon_rules::format::document_to_json;
 use klaxon_rules::RuleStore;
 use serde_json::Value;
 
-use crate::cli::GlobalOpts;
+use crate::cli::{GlobalOpts, RuleLimitOpts};
 use crate::output::{Format, OutputArgs};
 
 /// `klaxon rules`.
@@ -140,6 +140,11 @@ struct AddArgs {
     /// Print the stored rule as JSON.
     #[arg(long)]
     json: bool,
+    /// Endpoints on loopback/private addresses are expected (no warning on stderr).
+    #[arg(long, env = "KLAXON_ALLOW_PRIVATE_ENDPOINTS", default_value_t = false)]
+    allow_private_endpoints: bool,
+    #[command(flatten, next_help_heading = "Limits per project")]
+    limits: RuleLimitOpts,
 }
 
 #[derive(Debug, Args)]
@@ -178,12 +183,18 @@ struct ImportArgs {
     /// Input file (a JSON array of {"_id": projectId, "notifications": [...]}); `-` = stdin.
     #[arg(long)]
     file: String,
-    /// Store rules even when some cannot be used (they are reported and skipped by the engine).
+    /// Store rules even when some cannot be used (they are reported and skipped by the engine); never over a
+    /// limit.
     #[arg(long)]
     force: bool,
     /// Print what was stored as JSON (the export format).
     #[arg(long)]
     json: bool,
+    /// Endpoints on loopback/private addresses are expected (no warning on stderr).
+    #[arg(long, env = "KLAXON_ALLOW_PRIVATE_ENDPOINTS", default_value_t = false)]
+    allow_private_endpoints: bool,
+    #[command(flatten, next_help_heading = "Limits per project")]
+    limits: RuleLimitOpts,
 }
 
 #[derive(Debug, Args)]
@@ -193,6 +204,8 @@ struct CheckArgs {
     project: Option<String>,
     #[command(flatten)]
     output: OutputArgs,
+    #[command(flatten, next_help_heading = "Limits per project")]
+    limits: RuleLimitOpts,
 }
 
 /// Runs `klaxon rules …`.
@@ -217,20 +230,35 @@ pub async fn run(args: RulesArgs, global: &GlobalOpts) -> anyhow::Result<ExitCod
     for (what, id) in ids {
         klaxon_rules::format::parse_object_id(what, id).map_err(|e| crate::exit::usage(e.to_string()))?;
     }
+    let limits = crate::cli::limits(
+        match &args.command {
+            RulesCommand::Add(a) => Some(&a.limits),
+            RulesCommand::Import(a) => Some(&a.limits),
+            RulesCommand::Check(a) => Some(&a.limits),
+            _ => None,
+        },
+        None,
+    )?;
     let add_rule = match &args.command {
-        // Wrong flags: a usage error.
-        RulesCommand::Add(a) => Some(build::build_rule(a).map_err(|e| crate::exit::usage(format!("{e:#}")))?),
+        // Wrong flags: a usage error; over a limit (email recipients): exit 1, like import.
+        RulesCommand::Add(a) => Some(build::build_rule(a, &limits).map_err(|e| {
+            if e.is::<build::OverLimit>() {
+                e
+            } else {
+                crate::exit::usage(format!("{e:#}"))
+            }
+        })?),
         _ => None,
     };
     let import = match &args.command {
-        RulesCommand::Import(a) => Some(build::read_import(a)?),
+        RulesCommand::Import(a) => Some(build::read_import(a, &limits)?),
         _ => None,
     };
     let db = global.mongo_db();
     let store = RuleStore::connect(&global.mongo_url, &db)
         .await
         .with_context(|| format!("cannot use MongoDB database `{db}`"))?;
-    let result = command(&store, args.command, add_rule, import).await;
+    let result = command(&store, args.command, add_rule, import, &limits).await;
     store.close().await;
     result
 }
@@ -241,11 +269,15 @@ async fn command(
     command: RulesCommand,
     add_rule: Option<RawRule>,
     import: Option<Vec<klaxon_rules::ProjectNotifications>>,
+    limits: &klaxon_core::Limits,
 ) -> anyhow::Result<ExitCode> {
     match command {
         RulesCommand::Add(a) => {
             let rule = serde_json::to_value(add_rule.unwrap_or_default())?;
-            let id = store.add_rule(&a.project, &rule).await?;
+            let id = store.add_rule(&a.project, &rule, limits.max_rules).await?;
+            if !a.allow_private_endpoints {
+                build::warn_private_endpoints(&a.project, &rule);
+            }
             print::added(&a.project, &id, rule, a.json)?;
         }
         RulesCommand::List(a) => {
@@ -289,7 +321,7 @@ async fn command(
             print::imported(&projects, a.json)?;
         }
         RulesCommand::Check(a) => {
-            let survey = survey(store, a.project.as_deref()).await?;
+            let survey = survey(store, a.project.as_deref(), limits).await?;
             print::check(a.output.format(Format::Json), &survey)?;
             if !survey.found.is_empty() {
                 return Ok(ExitCode::from(1));
@@ -335,17 +367,28 @@ pub struct Survey {
     pub ignored: Vec<(String, String, usize)>,
 }
 
-/// Validates the stored rules (of one project, or all), like the engine reads them.
-pub async fn survey(store: &RuleStore, project: Option<&str>) -> anyhow::Result<Survey> {
+/// Validates the stored rules (of one project, or all), like the engine reads them under `limits`: every
+/// stored rule is checked, and a project over the rule limit is one more problem (the engine evaluates only
+/// its first rules).
+pub async fn survey(
+    store: &RuleStore,
+    project: Option<&str>,
+    limits: &klaxon_core::Limits,
+) -> anyhow::Result<Survey> {
     let projects = stored_projects(store, project).await?;
     let mut found = Vec::new();
     let mut ignored: Vec<(String, String, usize)> = Vec::new();
     let mut rules_seen = 0usize;
     for (project, rules) in &projects {
         rules_seen += rules.len();
+        found.extend(
+            limits
+                .rule_count_problem(rules.len())
+                .map(|p| (project.clone(), p)),
+        );
         for rule in rules {
             found.extend(
-                klaxon_rules::format::rule_problems(rule)
+                klaxon_rules::format::rule_problems(rule, limits)
                     .into_iter()
                     .map(|p| (project.clone(), p)),
             );

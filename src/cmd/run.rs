@@ -20,7 +20,9 @@ use klaxon_rules::{RuleCache, RuleStore, Trail};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::cli::{duration_days, duration_ms, duration_secs, DeliveryOpts, GlobalOpts};
+use crate::cli::{
+    duration_days, duration_ms, duration_secs, DeliveryOpts, GlobalOpts, MuteLimitOpts, RuleLimitOpts,
+};
 use crate::exit::{ensure_usage, usage};
 
 /// How long in-flight work may take to finish after SIGTERM/SIGINT before the process exits anyway.
@@ -162,6 +164,16 @@ Examples:
   KLAXON_TELEGRAM_BOT_TOKEN=… klaxon sender --smtp-url smtp://mail:25 --retry-schedule 1s,5s,30s,2m
   klaxon sender --rate-slack 1 --breaker-window 1m --breaker-open 30s";
 
+/// The per-project limits every long-running process enforces: its API writes rules and mutes, its worker
+/// reads them.
+#[derive(Debug, Args)]
+pub struct LimitOpts {
+    #[command(flatten)]
+    pub rules: RuleLimitOpts,
+    #[command(flatten)]
+    pub mutes: MuteLimitOpts,
+}
+
 /// `klaxon run`: both sides in one process.
 #[derive(Debug, Args)]
 #[command(after_help = RUN_EXAMPLES)]
@@ -172,6 +184,8 @@ pub struct RunArgs {
     pub evaluate: EvaluateOpts,
     #[command(flatten)]
     pub send: SendOpts,
+    #[command(flatten, next_help_heading = "Limits per project")]
+    pub limits: LimitOpts,
 }
 
 /// `klaxon worker` without delivery settings still serves the HTTP API, whose direct notifications
@@ -194,6 +208,8 @@ pub struct WorkerArgs {
     pub api: ApiOpts,
     #[command(flatten, next_help_heading = "Evaluation")]
     pub evaluate: EvaluateOpts,
+    #[command(flatten, next_help_heading = "Limits per project")]
+    pub limits: LimitOpts,
 }
 
 /// `klaxon sender`: the delivering side.
@@ -206,6 +222,8 @@ pub struct SenderArgs {
     pub send: SendOpts,
     #[command(flatten)]
     pub names: NamesOpts,
+    #[command(flatten, next_help_heading = "Limits per project")]
+    pub limits: LimitOpts,
 }
 
 /// What one process runs: the evaluating side, the delivering side, or both.
@@ -217,6 +235,8 @@ pub struct Plan {
     names_ttl: Duration,
     /// `--allow-private-endpoints`, for the HTTP API's direct notifications.
     allow_private_endpoints: bool,
+    /// `--max-rules-per-project`, `--max-mutes-per-project`, `--max-email-recipients`.
+    limits: LimitOpts,
 }
 
 impl From<RunArgs> for Plan {
@@ -227,6 +247,7 @@ impl From<RunArgs> for Plan {
             process: a.process,
             evaluate: Some(a.evaluate),
             send: Some(a.send),
+            limits: a.limits,
         }
     }
 }
@@ -239,6 +260,7 @@ impl From<WorkerArgs> for Plan {
             process: a.process,
             evaluate: Some(a.evaluate),
             send: None,
+            limits: a.limits,
         }
     }
 }
@@ -251,6 +273,7 @@ impl From<SenderArgs> for Plan {
             process: a.process,
             evaluate: None,
             send: Some(a.send),
+            limits: a.limits,
         }
     }
 }
@@ -350,6 +373,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
         ensure_usage!(e.batch_max >= 1, "--batch-max must be at least 1");
         ensure_usage!(e.prefetch >= 1, "--prefetch must be at least 1");
     }
+    let limits = crate::cli::limits(Some(&plan.limits.rules), Some(&plan.limits.mutes))?;
     // `run --output hawk` publishes Hawk's sender tasks and starts no senders of its own.
     let send = match plan.send {
         Some(send) if !hawk_output => {
@@ -378,6 +402,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
         events_queue: global.events_queue(),
         queue_type: process.queue_type,
         allow_private_endpoints: plan.allow_private_endpoints,
+        limits,
         token: api_token.clone(),
         rule_store: rule_store.clone(),
         webhook_keys: crate::cli::webhook_keys()?,
@@ -428,7 +453,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
             shutdown.clone(),
         ));
         mongo = Some(store.clone());
-        let rules = RuleCache::new(store, evaluate.rules_ttl);
+        let rules = RuleCache::new(store, evaluate.rules_ttl).with_limits(limits);
         tracker.spawn(klaxon_api::invalidation::subscribe(
             global.redis_url.clone(),
             global.namespace.clone(),
@@ -446,6 +471,8 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
         let deps = worker::WorkerDeps {
             amqp_url: global.amqp_url.clone(),
             topology: topology.clone(),
+            mutes: klaxon_counter::Mutes::new(counter.redis().clone(), &global.namespace)
+                .with_limit(limits.max_mutes),
             counter,
             rules,
             config: worker::WorkerConfig {
@@ -498,7 +525,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
                     })
                     .await
                     {
-                        names.connect(RuleCache::new(store.clone(), ttl));
+                        names.connect(RuleCache::new(store.clone(), ttl).with_limits(limits));
                         let _ = store_tx.send(store);
                     }
                 });

@@ -474,6 +474,11 @@ fn q(v: &str) -> String {
 fn notice(done: Option<&str>) -> Option<&'static str> {
     Some(match done? {
         "saved" => "Rules saved; running workers use them within a second.",
+        "saved-private" => {
+            "Rules saved; running workers use them within a second. Warning: an endpoint points to a loopback or \
+             private address, and the senders refuse to deliver to it unless Klaxon runs with \
+             --allow-private-endpoints."
+        }
         "enabled" => "Rule enabled.",
         "disabled" => "Rule disabled.",
         "muted" => "Mute added.",
@@ -756,7 +761,7 @@ async fn open_project(Query(q): Query<OpenQuery>) -> Result<Response, PageError>
 
 /// One rule as the project page shows it (endpoints redacted), read through the core's [`RawRule`] so that
 /// a broken rule is shown too.
-fn rule_view(rule: &Value) -> Value {
+fn rule_view(rule: &Value, limits: &klaxon_core::Limits) -> Value {
     // Ids as hex, like everywhere in the console; a value that is not a rule shows as an empty one.
     let raw = RawRule::from_value(&oids_to_hex(rule.clone())).unwrap_or_default();
     let text = |f: &Field<String>| f.typed().cloned();
@@ -797,7 +802,7 @@ fn rule_view(rule: &Value) -> Value {
         .threshold_period
         .typed()
         .map(|ms| humantime::format_duration(Duration::from_millis(*ms)).to_string());
-    let problems: Vec<Value> = klaxon_rules::format::rule_problems(rule)
+    let problems: Vec<Value> = klaxon_rules::format::rule_problems(rule, limits)
         .into_iter()
         .map(|p| json!({"fatal": p.fatal, "message": p.message, "fix": p.fix}))
         .collect();
@@ -872,13 +877,17 @@ async fn project_page(
         .project(&project_id)
         .await
         .map_err(rules_error)?;
+    let limits = &api.0.config.limits;
     let (exists, rules) = match &project {
+        // The rules the engine evaluates: a project over the limit (written elsewhere) shows its first ones
+        // and says so below; the editor shows every stored rule, to remove some.
         Some(p) => (
             true,
             p.notifications
                 .iter()
+                .take(limits.max_rules)
                 .map(|r| {
-                    let mut view = rule_view(r);
+                    let mut view = rule_view(r, limits);
                     add_signing_secret(&mut view, r, &project_id, api.0.config.webhook_keys.as_ref());
                     view
                 })
@@ -886,8 +895,29 @@ async fn project_page(
         ),
         None => (false, Vec::new()),
     };
+    // Over a limit: what the engine skips, said above the lists.
+    let mut over_limit: Vec<String> = project
+        .as_ref()
+        .and_then(|p| limits.rule_count_problem(p.notifications.len()))
+        .map(|p| {
+            format!(
+                "{}; the list below shows those {}, Edit rules shows them all (fix: {})",
+                p.message, limits.max_rules, p.fix
+            )
+        })
+        .into_iter()
+        .collect();
     let (mutes, mutes_error) = match active_mutes(api, &project_id).await {
-        Ok(m) => (m, None),
+        Ok((m, unread)) => {
+            if unread > 0 {
+                over_limit.push(format!(
+                    "{unread} more mutes are stored than the limit of {} per project: they are not shown and \
+                     not applied (delete mutes, or let them expire)",
+                    limits.max_mutes
+                ));
+            }
+            (m, None)
+        }
         Err(e) => (Vec::new(), Some(e.message)),
     };
     Ok(render(
@@ -902,21 +932,24 @@ async fn project_page(
             "projects",
             &format!("Project {project_id}"),
             json!({"project_id": project_id, "exists": exists, "rules": rules, "mutes": mutes,
-                   "mutes_error": mutes_error, "notice": notice(dq.done.as_deref())}),
+                   "mutes_error": mutes_error, "notice": notice(dq.done.as_deref()), "over_limit": over_limit}),
         ),
     ))
 }
 
-async fn active_mutes(api: &Api, project_id: &str) -> Result<Vec<Value>, ApiError> {
+/// The project's active mutes as the page shows them, and how many more are stored past the limit.
+async fn active_mutes(api: &Api, project_id: &str) -> Result<(Vec<Value>, u64), ApiError> {
     let (_, list) = api.active_mutes(project_id).await?;
-    Ok(list
+    let shown = list
+        .mutes
         .iter()
         .map(|m| {
             let mut v = mutes::to_json(m);
             v["untilShown"] = json!(ms_human(m.until_ms));
             v
         })
-        .collect())
+        .collect();
+    Ok((shown, list.unread))
 }
 
 #[derive(Deserialize)]
@@ -1002,10 +1035,8 @@ async fn add_mute(
     let (counter, now) = api.redis_now().await?;
     let mute = mutes::mute_from_request(&req, now, format!("{:016x}", rand::random::<u64>()))
         .map_err(|e| PageError(StatusCode::BAD_REQUEST, e))?;
-    api.mutes(&counter)
-        .add(&project_id, &mute)
-        .await
-        .map_err(|e| ApiError::unavailable("Redis", e))?;
+    // Over the project's limit of mutes: a 409 page that says so.
+    api.store_mute(&counter, &project_id, &mute, now).await?;
     Ok(Redirect::to(&format!("{}?done=muted", project_path(&project_id))).into_response())
 }
 
@@ -1221,7 +1252,14 @@ async fn edit_save(
         return Ok(back(StatusCode::BAD_REQUEST, &e, &[]));
     }
     match crate::replace_rules(&c.api, &project_id, body, force).await {
-        Ok(_) => Ok(Redirect::to(&format!("{}?done=saved", project_path(&project_id))).into_response()),
+        Ok(stored) => {
+            let done = if stored.private_endpoints {
+                "saved-private"
+            } else {
+                "saved"
+            };
+            Ok(Redirect::to(&format!("{}?done={done}", project_path(&project_id))).into_response())
+        }
         Err(e) => {
             let problems = match &e.extra {
                 Some(("problems", Value::Array(list))) => list.clone(),
@@ -1528,7 +1566,7 @@ mod tests {
             "thresholdPeriod": 90_000, "window": null, "uniqueUsers": true, "including": ["a", 1],
             "channels": {"slack": {"isEnabled": true, "endpoint": " "}, "webPush": {"isEnabled": true},
                          "email": "x", "webhook": {"isEnabled": false, "endpoint": "https://h.test/x"}}});
-        let v = rule_view(&broken);
+        let v = rule_view(&broken, &klaxon_core::Limits::default());
         let want = json!({"id": id, "enabled": false, "what": "?", "threshold": "3", "period": "1m 30s",
             "window": "fixed", "unique_users": true, "including": ["a", "1"], "excluding": [],
             "including_patterns": [], "excluding_patterns": []});
@@ -1557,13 +1595,16 @@ mod tests {
         );
         assert_eq!((channels[3].0, channels[3].1), ("webhook", false));
         assert_eq!(v["problems"][0]["message"], "`isEnabled` must be a boolean");
-        let v = rule_view(&json!(3));
+        let v = rule_view(&json!(3), &klaxon_core::Limits::default());
         assert_eq!(
             (&v["id"], &v["what"], &v["window"]),
             (&json!("?"), &json!("?"), &json!("fixed"))
         );
         assert_eq!(v["problems"][0]["message"], "rule is not an object");
-        let v = rule_view(&json!({"_id": {"$oid": id, "x": 1}}));
+        let v = rule_view(
+            &json!({"_id": {"$oid": id, "x": 1}}),
+            &klaxon_core::Limits::default(),
+        );
         assert_eq!(v["id"], "?", "not an ObjectId");
     }
 
@@ -1583,7 +1624,7 @@ mod tests {
                 &access,
                 "projects",
                 "P",
-                json!({"project_id": "5e3eef0679fa3700a0198a48", "exists": true, "rules": [rule_view(&rule)],
+                json!({"project_id": "5e3eef0679fa3700a0198a48", "exists": true, "rules": [rule_view(&rule, &klaxon_core::Limits::default())],
                        "mutes": [], "mutes_error": null, "notice": null}),
             ),
         );

@@ -3,7 +3,7 @@
 //! state comes from [`WindowCounter::peek`], which reads and never counts.
 
 use klaxon_core::notification::rfc3339_ms;
-use klaxon_core::{parse_rule_value, Event, Skip, Title, Want, Window};
+use klaxon_core::{parse_rule_value_with, Event, Limits, Skip, Title, Want, Window};
 use klaxon_counter::{CounterError, Hit, HitSpec, Peek, WindowCounter};
 use serde_json::{json, Map, Value};
 
@@ -221,21 +221,41 @@ pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> Verdict {
     }
 }
 
-/// Explains every stored rule of a project for `event` (`notifications` in their JSON form). Reads Redis,
-/// never writes. A rule that counts the event while one of `mutes` matches it is `muted` (counted, not
-/// delivered).
+/// Explains every stored rule of a project for `event` (`notifications` in their JSON form), read under
+/// `limits` as the worker reads them: the rules past [`Limits::max_rules`] are `invalid` (not evaluated).
+/// Reads Redis, never writes. A rule that counts the event while one of `mutes` matches it is `muted`
+/// (counted, not delivered).
 pub async fn explain(
     counter: &WindowCounter,
     project_id: &str,
     notifications: &[Value],
     mutes: &[klaxon_core::mute::Mute],
     event: &Event,
+    limits: &Limits,
 ) -> Result<Vec<Verdict>, CounterError> {
     let title = Title::new(&event.title);
     let mut out: Vec<Option<Verdict>> = Vec::with_capacity(notifications.len());
     let mut pending: Vec<(usize, String, Want, Hit)> = Vec::new();
-    for n in notifications {
-        match parse_rule_value(n) {
+    let (read, past_limit) = notifications.split_at(notifications.len().min(limits.max_rules));
+    let past_limit: Vec<Verdict> = past_limit
+        .iter()
+        .map(|n| {
+            let id = klaxon_core::RawRule::from_value(n)
+                .ok()
+                .and_then(|r| r.id().map(str::to_owned))
+                .unwrap_or_else(|| "?".into());
+            let reason = format!(
+                "not evaluated: the project has {} rules, over the limit of {}, and only the first {} are \
+                 evaluated (fix: remove rules, or raise --max-rules-per-project)",
+                notifications.len(),
+                limits.max_rules,
+                limits.max_rules
+            );
+            Verdict::new(&id, "invalid", reason)
+        })
+        .collect();
+    for n in read {
+        match parse_rule_value_with(n, limits) {
             Err(p) => {
                 let id = p.rule_id.clone().unwrap_or_else(|| "?".into());
                 out.push(Some(Verdict::new(
@@ -279,7 +299,7 @@ pub async fn explain(
             out[i] = Some(v);
         }
     }
-    Ok(out.into_iter().flatten().collect())
+    Ok(out.into_iter().flatten().chain(past_limit).collect())
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 //! every error leaves as `{"error": "…"}` with a 4xx/5xx status — never a stack.
 #![deny(missing_docs)]
 
+pub mod bounds;
 mod console;
 pub mod dead;
 pub mod deliveries;
@@ -65,8 +66,12 @@ pub struct ApiConfig {
     pub events_queue: String,
     /// Queue type used when the events queue has to be declared.
     pub queue_type: QueueType,
-    /// `--allow-private-endpoints`: direct notifications to loopback/private addresses are accepted.
+    /// `--allow-private-endpoints`: direct notifications to loopback/private addresses are accepted, and rules
+    /// with such endpoints are stored without a warning.
     pub allow_private_endpoints: bool,
+    /// The per-project limits (`--max-rules-per-project`, `--max-mutes-per-project`,
+    /// `--max-email-recipients`): writes over them are refused, reads take at most them.
+    pub limits: klaxon_core::Limits,
     /// `KLAXON_API_TOKEN`: when set, every request needs `Authorization: Bearer <token>`; when not, only
     /// loopback clients are served.
     pub token: Option<String>,
@@ -136,6 +141,7 @@ impl ApiError {
     fn rules(e: RulesError) -> Self {
         match e {
             RulesError::InvalidId { .. } => Self::bad_request(e.to_string()),
+            RulesError::OverLimit(_) => Self::new(StatusCode::CONFLICT, e.to_string()),
             e if e.is_transient() => Self::unavailable("MongoDB", e),
             e => Self::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
         }
@@ -425,8 +431,8 @@ async fn get_rules(State(api): State<Api>, Path(project_id): Path<String>) -> Re
     }
 }
 
-/// `PUT /api/v1/projects/{id}/rules`: validated like `klaxon rules import` (`?force=true` stores anyway), then
-/// every process is told to drop its cached rules of the project.
+/// `PUT /api/v1/projects/{id}/rules`: validated like `klaxon rules import` (`?force=true` stores rules the
+/// engine cannot use, never over a limit), then every process is told to drop its cached rules of the project.
 async fn put_rules(
     State(api): State<Api>,
     Path(project_id): Path<String>,
@@ -440,13 +446,36 @@ async fn put_rules(
         .split('&')
         .any(|kv| kv.eq_ignore_ascii_case("force=true") || kv == "force=1");
     let stored = replace_rules(&api, &project_id, json_body(body)?, force).await?;
-    Ok(json_response(StatusCode::OK, &stored))
+    Ok(json_response(StatusCode::OK, &stored.body))
+}
+
+/// What [`replace_rules`] stored.
+struct Stored {
+    /// The project as stored (the export format), with `"warnings": [...]` when there are any.
+    body: Value,
+    /// Some endpoint points to a private address (a warning of `body`).
+    private_endpoints: bool,
+}
+
+fn problem_json(p: &klaxon_core::RuleProblem) -> Value {
+    let mut v = json!({"ruleId": p.rule_id, "fatal": p.fatal, "message": p.message, "fix": p.fix});
+    if p.limit {
+        v["limit"] = json!(true);
+    }
+    v
 }
 
 /// Validates a project's rules (`{"_id"?, "notifications": [Rule]}`) like `klaxon rules import` and stores
-/// them (`force`: even with problems), then tells every process; returns what was stored. Shared by `PUT` and
-/// the console's edit page. Problems are a 400 with `extra = ("problems", [...])`.
-async fn replace_rules(api: &Api, project_id: &str, mut body: Value, force: bool) -> Result<Value, ApiError> {
+/// them (`force`: even rules the engine cannot use; never over a limit: `klaxon_core::Limits`), then tells
+/// every process; returns what was stored, with the warnings (problems that did not refuse the write, and
+/// endpoints on private addresses unless `--allow-private-endpoints`). Shared by `PUT` and the console's edit
+/// page. Problems are a 400 with `extra = ("problems", [...])`.
+async fn replace_rules(
+    api: &Api,
+    project_id: &str,
+    mut body: Value,
+    force: bool,
+) -> Result<Stored, ApiError> {
     let project_id = project_id.to_owned();
     let Some(obj) = body.as_object_mut() else {
         return Err(ApiError::bad_request(
@@ -465,38 +494,58 @@ async fn replace_rules(api: &Api, project_id: &str, mut body: Value, force: bool
     obj.insert("_id".into(), Value::String(project_id.to_ascii_lowercase()));
     let text = Value::Array(vec![body]).to_string();
     let projects = klaxon_rules::parse_import(&text).map_err(|e| ApiError::bad_request(e.to_string()))?;
-    // Like `klaxon rules import`: only what the engine cannot use (fatal problems) refuses the request; a rule
-    // that is valid but cannot notify yet is stored.
-    let problems: Vec<_> = klaxon_rules::format::import_problems(&projects)
-        .into_iter()
-        .filter(|(_, p)| p.fatal)
-        .collect();
-    if !problems.is_empty() && !force {
-        let list: Vec<Value> = problems
-            .iter()
-            .map(|(_, p)| json!({"ruleId": p.rule_id, "fatal": p.fatal, "message": p.message, "fix": p.fix}))
-            .collect();
+    // Like `klaxon rules import`: what the engine cannot use refuses the request unless forced, a limit always;
+    // a rule that is valid but cannot notify yet is stored, with a warning.
+    let (problems, mut warnings): (Vec<_>, Vec<_>) =
+        klaxon_rules::format::import_problems(&projects, &api.0.config.limits)
+            .into_iter()
+            .map(|(_, p)| p)
+            .partition(|p| p.refuses_write(force));
+    if !problems.is_empty() {
+        let limits = problems.iter().any(|p| p.limit);
         let text = problems
             .iter()
-            .map(|(_, p)| p.to_string())
+            .map(|p| p.to_string())
             .collect::<Vec<_>>()
             .join("; ");
         let mut e = ApiError::bad_request(format!(
-            "{} problem(s), nothing stored (use ?force=true to store anyway): {text}",
-            problems.len()
+            "{} problem(s), nothing stored ({}): {text}",
+            problems.len(),
+            if limits {
+                "a limit cannot be forced"
+            } else {
+                "use ?force=true to store anyway"
+            }
         ));
-        e.extra = Some(("problems", Value::Array(list)));
+        e.extra = Some((
+            "problems",
+            Value::Array(problems.iter().map(problem_json).collect()),
+        ));
         return Err(e);
     }
+    let private = if api.0.config.allow_private_endpoints {
+        Vec::new()
+    } else {
+        bounds::private_endpoints(&projects)
+    };
+    let private_endpoints = !private.is_empty();
+    warnings.extend(private.into_iter().map(|(_, p)| p));
     let store = api.store().await?;
     store.replace(&projects).await.map_err(ApiError::rules)?;
     api.publish_invalidation(&project_id).await;
     let exported = klaxon_rules::export_json(&projects);
-    Ok(exported
+    let mut body = exported
         .as_array()
         .and_then(|a| a.first())
         .cloned()
-        .unwrap_or(Value::Null))
+        .unwrap_or(Value::Null);
+    if !warnings.is_empty() {
+        body["warnings"] = Value::Array(warnings.iter().map(problem_json).collect());
+    }
+    Ok(Stored {
+        body,
+        private_endpoints,
+    })
 }
 
 /// `POST /api/v1/projects/{id}/explain` `{"title", "groupHash", "isNew"?, "user"?}`: per rule, what this event
@@ -541,9 +590,16 @@ impl Api {
             ));
         };
         let (counter, mutes) = self.active_mutes(project_id).await?;
-        explain::explain(&counter, project_id, &project.notifications, &mutes, event)
-            .await
-            .map_err(|e| ApiError::unavailable("Redis", e))
+        explain::explain(
+            &counter,
+            project_id,
+            &project.notifications,
+            &mutes.mutes,
+            event,
+            &self.0.config.limits,
+        )
+        .await
+        .map_err(|e| ApiError::unavailable("Redis", e))
     }
 
     /// Tells every process that `project_id`'s rules changed; a failure only means they refresh on their TTL.
@@ -586,13 +642,15 @@ impl Api {
 
     fn mutes(&self, counter: &klaxon_counter::WindowCounter) -> klaxon_counter::Mutes {
         klaxon_counter::Mutes::new(counter.redis().clone(), &self.0.config.namespace)
+            .with_limit(self.0.config.limits.max_mutes)
     }
 
-    /// The project's mutes active now on the Redis clock, with the counter they were read through.
+    /// The project's mutes active now on the Redis clock (at most the limit of them), with the counter they
+    /// were read through.
     async fn active_mutes(
         &self,
         project_id: &str,
-    ) -> Result<(klaxon_counter::WindowCounter, Vec<klaxon_core::mute::Mute>), ApiError> {
+    ) -> Result<(klaxon_counter::WindowCounter, klaxon_counter::mutes::ReadMutes), ApiError> {
         let (counter, now) = self.redis_now().await?;
         let list = self
             .mutes(&counter)
@@ -621,7 +679,32 @@ impl Api {
     }
 }
 
-/// `POST /api/v1/projects/{id}/mutes` → 201 `{"muteId", "until"}`.
+impl Api {
+    /// Stores a mute made at `now` on `counter`'s Redis; `409` when the project already has the limit of active
+    /// mutes. The API's and the console's mute forms both come here.
+    async fn store_mute(
+        &self,
+        counter: &klaxon_counter::WindowCounter,
+        project_id: &str,
+        mute: &klaxon_core::mute::Mute,
+        now: i64,
+    ) -> Result<(), ApiError> {
+        let mutes = self.mutes(counter);
+        match mutes
+            .add(project_id, mute, Some(now))
+            .await
+            .map_err(|e| ApiError::unavailable("Redis", e))?
+        {
+            klaxon_counter::mutes::Added::Stored { .. } => Ok(()),
+            klaxon_counter::mutes::Added::Full { active } => Err(ApiError::new(
+                StatusCode::CONFLICT,
+                bounds::mutes_full(project_id, active, mutes.limit()),
+            )),
+        }
+    }
+}
+
+/// `POST /api/v1/projects/{id}/mutes` → 201 `{"muteId", "until"}` (`409` over the project's limit of mutes).
 async fn add_mute(
     State(api): State<Api>,
     Path(project_id): Path<String>,
@@ -632,10 +715,7 @@ async fn add_mute(
     let (counter, now) = api.redis_now().await?;
     let mute = mutes::mute_from_request(&body, now, format!("{:016x}", rand::random::<u64>()))
         .map_err(ApiError::bad_request)?;
-    api.mutes(&counter)
-        .add(&project_id, &mute)
-        .await
-        .map_err(|e| ApiError::unavailable("Redis", e))?;
+    api.store_mute(&counter, &project_id, &mute, now).await?;
     let v = mutes::to_json(&mute);
     Ok(json_response(
         StatusCode::CREATED,
@@ -643,14 +723,16 @@ async fn add_mute(
     ))
 }
 
-/// `GET /api/v1/projects/{id}/mutes` → `{"mutes": [{"muteId", "ruleId"?, "groupHash"?, "until"}]}`.
+/// `GET /api/v1/projects/{id}/mutes` → `{"mutes": [{"muteId", "ruleId"?, "groupHash"?, "until"}]}`, at most the
+/// project's limit of them; `"skipped": n` when more are stored (not listed, and not applied either).
 async fn list_mutes(State(api): State<Api>, Path(project_id): Path<String>) -> Result<Response, ApiError> {
     api.known_project(&project_id).await?;
     let (_, list) = api.active_mutes(&project_id).await?;
-    Ok(json_response(
-        StatusCode::OK,
-        &json!({"mutes": list.iter().map(mutes::to_json).collect::<Vec<_>>()}),
-    ))
+    let mut body = json!({"mutes": list.mutes.iter().map(mutes::to_json).collect::<Vec<_>>()});
+    if list.unread > 0 {
+        body["skipped"] = json!(list.unread);
+    }
+    Ok(json_response(StatusCode::OK, &body))
 }
 
 /// `DELETE /api/v1/projects/{id}/mutes/{muteId}` → 204, or 404 for an unknown mute.
@@ -682,6 +764,8 @@ async fn post_notification(
     let body = json_body(body)?;
     let (counter, now) = api.redis_now().await?;
     let request = notifications::parse(&body, now, api.0.config.allow_private_endpoints)
+        .map_err(ApiError::bad_request)?;
+    bounds::check_direct_recipients(request.channel, &request.endpoint, &api.0.config.limits)
         .map_err(ApiError::bad_request)?;
     let id = request.notification_id(|| format!("{:032x}", rand::random::<u128>()));
     let mut send_at = request.send_at_ms.unwrap_or(now);

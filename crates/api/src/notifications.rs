@@ -71,7 +71,7 @@ fn required<'a>(body: &'a Value, name: &str) -> Result<&'a str, String> {
 /// True for hosts that name this machine or a private network without DNS (`localhost`, `*.localhost`) or an
 /// IP literal that is not public (loopback, private, link-local, …): what the senders refuse unless
 /// `--allow-private-endpoints` is set. Names are resolved and checked again at delivery time.
-fn private_host(host: &url::Host<&str>) -> Option<&'static str> {
+pub(crate) fn private_host(host: &url::Host<&str>) -> Option<&'static str> {
     match host {
         url::Host::Domain(d) => {
             let d = d.trim_end_matches('.').to_ascii_lowercase();

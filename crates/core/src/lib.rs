@@ -13,6 +13,7 @@
 
 pub mod event;
 pub mod filter;
+pub mod limits;
 pub mod mute;
 pub mod notification;
 pub mod rule;
@@ -20,10 +21,11 @@ pub mod text;
 
 pub use event::{Event, EventTask, InvalidEvent};
 pub use filter::{FilterMiss, Title, TitleFilter};
+pub use limits::Limits;
 pub use notification::{
     notification_id, DigestWindow, Firing, FiringTasks, NotificationEvent, NotificationTask, Reason,
 };
 pub use rule::{
-    parse_rule_value, ChannelConfig, ChannelKind, CompiledRule, ProjectRules, RawRule, RuleProblem, Skip,
-    Want, WhatToReceive, Window,
+    parse_rule_value, parse_rule_value_with, rule_problems, ChannelConfig, ChannelKind, CompiledRule,
+    ProjectRules, RawRule, RuleProblem, Skip, Want, WhatToReceive, Window,
 };

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::event::Event;
 use crate::filter::{Title, TitleFilter};
+use crate::limits::Limits;
 
 mod raw;
 
@@ -137,25 +138,42 @@ impl fmt::Debug for ChannelConfig {
 /// Why a rule (or one of its parts) cannot be used, with a suggested fix.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RuleProblem {
-    /// The rule id when it could be read.
+    /// The rule id when it could be read (none for a problem of the whole project, see `limit`).
     pub rule_id: Option<String>,
     /// True when the whole rule is skipped; false when only a part (a channel) is.
     pub fatal: bool,
+    /// True when a per-project bound is crossed ([`crate::limits`]): too many rules in the project, too many
+    /// email recipients, keys MongoDB would read as operators or paths. Readers skip the excess; writes are
+    /// refused, even forced ones ([`RuleProblem::refuses_write`]).
+    #[serde(skip_serializing_if = "is_false")]
+    pub limit: bool,
     /// What is wrong.
     pub message: String,
     /// How to fix it.
     pub fix: String,
 }
 
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl RuleProblem {
+    /// Whether a write (`klaxon rules import|add`, `PUT …/rules`, the console's editor) must refuse rules with
+    /// this problem: always when a bound is crossed, and for a rule the engine cannot use unless `force`.
+    pub fn refuses_write(&self, force: bool) -> bool {
+        self.limit || (self.fatal && !force)
+    }
+}
+
 impl fmt::Display for RuleProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "rule {}: {} (fix: {})",
-            self.rule_id.as_deref().unwrap_or("<no id>"),
-            self.message,
-            self.fix
-        )
+        match self.rule_id.as_deref() {
+            Some(id) => write!(f, "rule {id}: ")?,
+            // A bound of the whole project (too many rules) belongs to no rule.
+            None if self.limit => {}
+            None => f.write_str("rule <no id>: ")?,
+        }
+        write!(f, "{} (fix: {})", self.message, self.fix)
     }
 }
 
@@ -264,14 +282,34 @@ impl CompiledRule {
 /// Returns the compiled rule and the non-fatal problems found in it (skipped channels), or the fatal problem
 /// that makes the rule unusable.
 pub fn parse_rule_value(value: &Value) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
-    RawRule::from_value(value)?.validate()
+    parse_rule_value_with(value, &Limits::default())
+}
+
+/// [`parse_rule_value`] with the process's [`Limits`] (the email channel's recipients).
+pub fn parse_rule_value_with(
+    value: &Value,
+    limits: &Limits,
+) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
+    RawRule::from_value(value)?.validate_with(limits)
+}
+
+/// Every problem of one stored rule (its JSON form) under `limits`: the fatal one that makes it unusable or
+/// its warnings, and the keys MongoDB would read as operators or paths ([`crate::limits::key_problem`]).
+/// `klaxon rules check`, imports and the API's `PUT` report these.
+pub fn rule_problems(value: &Value, limits: &Limits) -> Vec<RuleProblem> {
+    let mut out = match parse_rule_value_with(value, limits) {
+        Ok((_, problems)) => problems,
+        Err(p) => vec![p],
+    };
+    out.extend(crate::limits::key_problem(value));
+    out
 }
 
 /// The longest [`RuleProblem`] message or fix, in bytes.
 pub const MAX_PROBLEM_BYTES: usize = crate::text::MAX_REASON_BYTES;
 
 impl RuleProblem {
-    fn bounded(mut self) -> Self {
+    pub(crate) fn bounded(mut self) -> Self {
         if self.message.len() > MAX_PROBLEM_BYTES || self.message.contains(char::is_control) {
             self.message = crate::text::one_line(&self.message, MAX_PROBLEM_BYTES);
         }
@@ -308,24 +346,39 @@ pub struct ProjectRules {
     /// The project's display `name` from the same `projects` document (Hawk keeps it there), when it has
     /// one; messages show it instead of the id.
     pub name: Option<String>,
+    /// Stored rules not read because the project is over [`Limits::max_rules`] (the ones after the first
+    /// `max_rules`, in document order).
+    pub skipped: usize,
 }
 
 impl ProjectRules {
-    /// Reads a project's `notifications` array (JSON form). A missing or non-array value means no rules.
+    /// Reads a project's `notifications` array (JSON form) with the default [`Limits`]. A missing or
+    /// non-array value means no rules.
     pub fn from_notifications(notifications: Option<&Value>) -> Self {
+        Self::from_notifications_with(notifications, &Limits::default())
+    }
+
+    /// Reads a project's `notifications` array (JSON form) under `limits`: only the first
+    /// [`Limits::max_rules`] rules, in document order, are read (validated, compiled); the rest are counted in
+    /// [`ProjectRules::skipped`] and reported as one problem of the project. Documents written by someone else
+    /// (Hawk) can hold any number of rules: reading costs at most `max_rules` of them.
+    pub fn from_notifications_with(notifications: Option<&Value>, limits: &Limits) -> Self {
         let mut out = ProjectRules::default();
         let Some(Value::Array(items)) = notifications else {
             return out;
         };
-        for item in items {
-            match parse_rule_value(item) {
+        for item in items.iter().take(limits.max_rules) {
+            match parse_rule_value_with(item, limits) {
                 Ok((rule, problems)) => {
                     out.rules.push(rule);
                     out.problems.extend(problems);
                 }
                 Err(problem) => out.problems.push(problem),
             }
+            out.problems.extend(crate::limits::key_problem(item));
         }
+        out.skipped = items.len().saturating_sub(limits.max_rules);
+        out.problems.extend(limits.rule_count_problem(items.len()));
         out
     }
 
@@ -698,6 +751,126 @@ mod tests {
         assert_eq!(rule.channels[0].min_period_s, 30);
         assert_eq!(problems.len(), 1);
         assert!(!problems[0].fatal);
+    }
+
+    /// The per-project bounds as the engine reads them (`crate::limits`): a table per bound.
+    #[test]
+    fn limits_table() {
+        let id = |i: usize| format!("5e3eef0679fa3700a0198{i:03x}");
+        let rule = |i: usize| json!({"_id": id(i), "isEnabled": true, "whatToReceive": "ONLY_NEW", "channels": slack()});
+        let limits = |rules, recipients| Limits {
+            max_rules: rules,
+            max_mutes: 1000,
+            max_email_recipients: recipients,
+        };
+        // (rules stored, limit) → rules read (the first ones, in document order), skipped, a project problem
+        for (stored, max, read) in [(0, 3, 0), (3, 3, 3), (4, 3, 3), (150, 100, 100), (5, 1, 1)] {
+            let items = Value::Array((0..stored).map(rule).collect());
+            let pr = ProjectRules::from_notifications_with(Some(&items), &limits(max, 50));
+            let ids: Vec<String> = pr.rules.iter().map(|r| r.id.clone()).collect();
+            assert_eq!(ids, (0..read).map(id).collect::<Vec<_>>(), "{stored}/{max}");
+            assert_eq!(pr.skipped, stored - read, "{stored}/{max}");
+            let project: Vec<&RuleProblem> = pr.problems.iter().filter(|p| p.rule_id.is_none()).collect();
+            assert_eq!(
+                project.len(),
+                usize::from(stored > max),
+                "{stored}/{max}: {:?}",
+                pr.problems
+            );
+            if let Some(p) = project.first() {
+                assert!(p.limit && !p.fatal, "{p:?}");
+                assert!(p.message.contains(&format!("{stored} rules")), "{}", p.message);
+                assert_eq!(p.to_string(), format!("{} (fix: {})", p.message, p.fix));
+            }
+        }
+        // Rules past the limit are not even validated: a broken one there is no problem of the engine's.
+        let items = json!([rule(0), {"_id": id(1), "whatToReceive": "NOPE"}]);
+        let pr = ProjectRules::from_notifications_with(Some(&items), &limits(1, 50));
+        assert_eq!(pr.problems.len(), 1, "{:?}", pr.problems);
+
+        // (recipients in the endpoint, limit) → the endpoint delivered to, a limit problem
+        let addrs = |n: usize| (0..n).map(|i| format!("u{i}@x.io")).collect::<Vec<_>>();
+        let cases = [
+            (1, 50, addrs(1).join(","), false),
+            (50, 50, addrs(50).join(", "), false),
+            (51, 50, addrs(50).join(","), true),
+            (60, 50, addrs(50).join(","), true),
+            (3, 2, addrs(2).join(","), true),
+        ];
+        for (n, max, want, over) in cases {
+            let endpoint = addrs(n).join(", ");
+            let doc = json!({"_id": id(0), "isEnabled": true, "whatToReceive": "ONLY_NEW",
+                "channels": {"email": {"isEnabled": true, "endpoint": endpoint, "minPeriod": 0}}});
+            let (rule, problems) = parse_rule_value_with(&doc, &limits(100, max)).expect("usable");
+            assert_eq!(rule.channels[0].endpoint, want, "{n}/{max}");
+            assert_eq!(problems.len(), usize::from(over), "{n}/{max}: {problems:?}");
+            if over {
+                let p = &problems[0];
+                assert!(p.limit && !p.fatal && p.refuses_write(true), "{p:?}");
+                assert!(
+                    p.message
+                        .contains(&format!("{n} recipients, over the limit of {max}")),
+                    "{}",
+                    p.message
+                );
+                assert!(p.fix.contains("--max-email-recipients"), "{}", p.fix);
+            }
+            // The default limit is 50.
+            assert_eq!(
+                parse_rule_value(&doc).expect("usable").1.len(),
+                usize::from(n > 50),
+                "{n}"
+            );
+        }
+        // Other channels' endpoints are not address lists.
+        let doc = json!({"_id": id(0), "isEnabled": true, "whatToReceive": "ONLY_NEW",
+            "channels": {"webhook": {"isEnabled": true, "endpoint": "https://h.example/a,b,c", "minPeriod": 0}}});
+        let (rule, problems) = parse_rule_value_with(&doc, &limits(100, 1)).expect("usable");
+        assert!(problems.is_empty() && rule.channels[0].endpoint == "https://h.example/a,b,c");
+
+        // Keys MongoDB reads as operators or paths: reported by the reader (not fatal), beside other problems.
+        let doc = json!({"_id": id(0), "isEnabled": true, "whatToReceive": "NOPE", "$where": "1", "channels": slack()});
+        let problems = rule_problems(&doc, &Limits::default());
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].fatal && !problems[0].limit);
+        assert!(problems[1].limit && problems[1].message.contains("`$where`"));
+        let pr = ProjectRules::from_notifications_with(Some(&json!([doc])), &Limits::default());
+        assert_eq!(pr.problems.len(), 2, "{:?}", pr.problems);
+    }
+
+    #[test]
+    fn which_problems_refuse_a_write() {
+        let p = |fatal, limit| RuleProblem {
+            rule_id: Some("r".into()),
+            fatal,
+            limit,
+            message: "m".into(),
+            fix: "f".into(),
+        };
+        // (fatal, limit, force) → refused
+        let cases = [
+            (false, false, false, false),
+            (false, false, true, false),
+            (true, false, false, true),
+            (true, false, true, false),
+            (false, true, false, true),
+            (false, true, true, true),
+            (true, true, true, true),
+        ];
+        for (fatal, limit, force, refused) in cases {
+            assert_eq!(
+                p(fatal, limit).refuses_write(force),
+                refused,
+                "{fatal} {limit} {force}"
+            );
+        }
+        // `limit` is written only when set (the JSON of every other problem is unchanged).
+        assert!(!serde_json::to_string(&p(true, false))
+            .expect("json")
+            .contains("limit"));
+        assert!(serde_json::to_string(&p(false, true))
+            .expect("json")
+            .contains(r#""limit":true"#));
     }
 
     #[test]

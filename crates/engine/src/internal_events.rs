@@ -41,6 +41,31 @@ impl FiringMuted<'_> {
     }
 }
 
+/// A project that fired has more mutes than `--max-mutes-per-project`: the ones past the limit were not read,
+/// so they are not applied. Counted on every read, logged once per (project, unread count).
+pub(crate) struct MutesSkipped<'a> {
+    pub project: &'a str,
+    pub unread: u64,
+    pub limit: usize,
+    /// The first time this process sees it.
+    pub first: bool,
+}
+
+impl MutesSkipped<'_> {
+    pub fn emit(self) {
+        metrics::counter!("klaxon_mutes_skipped_total").increment(self.unread);
+        if self.first {
+            tracing::warn!(
+                project = %self.project, limit = self.limit, unread = self.unread,
+                "the project has more mutes than --max-mutes-per-project: only the first ones read are applied; \
+                 delete mutes or let them expire"
+            );
+        } else {
+            tracing::debug!(project = %self.project, unread = self.unread, "mutes over the limit not read");
+        }
+    }
+}
+
 /// A notification sent after `attempts` attempts.
 pub(crate) struct Delivered<'a> {
     pub id: &'a str,

@@ -74,6 +74,16 @@ pub const DESCRIBED: &[Described] = &[
     ),
     counter("klaxon_rules_load_errors_total", &[], "Failed rule loads"),
     counter(
+        "klaxon_rules_skipped_total",
+        &[],
+        "Stored rules not evaluated because their project is over --max-rules-per-project (counted per load)",
+    ),
+    counter(
+        "klaxon_mutes_skipped_total",
+        &[],
+        "Stored mutes not applied because their project is over --max-mutes-per-project (counted per read)",
+    ),
+    counter(
         "klaxon_events_consumed_total",
         &[],
         "Events taken from the events queue",

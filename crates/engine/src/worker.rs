@@ -30,7 +30,7 @@ use klaxon_rules::RuleCache;
 use tokio_util::sync::CancellationToken;
 
 use crate::consumers::Presence;
-use crate::internal_events::{EventInvalid, FiringMuted};
+use crate::internal_events::{EventInvalid, FiringMuted, MutesSkipped};
 use crate::EngineError;
 
 /// Tuning of the evaluate loop.
@@ -63,8 +63,11 @@ pub struct WorkerDeps {
     pub topology: Topology,
     /// Redis counting.
     pub counter: WindowCounter,
-    /// Rules, cached.
+    /// Rules, cached (read under the process's limits: `RuleCache::with_limits`).
     pub rules: RuleCache,
+    /// Mutes, read for the projects that fired, at most `--max-mutes-per-project` of each
+    /// (`Mutes::with_limit`).
+    pub mutes: klaxon_counter::Mutes,
     /// Tuning.
     pub config: WorkerConfig,
     /// Where notifications go (`--output`).
@@ -248,20 +251,28 @@ async fn process_batch(
         let mutes = if firing_projects.is_empty() {
             Default::default()
         } else {
-            klaxon_counter::Mutes::new(deps.counter.redis().clone(), deps.topology.namespace())
-                .of_projects(&firing_projects)
-                .await
-                .inspect_err(|_| {
-                    metrics::counter!("klaxon_redis_errors_total").increment(1);
-                })?
+            deps.mutes.of_projects(&firing_projects).await.inspect_err(|_| {
+                metrics::counter!("klaxon_redis_errors_total").increment(1);
+            })?
         };
+        for (project, read) in &mutes {
+            if read.unread > 0 {
+                MutesSkipped {
+                    project,
+                    unread: read.unread,
+                    limit: deps.mutes.limit(),
+                    first: deps.mutes.first_report(project, read.unread),
+                }
+                .emit();
+            }
+        }
         for (outcome, src) in outcomes.iter().zip(&sources) {
             let Outcome::Fired { count, firing, at_ms } = outcome else {
                 continue;
             };
             let (task, _) = &events[src.event];
             if mutes.get(task.project_id.as_str()).is_some_and(|ms| {
-                klaxon_core::mute::is_muted(ms, &src.rule.id, &task.event.group_hash, *at_ms)
+                klaxon_core::mute::is_muted(&ms.mutes, &src.rule.id, &task.event.group_hash, *at_ms)
             }) {
                 // Counted (the window stays true), never delivered, not later either.
                 FiringMuted {

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use klaxon_core::ProjectRules;
+use klaxon_core::{Limits, ProjectRules};
 use mongodb::bson::Bson;
 use mongodb::change_stream::event::OperationType;
 use tokio::time::Instant;
@@ -82,6 +82,7 @@ impl std::fmt::Debug for RuleCache {
 
 struct Inner {
     store: RuleStore,
+    limits: Limits,
     ttl: Duration,
     negative_ttl: Duration,
     error_retry: Duration,
@@ -162,6 +163,7 @@ impl RuleCache {
         RuleCache {
             inner: Arc::new(Inner {
                 store,
+                limits: Limits::default(),
                 ttl,
                 negative_ttl: ttl.min(DEFAULT_NEGATIVE_TTL),
                 error_retry: ttl.min(DEFAULT_ERROR_RETRY),
@@ -180,6 +182,15 @@ impl RuleCache {
     pub fn with_error_retry(mut self, retry: Duration) -> Self {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.error_retry = retry;
+        }
+        self
+    }
+
+    /// Reads projects under `limits` (default [`Limits::default`]): a project over `max_rules` is evaluated
+    /// for its first `max_rules` rules. Must be called before the cache is shared.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.limits = limits;
         }
         self
     }
@@ -248,7 +259,7 @@ impl RuleCache {
             return Err(e);
         }
         let generation = slot.state.lock().map(|s| s.generation).unwrap_or_default();
-        let loaded = self.inner.store.load(&key).await;
+        let loaded = self.inner.store.load_with(&key, &self.inner.limits).await;
         let now = Instant::now();
         let Ok(mut st) = slot.state.lock() else {
             return loaded.map(|r| Arc::new(r.unwrap_or_default()));

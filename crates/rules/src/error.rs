@@ -33,6 +33,9 @@ pub enum RulesError {
     /// Permanent: no stored rule has this id (in the given project, if any).
     #[error("no rule with id {0}")]
     RuleNotFound(String),
+    /// Permanent: the write would put a project over a per-project limit (`klaxon_core::Limits`).
+    #[error("over a limit: {0}")]
+    OverLimit(String),
     /// Permanent: the rule id exists in several projects; the caller must name the project.
     #[error("rule id {0} exists in several projects; pass the project id")]
     AmbiguousRule(String),

@@ -4,6 +4,7 @@
 //! Everything is validated before anything is written, so bad input never leaves a half-imported file
 //! behind.
 
+use klaxon_core::Limits;
 use mongodb::bson::{oid::ObjectId, Bson, Document};
 use serde_json::{Map, Value};
 
@@ -179,22 +180,30 @@ pub fn export_json(projects: &[ProjectNotifications]) -> Value {
     )
 }
 
-/// Every problem the core finds in a stored rule (its JSON form): its warnings, or the one that makes it
-/// unusable. `klaxon rules check|import` and the HTTP API validate with this.
-pub fn rule_problems(rule: &Value) -> Vec<klaxon_core::RuleProblem> {
-    match klaxon_core::parse_rule_value(rule) {
-        Ok((_, problems)) => problems,
-        Err(p) => vec![p],
-    }
+/// Every problem the core finds in a stored rule (its JSON form) under `limits`: its warnings, or the one that
+/// makes it unusable, and keys MongoDB would read as operators or paths ([`klaxon_core::rule_problems`]).
+/// `klaxon rules check|import` and the HTTP API validate with this.
+pub fn rule_problems(rule: &Value, limits: &Limits) -> Vec<klaxon_core::RuleProblem> {
+    klaxon_core::rule_problems(rule, limits)
 }
 
-/// Every problem in parsed import input, with the project it belongs to; empty = safe to store.
-pub fn import_problems(projects: &[ProjectNotifications]) -> Vec<(ObjectId, klaxon_core::RuleProblem)> {
+/// Every problem in parsed import input under `limits`, with the project it belongs to: each rule's, and a
+/// project over [`Limits::max_rules`]. Empty = safe to store; what a write refuses is
+/// [`klaxon_core::RuleProblem::refuses_write`].
+pub fn import_problems(
+    projects: &[ProjectNotifications],
+    limits: &Limits,
+) -> Vec<(ObjectId, klaxon_core::RuleProblem)> {
     let mut out = Vec::new();
     for p in projects {
+        out.extend(
+            limits
+                .rule_count_problem(p.notifications.len())
+                .map(|x| (p.project_id, x)),
+        );
         for rule in &p.notifications {
             out.extend(
-                rule_problems(&document_to_json(rule))
+                rule_problems(&document_to_json(rule), limits)
                     .into_iter()
                     .map(|x| (p.project_id, x)),
             );
@@ -282,6 +291,82 @@ mod tests {
             let err = parse_import(text).expect_err(text).to_string();
             assert!(err.contains(want), "{text}: {err} should contain {want}");
         }
+    }
+
+    /// What reaches Hawk's collection is checked in its stored form: extended-JSON values become BSON values
+    /// (no `$` key left), anything else with a `$`-prefixed or dotted key is a limit problem, which no `force`
+    /// stores.
+    #[test]
+    fn operator_and_dotted_keys_are_refused_in_their_stored_form() {
+        let project = "5e3eef0679fa3700a0198a49";
+        let rule = |extra: Value| {
+            let mut r = json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW",
+                "channels": {"webhook": {"isEnabled": true, "endpoint": "https://h.example/x", "minPeriod": 0}}});
+            if let (Some(r), Value::Object(e)) = (r.as_object_mut(), extra) {
+                r.extend(e);
+            }
+            json!([{"_id": project, "notifications": [r]}]).to_string()
+        };
+        // (extra fields, a key named in the refusal; None = stored)
+        let cases = [
+            (
+                json!({"createdAt": {"$date": "2020-01-01T00:00:00Z"}, "n": {"$numberLong": "7"}}),
+                None,
+            ),
+            (json!({"somethingNew": {"nested": [1, 2]}}), None),
+            (json!({"$where": "sleep(5000)"}), Some("`$where`")),
+            (
+                json!({"filter": {"$where": "sleep(5000)"}}),
+                Some("`$where` in `filter`"),
+            ),
+            (json!({"a.b": 1}), Some("`a.b`")),
+            (
+                json!({"channels": {"webhook": {"isEnabled": true, "endpoint": "https://h.example/x", "$inc": {"x": 1}}}}),
+                Some("`$inc` in `channels.webhook`"),
+            ),
+            (
+                json!({"channels": {"web.hook": {"isEnabled": true, "endpoint": "https://h.example/x"}}}),
+                Some("`web.hook` in `channels`"),
+            ),
+        ];
+        for (extra, refused) in cases {
+            let text = rule(extra.clone());
+            let projects = parse_import(&text).unwrap_or_else(|e| panic!("{extra}: {e}"));
+            let problems: Vec<_> = import_problems(&projects, &Limits::default())
+                .into_iter()
+                .filter(|(_, p)| p.limit)
+                .collect();
+            match refused {
+                None => assert!(problems.is_empty(), "{extra}: {problems:?}"),
+                Some(key) => {
+                    assert_eq!(problems.len(), 1, "{extra}: {problems:?}");
+                    let p = &problems[0].1;
+                    assert!(p.refuses_write(true), "{extra}: {p:?}");
+                    assert!(p.message.contains(key), "{extra}: {}", p.message);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_project_over_the_rule_limit_is_one_problem_that_force_does_not_lift() {
+        let rules: Vec<Value> = (0..4)
+            .map(|_| json!({"isEnabled": true, "whatToReceive": "ONLY_NEW", "channels": {}}))
+            .collect();
+        let text = json!([{"_id": "5e3eef0679fa3700a0198a49", "notifications": rules}]).to_string();
+        let projects = parse_import(&text).expect("valid");
+        let limits = Limits::new(3, 1000, 50).expect("limits");
+        let problems: Vec<_> = import_problems(&projects, &limits)
+            .into_iter()
+            .filter(|(_, p)| p.refuses_write(true))
+            .collect();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].1.message.contains("4 rules, over the limit of 3"));
+        assert!(
+            import_problems(&projects, &Limits::new(4, 1000, 50).expect("limits"))
+                .iter()
+                .all(|(_, p)| !p.refuses_write(true))
+        );
     }
 
     #[test]

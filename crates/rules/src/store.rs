@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::TryStreamExt;
-use klaxon_core::ProjectRules;
+use klaxon_core::{Limits, ProjectRules};
 use mongodb::bson::{doc, oid::ObjectId, Bson, Document};
 use mongodb::options::ClientOptions;
 use mongodb::{Client, Collection, Database, IndexModel};
@@ -226,10 +226,21 @@ impl RuleStore {
         self.inner.problems_reported.load(Ordering::Relaxed)
     }
 
-    /// Loads and validates one project's rules. `None` means no such project (also for an id that is not a
-    /// 24-hex ObjectId: Hawk's project ids always are, so no query is made). Rule problems are logged, once
-    /// per rule version.
+    /// Loads and validates one project's rules with the default [`Limits`]; see [`RuleStore::load_with`].
     pub async fn load(&self, project_id: &str) -> Result<Option<ProjectRules>, RulesError> {
+        self.load_with(project_id, &Limits::default()).await
+    }
+
+    /// Loads and validates one project's rules under `limits`. `None` means no such project (also for an id
+    /// that is not a 24-hex ObjectId: Hawk's project ids always are, so no query is made). Rule problems are
+    /// logged, once per rule version. A document over [`Limits::max_rules`] (written by someone else: Hawk,
+    /// an older Klaxon) gives its first `max_rules` rules; the others are counted in
+    /// `klaxon_rules_skipped_total` on every load and reported once, never a failed load.
+    pub async fn load_with(
+        &self,
+        project_id: &str,
+        limits: &Limits,
+    ) -> Result<Option<ProjectRules>, RulesError> {
         let Ok(oid) = parse_object_id("project id", project_id) else {
             tracing::debug!(project_id, "project id is not an ObjectId; no rules");
             return Ok(None);
@@ -241,18 +252,29 @@ impl RuleStore {
         };
         let notifications = doc.get("notifications").cloned().map(Bson::into_relaxed_extjson);
         let name = doc.get("name").cloned().map(Bson::into_relaxed_extjson);
-        let rules = ProjectRules::from_notifications(notifications.as_ref()).with_name(name.as_ref());
+        let rules =
+            ProjectRules::from_notifications_with(notifications.as_ref(), limits).with_name(name.as_ref());
+        if rules.skipped > 0 {
+            metrics::counter!("klaxon_rules_skipped_total").increment(rules.skipped as u64);
+        }
         if !rules.problems.is_empty() {
-            self.report_problems(project_id, notifications.as_ref(), &rules);
+            self.report_problems(project_id, notifications.as_ref(), &rules, limits);
         }
         Ok(Some(rules))
     }
 
-    fn report_problems(&self, project_id: &str, notifications: Option<&Value>, rules: &ProjectRules) {
+    fn report_problems(
+        &self,
+        project_id: &str,
+        notifications: Option<&Value>,
+        rules: &ProjectRules,
+        limits: &Limits,
+    ) {
         // A rule's version is its stored content: the same broken rule is reported once, an edited one again.
+        // Only the rules that were read have problems.
         let mut versions: HashMap<String, String> = HashMap::new();
         if let Some(Value::Array(items)) = notifications {
-            for item in items {
+            for item in items.iter().take(limits.max_rules) {
                 if let Some(id) = item
                     .get("_id")
                     .and_then(|v| v.get("$oid").or(Some(v)))
@@ -277,7 +299,12 @@ impl RuleStore {
                 tracing::warn!(
                     project_id,
                     rule_id = p.rule_id.as_deref().unwrap_or("<none>"),
-                    skipped = if p.fatal { "rule" } else { "part" },
+                    skipped = match (p.fatal, p.rule_id.is_some()) {
+                        (true, _) => "rule",
+                        (false, true) => "part",
+                        // a bound of the whole project: the rules past it
+                        (false, false) => "rules",
+                    },
                     problem = %p.message,
                     fix = %p.fix,
                     "unusable rule configuration"
@@ -410,12 +437,27 @@ impl RuleStore {
     }
 
     /// Appends a rule (JSON form; `_id` assigned when absent) to a project, creating the project document
-    /// when needed. Returns the rule id.
-    pub async fn add_rule(&self, project_id: &str, rule: &Value) -> Result<String, RulesError> {
+    /// when needed. Returns the rule id. A project that already holds `max_rules` rules is refused
+    /// ([`RulesError::OverLimit`]); the check and the append are two steps, so two concurrent appends can
+    /// pass it together — readers still evaluate only the first `max_rules`.
+    pub async fn add_rule(
+        &self,
+        project_id: &str,
+        rule: &Value,
+        max_rules: usize,
+    ) -> Result<String, RulesError> {
         let oid = parse_object_id("project id", project_id)?;
         let doc = rule_to_document(rule)?;
         let rule_id = doc.get_object_id("_id").map(|o| o.to_hex()).unwrap_or_default();
-        match self.find_project(oid).await? {
+        let existing = self.find_project(oid).await?;
+        let held = existing.as_ref().map_or(0, |d| notifications_of(d).len());
+        if held >= max_rules {
+            return Err(RulesError::OverLimit(format!(
+                "project {oid} already holds {held} rules, the limit is {max_rules} per project; remove a rule \
+                 first (`klaxon rules rm`), or raise --max-rules-per-project (KLAXON_MAX_RULES_PER_PROJECT)"
+            )));
+        }
+        match existing {
             Some(existing) if matches!(existing.get("notifications"), Some(Bson::Array(_)) | None) => {
                 self.update(oid, doc! {"$push": {"notifications": doc}}).await?;
             }

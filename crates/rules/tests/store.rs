@@ -25,12 +25,12 @@ async fn add_list_disable_enable_remove_round_trip() {
     let store = common::fresh_store().await;
     let p = project();
     let a = store
-        .add_rule(&p, &only_new_slack())
+        .add_rule(&p, &only_new_slack(), 100)
         .await
         .expect("add to a new project");
     let b = store
         .add_rule(&p, &json!({"isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 3, "thresholdPeriod": 60000,
-            "window": "sliding", "channels": {"webhook": {"isEnabled": true, "endpoint": "https://x.test/h", "minPeriod": 5}}}))
+            "window": "sliding", "channels": {"webhook": {"isEnabled": true, "endpoint": "https://x.test/h", "minPeriod": 5}}}), 100)
         .await
         .expect("add to an existing project");
     assert_ne!(a, b);
@@ -149,7 +149,10 @@ async fn one_bad_rule_is_reported_once_and_the_good_one_still_loads() {
 async fn import_replaces_existing_and_creates_missing_projects_and_export_matches() {
     let store = common::fresh_store().await;
     let existing = project();
-    let old = store.add_rule(&existing, &only_new_slack()).await.expect("add");
+    let old = store
+        .add_rule(&existing, &only_new_slack(), 100)
+        .await
+        .expect("add");
     let created = project();
     let file = json!([
         {"_id": existing, "notifications": [only_new_slack()]},
@@ -211,7 +214,7 @@ async fn unknown_project_has_no_rules_and_is_negatively_cached() {
 async fn five_sequential_and_a_hundred_concurrent_events_cost_one_query() {
     let store = common::fresh_store().await;
     let p = project();
-    store.add_rule(&p, &only_new_slack()).await.expect("add");
+    store.add_rule(&p, &only_new_slack(), 100).await.expect("add");
     let cache = RuleCache::new(store.clone(), Duration::from_secs(60));
     for _ in 0..5 {
         assert_eq!(cache.get(&p).await.expect("rules").rules.len(), 1);
@@ -219,7 +222,7 @@ async fn five_sequential_and_a_hundred_concurrent_events_cost_one_query() {
     assert_eq!(store.queries(), 1);
 
     let q = project();
-    store.add_rule(&q, &only_new_slack()).await.expect("add");
+    store.add_rule(&q, &only_new_slack(), 100).await.expect("add");
     let tasks: Vec<_> = (0..100)
         .map(|_| {
             let cache = cache.clone();
@@ -240,7 +243,7 @@ async fn five_sequential_and_a_hundred_concurrent_events_cost_one_query() {
 async fn ttl_expiry_and_invalidation_reload() {
     let store = common::fresh_store().await;
     let p = project();
-    let rid = store.add_rule(&p, &only_new_slack()).await.expect("add");
+    let rid = store.add_rule(&p, &only_new_slack(), 100).await.expect("add");
     let cache = RuleCache::new(store.clone(), Duration::from_millis(300));
     assert!(cache.get(&p).await.expect("rules").rules[0].enabled);
 
@@ -283,7 +286,7 @@ async fn mongodb_stopped_mid_test_keeps_serving_cached_rules() {
         .expect("own PoloDB");
     let p = project();
     let never_loaded = project();
-    store.add_rule(&p, &only_new_slack()).await.expect("add");
+    store.add_rule(&p, &only_new_slack(), 100).await.expect("add");
     let cache = RuleCache::new(store.clone(), Duration::from_millis(200))
         .with_error_retry(Duration::from_millis(100));
     let before: Arc<klaxon_core::ProjectRules> = cache.get(&p).await.expect("rules");
@@ -328,7 +331,7 @@ async fn a_stalled_server_fails_a_lookup_in_bounded_time() {
         .await
         .expect("own PoloDB");
     let p = project();
-    store.add_rule(&p, &only_new_slack()).await.expect("add");
+    store.add_rule(&p, &only_new_slack(), 100).await.expect("add");
     assert!(store.load(&p).await.expect("load").is_some());
     polo.signal("STOP");
     let started = std::time::Instant::now();
@@ -343,4 +346,78 @@ async fn a_stalled_server_fails_a_lookup_in_bounded_time() {
         took <= klaxon_rules::store::QUERY_TIMEOUT + Duration::from_secs(3),
         "bounded: {took:?}"
     );
+}
+
+/// A document over the rule limit, written straight into the collection the way Hawk would: the store reads
+/// the first `max_rules` (document order), reports the project once, never fails; `add_rule` refuses a project
+/// at the limit.
+#[tokio::test]
+async fn a_project_over_the_rule_limit_gives_its_first_rules_and_refuses_more() {
+    let store = common::fresh_store().await;
+    let projects = common::raw_projects(&store).await;
+    let p = ObjectId::new();
+    let rules: Vec<mongodb::bson::Document> = (0..7)
+        .map(|i| {
+            doc! {"_id": ObjectId::new(), "isEnabled": true, "whatToReceive": "ONLY_NEW", "including": [format!("r{i}")],
+                  "channels": {"slack": {"isEnabled": true, "endpoint": "https://hooks.slack.test/x", "minPeriod": 0}}}
+        })
+        .collect();
+    let ids: Vec<String> = rules
+        .iter()
+        .map(|d| d.get_object_id("_id").expect("id").to_hex())
+        .collect();
+    projects
+        .insert_one(doc! {"_id": p, "notifications": rules})
+        .await
+        .expect("insert");
+    let limits = klaxon_core::Limits::new(5, 1000, 50).expect("limits");
+    let loaded = store
+        .load_with(&p.to_hex(), &limits)
+        .await
+        .expect("load")
+        .expect("known");
+    assert_eq!(
+        loaded.rules.iter().map(|r| r.id.clone()).collect::<Vec<_>>(),
+        ids[..5],
+        "the first five, in document order"
+    );
+    assert_eq!(loaded.skipped, 2);
+    assert_eq!(loaded.problems.len(), 1, "{:?}", loaded.problems);
+    assert!(loaded.problems[0]
+        .message
+        .contains("7 rules, over the limit of 5"));
+    let reported = store.problems_reported();
+    store.load_with(&p.to_hex(), &limits).await.expect("load again");
+    assert_eq!(store.problems_reported(), reported, "reported once");
+    // The cache reads with its limits.
+    let cache = RuleCache::new(store.clone(), Duration::from_secs(60)).with_limits(limits);
+    assert_eq!(cache.get(&p.to_hex()).await.expect("rules").rules.len(), 5);
+    assert_eq!(
+        store
+            .load(&p.to_hex())
+            .await
+            .expect("load")
+            .expect("known")
+            .rules
+            .len(),
+        7,
+        "default limit 100"
+    );
+
+    let full = store
+        .add_rule(&p.to_hex(), &only_new_slack(), 7)
+        .await
+        .expect_err("at the limit");
+    assert!(
+        matches!(full, RulesError::OverLimit(_)) && !full.is_transient(),
+        "{full}"
+    );
+    assert!(
+        full.to_string().contains("already holds 7 rules, the limit is 7"),
+        "{full}"
+    );
+    store
+        .add_rule(&p.to_hex(), &only_new_slack(), 8)
+        .await
+        .expect("below the limit");
 }

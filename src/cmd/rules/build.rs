@@ -77,9 +77,22 @@ fn clean(list: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// A rule or an import over a per-project limit (`klaxon_core::Limits`): exit 1, not a usage error, and never
+/// stored, `--force` or not.
+#[derive(Debug)]
+pub(super) struct OverLimit(pub String);
+
+impl std::fmt::Display for OverLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for OverLimit {}
+
 /// Flags → a rule in Hawk's shape (no `_id`: the store assigns it), validated by the core exactly as the
-/// engine will read it.
-pub(super) fn build_rule(a: &AddArgs) -> anyhow::Result<RawRule> {
+/// engine will read it under `limits` (an email channel over the recipient limit is an [`OverLimit`]).
+pub(super) fn build_rule(a: &AddArgs, limits: &klaxon_core::Limits) -> anyhow::Result<RawRule> {
     klaxon_rules::format::parse_object_id("project id", &a.project)?;
     let mut rule = RawRule {
         is_enabled: Field::Typed(!a.disabled),
@@ -128,11 +141,39 @@ pub(super) fn build_rule(a: &AddArgs) -> anyhow::Result<RawRule> {
         id: Field::Typed(RuleId::Hex("000000000000000000000000".into())),
         ..rule.clone()
     };
-    match probe.validate() {
+    match probe.validate_with(limits) {
         Ok((_, problems)) if problems.is_empty() => Ok(rule),
+        Ok((_, problems)) if problems.iter().any(|p| p.limit) => {
+            Err(OverLimit(format!("nothing added, over a limit: {}", describe(&problems))).into())
+        }
         Ok((_, problems)) => bail!("{}", describe(&problems)),
         Err(p) => bail!("{} (fix: {})", p.message, p.fix),
     }
+}
+
+/// Says on stderr which endpoints of a rule just stored point to a loopback or private address (the senders
+/// refuse them unless `--allow-private-endpoints`). The rule is stored all the same.
+pub(super) fn warn_private_endpoints(project: &str, rule: &serde_json::Value) {
+    let file = serde_json::json!([{"_id": project, "notifications": [rule]}]).to_string();
+    if let Ok(projects) = parse_import(&file) {
+        warn_private(&projects);
+    }
+}
+
+fn warn_private(projects: &[ProjectNotifications]) {
+    let warnings = klaxon_api::bounds::private_endpoints(projects);
+    if warnings.is_empty() {
+        return;
+    }
+    let mut msg = String::new();
+    for (project, p) in &warnings {
+        let _ = writeln!(msg, "  project {project}: {p}");
+    }
+    eprintln!(
+        "warning: {} endpoint(s) on a loopback or private address (pass --allow-private-endpoints if this is \
+         meant):\n{msg}",
+        warnings.len()
+    );
 }
 
 fn describe(problems: &[RuleProblem]) -> String {
@@ -143,9 +184,14 @@ fn describe(problems: &[RuleProblem]) -> String {
         .join("; ")
 }
 
-/// Reads and validates an import file (`-` = stdin). Only what the engine cannot use (fatal problems)
-/// refuses it, unless `--force`; warnings are printed to stderr.
-pub(super) fn read_import(a: &ImportArgs) -> anyhow::Result<Vec<ProjectNotifications>> {
+/// Reads and validates an import file (`-` = stdin) under `limits`. What the engine cannot use (fatal
+/// problems) refuses it unless `--force`; a limit (too many rules in a project, an email channel over the
+/// recipient limit, keys MongoDB would read as operators or paths) refuses it whatever `--force` says, as an
+/// [`OverLimit`]. Warnings, and endpoints on private addresses, are printed to stderr.
+pub(super) fn read_import(
+    a: &ImportArgs,
+    limits: &klaxon_core::Limits,
+) -> anyhow::Result<Vec<ProjectNotifications>> {
     let text = if a.file == "-" {
         let mut s = String::new();
         std::io::stdin()
@@ -156,7 +202,20 @@ pub(super) fn read_import(a: &ImportArgs) -> anyhow::Result<Vec<ProjectNotificat
         std::fs::read_to_string(&a.file).with_context(|| format!("cannot read {}", a.file))?
     };
     let projects = parse_import(&text).with_context(|| format!("{}: nothing imported", a.file))?;
-    let problems = klaxon_rules::format::import_problems(&projects);
+    let problems = klaxon_rules::format::import_problems(&projects, limits);
+    let over: Vec<_> = problems.iter().filter(|(_, p)| p.limit).collect();
+    if !over.is_empty() {
+        let mut msg = String::new();
+        for (project, p) in &over {
+            let _ = writeln!(msg, "  project {project}: {p}");
+        }
+        return Err(OverLimit(format!(
+            "{}: {} problem(s) over a limit, nothing imported (a limit cannot be forced):\n{msg}",
+            a.file,
+            over.len()
+        ))
+        .into());
+    }
     // Import refuses only what the engine cannot use (fatal problems). A rule that is valid but cannot notify yet
     // (Hawk's default rule with every channel disabled) is stored, with a warning.
     let (problems, warnings): (Vec<_>, Vec<_>) = problems.into_iter().partition(|(_, p)| p.fatal);
@@ -181,6 +240,9 @@ pub(super) fn read_import(a: &ImportArgs) -> anyhow::Result<Vec<ProjectNotificat
                 problems.len()
             );
         }
+    }
+    if !a.allow_private_endpoints {
+        warn_private(&projects);
     }
     Ok(projects)
 }
@@ -207,6 +269,11 @@ mod tests {
             min_period: 0,
             disabled: false,
             json: false,
+            allow_private_endpoints: false,
+            limits: crate::cli::RuleLimitOpts {
+                max_rules_per_project: 100,
+                max_email_recipients: 50,
+            },
         }
     }
 
@@ -263,7 +330,7 @@ mod tests {
             ),
         ];
         for (args, want) in cases {
-            let rule = build_rule(&args).expect("valid flags");
+            let rule = build_rule(&args, &klaxon_core::Limits::default()).expect("valid flags");
             let value = serde_json::to_value(&rule).expect("json");
             assert_eq!(value.to_string(), want);
         }
@@ -304,8 +371,24 @@ mod tests {
             ),
         ];
         for (args, want) in cases {
-            let err = format!("{:#}", build_rule(&args).expect_err(want));
+            let err = build_rule(&args, &klaxon_core::Limits::default()).expect_err(want);
+            assert!(!err.is::<OverLimit>(), "{err:#}");
+            let err = format!("{err:#}");
             assert!(err.contains(want), "{err} should contain {want}");
         }
+        // Over a limit is not a usage error.
+        let many = (0..3).map(|i| format!("u{i}@x.io")).collect::<Vec<_>>().join(",");
+        let args = AddArgs {
+            email: Some(many),
+            ..add_args()
+        };
+        let limits = klaxon_core::Limits::new(100, 1000, 2).expect("limits");
+        let err = build_rule(&args, &limits).expect_err("3 of 2 recipients");
+        assert!(err.is::<OverLimit>(), "{err:#}");
+        assert!(
+            format!("{err:#}").contains("3 recipients, over the limit of 2"),
+            "{err:#}"
+        );
+        assert!(build_rule(&args, &klaxon_core::Limits::default()).is_ok());
     }
 }

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use klaxon_core::rule::Field;
-use klaxon_core::{ChannelKind, RawRule, RuleProblem, WhatToReceive};
+use klaxon_core::{ChannelKind, Limits, RawRule, RuleProblem, WhatToReceive};
 use klaxon_rules::format::{oids_to_hex, rule_problems};
 use klaxon_rules::{export_json, ProjectNotifications};
 use serde_json::{json, Value};
@@ -76,7 +76,7 @@ pub(super) fn rules(format: Format, rules: &[(&String, &Value)]) -> anyhow::Resu
             "PROJECT", "RULE", "ENABLED", "WHAT", "WINDOW", "CHANNELS", "FILTERS", "STATUS",
         ],
         |(p, r)| row(p, r).to_vec(),
-        |(p, r)| json!({"projectId": p, "rule": oids_to_hex((*r).clone()), "problems": rule_problems(r)}),
+        |(p, r)| json!({"projectId": p, "rule": oids_to_hex((*r).clone()), "problems": rule_problems(r, &Limits::default())}),
         "no rules",
     ))
 }
@@ -90,7 +90,13 @@ pub(super) fn check(format: Format, survey: &Survey) -> anyhow::Result<()> {
         ignored,
     } = survey;
     if format != Format::Table {
-        let problem = |(project, p): &(String, RuleProblem)| json!({"projectId": project, "ruleId": p.rule_id, "fatal": p.fatal, "problem": p.message, "fix": p.fix});
+        let problem = |(project, p): &(String, RuleProblem)| {
+            let mut v = json!({"projectId": project, "ruleId": p.rule_id, "fatal": p.fatal, "problem": p.message, "fix": p.fix});
+            if p.limit {
+                v["limit"] = json!(true);
+            }
+            v
+        };
         return output::emit(&output::list(format, found, &[], |_| Vec::new(), problem, ""));
     }
     let mut text = String::new();
@@ -105,11 +111,17 @@ pub(super) fn check(format: Format, survey: &Survey) -> anyhow::Result<()> {
         let _ = writeln!(text, "{rules_seen} rule(s) in {projects} project(s): no problems");
     } else {
         for (project, p) in found {
+            let whose = match (&p.rule_id, p.limit) {
+                (Some(id), _) => format!("project {project} rule {id}"),
+                // a bound of the whole project
+                (None, true) => format!("project {project}"),
+                (None, false) => format!("project {project} rule <no id>"),
+            };
             let _ = writeln!(
                 text,
-                "project {project} rule {}: {}{}\n  fix: {}",
-                p.rule_id.as_deref().unwrap_or("<no id>"),
+                "{whose}: {}{}{}\n  fix: {}",
                 if p.fatal { "[rule skipped] " } else { "" },
+                if p.limit { "[over a limit] " } else { "" },
                 p.message,
                 p.fix
             );

@@ -18,6 +18,7 @@ use super::{
     MAX_MIN_PERIOD_S, MAX_PERIOD_MS, MAX_THRESHOLD, MIN_PERIOD_MS,
 };
 use crate::filter::TitleFilter;
+use crate::limits::{email_recipients, Limits};
 
 /// One field of a stored document as read: absent, of the expected type, or some other JSON value.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -263,6 +264,7 @@ impl RawRule {
         let not_an_object = |message: String| RuleProblem {
             rule_id: None,
             fatal: true,
+            limit: false,
             message,
             fix: "store each rule of `notifications` as a document".into(),
         };
@@ -299,17 +301,25 @@ impl RawRule {
     /// [`super::MAX_PROBLEM_BYTES`]: messages quote the rule's own values (a bad `window`, a regex error), and
     /// those come from a tenant.
     pub fn validate(&self) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
-        match self.check() {
+        self.validate_with(&Limits::default())
+    }
+
+    /// [`RawRule::validate`] under the process's [`Limits`]: an email channel with more than
+    /// [`Limits::max_email_recipients`] addresses keeps the first ones (in the endpoint's order) and is reported
+    /// (a problem with `limit: true`, which writes refuse).
+    pub fn validate_with(&self, limits: &Limits) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
+        match self.check(limits) {
             Ok((rule, problems)) => Ok((rule, problems.into_iter().map(RuleProblem::bounded).collect())),
             Err(p) => Err(p.bounded()),
         }
     }
 
-    fn check(&self) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
+    fn check(&self, limits: &Limits) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
         let rule_id = self.id().map(str::to_owned);
         let fatal = |message: String, fix: &str| RuleProblem {
             rule_id: rule_id.clone(),
             fatal: true,
+            limit: false,
             message,
             fix: fix.to_owned(),
         };
@@ -438,6 +448,7 @@ impl RawRule {
         let warning = |message: String, fix: String| RuleProblem {
             rule_id: Some(id.clone()),
             fatal: false,
+            limit: false,
             message,
             fix,
         };
@@ -487,9 +498,22 @@ impl RawRule {
                     }
                 }
             };
+            let endpoint = match kind {
+                ChannelKind::Email => {
+                    let recipients: Vec<&str> = email_recipients(endpoint).collect();
+                    match limits.recipients_problem(&id, recipients.len()) {
+                        Some(p) => {
+                            problems.push(p);
+                            recipients[..limits.max_email_recipients].join(",")
+                        }
+                        None => endpoint.to_owned(),
+                    }
+                }
+                _ => endpoint.to_owned(),
+            };
             channels.push(ChannelConfig {
                 kind,
-                endpoint: endpoint.to_owned(),
+                endpoint,
                 min_period_s,
             });
         }
