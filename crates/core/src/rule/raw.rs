@@ -14,10 +14,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::{
-    ChannelConfig, ChannelKind, CompiledRule, RuleProblem, WhatToReceive, Window, LEGACY_ALL_PERIOD_MS,
-    MAX_MIN_PERIOD_S, MAX_PERIOD_MS, MAX_THRESHOLD, MIN_PERIOD_MS,
+    ChannelConfig, ChannelKind, CompiledRule, RuleDefaults, RuleProblem, WhatToReceive, Window,
+    LEGACY_ALL_PERIOD_MS, MAX_MIN_PERIOD_S, MAX_PERIOD_MS, MAX_THRESHOLD, MIN_PERIOD_MS,
 };
-use crate::filter::TitleFilter;
+use crate::filter::{Case, TitleFilter};
 
 /// One field of a stored document as read: absent, of the expected type, or some other JSON value.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -239,6 +239,10 @@ pub struct RawRule {
     /// Words, any of which must appear.
     #[serde(default, skip_serializing_if = "Field::is_missing")]
     pub including: Field<Vec<String>>,
+    /// Klaxon extension: `true` compares `including` words case-sensitively (Hawk's notifier), `false`
+    /// case-insensitively; absent = the process's `--including-case`.
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub including_case_sensitive: Field<bool>,
     /// Words, none of which may appear.
     #[serde(default, skip_serializing_if = "Field::is_missing")]
     pub excluding: Field<Vec<String>>,
@@ -299,13 +303,22 @@ impl RawRule {
     /// [`super::MAX_PROBLEM_BYTES`]: messages quote the rule's own values (a bad `window`, a regex error), and
     /// those come from a tenant.
     pub fn validate(&self) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
-        match self.check() {
+        self.validate_with(&RuleDefaults::default())
+    }
+
+    /// [`RawRule::validate`] with the process's defaults for what the rule leaves unset
+    /// (`--including-case`).
+    pub fn validate_with(
+        &self,
+        defaults: &RuleDefaults,
+    ) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
+        match self.check(defaults) {
             Ok((rule, problems)) => Ok((rule, problems.into_iter().map(RuleProblem::bounded).collect())),
             Err(p) => Err(p.bounded()),
         }
     }
 
-    fn check(&self) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
+    fn check(&self, defaults: &RuleDefaults) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
         let rule_id = self.id().map(str::to_owned);
         let fatal = |message: String, fix: &str| RuleProblem {
             rule_id: rule_id.clone(),
@@ -426,13 +439,34 @@ impl RawRule {
         let excluding = list(&self.excluding, "excluding")?;
         let including_patterns = list(&self.including_patterns, "includingPatterns")?;
         let excluding_patterns = list(&self.excluding_patterns, "excludingPatterns")?;
-        let filter = TitleFilter::new(&including, &excluding, &including_patterns, &excluding_patterns)
-            .map_err(|e| {
-                fatal(
-                    e.to_string(),
-                    "fix the pattern (Rust `regex` syntax, no look-around or backreferences)",
-                )
-            })?;
+        let including_case = match &self.including_case_sensitive {
+            Field::Typed(true) => Case::Sensitive,
+            Field::Typed(false) => Case::Insensitive,
+            f if f.is_unset() => defaults.including_case,
+            other => {
+                return Err(fatal(
+                    format!(
+                        "`includingCaseSensitive` must be a boolean, got {}",
+                        other.to_json()
+                    ),
+                    "set `includingCaseSensitive` to true (Hawk's case-sensitive `including`) or false, or leave \
+                     it out for the process's --including-case",
+                ))
+            }
+        };
+        let filter = TitleFilter::new(
+            &including,
+            including_case,
+            &excluding,
+            &including_patterns,
+            &excluding_patterns,
+        )
+        .map_err(|e| {
+            fatal(
+                e.to_string(),
+                "fix the pattern (Rust `regex` syntax, no look-around or backreferences)",
+            )
+        })?;
 
         let mut problems = Vec::new();
         let warning = |message: String, fix: String| RuleProblem {
@@ -603,6 +637,11 @@ mod tests {
             ),
             ("window", json!("hopping"), "unknown `window` \"hopping\""),
             ("uniqueUsers", json!(1), "`uniqueUsers` must be a boolean, got 1"),
+            (
+                "includingCaseSensitive",
+                json!("yes"),
+                "`includingCaseSensitive` must be a boolean, got \"yes\"",
+            ),
             ("including", json!("db"), "`including` must be a list of strings"),
             (
                 "excluding",
@@ -655,6 +694,7 @@ mod tests {
             "window",
             "uniqueUsers",
             "including",
+            "includingCaseSensitive",
             "excludingPatterns",
         ] {
             let raw = RawRule::from_value(&with(field, Value::Null)).expect("object");
@@ -662,6 +702,36 @@ mod tests {
         }
         let raw = RawRule::from_value(&with("isEnabled", Value::Null)).expect("object");
         assert!(!raw.validate().expect("usable").0.enabled);
+    }
+
+    /// `includingCaseSensitive` on the rule wins; without it the process's default (`--including-case`) applies.
+    #[test]
+    fn including_case_comes_from_the_rule_or_the_process() {
+        use crate::filter::Title;
+        let title = Title::new("typeerror: x is undefined");
+        // (the rule's field, the process default, whether `including: ["TypeError"]` matches the lowercase title)
+        let cases = [
+            (None, Case::Insensitive, true),
+            (None, Case::Sensitive, false),
+            (Some(true), Case::Insensitive, false),
+            (Some(true), Case::Sensitive, false),
+            (Some(false), Case::Sensitive, true),
+            (Some(false), Case::Insensitive, true),
+        ];
+        for (field, default, matches) in cases {
+            let mut doc = with("including", json!(["TypeError"]));
+            if let Some(b) = field {
+                doc["includingCaseSensitive"] = json!(b);
+            }
+            let raw = RawRule::from_value(&doc).expect("object");
+            let defaults = RuleDefaults {
+                including_case: default,
+            };
+            let (rule, _) = raw.validate_with(&defaults).expect("usable");
+            assert_eq!(rule.filter.matches(&title), matches, "{field:?} {default:?}");
+            // and the document is written back as it was read
+            assert_eq!(serde_json::to_value(&raw).expect("json"), doc);
+        }
     }
 
     #[test]
