@@ -3,7 +3,7 @@
 //! state comes from [`WindowCounter::peek`], which reads and never counts.
 
 use klaxon_core::notification::rfc3339_ms;
-use klaxon_core::{parse_rule_value, Event, Skip, Title, Want, Window};
+use klaxon_core::{parse_rule_value_with, Event, RuleDefaults, Skip, Title, Want, Window};
 use klaxon_counter::{CounterError, Hit, HitSpec, Peek, WindowCounter};
 use serde_json::{json, Map, Value};
 
@@ -221,13 +221,14 @@ pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> Verdict {
     }
 }
 
-/// Explains every stored rule of a project for `event` (`notifications` in their JSON form). Reads Redis,
-/// never writes. A rule that counts the event while one of `mutes` matches it is `muted` (counted, not
-/// delivered).
+/// Explains every stored rule of a project for `event` (`notifications` in their JSON form, compiled with
+/// `defaults` as the worker compiles them). Reads Redis, never writes. A rule that counts the event while one of
+/// `mutes` matches it is `muted` (counted, not delivered).
 pub async fn explain(
     counter: &WindowCounter,
     project_id: &str,
     notifications: &[Value],
+    defaults: &RuleDefaults,
     mutes: &[klaxon_core::mute::Mute],
     event: &Event,
 ) -> Result<Vec<Verdict>, CounterError> {
@@ -235,7 +236,7 @@ pub async fn explain(
     let mut out: Vec<Option<Verdict>> = Vec::with_capacity(notifications.len());
     let mut pending: Vec<(usize, String, Want, Hit)> = Vec::new();
     for n in notifications {
-        match parse_rule_value(n) {
+        match parse_rule_value_with(n, defaults) {
             Err(p) => {
                 let id = p.rule_id.clone().unwrap_or_else(|| "?".into());
                 out.push(Some(Verdict::new(

@@ -72,6 +72,8 @@ pub struct ApiConfig {
     /// The rule store (rules and the delivery trail), connected on first use to `mongo_url`. Share the cell
     /// with the rest of the process so that it has one MongoDB client; a fresh one when nothing else uses it.
     pub rule_store: Arc<OnceCell<RuleStore>>,
+    /// The process's defaults for what rules leave unset (`--including-case`), for a store this API connects.
+    pub rule_defaults: klaxon_core::RuleDefaults,
 }
 
 impl std::fmt::Debug for ApiConfig {
@@ -299,7 +301,11 @@ impl Api {
         let c = &self.0.config;
         self.0
             .store
-            .get_or_try_init(|| RuleStore::connect(&c.mongo_url, &c.mongo_db))
+            .get_or_try_init(|| async {
+                RuleStore::connect(&c.mongo_url, &c.mongo_db)
+                    .await
+                    .map(|s| s.with_rule_defaults(c.rule_defaults))
+            })
             .await
     }
 
@@ -531,9 +537,17 @@ impl Api {
             ));
         };
         let (counter, mutes) = self.active_mutes(project_id).await?;
-        explain::explain(&counter, project_id, &project.notifications, &mutes, event)
-            .await
-            .map_err(|e| ApiError::unavailable("Redis", e))
+        let defaults = store.rule_defaults();
+        explain::explain(
+            &counter,
+            project_id,
+            &project.notifications,
+            &defaults,
+            &mutes,
+            event,
+        )
+        .await
+        .map_err(|e| ApiError::unavailable("Redis", e))
     }
 
     /// Tells every process that `project_id`'s rules changed; a failure only means they refresh on their TTL.
