@@ -2,7 +2,7 @@
 //! (`metrics::counter!(name, "channel" => …).increment(1)`); this module installs the process's one
 //! recorder ([`Metrics::install`]), describes every metric ([`DESCRIBED`], the HELP texts), registers the
 //! unlabeled ones at 0 and renders `/metrics`. Names are `klaxon_<noun>_<verb>_total`; labels are low-cardinality
-//! (channel, outcome, window, state), never ids, titles or recipients.
+//! (channel, outcome, window, state, reason), never ids, titles or recipients.
 
 use std::sync::OnceLock;
 use std::time::Duration;
