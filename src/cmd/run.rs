@@ -157,15 +157,15 @@ const RUN_EXAMPLES: &str = "\
 Examples:
   klaxon run                                          # evaluate + deliver against local services
   KLAXON_SMTP_URL=smtp://127.0.0.1:2525 klaxon run --http-addr 0.0.0.0:9464
-  klaxon run --output hawk --events-queue notifier    # replace Hawk's notifier, keep Hawk's senders
-  klaxon run --output shadow                          # evaluate and record, send nothing (docs/hawk.md)
+  KLAXON_MONGO_DB=hawk klaxon run --output hawk --events-queue notifier   # Hawk's rules; keep Hawk's senders
+  KLAXON_MONGO_DB=hawk klaxon run --output shadow --events-queue notifier # record, send nothing (docs/hawk.md)
   klaxon run --rules-ttl 5m --dedup-ttl 7d --breaker-open 1m";
 
 const WORKER_EXAMPLES: &str = "\
 Examples:
   klaxon worker                                       # evaluate only; run `klaxon sender` beside it
   klaxon worker --batch-max 64 --batch-wait-ms 5ms --rules-ttl 2m
-  klaxon worker --output hawk --events-queue notifier";
+  klaxon worker --output hawk --events-queue notifier --mongo-db hawk   # Hawk's accounts database";
 
 const SENDER_EXAMPLES: &str = "\
 Examples:
