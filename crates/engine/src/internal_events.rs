@@ -50,8 +50,8 @@ impl EventsUnmatched<'_> {
             tracing::info!(
                 project = %self.project, reason = self.reason.as_str(), events = self.events,
                 database = %self.database, hint = self.reason.hint(),
-                "events not evaluated: no rule can fire for this project (logged once per project per {} min)",
-                UNMATCHED_LOG_INTERVAL.as_secs() / 60
+                logged_every_min = UNMATCHED_LOG_INTERVAL.as_secs() / 60,
+                "events not evaluated: no rule can fire for this project"
             );
         }
     }
