@@ -3,6 +3,7 @@
 mod cli;
 mod cmd;
 mod exit;
+mod log_filter;
 mod output;
 
 use std::io::Write as _;
@@ -23,6 +24,8 @@ fn default_filter(command: &cli::Command) -> &'static str {
 }
 
 fn init_tracing(format: &str, default: &str) {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("KLAXON_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
@@ -33,10 +36,16 @@ fn init_tracing(format: &str, default: &str) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .log_internal_errors(false);
+    // lapin's own ERROR line for a refused queue declare repeats an error Klaxon handles (see log_filter)
     if format == "json" {
-        builder.json().flatten_event(true).init();
+        builder
+            .json()
+            .flatten_event(true)
+            .finish()
+            .with(log_filter::QuietDeclareRefusals)
+            .init();
     } else {
-        builder.init();
+        builder.finish().with(log_filter::QuietDeclareRefusals).init();
     }
 }
 

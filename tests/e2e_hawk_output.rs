@@ -1,7 +1,8 @@
 //! `--output hawk` end to end: the real `klaxon run` publishes Hawk's sender tasks to `sender/<channel>`, and
 //! the tasks are compared field by field with what Hawk's notifier publishes (`workers/notifier/src/index.ts`:
-//! `addTask("sender/<channel>", {type: "event", payload: {projectId, ruleId, events: [{key, count}]}})`, the
-//! queue asserted durable by Hawk's `lib/worker.ts`).
+//! `addTask("sender/<channel>", {type: "event", payload: {projectId, ruleId, events: [{key, count,
+//! repetitionId}]}})`, `repetitionId` copied from the grouper's task, so `null` when the event has none; the queue
+//! asserted durable by Hawk's `lib/worker.ts`).
 //!
 //! `sender/<channel>` names are global (not namespaced) on the broker, so this file keeps to one test and
 //! keeps only the tasks of its own project.
@@ -56,7 +57,7 @@ fn keys(v: &Value) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
-/// Hawk's shape, strictly: no field more, none less.
+/// Hawk's shape, strictly: no field more, none less (`repetitionId` always there, a string or `null`).
 fn assert_hawk_shape(t: &Value) {
     assert_eq!(keys(t), BTreeSet::from(["type".into(), "payload".into()]), "{t}");
     assert_eq!(
@@ -65,13 +66,16 @@ fn assert_hawk_shape(t: &Value) {
         "{t}"
     );
     for e in t["payload"]["events"].as_array().expect("events") {
-        let k = keys(e);
-        assert!(
-            k == BTreeSet::from(["key".into(), "count".into()])
-                || k == BTreeSet::from(["key".into(), "count".into(), "repetitionId".into()]),
+        assert_eq!(
+            keys(e),
+            BTreeSet::from(["key".into(), "count".into(), "repetitionId".into()]),
             "{t}"
         );
         assert!(e["key"].is_string() && e["count"].is_u64(), "{t}");
+        assert!(
+            e["repetitionId"].is_string() || e["repetitionId"].is_null(),
+            "{t}"
+        );
     }
 }
 
@@ -147,10 +151,12 @@ async fn hawk_output_publishes_hawks_sender_tasks_with_leading_edge_digests() {
     assert_eq!(first[0].body, expect_a);
     assert!(first[0].persistent);
 
+    // b as the grouper sends a first occurrence (`"repetitionId": null`), c without the field at all
     env.ok(&["publish", "--body", &event(&project, &title, &b, None)]);
-    env.ok(&["publish", "--body", &event(&project, &title, &c, None)]);
+    let without = json!({"projectId": project, "event": {"title": title, "groupHash": c, "isNew": false}});
+    env.ok(&["publish", "--body", &without.to_string()]);
 
-    // telegram (minPeriod 0): one `event` task per firing, repetitionId omitted when absent
+    // telegram (minPeriod 0): one `event` task per firing, `"repetitionId": null` when the event has none
     let tg = take(&mut telegram, &project, 3, T).await;
     assert_eq!(tg.len(), 3, "log:\n{}", k.logs());
     for t in &tg {
@@ -169,7 +175,7 @@ async fn hawk_output_publishes_hawks_sender_tasks_with_leading_edge_digests() {
         assert_eq!(
             v,
             &json!({"type": "event", "payload": {"projectId": project, "ruleId": rule,
-                "events": [{"key": key, "count": 1}]}})
+                "events": [{"key": key, "count": 1, "repetitionId": null}]}})
         );
     }
 
@@ -181,7 +187,7 @@ async fn hawk_output_publishes_hawks_sender_tasks_with_leading_edge_digests() {
     assert_eq!(
         digest[0].body,
         json!({"type": "several-events", "payload": {"projectId": project, "ruleId": rule,
-            "events": [{"key": b, "count": 1}, {"key": c, "count": 1}]}})
+            "events": [{"key": b, "count": 1, "repetitionId": null}, {"key": c, "count": 1, "repetitionId": null}]}})
     );
     assert!(
         take(&mut slack, &project, 1, Duration::from_secs(3))

@@ -35,28 +35,6 @@ async fn name_project(env: &Env, project: &str, name: &str) {
     );
 }
 
-/// Decodes quoted-printable soft line breaks and `=XX` escapes (enough for the sink's raw messages).
-fn qp_decode(raw: &str) -> String {
-    let raw = raw.replace("=\r\n", "").replace("=\n", "");
-    let bytes = raw.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
-        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'=', Some(b)) => {
-                out.push(b);
-                i += 3;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_channel_shows_the_project_name_a_link_and_the_window_in_words() {
     let hooks = HttpSink::start().await.expect("sink");
@@ -127,7 +105,7 @@ async fn every_channel_shows_the_project_name_a_link_and_the_window_in_words() {
     .unwrap_or_default();
     assert_eq!(mail.len(), 1, "email; log:\n{}", k.logs());
     // Headers are folded and the parts quoted-printable: unfold and decode before looking.
-    let raw = qp_decode(&mail[0].replace("\r\n ", " "));
+    let raw = common::qp_decode(&mail[0].replace("\r\n ", " "));
     assert!(
         raw.contains(&format!("5 times in the last hour in {name}")),
         "{raw}"

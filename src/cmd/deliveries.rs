@@ -38,7 +38,8 @@ pub struct ListArgs {
     /// Only this project (24-hex id).
     #[arg(long)]
     pub project: Option<String>,
-    /// Only notifications whose latest state is this: sent, retrying or dead.
+    /// Only notifications whose latest state is this: sent, retrying, dead or shadow (recorded by `--output
+    /// shadow`, not sent).
     #[arg(long)]
     pub status: Option<Status>,
     /// At most this many notifications.

@@ -40,6 +40,15 @@ pub struct ExplainArgs {
     pub rule_limits: RuleLimitOpts,
     #[command(flatten, next_help_heading = "Limits per project")]
     pub mute_limits: MuteLimitOpts,
+    /// How `including` words compare when a rule has no `includingCaseSensitive`, as the workers' own
+    /// `--including-case` (set the same value, e.g. through the same KLAXON_INCLUDING_CASE).
+    #[arg(
+        long,
+        env = "KLAXON_INCLUDING_CASE",
+        default_value = "insensitive",
+        value_name = "CASE"
+    )]
+    pub including_case: klaxon_core::Case,
     /// `-o json` prints the API's answer, `{"rules": [...]}`; `-o ndjson` one verdict per line.
     #[command(flatten)]
     pub output: OutputArgs,
@@ -75,6 +84,9 @@ pub async fn run(args: ExplainArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
         &counter,
         &project.project_id,
         &project.notifications,
+        &klaxon_core::RuleDefaults {
+            including_case: args.including_case,
+        },
         &mutes,
         &event,
         &limits,

@@ -44,10 +44,20 @@ pub struct ProcessOpts {
 /// The evaluating side: consume events, count, publish notification tasks (`run`, `worker`).
 #[derive(Debug, Args)]
 pub struct EvaluateOpts {
-    /// Where notifications go: `klaxon` (this program's senders deliver them) or `hawk` (Hawk's sender tasks
-    /// on `sender/<channel>`, for Hawk's sender workers; `run` then starts no senders).
+    /// Where notifications go: `klaxon` (this program's senders deliver them), `hawk` (Hawk's sender tasks
+    /// on `sender/<channel>`, for Hawk's sender workers) or `shadow` (evaluate and count, record what would be
+    /// sent in the delivery trail with status `shadow`, send nothing); `run` starts senders for `klaxon` only.
     #[arg(long, env = "KLAXON_OUTPUT", default_value = "klaxon")]
     pub output: klaxon_engine::output::Output,
+    /// How `including` words compare with titles when a rule has no `includingCaseSensitive`: `insensitive`
+    /// (Klaxon's default) or `sensitive` (Hawk's notifier, for a faithful cut-over).
+    #[arg(
+        long,
+        env = "KLAXON_INCLUDING_CASE",
+        default_value = "insensitive",
+        value_name = "CASE"
+    )]
+    pub including_case: klaxon_core::Case,
     /// Unacked events a worker may hold.
     #[arg(long, env = "KLAXON_PREFETCH", default_value_t = 512)]
     pub prefetch: u16,
@@ -149,14 +159,15 @@ const RUN_EXAMPLES: &str = "\
 Examples:
   klaxon run                                          # evaluate + deliver against local services
   KLAXON_SMTP_URL=smtp://127.0.0.1:2525 klaxon run --http-addr 0.0.0.0:9464
-  klaxon run --output hawk --events-queue notifier    # replace Hawk's notifier, keep Hawk's senders
+  KLAXON_MONGO_DB=hawk klaxon run --output hawk --events-queue notifier   # Hawk's rules; keep Hawk's senders
+  KLAXON_MONGO_DB=hawk klaxon run --output shadow --events-queue notifier # record, send nothing (docs/hawk.md)
   klaxon run --rules-ttl 5m --dedup-ttl 7d --breaker-open 1m";
 
 const WORKER_EXAMPLES: &str = "\
 Examples:
   klaxon worker                                       # evaluate only; run `klaxon sender` beside it
   klaxon worker --batch-max 64 --batch-wait-ms 5ms --rules-ttl 2m
-  klaxon worker --output hawk --events-queue notifier";
+  klaxon worker --output hawk --events-queue notifier --mongo-db hawk   # Hawk's accounts database";
 
 const SENDER_EXAMPLES: &str = "\
 Examples:
@@ -299,10 +310,15 @@ async fn shared_store(
     cell: &tokio::sync::OnceCell<RuleStore>,
     mongo_url: &str,
     mongo_db: &str,
+    defaults: klaxon_core::RuleDefaults,
 ) -> Result<RuleStore, klaxon_rules::RulesError> {
-    cell.get_or_try_init(|| RuleStore::connect(mongo_url, mongo_db))
-        .await
-        .cloned()
+    cell.get_or_try_init(|| async {
+        RuleStore::connect(mongo_url, mongo_db)
+            .await
+            .map(|s| s.with_rule_defaults(defaults))
+    })
+    .await
+    .cloned()
 }
 
 /// Retries `connect` with a jittered, capped backoff until it succeeds or shutdown begins.
@@ -365,18 +381,23 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
     let process = &plan.process;
     // Validate everything before connecting to anything.
     let topology = Topology::new(&global.namespace, &global.events_queue(), process.queue_type);
-    let hawk_output = plan
-        .evaluate
-        .as_ref()
-        .is_some_and(|e| e.output == klaxon_engine::output::Output::Hawk);
+    // `--output hawk` and `--output shadow` deliver nothing themselves
+    let no_senders = plan.evaluate.as_ref().is_some_and(|e| !e.output.needs_senders());
+    let rule_defaults = klaxon_core::RuleDefaults {
+        including_case: plan
+            .evaluate
+            .as_ref()
+            .map(|e| e.including_case)
+            .unwrap_or_default(),
+    };
     if let Some(e) = &plan.evaluate {
         ensure_usage!(e.batch_max >= 1, "--batch-max must be at least 1");
         ensure_usage!(e.prefetch >= 1, "--prefetch must be at least 1");
     }
     let limits = crate::cli::limits(Some(&plan.limits.rules), Some(&plan.limits.mutes))?;
-    // `run --output hawk` publishes Hawk's sender tasks and starts no senders of its own.
+    // `run --output hawk` publishes Hawk's sender tasks and starts no senders of its own; neither does shadow mode.
     let send = match plan.send {
-        Some(send) if !hawk_output => {
+        Some(send) if !no_senders => {
             let channels = send.deliver.delivery.channels()?;
             let schedule = validate_send(&send)?;
             Some((send, channels, schedule))
@@ -406,6 +427,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
         token: api_token.clone(),
         rule_store: rule_store.clone(),
         webhook_keys: crate::cli::webhook_keys()?,
+        rule_defaults,
     });
     let http = klaxon_engine::ops_server::serve(
         process.http_addr,
@@ -438,7 +460,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
         };
         let mongo_db = global.mongo_db();
         let Some(store) = connect_with_retry("mongodb", &shutdown, || {
-            shared_store(&rule_store, &global.mongo_url, &mongo_db)
+            shared_store(&rule_store, &global.mongo_url, &mongo_db, rule_defaults)
         })
         .await
         else {
@@ -453,6 +475,22 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
             shutdown.clone(),
         ));
         mongo = Some(store.clone());
+        // Shadow mode records what it would have sent in the delivery trail (the senders' collection).
+        let trail = if evaluate.output == klaxon_engine::output::Output::Shadow {
+            let store = store.clone();
+            let (trail, task) = Trail::start(
+                async move { Some(store) },
+                klaxon_rules::trail::DEFAULT_TRAIL_TTL,
+                shutdown.clone(),
+            );
+            tracker.spawn(async move {
+                let _ = task.await;
+            });
+            tracing::info!("shadow mode: notifications are recorded in the delivery trail, never sent");
+            trail
+        } else {
+            Trail::disabled()
+        };
         let rules = RuleCache::new(store, evaluate.rules_ttl).with_limits(limits);
         tracker.spawn(klaxon_api::invalidation::subscribe(
             global.redis_url.clone(),
@@ -481,6 +519,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
                 batch_wait: evaluate.batch_wait_ms,
             },
             output: evaluate.output,
+            trail: trail.clone(),
         };
         let digest_deps = klaxon_engine::digest::DigestDeps {
             amqp_url: global.amqp_url.clone(),
@@ -488,6 +527,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
             digests: klaxon_counter::Digests::new(deps.counter.redis().clone(), &global.namespace),
             prefetch: 16,
             output: evaluate.output,
+            trail,
             // test builds only: the end-to-end crash-between-claim-and-publish test sets the variable
             #[cfg(feature = "fault-injection")]
             faults: klaxon_engine::digest::Faults {
@@ -521,7 +561,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
                     (global.mongo_url.clone(), global.mongo_db(), plan.names_ttl);
                 tracker.spawn(async move {
                     if let Some(store) = connect_with_retry("mongodb", &shutdown, || {
-                        shared_store(&rule_store, &mongo_url, &mongo_db)
+                        shared_store(&rule_store, &mongo_url, &mongo_db, rule_defaults)
                     })
                     .await
                     {

@@ -291,3 +291,25 @@ pub fn non_loopback_ip() -> Option<std::net::IpAddr> {
     let ip = s.local_addr().ok()?.ip();
     (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
 }
+
+/// Decodes quoted-printable soft line breaks and `=XX` escapes (enough for the sink's raw messages).
+pub fn qp_decode(raw: &str) -> String {
+    let raw = raw.replace("=\r\n", "").replace("=\n", "");
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'=', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}

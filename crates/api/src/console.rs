@@ -618,7 +618,7 @@ async fn projects_page(
         Ok(h) => (h, None),
         Err(e) => (BTreeMap::new(), Some(e.message)),
     };
-    let zero = json!({"firings": 0, "sent": 0, "retrying": 0, "dead": 0});
+    let zero = json!({"firings": 0, "sent": 0, "retrying": 0, "dead": 0, "shadow": 0});
     // The busiest projects of the last hour first, then the newest (an ObjectId starts with its creation
     // time), so that what needs a look is on the page however many projects the store holds.
     let firings = |p: &klaxon_rules::ProjectNotifications| {
@@ -648,9 +648,9 @@ async fn projects_page(
         })
         .collect();
     let total = hour_rows.values().fold(
-        json!({"firings": 0, "sent": 0, "retrying": 0, "dead": 0}),
+        json!({"firings": 0, "sent": 0, "retrying": 0, "dead": 0, "shadow": 0}),
         |mut acc, v| {
-            for k in ["firings", "sent", "retrying", "dead"] {
+            for k in ["firings", "sent", "retrying", "dead", "shadow"] {
                 acc[k] = json!(acc[k].as_u64().unwrap_or(0) + v[k].as_u64().unwrap_or(0));
             }
             acc
@@ -728,7 +728,7 @@ fn hour_counts(records: &[klaxon_rules::trail::Record], since: i64) -> BTreeMap<
     for r in records {
         let row = out
             .entry(r.project_id.clone())
-            .or_insert_with(|| json!({"firings": 0, "sent": 0, "retrying": 0, "dead": 0}));
+            .or_insert_with(|| json!({"firings": 0, "sent": 0, "retrying": 0, "dead": 0, "shadow": 0}));
         let k = r.status.as_str();
         row[k] = json!(row[k].as_u64().unwrap_or(0) + 1);
         if r.fired_at_ms >= since {
@@ -1663,7 +1663,7 @@ mod tests {
             .expect("valid")
             .expect("some");
         let page = |keys: Option<&SigningKeys>| {
-            let mut view = rule_view(&rule);
+            let mut view = rule_view(&rule, &klaxon_core::Limits::default());
             add_signing_secret(&mut view, &rule, p, keys);
             let r = render(
                 StatusCode::OK,
@@ -1767,8 +1767,14 @@ mod tests {
             rec("b", "n4", Status::Sent, 1_900),
         ];
         let c = hour_counts(&records, 1_000);
-        assert_eq!(c["a"], json!({"firings": 2, "sent": 2, "retrying": 1, "dead": 1}));
-        assert_eq!(c["b"], json!({"firings": 1, "sent": 1, "retrying": 0, "dead": 0}));
+        assert_eq!(
+            c["a"],
+            json!({"firings": 2, "sent": 2, "retrying": 1, "dead": 1, "shadow": 0})
+        );
+        assert_eq!(
+            c["b"],
+            json!({"firings": 1, "sent": 1, "retrying": 0, "dead": 0, "shadow": 0})
+        );
         assert_eq!(c.len(), 2);
     }
 

@@ -3,7 +3,7 @@
 //! state comes from [`WindowCounter::peek`], which reads and never counts.
 
 use klaxon_core::notification::rfc3339_ms;
-use klaxon_core::{parse_rule_value_with, Event, Limits, Skip, Title, Want, Window};
+use klaxon_core::{parse_rule_value_with, Event, Limits, RuleDefaults, Skip, Title, Want, Window};
 use klaxon_counter::{CounterError, Hit, HitSpec, Peek, WindowCounter};
 use serde_json::{json, Map, Value};
 
@@ -222,13 +222,14 @@ pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> Verdict {
 }
 
 /// Explains every stored rule of a project for `event` (`notifications` in their JSON form), read under
-/// `limits` as the worker reads them: the rules past [`Limits::max_rules`] are `invalid` (not evaluated).
-/// Reads Redis, never writes. A rule that counts the event while one of `mutes` matches it is `muted`
-/// (counted, not delivered).
+/// `limits` and compiled with `defaults` as the worker reads them: the rules past [`Limits::max_rules`] are
+/// `invalid` (not evaluated). Reads Redis, never writes. A rule that counts the event while one of `mutes`
+/// matches it is `muted` (counted, not delivered).
 pub async fn explain(
     counter: &WindowCounter,
     project_id: &str,
     notifications: &[Value],
+    defaults: &RuleDefaults,
     mutes: &[klaxon_core::mute::Mute],
     event: &Event,
     limits: &Limits,
@@ -255,7 +256,7 @@ pub async fn explain(
         })
         .collect();
     for n in read {
-        match parse_rule_value_with(n, limits) {
+        match parse_rule_value_with(n, limits, defaults) {
             Err(p) => {
                 let id = p.rule_id.clone().unwrap_or_else(|| "?".into());
                 out.push(Some(Verdict::new(

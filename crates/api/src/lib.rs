@@ -81,6 +81,8 @@ pub struct ApiConfig {
     /// The webhook master keys (`KLAXON_WEBHOOK_SECRET`, `…_PREVIOUS`): the API and the console show each
     /// (project, endpoint)'s signing secret derived from them. `None`: webhooks are unsigned.
     pub webhook_keys: Option<klaxon_channels::webhook::SigningKeys>,
+    /// The process's defaults for what rules leave unset (`--including-case`), for a store this API connects.
+    pub rule_defaults: klaxon_core::RuleDefaults,
 }
 
 impl std::fmt::Debug for ApiConfig {
@@ -315,7 +317,11 @@ impl Api {
         let c = &self.0.config;
         self.0
             .store
-            .get_or_try_init(|| RuleStore::connect(&c.mongo_url, &c.mongo_db))
+            .get_or_try_init(|| async {
+                RuleStore::connect(&c.mongo_url, &c.mongo_db)
+                    .await
+                    .map(|s| s.with_rule_defaults(c.rule_defaults))
+            })
             .await
     }
 
@@ -590,10 +596,12 @@ impl Api {
             ));
         };
         let (counter, mutes) = self.active_mutes(project_id).await?;
+        let defaults = store.rule_defaults();
         explain::explain(
             &counter,
             project_id,
             &project.notifications,
+            &defaults,
             &mutes.mutes,
             event,
             &self.0.config.limits,

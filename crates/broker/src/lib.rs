@@ -11,6 +11,17 @@
 //! <ns>.digest.flush         ← "close this digest window" messages, scheduled through the delay engine
 //! <ns>.delay.L0 … L19       ← the delay engine (see [`delay`]): every delayed message in Klaxon waits here
 //! ```
+//!
+//! # Queues used as they are
+//!
+//! A queue Klaxon consumes or publishes to may have been made by someone else: Hawk's grouper declares `notifier`
+//! as a plain classic queue, Hawk's workers declare `sender/<channel>`, an operator may have made a queue by
+//! hand. [`Publisher::declare`] therefore looks before it declares: a queue that exists is used with its own type
+//! and arguments (a passive declare, on a throwaway channel since a failed one closes its channel), and only a
+//! missing one is declared, with the configured [`QueueType`]. When two processes find the same queue missing at
+//! once and declare it with different settings, the loser's declare fails with `PRECONDITION_FAILED`; it looks
+//! again, finds the winner's queue and uses it as it is. [`Topology::declare`] is the strict form (every queue
+//! with this topology's arguments, a mismatch is [`BrokerError::Incompatible`]).
 #![deny(missing_docs)]
 
 pub mod delay;
@@ -116,6 +127,26 @@ impl std::str::FromStr for QueueType {
     }
 }
 
+impl QueueType {
+    /// `classic` or `quorum`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueType::Classic => "classic",
+            QueueType::Quorum => "quorum",
+        }
+    }
+
+    /// The declare arguments of a new queue of this type (`x-queue-type` for quorum queues; none for classic,
+    /// which is how other applications declare theirs).
+    fn arguments(self) -> FieldTable {
+        let mut args = FieldTable::default();
+        if self == QueueType::Quorum {
+            args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+        }
+        args
+    }
+}
+
 /// Queue names of one namespace.
 #[derive(Debug, Clone)]
 pub struct Topology {
@@ -185,19 +216,28 @@ impl Topology {
         q
     }
 
+    /// The arguments of a queue this topology creates (`x-queue-type` for quorum queues).
     fn arguments(&self) -> FieldTable {
-        let mut args = FieldTable::default();
-        if self.queue_type == QueueType::Quorum {
-            args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
-        }
-        args
+        self.queue_type.arguments()
     }
 
-    /// Declares every queue, the delay engine, and binds the delay targets to it (idempotent).
+    /// The type of the queues this topology creates.
+    pub fn queue_type(&self) -> QueueType {
+        self.queue_type
+    }
+
+    /// Declares every queue with this topology's arguments (strictly: a queue that exists with other settings
+    /// fails with [`BrokerError::Incompatible`]), the delay engine, and binds the delay targets to it
+    /// (idempotent). Processes use [`Publisher::declare`] instead, which uses existing queues as they are.
     pub async fn declare(&self, channel: &Channel) -> Result<(), BrokerError> {
         for q in self.queues() {
             declare_queue(channel, &q, self.arguments()).await?;
         }
+        self.declare_delay(channel).await
+    }
+
+    /// The delay engine (always Klaxon's own, with its own arguments) and the delay targets' bindings.
+    async fn declare_delay(&self, channel: &Channel) -> Result<(), BrokerError> {
         let delay = self.delay();
         delay.declare(channel).await?;
         for q in self.delay_targets() {
@@ -224,13 +264,28 @@ async fn delete_queue(channel: &Channel, name: &str) -> Result<(), BrokerError> 
         .map_err(amqp("queue.delete"))
 }
 
+/// The AMQP reply code of a channel error, when `e` is one (404 NOT_FOUND, 406 PRECONDITION_FAILED, …).
+fn reply_code(e: &lapin::Error) -> Option<u16> {
+    match e.kind() {
+        lapin::ErrorKind::ProtocolError(p) => Some(p.get_id()),
+        _ => None,
+    }
+}
+
+/// 406 PRECONDITION_FAILED: e.g. `inequivalent arg 'x-queue-type'`.
+const PRECONDITION_FAILED: u16 = 406;
+/// 404 NOT_FOUND: e.g. a passive declare of a missing queue.
+const NOT_FOUND: u16 = 404;
+
 async fn declare_queue(channel: &Channel, name: &str, args: FieldTable) -> Result<(), BrokerError> {
     channel
         .queue_declare(name.into(), QueueDeclareOptions::durable(), args)
         .await
         .map(|_| ())
         .map_err(|source| {
-            if source.to_string().contains("PRECONDITION_FAILED") {
+            if reply_code(&source) == Some(PRECONDITION_FAILED)
+                || source.to_string().contains("PRECONDITION_FAILED")
+            {
                 BrokerError::Incompatible {
                     queue: name.to_owned(),
                     source,
@@ -335,7 +390,10 @@ impl Broker {
             .confirm_select(ConfirmSelectOptions::default())
             .await
             .map_err(amqp("confirm.select"))?;
-        Ok(Publisher { channel })
+        Ok(Publisher {
+            channel,
+            conn: self.conn.clone(),
+        })
     }
 
     /// Starts consuming `queue` with manual acks and at most `prefetch` unacked messages.
@@ -561,6 +619,106 @@ pub(crate) fn check_confirm(c: lapin::Confirmation, queue: &str) -> Result<(), B
 /// A channel in confirm mode.
 pub struct Publisher {
     channel: Channel,
+    /// Its connection, for the throwaway channels of [`Publisher::ensure_queue`].
+    conn: std::sync::Arc<Connection>,
+}
+
+/// How [`Publisher::ensure_queue`] found a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ensured {
+    /// The queue was there: it is used with its own type and arguments.
+    Existing,
+    /// It was missing and this call declared it.
+    Created,
+}
+
+/// Throwaway channels for passive declares: a passive declare of a missing queue (404) closes its channel, so a
+/// channel is opened when needed, reused while declares succeed and dropped after a failure.
+struct Probe<'a> {
+    conn: &'a Connection,
+    channel: Option<Channel>,
+}
+
+impl Probe<'_> {
+    async fn channel(&mut self) -> Result<Channel, BrokerError> {
+        if let Some(ch) = &self.channel {
+            return Ok(ch.clone());
+        }
+        let ch = self.conn.create_channel().await.map_err(amqp("channel.open"))?;
+        self.channel = Some(ch.clone());
+        Ok(ch)
+    }
+
+    /// True when `queue` exists (a passive declare, which creates nothing and ignores arguments).
+    async fn exists(&mut self, queue: &str) -> Result<bool, BrokerError> {
+        let channel = self.channel().await?;
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        match channel
+            .queue_declare(queue.into(), passive, FieldTable::default())
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                // the broker closed the channel either way
+                if let Some(ch) = self.channel.take() {
+                    close_channel(&ch).await;
+                }
+                if reply_code(&e) == Some(NOT_FOUND) {
+                    Ok(false)
+                } else {
+                    Err(BrokerError::Amqp {
+                        op: QUEUE_DECLARE_PASSIVE,
+                        source: e,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Declares `queue` durable with `args`; a failure (e.g. 406, the queue appeared meanwhile with other
+    /// arguments) closes only this throwaway channel.
+    async fn declare(&mut self, queue: &str, args: FieldTable) -> Result<(), BrokerError> {
+        let channel = self.channel().await?;
+        let declared = declare_queue(&channel, queue, args).await;
+        if declared.is_err() {
+            if let Some(ch) = self.channel.take() {
+                close_channel(&ch).await;
+            }
+        }
+        declared
+    }
+
+    async fn close(self) {
+        if let Some(ch) = self.channel {
+            close_channel(&ch).await;
+        }
+    }
+}
+
+/// Uses `queue` as it is when it exists; declares it with `args` when it does not (see the crate docs).
+async fn ensure_queue(probe: &mut Probe<'_>, queue: &str, args: FieldTable) -> Result<Ensured, BrokerError> {
+    if probe.exists(queue).await? {
+        tracing::debug!(queue, "queue exists; used with its own type and arguments");
+        return Ok(Ensured::Existing);
+    }
+    match probe.declare(queue, args).await {
+        Ok(()) => {
+            tracing::debug!(queue, "queue declared");
+            Ok(Ensured::Created)
+        }
+        // Made by someone else between the look and the declare, with other settings: use theirs.
+        Err(BrokerError::Incompatible { .. }) if probe.exists(queue).await? => {
+            tracing::info!(
+                queue,
+                "queue was declared meanwhile by another process with other settings; used as it is"
+            );
+            Ok(Ensured::Existing)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 impl Publisher {
@@ -592,13 +750,43 @@ impl Publisher {
         Ok(())
     }
 
-    /// Declares a queue through this channel (idempotent).
+    /// Makes sure every queue of `topology` exists — a queue that exists is used as it is, a missing one is
+    /// declared with the topology's queue type (see the crate docs) — then declares the delay engine and its
+    /// bindings (idempotent).
     pub async fn declare(&self, topology: &Topology) -> Result<(), BrokerError> {
-        topology.declare(&self.channel).await
+        let mut probe = Probe {
+            conn: &self.conn,
+            channel: None,
+        };
+        let mut result = Ok(());
+        for q in topology.queues() {
+            result = ensure_queue(&mut probe, &q, topology.arguments())
+                .await
+                .map(|_| ());
+            if result.is_err() {
+                break;
+            }
+        }
+        probe.close().await;
+        result?;
+        topology.declare_delay(&self.channel).await
+    }
+
+    /// Makes sure queue `name` exists: used as it is when it does, declared durable with `queue_type` when it
+    /// does not (see the crate docs). For queues outside a [`Topology`], e.g. Hawk's `sender/<channel>`.
+    pub async fn ensure_queue(&self, name: &str, queue_type: QueueType) -> Result<Ensured, BrokerError> {
+        let mut probe = Probe {
+            conn: &self.conn,
+            channel: None,
+        };
+        let ensured = ensure_queue(&mut probe, name, queue_type.arguments()).await;
+        probe.close().await;
+        ensured
     }
 
     /// Declares one durable queue without arguments (idempotent), as other applications' workers declare
-    /// theirs (Hawk's `assertQueue(name)`), so both declarations agree.
+    /// theirs (Hawk's `assertQueue(name)`); strict: a queue that exists with other arguments fails with
+    /// [`BrokerError::Incompatible`] (and closes this publisher's channel).
     pub async fn declare_plain(&self, name: &str) -> Result<(), BrokerError> {
         declare_queue(&self.channel, name, FieldTable::default()).await
     }

@@ -285,3 +285,124 @@ async fn queue_depth_and_deletes_on_their_own_channels() {
     publisher.close().await;
     broker.close().await;
 }
+
+/// True when `queue` is a classic queue declared without arguments: a plain declare (Hawk's `assertQueue(name)`)
+/// is refused by a quorum queue. Checked on a connection of its own, since a refusal closes the channel.
+async fn is_plain_classic(queue: &str) -> bool {
+    let broker = Broker::connect(&klaxon_testkit::amqp_url(), T)
+        .await
+        .expect("connect");
+    let publisher = broker.publisher().await.expect("publisher");
+    let plain = publisher.declare_plain(queue).await;
+    broker.close().await;
+    match plain {
+        Ok(()) => true,
+        Err(BrokerError::Incompatible { .. }) => false,
+        Err(e) => panic!("declaring {queue}: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn existing_queues_are_used_as_they_are_and_only_missing_ones_get_the_configured_type() {
+    let ns = klaxon_testkit::unique_namespace();
+    let broker = Broker::connect(&klaxon_testkit::amqp_url(), T)
+        .await
+        .expect("connect");
+    // Hawk's grouper made the events queue: plain, durable, classic.
+    let events = format!("{ns}.notifier");
+    let publisher = broker.publisher().await.expect("publisher");
+    publisher.declare_plain(&events).await.expect("as Hawk does");
+    publisher
+        .publish_all(&[Outgoing::json(&events, b"{\"from\":\"hawk\"}".to_vec())])
+        .await
+        .expect("publish");
+
+    // A quorum deployment (deploy/'s configmap) declares its topology over it: no PRECONDITION_FAILED.
+    let quorum = Topology::new(&ns, &events, QueueType::Quorum);
+    publisher
+        .declare(&quorum)
+        .await
+        .expect("an existing queue is used as it is");
+    publisher
+        .declare(&quorum)
+        .await
+        .expect("and again (every session declares)");
+    assert!(is_plain_classic(&events).await, "the events queue kept its type");
+    assert!(
+        !is_plain_classic(&quorum.invalid_queue()).await,
+        "a missing queue was declared with the configured type (quorum)"
+    );
+    // the publisher's own channel survived the passive declares of missing queues
+    publisher
+        .publish_all(&[Outgoing::json(&events, b"{\"from\":\"klaxon\"}".to_vec())])
+        .await
+        .expect("publish after declaring");
+    let mut consumer = broker.consume(&events, 10, "as-is").await.expect("consume");
+    assert_eq!(recv(&mut consumer).await.data, b"{\"from\":\"hawk\"}");
+    let second = recv(&mut consumer).await;
+    assert_eq!(second.data, b"{\"from\":\"klaxon\"}");
+    consumer.ack_up_to(second.delivery_tag).await.expect("ack");
+    consumer.close().await;
+
+    // One queue outside a topology (Hawk's `sender/<channel>`): as it is when it exists, declared when missing.
+    use klaxon_broker::Ensured;
+    let raw = format!("{ns}.sender");
+    assert_eq!(
+        publisher
+            .ensure_queue(&raw, QueueType::Classic)
+            .await
+            .expect("ensure"),
+        Ensured::Created
+    );
+    assert_eq!(
+        publisher
+            .ensure_queue(&raw, QueueType::Quorum)
+            .await
+            .expect("ensure"),
+        Ensured::Existing
+    );
+    assert!(is_plain_classic(&raw).await);
+    broker.delete_queue(&raw).await.expect("delete");
+    broker.delete_queue(&events).await.expect("delete");
+    delete_all(&broker, &quorum).await;
+    publisher.close().await;
+    broker.close().await;
+}
+
+#[tokio::test]
+async fn two_processes_declaring_a_missing_queue_with_different_types_both_start() {
+    let ns = klaxon_testkit::unique_namespace();
+    let a = Broker::connect(&klaxon_testkit::amqp_url(), T)
+        .await
+        .expect("connect");
+    let b = Broker::connect(&klaxon_testkit::amqp_url(), T)
+        .await
+        .expect("connect");
+    let (pa, pb) = (
+        a.publisher().await.expect("publisher"),
+        b.publisher().await.expect("publisher"),
+    );
+    // Each round: both find the queue missing and race to declare it, one as classic, one as quorum; the loser
+    // must use the winner's queue instead of failing (before: PRECONDITION_FAILED and a reconnect loop).
+    for round in 0..10 {
+        let q = format!("{ns}.race{round}");
+        let (ra, rb) = tokio::join!(
+            pa.ensure_queue(&q, QueueType::Classic),
+            pb.ensure_queue(&q, QueueType::Quorum)
+        );
+        let (ra, rb) = (ra.expect("classic side"), rb.expect("quorum side"));
+        assert!(
+            matches!(
+                (ra, rb),
+                (klaxon_broker::Ensured::Created, klaxon_broker::Ensured::Existing)
+                    | (klaxon_broker::Ensured::Existing, klaxon_broker::Ensured::Created)
+            ),
+            "exactly one created it: {ra:?} {rb:?}"
+        );
+        a.delete_queue(&q).await.expect("delete");
+    }
+    pa.close().await;
+    pb.close().await;
+    a.close().await;
+    b.close().await;
+}

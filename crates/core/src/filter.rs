@@ -1,4 +1,5 @@
-//! Title filters: words (case-insensitive substrings) and regexes, compiled once per rule version.
+//! Title filters: words (substrings, case-insensitive unless a rule or the process asks for case-sensitive
+//! `including`) and regexes, compiled once per rule version.
 
 use aho_corasick::AhoCorasick;
 use regex::RegexSet;
@@ -27,14 +28,50 @@ impl<'a> Title<'a> {
     }
 }
 
+/// How `including` words compare with the title (`includingCaseSensitive` on a rule, `--including-case` for the
+/// process). `excluding` words are always case-insensitive, as in Hawk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Case {
+    /// `TypeError` matches `typeerror` (Klaxon's default).
+    #[default]
+    Insensitive,
+    /// `TypeError` does not match `typeerror` (Hawk's notifier: `title.includes(word)`).
+    Sensitive,
+}
+
+impl Case {
+    /// `insensitive` or `sensitive`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Case::Insensitive => "insensitive",
+            Case::Sensitive => "sensitive",
+        }
+    }
+}
+
+impl std::str::FromStr for Case {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "insensitive" => Ok(Case::Insensitive),
+            "sensitive" => Ok(Case::Sensitive),
+            other => Err(format!(
+                "unknown case `{other}`: use insensitive (Klaxon's default) or sensitive (Hawk's `including`)"
+            )),
+        }
+    }
+}
+
 /// The compiled `including`/`excluding` words and `includingPatterns`/`excludingPatterns` regexes of a rule.
 ///
 /// Semantics (Hawk's, extended): the title must contain at least one `including` word when the list is
 /// non-empty, none of the `excluding` words, match at least one `includingPatterns` regex when that list is
-/// non-empty and none of the `excludingPatterns`.
+/// non-empty and none of the `excludingPatterns`. Words are case-insensitive, except `including` words of a
+/// filter built with [`Case::Sensitive`].
 #[derive(Debug, Clone, Default)]
 pub struct TitleFilter {
     including: Option<AhoCorasick>,
+    including_case: Case,
     excluding: Option<AhoCorasick>,
     /// The `excluding` words as matched (trimmed, lowercase), to name the one that decided.
     excluding_words: Vec<String>,
@@ -83,12 +120,24 @@ fn lowered(list: &[String]) -> Vec<String> {
         .collect()
 }
 
-fn words(field: &'static str, list: &[String]) -> Result<Option<AhoCorasick>, FilterError> {
-    let lowered = lowered(list);
-    if lowered.is_empty() {
+/// The words as matched: trimmed, blank ones dropped, lowercased unless `case` is sensitive.
+fn prepared(list: &[String], case: Case) -> Vec<String> {
+    match case {
+        Case::Insensitive => lowered(list),
+        Case::Sensitive => list
+            .iter()
+            .map(|w| w.trim().to_owned())
+            .filter(|w| !w.is_empty())
+            .collect(),
+    }
+}
+
+fn words(field: &'static str, list: &[String], case: Case) -> Result<Option<AhoCorasick>, FilterError> {
+    let prepared = prepared(list, case);
+    if prepared.is_empty() {
         return Ok(None);
     }
-    AhoCorasick::new(&lowered)
+    AhoCorasick::new(&prepared)
         .map(Some)
         .map_err(|e| FilterError::Words {
             field,
@@ -112,16 +161,19 @@ fn patterns(field: &'static str, list: &[String]) -> Result<Option<RegexSet>, Fi
 }
 
 impl TitleFilter {
-    /// Compiles the four lists. Empty (or blank) words are ignored, as Hawk's UI never stores them on purpose.
+    /// Compiles the four lists, `including` compared with `including_case`. Empty (or blank) words are ignored,
+    /// as Hawk's UI never stores them on purpose.
     pub fn new(
         including: &[String],
+        including_case: Case,
         excluding: &[String],
         including_patterns: &[String],
         excluding_patterns: &[String],
     ) -> Result<Self, FilterError> {
         Ok(TitleFilter {
-            including: words("including", including)?,
-            excluding: words("excluding", excluding)?,
+            including: words("including", including, including_case)?,
+            including_case,
+            excluding: words("excluding", excluding, Case::Insensitive)?,
             excluding_words: lowered(excluding),
             including_patterns: patterns("includingPatterns", including_patterns)?,
             excluding_patterns: patterns("excludingPatterns", excluding_patterns)?,
@@ -137,7 +189,11 @@ impl TitleFilter {
     /// worker and `explain` both decide with this; it allocates nothing.
     pub fn check(&self, title: &Title<'_>) -> Result<(), FilterMiss> {
         if let Some(inc) = &self.including {
-            if !inc.is_match(&title.lower) {
+            let haystack = match self.including_case {
+                Case::Insensitive => title.lower.as_str(),
+                Case::Sensitive => title.original,
+            };
+            if !inc.is_match(haystack) {
                 return Err(FilterMiss::NoIncludingWord);
             }
         }
@@ -162,7 +218,12 @@ impl TitleFilter {
     /// Words it to a person: which list decided and, for an exclusion, the word or pattern.
     pub fn describe(&self, miss: FilterMiss) -> String {
         match miss {
-            FilterMiss::NoIncludingWord => "the title contains none of the `including` words".into(),
+            FilterMiss::NoIncludingWord => match self.including_case {
+                Case::Insensitive => "the title contains none of the `including` words".into(),
+                Case::Sensitive => {
+                    "the title contains none of the `including` words (compared case-sensitively)".into()
+                }
+            },
             FilterMiss::ExcludedWord(i) => format!(
                 "the title contains the `excluding` word {:?}",
                 self.excluding_words.get(i).map(String::as_str).unwrap_or("?")
@@ -190,7 +251,7 @@ mod tests {
 
     #[test]
     fn table() {
-        // (including, excluding, incl patterns, excl patterns, title, expected)
+        // (including, excluding, incl patterns, excl patterns, title, expected), `including` case-insensitive
         #[allow(clippy::type_complexity)]
         let cases: &[(&[&str], &[&str], &[&str], &[&str], &str, bool)] = &[
             (&[], &[], &[], &[], "anything", true),
@@ -210,7 +271,7 @@ mod tests {
             (&["get"], &[], &[], &[r"\bhealth\b"], "GET /users failed", true),
         ];
         for (inc, exc, ip, ep, title, want) in cases {
-            let f = TitleFilter::new(&v(inc), &v(exc), &v(ip), &v(ep)).expect("compiles");
+            let f = TitleFilter::new(&v(inc), Case::Insensitive, &v(exc), &v(ip), &v(ep)).expect("compiles");
             assert_eq!(
                 f.matches(&Title::new(title)),
                 *want,
@@ -219,9 +280,63 @@ mod tests {
         }
     }
 
+    /// The same lists under both cases: Hawk's notifier compares `including` case-sensitively
+    /// (`title.includes(word)`) and `excluding` case-insensitively; `Case::Sensitive` does exactly that.
+    #[test]
+    fn including_case_table() {
+        // (including, excluding, title, insensitive, sensitive)
+        #[allow(clippy::type_complexity)]
+        let cases: &[(&[&str], &[&str], &str, bool, bool)] = &[
+            (&["TypeError"], &[], "TypeError: x is undefined", true, true),
+            (&["TypeError"], &[], "typeerror: x is undefined", true, false),
+            (&["typeerror"], &[], "TypeError: x is undefined", true, false),
+            (&["DB"], &[], "db timeout", true, false),
+            (&["db", "Cache"], &[], "Cache miss", true, true),
+            (&["db", "cache"], &[], "Cache miss", true, false),
+            // Hawk's validator test: `['included', 'excluded']` matches "Included word is included"
+            (
+                &["included", "excluded"],
+                &[],
+                "Included word is included",
+                true,
+                true,
+            ),
+            (&["Included"], &[], "an included word", true, false),
+            (&["ОШИБКА"], &[], "Критическая ОШИБКА базы", true, true),
+            (&["ошибка"], &[], "Критическая ОШИБКА базы", true, false),
+            (&["  Timeout  "], &[], "Timeout after 30ms", true, true),
+            (&["", " "], &[], "blank words are ignored either way", true, true),
+            // `excluding` stays case-insensitive under both
+            (&["Timeout"], &["auth"], "AUTH Timeout", false, false),
+            (&[], &["AUTH"], "auth failed", false, false),
+            (&[], &[], "anything", true, true),
+        ];
+        for (inc, exc, title, insensitive, sensitive) in cases {
+            for (case, want) in [(Case::Insensitive, insensitive), (Case::Sensitive, sensitive)] {
+                let f = TitleFilter::new(&v(inc), case, &v(exc), &[], &[]).expect("compiles");
+                assert_eq!(
+                    f.matches(&Title::new(title)),
+                    *want,
+                    "{case:?} {inc:?} {exc:?} {title:?}"
+                );
+            }
+        }
+        let f = TitleFilter::new(&v(&["Db"]), Case::Sensitive, &[], &[], &[]).expect("compiles");
+        let miss = f.check(&Title::new("db down")).expect_err("no match");
+        assert!(
+            f.describe(miss).contains("case-sensitively"),
+            "{}",
+            f.describe(miss)
+        );
+        for c in [Case::Insensitive, Case::Sensitive] {
+            assert_eq!(c.as_str().parse(), Ok(c));
+        }
+        assert!("Sensitive".parse::<Case>().is_err());
+    }
+
     #[test]
     fn bad_regex_is_an_error() {
-        let err = TitleFilter::new(&[], &[], &v(&["(unclosed"]), &[]).expect_err("bad");
+        let err = TitleFilter::new(&[], Case::Insensitive, &[], &v(&["(unclosed"]), &[]).expect_err("bad");
         assert!(matches!(
             err,
             FilterError::Regex {
@@ -233,7 +348,8 @@ mod tests {
 
     #[test]
     fn huge_regex_hits_the_size_limit() {
-        let err = TitleFilter::new(&[], &[], &[], &v(&["\\w{1000}{1000}"])).expect_err("too big");
+        let err = TitleFilter::new(&[], Case::Insensitive, &[], &[], &v(&["\\w{1000}{1000}"]))
+            .expect_err("too big");
         assert!(err.to_string().contains("excludingPatterns"));
     }
 }

@@ -20,12 +20,12 @@ pub mod rule;
 pub mod text;
 
 pub use event::{Event, EventTask, InvalidEvent};
-pub use filter::{FilterMiss, Title, TitleFilter};
+pub use filter::{Case, FilterMiss, Title, TitleFilter};
 pub use limits::Limits;
 pub use notification::{
     notification_id, DigestWindow, Firing, FiringTasks, NotificationEvent, NotificationTask, Reason,
 };
 pub use rule::{
     parse_rule_value, parse_rule_value_with, rule_problems, ChannelConfig, ChannelKind, CompiledRule,
-    ProjectRules, RawRule, RuleProblem, Skip, Want, WhatToReceive, Window,
+    ProjectRules, RawRule, RuleDefaults, RuleProblem, Skip, Unevaluated, Want, WhatToReceive, Window,
 };

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::event::Event;
-use crate::filter::{Title, TitleFilter};
+use crate::filter::{Case, Title, TitleFilter};
 use crate::limits::Limits;
 
 mod raw;
@@ -276,28 +276,39 @@ impl CompiledRule {
     }
 }
 
+/// What a process assumes for what a rule leaves unset: set once at start from its flags, the same for every
+/// rule it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RuleDefaults {
+    /// How `including` words compare when the rule has no `includingCaseSensitive` (`--including-case`).
+    pub including_case: Case,
+}
+
 /// Reads one rule from its JSON form (a MongoDB document as relaxed extended JSON, or the import format):
 /// [`RawRule::from_value`], then [`RawRule::validate`].
 ///
 /// Returns the compiled rule and the non-fatal problems found in it (skipped channels), or the fatal problem
 /// that makes the rule unusable.
 pub fn parse_rule_value(value: &Value) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
-    parse_rule_value_with(value, &Limits::default())
+    parse_rule_value_with(value, &Limits::default(), &RuleDefaults::default())
 }
 
-/// [`parse_rule_value`] with the process's [`Limits`] (the email channel's recipients).
+/// [`parse_rule_value`] with the process's [`Limits`] (the email channel's recipients) and [`RuleDefaults`]
+/// (what the rule leaves unset).
 pub fn parse_rule_value_with(
     value: &Value,
     limits: &Limits,
+    defaults: &RuleDefaults,
 ) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
-    RawRule::from_value(value)?.validate_with(limits)
+    RawRule::from_value(value)?.validate_with(limits, defaults)
 }
 
 /// Every problem of one stored rule (its JSON form) under `limits`: the fatal one that makes it unusable or
 /// its warnings, and the keys MongoDB would read as operators or paths ([`crate::limits::key_problem`]).
 /// `klaxon rules check`, imports and the API's `PUT` report these.
 pub fn rule_problems(value: &Value, limits: &Limits) -> Vec<RuleProblem> {
-    let mut out = match parse_rule_value_with(value, limits) {
+    // What a rule leaves unset (`--including-case`) changes how it matches, never whether it has problems.
+    let mut out = match parse_rule_value_with(value, limits, &RuleDefaults::default()) {
         Ok((_, problems)) => problems,
         Err(p) => vec![p],
     };
@@ -339,6 +350,9 @@ fn clean_name(raw: &str) -> Option<String> {
 /// The usable rules of one project and the problems found while reading them.
 #[derive(Debug, Clone, Default)]
 pub struct ProjectRules {
+    /// True when the rule database has a document for the project (even one without rules); the default,
+    /// false, is an unknown project.
+    pub known: bool,
     /// Rules that can be evaluated (enabled or not).
     pub rules: Vec<CompiledRule>,
     /// Every problem, fatal (rule skipped) or not (part skipped).
@@ -352,23 +366,30 @@ pub struct ProjectRules {
 }
 
 impl ProjectRules {
-    /// Reads a project's `notifications` array (JSON form) with the default [`Limits`]. A missing or
-    /// non-array value means no rules.
+    /// Reads the `notifications` array (JSON form) of a project the database has, with the default [`Limits`]
+    /// and [`RuleDefaults`]. A missing or non-array value means no rules.
     pub fn from_notifications(notifications: Option<&Value>) -> Self {
-        Self::from_notifications_with(notifications, &Limits::default())
+        Self::from_notifications_with(notifications, &Limits::default(), &RuleDefaults::default())
     }
 
-    /// Reads a project's `notifications` array (JSON form) under `limits`: only the first
-    /// [`Limits::max_rules`] rules, in document order, are read (validated, compiled); the rest are counted in
-    /// [`ProjectRules::skipped`] and reported as one problem of the project. Documents written by someone else
-    /// (Hawk) can hold any number of rules: reading costs at most `max_rules` of them.
-    pub fn from_notifications_with(notifications: Option<&Value>, limits: &Limits) -> Self {
-        let mut out = ProjectRules::default();
+    /// Reads a project's `notifications` array (JSON form) under `limits`, with the process's `defaults`: only
+    /// the first [`Limits::max_rules`] rules, in document order, are read (validated, compiled); the rest are
+    /// counted in [`ProjectRules::skipped`] and reported as one problem of the project. Documents written by
+    /// someone else (Hawk) can hold any number of rules: reading costs at most `max_rules` of them.
+    pub fn from_notifications_with(
+        notifications: Option<&Value>,
+        limits: &Limits,
+        defaults: &RuleDefaults,
+    ) -> Self {
+        let mut out = ProjectRules {
+            known: true,
+            ..ProjectRules::default()
+        };
         let Some(Value::Array(items)) = notifications else {
             return out;
         };
         for item in items.iter().take(limits.max_rules) {
-            match parse_rule_value_with(item, limits) {
+            match parse_rule_value_with(item, limits, defaults) {
                 Ok((rule, problems)) => {
                     out.rules.push(rule);
                     out.problems.extend(problems);
@@ -392,6 +413,89 @@ impl ProjectRules {
     /// True when at least one rule can fire.
     pub fn any_enabled(&self) -> bool {
         self.rules.iter().any(|r| r.enabled && !r.channels.is_empty())
+    }
+
+    /// Why no event of this project can be evaluated at all, whatever the event: `None` when some rule can
+    /// fire. An event whose rules are evaluated and filter it out is not "unevaluated" (see [`Unevaluated`]).
+    pub fn unevaluated(&self) -> Option<Unevaluated> {
+        if !self.known {
+            return Some(Unevaluated::ProjectUnknown);
+        }
+        if self.rules.is_empty() {
+            return Some(if self.problems.iter().any(|p| p.fatal) {
+                Unevaluated::RulesInvalid
+            } else {
+                Unevaluated::NoRules
+            });
+        }
+        if !self.rules.iter().any(|r| r.enabled) {
+            return Some(Unevaluated::RulesDisabled);
+        }
+        if !self.any_enabled() {
+            return Some(Unevaluated::NoChannels);
+        }
+        None
+    }
+}
+
+/// Why the events of a project lead to no evaluation (the `reason` of `klaxon_events_unmatched_total`): nothing
+/// in the rule database could count or notify them, whatever they are. Events that *are* evaluated and that
+/// every rule filters out (an `including` word missing, not a first occurrence for ONLY_NEW, …) are the rules
+/// working, not this: with ONLY_NEW rules most events are filtered, and counting them here would bury the
+/// misconfigurations this is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Unevaluated {
+    /// The rule database has no document for the project (or the id is not an ObjectId): wrong `--mongo-db`,
+    /// a project deleted in Hawk, or a producer that sends another tracker's ids.
+    ProjectUnknown,
+    /// The project's document has no rules (`notifications` empty or missing).
+    NoRules,
+    /// The project has rules, and none of them can be read (each has a fatal problem: `klaxon rules check`).
+    RulesInvalid,
+    /// Every usable rule of the project is disabled (`isEnabled: false`).
+    RulesDisabled,
+    /// Some rule is enabled, but no enabled rule has a channel Klaxon can send to (enabled, with an endpoint).
+    NoChannels,
+}
+
+impl Unevaluated {
+    /// Every reason, in the order [`ProjectRules::unevaluated`] checks them.
+    pub const ALL: [Unevaluated; 5] = [
+        Unevaluated::ProjectUnknown,
+        Unevaluated::NoRules,
+        Unevaluated::RulesInvalid,
+        Unevaluated::RulesDisabled,
+        Unevaluated::NoChannels,
+    ];
+
+    /// The metric label: `project_unknown`, `no_rules`, `rules_invalid`, `rules_disabled`, `no_channels`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unevaluated::ProjectUnknown => "project_unknown",
+            Unevaluated::NoRules => "no_rules",
+            Unevaluated::RulesInvalid => "rules_invalid",
+            Unevaluated::RulesDisabled => "rules_disabled",
+            Unevaluated::NoChannels => "no_channels",
+        }
+    }
+
+    /// What to look at, for the log line.
+    pub fn hint(self) -> &'static str {
+        match self {
+            Unevaluated::ProjectUnknown => {
+                "no project document in the rule database: check --mongo-url/--mongo-db (Hawk's accounts database)"
+            }
+            Unevaluated::NoRules => "the project has no rules",
+            Unevaluated::RulesInvalid => "none of the project's rules can be used: see `klaxon rules check`",
+            Unevaluated::RulesDisabled => "every rule of the project is disabled",
+            Unevaluated::NoChannels => "no enabled rule of the project has an enabled channel with an endpoint",
+        }
+    }
+}
+
+impl fmt::Display for Unevaluated {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -451,6 +555,58 @@ mod tests {
         assert_eq!(
             RawRule::from_value(&doc).expect("object").ignored_channels(),
             vec!["desktopPush".to_owned(), "webPush".to_owned()]
+        );
+    }
+
+    /// Why a project's events would not be evaluated at all, by what its document holds.
+    #[test]
+    fn unevaluated_reasons_table() {
+        let ok = json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "ONLY_NEW",
+            "channels": slack()});
+        let disabled = json!({"_id": "5e3eef0679fa3700a0198a4b", "isEnabled": false, "whatToReceive": "ONLY_NEW",
+            "channels": slack()});
+        let no_channel = json!({"_id": "5e3eef0679fa3700a0198a4c", "isEnabled": true, "whatToReceive": "ONLY_NEW",
+            "channels": {"slack": {"isEnabled": true, "endpoint": "", "minPeriod": 0},
+                         "email": {"isEnabled": false, "endpoint": "a@b.c", "minPeriod": 0}}});
+        let broken = json!({"_id": "5e3eef0679fa3700a0198a4d", "isEnabled": true, "whatToReceive": "SOMETIMES",
+            "channels": slack()});
+        let filtered = json!({"_id": "5e3eef0679fa3700a0198a4e", "isEnabled": true, "whatToReceive": "SEEN_MORE",
+            "threshold": 1, "thresholdPeriod": 60000, "including": ["never in a title"], "channels": slack()});
+        // (notifications of a known project, expected reason)
+        let cases: Vec<(Option<Value>, Option<Unevaluated>)> = vec![
+            (None, Some(Unevaluated::NoRules)),
+            (Some(json!([])), Some(Unevaluated::NoRules)),
+            (Some(json!("not an array")), Some(Unevaluated::NoRules)),
+            (Some(json!([broken])), Some(Unevaluated::RulesInvalid)),
+            (Some(json!([disabled])), Some(Unevaluated::RulesDisabled)),
+            (Some(json!([broken, disabled])), Some(Unevaluated::RulesDisabled)),
+            (Some(json!([no_channel])), Some(Unevaluated::NoChannels)),
+            (Some(json!([disabled, no_channel])), Some(Unevaluated::NoChannels)),
+            (Some(json!([ok])), None),
+            (Some(json!([broken, disabled, ok])), None),
+            // a rule that filters every title out is evaluated: filtering is not "unevaluated"
+            (Some(json!([filtered])), None),
+        ];
+        for (notifications, want) in cases {
+            let pr = ProjectRules::from_notifications(notifications.as_ref());
+            assert!(pr.known);
+            assert_eq!(pr.unevaluated(), want, "{notifications:?}");
+        }
+        assert_eq!(
+            ProjectRules::default().unevaluated(),
+            Some(Unevaluated::ProjectUnknown),
+            "no document: unknown project"
+        );
+        let labels: Vec<&str> = Unevaluated::ALL.iter().map(|u| u.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "project_unknown",
+                "no_rules",
+                "rules_invalid",
+                "rules_disabled",
+                "no_channels"
+            ]
         );
     }
 
@@ -766,7 +922,11 @@ mod tests {
         // (rules stored, limit) → rules read (the first ones, in document order), skipped, a project problem
         for (stored, max, read) in [(0, 3, 0), (3, 3, 3), (4, 3, 3), (150, 100, 100), (5, 1, 1)] {
             let items = Value::Array((0..stored).map(rule).collect());
-            let pr = ProjectRules::from_notifications_with(Some(&items), &limits(max, 50));
+            let pr = ProjectRules::from_notifications_with(
+                Some(&items),
+                &limits(max, 50),
+                &RuleDefaults::default(),
+            );
             let ids: Vec<String> = pr.rules.iter().map(|r| r.id.clone()).collect();
             assert_eq!(ids, (0..read).map(id).collect::<Vec<_>>(), "{stored}/{max}");
             assert_eq!(pr.skipped, stored - read, "{stored}/{max}");
@@ -785,7 +945,8 @@ mod tests {
         }
         // Rules past the limit are not even validated: a broken one there is no problem of the engine's.
         let items = json!([rule(0), {"_id": id(1), "whatToReceive": "NOPE"}]);
-        let pr = ProjectRules::from_notifications_with(Some(&items), &limits(1, 50));
+        let pr =
+            ProjectRules::from_notifications_with(Some(&items), &limits(1, 50), &RuleDefaults::default());
         assert_eq!(pr.problems.len(), 1, "{:?}", pr.problems);
 
         // (recipients in the endpoint, limit) → the endpoint delivered to, a limit problem
@@ -801,7 +962,8 @@ mod tests {
             let endpoint = addrs(n).join(", ");
             let doc = json!({"_id": id(0), "isEnabled": true, "whatToReceive": "ONLY_NEW",
                 "channels": {"email": {"isEnabled": true, "endpoint": endpoint, "minPeriod": 0}}});
-            let (rule, problems) = parse_rule_value_with(&doc, &limits(100, max)).expect("usable");
+            let (rule, problems) =
+                parse_rule_value_with(&doc, &limits(100, max), &RuleDefaults::default()).expect("usable");
             assert_eq!(rule.channels[0].endpoint, want, "{n}/{max}");
             assert_eq!(problems.len(), usize::from(over), "{n}/{max}: {problems:?}");
             if over {
@@ -825,7 +987,8 @@ mod tests {
         // Other channels' endpoints are not address lists.
         let doc = json!({"_id": id(0), "isEnabled": true, "whatToReceive": "ONLY_NEW",
             "channels": {"webhook": {"isEnabled": true, "endpoint": "https://h.example/a,b,c", "minPeriod": 0}}});
-        let (rule, problems) = parse_rule_value_with(&doc, &limits(100, 1)).expect("usable");
+        let (rule, problems) =
+            parse_rule_value_with(&doc, &limits(100, 1), &RuleDefaults::default()).expect("usable");
         assert!(problems.is_empty() && rule.channels[0].endpoint == "https://h.example/a,b,c");
 
         // Keys MongoDB reads as operators or paths: reported by the reader (not fatal), beside other problems.
@@ -834,7 +997,11 @@ mod tests {
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(problems[0].fatal && !problems[0].limit);
         assert!(problems[1].limit && problems[1].message.contains("`$where`"));
-        let pr = ProjectRules::from_notifications_with(Some(&json!([doc])), &Limits::default());
+        let pr = ProjectRules::from_notifications_with(
+            Some(&json!([doc])),
+            &Limits::default(),
+            &RuleDefaults::default(),
+        );
         assert_eq!(pr.problems.len(), 2, "{:?}", pr.problems);
     }
 

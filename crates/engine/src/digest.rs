@@ -68,6 +68,8 @@ pub struct DigestDeps {
     pub prefetch: u16,
     /// Where digests go (`--output`).
     pub output: crate::output::Output,
+    /// Where shadow mode records the digests it would have sent ([`klaxon_rules::Trail::disabled`] otherwise).
+    pub trail: klaxon_rules::Trail,
     /// Injected faults (tests only).
     #[cfg(feature = "fault-injection")]
     pub faults: Faults,
@@ -326,14 +328,16 @@ async fn flush(deps: &DigestDeps, publisher: &Publisher, delivery: &Delivery) ->
             if !events.is_empty() {
                 let groups = events.len();
                 let task = f.task(now_ms, events);
-                let msg = crate::output::message(&deps.topology, deps.output, &task)?;
-                publisher.publish_all(&[msg]).await?;
-                metrics::counter!("klaxon_digests_published_total", "channel" => f.channel.as_str())
-                    .increment(1);
-                tracing::info!(
-                    notification_id = %task.notification_id, project = %f.project_id, rule = %f.rule_id,
-                    channel = %f.channel, groups, window_start_ms = f.window_start_ms, "digest published"
-                );
+                // shadow mode: recorded (and counted) by dispatch instead of published
+                if let Some(msg) = crate::output::dispatch(&deps.topology, deps.output, &deps.trail, &task)? {
+                    publisher.publish_all(&[msg]).await?;
+                    metrics::counter!("klaxon_digests_published_total", "channel" => f.channel.as_str())
+                        .increment(1);
+                    tracing::info!(
+                        notification_id = %task.notification_id, project = %f.project_id, rule = %f.rule_id,
+                        channel = %f.channel, groups, window_start_ms = f.window_start_ms, "digest published"
+                    );
+                }
             }
             deps.digests
                 .done(&f.key(), f.window_start_ms)

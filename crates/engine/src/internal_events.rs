@@ -2,9 +2,12 @@
 //! log line and its metric cannot drift apart. Occurrences that are only counted (Redis and broker failures,
 //! matches, publications) call `metrics::counter!` where they happen.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use klaxon_core::ChannelKind;
+use klaxon_core::notification::NotificationTask;
+use klaxon_core::{ChannelKind, Unevaluated};
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -25,6 +28,103 @@ impl EventInvalid<'_> {
     pub fn emit(self) {
         tracing::warn!(reason = %self.reason, bytes = self.bytes, "invalid event set aside");
         metrics::counter!("klaxon_events_invalid_total").increment(1);
+    }
+}
+
+/// Events of one project that led to no evaluation in a batch (see [`Unevaluated`]): counted by reason, and
+/// logged at info when `log` says this project has not been logged within the interval (see [`LogOnce`]).
+pub(crate) struct EventsUnmatched<'a> {
+    pub project: &'a str,
+    pub reason: Unevaluated,
+    pub events: u64,
+    /// The rule database that was read, named in the log line (the most common cause is the wrong one).
+    pub database: &'a str,
+    pub log: bool,
+}
+
+impl EventsUnmatched<'_> {
+    pub fn emit(self) {
+        metrics::counter!("klaxon_events_unmatched_total", "reason" => self.reason.as_str())
+            .increment(self.events);
+        if self.log {
+            tracing::info!(
+                project = %self.project, reason = self.reason.as_str(), events = self.events,
+                database = %self.database, hint = self.reason.hint(),
+                logged_every_min = UNMATCHED_LOG_INTERVAL.as_secs() / 60,
+                "events not evaluated: no rule can fire for this project"
+            );
+        }
+    }
+}
+
+/// How often a project's unmatched events are logged at most.
+pub(crate) const UNMATCHED_LOG_INTERVAL: Duration = Duration::from_secs(600);
+/// Most projects [`LogOnce`] remembers.
+pub(crate) const UNMATCHED_LOG_KEYS: usize = 10_000;
+
+/// Remembers which keys were logged in the last `interval`, so a log line is written once per key per interval.
+/// Bounded: past `max` keys it forgets the ones whose interval has passed, and while it is still full, new keys
+/// are not logged (their events are still counted by the metric) until room comes back.
+pub(crate) struct LogOnce {
+    interval: Duration,
+    max: usize,
+    seen: Mutex<HashMap<String, Instant>>,
+}
+
+impl LogOnce {
+    pub fn new(interval: Duration, max: usize) -> Self {
+        LogOnce {
+            interval,
+            max,
+            seen: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// True when `key` should be logged at `now` (and then remembered as logged at `now`).
+    pub fn should_log(&self, key: &str, now: Instant) -> bool {
+        let Ok(mut seen) = self.seen.lock() else {
+            return false;
+        };
+        let due = |at: &Instant| now.saturating_duration_since(*at) >= self.interval;
+        match seen.get_mut(key) {
+            Some(at) if due(at) => {
+                *at = now;
+                true
+            }
+            Some(_) => false,
+            None => {
+                if seen.len() >= self.max {
+                    seen.retain(|_, at| !due(at));
+                }
+                if seen.len() >= self.max {
+                    return false;
+                }
+                seen.insert(key.to_owned(), now);
+                true
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.seen.lock().map(|s| s.len()).unwrap_or(0)
+    }
+}
+
+/// A notification shadow mode (`--output shadow`) did not send; its trail record is written by the caller.
+pub(crate) struct NotificationShadowed<'a> {
+    pub task: &'a NotificationTask,
+}
+
+impl NotificationShadowed<'_> {
+    pub fn emit(self) {
+        let t = self.task;
+        metrics::counter!("klaxon_notifications_shadowed_total", "channel" => t.channel.as_str())
+            .increment(1);
+        tracing::info!(
+            notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
+            channel = %t.channel, events = t.events.len(), "shadow: would send (not sent)"
+        );
     }
 }
 
@@ -176,5 +276,35 @@ impl BreakerClosed<'_> {
     pub fn emit(self) {
         metrics::counter!("klaxon_breaker_transitions_total", "state" => "closed").increment(1);
         tracing::info!(host = %self.host, "circuit breaker closed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_once_per_key_per_interval_with_bounded_memory() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let log = LogOnce::new(Duration::from_secs(10), 2);
+        // (key, seconds after t0, logged?)
+        let cases = [
+            ("a", 0, true),
+            ("a", 1, false),
+            ("b", 2, true),
+            ("a", 9, false),
+            // full (a, b) and nothing expired: a third key is counted, not logged
+            ("c", 9, false),
+            ("a", 10, true),
+            // a's interval restarted at 10, b's (logged at 2) has passed: c takes b's place
+            ("c", 12, true),
+            ("b", 13, false),
+            ("b", 22, true),
+        ];
+        for (key, at, want) in cases {
+            assert_eq!(log.should_log(key, s(at)), want, "{key} at {at}s");
+            assert!(log.len() <= 2);
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! (`metrics::counter!(name, "channel" => …).increment(1)`); this module installs the process's one
 //! recorder ([`Metrics::install`]), describes every metric ([`DESCRIBED`], the HELP texts), registers the
 //! unlabeled ones at 0 and renders `/metrics`. Names are `klaxon_<noun>_<verb>_total`; labels are low-cardinality
-//! (channel, outcome, window, state), never ids, titles or recipients.
+//! (channel, outcome, window, state, reason), never ids, titles or recipients.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -99,6 +99,11 @@ pub const DESCRIBED: &[Described] = &[
         "Events moved to the invalid queue",
     ),
     counter(
+        "klaxon_events_unmatched_total",
+        &["reason"],
+        "Events that led to no evaluation: project_unknown, no_rules, rules_invalid, rules_disabled, no_channels",
+    ),
+    counter(
         "klaxon_rules_matched_total",
         &[],
         "Event and rule pairs that passed the filters",
@@ -117,6 +122,11 @@ pub const DESCRIBED: &[Described] = &[
         "klaxon_notifications_published_total",
         &["channel"],
         "Notification tasks published to sender queues",
+    ),
+    counter(
+        "klaxon_notifications_shadowed_total",
+        &["channel"],
+        "Notifications shadow mode recorded instead of publishing (--output shadow)",
     ),
     counter(
         "klaxon_deliveries_total",
@@ -227,6 +237,10 @@ fn describe_and_register() {
             }
         }
     }
+    // Every reason at 0 from the start, so an alert on its increase has a series to compare with.
+    for reason in klaxon_core::Unevaluated::ALL {
+        metrics::counter!("klaxon_events_unmatched_total", "reason" => reason.as_str()).absolute(0);
+    }
 }
 
 /// The process's metrics recorder: renders `/metrics` and sets the readiness gauge.
@@ -333,6 +347,14 @@ mod tests {
             ),
             (r#"klaxon_deliveries_total{channel="email",outcome="sent"}"#, None),
             ("klaxon_no_such_total", None),
+            (
+                r#"klaxon_events_unmatched_total{reason="project_unknown"}"#,
+                Some(0.0),
+            ),
+            (
+                r#"klaxon_events_unmatched_total{reason="no_channels"}"#,
+                Some(0.0),
+            ),
         ];
         for (series, want) in cases {
             assert_eq!(series_value(&text, series), *want, "{series} in\n{text}");

@@ -1,20 +1,32 @@
 //! Where the evaluate side puts a notification: Klaxon's own `<ns>.notify.<channel>` queues (delivered by
-//! `klaxon sender`), or Hawk's `sender/<channel>` queues (delivered by Hawk's sender workers).
+//! `klaxon sender`), Hawk's `sender/<channel>` queues (delivered by Hawk's sender workers), or nowhere
+//! (`shadow`: recorded in the delivery trail as what would have been sent, and counted).
 //!
 //! Hawk's shape, as its notifier publishes it (`workers/notifier/src/index.ts`, `lib/worker.ts` in
 //! codex-team/hawk.workers): default exchange, queue `sender/<channelKey>`, declared by Hawk's workers with
 //! `assertQueue(name)` (durable, no arguments), body
 //! `{"type": "event" | "several-events", "payload": {"projectId", "ruleId", "events": [{"key", "count",
-//! "repetitionId"?}]}}`. Klaxon also marks the message persistent and sets `message_id` to the notification id
-//! (Hawk sets neither; both are harmless to Hawk's sender).
+//! "repetitionId"}]}}`, `repetitionId` copied from the grouper's task, so `null` when the event has none. Klaxon
+//! also marks the message persistent and sets `message_id` to the notification id (Hawk sets neither; both are
+//! harmless to Hawk's sender).
+//!
+//! Shadow mode evaluates and counts exactly as the other outputs do — windows, first-seen marks, digests (the
+//! leading edge at once, the rest when the window's `minPeriod` has passed) — and at each point where a
+//! notification would be published it records a trail record with status `shadow` and counts
+//! `klaxon_notifications_shadowed_total` instead. Digest windows are flushed through the namespace's own
+//! `<ns>.digest.flush` queue as usual (that is Klaxon's clock, not a delivery), so the trail shows a digest when it
+//! would have been sent, with what it would have held.
 
 use std::str::FromStr;
 
-use klaxon_broker::{Outgoing, Topology};
+use klaxon_broker::{Outgoing, QueueType, Topology};
+use klaxon_channels::redact_endpoint;
 use klaxon_core::notification::NotificationTask;
 use klaxon_core::ChannelKind;
+use klaxon_rules::trail::{now_ms, Record, Status, Trail};
 use serde_json::{json, Map, Value};
 
+use crate::internal_events::NotificationShadowed;
 use crate::EngineError;
 
 /// Which queues notifications go to (`--output`, `KLAXON_OUTPUT`).
@@ -25,6 +37,24 @@ pub enum Output {
     Klaxon,
     /// `sender/<channel>`: Hawk's sender tasks, for Hawk's sender workers.
     Hawk,
+    /// Nowhere: what would be sent is recorded in the delivery trail (status `shadow`) and counted.
+    Shadow,
+}
+
+impl Output {
+    /// `klaxon`, `hawk`, `shadow`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Output::Klaxon => "klaxon",
+            Output::Hawk => "hawk",
+            Output::Shadow => "shadow",
+        }
+    }
+
+    /// True when Klaxon's own senders deliver what this output produces (`klaxon run` then starts them).
+    pub fn needs_senders(self) -> bool {
+        self == Output::Klaxon
+    }
 }
 
 impl FromStr for Output {
@@ -34,16 +64,23 @@ impl FromStr for Output {
         match s {
             "klaxon" => Ok(Output::Klaxon),
             "hawk" => Ok(Output::Hawk),
-            other => Err(format!("unknown output `{other}` (expected `klaxon` or `hawk`)")),
+            "shadow" => Ok(Output::Shadow),
+            other => Err(format!(
+                "unknown output `{other}` (expected `klaxon`, `hawk` or `shadow`)"
+            )),
         }
     }
 }
 
-/// Declares the queues `output` publishes to that the namespace's topology does not (Hawk's `sender/<channel>`).
+/// Makes sure the queues `output` publishes to that the namespace's topology does not have exist (Hawk's
+/// `sender/<channel>`). One that exists is used as it is, whatever `--queue-type` says; a missing one is declared
+/// as Hawk's workers declare it (`assertQueue(name)`: durable, classic, no arguments), because a quorum queue
+/// would refuse that plain declaration when Hawk's sender starts (RabbitMQ 3.x: `inequivalent arg
+/// 'x-queue-type'`).
 pub async fn declare(publisher: &klaxon_broker::Publisher, output: Output) -> Result<(), EngineError> {
     if output == Output::Hawk {
         for c in ChannelKind::ALL {
-            publisher.declare_plain(&hawk_queue(c)).await?;
+            publisher.ensure_queue(&hawk_queue(c), QueueType::Classic).await?;
         }
     }
     Ok(())
@@ -54,7 +91,9 @@ pub fn hawk_queue(channel: ChannelKind) -> String {
     format!("sender/{}", channel.as_str())
 }
 
-/// Hawk's sender task for a notification: `event` for one event, `several-events` for more.
+/// Hawk's sender task for a notification: `event` for one event, `several-events` for more. `repetitionId` is
+/// always there, `null` when the event has none: Hawk's notifier copies the grouper's `event.repetitionId`, which
+/// the grouper sends as `null` for a first occurrence.
 pub fn hawk_task(task: &NotificationTask) -> Value {
     let events: Vec<Value> = task
         .events
@@ -63,9 +102,10 @@ pub fn hawk_task(task: &NotificationTask) -> Value {
             let mut o = Map::new();
             o.insert("key".into(), Value::from(e.group_hash.clone()));
             o.insert("count".into(), Value::from(e.count));
-            if let Some(rep) = &e.repetition_id {
-                o.insert("repetitionId".into(), Value::from(rep.clone()));
-            }
+            o.insert(
+                "repetitionId".into(),
+                e.repetition_id.clone().map_or(Value::Null, Value::from),
+            );
             Value::Object(o)
         })
         .collect();
@@ -80,15 +120,48 @@ pub fn hawk_task(task: &NotificationTask) -> Value {
     })
 }
 
+/// Sends `task` on its way in `output`'s manner: a message to publish (returned, for the caller to publish with
+/// the rest of its batch), or in shadow mode a trail record and a count, and `None`.
+pub(crate) fn dispatch(
+    topology: &Topology,
+    output: Output,
+    trail: &Trail,
+    task: &NotificationTask,
+) -> Result<Option<Outgoing>, EngineError> {
+    if output == Output::Shadow {
+        NotificationShadowed { task }.emit();
+        trail.record(shadow_record(task, now_ms()));
+        return Ok(None);
+    }
+    message(topology, output, task).map(Some)
+}
+
+/// The trail record of a notification shadow mode did not send: attempts 0, status `shadow`.
+pub fn shadow_record(task: &NotificationTask, at_ms: i64) -> Record {
+    Record {
+        notification_id: task.notification_id.clone(),
+        project_id: task.project_id.clone(),
+        rule_id: task.rule_id.clone(),
+        channel: task.channel.as_str().to_owned(),
+        destination: redact_endpoint(task.channel, &task.endpoint),
+        attempts: 0,
+        status: Status::Shadow,
+        last_error: None,
+        fired_at_ms: task.fired_at_ms,
+        at_ms,
+    }
+}
+
 /// The message that carries `task` to its channel's queue in `output`'s shape; `message_id` is the
-/// notification id either way.
+/// notification id either way. Shadow mode publishes nothing: asked anyway, it answers with Klaxon's shape (the
+/// callers go through [`dispatch`], which never asks).
 pub fn message(
     topology: &Topology,
     output: Output,
     task: &NotificationTask,
 ) -> Result<Outgoing, EngineError> {
     let (queue, body) = match output {
-        Output::Klaxon => (
+        Output::Klaxon | Output::Shadow => (
             topology.notify_queue(task.channel),
             serde_json::to_vec(task).map_err(|e| EngineError::Encode(e.to_string()))?,
         ),
@@ -130,23 +203,79 @@ mod tests {
 
     #[test]
     fn outputs_parse() {
-        assert_eq!("hawk".parse(), Ok(Output::Hawk));
-        assert_eq!("klaxon".parse(), Ok(Output::Klaxon));
+        for o in [Output::Klaxon, Output::Hawk, Output::Shadow] {
+            assert_eq!(o.as_str().parse(), Ok(o));
+        }
         assert!("Hawk".parse::<Output>().is_err());
+        assert!("shadow-mode"
+            .parse::<Output>()
+            .is_err_and(|e| e.contains("`shadow`")));
+        assert_eq!(
+            [Output::Klaxon, Output::Hawk, Output::Shadow].map(Output::needs_senders),
+            [true, false, false]
+        );
     }
 
     #[test]
     fn hawk_tasks_have_hawks_shape() {
+        // `repetitionId` as the grouper sends it: null for an event without one
         assert_eq!(
             hawk_task(&task(1)),
             json!({"type": "event", "payload": {"projectId": "5e4ff518628a6c714515f4da",
-                "ruleId": "5e4ff518628a6c714515f4db", "events": [{"key": "g0", "count": 3}]}})
+                "ruleId": "5e4ff518628a6c714515f4db", "events": [{"key": "g0", "count": 3, "repetitionId": null}]}})
         );
         assert_eq!(
             hawk_task(&task(2))["payload"]["events"],
-            json!([{"key": "g0", "count": 3}, {"key": "g1", "count": 4, "repetitionId": "r1"}])
+            json!([{"key": "g0", "count": 3, "repetitionId": null}, {"key": "g1", "count": 4, "repetitionId": "r1"}])
         );
         assert_eq!(hawk_task(&task(2))["type"], "several-events");
         assert_eq!(hawk_queue(ChannelKind::Slack), "sender/slack");
+    }
+}
+
+#[cfg(test)]
+mod shadow_tests {
+    use super::*;
+    use klaxon_core::notification::Reason;
+    use klaxon_core::NotificationEvent;
+
+    #[test]
+    fn shadow_records_say_what_would_have_been_sent_without_the_secret() {
+        let task = NotificationTask {
+            notification_id: "n1".into(),
+            project_id: "5e4ff518628a6c714515f4da".into(),
+            rule_id: "5e4ff518628a6c714515f4db".into(),
+            channel: ChannelKind::Slack,
+            endpoint: "https://hooks.slack.com/services/T000/B000/very-secret-token".into(),
+            min_period_s: 0,
+            fired_at_ms: 1_700_000_000_000,
+            reason: Reason::New,
+            events: vec![NotificationEvent {
+                group_hash: "g".into(),
+                title: "t".into(),
+                count: 1,
+                repetition_id: None,
+            }],
+            text: None,
+            send_at_ms: None,
+        };
+        let r = shadow_record(&task, 1_700_000_000_500);
+        assert_eq!(r.status, Status::Shadow);
+        assert_eq!(
+            (r.notification_id.as_str(), r.channel.as_str(), r.attempts),
+            ("n1", "slack", 0)
+        );
+        assert_eq!((r.fired_at_ms, r.at_ms), (1_700_000_000_000, 1_700_000_000_500));
+        assert!(!r.destination.contains("very-secret-token"), "{}", r.destination);
+        // shadow mode publishes nothing: dispatch returns no message
+        let topology = Topology::new("ns", "ns.events", QueueType::Classic);
+        let sent = dispatch(&topology, Output::Shadow, &Trail::disabled(), &task).expect("dispatch");
+        assert!(sent.is_none());
+        for o in [Output::Klaxon, Output::Hawk] {
+            let m = dispatch(&topology, o, &Trail::disabled(), &task)
+                .expect("dispatch")
+                .expect("a message");
+            assert_eq!(m.message_id.as_deref(), Some("n1"));
+        }
     }
 }

@@ -2,10 +2,13 @@
 //!
 //! Per batch (up to `batch_max` deliveries gathered for at most `batch_wait`):
 //! 1. parse every body; invalid ones are set aside to `<ns>.events.invalid` untouched, with the reason;
-//! 2. load the rules of every project in the batch (cached, one query per project at most);
+//! 2. load the rules of every project in the batch (cached, one query per project at most); an event of a project
+//!    where no rule can fire (unknown project, no rules, all disabled, …: [`ProjectRules::unevaluated`]) is
+//!    counted in `klaxon_events_unmatched_total{reason}` and logged once per project per 10 minutes;
 //! 3. evaluate every rule against every event and count all hits in **one** Redis round trip;
 //! 4. publish a notification task per enabled channel of each firing ([`NotificationTask::for_firing`], pure;
-//!    persistent, publisher confirms);
+//!    persistent, publisher confirms) — or in shadow mode record it in the trail instead
+//!    ([`crate::output::dispatch`]);
 //! 5. ack the whole batch with one multiple-ack — only now, when every outcome is durable.
 //!
 //! Any failure in 2–4 ends the session without acking: the connection closes, RabbitMQ hands the batch back,
@@ -14,7 +17,7 @@
 //! Each session registers the worker in Redis before it consumes and unregisters after it stopped, and beats
 //! meanwhile ([`crate::consumers`]): that is how consumers of the events queue that are not Klaxon are found.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,13 +27,16 @@ use klaxon_broker::{set_aside, Broker, Consumer, Delivery, Outgoing, Publisher, 
 use klaxon_core::filter::Title;
 use klaxon_core::notification::{Firing, NotificationTask};
 use klaxon_core::rule::{CompiledRule, Want};
-use klaxon_core::{EventTask, ProjectRules};
+use klaxon_core::{EventTask, ProjectRules, Unevaluated};
 use klaxon_counter::{Hit, HitSpec, Outcome, WindowCounter};
-use klaxon_rules::RuleCache;
+use klaxon_rules::{RuleCache, Trail};
 use tokio_util::sync::CancellationToken;
 
 use crate::consumers::Presence;
-use crate::internal_events::{EventInvalid, FiringMuted, MutesSkipped};
+use crate::internal_events::{
+    EventInvalid, EventsUnmatched, FiringMuted, LogOnce, MutesSkipped, UNMATCHED_LOG_INTERVAL,
+    UNMATCHED_LOG_KEYS,
+};
 use crate::EngineError;
 
 /// Tuning of the evaluate loop.
@@ -72,19 +78,25 @@ pub struct WorkerDeps {
     pub config: WorkerConfig,
     /// Where notifications go (`--output`).
     pub output: crate::output::Output,
+    /// Where shadow mode records what it would have sent ([`Trail::disabled`] for the other outputs).
+    pub trail: Trail,
 }
 
 /// Runs the evaluate loop until `shutdown`, reconnecting after failures.
 pub async fn run(deps: WorkerDeps, ready: Arc<AtomicBool>, shutdown: CancellationToken) {
+    // which projects' unmatched events were logged lately: kept across sessions
+    let unmatched = Arc::new(LogOnce::new(UNMATCHED_LOG_INTERVAL, UNMATCHED_LOG_KEYS));
     crate::supervise("worker", ready, shutdown, |ready, shutdown| {
         let deps = deps.clone();
-        async move { session(&deps, ready, shutdown).await }
+        let unmatched = unmatched.clone();
+        async move { session(&deps, &unmatched, ready, shutdown).await }
     })
     .await;
 }
 
 async fn session(
     deps: &WorkerDeps,
+    unmatched: &LogOnce,
     ready: Arc<AtomicBool>,
     shutdown: CancellationToken,
 ) -> Result<(), EngineError> {
@@ -118,9 +130,11 @@ async fn session(
     tracing::info!(
         queue = deps.topology.events_queue(),
         prefetch = deps.config.prefetch,
+        output = deps.output.as_str(),
+        rules_database = deps.rules.store().database(),
         "worker consuming"
     );
-    let result = consume_loop(deps, &mut consumer, &publisher, &shutdown, &presence).await;
+    let result = consume_loop(deps, unmatched, &mut consumer, &publisher, &shutdown, &presence).await;
     ready.store(false, Ordering::Relaxed);
     // a beat in flight is simply dropped: shutdown must not wait for a slow Redis
     watching.cancel();
@@ -134,6 +148,7 @@ async fn session(
 
 async fn consume_loop(
     deps: &WorkerDeps,
+    unmatched: &LogOnce,
     consumer: &mut Consumer,
     publisher: &Publisher,
     shutdown: &CancellationToken,
@@ -158,7 +173,7 @@ async fn consume_loop(
             }
         }
         let last_tag = batch.iter().map(|d| d.delivery_tag).max().unwrap_or(0);
-        process_batch(deps, publisher, &batch).await?;
+        process_batch(deps, unmatched, publisher, &batch).await?;
         consumer.ack_up_to(last_tag).await?;
         presence.taken(batch.len() as u64);
         metrics::counter!("klaxon_events_acked_total").increment(batch.len() as u64);
@@ -176,6 +191,7 @@ struct HitSource<'a> {
 
 async fn process_batch(
     deps: &WorkerDeps,
+    unmatched: &LogOnce,
     publisher: &Publisher,
     batch: &[Delivery],
 ) -> Result<(), EngineError> {
@@ -204,13 +220,20 @@ async fn process_batch(
 
     let mut hits = Vec::new();
     let mut sources = Vec::new();
+    // (project, reason) → events of this batch no rule could evaluate
+    let mut unevaluated: BTreeMap<(&str, Unevaluated), u64> = BTreeMap::new();
     for (i, (task, event_id)) in events.iter().enumerate() {
-        let Some(project) = rules.get(task.project_id.as_str()) else {
+        let project = rules.get(task.project_id.as_str());
+        let reason = match project {
+            Some(p) => p.unevaluated(),
+            None => Some(Unevaluated::ProjectUnknown),
+        };
+        let (Some(project), None) = (project, reason) else {
+            if let Some(reason) = reason {
+                *unevaluated.entry((task.project_id.as_str(), reason)).or_default() += 1;
+            }
             continue;
         };
-        if project.rules.is_empty() {
-            continue;
-        }
         let title = Title::new(&task.event.title);
         for rule in &project.rules {
             let Some(want) = rule.wants(&task.event, &title) else {
@@ -230,6 +253,21 @@ async fn process_batch(
             }
             hits.push(hit);
             sources.push(HitSource { event: i, rule, want });
+        }
+    }
+
+    if !unevaluated.is_empty() {
+        let now = Instant::now();
+        let database = deps.rules.store().database();
+        for ((project, reason), events) in unevaluated {
+            EventsUnmatched {
+                project,
+                reason,
+                events,
+                database,
+                log: unmatched.should_log(project, now),
+            }
+            .emit();
         }
     }
 
@@ -307,7 +345,7 @@ async fn process_batch(
                     digest_firings.push(nt);
                     continue;
                 }
-                out.push(task_message(deps, nt)?);
+                task_message(deps, &nt, &mut out)?;
             }
         }
     }
@@ -320,7 +358,7 @@ async fn process_batch(
                 metrics::counter!("klaxon_redis_errors_total").increment(1);
             })?;
         for nt in routed.send_now {
-            out.push(task_message(deps, nt)?);
+            task_message(deps, &nt, &mut out)?;
         }
         let flushes = routed.flushes;
         if !flushes.is_empty() {
@@ -340,10 +378,19 @@ async fn process_batch(
     Ok(())
 }
 
-/// A notification task for its channel's sender queue (counted as published), keyed by its notification id.
-fn task_message(deps: &WorkerDeps, nt: NotificationTask) -> Result<Outgoing, EngineError> {
-    metrics::counter!("klaxon_notifications_published_total", "channel" => nt.channel.as_str()).increment(1);
-    crate::output::message(&deps.topology, deps.output, &nt)
+/// Adds the message for a notification task's sender queue to `out` (counted as published), keyed by its
+/// notification id; in shadow mode records it in the trail instead.
+fn task_message(
+    deps: &WorkerDeps,
+    nt: &NotificationTask,
+    out: &mut Vec<Outgoing>,
+) -> Result<(), EngineError> {
+    if let Some(msg) = crate::output::dispatch(&deps.topology, deps.output, &deps.trail, nt)? {
+        metrics::counter!("klaxon_notifications_published_total", "channel" => nt.channel.as_str())
+            .increment(1);
+        out.push(msg);
+    }
+    Ok(())
 }
 
 async fn load_rules<'a>(

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::TryStreamExt;
-use klaxon_core::{Limits, ProjectRules};
+use klaxon_core::{Limits, ProjectRules, RuleDefaults};
 use mongodb::bson::{doc, oid::ObjectId, Bson, Document};
 use mongodb::options::ClientOptions;
 use mongodb::{Client, Collection, Database, IndexModel};
@@ -37,6 +37,8 @@ const RULE_ID_INDEX: &str = "klaxon_notifications_id";
 #[derive(Clone)]
 pub struct RuleStore {
     inner: Arc<Inner>,
+    /// What [`RuleStore::load`] assumes for what a rule leaves unset (the process's flags).
+    defaults: RuleDefaults,
 }
 
 struct Inner {
@@ -149,6 +151,7 @@ impl RuleStore {
     pub async fn connect(mongo_url: &str, database: &str) -> Result<Self, RulesError> {
         let db = connect_database(mongo_url, database).await?;
         let store = RuleStore {
+            defaults: RuleDefaults::default(),
             inner: Arc::new(Inner {
                 database: database.to_owned(),
                 projects: db.collection(PROJECTS),
@@ -190,6 +193,18 @@ impl RuleStore {
                 "index creation timed out; carrying on without it"
             ),
         }
+    }
+
+    /// This store with `defaults` for what rules leave unset when [`RuleStore::load`] compiles them
+    /// (`--including-case`); clones made after this carry them too.
+    pub fn with_rule_defaults(mut self, defaults: RuleDefaults) -> Self {
+        self.defaults = defaults;
+        self
+    }
+
+    /// The defaults [`RuleStore::load`] compiles rules with.
+    pub fn rule_defaults(&self) -> RuleDefaults {
+        self.defaults
     }
 
     /// Whether the `notifications._id` index was created (false on servers without `createIndexes`).
@@ -252,8 +267,8 @@ impl RuleStore {
         };
         let notifications = doc.get("notifications").cloned().map(Bson::into_relaxed_extjson);
         let name = doc.get("name").cloned().map(Bson::into_relaxed_extjson);
-        let rules =
-            ProjectRules::from_notifications_with(notifications.as_ref(), limits).with_name(name.as_ref());
+        let rules = ProjectRules::from_notifications_with(notifications.as_ref(), limits, &self.defaults)
+            .with_name(name.as_ref());
         if rules.skipped > 0 {
             metrics::counter!("klaxon_rules_skipped_total").increment(rules.skipped as u64);
         }

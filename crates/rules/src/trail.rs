@@ -52,15 +52,18 @@ pub enum Status {
     Retrying,
     /// Moved to `<ns>.dead` (permanent failure or attempts exhausted).
     Dead,
+    /// Not sent: a process in shadow mode (`--output shadow`) recorded what it would have sent.
+    Shadow,
 }
 
 impl Status {
-    /// `sent`, `retrying`, `dead`.
+    /// `sent`, `retrying`, `dead`, `shadow`.
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Sent => "sent",
             Status::Retrying => "retrying",
             Status::Dead => "dead",
+            Status::Shadow => "shadow",
         }
     }
 }
@@ -72,7 +75,10 @@ impl std::str::FromStr for Status {
             "sent" => Ok(Status::Sent),
             "retrying" => Ok(Status::Retrying),
             "dead" => Ok(Status::Dead),
-            other => Err(format!("unknown status `{other}`: use sent, retrying or dead")),
+            "shadow" => Ok(Status::Shadow),
+            other => Err(format!(
+                "unknown status `{other}`: use sent, retrying, dead or shadow"
+            )),
         }
     }
 }
@@ -505,7 +511,8 @@ fn rank(s: Status) -> u8 {
     match s {
         Status::Retrying => 0,
         Status::Dead => 1,
-        Status::Sent => 2,
+        Status::Shadow => 2,
+        Status::Sent => 3,
     }
 }
 
@@ -534,7 +541,7 @@ mod tests {
             ..r
         };
         assert_eq!(Record::from_document(&sent.to_document()), Some(sent));
-        for s in ["sent", "retrying", "dead"] {
+        for s in ["sent", "retrying", "dead", "shadow"] {
             assert_eq!(s.parse::<Status>().map(|s| s.as_str()), Ok(s));
         }
         assert!("lost".parse::<Status>().is_err());

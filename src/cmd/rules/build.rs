@@ -136,12 +136,13 @@ pub(super) fn build_rule(a: &AddArgs, limits: &klaxon_core::Limits) -> anyhow::R
         }
     }
     rule.channels = Field::Typed(channels);
-    // Validate with a placeholder id: the store assigns the real one.
+    // Validate with a placeholder id: the store assigns the real one. What a rule leaves unset (`--including-case`)
+    // changes how it matches, never whether it has problems.
     let probe = RawRule {
         id: Field::Typed(RuleId::Hex("000000000000000000000000".into())),
         ..rule.clone()
     };
-    match probe.validate_with(limits) {
+    match probe.validate_with(limits, &klaxon_core::RuleDefaults::default()) {
         Ok((_, problems)) if problems.is_empty() => Ok(rule),
         Ok((_, problems)) if problems.iter().any(|p| p.limit) => {
             Err(OverLimit(format!("nothing added, over a limit: {}", describe(&problems))).into())

@@ -14,10 +14,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::{
-    ChannelConfig, ChannelKind, CompiledRule, RuleProblem, WhatToReceive, Window, LEGACY_ALL_PERIOD_MS,
-    MAX_MIN_PERIOD_S, MAX_PERIOD_MS, MAX_THRESHOLD, MIN_PERIOD_MS,
+    ChannelConfig, ChannelKind, CompiledRule, RuleDefaults, RuleProblem, WhatToReceive, Window,
+    LEGACY_ALL_PERIOD_MS, MAX_MIN_PERIOD_S, MAX_PERIOD_MS, MAX_THRESHOLD, MIN_PERIOD_MS,
 };
-use crate::filter::TitleFilter;
+use crate::filter::{Case, TitleFilter};
 use crate::limits::{email_recipients, Limits};
 
 /// One field of a stored document as read: absent, of the expected type, or some other JSON value.
@@ -240,6 +240,10 @@ pub struct RawRule {
     /// Words, any of which must appear.
     #[serde(default, skip_serializing_if = "Field::is_missing")]
     pub including: Field<Vec<String>>,
+    /// Klaxon extension: `true` compares `including` words case-sensitively (Hawk's notifier), `false`
+    /// case-insensitively; absent = the process's `--including-case`.
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub including_case_sensitive: Field<bool>,
     /// Words, none of which may appear.
     #[serde(default, skip_serializing_if = "Field::is_missing")]
     pub excluding: Field<Vec<String>>,
@@ -301,20 +305,29 @@ impl RawRule {
     /// [`super::MAX_PROBLEM_BYTES`]: messages quote the rule's own values (a bad `window`, a regex error), and
     /// those come from a tenant.
     pub fn validate(&self) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
-        self.validate_with(&Limits::default())
+        self.validate_with(&Limits::default(), &RuleDefaults::default())
     }
 
-    /// [`RawRule::validate`] under the process's [`Limits`]: an email channel with more than
-    /// [`Limits::max_email_recipients`] addresses keeps the first ones (in the endpoint's order) and is reported
-    /// (a problem with `limit: true`, which writes refuse).
-    pub fn validate_with(&self, limits: &Limits) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
-        match self.check(limits) {
+    /// [`RawRule::validate`] under the process's [`Limits`] and with its [`RuleDefaults`] for what the rule
+    /// leaves unset (`--including-case`): an email channel with more than [`Limits::max_email_recipients`]
+    /// addresses keeps the first ones (in the endpoint's order) and is reported (a problem with `limit: true`,
+    /// which writes refuse).
+    pub fn validate_with(
+        &self,
+        limits: &Limits,
+        defaults: &RuleDefaults,
+    ) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
+        match self.check(limits, defaults) {
             Ok((rule, problems)) => Ok((rule, problems.into_iter().map(RuleProblem::bounded).collect())),
             Err(p) => Err(p.bounded()),
         }
     }
 
-    fn check(&self, limits: &Limits) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
+    fn check(
+        &self,
+        limits: &Limits,
+        defaults: &RuleDefaults,
+    ) -> Result<(CompiledRule, Vec<RuleProblem>), RuleProblem> {
         let rule_id = self.id().map(str::to_owned);
         let fatal = |message: String, fix: &str| RuleProblem {
             rule_id: rule_id.clone(),
@@ -436,13 +449,34 @@ impl RawRule {
         let excluding = list(&self.excluding, "excluding")?;
         let including_patterns = list(&self.including_patterns, "includingPatterns")?;
         let excluding_patterns = list(&self.excluding_patterns, "excludingPatterns")?;
-        let filter = TitleFilter::new(&including, &excluding, &including_patterns, &excluding_patterns)
-            .map_err(|e| {
-                fatal(
-                    e.to_string(),
-                    "fix the pattern (Rust `regex` syntax, no look-around or backreferences)",
-                )
-            })?;
+        let including_case = match &self.including_case_sensitive {
+            Field::Typed(true) => Case::Sensitive,
+            Field::Typed(false) => Case::Insensitive,
+            f if f.is_unset() => defaults.including_case,
+            other => {
+                return Err(fatal(
+                    format!(
+                        "`includingCaseSensitive` must be a boolean, got {}",
+                        other.to_json()
+                    ),
+                    "set `includingCaseSensitive` to true (Hawk's case-sensitive `including`) or false, or leave \
+                     it out for the process's --including-case",
+                ))
+            }
+        };
+        let filter = TitleFilter::new(
+            &including,
+            including_case,
+            &excluding,
+            &including_patterns,
+            &excluding_patterns,
+        )
+        .map_err(|e| {
+            fatal(
+                e.to_string(),
+                "fix the pattern (Rust `regex` syntax, no look-around or backreferences)",
+            )
+        })?;
 
         let mut problems = Vec::new();
         let warning = |message: String, fix: String| RuleProblem {
@@ -627,6 +661,11 @@ mod tests {
             ),
             ("window", json!("hopping"), "unknown `window` \"hopping\""),
             ("uniqueUsers", json!(1), "`uniqueUsers` must be a boolean, got 1"),
+            (
+                "includingCaseSensitive",
+                json!("yes"),
+                "`includingCaseSensitive` must be a boolean, got \"yes\"",
+            ),
             ("including", json!("db"), "`including` must be a list of strings"),
             (
                 "excluding",
@@ -679,6 +718,7 @@ mod tests {
             "window",
             "uniqueUsers",
             "including",
+            "includingCaseSensitive",
             "excludingPatterns",
         ] {
             let raw = RawRule::from_value(&with(field, Value::Null)).expect("object");
@@ -686,6 +726,36 @@ mod tests {
         }
         let raw = RawRule::from_value(&with("isEnabled", Value::Null)).expect("object");
         assert!(!raw.validate().expect("usable").0.enabled);
+    }
+
+    /// `includingCaseSensitive` on the rule wins; without it the process's default (`--including-case`) applies.
+    #[test]
+    fn including_case_comes_from_the_rule_or_the_process() {
+        use crate::filter::Title;
+        let title = Title::new("typeerror: x is undefined");
+        // (the rule's field, the process default, whether `including: ["TypeError"]` matches the lowercase title)
+        let cases = [
+            (None, Case::Insensitive, true),
+            (None, Case::Sensitive, false),
+            (Some(true), Case::Insensitive, false),
+            (Some(true), Case::Sensitive, false),
+            (Some(false), Case::Sensitive, true),
+            (Some(false), Case::Insensitive, true),
+        ];
+        for (field, default, matches) in cases {
+            let mut doc = with("including", json!(["TypeError"]));
+            if let Some(b) = field {
+                doc["includingCaseSensitive"] = json!(b);
+            }
+            let raw = RawRule::from_value(&doc).expect("object");
+            let defaults = RuleDefaults {
+                including_case: default,
+            };
+            let (rule, _) = raw.validate_with(&Limits::default(), &defaults).expect("usable");
+            assert_eq!(rule.filter.matches(&title), matches, "{field:?} {default:?}");
+            // and the document is written back as it was read
+            assert_eq!(serde_json::to_value(&raw).expect("json"), doc);
+        }
     }
 
     #[test]
