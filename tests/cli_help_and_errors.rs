@@ -264,3 +264,57 @@ fn log_lines_are_coloured_only_on_a_terminal_without_no_color() {
     let plain = on_a_terminal(Some("1"));
     assert!(plain.contains("WARN") && !plain.contains(esc), "NO_COLOR: {plain:?}");
 }
+
+/// `klaxon test-notify` sends what the webhook schema promises (ObjectIds for `projectId` and `ruleId`), and two
+/// endpoints on one host are told apart once redacted (a fingerprint of the whole endpoint).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_notify_sends_object_ids_and_tells_endpoints_on_one_host_apart() {
+    use klaxon_testkit::http_sink::{HttpSink, Reply};
+    let env = Env::new();
+    let hook = HttpSink::start().await.expect("sink");
+    hook.set_default(Reply::status(200));
+    let is_object_id = |v: &serde_json::Value| {
+        v.as_str()
+            .is_some_and(|s| s.len() == 24 && s.chars().all(|c| c.is_ascii_hexdigit()))
+    };
+    let mut destinations = Vec::new();
+    for (path, project) in [("/a/secret-path-1", None), ("/b/secret-path-2", Some(object_id()))] {
+        let url = hook.url(path);
+        let mut args = vec!["test-notify", "--channel", "webhook", "--endpoint", url.as_str(), "--json"];
+        if let Some(p) = &project {
+            args.extend(["--project", p.as_str()]);
+        }
+        let env = env.clone();
+        let args: Vec<String> = args.into_iter().map(str::to_owned).collect();
+        let out = tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            env.ok(&args)
+        })
+        .await
+        .expect("join");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
+        let dest = v["destination"].as_str().unwrap_or_default().to_owned();
+        assert!(dest.starts_with("http://127.0.0.1/…#") && !dest.contains("secret"), "{v}");
+        destinations.push(dest);
+
+        let got = hook.wait_for_count(destinations.len(), Duration::from_secs(5)).await;
+        let body: serde_json::Value = serde_json::from_slice(&got[destinations.len() - 1].body).expect("JSON body");
+        assert!(is_object_id(&body["projectId"]), "{body}");
+        assert!(is_object_id(&body["ruleId"]), "{body}");
+        match &project {
+            Some(p) => assert_eq!(body["projectId"], p.as_str()),
+            None => assert_eq!(body["projectId"], "000000000000000000000000"),
+        }
+    }
+    assert_ne!(destinations[0], destinations[1], "two endpoints on one host");
+    let (code, _, err) = env.run(&[
+        "test-notify",
+        "--channel",
+        "webhook",
+        "--endpoint",
+        &hook.url("/x"),
+        "--project",
+        "klaxon-test",
+    ]);
+    assert_eq!(code, 2, "{err}");
+}

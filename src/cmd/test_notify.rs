@@ -6,7 +6,7 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use klaxon_channels::{redact_endpoint, test_task};
+use klaxon_channels::{redact_endpoint, test_task_for, TEST_PROJECT_ID};
 use klaxon_core::ChannelKind;
 use serde_json::json;
 
@@ -27,6 +27,10 @@ pub struct TestNotifyArgs {
     /// The endpoint: webhook URL, Telegram chat id, email address(es).
     #[arg(long, allow_hyphen_values = true)]
     pub endpoint: String,
+    /// The project the test notification names (24-hex ObjectId), for receivers that route by project
+    /// [default: 000000000000000000000000, no real project].
+    #[arg(long, value_name = "PROJECT_ID")]
+    pub project: Option<String>,
     /// Print the outcome as one JSON object: {"ok": true, …} on stdout, or {"ok": false, "class", "reason", …}
     /// on stderr.
     #[arg(long)]
@@ -41,8 +45,10 @@ fn parse_channel(s: &str) -> Result<ChannelKind, String> {
 }
 
 pub async fn run(args: TestNotifyArgs, _global: &GlobalOpts) -> anyhow::Result<ExitCode> {
+    let project = args.project.as_deref().unwrap_or(TEST_PROJECT_ID);
+    klaxon_rules::format::parse_object_id("project id", project).map_err(|e| crate::exit::usage(e.to_string()))?;
     let channels = args.delivery.channels()?;
-    let task = test_task(args.channel, &args.endpoint);
+    let task = test_task_for(args.channel, &args.endpoint, project);
     let dest = redact_endpoint(args.channel, &args.endpoint);
     let channel = args.channel.to_string();
     match channels.deliver(&task).await {
