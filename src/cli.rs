@@ -20,7 +20,7 @@ Output of listing commands: -o table (default) | json (one JSON document) | ndjs
 Exit codes:
   0  ok
   1  problems found (rules check, doctor, test-notify not delivered, nothing to replay) or another error
-  2  usage error (a wrong flag or argument)
+  2  usage error (a wrong flag or argument, a URL that cannot be parsed, namespace delete without --yes)
   3  a backing service (Redis, RabbitMQ, MongoDB) is unreachable";
 
 /// Klaxon: notification threshold engine for error trackers.
@@ -301,6 +301,8 @@ pub enum Command {
     Doctor(crate::cmd::doctor::DoctorArgs),
     /// Print a shell completion script (bash, zsh, fish, powershell, elvish).
     Completions(crate::cmd::completions::CompletionsArgs),
+    /// Delete a namespace's queues, exchanges and Redis keys (asks for --yes).
+    Namespace(crate::cmd::namespace::NamespaceArgs),
 }
 
 /// A duration flag: a humantime string (`90s`, `5m`, `1h30m`, `7d`) or a plain number of seconds (the unit

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | 0 | ok |
 //! | 1 | problems found (`rules check`, `doctor`, `test-notify` not delivered, nothing to replay, …) or any other error |
-//! | 2 | usage error: a flag or argument is wrong (clap's own errors, and our validation of flag values) |
+//! | 2 | usage error: a flag or argument is wrong (clap's own errors, and our validation of flag values, service URLs included), or a confirmation flag is missing (`namespace delete` without `--yes`) |
 //! | 3 | a backing service (Redis, RabbitMQ, MongoDB) is unreachable |
 //!
 //! Commands return `anyhow::Error`; [`code`] reads the cause chain: a [`Usage`] anywhere → 2, a connection

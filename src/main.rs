@@ -74,6 +74,7 @@ async fn main() -> ExitCode {
         cli::Command::Bench(args) => cmd::bench::run(args, &global).await,
         cli::Command::Doctor(args) => cmd::doctor::run(args, &global).await,
         cli::Command::Completions(args) => cmd::completions::run(args),
+        cli::Command::Namespace(args) => cmd::namespace::run(args, &global).await,
     };
     match result {
         Ok(code) => code,

@@ -428,6 +428,47 @@ impl Broker {
         deleted
     }
 
+    /// Whether exchange `name` exists (a passive declare on a channel of its own, which creates nothing).
+    pub async fn exchange_exists(&self, name: &str) -> Result<bool, BrokerError> {
+        let channel = self.channel().await?;
+        let declared = channel
+            .exchange_declare(
+                name.into(),
+                lapin::ExchangeKind::Topic,
+                lapin::options::ExchangeDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await;
+        match declared {
+            Ok(()) => {
+                close_channel(&channel).await;
+                Ok(true)
+            }
+            Err(e) if matches!(e.kind(), lapin::ErrorKind::ProtocolError(p) if p.get_id() == 404) => Ok(false),
+            Err(source) => {
+                close_channel(&channel).await;
+                Err(BrokerError::Amqp {
+                    op: "exchange.declare (passive)",
+                    source,
+                })
+            }
+        }
+    }
+
+    /// Deletes exchange `name`, on a channel of its own.
+    pub async fn delete_exchange(&self, name: &str) -> Result<(), BrokerError> {
+        let channel = self.channel().await?;
+        let deleted = channel
+            .exchange_delete(name.into(), lapin::options::ExchangeDeleteOptions::default())
+            .await
+            .map_err(amqp("exchange.delete"));
+        close_channel(&channel).await;
+        deleted
+    }
+
     /// Deletes every queue and exchange of `topology` ([`Topology::delete`]), on a channel of its own.
     pub async fn delete_topology(&self, topology: &Topology) -> Result<(), BrokerError> {
         let channel = self.channel().await?;

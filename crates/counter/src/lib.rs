@@ -38,6 +38,7 @@ mod error;
 pub mod gcra;
 mod hit;
 pub mod mutes;
+pub mod namespace;
 mod peek;
 mod redis_handle;
 mod script_io;

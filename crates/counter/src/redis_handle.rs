@@ -170,19 +170,26 @@ impl RedisHandle {
         }
     }
 
-    /// Deletes `keys` (`UNLINK`, one key per command, so that a cluster routes each to its slot); returns how
-    /// many existed.
+    /// Deletes `keys` (`UNLINK`, one key per command, up to 100 per pipeline; in a cluster a pipeline keeps to one
+    /// slot); returns how many existed.
     pub async fn unlink(&self, keys: &[String]) -> Result<u64, CounterError> {
+        let mut by_slot: std::collections::HashMap<Option<redis::cluster_routing::Slot>, Vec<&String>> =
+            std::collections::HashMap::new();
+        for k in keys {
+            let slot = self.is_cluster().then(|| redis::cluster_routing::Slot::for_key(k.as_bytes()));
+            by_slot.entry(slot).or_default().push(k);
+        }
         let mut conn = self.clone();
         let mut removed = 0u64;
-        // 100 keys per round trip (in a cluster the client splits the pipeline by slot).
-        for chunk in keys.chunks(100) {
-            let mut pipe = redis::pipe();
-            for k in chunk {
-                pipe.cmd("UNLINK").arg(k);
+        for keys in by_slot.values() {
+            for chunk in keys.chunks(100) {
+                let mut pipe = redis::pipe();
+                for k in chunk {
+                    pipe.cmd("UNLINK").arg(*k);
+                }
+                let counts: Vec<u64> = pipe.query_async(&mut conn).await?;
+                removed += counts.iter().sum::<u64>();
             }
-            let counts: Vec<u64> = pipe.query_async(&mut conn).await?;
-            removed += counts.iter().sum::<u64>();
         }
         Ok(removed)
     }
