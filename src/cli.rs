@@ -143,10 +143,19 @@ const GLOBALS_USED: &[(&str, &[&str])] = &[
     ("doctor", ALL_GLOBALS),
     ("namespace", ALL_GLOBALS),
     ("rules", &["namespace", "mongo_url", "mongo_db", "log_format"]),
-    ("deliveries", &["namespace", "mongo_url", "mongo_db", "log_format"]),
-    ("publish", &["namespace", "amqp_url", "events_queue", "log_format"]),
+    (
+        "deliveries",
+        &["namespace", "mongo_url", "mongo_db", "log_format"],
+    ),
+    (
+        "publish",
+        &["namespace", "amqp_url", "events_queue", "log_format"],
+    ),
     ("dead", &["namespace", "amqp_url", "events_queue", "log_format"]),
-    ("explain", &["namespace", "redis_url", "mongo_url", "mongo_db", "log_format"]),
+    (
+        "explain",
+        &["namespace", "redis_url", "mongo_url", "mongo_db", "log_format"],
+    ),
     ("mute", &["namespace", "redis_url", "log_format"]),
     ("bench", &["amqp_url", "redis_url", "mongo_url", "log_format"]),
     ("test-notify", &["log_format"]),

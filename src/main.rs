@@ -8,7 +8,6 @@ mod output;
 use std::io::Write as _;
 use std::process::ExitCode;
 
-
 /// The log filter when neither `KLAXON_LOG` nor `RUST_LOG` is set: `info` for the long-running processes,
 /// `warn` for every CLI command, whose stdout is its result and whose stderr should only say what went wrong.
 fn default_filter(command: &cli::Command) -> &'static str {

@@ -11,7 +11,12 @@ use common::{object_id, Env};
 
 /// Runs klaxon with `env` and `extra` variables; kills it after `within`. Returns (exit code, stdout, stderr);
 /// the code is `None` when it had to be killed.
-fn run_bounded(env: &Env, extra: &[(&str, &str)], args: &[&str], within: Duration) -> (Option<i32>, String, String) {
+fn run_bounded(
+    env: &Env,
+    extra: &[(&str, &str)],
+    args: &[&str],
+    within: Duration,
+) -> (Option<i32>, String, String) {
     let mut cmd = Command::new(common::BIN);
     cmd.args(args)
         .stdin(Stdio::null())
@@ -80,10 +85,7 @@ fn help_names_variables_without_values_and_each_command_shows_only_the_globals_i
         (&["completions"][..], &[][..]),
         (&["probe"], &[]),
         (&["test-notify"], &["--log-format"]),
-        (
-            &["mute", "add"],
-            &["--namespace", "--redis-url", "--log-format"],
-        ),
+        (&["mute", "add"], &["--namespace", "--redis-url", "--log-format"]),
         (
             &["rules", "list"],
             &["--namespace", "--mongo-url", "--mongo-db", "--log-format"],
@@ -94,14 +96,22 @@ fn help_names_variables_without_values_and_each_command_shows_only_the_globals_i
         ),
         (
             &["explain"],
-            &["--namespace", "--redis-url", "--mongo-url", "--mongo-db", "--log-format"],
+            &[
+                "--namespace",
+                "--redis-url",
+                "--mongo-url",
+                "--mongo-db",
+                "--log-format",
+            ],
         ),
         (&["run"], &globals[..]),
         (&["doctor"], &globals[..]),
     ] {
         let h = help(cmd);
         for flag in globals {
-            let listed = h.lines().any(|l| l.trim_start().starts_with(&format!("{flag} <")));
+            let listed = h
+                .lines()
+                .any(|l| l.trim_start().starts_with(&format!("{flag} <")));
             assert_eq!(
                 listed,
                 shown.contains(&flag),
@@ -140,21 +150,36 @@ fn a_malformed_url_is_a_usage_error_naming_the_flag_before_anything_connects() {
     let project = object_id();
     let secret = "pw-SECRET";
     for (var, value, flag, args) in [
-        ("KLAXON_AMQP_URL", "nonsense".to_owned(), "--amqp-url", vec!["dead", "list"]),
+        (
+            "KLAXON_AMQP_URL",
+            "nonsense".to_owned(),
+            "--amqp-url",
+            vec!["dead", "list"],
+        ),
         (
             "KLAXON_AMQP_URL",
             format!("amqp://guest:guest@127.0.0.1:5672/%2f,amqp://u:{secret}@h:notaport/"),
             "--amqp-url",
             vec!["publish", "--project", &project, "--title", "t", "--group", "g"],
         ),
-        ("KLAXON_REDIS_URL", "::".to_owned(), "--redis-url", vec!["mute", "list", "--project", &project]),
+        (
+            "KLAXON_REDIS_URL",
+            "::".to_owned(),
+            "--redis-url",
+            vec!["mute", "list", "--project", &project],
+        ),
         (
             "KLAXON_REDIS_URL",
             format!("redis://:{secret}@h:notaport/"),
             "--redis-url",
             vec!["explain", "--project", &project, "--title", "t", "--group", "g"],
         ),
-        ("KLAXON_MONGO_URL", "x".to_owned(), "--mongo-url", vec!["rules", "list"]),
+        (
+            "KLAXON_MONGO_URL",
+            "x".to_owned(),
+            "--mongo-url",
+            vec!["rules", "list"],
+        ),
         (
             "KLAXON_MONGO_URL",
             format!("mongodb://u:{secret}@h:notaport"),
@@ -162,10 +187,20 @@ fn a_malformed_url_is_a_usage_error_naming_the_flag_before_anything_connects() {
             vec!["deliveries", "list"],
         ),
         // the long-running processes too: they used to retry a URL that can never work, forever
-        ("KLAXON_AMQP_URL", "nonsense".to_owned(), "--amqp-url", vec!["run"]),
+        (
+            "KLAXON_AMQP_URL",
+            "nonsense".to_owned(),
+            "--amqp-url",
+            vec!["run"],
+        ),
         ("KLAXON_REDIS_URL", "::".to_owned(), "--redis-url", vec!["worker"]),
         ("KLAXON_MONGO_URL", "x".to_owned(), "--mongo-url", vec!["sender"]),
-        ("KLAXON_AMQP_URL", "nonsense".to_owned(), "--amqp-url", vec!["doctor"]),
+        (
+            "KLAXON_AMQP_URL",
+            "nonsense".to_owned(),
+            "--amqp-url",
+            vec!["doctor"],
+        ),
     ] {
         // as a variable and as the flag
         let mut as_flag = args.clone();
@@ -179,9 +214,15 @@ fn a_malformed_url_is_a_usage_error_naming_the_flag_before_anything_connects() {
                 "{args:?}: names the flag and its variable: {err}"
             );
             assert!(err.contains("URL"), "{err}");
-            assert!(!err.contains(secret), "the URL's password is never printed: {err}");
+            assert!(
+                !err.contains(secret),
+                "the URL's password is never printed: {err}"
+            );
             assert_eq!(err.lines().count(), 1, "{err}");
-            assert!(started.elapsed() < Duration::from_secs(10), "nothing connected: {args:?}");
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "nothing connected: {args:?}"
+            );
         }
     }
 }
@@ -192,8 +233,16 @@ fn errors_say_each_cause_once() {
     let project = object_id();
     let nothing = format!("127.0.0.1:{}", common::free_port());
     for (var, url, args) in [
-        ("KLAXON_AMQP_URL", format!("amqp://guest:guest@{nothing}/%2f"), vec!["dead", "list"]),
-        ("KLAXON_REDIS_URL", format!("redis://{nothing}/"), vec!["mute", "list", "--project", &project]),
+        (
+            "KLAXON_AMQP_URL",
+            format!("amqp://guest:guest@{nothing}/%2f"),
+            vec!["dead", "list"],
+        ),
+        (
+            "KLAXON_REDIS_URL",
+            format!("redis://{nothing}/"),
+            vec!["mute", "list", "--project", &project],
+        ),
         (
             "KLAXON_MONGO_URL",
             format!("mongodb://{nothing}/?serverSelectionTimeoutMS=500&connectTimeoutMS=500"),
@@ -253,16 +302,27 @@ fn log_lines_are_coloured_only_on_a_terminal_without_no_color() {
                 cmd.env_remove(k);
             }
         }
-        for (k, v) in env.vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).chain(extra) {
+        for (k, v) in env
+            .vars
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .chain(extra)
+        {
             cmd.env(k, v);
         }
         let out = cmd.output().expect("script");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let tty = on_a_terminal(None);
-    assert!(tty.contains("WARN") && tty.contains(esc), "colours on a terminal: {tty:?}");
+    assert!(
+        tty.contains("WARN") && tty.contains(esc),
+        "colours on a terminal: {tty:?}"
+    );
     let plain = on_a_terminal(Some("1"));
-    assert!(plain.contains("WARN") && !plain.contains(esc), "NO_COLOR: {plain:?}");
+    assert!(
+        plain.contains("WARN") && !plain.contains(esc),
+        "NO_COLOR: {plain:?}"
+    );
 }
 
 /// `klaxon test-notify` sends what the webhook schema promises (ObjectIds for `projectId` and `ruleId`), and two
@@ -278,9 +338,19 @@ async fn test_notify_sends_object_ids_and_tells_endpoints_on_one_host_apart() {
             .is_some_and(|s| s.len() == 24 && s.chars().all(|c| c.is_ascii_hexdigit()))
     };
     let mut destinations = Vec::new();
-    for (path, project) in [("/a/secret-path-1", None), ("/b/secret-path-2", Some(object_id()))] {
+    for (path, project) in [
+        ("/a/secret-path-1", None),
+        ("/b/secret-path-2", Some(object_id())),
+    ] {
         let url = hook.url(path);
-        let mut args = vec!["test-notify", "--channel", "webhook", "--endpoint", url.as_str(), "--json"];
+        let mut args = vec![
+            "test-notify",
+            "--channel",
+            "webhook",
+            "--endpoint",
+            url.as_str(),
+            "--json",
+        ];
         if let Some(p) = &project {
             args.extend(["--project", p.as_str()]);
         }
@@ -294,11 +364,17 @@ async fn test_notify_sends_object_ids_and_tells_endpoints_on_one_host_apart() {
         .expect("join");
         let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
         let dest = v["destination"].as_str().unwrap_or_default().to_owned();
-        assert!(dest.starts_with("http://127.0.0.1/…#") && !dest.contains("secret"), "{v}");
+        assert!(
+            dest.starts_with("http://127.0.0.1/…#") && !dest.contains("secret"),
+            "{v}"
+        );
         destinations.push(dest);
 
-        let got = hook.wait_for_count(destinations.len(), Duration::from_secs(5)).await;
-        let body: serde_json::Value = serde_json::from_slice(&got[destinations.len() - 1].body).expect("JSON body");
+        let got = hook
+            .wait_for_count(destinations.len(), Duration::from_secs(5))
+            .await;
+        let body: serde_json::Value =
+            serde_json::from_slice(&got[destinations.len() - 1].body).expect("JSON body");
         assert!(is_object_id(&body["projectId"]), "{body}");
         assert!(is_object_id(&body["ruleId"]), "{body}");
         match &project {

@@ -162,9 +162,13 @@ async fn transient_failures_retry_then_deliver_once_with_one_notification_id() {
     assert_eq!(sent["channel"], "webhook");
     // redacted: scheme and host, and a fingerprint of the whole endpoint (the path may be a secret)
     let destination = sent["destination"].as_str().unwrap_or_default();
-    let fingerprint = destination.strip_prefix("http://127.0.0.1/…#").unwrap_or_default();
+    let fingerprint = destination
+        .strip_prefix("http://127.0.0.1/…#")
+        .unwrap_or_default();
     assert!(
-        fingerprint.len() == 6 && fingerprint.chars().all(|c| c.is_ascii_hexdigit()) && !destination.contains("hook"),
+        fingerprint.len() == 6
+            && fingerprint.chars().all(|c| c.is_ascii_hexdigit())
+            && !destination.contains("hook"),
         "destination is redacted: {destination}"
     );
     assert_eq!(

@@ -158,8 +158,14 @@ fn every_metrics_table_of_the_docs_is_complete() {
     for doc in TABLES {
         let documented = documented_in(doc);
         assert!(!documented.is_empty(), "{doc} has no \"## Metrics\" table");
-        let missing: Vec<_> = described.keys().filter(|n| !documented.contains_key(*n)).collect();
-        let unknown: Vec<_> = documented.keys().filter(|n| !described.contains_key(*n)).collect();
+        let missing: Vec<_> = described
+            .keys()
+            .filter(|n| !documented.contains_key(*n))
+            .collect();
+        let unknown: Vec<_> = documented
+            .keys()
+            .filter(|n| !described.contains_key(*n))
+            .collect();
         assert!(
             missing.is_empty() && unknown.is_empty(),
             "{doc}'s metrics table lacks {missing:?} and lists {unknown:?}, which nothing exports"

@@ -65,7 +65,11 @@ async fn count_existing(redis: &RedisHandle, keys: &[String]) -> usize {
     let mut conn = redis.clone();
     let mut n = 0;
     for k in keys {
-        let exists: u64 = redis::cmd("EXISTS").arg(k).query_async(&mut conn).await.expect("EXISTS");
+        let exists: u64 = redis::cmd("EXISTS")
+            .arg(k)
+            .query_async(&mut conn)
+            .await
+            .expect("EXISTS");
         n += exists as usize;
     }
     n
@@ -95,14 +99,24 @@ async fn deletes_one_namespace_and_never_the_one_its_name_is_a_prefix_of() {
         let env = env.clone();
         let project = project.clone();
         tokio::task::spawn_blocking(move || {
-            env.ok(&["publish", "--project", &project, "--title", "Boom", "--group", "g1"]);
+            env.ok(&[
+                "publish",
+                "--project",
+                &project,
+                "--title",
+                "Boom",
+                "--group",
+                "g1",
+            ]);
             env.ok(&["dead", "list"]); // declares every queue and the delay engine
             env.ok(&["mute", "add", "--project", &project, "--for", "1h"]);
         })
         .await
         .expect("join");
     }
-    let redis = RedisHandle::connect(&klaxon_testkit::redis_url()).await.expect("redis");
+    let redis = RedisHandle::connect(&klaxon_testkit::redis_url())
+        .await
+        .expect("redis");
     let a_keys = keys_of(&ns);
     let b_keys = keys_of(&b.namespace);
     set_keys(&redis, &a_keys).await;
@@ -130,7 +144,11 @@ async fn deletes_one_namespace_and_never_the_one_its_name_is_a_prefix_of() {
     };
 
     // The namespace is never assumed.
-    let (code, _, err) = run(&a.clone().unset("KLAXON_NAMESPACE"), &["namespace", "delete", "--yes"]).await;
+    let (code, _, err) = run(
+        &a.clone().unset("KLAXON_NAMESPACE"),
+        &["namespace", "delete", "--yes"],
+    )
+    .await;
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--namespace"), "{err}");
 
@@ -138,14 +156,20 @@ async fn deletes_one_namespace_and_never_the_one_its_name_is_a_prefix_of() {
     let (code, out, err) = run(&a, &["namespace", "delete", "--namespace", &ns]).await;
     assert_eq!(code, 2, "{out}{err}");
     assert!(err.contains("nothing deleted") && err.contains("--yes"), "{err}");
-    assert!(out.contains(&format!("  queue {ns}.events (1 message(s))")), "{out}");
+    assert!(
+        out.contains(&format!("  queue {ns}.events (1 message(s))")),
+        "{out}"
+    );
     assert!(out.contains(&format!("  exchange {ns}.delay.deliver")), "{out}");
     assert!(
         out.contains(&format!("  7 Redis key(s) `{ns}:*` (on 1 node(s))")),
         "6 keys of each shape and the mute: {out}"
     );
     assert!(out.contains(&format!("kept MongoDB database `{ns}`")), "{out}");
-    assert!(!out.contains(&format!("{ns}2")), "the other namespace is not listed: {out}");
+    assert!(
+        !out.contains(&format!("{ns}2")),
+        "the other namespace is not listed: {out}"
+    );
     assert_eq!(
         existing(&broker, &ns).await,
         (all_queues.len(), all_exchanges.len(), 1),
@@ -156,7 +180,14 @@ async fn deletes_one_namespace_and_never_the_one_its_name_is_a_prefix_of() {
     // Refusals that touch nothing: a database Klaxon does not own; a namespace in use.
     let (code, _, err) = run(
         &a,
-        &["namespace", "delete", "--yes", "--drop-database", "--mongo-db", "accounts"],
+        &[
+            "namespace",
+            "delete",
+            "--yes",
+            "--drop-database",
+            "--mongo-db",
+            "accounts",
+        ],
     )
     .await;
     assert_eq!(code, 2, "{err}");
@@ -167,7 +198,10 @@ async fn deletes_one_namespace_and_never_the_one_its_name_is_a_prefix_of() {
         .expect("consume");
     let (code, _, err) = run(&a, &["namespace", "delete", "--yes"]).await;
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("in use") && err.contains(&format!("{ns}.dead (1 consumer(s))")), "{err}");
+    assert!(
+        err.contains("in use") && err.contains(&format!("{ns}.dead (1 consumer(s))")),
+        "{err}"
+    );
     consumer.close().await;
     assert_eq!(count_existing(&redis, &a_keys).await, a_keys.len());
 
@@ -178,16 +212,26 @@ async fn deletes_one_namespace_and_never_the_one_its_name_is_a_prefix_of() {
     })
     .await;
     assert!(consumer_gone.is_some(), "the test's consumer went away");
-    let (code, out, err) = run(&a, &["namespace", "delete", "--yes", "--events-queue", "notifier"]).await;
+    let (code, out, err) = run(
+        &a,
+        &["namespace", "delete", "--yes", "--events-queue", "notifier"],
+    )
+    .await;
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("kept queue notifier"), "{out}");
-    assert!(out.contains(&format!("deleted queue {ns}.events (1 message(s))")), "{out}");
+    assert!(
+        out.contains(&format!("deleted queue {ns}.events (1 message(s))")),
+        "{out}"
+    );
     assert!(out.contains(&format!("deleted exchange {ns}.delay.L19")), "{out}");
     assert!(out.contains(&format!("deleted 7 Redis key(s) `{ns}:*`")), "{out}");
     assert_eq!(existing(&broker, &ns).await, (0, 0, 0), "{out}");
     assert_eq!(count_existing(&redis, &a_keys).await, 0);
     assert!(
-        klaxon_counter::namespace::keys(&redis, &ns, 100).await.expect("scan").is_empty(),
+        klaxon_counter::namespace::keys(&redis, &ns, 100)
+            .await
+            .expect("scan")
+            .is_empty(),
         "the mute went too"
     );
 
@@ -203,7 +247,10 @@ async fn deletes_one_namespace_and_never_the_one_its_name_is_a_prefix_of() {
 
     // Again: nothing left, exit 0.
     let (code, out, _) = run(&a, &["namespace", "delete", "--yes"]).await;
-    assert_eq!((code, out.trim()), (0, format!("namespace {ns}: nothing to delete").as_str()));
+    assert_eq!(
+        (code, out.trim()),
+        (0, format!("namespace {ns}: nothing to delete").as_str())
+    );
 
     // Clean up the other one.
     let (code, out, err) = run(&b, &["namespace", "delete", "--yes"]).await;
@@ -235,7 +282,9 @@ async fn deletes_the_keys_on_every_master_of_a_cluster() {
         .expect("join");
     assert_eq!(code, 0, "{out}{err}");
     assert!(
-        out.contains(&format!("deleted 60 Redis key(s) `{ns}:*` (on {masters} node(s))")),
+        out.contains(&format!(
+            "deleted 60 Redis key(s) `{ns}:*` (on {masters} node(s))"
+        )),
         "{out}"
     );
     assert_eq!(count_existing(&redis, &a_keys).await, 0);
@@ -267,7 +316,14 @@ async fn a_database_that_cannot_be_dropped_leaves_the_namespace_whole() {
     let dir = tempfile::tempdir().expect("tmp");
     let port = common::free_port();
     let mut polodb = std::process::Command::new(&bin)
-        .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string(), "--path"])
+        .args([
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--path",
+        ])
         .arg(dir.path().join("data"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -308,7 +364,14 @@ async fn a_database_that_cannot_be_dropped_leaves_the_namespace_whole() {
     let _ = polodb.wait();
     broker.close().await;
     assert_eq!(code, 1, "{out}{err}");
-    assert!(err.contains(&format!("cannot drop MongoDB database `{ns}`")), "{err}");
-    assert_eq!(whole, (queues.len(), exchanges.len(), 0), "nothing deleted: {out}");
+    assert!(
+        err.contains(&format!("cannot drop MongoDB database `{ns}`")),
+        "{err}"
+    );
+    assert_eq!(
+        whole,
+        (queues.len(), exchanges.len(), 0),
+        "nothing deleted: {out}"
+    );
     assert_eq!(cleanup.0, 0, "{cleanup:?}");
 }

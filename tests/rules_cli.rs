@@ -384,16 +384,21 @@ async fn a_file_is_checked_and_dry_run_imported_before_anything_is_stored() {
         check.stdout
     );
     assert!(!check.stdout.contains(&good), "{}", check.stdout);
-    assert!(check.stdout.contains("2 problem(s) in 3 rule(s)"), "{}", check.stdout);
+    assert!(
+        check.stdout.contains("2 problem(s) in 3 rule(s)"),
+        "{}",
+        check.stdout
+    );
     let as_json = klaxon(&offline, &["check", "--file", "-", "-o", "json"], Some(&file)).await;
     assert_eq!(as_json.code, 1);
     let problems: Value = serde_json::from_str(&as_json.stdout).expect("JSON");
     assert_eq!(problems[0]["ruleId"], bad.as_str(), "{problems}");
     assert_eq!(problems[0]["fatal"], true);
     // --project filters the file; a clean file exits 0
-    let clean = json!([{"_id": p, "notifications": [{"_id": good, "isEnabled": true, "whatToReceive": "ONLY_NEW",
+    let clean =
+        json!([{"_id": p, "notifications": [{"_id": good, "isEnabled": true, "whatToReceive": "ONLY_NEW",
         "channels": {"email": {"isEnabled": true, "endpoint": "a@b.c", "minPeriod": 0}}}]}])
-    .to_string();
+        .to_string();
     let o = klaxon(&offline, &["check", "--file", "-", "--project", &p], Some(&clean)).await;
     assert_eq!(ok(&o).trim(), "1 rule(s) in 1 project(s): no problems");
 
@@ -410,7 +415,12 @@ async fn a_file_is_checked_and_dry_run_imported_before_anything_is_stored() {
         "{}",
         dry.stderr
     );
-    let dry = klaxon(&offline, &["import", "--file", "-", "--dry-run", "--json"], Some(&clean)).await;
+    let dry = klaxon(
+        &offline,
+        &["import", "--file", "-", "--dry-run", "--json"],
+        Some(&clean),
+    )
+    .await;
     let would: Value = serde_json::from_str(ok(&dry)).expect("the export format");
     assert_eq!(would[0]["notifications"][0]["_id"], good.as_str());
 

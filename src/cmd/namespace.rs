@@ -202,7 +202,9 @@ fn database_line(db: &str, drop: bool, done: bool) -> String {
     match (drop, done) {
         (true, true) => format!("dropped MongoDB database `{db}`"),
         (true, false) => format!("MongoDB database `{db}` (--drop-database)"),
-        (false, _) => format!("kept MongoDB database `{db}` (rules, delivery trail): --drop-database drops it"),
+        (false, _) => {
+            format!("kept MongoDB database `{db}` (rules, delivery trail): --drop-database drops it")
+        }
     }
 }
 

@@ -91,7 +91,10 @@ pub enum BrokerError {
 impl BrokerError {
     /// True when retrying (after reconnecting) may succeed.
     pub fn is_transient(&self) -> bool {
-        !matches!(self, BrokerError::Incompatible { .. } | BrokerError::InvalidUrl(_))
+        !matches!(
+            self,
+            BrokerError::Incompatible { .. } | BrokerError::InvalidUrl(_)
+        )
     }
 }
 
@@ -108,7 +111,9 @@ pub fn parse_urls(url: &str) -> Result<Vec<lapin::uri::AMQPUri>, BrokerError> {
         .enumerate()
         .map(|(i, node)| {
             parse_url(node).map_err(|e| match (many, e) {
-                (true, BrokerError::InvalidUrl(why)) => BrokerError::InvalidUrl(format!("node #{}: {why}", i + 1)),
+                (true, BrokerError::InvalidUrl(why)) => {
+                    BrokerError::InvalidUrl(format!("node #{}: {why}", i + 1))
+                }
                 (_, e) => e,
             })
         })
@@ -123,9 +128,8 @@ fn parse_url(url: &str) -> Result<lapin::uri::AMQPUri, BrokerError> {
             "not a URL: expected amqp://user:password@host:5672/vhost (or amqps://)".into(),
         ));
     }
-    url.parse().map_err(|e: String| {
-        BrokerError::InvalidUrl(klaxon_core::text::one_line(&e, 200))
-    })
+    url.parse()
+        .map_err(|e: String| BrokerError::InvalidUrl(klaxon_core::text::one_line(&e, 200)))
 }
 
 fn amqp(op: &'static str) -> impl FnOnce(lapin::Error) -> BrokerError {
@@ -447,7 +451,9 @@ impl Broker {
                 close_channel(&channel).await;
                 Ok(true)
             }
-            Err(e) if matches!(e.kind(), lapin::ErrorKind::ProtocolError(p) if p.get_id() == 404) => Ok(false),
+            Err(e) if matches!(e.kind(), lapin::ErrorKind::ProtocolError(p) if p.get_id() == 404) => {
+                Ok(false)
+            }
             Err(source) => {
                 close_channel(&channel).await;
                 Err(BrokerError::Amqp {

@@ -166,13 +166,21 @@ mod tests {
         let a = redact_endpoint(ChannelKind::Slack, "https://hooks.slack.com/services/T0/B0/AAA");
         let b = redact_endpoint(ChannelKind::Slack, "https://hooks.slack.com/services/T0/B1/BBB");
         assert_ne!(a, b);
-        assert!(a.starts_with("https://hooks.slack.com/…#") && a.len() == "https://hooks.slack.com/…#".len() + 6);
+        assert!(
+            a.starts_with("https://hooks.slack.com/…#") && a.len() == "https://hooks.slack.com/…#".len() + 6
+        );
         assert_eq!(
             a,
-            redact_endpoint(ChannelKind::Webhook, " https://hooks.slack.com/services/T0/B0/AAA\n")
+            redact_endpoint(
+                ChannelKind::Webhook,
+                " https://hooks.slack.com/services/T0/B0/AAA\n"
+            )
         );
         let long = format!("https://{}.example.com/x", "h".repeat(60_000));
         let shown = redact_endpoint(ChannelKind::Webhook, &long);
-        assert!(shown.len() < 220 && shown.ends_with(&format!("#{}", fingerprint(&long))), "{shown}");
+        assert!(
+            shown.len() < 220 && shown.ends_with(&format!("#{}", fingerprint(&long))),
+            "{shown}"
+        );
     }
 }

@@ -176,7 +176,9 @@ impl RedisHandle {
         let mut by_slot: std::collections::HashMap<Option<redis::cluster_routing::Slot>, Vec<&String>> =
             std::collections::HashMap::new();
         for k in keys {
-            let slot = self.is_cluster().then(|| redis::cluster_routing::Slot::for_key(k.as_bytes()));
+            let slot = self
+                .is_cluster()
+                .then(|| redis::cluster_routing::Slot::for_key(k.as_bytes()));
             by_slot.entry(slot).or_default().push(k);
         }
         let mut conn = self.clone();
@@ -197,7 +199,12 @@ impl RedisHandle {
 
 /// One node's `SCAN … MATCH pattern COUNT 1000` loop, each step sent by `send`. Bounded: at most `limit` keys
 /// and 1,000,000 round trips.
-async fn scan_loop<F, Fut>(pattern: &str, limit: usize, out: &mut Vec<String>, send: F) -> Result<(), CounterError>
+async fn scan_loop<F, Fut>(
+    pattern: &str,
+    limit: usize,
+    out: &mut Vec<String>,
+    send: F,
+) -> Result<(), CounterError>
 where
     F: Fn(Cmd) -> Fut,
     Fut: std::future::Future<Output = redis::RedisResult<Value>>,
@@ -207,10 +214,11 @@ where
     for _ in 0..1_000_000 {
         let mut cmd = redis::cmd("SCAN");
         cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(1000);
-        let (next, keys): (u64, Vec<String>) = redis::from_redis_value(send(cmd).await?).map_err(|e| CounterError::BadReply {
-            script: "SCAN",
-            detail: e.to_string(),
-        })?;
+        let (next, keys): (u64, Vec<String>) =
+            redis::from_redis_value(send(cmd).await?).map_err(|e| CounterError::BadReply {
+                script: "SCAN",
+                detail: e.to_string(),
+            })?;
         out.extend(keys);
         cursor = next;
         if cursor == 0 || out.len() - start >= limit {
@@ -314,10 +322,7 @@ bb02 127.0.0.1:7005@17005 master - 0 1 6 connected
 
     #[test]
     fn urls_are_checked_without_connecting_and_never_quoted() {
-        for ok in [
-            "redis://127.0.0.1:6379/",
-            "redis://a:7000/, redis://b:7001/",
-        ] {
+        for ok in ["redis://127.0.0.1:6379/", "redis://a:7000/, redis://b:7001/"] {
             assert!(RedisHandle::check_url(ok).is_ok(), "{ok}");
         }
         for (bad, says) in [

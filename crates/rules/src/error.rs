@@ -53,8 +53,9 @@ impl RulesError {
             ErrorKind::ServerSelection { ref message, .. } => {
                 RulesError::Unavailable(format!("{op}: {}", server_selection(message)))
             }
-            ErrorKind::Io(_)
-            | ErrorKind::ConnectionPoolCleared { .. } => RulesError::Unavailable(format!("{op}: {text}")),
+            ErrorKind::Io(_) | ErrorKind::ConnectionPoolCleared { .. } => {
+                RulesError::Unavailable(format!("{op}: {text}"))
+            }
             ErrorKind::InvalidArgument { .. } => RulesError::Config(format!("{op}: {text}")),
             _ => RulesError::Query { op, message: text },
         }

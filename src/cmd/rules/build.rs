@@ -161,9 +161,10 @@ pub(super) struct ImportFile {
 impl ImportFile {
     /// How to name a rule in a message: its id, or its place in the file when the file gave it none.
     pub fn rule_name(&self, id: &str) -> String {
-        self.assigned
-            .get(id)
-            .map_or_else(|| id.to_owned(), |place| format!("{place} (no _id: assigned when stored)"))
+        self.assigned.get(id).map_or_else(
+            || id.to_owned(),
+            |place| format!("{place} (no _id: assigned when stored)"),
+        )
     }
 
     /// `problems` with the rules named by [`ImportFile::rule_name`].
@@ -197,7 +198,9 @@ pub(super) fn read_file(file: &str) -> anyhow::Result<ImportFile> {
     let mut assigned = HashMap::new();
     for (i, p) in projects.iter().enumerate() {
         for (j, doc) in p.notifications.iter().enumerate() {
-            let given = raw[i]["notifications"][j].get("_id").is_some_and(|v| !v.is_null());
+            let given = raw[i]["notifications"][j]
+                .get("_id")
+                .is_some_and(|v| !v.is_null());
             if let (false, Ok(id)) = (given, doc.get_object_id("_id")) {
                 assigned.insert(id.to_hex(), format!("#{j}"));
             }
