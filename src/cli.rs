@@ -161,6 +161,8 @@ const GLOBALS_USED: &[(&str, &[&str])] = &[
     ("test-notify", &["log_format"]),
     ("probe", &[]),
     ("completions", &[]),
+    // `klaxon webhook secret` derives its answer from KLAXON_WEBHOOK_SECRET: no service
+    ("webhook", &[]),
 ];
 
 /// The global options `subcommand` reads (all of them for a name not in the table).
