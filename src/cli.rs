@@ -20,7 +20,7 @@ Output of listing commands: -o table (default) | json (one JSON document) | ndjs
 Exit codes:
   0  ok
   1  problems found (rules check, doctor, test-notify not delivered, nothing to replay) or another error
-  2  usage error (a wrong flag or argument)
+  2  usage error (a wrong flag or argument, a URL that cannot be parsed, namespace delete without --yes)
   3  a backing service (Redis, RabbitMQ, MongoDB) is unreachable";
 
 /// Klaxon: notification threshold engine for error trackers.
@@ -75,20 +75,147 @@ pub struct GlobalOpts {
     /// Log format.
     #[arg(long, env = "KLAXON_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"], global = true)]
     pub log_format: String,
+    /// True when `--namespace` / `KLAXON_NAMESPACE` was given, false when it is the default (set by [`parse`]).
+    #[arg(skip)]
+    pub namespace_given: bool,
+    /// The subcommand (set by [`parse`]): which of these options it reads ([`globals_used`]).
+    #[arg(skip)]
+    pub command: String,
 }
 
 impl GlobalOpts {
-    /// The MongoDB database to use.
+    /// The MongoDB database to use (an empty `KLAXON_MONGO_DB=` is unset, as in a manifest that blanks it).
     pub fn mongo_db(&self) -> String {
-        self.mongo_db.clone().unwrap_or_else(|| self.namespace.clone())
+        self.mongo_db
+            .clone()
+            .filter(|db| !db.trim().is_empty())
+            .unwrap_or_else(|| self.namespace.clone())
     }
 
-    /// The events queue to consume / publish to.
+    /// The events queue to consume / publish to (empty = unset).
     pub fn events_queue(&self) -> String {
         self.events_queue
             .clone()
+            .filter(|q| !q.trim().is_empty())
             .unwrap_or_else(|| format!("{}.events", self.namespace))
     }
+
+    /// Checks the service URLs this subcommand uses before anything connects: a URL that cannot be parsed is a
+    /// usage error (exit 2) naming the flag and its variable, never an "unreachable" (exit 3) later. The value
+    /// itself is not quoted: it may carry a password.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let used = globals_used(&self.command);
+        let bad = |flag: &str, var: &str, e: &dyn std::fmt::Display| {
+            crate::exit::usage(format!("--{flag} (or {var}): {e}"))
+        };
+        if used.contains(&"amqp_url") {
+            klaxon_broker::parse_urls(&self.amqp_url).map_err(|e| bad("amqp-url", "KLAXON_AMQP_URL", &e))?;
+        }
+        if used.contains(&"redis_url") {
+            klaxon_counter::RedisHandle::check_url(&self.redis_url)
+                .map_err(|e| bad("redis-url", "KLAXON_REDIS_URL", &e))?;
+        }
+        if used.contains(&"mongo_url") {
+            klaxon_rules::check_url(&self.mongo_url).map_err(|e| bad("mongo-url", "KLAXON_MONGO_URL", &e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Every global option (the ids of [`GlobalOpts`]'s fields).
+const ALL_GLOBALS: &[&str] = &[
+    "namespace",
+    "amqp_url",
+    "redis_url",
+    "mongo_url",
+    "mongo_db",
+    "events_queue",
+    "log_format",
+];
+
+/// Which global options each subcommand reads. The others are still accepted after it (scripts that pass them
+/// everywhere keep working, and every variable still parses) but are hidden from its `--help` and not
+/// validated: `klaxon completions --help` lists no `--amqp-url`.
+const GLOBALS_USED: &[(&str, &[&str])] = &[
+    ("run", ALL_GLOBALS),
+    ("worker", ALL_GLOBALS),
+    ("sender", ALL_GLOBALS),
+    ("doctor", ALL_GLOBALS),
+    ("namespace", ALL_GLOBALS),
+    ("rules", &["namespace", "mongo_url", "mongo_db", "log_format"]),
+    (
+        "deliveries",
+        &["namespace", "mongo_url", "mongo_db", "log_format"],
+    ),
+    (
+        "publish",
+        &["namespace", "amqp_url", "events_queue", "log_format"],
+    ),
+    ("dead", &["namespace", "amqp_url", "events_queue", "log_format"]),
+    (
+        "explain",
+        &["namespace", "redis_url", "mongo_url", "mongo_db", "log_format"],
+    ),
+    ("mute", &["namespace", "redis_url", "log_format"]),
+    ("bench", &["amqp_url", "redis_url", "mongo_url", "log_format"]),
+    ("test-notify", &["log_format"]),
+    ("probe", &[]),
+    ("completions", &[]),
+    // `klaxon webhook secret` derives its answer from KLAXON_WEBHOOK_SECRET: no service
+    ("webhook", &[]),
+];
+
+/// The global options `subcommand` reads (all of them for a name not in the table).
+pub fn globals_used(subcommand: &str) -> &'static [&'static str] {
+    GLOBALS_USED
+        .iter()
+        .find(|(name, _)| *name == subcommand)
+        .map_or(ALL_GLOBALS, |(_, used)| used)
+}
+
+/// The command line as clap reads it, with two changes to what `--help` shows:
+/// - `[env: NAME]` without a value: clap prints `NAME=<value>`, and `NAME=` when the variable is unset, which
+///   reads as "set to empty" (and would print secrets from the environment);
+/// - in each subcommand's help, only the global options it reads ([`globals_used`]).
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    // Global options are copied into every subcommand when the command is built; hide them there afterwards.
+    cmd.build();
+    edit_args(&mut cmd, &|a| a.hide_env_values(true));
+    for sub in cmd.get_subcommands_mut() {
+        let used = globals_used(sub.get_name());
+        edit_args(sub, &|a| {
+            let id = a.get_id().as_str();
+            if ALL_GLOBALS.contains(&id) && !used.contains(&id) {
+                a.hide(true)
+            } else {
+                a
+            }
+        });
+    }
+    cmd
+}
+
+/// Applies `f` to every argument of `cmd` and of its subcommands (order and lookups unchanged).
+fn edit_args(cmd: &mut clap::Command, f: &dyn Fn(clap::Arg) -> clap::Arg) {
+    *cmd = std::mem::take(cmd).mut_args(f);
+    for sub in cmd.get_subcommands_mut() {
+        edit_args(sub, f);
+    }
+}
+
+/// Parses the process's arguments (exits with clap's message and code 2 on a usage error).
+pub fn parse() -> Cli {
+    use clap::FromArgMatches;
+    let mut cmd = command();
+    let matches = cmd.clone().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut cmd).exit());
+    cli.global.namespace_given = matches
+        .value_source("namespace")
+        .is_some_and(|s| s != clap::parser::ValueSource::DefaultValue);
+    cli.global.command = matches.subcommand_name().unwrap_or_default().to_owned();
+    cli
 }
 
 /// `--smtp-url`'s default.
@@ -239,6 +366,8 @@ pub enum Command {
     Doctor(crate::cmd::doctor::DoctorArgs),
     /// Print a shell completion script (bash, zsh, fish, powershell, elvish).
     Completions(crate::cmd::completions::CompletionsArgs),
+    /// Delete a namespace's queues, exchanges and Redis keys (asks for --yes).
+    Namespace(crate::cmd::namespace::NamespaceArgs),
 }
 
 /// A duration flag: a humantime string (`90s`, `5m`, `1h30m`, `7d`) or a plain number of seconds (the unit
@@ -332,5 +461,29 @@ mod tests {
     fn the_cli_is_well_formed() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+        command().debug_assert();
+    }
+
+    /// Every subcommand says which global options it reads (a new one must be added to the table), and names
+    /// only real options.
+    #[test]
+    fn every_subcommand_lists_the_global_options_it_reads() {
+        let cmd = command();
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+            assert!(
+                GLOBALS_USED.iter().any(|(name, _)| *name == sub.get_name()),
+                "add `{}` to GLOBALS_USED",
+                sub.get_name()
+            );
+        }
+        let ids: Vec<&str> = cmd.get_arguments().map(|a| a.get_id().as_str()).collect();
+        for (name, used) in GLOBALS_USED {
+            for id in *used {
+                assert!(ids.contains(id), "{name}: unknown option {id}");
+            }
+        }
+        for id in ALL_GLOBALS {
+            assert!(ids.contains(id), "unknown option {id}");
+        }
     }
 }

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | 0 | ok |
 //! | 1 | problems found (`rules check`, `doctor`, `test-notify` not delivered, nothing to replay, …) or any other error |
-//! | 2 | usage error: a flag or argument is wrong (clap's own errors, and our validation of flag values) |
+//! | 2 | usage error: a flag or argument is wrong (clap's own errors, and our validation of flag values, service URLs included), or a confirmation flag is missing (`namespace delete` without `--yes`) |
 //! | 3 | a backing service (Redis, RabbitMQ, MongoDB) is unreachable |
 //!
 //! Commands return `anyhow::Error`; [`code`] reads the cause chain: a [`Usage`] anywhere → 2, a connection
@@ -71,6 +71,26 @@ fn rules_unreachable(e: &klaxon_rules::RulesError) -> bool {
     matches!(e, klaxon_rules::RulesError::Unavailable(_))
 }
 
+/// An error and its causes in one line, each cause said once: `{:#}` prints every cause of the chain, and
+/// clients whose error displays its own source (lapin, redis) would repeat it (`connect failed: IO error:
+/// Connection refused: Connection refused`). A cause whose text the previous one already contains is left out.
+pub fn describe(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    let mut previous = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if !previous.is_empty() && previous.contains(text.trim()) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+        previous = text;
+    }
+    out
+}
+
 /// The exit code of a failed command.
 pub fn code(err: &anyhow::Error) -> u8 {
     use klaxon_engine::EngineError;
@@ -125,5 +145,37 @@ mod tests {
         let e = anyhow::Error::new(Unreachable("trail".into())).context("deliveries");
         assert_eq!(code(&e), UNREACHABLE);
         assert_eq!(code(&anyhow::anyhow!("anything else")), PROBLEMS);
+    }
+
+    #[derive(Debug)]
+    struct Wraps(&'static str, Option<Box<Wraps>>);
+    impl fmt::Display for Wraps {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for Wraps {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|w| w as _)
+        }
+    }
+
+    #[test]
+    fn each_cause_is_said_once() {
+        // lapin's shape: the client error displays its source too
+        let io = Wraps("Connection refused (os error 111)", None);
+        let lapin = Wraps("IO error: Connection refused (os error 111)", Some(Box::new(io)));
+        let ours = Wraps(
+            "RabbitMQ connect failed: IO error: Connection refused (os error 111)",
+            Some(Box::new(lapin)),
+        );
+        let e = anyhow::Error::new(ours).context("cannot connect to RabbitMQ");
+        assert_eq!(
+            describe(&e),
+            "cannot connect to RabbitMQ: RabbitMQ connect failed: IO error: Connection refused (os error 111)"
+        );
+        // distinct causes are all kept
+        let e = anyhow::Error::new(Wraps("b", Some(Box::new(Wraps("c", None))))).context("a");
+        assert_eq!(describe(&e), "a: b: c");
     }
 }

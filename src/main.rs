@@ -9,8 +9,6 @@ mod output;
 use std::io::Write as _;
 use std::process::ExitCode;
 
-use clap::Parser;
-
 /// The log filter when neither `KLAXON_LOG` nor `RUST_LOG` is set: `info` for the long-running processes,
 /// `warn` for every CLI command, whose stdout is its result and whose stderr should only say what went wrong.
 fn default_filter(command: &cli::Command) -> &'static str {
@@ -23,7 +21,14 @@ fn default_filter(command: &cli::Command) -> &'static str {
     }
 }
 
+/// Colours in log lines only where a person reads them: stderr is a terminal and `NO_COLOR` is unset or empty
+/// (https://no-color.org). Logs piped to a file, journald or a container runtime stay plain text.
+fn log_colours(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 fn init_tracing(format: &str, default: &str) {
+    use std::io::IsTerminal as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::EnvFilter;
@@ -35,6 +40,10 @@ fn init_tracing(format: &str, default: &str) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(log_colours(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR"),
+        ))
         .log_internal_errors(false);
     // lapin's own ERROR line for a refused queue declare repeats an error Klaxon handles (see log_filter)
     if format == "json" {
@@ -51,9 +60,13 @@ fn init_tracing(format: &str, default: &str) {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = cli::parse();
     init_tracing(&cli.global.log_format, default_filter(&cli.command));
     let global = cli.global;
+    if let Err(err) = global.validate() {
+        let _ = writeln!(std::io::stderr(), "klaxon: error: {}", exit::describe(&err));
+        return ExitCode::from(exit::code(&err));
+    }
     let result = match cli.command {
         cli::Command::Run(args) => cmd::run::run(args, &global).await,
         cli::Command::Worker(args) => cmd::run::run(args, &global).await,
@@ -70,13 +83,28 @@ async fn main() -> ExitCode {
         cli::Command::Bench(args) => cmd::bench::run(args, &global).await,
         cli::Command::Doctor(args) => cmd::doctor::run(args, &global).await,
         cli::Command::Completions(args) => cmd::completions::run(args),
+        cli::Command::Namespace(args) => cmd::namespace::run(args, &global).await,
     };
     match result {
         Ok(code) => code,
         Err(err) => {
             // not eprintln!: it panics when stderr is closed
-            let _ = writeln!(std::io::stderr(), "klaxon: error: {err:#}");
+            let _ = writeln!(std::io::stderr(), "klaxon: error: {}", exit::describe(&err));
             ExitCode::from(exit::code(&err))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colours_only_on_a_terminal_without_no_color() {
+        assert!(log_colours(true, None));
+        assert!(log_colours(true, Some("".into())));
+        assert!(!log_colours(true, Some("1".into())));
+        assert!(!log_colours(false, None));
+        assert!(!log_colours(false, Some("".into())));
     }
 }

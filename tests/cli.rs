@@ -421,6 +421,8 @@ fn worker_and_sender_help_show_only_their_own_flags_and_every_command_has_exampl
         &["bench"],
         &["doctor"],
         &["completions"],
+        &["namespace"],
+        &["namespace", "delete"],
     ] {
         let h = help(cmd);
         let examples = h

@@ -1,5 +1,6 @@
-//! README.md's "## Metrics" table and the metrics the process exports name the same metrics, with the same
-//! labels: a documented name that is never exported, or an exported one that is undocumented, fails.
+//! The metrics tables of the documentation (README.md's and docs/operations.md's "## Metrics") and the metrics
+//! the process exports name the same metrics, with the same labels: a documented name that is never exported, or
+//! an exported one that a table lacks, fails. Generic: a metric added to `DESCRIBED` must be added to every table.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -10,10 +11,14 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The documented metrics: name → label names, from the backticked names of the table's first column.
-fn documented() -> BTreeMap<String, Vec<String>> {
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap_or_default();
-    let section = readme
+/// The documents with a "## Metrics" table of every exported metric.
+const TABLES: [&str; 2] = ["README.md", "docs/operations.md"];
+
+/// The metrics documented in `doc`'s "## Metrics" table: name → label names, from the backticked names of the
+/// table's first column.
+fn documented_in(doc: &str) -> BTreeMap<String, Vec<String>> {
+    let text = std::fs::read_to_string(root().join(doc)).unwrap_or_default();
+    let section = text
         .split("\n## Metrics\n")
         .nth(1)
         .and_then(|s| s.split("\n## ").next())
@@ -30,6 +35,11 @@ fn documented() -> BTreeMap<String, Vec<String>> {
         }
     }
     out
+}
+
+/// README.md's table (the reference the other tables are compared with).
+fn documented() -> BTreeMap<String, Vec<String>> {
+    documented_in("README.md")
 }
 
 /// The Rust sources of the binary and the library crates.
@@ -129,5 +139,37 @@ fn readme_metrics_table_names_what_is_exported() {
                 "{name} is documented but nothing counts it"
             );
         }
+    }
+}
+
+/// Every metrics table lists what `DESCRIBED` lists, with the same labels (docs/operations.md's table was missing
+/// `klaxon_events_acked_total` and `klaxon_firings_muted_total`).
+#[test]
+fn every_metrics_table_of_the_docs_is_complete() {
+    let described: BTreeMap<String, Vec<String>> = DESCRIBED
+        .iter()
+        .map(|m| {
+            (
+                m.name.to_owned(),
+                m.labels.iter().map(|l| (*l).to_owned()).collect(),
+            )
+        })
+        .collect();
+    for doc in TABLES {
+        let documented = documented_in(doc);
+        assert!(!documented.is_empty(), "{doc} has no \"## Metrics\" table");
+        let missing: Vec<_> = described
+            .keys()
+            .filter(|n| !documented.contains_key(*n))
+            .collect();
+        let unknown: Vec<_> = documented
+            .keys()
+            .filter(|n| !described.contains_key(*n))
+            .collect();
+        assert!(
+            missing.is_empty() && unknown.is_empty(),
+            "{doc}'s metrics table lacks {missing:?} and lists {unknown:?}, which nothing exports"
+        );
+        assert_eq!(documented, described, "{doc}: labels differ from DESCRIBED");
     }
 }

@@ -341,3 +341,89 @@ async fn a_rule_that_cannot_notify_yet_is_stored_with_a_warning() {
     let listed = json_of(&klaxon(&env, &["export", "--project", &project], None).await);
     assert_eq!(listed[0]["notifications"][0]["_id"], json!(rule_id), "{listed}");
 }
+
+/// `rules check --file` and `rules import --dry-run` check a file before anything is stored: the same problems
+/// and fixes as for stored rules, a rule without `_id` named by its place, exit 1 on problems, nothing written
+/// (they do not even need MongoDB).
+#[tokio::test]
+async fn a_file_is_checked_and_dry_run_imported_before_anything_is_stored() {
+    let env = env();
+    let p = ObjectId::new().to_hex();
+    let bad = ObjectId::new().to_hex();
+    let good = ObjectId::new().to_hex();
+    let file = json!([{"_id": p, "notifications": [
+        {"_id": good, "isEnabled": true, "whatToReceive": "ONLY_NEW",
+         "channels": {"email": {"isEnabled": true, "endpoint": "a@b.c", "minPeriod": 0}}},
+        {"_id": bad, "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 0, "thresholdPeriod": 60000,
+         "channels": {"slack": {"isEnabled": true, "endpoint": "https://s.test/x"}}},
+        {"isEnabled": true, "whatToReceive": "ONLY_NEW", "includingPatterns": ["("],
+         "channels": {"email": {"isEnabled": true, "endpoint": "a@b.c"}}}
+    ]}])
+    .to_string();
+    // MongoDB where nothing listens: neither command may need it
+    let offline = env.clone().set(
+        "KLAXON_MONGO_URL",
+        &format!("mongodb://127.0.0.1:{}", common::free_port()),
+    );
+
+    let check = klaxon(&offline, &["check", "--file", "-"], Some(&file)).await;
+    assert_eq!(check.code, 1, "{}{}", check.stdout, check.stderr);
+    // the same report as for stored rules
+    assert!(
+        check.stdout.contains(&format!(
+            "project {p} rule {bad}: [rule skipped] `threshold` must be a whole number ≥ 1, got 0\n  fix: set `threshold`"
+        )),
+        "{}",
+        check.stdout
+    );
+    assert!(
+        check.stdout.contains(&format!(
+            "project {p} rule #2 (no _id: assigned when stored): [rule skipped] invalid regex"
+        )),
+        "a rule without an id is named by its place: {}",
+        check.stdout
+    );
+    assert!(!check.stdout.contains(&good), "{}", check.stdout);
+    assert!(
+        check.stdout.contains("2 problem(s) in 3 rule(s)"),
+        "{}",
+        check.stdout
+    );
+    let as_json = klaxon(&offline, &["check", "--file", "-", "-o", "json"], Some(&file)).await;
+    assert_eq!(as_json.code, 1);
+    let problems: Value = serde_json::from_str(&as_json.stdout).expect("JSON");
+    assert_eq!(problems[0]["ruleId"], bad.as_str(), "{problems}");
+    assert_eq!(problems[0]["fatal"], true);
+    // --project filters the file; a clean file exits 0
+    let clean =
+        json!([{"_id": p, "notifications": [{"_id": good, "isEnabled": true, "whatToReceive": "ONLY_NEW",
+        "channels": {"email": {"isEnabled": true, "endpoint": "a@b.c", "minPeriod": 0}}}]}])
+        .to_string();
+    let o = klaxon(&offline, &["check", "--file", "-", "--project", &p], Some(&clean)).await;
+    assert_eq!(ok(&o).trim(), "1 rule(s) in 1 project(s): no problems");
+
+    let dry = klaxon(&offline, &["import", "--file", "-", "--dry-run"], Some(&file)).await;
+    assert_eq!(dry.code, 1, "{}{}", dry.stdout, dry.stderr);
+    assert_eq!(
+        dry.stdout.trim(),
+        format!(
+            "project {p}: would store 3 rule(s), replacing its stored rules: {good}, {bad}, #2 (no _id: assigned when stored)"
+        )
+    );
+    assert!(
+        dry.stderr.contains("2 problem(s); nothing would be imported") && dry.stderr.contains(&bad),
+        "{}",
+        dry.stderr
+    );
+    let dry = klaxon(
+        &offline,
+        &["import", "--file", "-", "--dry-run", "--json"],
+        Some(&clean),
+    )
+    .await;
+    let would: Value = serde_json::from_str(ok(&dry)).expect("the export format");
+    assert_eq!(would[0]["notifications"][0]["_id"], good.as_str());
+
+    // nothing was stored by any of them
+    assert_eq!(klaxon(&env, &["list", "--project", &p], None).await.code, 1);
+}

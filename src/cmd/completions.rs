@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Args, CommandFactory};
+use clap::Args;
 use clap_complete::Shell;
 
 /// Options of `klaxon completions`.
@@ -20,7 +20,7 @@ pub struct CompletionsArgs {
 
 /// Prints the script on stdout.
 pub fn run(args: CompletionsArgs) -> anyhow::Result<ExitCode> {
-    let mut cmd = crate::cli::Cli::command();
+    let mut cmd = crate::cli::command();
     let mut out = Vec::new();
     clap_complete::generate(args.shell, &mut cmd, "klaxon", &mut out);
     crate::output::emit(&String::from_utf8_lossy(&out))?;

@@ -911,6 +911,8 @@ mod tests {
             mongo_db: Some("hawk".into()),
             events_queue: Some("notifier".into()),
             log_format: "text".into(),
+            namespace_given: true,
+            command: "doctor".into(),
         }
     }
 

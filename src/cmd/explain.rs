@@ -105,10 +105,11 @@ pub async fn run(args: ExplainArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
     output::emit(&output::list(
         format,
         &verdicts,
-        &["RULE", "VERDICT", "COUNT", "REASON"],
+        &["RULE", "VERDICT", "WOULD BE", "REASON"],
         |v| {
+            // the place this event would take (explain counts nothing), of the threshold
             let count = match (v.count, v.threshold) {
-                (Some(c), Some(t)) => format!("{c}/{t}"),
+                (Some(c), Some(t)) => format!("#{c}/{t}"),
                 _ => "-".into(),
             };
             vec![v.rule_id.clone(), v.verdict.to_string(), count, v.reason.clone()]

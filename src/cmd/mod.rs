@@ -7,6 +7,7 @@ pub mod deliveries;
 pub mod doctor;
 pub mod explain;
 pub mod mute;
+pub mod namespace;
 pub mod notices;
 pub mod probe;
 pub mod publish;

@@ -75,14 +75,16 @@ Examples:
     #[command(after_help = "\
 Examples:
   klaxon rules import --file examples/rules.json
+  klaxon rules import --file rules.json --dry-run    # what would be stored; exit 1 on problems
   klaxon rules export | klaxon --namespace staging rules import --file -
   klaxon rules import --file rules.json --force      # store rules with problems too")]
     Import(ImportArgs),
-    /// Validate every stored rule; exits 1 when any has a problem.
+    /// Validate every stored rule (or the rules of a file, before storing them); exits 1 when any has a problem.
     #[command(after_help = "\
 Examples:
   klaxon rules check
-  klaxon rules check --project 5e3eef0679fa3700a0198a49 -o json")]
+  klaxon rules check --project 5e3eef0679fa3700a0198a49 -o json
+  klaxon rules check --file rules.json               # before `rules import --file rules.json`")]
     Check(CheckArgs),
 }
 
@@ -187,6 +189,10 @@ struct ImportArgs {
     /// limit.
     #[arg(long)]
     force: bool,
+    /// Validate and print what would be stored, store nothing (no MongoDB needed); exit 1 when a rule has a
+    /// problem that makes it unusable.
+    #[arg(long)]
+    dry_run: bool,
     /// Print what was stored as JSON (the export format).
     #[arg(long)]
     json: bool,
@@ -202,6 +208,10 @@ struct CheckArgs {
     /// Only this project.
     #[arg(long)]
     project: Option<String>,
+    /// Check the rules of this import file (`-` = stdin) instead of the stored ones: the same problems and fixes,
+    /// before anything is stored (no MongoDB needed).
+    #[arg(long, value_name = "FILE")]
+    file: Option<String>,
     #[command(flatten)]
     output: OutputArgs,
     #[command(flatten, next_help_heading = "Limits per project")]
@@ -239,9 +249,29 @@ pub async fn run(args: RulesArgs, global: &GlobalOpts) -> anyhow::Result<ExitCod
         },
         None,
     )?;
+    // Files checked or dry-run imported: nothing is stored, so MongoDB is not needed.
+    match args.command {
+        RulesCommand::Import(a) if a.dry_run => dry_run(&a, &limits),
+        RulesCommand::Check(CheckArgs {
+            file: Some(file),
+            project,
+            output,
+            ..
+        }) => check_file(&file, project.as_deref(), &output, &limits),
+        stored => run_stored(stored, global, &limits).await,
+    }
+}
+
+/// The `rules` subcommands that read or write the stored rules.
+async fn run_stored(
+    stored: RulesCommand,
+    global: &GlobalOpts,
+    limits: &klaxon_core::Limits,
+) -> anyhow::Result<ExitCode> {
+    let args = RulesArgs { command: stored };
     let add_rule = match &args.command {
         // Wrong flags: a usage error; over a limit (email recipients): exit 1, like import.
-        RulesCommand::Add(a) => Some(build::build_rule(a, &limits).map_err(|e| {
+        RulesCommand::Add(a) => Some(build::build_rule(a, limits).map_err(|e| {
             if e.is::<build::OverLimit>() {
                 e
             } else {
@@ -251,16 +281,97 @@ pub async fn run(args: RulesArgs, global: &GlobalOpts) -> anyhow::Result<ExitCod
         _ => None,
     };
     let import = match &args.command {
-        RulesCommand::Import(a) => Some(build::read_import(a, &limits)?),
+        RulesCommand::Import(a) => Some(build::read_import(a, limits)?),
         _ => None,
     };
     let db = global.mongo_db();
     let store = RuleStore::connect(&global.mongo_url, &db)
         .await
         .with_context(|| format!("cannot use MongoDB database `{db}`"))?;
-    let result = command(&store, args.command, add_rule, import, &limits).await;
+    let result = command(&store, args.command, add_rule, import, limits).await;
     store.close().await;
     result
+}
+
+/// `rules import --dry-run`: validate, print what would be stored, store nothing; exit 1 when a rule is unusable
+/// or the file is over a limit.
+fn dry_run(a: &ImportArgs, limits: &klaxon_core::Limits) -> anyhow::Result<ExitCode> {
+    let file = build::read_file(&a.file, limits)?;
+    if a.json {
+        print::imported(&file.projects, true)?;
+    } else {
+        print::would_store(&file)?;
+    }
+    if !file.warnings.is_empty() {
+        eprintln!(
+            "warning: would be stored with {} warning(s):\n{}",
+            file.warnings.len(),
+            build::listing(&file, &file.warnings)
+        );
+    }
+    if !file.over_limit.is_empty() {
+        eprintln!(
+            "{}: {} problem(s) over a limit; nothing would be imported (a limit cannot be forced):\n{}",
+            a.file,
+            file.over_limit.len(),
+            build::listing(&file, &file.over_limit)
+        );
+    }
+    if file.fatal.is_empty() {
+        return Ok(if file.over_limit.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(crate::exit::PROBLEMS)
+        });
+    }
+    eprintln!(
+        "{}: {} problem(s){}:\n{}",
+        a.file,
+        file.fatal.len(),
+        if a.force {
+            "; --force would store these rules anyway and the engine would skip them"
+        } else {
+            "; nothing would be imported (--force stores anyway)"
+        },
+        build::listing(&file, &file.fatal)
+    );
+    Ok(ExitCode::from(crate::exit::PROBLEMS))
+}
+
+/// `rules check --file F`: the rules of an import file checked like stored ones (the same problems and fixes).
+fn check_file(
+    name: &str,
+    project: Option<&str>,
+    output: &OutputArgs,
+    limits: &klaxon_core::Limits,
+) -> anyhow::Result<ExitCode> {
+    let file = build::read_file(name, limits)?;
+    let projects: Vec<(String, Vec<Value>)> = file
+        .projects
+        .iter()
+        .map(|p| {
+            (
+                p.project_id.to_hex(),
+                p.notifications.iter().map(document_to_json).collect(),
+            )
+        })
+        .filter(|(p, _)| project.is_none_or(|want| want.eq_ignore_ascii_case(p)))
+        .collect();
+    if let Some(want) = project {
+        if projects.is_empty() {
+            bail!("{name} has no project {want}");
+        }
+    }
+    let mut survey = survey_of(&projects, limits);
+    for (_, p) in &mut survey.found {
+        p.rule_id = p.rule_id.as_deref().map(|id| file.rule_name(id));
+    }
+    print::check(output.format(Format::Json), &survey)?;
+    Ok(if survey.found.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(crate::exit::PROBLEMS)
+    })
 }
 
 /// One `rules` subcommand against a connected store.
@@ -376,10 +487,15 @@ pub async fn survey(
     limits: &klaxon_core::Limits,
 ) -> anyhow::Result<Survey> {
     let projects = stored_projects(store, project).await?;
+    Ok(survey_of(&projects, limits))
+}
+
+/// Validates rules (JSON documents per project), like the engine reads them under `limits`.
+fn survey_of(projects: &[(String, Vec<Value>)], limits: &klaxon_core::Limits) -> Survey {
     let mut found = Vec::new();
     let mut ignored: Vec<(String, String, usize)> = Vec::new();
     let mut rules_seen = 0usize;
-    for (project, rules) in &projects {
+    for (project, rules) in projects {
         rules_seen += rules.len();
         found.extend(
             limits
@@ -403,10 +519,10 @@ pub async fn survey(
             }
         }
     }
-    Ok(Survey {
+    Survey {
         projects: projects.len(),
         rules: rules_seen,
         found,
         ignored,
-    })
+    }
 }

@@ -6,7 +6,7 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use klaxon_channels::{redact_endpoint, test_task};
+use klaxon_channels::{redact_endpoint, test_task_for, TEST_PROJECT_ID};
 use klaxon_core::ChannelKind;
 use serde_json::json;
 
@@ -28,9 +28,11 @@ pub struct TestNotifyArgs {
     /// The endpoint: webhook URL, Telegram chat id, email address(es).
     #[arg(long, allow_hyphen_values = true)]
     pub endpoint: String,
-    /// Send it as this project's (24-hex id): a webhook is then signed with the project's secret for the
-    /// endpoint (`klaxon webhook secret --project …`) [default: no project].
-    #[arg(long)]
+    /// Send it as this project's (24-hex ObjectId): the notification names it, for receivers that route by
+    /// project, and a webhook is signed with the project's secret for the endpoint (`klaxon webhook secret
+    /// --project …`) [default: 000000000000000000000000, no real project: signed with the endpoint's project-less
+    /// secret].
+    #[arg(long, value_name = "PROJECT_ID")]
     pub project: Option<String>,
     /// Print the outcome as one JSON object: {"ok": true, …} on stdout, or {"ok": false, "class", "reason", …}
     /// on stderr.
@@ -46,17 +48,11 @@ fn parse_channel(s: &str) -> Result<ChannelKind, String> {
 }
 
 pub async fn run(args: TestNotifyArgs, _global: &GlobalOpts) -> anyhow::Result<ExitCode> {
-    if let Some(p) = &args.project {
-        crate::exit::ensure_usage!(
-            klaxon_core::event::is_object_id(p),
-            "--project must be a 24-hex-digit ObjectId"
-        );
-    }
+    let project = args.project.as_deref().unwrap_or(TEST_PROJECT_ID);
+    klaxon_rules::format::parse_object_id("project id", project)
+        .map_err(|e| crate::exit::usage(e.to_string()))?;
     let channels = args.delivery.channels()?;
-    let mut task = test_task(args.channel, &args.endpoint);
-    if let Some(p) = args.project {
-        task.project_id = p.to_ascii_lowercase();
-    }
+    let task = test_task_for(args.channel, &args.endpoint, project);
     let dest = redact_endpoint(args.channel, &args.endpoint);
     let channel = args.channel.to_string();
     match channels.deliver(&task).await {

@@ -146,12 +146,13 @@ pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> Verdict {
             } else {
                 next == threshold
             };
+            let so_far = so_far(peek.count, threshold, what, "in this window");
             if fires {
                 with(
                     Verdict::new(
                         rule_id,
                         "would_fire",
-                        format!("{next} of {threshold} {what}: this event fires"),
+                        format!("{so_far}; {} and fire", this_one(users, peek.user_known, next)),
                     ),
                     next,
                     Some(ends),
@@ -161,7 +162,7 @@ pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> Verdict {
                     Verdict::new(
                         rule_id,
                         "counting",
-                        format!("{next} {what}, past the threshold {threshold} without firing (it was lowered): the window cannot fire before it ends"),
+                        format!("{so_far}, past the threshold without firing (it was lowered): {}; the window cannot fire before it ends", this_one(users, peek.user_known, next)),
                     ),
                     next,
                     Some(ends),
@@ -171,7 +172,7 @@ pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> Verdict {
                     Verdict::new(
                         rule_id,
                         "counting",
-                        format!("{next} of {threshold} {what} in this window"),
+                        format!("{so_far}; {}", this_one(users, peek.user_known, next)),
                     ),
                     next,
                     Some(ends),
@@ -196,12 +197,13 @@ pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> Verdict {
                 peek.count + 1
             }
             .min(threshold);
+            let so_far = so_far(peek.count, threshold, what, "in the trailing window");
             if next >= threshold {
                 with(
                     Verdict::new(
                         rule_id,
                         "would_fire",
-                        format!("{next} of {threshold} {what} in the trailing window: this event fires"),
+                        format!("{so_far}; {} and fire", this_one(users, peek.user_known, next)),
                     ),
                     next,
                     None,
@@ -211,13 +213,27 @@ pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> Verdict {
                     Verdict::new(
                         rule_id,
                         "counting",
-                        format!("{next} of {threshold} {what} in the trailing window"),
+                        format!("{so_far}; {}", this_one(users, peek.user_known, next)),
                     ),
                     next,
                     None,
                 )
             }
         }
+    }
+}
+
+/// What the counter holds now, in words: explain has counted nothing, so the count is "so far".
+fn so_far(count: u64, threshold: u64, what: &str, window: &str) -> String {
+    format!("{count} of {threshold} {what} counted {window} so far")
+}
+
+/// Where this (hypothetical) event would stand: "#n", or, for a user already counted, that it adds nothing.
+fn this_one(users: bool, user_known: bool, next: u64) -> String {
+    match (users, user_known) {
+        (true, true) => format!("this event's user is already counted, so it would stay at {next}"),
+        (true, false) => format!("this event's user would be #{next}"),
+        (false, _) => format!("this event would be #{next}"),
     }
 }
 
@@ -350,5 +366,70 @@ mod tests {
             (v.count, v.threshold, v.window_ends_at),
             (Some(2), Some(3), Some(69_000))
         );
+    }
+
+    /// Explain counts nothing: the reason says what is counted so far and where this event would stand, never
+    /// "2 of 3" as if this event had been counted.
+    #[test]
+    fn reasons_say_what_is_counted_and_where_this_event_would_stand() {
+        let want = |threshold, window, users| {
+            if users {
+                Want::UniqueUsers {
+                    threshold,
+                    period_ms: 60_000,
+                    window,
+                }
+            } else {
+                Want::Count {
+                    threshold,
+                    period_ms: 60_000,
+                    window,
+                }
+            }
+        };
+        let known = Peek {
+            user_known: true,
+            ..peek(2, None, Some(9_000))
+        };
+        let cases = [
+            (
+                want(3, Window::Fixed, false),
+                peek(1, None, Some(9_000)),
+                "1 of 3 events counted in this window so far; this event would be #2",
+            ),
+            (
+                want(3, Window::Fixed, false),
+                peek(2, None, Some(9_000)),
+                "2 of 3 events counted in this window so far; this event would be #3 and fire",
+            ),
+            (
+                want(3, Window::Fixed, false),
+                peek(5, None, Some(9_000)),
+                "5 of 3 events counted in this window so far, past the threshold without firing (it was lowered): this event would be #6; the window cannot fire before it ends",
+            ),
+            (
+                want(3, Window::Sliding, false),
+                peek(0, None, None),
+                "0 of 3 events counted in the trailing window so far; this event would be #1",
+            ),
+            (
+                want(3, Window::Sliding, false),
+                peek(2, None, None),
+                "2 of 3 events counted in the trailing window so far; this event would be #3 and fire",
+            ),
+            (
+                want(3, Window::Fixed, true),
+                peek(1, None, Some(9_000)),
+                "1 of 3 distinct users counted in this window so far; this event's user would be #2",
+            ),
+            (
+                want(3, Window::Fixed, true),
+                known,
+                "2 of 3 distinct users counted in this window so far; this event's user is already counted, so it would stay at 2",
+            ),
+        ];
+        for (want, p, reason) in cases {
+            assert_eq!(counted("r", want, &p).reason, reason);
+        }
     }
 }

@@ -82,6 +82,10 @@ pub enum BrokerError {
         /// The queue.
         queue: String,
     },
+    /// The AMQP URL (or one node of a comma-separated list) cannot be parsed (permanent: fix the flag). The
+    /// URL itself is not repeated, since it may carry a password.
+    #[error("invalid AMQP URL: {0}")]
+    InvalidUrl(String),
     /// A queue exists with other arguments (permanent until an operator fixes it).
     #[error(
         "queue `{queue}` exists with different settings ({source}); delete it or use the queue type it was made with"
@@ -98,8 +102,45 @@ pub enum BrokerError {
 impl BrokerError {
     /// True when retrying (after reconnecting) may succeed.
     pub fn is_transient(&self) -> bool {
-        !matches!(self, BrokerError::Incompatible { .. })
+        !matches!(
+            self,
+            BrokerError::Incompatible { .. } | BrokerError::InvalidUrl(_)
+        )
     }
+}
+
+/// The node URLs of `url` (a comma-separated list of the nodes of one cluster, or one URL), each parsed, before
+/// anything connects: [`BrokerError::InvalidUrl`] names the node (by position) that cannot be read.
+pub fn parse_urls(url: &str) -> Result<Vec<lapin::uri::AMQPUri>, BrokerError> {
+    let nodes: Vec<&str> = url.split(',').map(str::trim).filter(|u| !u.is_empty()).collect();
+    if nodes.is_empty() {
+        return Err(BrokerError::InvalidUrl("no URL given".into()));
+    }
+    let many = nodes.len() > 1;
+    nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            parse_url(node).map_err(|e| match (many, e) {
+                (true, BrokerError::InvalidUrl(why)) => {
+                    BrokerError::InvalidUrl(format!("node #{}: {why}", i + 1))
+                }
+                (_, e) => e,
+            })
+        })
+        .collect()
+}
+
+/// One node's URL. lapin's parser quotes no part of the URL in its messages except the scheme, so its message
+/// is kept (cut short); a URL without a scheme gets a hint instead of "relative URL without a base".
+fn parse_url(url: &str) -> Result<lapin::uri::AMQPUri, BrokerError> {
+    if !url.contains("://") {
+        return Err(BrokerError::InvalidUrl(
+            "not a URL: expected amqp://user:password@host:5672/vhost (or amqps://)".into(),
+        ));
+    }
+    url.parse()
+        .map_err(|e: String| BrokerError::InvalidUrl(klaxon_core::text::one_line(&e, 200)))
 }
 
 fn amqp(op: &'static str) -> impl FnOnce(lapin::Error) -> BrokerError {
@@ -344,15 +385,7 @@ impl Broker {
 
     async fn connect_one(url: &str, timeout: Duration, name: &str) -> Result<Self, BrokerError> {
         let props = ConnectionProperties::default().with_connection_name(name.into());
-        let mut uri: lapin::uri::AMQPUri = url.parse().map_err(|e: String| BrokerError::Amqp {
-            op: "connect",
-            source: lapin::Error::from(lapin::ErrorKind::IOError(std::sync::Arc::new(
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    format!("invalid AMQP URL: {}", e.chars().take(200).collect::<String>()),
-                ),
-            ))),
-        })?;
+        let mut uri = parse_url(url)?;
         // lapin keeps a send and a receive buffer of 32 frames per connection. Without a frame_max of our own they
         // start small and are grown (and filled) to 32 × the server's 128 KiB once connected: 8 MiB resident per
         // connection, 45 of `klaxon run`'s 65 MiB (6 connections). Proposing a size sizes them once, untouched
@@ -462,6 +495,49 @@ impl Broker {
     pub async fn delete_queue(&self, queue: &str) -> Result<(), BrokerError> {
         let channel = self.channel().await?;
         let deleted = delete_queue(&channel, queue).await;
+        close_channel(&channel).await;
+        deleted
+    }
+
+    /// Whether exchange `name` exists (a passive declare on a channel of its own, which creates nothing).
+    pub async fn exchange_exists(&self, name: &str) -> Result<bool, BrokerError> {
+        let channel = self.channel().await?;
+        let declared = channel
+            .exchange_declare(
+                name.into(),
+                lapin::ExchangeKind::Topic,
+                lapin::options::ExchangeDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await;
+        match declared {
+            Ok(()) => {
+                close_channel(&channel).await;
+                Ok(true)
+            }
+            Err(e) if matches!(e.kind(), lapin::ErrorKind::ProtocolError(p) if p.get_id() == 404) => {
+                Ok(false)
+            }
+            Err(source) => {
+                close_channel(&channel).await;
+                Err(BrokerError::Amqp {
+                    op: "exchange.declare (passive)",
+                    source,
+                })
+            }
+        }
+    }
+
+    /// Deletes exchange `name`, on a channel of its own.
+    pub async fn delete_exchange(&self, name: &str) -> Result<(), BrokerError> {
+        let channel = self.channel().await?;
+        let deleted = channel
+            .exchange_delete(name.into(), lapin::options::ExchangeDeleteOptions::default())
+            .await
+            .map_err(amqp("exchange.delete"));
         close_channel(&channel).await;
         deleted
     }

@@ -341,15 +341,28 @@ impl Channels {
     }
 }
 
+/// The project id of a test notification when none is given: an ObjectId, as the webhook payload's schema says
+/// (receivers may parse it), that no real project has.
+pub const TEST_PROJECT_ID: &str = "000000000000000000000000";
+/// The rule id of a test notification: an ObjectId no real rule has.
+pub const TEST_RULE_ID: &str = "000000000000000000000000";
+
 /// A "test notification" for `klaxon test-notify`: a new-error notification titled
-/// `Klaxon test notification`, with a fresh id so that deduplication never swallows it.
+/// `Klaxon test notification`, with a fresh id (`test-…`) so that deduplication never swallows it, for project
+/// [`TEST_PROJECT_ID`].
 pub fn test_task(channel: ChannelKind, endpoint: &str) -> NotificationTask {
+    test_task_for(channel, endpoint, TEST_PROJECT_ID)
+}
+
+/// [`test_task`] for a given project (24-hex ObjectId; `klaxon test-notify --project`), so that a receiver
+/// that routes by project can be tried with a real one.
+pub fn test_task_for(channel: ChannelKind, endpoint: &str, project_id: &str) -> NotificationTask {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     let fired_at_ms = i64::try_from(now.as_millis()).unwrap_or(i64::MAX);
     NotificationTask {
         notification_id: format!("test-{:x}", now.as_nanos()),
-        project_id: "klaxon-test".into(),
-        rule_id: "test-notify".into(),
+        project_id: project_id.to_ascii_lowercase(),
+        rule_id: TEST_RULE_ID.into(),
         channel,
         endpoint: endpoint.to_owned(),
         min_period_s: 0,

@@ -53,21 +53,36 @@ pub(crate) fn short_hash(s: &str) -> String {
 
 /// A display form of an endpoint that is safe to log and store in the delivery trail.
 ///
-/// URLs keep only scheme and host (`https://hooks.slack.com/…`): paths and queries of webhook URLs are bearer
-/// secrets. Telegram chat ids keep their first and last two characters, email addresses the first character of
-/// the local part and the domain (`j…@example.com`).
+/// URLs keep only scheme and host, plus a fingerprint of the whole endpoint (`https://hooks.slack.com/…#a1b2c3`):
+/// paths and queries of webhook URLs are bearer secrets, and without the fingerprint every Slack webhook would
+/// look the same. Telegram chat ids keep their first and last two characters, email addresses the first character
+/// of the local part and the domain (`j…@example.com`).
+///
+/// The fingerprint is the first 6 hex digits (24 bits) of the SHA-256 of the whole endpoint, unkeyed, so every
+/// process of a fleet and every later run shows the same one for the same endpoint (the trail, logs, `dead list`
+/// and the console agree without a shared key). Unkeyed is safe for URLs because what it hides is a long random
+/// token (a Slack webhook's path carries ~130 bits): 24 bits of a hash cannot give it back, and over that many
+/// candidates every fingerprint has astronomically many preimages. It is not used for chat ids and email
+/// addresses, which are guessable: a hash of those could be confirmed by trying candidates.
 pub fn redact_endpoint(channel: ChannelKind, endpoint: &str) -> String {
-    // bounded: an endpoint is a tenant's input (a 60,000-character hostname must not make a log line that long)
-    klaxon_core::text::one_line(&redact_endpoint_unbounded(channel, endpoint), 200)
-}
-
-fn redact_endpoint_unbounded(channel: ChannelKind, endpoint: &str) -> String {
     let endpoint = endpoint.trim();
     if let Ok(url) = url::Url::parse(endpoint) {
         if let Some(host) = url.host_str() {
-            return format!("{}://{}/…", url.scheme(), host);
+            // bounded: an endpoint is a tenant's input (a 60,000-character hostname must not make a log line that
+            // long); the fingerprint stays whole
+            let shown = klaxon_core::text::one_line(&format!("{}://{}/…", url.scheme(), host), 190);
+            return format!("{shown}#{}", fingerprint(endpoint));
         }
     }
+    klaxon_core::text::one_line(&redact_other(channel, endpoint), 200)
+}
+
+/// The 6-hex-digit fingerprint [`redact_endpoint`] appends to a redacted URL.
+pub fn fingerprint(endpoint: &str) -> String {
+    hex::encode(&Sha256::digest(endpoint.trim().as_bytes())[..3])
+}
+
+fn redact_other(channel: ChannelKind, endpoint: &str) -> String {
     match channel {
         ChannelKind::Email => endpoint
             .split(',')
@@ -116,12 +131,12 @@ mod tests {
             (
                 ChannelKind::Slack,
                 "https://hooks.slack.com/services/T0/B0/SECRET",
-                "https://hooks.slack.com/…",
+                "https://hooks.slack.com/…#899d9e",
             ),
             (
                 ChannelKind::Webhook,
                 "http://user:pw@example.com:8080/x?token=SECRET",
-                "http://example.com/…",
+                "http://example.com/…#7b912c",
             ),
             (ChannelKind::Webhook, "not a url SECRET", "<invalid url>"),
             (ChannelKind::Telegram, "-1001234567890", "-1…90"),
@@ -129,7 +144,7 @@ mod tests {
             (
                 ChannelKind::Telegram,
                 "https://notify.bot.codex.so/u/SECRET",
-                "https://notify.bot.codex.so/…",
+                "https://notify.bot.codex.so/…#223c37",
             ),
             (
                 ChannelKind::Email,
@@ -142,5 +157,30 @@ mod tests {
             assert_eq!(got, want, "{endpoint}");
             assert!(!got.contains("SECRET"));
         }
+    }
+
+    /// Two webhooks on one host are told apart; the same endpoint always shows the same fingerprint, whatever
+    /// surrounds it; a huge host is cut but keeps its fingerprint.
+    #[test]
+    fn endpoints_on_one_host_are_told_apart() {
+        let a = redact_endpoint(ChannelKind::Slack, "https://hooks.slack.com/services/T0/B0/AAA");
+        let b = redact_endpoint(ChannelKind::Slack, "https://hooks.slack.com/services/T0/B1/BBB");
+        assert_ne!(a, b);
+        assert!(
+            a.starts_with("https://hooks.slack.com/…#") && a.len() == "https://hooks.slack.com/…#".len() + 6
+        );
+        assert_eq!(
+            a,
+            redact_endpoint(
+                ChannelKind::Webhook,
+                " https://hooks.slack.com/services/T0/B0/AAA\n"
+            )
+        );
+        let long = format!("https://{}.example.com/x", "h".repeat(60_000));
+        let shown = redact_endpoint(ChannelKind::Webhook, &long);
+        assert!(
+            shown.len() < 220 && shown.ends_with(&format!("#{}", fingerprint(&long))),
+            "{shown}"
+        );
     }
 }

@@ -118,11 +118,11 @@ impl SigningKeys {
 }
 
 /// The project part of the derivation: a project id (24 hex digits, any case) stands for itself in lower
-/// case; anything else (no project: direct notifications without `projectId`, `klaxon test-notify`) is the
-/// empty project.
+/// case; anything else (no project: direct notifications without `projectId`), and the all-zero
+/// [`crate::TEST_PROJECT_ID`] that `klaxon test-notify` names when given no `--project`, is the empty project.
 pub fn project_key(project_id: &str) -> String {
     let p = project_id.trim();
-    if klaxon_core::event::is_object_id(p) {
+    if klaxon_core::event::is_object_id(p) && p != crate::TEST_PROJECT_ID {
         p.to_ascii_lowercase()
     } else {
         String::new()

@@ -43,6 +43,7 @@ pub mod eviction;
 pub mod gcra;
 mod hit;
 pub mod mutes;
+pub mod namespace;
 mod peek;
 mod redis_handle;
 mod script_io;

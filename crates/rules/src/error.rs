@@ -53,11 +53,57 @@ impl RulesError {
         use mongodb::error::ErrorKind;
         let text = crate::store::short(&e.to_string());
         match *e.kind {
-            ErrorKind::ServerSelection { .. }
-            | ErrorKind::Io(_)
-            | ErrorKind::ConnectionPoolCleared { .. } => RulesError::Unavailable(format!("{op}: {text}")),
+            ErrorKind::ServerSelection { ref message, .. } => {
+                RulesError::Unavailable(format!("{op}: {}", server_selection(message)))
+            }
+            ErrorKind::Io(_) | ErrorKind::ConnectionPoolCleared { .. } => {
+                RulesError::Unavailable(format!("{op}: {text}"))
+            }
             ErrorKind::InvalidArgument { .. } => RulesError::Config(format!("{op}: {text}")),
             _ => RulesError::Query { op, message: text },
         }
+    }
+}
+
+/// A server-selection failure in one line, each server's error said once: the driver's message is its topology's
+/// debug-like description (`Servers: [ { Address: 127.0.0.1:1, Type: Unknown, Error: Kind: I/O error: Connection
+/// refused (os error 111), labels: {…}, source: None, server response: None } ]`).
+fn server_selection(message: &str) -> String {
+    let servers: Vec<String> = message
+        .split("Address: ")
+        .skip(1)
+        .map(|server| {
+            let address = server.split(',').next().unwrap_or_default().trim();
+            let error = server
+                .split_once("Error: ")
+                .map(|(_, e)| e.trim_start_matches("Kind: "))
+                .map(|e| e.split(", labels:").next().unwrap_or(e).trim());
+            match error {
+                Some(e) => format!("{address}: {e}"),
+                None => format!("{address}: no answer"),
+            }
+        })
+        .collect();
+    if servers.is_empty() {
+        return crate::store::short(message);
+    }
+    crate::store::short(&format!("no server could be selected ({})", servers.join("; ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_selection_failures_name_each_server_once() {
+        let message = "Server selection timeout: No available servers. Topology: { Type: Unknown, Servers: [ { \
+            Address: 127.0.0.1:1, Type: Unknown, Error: Kind: I/O error: Connection refused (os error 111), labels: \
+            {\"RetryableError\", \"SystemOverloadedError\"}, source: None, server response: None }, { Address: \
+            db2:27017, Type: Unknown } ] }";
+        assert_eq!(
+            server_selection(message),
+            "no server could be selected (127.0.0.1:1: I/O error: Connection refused (os error 111); db2:27017: no answer)"
+        );
+        assert_eq!(server_selection("something else"), "something else");
     }
 }

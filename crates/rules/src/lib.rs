@@ -29,5 +29,5 @@ pub mod trail;
 pub use cache::{InvalidationMode, RuleCache, DEFAULT_TTL};
 pub use error::RulesError;
 pub use format::{export_json, parse_import, ProjectNotifications};
-pub use store::{RuleStore, StoredProject};
+pub use store::{check_url, RuleStore, StoredProject};
 pub use trail::{Trail, TrailReader};

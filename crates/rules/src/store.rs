@@ -127,6 +127,31 @@ pub(crate) async fn connect_database(mongo_url: &str, database: &str) -> Result<
     Ok(db)
 }
 
+/// Checks a `--mongo-url` value without connecting (and without the DNS lookups a `mongodb+srv://` URL makes when
+/// connecting): [`RulesError::Config`] says what is wrong, quoting the driver only where its message cannot hold
+/// the URL's password.
+pub fn check_url(mongo_url: &str) -> Result<(), RulesError> {
+    if !mongo_url.contains("://") {
+        return Err(RulesError::Config(
+            "not a MongoDB URL: expected mongodb://[user:password@]host:27017[,host2…][/?options] (or mongodb+srv://)"
+                .into(),
+        ));
+    }
+    mongodb::options::ConnectionString::parse(mongo_url)
+        .map(|_| ())
+        .map_err(|e| {
+            let detail = match &*e.kind {
+                mongodb::error::ErrorKind::InvalidArgument { message, .. } => message.clone(),
+                _ => e.to_string(),
+            };
+            RulesError::Config(if detail.contains('@') || detail.contains(mongo_url) {
+                "cannot parse the MongoDB URL".to_owned()
+            } else {
+                format!("cannot parse the MongoDB URL: {}", short(&detail))
+            })
+        })
+}
+
 /// Longest [`RuleStore::close`] waits for the server.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -210,6 +235,18 @@ impl RuleStore {
     /// Whether the `notifications._id` index was created (false on servers without `createIndexes`).
     pub fn has_rule_index(&self) -> bool {
         self.inner.has_rule_index.load(Ordering::Relaxed)
+    }
+
+    /// Drops the whole database in use (rules, delivery trail, everything in it): `klaxon namespace delete
+    /// --drop-database`. The caller decides whether Klaxon owns the database.
+    pub async fn drop_database(&self) -> Result<(), RulesError> {
+        self.inner
+            .projects
+            .client()
+            .database(&self.inner.database)
+            .drop()
+            .await
+            .map_err(|e| RulesError::from_driver("drop database", e))
     }
 
     /// The database in use.
@@ -630,6 +667,29 @@ fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
         _ => {
             let message = e.to_string();
             message.contains("E11000") || message.to_lowercase().contains("duplicate")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_checked_without_connecting_and_passwords_never_quoted() {
+        for ok in [
+            "mongodb://127.0.0.1:27017",
+            "mongodb://u:p@a:27017,b:27017/?replicaSet=rs0",
+        ] {
+            assert!(check_url(ok).is_ok(), "{ok}");
+        }
+        for (bad, says) in [
+            ("x", "not a MongoDB URL"),
+            ("mongodb://u:hunter2@h:notaport", "cannot parse the MongoDB URL"),
+            ("http://h:27017", "cannot parse the MongoDB URL"),
+        ] {
+            let e = check_url(bad).expect_err(bad).to_string();
+            assert!(e.contains(says) && !e.contains("hunter2"), "{bad}: {e}");
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Building rules before connecting: `rules add` flags become a [`RawRule`] in Hawk's shape and `rules import`
 //! files become projects, both validated by the core exactly as the engine will read them.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::Read as _;
 
@@ -8,6 +9,7 @@ use anyhow::{bail, Context as _};
 use klaxon_core::rule::{Channels, Field, RawChannel, RuleId};
 use klaxon_core::{RawRule, RuleProblem};
 use klaxon_rules::{parse_import, ProjectNotifications};
+use mongodb::bson::oid::ObjectId;
 
 use super::{AddArgs, ImportArgs};
 
@@ -185,6 +187,92 @@ fn describe(problems: &[RuleProblem]) -> String {
         .join("; ")
 }
 
+/// An import file read and validated, nothing stored.
+pub(super) struct ImportFile {
+    /// The projects, in the stored shape (rules without an `_id` got one here).
+    pub projects: Vec<ProjectNotifications>,
+    /// Problems over a limit (too many rules in a project, an email channel over the recipient limit, keys MongoDB
+    /// would read as operators or paths): import refuses the file whatever `--force` says.
+    pub over_limit: Vec<(ObjectId, RuleProblem)>,
+    /// Problems that make a rule unusable (the engine skips it): import refuses the file unless `--force`.
+    pub fatal: Vec<(ObjectId, RuleProblem)>,
+    /// Problems that only limit a rule (e.g. Hawk's default rule with every channel off): stored, with a warning.
+    pub warnings: Vec<(ObjectId, RuleProblem)>,
+    /// Ids given here to rules the file has none for → where the rule is in its project (`#2`: the third); the store
+    /// assigns the real one.
+    pub assigned: HashMap<String, String>,
+}
+
+impl ImportFile {
+    /// How to name a rule in a message: its id, or its place in the file when the file gave it none.
+    pub fn rule_name(&self, id: &str) -> String {
+        self.assigned.get(id).map_or_else(
+            || id.to_owned(),
+            |place| format!("{place} (no _id: assigned when stored)"),
+        )
+    }
+
+    /// `problems` with the rules named by [`ImportFile::rule_name`].
+    pub fn named(&self, problems: &[(ObjectId, RuleProblem)]) -> Vec<(String, RuleProblem)> {
+        problems
+            .iter()
+            .map(|(project, p)| {
+                let mut p = p.clone();
+                p.rule_id = p.rule_id.as_deref().map(|id| self.rule_name(id));
+                (project.to_hex(), p)
+            })
+            .collect()
+    }
+}
+
+/// Reads and validates an import file (`-` = stdin) under `limits` without storing anything: the same checks
+/// `rules import` makes, for `import`, `import --dry-run` and `check --file`.
+pub(super) fn read_file(file: &str, limits: &klaxon_core::Limits) -> anyhow::Result<ImportFile> {
+    let text = if file == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("cannot read stdin")?;
+        s
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))?
+    };
+    let projects = parse_import(&text).with_context(|| format!("{file}: nothing imported"))?;
+    // Which rules the file gave no `_id` (parse_import assigned one): (project index, rule index).
+    let raw: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    let mut assigned = HashMap::new();
+    for (i, p) in projects.iter().enumerate() {
+        for (j, doc) in p.notifications.iter().enumerate() {
+            let given = raw[i]["notifications"][j]
+                .get("_id")
+                .is_some_and(|v| !v.is_null());
+            if let (false, Ok(id)) = (given, doc.get_object_id("_id")) {
+                assigned.insert(id.to_hex(), format!("#{j}"));
+            }
+        }
+    }
+    let (over_limit, problems): (Vec<_>, Vec<_>) = klaxon_rules::format::import_problems(&projects, limits)
+        .into_iter()
+        .partition(|(_, p)| p.limit);
+    let (fatal, warnings) = problems.into_iter().partition(|(_, p)| p.fatal);
+    Ok(ImportFile {
+        projects,
+        over_limit,
+        fatal,
+        warnings,
+        assigned,
+    })
+}
+
+/// One line per problem, indented, with the rules named by [`ImportFile::rule_name`].
+pub(super) fn listing(file: &ImportFile, problems: &[(ObjectId, RuleProblem)]) -> String {
+    let mut msg = String::new();
+    for (project, p) in file.named(problems) {
+        let _ = writeln!(msg, "  project {project}: {p}");
+    }
+    msg
+}
+
 /// Reads and validates an import file (`-` = stdin) under `limits`. What the engine cannot use (fatal
 /// problems) refuses it unless `--force`; a limit (too many rules in a project, an email channel over the
 /// recipient limit, keys MongoDB would read as operators or paths) refuses it whatever `--force` says, as an
@@ -193,59 +281,41 @@ pub(super) fn read_import(
     a: &ImportArgs,
     limits: &klaxon_core::Limits,
 ) -> anyhow::Result<Vec<ProjectNotifications>> {
-    let text = if a.file == "-" {
-        let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .context("cannot read stdin")?;
-        s
-    } else {
-        std::fs::read_to_string(&a.file).with_context(|| format!("cannot read {}", a.file))?
-    };
-    let projects = parse_import(&text).with_context(|| format!("{}: nothing imported", a.file))?;
-    let problems = klaxon_rules::format::import_problems(&projects, limits);
-    let over: Vec<_> = problems.iter().filter(|(_, p)| p.limit).collect();
-    if !over.is_empty() {
-        let mut msg = String::new();
-        for (project, p) in &over {
-            let _ = writeln!(msg, "  project {project}: {p}");
-        }
+    let file = read_file(&a.file, limits)?;
+    if !file.over_limit.is_empty() {
         return Err(OverLimit(format!(
-            "{}: {} problem(s) over a limit, nothing imported (a limit cannot be forced):\n{msg}",
+            "{}: {} problem(s) over a limit, nothing imported (a limit cannot be forced):\n{}",
             a.file,
-            over.len()
+            file.over_limit.len(),
+            listing(&file, &file.over_limit)
         ))
         .into());
     }
     // Import refuses only what the engine cannot use (fatal problems). A rule that is valid but cannot notify yet
     // (Hawk's default rule with every channel disabled) is stored, with a warning.
-    let (problems, warnings): (Vec<_>, Vec<_>) = problems.into_iter().partition(|(_, p)| p.fatal);
-    if !warnings.is_empty() {
-        let mut msg = String::new();
-        for (project, p) in &warnings {
-            let _ = writeln!(msg, "  project {project}: {p}");
-        }
-        eprintln!("warning: stored with {} warning(s):\n{msg}", warnings.len());
+    if !file.warnings.is_empty() {
+        eprintln!(
+            "warning: stored with {} warning(s):\n{}",
+            file.warnings.len(),
+            listing(&file, &file.warnings)
+        );
     }
-    if !problems.is_empty() {
-        let mut msg = String::new();
-        for (project, p) in &problems {
-            let _ = writeln!(msg, "  project {project}: {p}");
-        }
+    if !file.fatal.is_empty() {
+        let msg = listing(&file, &file.fatal);
         if a.force {
             eprintln!("storing rules with problems (--force):\n{msg}");
         } else {
             bail!(
                 "{}: {} problem(s), nothing imported (use --force to store anyway):\n{msg}",
                 a.file,
-                problems.len()
+                file.fatal.len()
             );
         }
     }
     if !a.allow_private_endpoints {
-        warn_private(&projects);
+        warn_private(&file.projects);
     }
-    Ok(projects)
+    Ok(file.projects)
 }
 
 #[cfg(test)]

@@ -67,6 +67,31 @@ pub(super) fn imported(projects: &[ProjectNotifications], as_json: bool) -> anyh
     output::emit(&text)
 }
 
+/// `rules import --dry-run`: one line per project, what would replace its stored rules.
+pub(super) fn would_store(file: &super::build::ImportFile) -> anyhow::Result<()> {
+    let mut text = String::new();
+    for p in &file.projects {
+        let names: Vec<String> = p
+            .notifications
+            .iter()
+            .filter_map(|d| d.get_object_id("_id").ok())
+            .map(|o| file.rule_name(&o.to_hex()))
+            .collect();
+        let _ = writeln!(
+            text,
+            "project {}: would store {} rule(s), replacing its stored rules{}{}",
+            p.project_id,
+            names.len(),
+            if names.is_empty() { "" } else { ": " },
+            names.join(", ")
+        );
+    }
+    if file.projects.is_empty() {
+        text.push_str("nothing to import: the file lists no project\n");
+    }
+    output::emit(&text)
+}
+
 /// `rules list`: one row (or JSON object) per stored rule, with its project.
 pub(super) fn rules(format: Format, rules: &[(&String, &Value)]) -> anyhow::Result<()> {
     output::emit(&output::list(
