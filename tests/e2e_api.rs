@@ -1082,7 +1082,7 @@ async fn slow_and_idle_connections_are_closed_and_the_connection_cap_holds() {
             ) => {}
         other => panic!(
             "the fifth connection was served while four held the cap of 4: {other:?} {:?}",
-            String::from_utf8_lossy(&buf)
+            String::from_utf8_lossy(&buf).trim_end_matches('\0')
         ),
     }
     // …the server closes the silent and the half-sent ones after the header timeout…
@@ -1135,8 +1135,11 @@ async fn slow_and_idle_connections_are_closed_and_the_connection_cap_holds() {
     let idle = served_at.elapsed();
     eprintln!("idle keep-alive connection closed {idle:?} after its answer");
     assert!(idle < Duration::from_secs(8), "{idle:?}");
-    // Slots free again: a normal request is served at once.
+    // Slots free again: a normal request is served at once; a request head over 64 KiB is refused.
     assert_eq!(k.get("/healthz").map(|r| r.0), Some(200));
+    let big = "a".repeat(100_000);
+    let (st, head, _) = exchange(&k.addr, "GET", "/healthz", &[("X-Big", &big)], None);
+    assert_eq!(st, 431, "{head}");
     common::delete_queues(&env).await;
 }
 

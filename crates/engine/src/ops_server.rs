@@ -116,7 +116,8 @@ impl Default for ServerLimits {
     }
 }
 
-/// Largest request head (and read buffer) of a connection: bounds what `max_connections` slow clients can pin.
+/// Largest request head (request line and headers) a connection may send: bounds what `max_connections` slow clients
+/// can pin (more: 431).
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 
 /// Binds `addr` and serves until `shutdown`, with `extra` (the HTTP API) merged beside the operations routes,
@@ -202,7 +203,7 @@ async fn serve_connection(
     builder
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
-        .max_buf_size(MAX_HEAD_BYTES);
+        .max_header_size(MAX_HEAD_BYTES);
     let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
     let outcome = tokio::select! {
