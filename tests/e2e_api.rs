@@ -844,16 +844,16 @@ async fn foreign_hosts_cross_site_requests_and_non_json_bodies_are_refused() {
         let (st, _, _) = exchange(&k.addr, "GET", open, &[("Host", &evil)], None);
         assert_eq!(st, 200, "{open}");
     }
-    // Loopback names and every IP literal pass (rebinding needs a name).
-    for host in [
-        format!("localhost:{port}"),
-        format!("LocalHost.:{port}"),
-        format!("[::1]:{port}"),
-        format!("10.1.2.3:{port}"),
-        "127.0.0.1".to_owned(),
+    // Loopback names and addresses pass, any port; bound to 127.0.0.1, another address does not.
+    for (host, want) in [
+        (format!("localhost:{port}"), 200),
+        (format!("LocalHost.:{port}"), 200),
+        (format!("[::1]:{port}"), 200),
+        ("127.0.0.1".to_owned(), 200),
+        (format!("10.1.2.3:{port}"), 421),
     ] {
         let (st, v) = http(&k.addr, "GET", &rules, &[("Host", &host)], None);
-        assert_eq!(st, 200, "{host}: {v}");
+        assert_eq!(st, want, "{host}: {v}");
     }
 
     // What a form or a no-cors fetch can send: refused with 415, nothing created.
@@ -961,19 +961,22 @@ async fn foreign_hosts_cross_site_requests_and_non_json_bodies_are_refused() {
     assert_eq!(mute_ids(&k.addr, &project, &[]).len(), 4);
     drop(k);
 
-    // Token mode, with names of its own: the same guards before the token is even looked at.
+    // Token mode, bound to every address, with names of its own: the same guards before the token is even looked
+    // at; every address passes (Kubernetes probes and scrapes come by pod IP), names only when listed.
     let token = "s3cret-token";
     let env = env
         .set("KLAXON_API_TOKEN", token)
         .set("KLAXON_ALLOWED_HOSTS", "klaxon.example.com, *.svc.test");
-    let k = env.spawn("worker", &[]);
-    let port = k.addr.rsplit(':').next().expect("port").to_owned();
+    let port = common::free_port();
+    let k = env.spawn_at("worker", &format!("0.0.0.0:{port}"), &[]);
     let bearer = format!("Bearer {token}");
     let auth = ("Authorization", bearer.as_str());
     for (host, want) in [
         (format!("klaxon.example.com:{port}"), 200),
         ("Klaxon.Example.Com".to_owned(), 200),
         (format!("klaxon.a.svc.test:{port}"), 200),
+        (format!("10.1.2.3:{port}"), 200),
+        (format!("[fd00::5]:{port}"), 200),
         (format!("svc.test:{port}"), 421),
         (format!("attacker.example:{port}"), 421),
     ] {

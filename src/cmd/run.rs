@@ -42,9 +42,10 @@ pub struct HttpOpts {
     /// Serves GET /metrics, /healthz and /readyz (and the HTTP API).
     #[arg(long, env = "KLAXON_HTTP_ADDR", default_value = "127.0.0.1:9464")]
     pub http_addr: SocketAddr,
-    /// Host names the API and the console answer to, comma-separated, besides localhost and IP addresses
-    /// (which always work): the names clients or a reverse proxy use, e.g. klaxon.example.com; `*.example.com`
-    /// for every subdomain; `*` turns the check off. Other Host headers get 421 (stops DNS-rebinding pages).
+    /// Host names (or addresses) the API and the console answer to, comma-separated, besides localhost, the
+    /// loopback addresses and the --http-addr address (every address when it is 0.0.0.0): the names clients or a
+    /// reverse proxy use, e.g. klaxon.example.com; `*.example.com` for every subdomain; `*` turns the check off.
+    /// Other Host headers get 421 (stops DNS-rebinding pages).
     #[arg(long, env = "KLAXON_ALLOWED_HOSTS", value_name = "HOSTS", value_parser = klaxon_api::guard::AllowedHosts::parse)]
     pub allowed_hosts: Option<klaxon_api::guard::AllowedHosts>,
     /// A request's headers must arrive within this time of the connection's start or of the previous answer;
@@ -428,7 +429,12 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
         token: std::env::var("KLAXON_API_TOKEN")
             .ok()
             .filter(|t| !t.trim().is_empty()),
-        allowed_hosts: plan.http.allowed_hosts.clone().unwrap_or_default(),
+        allowed_hosts: plan
+            .http
+            .allowed_hosts
+            .clone()
+            .unwrap_or_default()
+            .bound_to(http_addr.ip()),
         rule_store: rule_store.clone(),
     });
     let http = klaxon_engine::ops_server::serve(

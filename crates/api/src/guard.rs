@@ -9,9 +9,11 @@
 //!
 //! - **Host.** A page of `attacker.example` whose DNS name is re-pointed at 127.0.0.1 after it loaded reads and
 //!   writes Klaxon as if it were its own origin — but the browser still sends `Host: attacker.example`. Allowed:
-//!   `localhost`, every IP literal (rebinding needs a *name*: a browser sends an IP literal only to the address
-//!   it connected to, so Kubernetes probes and scrapes by pod IP pass), and the names of `--allowed-hosts`
-//!   (`*.example.com` for every subdomain, `*` to turn the check off). The port is not part of the decision.
+//!   `localhost` and the loopback addresses, the bound address of `--http-addr` — every IP address when that is
+//!   `0.0.0.0` or `[::]` (all of the machine's addresses are bound then; Kubernetes probes and scrapes come by pod
+//!   IP) —, and the names and addresses of `--allowed-hosts` (`*.example.com` for every subdomain, `*` to turn the
+//!   check off). The port is not part of the decision. (An IP literal is never a rebinding vector — rebinding
+//!   needs a *name* — so the address rule is about predictability, not safety.)
 //! - **Cross-site.** A page of another site can send simple requests (`fetch(…, {mode: "no-cors"})`, a form with
 //!   `enctype="text/plain"`) without reading the answer. State-changing methods are refused when the browser
 //!   says the request comes from elsewhere: `Sec-Fetch-Site: cross-site` or `same-site` (another port of the
@@ -33,11 +35,16 @@ use axum::http::{header, Method, StatusCode};
 /// Longest piece of a header value quoted back in an error message.
 const MAX_QUOTED: usize = 100;
 
-/// The host names the API and the console answer to (besides `localhost` and IP literals, which always pass).
+/// The hosts the API and the console answer to: `localhost` and loopback addresses always, the bound address
+/// ([`AllowedHosts::bound_to`]), and what `--allowed-hosts` lists.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AllowedHosts {
     /// `*`: no check.
     any: bool,
+    /// Bound to `0.0.0.0` / `[::]`: every IP address.
+    any_ip: bool,
+    /// Addresses listed, and the bound one.
+    ips: Vec<IpAddr>,
     /// Exact names, lower case, without a trailing dot.
     names: Vec<String>,
     /// `*.example.com` stored as `.example.com`: every name that ends with it.
@@ -45,8 +52,8 @@ pub struct AllowedHosts {
 }
 
 impl AllowedHosts {
-    /// Parses `--allowed-hosts`: comma-separated host names (no scheme, no port), `*.example.com` for every
-    /// subdomain of `example.com` (not `example.com` itself), `*` for any. Empty entries are ignored.
+    /// Parses `--allowed-hosts`: comma-separated host names or IP addresses (no scheme, no port), `*.example.com`
+    /// for every subdomain of `example.com` (not `example.com` itself), `*` for any. Empty entries are ignored.
     pub fn parse(list: &str) -> Result<Self, String> {
         let mut out = AllowedHosts::default();
         for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
@@ -63,13 +70,17 @@ impl AllowedHosts {
                     "`{entry}` is not a host name: give the name alone, e.g. klaxon.example.com"
                 ));
             }
-            if name.parse::<IpAddr>().is_ok() || bracketed_ipv6(name).is_some() {
-                // IP literals always pass; listing one is harmless.
+            let ip = name
+                .parse::<IpAddr>()
+                .ok()
+                .or_else(|| bracketed_ipv6(name).map(IpAddr::V6));
+            if let Some(ip) = ip {
                 if wildcard {
                     return Err(format!(
                         "`{entry}`: a wildcard takes a domain name, not an address"
                     ));
                 }
+                out = out.bound_to(ip);
                 continue;
             }
             if name.contains(':') {
@@ -96,6 +107,18 @@ impl AllowedHosts {
         Ok(out)
     }
 
+    /// Also allows the address the server is bound to: every IP address when it is unspecified (`0.0.0.0`,
+    /// `[::]`).
+    pub fn bound_to(mut self, ip: IpAddr) -> Self {
+        let ip = ip.to_canonical();
+        if ip.is_unspecified() {
+            self.any_ip = true;
+        } else if !self.ips.contains(&ip) {
+            self.ips.push(ip);
+        }
+        self
+    }
+
     /// True when a request with this `Host` (or request-target authority) may be served.
     pub fn allows(&self, authority: &str) -> bool {
         if self.any {
@@ -103,7 +126,10 @@ impl AllowedHosts {
         }
         match split_authority(authority) {
             None => false,
-            Some((HostPart::Ip(_), _)) => true,
+            Some((HostPart::Ip(ip), _)) => {
+                let ip = ip.to_canonical();
+                self.any_ip || ip.is_loopback() || self.ips.contains(&ip)
+            }
             Some((HostPart::Name(n), _)) => {
                 n == "localhost"
                     || self.names.contains(&n)
@@ -216,7 +242,7 @@ fn check_host(hosts: &AllowedHosts, req: &Request) -> Result<(), Refusal> {
             return Err(Refusal {
                 status: StatusCode::MISDIRECTED_REQUEST,
                 message: format!(
-                    "this server does not answer to the host `{}`: if clients reach Klaxon by that name, add it to --allowed-hosts (KLAXON_ALLOWED_HOSTS); localhost and IP addresses always work (the check stops DNS-rebinding attacks from web pages)",
+                    "this server does not answer to the host `{}`: if clients reach Klaxon by that name or address, add it to --allowed-hosts (KLAXON_ALLOWED_HOSTS); localhost, loopback addresses and the --http-addr address always work (the check stops DNS-rebinding attacks from web pages)",
                     quoted(authority)
                 ),
             });
@@ -353,11 +379,12 @@ mod tests {
         let ok = [
             ("", AllowedHosts::default()),
             (
-                " Klaxon.Example.com. , ,*.svc.cluster.local,127.0.0.1,[::1],::1",
+                " Klaxon.Example.com. , ,*.svc.cluster.local,203.0.113.9,[2001:db8::1],2001:db8::1,::ffff:192.0.2.1",
                 AllowedHosts {
-                    any: false,
                     names: vec!["klaxon.example.com".into()],
                     suffixes: vec![".svc.cluster.local".into()],
+                    ips: vec![ip("203.0.113.9"), ip("2001:db8::1"), ip("192.0.2.1")],
+                    ..Default::default()
                 },
             ),
             (
@@ -365,15 +392,15 @@ mod tests {
                 AllowedHosts {
                     any: true,
                     names: vec!["a".into()],
-                    suffixes: vec![],
+                    ..Default::default()
                 },
             ),
             (
-                "klaxon_metrics",
+                "klaxon_metrics,0.0.0.0",
                 AllowedHosts {
-                    any: false,
+                    any_ip: true,
                     names: vec!["klaxon_metrics".into()],
-                    suffixes: vec![],
+                    ..Default::default()
                 },
             ),
         ];
@@ -398,21 +425,33 @@ mod tests {
         }
     }
 
+    fn ip(s: &str) -> IpAddr {
+        s.parse().expect("ip")
+    }
+
     #[test]
     fn host_matching() {
-        let hosts = AllowedHosts::parse("klaxon.example.com,*.svc.cluster.local").expect("parse");
+        let hosts = AllowedHosts::parse("klaxon.example.com,*.svc.cluster.local,203.0.113.9")
+            .expect("parse")
+            .bound_to(ip("10.1.2.3"));
         let table = [
-            // loopback names and IP literals, any port
+            // loopback names and addresses, any port
             ("localhost", true),
             ("LOCALHOST:9464", true),
             ("localhost.:9464", true),
             ("127.0.0.1:9464", true),
             ("127.0.0.1", true),
+            ("127.1.2.3:9464", true),
             ("[::1]:9464", true),
             ("[::1]", true),
+            ("[::ffff:127.0.0.1]:9464", true),
+            // the bound address and the listed one; other addresses are not
             ("10.1.2.3:9464", true),
-            ("0.0.0.0:9464", true),
-            ("[fd00::5]:80", true),
+            ("203.0.113.9", true),
+            ("[::ffff:10.1.2.3]", true),
+            ("10.1.2.4:9464", false),
+            ("0.0.0.0:9464", false),
+            ("[fd00::5]:80", false),
             // configured names, any port; wildcards: subdomains at any depth, not the domain itself
             ("klaxon.example.com", true),
             ("Klaxon.Example.Com:443", true),
@@ -437,8 +476,17 @@ mod tests {
             assert_eq!(hosts.allows(authority), want, "{authority:?}");
         }
         let none = AllowedHosts::default();
-        assert!(none.allows("localhost:1") && none.allows("192.168.1.5:9464"));
-        assert!(!none.allows("klaxon.example.com"));
+        assert!(none.allows("localhost:1") && none.allows("127.0.0.1:9464"));
+        assert!(!none.allows("klaxon.example.com") && !none.allows("192.168.1.5:9464"));
+        // Bound to every address: every address passes (probes and scrapes by pod IP), names still do not.
+        for unspecified in ["0.0.0.0", "::"] {
+            let all = AllowedHosts::default().bound_to(ip(unspecified));
+            assert!(
+                all.allows("192.168.1.5:9464") && all.allows("[fd00::5]:9464"),
+                "{unspecified}"
+            );
+            assert!(!all.allows("attacker.example:9464"), "{unspecified}");
+        }
         let any = AllowedHosts::parse("*").expect("parse");
         assert!(any.allows("attacker.example:9464") && any.allows("garbage host"));
     }
