@@ -1143,6 +1143,19 @@ async fn slow_and_idle_connections_are_closed_and_the_connection_cap_holds() {
     let big = "a".repeat(100_000);
     let (st, head, _) = exchange(&k.addr, "GET", "/healthz", &[("X-Big", &big)], None);
     assert_eq!(st, 431, "{head}");
+    // A client in the middle of its request head does not hold the shutdown: it has nothing to finish.
+    let mut slow = connect();
+    let mut k = k;
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .expect("half a head");
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    assert_eq!(k.terminate(Duration::from_secs(15)), Some(0));
+    eprintln!(
+        "SIGTERM with a half-sent request open: exited in {:?}",
+        t.elapsed()
+    );
+    assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
     common::delete_queues(&env).await;
 }
 

@@ -9,7 +9,7 @@
 //!  accept (one permit of max_connections; without one, new connections wait in the listen backlog)
 //!    └─▶ connection task: the request head within header_timeout (from the connection's start or the previous
 //!        answer: so an idle keep-alive connection is closed after it too); a write that moves nothing for
-//!        write_timeout ends the connection; shutdown → graceful close (finish the request in flight)
+//!        write_timeout ends the connection; shutdown → finish the request in flight, close the others
 //! ```
 
 use std::future::Future;
@@ -185,6 +185,11 @@ async fn accept_loop(
     connections.wait().await;
 }
 
+/// After shutdown, how often a connection checks whether it still serves a request, and how many checks in a
+/// row without one close it (a client still sending its request head has nothing to finish).
+const SHUTDOWN_IDLE_CHECK: Duration = Duration::from_millis(100);
+const SHUTDOWN_IDLE_CHECKS: u32 = 2;
+
 async fn serve_connection(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
@@ -192,11 +197,21 @@ async fn serve_connection(
     limits: ServerLimits,
     shutdown: CancellationToken,
 ) {
+    // Requests whose handler is running on this connection (the answer is written right after).
+    let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = in_flight.clone();
     let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let mut req = req.map(axum::body::Body::new);
         // The peer address lets the API serve loopback clients only when no token is set, and throttle per client.
         req.extensions_mut().insert(ConnectInfo(peer));
-        app.clone().oneshot(req)
+        let app = app.clone();
+        let counted = counted.clone();
+        async move {
+            counted.fetch_add(1, Ordering::Relaxed);
+            let answer = app.oneshot(req).await;
+            counted.fetch_sub(1, Ordering::Relaxed);
+            answer
+        }
     });
     let io = hyper_util::rt::TokioIo::new(StallGuard::new(stream, limits.write_timeout));
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -207,13 +222,26 @@ async fn serve_connection(
     let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
     let outcome = tokio::select! {
-        r = conn.as_mut() => r,
+        r = conn.as_mut() => Some(r),
         _ = shutdown.cancelled() => {
+            // Finish the request being served (the caller bounds the wait); hyper closes an idle keep-alive
+            // connection at once, and one still waiting for a request head is dropped after a few quiet checks.
             conn.as_mut().graceful_shutdown();
-            conn.await
+            let mut quiet = 0;
+            loop {
+                tokio::select! {
+                    r = conn.as_mut() => break Some(r),
+                    _ = tokio::time::sleep(SHUTDOWN_IDLE_CHECK) => {
+                        quiet = if in_flight.load(Ordering::Relaxed) == 0 { quiet + 1 } else { 0 };
+                        if quiet >= SHUTDOWN_IDLE_CHECKS {
+                            break None;
+                        }
+                    }
+                }
+            }
         }
     };
-    if let Err(e) = outcome {
+    if let Some(Err(e)) = outcome {
         // Timeouts, resets and malformed requests: the client's business, not an error of the process.
         tracing::debug!(peer = %peer, error = %e, "HTTP connection ended");
     }
