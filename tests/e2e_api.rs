@@ -12,19 +12,37 @@ use serde_json::{json, Value};
 
 /// One HTTP/1.1 request to `addr`; returns (status, body as JSON or `Value::String`).
 fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8]>) -> (u16, Value) {
+    let (status, _, value) = exchange(addr, method, path, headers, body);
+    (status, value)
+}
+
+/// [`http`] with the response's head too. `Host` defaults to `addr` and, for anything but a GET,
+/// `Content-Type` to `application/json`; a header given here replaces its default, and one given with an empty
+/// value is not sent at all.
+fn exchange(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> (u16, String, Value) {
     let mut s = std::net::TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(15)))
         .expect("timeout");
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n");
-    for (k, v) in headers {
+    let given = |name: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
+    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !given("host") {
+        req.push_str(&format!("Host: {addr}\r\n"));
+    }
+    for (k, v) in headers.iter().filter(|(_, v)| !v.is_empty()) {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
     let body = body.unwrap_or_default();
     if !body.is_empty() || method != "GET" {
-        req.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        ));
+        if !given("content-type") {
+            req.push_str("Content-Type: application/json\r\n");
+        }
+        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
     }
     req.push_str("\r\n");
     let mut bytes = req.into_bytes();
@@ -39,12 +57,12 @@ fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: Op
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let payload = text
+    let (head, payload) = text
         .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
+        .map(|(h, b)| (h.to_owned(), b.to_owned()))
         .unwrap_or_default();
     let value = serde_json::from_str(&payload).unwrap_or(Value::String(payload));
-    (status, value)
+    (status, head, value)
 }
 
 fn call(k: &Klaxon, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
@@ -754,4 +772,450 @@ async fn direct_notifications_to_private_addresses_are_refused_by_default() {
         assert_eq!(st, 400, "{endpoint}: {v}");
         assert!(error_of(&v).contains("--allow-private-endpoints"), "{v}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Trust boundaries of the HTTP surface (the browser itself is driven in tests/e2e_console.rs)
+
+/// The value of response header `name` (lower case) in a response head.
+fn header_in(head: &str, name: &str) -> Option<String> {
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+    })
+}
+
+/// The mute ids of a project, through the API.
+fn mute_ids(addr: &str, project: &str, auth: &[(&str, &str)]) -> Vec<String> {
+    let (st, v) = http(
+        addr,
+        "GET",
+        &format!("/api/v1/projects/{project}/mutes"),
+        auth,
+        None,
+    );
+    assert_eq!(st, 200, "{v}");
+    v["mutes"]
+        .as_array()
+        .expect("mutes")
+        .iter()
+        .map(|m| m["muteId"].as_str().expect("id").to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_hosts_cross_site_requests_and_non_json_bodies_are_refused() {
+    let env = Env::new();
+    let sink = HttpSink::start().await.expect("sink");
+    let project = object_id();
+    env.import(&json!([{"_id": project, "notifications": [rule(&sink, &[])]}]));
+    // Without a token (loopback only): the mode where any local web page could call the API.
+    let k = env.spawn("run", &[]);
+    let port = k.addr.rsplit(':').next().expect("port").to_owned();
+    let mutes = format!("/api/v1/projects/{project}/mutes");
+    let rules = format!("/api/v1/projects/{project}/rules");
+
+    // DNS rebinding: a name that is not allowed gets 421, for reads and writes, the API and the console; the
+    // operations endpoints stay open (probes and scrapers send whatever Host they like; they are read-only).
+    let evil = format!("attacker.example:{port}");
+    for (method, path) in [
+        ("GET", rules.as_str()),
+        ("POST", mutes.as_str()),
+        ("GET", "/"),
+        ("GET", "/dead"),
+    ] {
+        let (st, head, v) = exchange(&k.addr, method, path, &[("Host", &evil)], Some(b"{\"for\":60}"));
+        assert_eq!(st, 421, "{method} {path}: {head}\n{v}");
+        if path.starts_with("/api/") {
+            assert!(error_of(&v).contains("--allowed-hosts"), "{v}");
+        } else {
+            let page = v.as_str().unwrap_or_default();
+            assert!(
+                page.contains("<html") && page.contains("--allowed-hosts"),
+                "{page}"
+            );
+            assert!(
+                !page.contains("name=\"csrf\""),
+                "no CSRF token for a foreign host"
+            );
+        }
+    }
+    for open in ["/healthz", "/metrics", "/readyz"] {
+        let (st, _, _) = exchange(&k.addr, "GET", open, &[("Host", &evil)], None);
+        assert_eq!(st, 200, "{open}");
+    }
+    // Loopback names and addresses pass, any port; bound to 127.0.0.1, another address does not.
+    for (host, want) in [
+        (format!("localhost:{port}"), 200),
+        (format!("LocalHost.:{port}"), 200),
+        (format!("[::1]:{port}"), 200),
+        ("127.0.0.1".to_owned(), 200),
+        (format!("10.1.2.3:{port}"), 421),
+    ] {
+        let (st, v) = http(&k.addr, "GET", &rules, &[("Host", &host)], None);
+        assert_eq!(st, want, "{host}: {v}");
+    }
+
+    // What a form or a no-cors fetch can send: refused with 415, nothing created.
+    for ct in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "",
+    ] {
+        let (st, v) = http(
+            &k.addr,
+            "POST",
+            &mutes,
+            &[("Content-Type", ct)],
+            Some(b"{\"for\":3600}"),
+        );
+        assert_eq!(st, 415, "{ct:?}: {v}");
+        assert!(error_of(&v).contains("application/json"), "{v}");
+    }
+    let (st, v) = http(
+        &k.addr,
+        "POST",
+        "/api/v1/dead/replay",
+        &[("Content-Type", "")],
+        None,
+    );
+    assert_eq!(
+        st, 415,
+        "an empty replay-everything POST needs the JSON type too: {v}"
+    );
+    assert!(mute_ids(&k.addr, &project, &[]).is_empty());
+
+    // Cross-site: refused with 403 on every state-changing method, whatever the content type.
+    let own = format!("http://127.0.0.1:{port}");
+    let cross: [&[(&str, &str)]; 5] = [
+        &[("Origin", "http://localhost:3000")],
+        &[("Origin", "https://attacker.example")],
+        &[("Origin", "null")],
+        &[("Sec-Fetch-Site", "cross-site"), ("Origin", &own)],
+        &[("Sec-Fetch-Site", "same-site")],
+    ];
+    for headers in cross {
+        let (st, v) = http(&k.addr, "POST", &mutes, headers, Some(b"{\"for\":3600}"));
+        assert_eq!(st, 403, "{headers:?}: {v}");
+        assert!(error_of(&v).contains("cross-site"), "{v}");
+    }
+    assert!(mute_ids(&k.addr, &project, &[]).is_empty(), "nothing was created");
+    // Same origin (the browser says so, or the Origin is this server's), and clients that are not browsers.
+    for headers in [
+        &[("Origin", own.as_str())][..],
+        &[("Sec-Fetch-Site", "same-origin"), ("Origin", "null")],
+        &[("Content-Type", "application/json; charset=utf-8")],
+        &[],
+    ] {
+        let (st, v) = http(&k.addr, "POST", &mutes, headers, Some(b"{\"for\":3600}"));
+        assert_eq!(st, 201, "{headers:?}: {v}");
+    }
+    let ids = mute_ids(&k.addr, &project, &[]);
+    assert_eq!(ids.len(), 4);
+    let one = format!("{mutes}/{}", ids[0]);
+    let (st, v) = http(&k.addr, "DELETE", &one, &[("Sec-Fetch-Site", "cross-site")], None);
+    assert_eq!(st, 403, "{v}");
+    assert_eq!(
+        mute_ids(&k.addr, &project, &[]).len(),
+        4,
+        "a cross-site DELETE deleted nothing"
+    );
+    let (st, _) = http(
+        &k.addr,
+        "DELETE",
+        &one,
+        &[("Sec-Fetch-Site", "same-origin")],
+        None,
+    );
+    assert_eq!(st, 204);
+
+    // The console's forms: a valid CSRF token does not make a cross-site post acceptable.
+    let (_, page) = k.get(&format!("/projects/{project}")).expect("project page");
+    let marker = "name=\"csrf\" value=\"";
+    let at = page.find(marker).expect("a csrf field") + marker.len();
+    let csrf = page[at..].split('"').next().expect("token").to_owned();
+    let form = format!("csrf={csrf}&duration=2h&group_hash=from-the-console");
+    let console_mutes = format!("/projects/{project}/mutes");
+    let urlencoded = ("Content-Type", "application/x-www-form-urlencoded");
+    let (st, v) = http(
+        &k.addr,
+        "POST",
+        &console_mutes,
+        &[urlencoded, ("Origin", "http://localhost:3000")],
+        Some(form.as_bytes()),
+    );
+    assert_eq!(st, 403, "{v}");
+    assert_eq!(mute_ids(&k.addr, &project, &[]).len(), 3);
+    let (st, v) = http(
+        &k.addr,
+        "POST",
+        &console_mutes,
+        &[urlencoded, ("Origin", "null"), ("Sec-Fetch-Site", "same-origin")],
+        Some(form.as_bytes()),
+    );
+    assert_eq!(
+        st, 303,
+        "the console's own form (Referrer-Policy: no-referrer sends Origin: null): {v}"
+    );
+    assert_eq!(mute_ids(&k.addr, &project, &[]).len(), 4);
+    drop(k);
+
+    // Token mode, bound to every address, with names of its own: the same guards before the token is even looked
+    // at; every address passes (Kubernetes probes and scrapes come by pod IP), names only when listed.
+    let token = "s3cret-token";
+    let env = env
+        .set("KLAXON_API_TOKEN", token)
+        .set("KLAXON_ALLOWED_HOSTS", "klaxon.example.com, *.svc.test");
+    let port = common::free_port();
+    let k = env.spawn_at("worker", &format!("0.0.0.0:{port}"), &[]);
+    let bearer = format!("Bearer {token}");
+    let auth = ("Authorization", bearer.as_str());
+    for (host, want) in [
+        (format!("klaxon.example.com:{port}"), 200),
+        ("Klaxon.Example.Com".to_owned(), 200),
+        (format!("klaxon.a.svc.test:{port}"), 200),
+        (format!("10.1.2.3:{port}"), 200),
+        (format!("[fd00::5]:{port}"), 200),
+        (format!("svc.test:{port}"), 421),
+        (format!("attacker.example:{port}"), 421),
+    ] {
+        let (st, v) = http(&k.addr, "GET", &rules, &[auth, ("Host", &host)], None);
+        assert_eq!(st, want, "{host}: {v}");
+    }
+    let (st, v) = http(
+        &k.addr,
+        "POST",
+        &mutes,
+        &[auth, ("Origin", "https://attacker.example")],
+        Some(b"{\"for\":60}"),
+    );
+    assert_eq!(st, 403, "{v}");
+    let (st, v) = http(
+        &k.addr,
+        "POST",
+        &mutes,
+        &[auth, ("Content-Type", "text/plain")],
+        Some(b"{\"for\":60}"),
+    );
+    assert_eq!(st, 415, "{v}");
+    assert_eq!(
+        mute_ids(&k.addr, &project, &[auth]).len(),
+        4,
+        "nothing created in token mode either"
+    );
+    common::delete_queues(&env).await;
+}
+
+#[test]
+fn http_flags_exist_on_every_serving_command_and_bad_values_exit_2() {
+    let env = Env::new();
+    for sub in ["run", "worker", "sender"] {
+        let help = env.ok(&[sub, "--help"]);
+        for flag in [
+            "--allowed-hosts",
+            "KLAXON_ALLOWED_HOSTS",
+            "--http-header-timeout",
+            "--http-max-connections",
+        ] {
+            assert!(help.contains(flag), "{sub} --help lacks {flag}:\n{help}");
+        }
+        for (args, env_value, says) in [
+            (
+                &["--allowed-hosts", "https://klaxon.example.com"][..],
+                None,
+                "not a host name",
+            ),
+            (&[], Some("*.com"), "top-level domain"),
+            (
+                &["--allowed-hosts", "klaxon.example.com:8443"],
+                None,
+                "without a port",
+            ),
+            (&["--http-header-timeout", "0"], None, "--http-header-timeout"),
+            (&["--http-max-connections", "0"], None, "--http-max-connections"),
+        ] {
+            let mut all = vec![sub, "--http-addr", "127.0.0.1:1"];
+            all.extend_from_slice(args);
+            let e = match env_value {
+                Some(v) => env.clone().set("KLAXON_ALLOWED_HOSTS", v),
+                None => env.clone(),
+            };
+            let (code, out, err) = e.run(&all);
+            assert_eq!(code, 2, "{sub} {args:?} {env_value:?}: {out}{err}");
+            assert!(err.contains(says), "{sub} {args:?}: {err}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_and_idle_connections_are_closed_and_the_connection_cap_holds() {
+    use std::net::TcpStream;
+    let env = Env::new()
+        .set("KLAXON_HTTP_HEADER_TIMEOUT", "3s")
+        .set("KLAXON_HTTP_MAX_CONNECTIONS", "4");
+    let k = env.spawn("sender", &[]);
+    let connect = || {
+        let s = TcpStream::connect(&k.addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(15)))
+            .expect("timeout");
+        s
+    };
+    // Four connections hold every slot: one sends half a request head and goes silent, three send nothing.
+    let t0 = Instant::now();
+    let mut held: Vec<TcpStream> = (0..4).map(|_| connect()).collect();
+    held[0]
+        .write_all(format!("GET /healthz HTTP/1.1\r\nHost: {}\r\nX-Slow: ", k.addr).as_bytes())
+        .expect("half a head");
+    std::thread::sleep(Duration::from_millis(300));
+    // A fifth client is not served while they hold the slots…
+    let mut fifth = connect();
+    fifth
+        .write_all(format!("GET /healthz HTTP/1.1\r\nHost: {}\r\n\r\n", k.addr).as_bytes())
+        .expect("request");
+    fifth
+        .set_read_timeout(Some(Duration::from_millis(1200)))
+        .expect("timeout");
+    let mut buf = [0u8; 512];
+    match fifth.read(&mut buf) {
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) => {}
+        other => panic!(
+            "the fifth connection was served while four held the cap of 4: {other:?} {:?}",
+            String::from_utf8_lossy(&buf).trim_end_matches('\0')
+        ),
+    }
+    // …the server closes the silent and the half-sent ones after the header timeout…
+    for (i, s) in held.iter_mut().enumerate() {
+        let mut rest = Vec::new();
+        let read = s.read_to_end(&mut rest);
+        assert!(read.is_ok(), "connection {i} was still open after 15 s: {read:?}");
+        assert!(
+            rest.is_empty() || String::from_utf8_lossy(&rest).starts_with("HTTP/1.1 408"),
+            "connection {i}: {}",
+            String::from_utf8_lossy(&rest)
+        );
+    }
+    let closed_after = t0.elapsed();
+    eprintln!(
+        "silent and half-sent connections closed {closed_after:?} after they opened (header timeout 3 s)"
+    );
+    assert!(
+        closed_after >= Duration::from_millis(2500) && closed_after < Duration::from_secs(8),
+        "{closed_after:?}"
+    );
+    // …and then the waiting client is served, on a keep-alive connection that is closed once idle as long.
+    fifth
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .expect("timeout");
+    let mut answer = Vec::new();
+    let served_at = loop {
+        let n = fifth
+            .read(&mut buf)
+            .expect("the fifth connection is served once slots free up");
+        assert!(
+            n > 0,
+            "closed without an answer: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        answer.extend_from_slice(&buf[..n]);
+        if String::from_utf8_lossy(&answer).ends_with("ok\n") {
+            break Instant::now();
+        }
+    };
+    assert!(
+        String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    let mut rest = Vec::new();
+    fifth
+        .read_to_end(&mut rest)
+        .expect("the idle keep-alive connection is closed");
+    let idle = served_at.elapsed();
+    eprintln!("idle keep-alive connection closed {idle:?} after its answer");
+    assert!(idle < Duration::from_secs(8), "{idle:?}");
+    // Slots free again: a normal request is served at once; a request head over 64 KiB is refused.
+    assert_eq!(k.get("/healthz").map(|r| r.0), Some(200));
+    let big = "a".repeat(100_000);
+    let (st, head, _) = exchange(&k.addr, "GET", "/healthz", &[("X-Big", &big)], None);
+    assert_eq!(st, 431, "{head}");
+    // A client in the middle of its request head does not hold the shutdown: it has nothing to finish.
+    let mut slow = connect();
+    let mut k = k;
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .expect("half a head");
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    assert_eq!(k.terminate(Duration::from_secs(15)), Some(0));
+    eprintln!(
+        "SIGTERM with a half-sent request open: exited in {:?}",
+        t.elapsed()
+    );
+    assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
+    common::delete_queues(&env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_tokens_are_throttled_per_client_and_the_right_token_never_costs_budget() {
+    let token = "s3cret-token";
+    let env = Env::new().set("KLAXON_API_TOKEN", token);
+    let port = common::free_port();
+    let k = env.spawn_at("run", &format!("0.0.0.0:{port}"), &[]);
+    let path = format!("/api/v1/projects/{}/rules", object_id());
+    let right = format!("Bearer {token}");
+    let get = |auth: &str| exchange(&k.addr, "GET", &path, &[("Authorization", auth)], None);
+    // Successes cost nothing: many of them leave the whole budget.
+    for _ in 0..30 {
+        assert_eq!(get(&right).0, 404, "served (unknown project)");
+    }
+    // Ten wrong tokens (the burst), the API's and the console login's alike: 401 each.
+    for i in 0..9 {
+        let (st, _, v) = get("Bearer wrong");
+        assert_eq!(st, 401, "attempt {i}: {v}");
+    }
+    let (_, login) = k.get("/login").expect("login page");
+    let marker = "name=\"csrf\" value=\"";
+    let at = login.find(marker).expect("a csrf field") + marker.len();
+    let csrf = login[at..].split('"').next().expect("token").to_owned();
+    let form = format!("csrf={csrf}&token=wrong");
+    let urlencoded = ("Content-Type", "application/x-www-form-urlencoded");
+    let (st, _, v) = exchange(&k.addr, "POST", "/login", &[urlencoded], Some(form.as_bytes()));
+    assert_eq!(st, 401, "{v}");
+    // Over the budget: 429 with Retry-After, on the API and the console, for wrong and right tokens alike
+    // (answering the right one would tell a guesser which guess was right).
+    let (st, head, v) = get("Bearer wrong");
+    assert_eq!(st, 429, "{head}\n{v}");
+    let wait: u64 = header_in(&head, "retry-after")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("Retry-After in {head}"));
+    assert!((1..=6).contains(&wait), "{wait}");
+    assert!(error_of(&v).contains("too many wrong tokens"), "{v}");
+    assert_eq!(get(&right).0, 429, "no oracle while throttled");
+    let (st, head, _) = exchange(&k.addr, "POST", "/login", &[urlencoded], Some(form.as_bytes()));
+    assert_eq!(st, 429, "{head}");
+    assert!(header_in(&head, "retry-after").is_some(), "{head}");
+    let (st, _, _) = exchange(&k.addr, "GET", "/", &[("Authorization", &right)], None);
+    assert_eq!(st, 429);
+    // No credentials is not an attempt: still the plain 401.
+    assert_eq!(exchange(&k.addr, "GET", &path, &[], None).0, 401);
+    // Another client (this machine's other address) is not slowed.
+    if let Some(ip) = common::non_loopback_ip() {
+        let other = format!("{ip}:{port}");
+        let (st, _, v) = exchange(&other, "GET", &path, &[("Authorization", &right)], None);
+        assert_eq!(st, 404, "another client: {v}");
+    } else {
+        eprintln!("no non-loopback address on this machine: another client's budget not exercised");
+    }
+    // After Retry-After, the right token is served again.
+    std::thread::sleep(Duration::from_secs(wait) + Duration::from_millis(200));
+    assert_eq!(get(&right).0, 404, "served again after Retry-After");
+    assert!(
+        k.logs().contains("over the budget") && !k.logs().contains(token),
+        "the throttle is logged, the token never; log:\n{}",
+        k.logs()
+    );
 }

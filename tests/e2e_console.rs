@@ -514,6 +514,28 @@ fn start_driver() -> Option<Driver> {
     Some(driver)
 }
 
+/// A headless Chromium session through `driver`, with its profile in `profile`.
+async fn chromium(driver: &Driver, profile: &std::path::Path) -> fantoccini::Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({"binary": CHROMIUM, "args": [
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--window-size=1280,900", format!("--user-data-dir={}", profile.display()),
+        ]}),
+    );
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        fantoccini::ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps)
+            .connect(&driver.url),
+    )
+    .await
+    .expect("chromium started within 60 s")
+    .expect("a WebDriver session")
+}
+
 fn screens_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/console-screens");
     std::fs::create_dir_all(&dir).expect("create target/console-screens");
@@ -595,24 +617,7 @@ async fn in_a_real_browser_edit_explain_mute_and_replay() {
     }
 
     let profile = tempfile::tempdir().expect("profile dir");
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({"binary": CHROMIUM, "args": [
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--window-size=1280,900", format!("--user-data-dir={}", profile.path().display()),
-        ]}),
-    );
-    let c = tokio::time::timeout(
-        Duration::from_secs(60),
-        fantoccini::ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-            .capabilities(caps)
-            .connect(&driver.url),
-    )
-    .await
-    .expect("chromium started within 60 s")
-    .expect("a WebDriver session");
+    let c = chromium(&driver, profile.path()).await;
     let base = format!("http://{}", k.addr);
     let result = async {
         use fantoccini::Locator::{Css, Id};
@@ -783,5 +788,187 @@ async fn in_a_real_browser_edit_explain_mute_and_replay() {
         started.elapsed(),
         screens_dir().display()
     );
+    common::delete_queues(&env).await;
+}
+
+/// The attacker's page: `fetch(…, {mode: "no-cors"})` with `text/plain` bodies, then plain HTML forms with
+/// `enctype="text/plain"` (whose `name=value` body is made to read as JSON), against the state-changing API
+/// endpoints of the Klaxon at `target`; "ATTACK DONE" once every request has been answered.
+fn attack_page(target: &str, project: &str, hook: &str) -> String {
+    let event = |how: &str| json!({"projectId": project, "event": {"title": format!("forged by {how}"), "groupHash": format!("g-{how}"), "isNew": true}});
+    let notification = |how: &str| json!({"channel": "webhook", "endpoint": format!("{hook}/forged-{how}"), "title": format!("forged by {how}")});
+    let mutes = format!("{target}/api/v1/projects/{project}/mutes");
+    let fetches = json!([
+        [mutes, json!({"for": 31_536_000}).to_string()],
+        [format!("{target}/api/v1/events"), event("fetch").to_string()],
+        [
+            format!("{target}/api/v1/notifications"),
+            notification("fetch").to_string()
+        ],
+        [format!("{target}/api/v1/dead/replay"), "{}"],
+        [format!("{target}/api/v1/dead/replay"), null],
+    ]);
+    // A form field `name=value` is sent as `<name>=<value>\r\n`: a name ending in `"x":"` and the value `"}`
+    // make the body `{…,"x":"="}`, valid JSON.
+    let form = |i: usize, action: String, body: Value| {
+        let mut text = body.to_string();
+        text.pop();
+        let name = format!("{text},\"x\":\"").replace('\'', "&#39;");
+        format!(
+            "<form method=\"POST\" enctype=\"text/plain\" target=\"f{i}\" action=\"{action}\"><input name='{name}' value='\"}}'></form><iframe name=\"f{i}\"></iframe>\n"
+        )
+    };
+    let forms = [
+        form(0, mutes.clone(), json!({"for": 31_536_000})),
+        form(1, format!("{target}/api/v1/events"), event("form")),
+        form(2, format!("{target}/api/v1/notifications"), notification("form")),
+        form(3, format!("{target}/api/v1/dead/replay"), json!({})),
+    ]
+    .concat();
+    format!(
+        r#"<!doctype html><meta charset="utf-8"><title>a page of another site</title><body><p>Hello.</p>
+{forms}<script>
+(async () => {{
+  for (const [url, body] of {fetches}) {{
+    const init = body === null ? {{method: "POST", mode: "no-cors"}}
+      : {{method: "POST", mode: "no-cors", headers: {{"Content-Type": "text/plain"}}, body}};
+    try {{ await fetch(url, init); }} catch (e) {{ document.body.append(" fetch failed: " + e); }}
+  }}
+  for (const f of document.forms) {{
+    await new Promise(done => {{
+      document.querySelector(`iframe[name=${{f.target}}]`).addEventListener("load", done, {{once: true}});
+      setTimeout(done, 10000);
+      f.submit();
+    }});
+  }}
+  document.body.append(" ATTACK DONE");
+}})();
+</script>"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_real_browser_another_sites_page_changes_nothing() {
+    let Some(driver) = start_driver() else {
+        return;
+    };
+    // The documented loopback-only mode (no token): the one where a page in a local browser reached the API.
+    let env = Env::new();
+    let hook = HttpSink::start().await.expect("hook");
+    // The first delivery fails for good (400): one dead letter a forged replay would send again.
+    hook.script([klaxon_testkit::Reply::status(400)]);
+    let project = object_id();
+    let mut rule = webhook_rule(&hook, json!({"threshold": 1}));
+    rule["channels"]["webhook"]["endpoint"] = json!(hook.url("/hook"));
+    env.import(&json!([{"_id": project, "notifications": [rule]}]));
+    let k = env.spawn("run", &[]);
+    let api = Browser::new(&k);
+    let post = |path: &str, body: Value| {
+        let url = format!("{}{path}", api.base);
+        api.send(api.http.post(url).json(&body))
+    };
+    let event = |group: &str| json!({"projectId": project, "event": {"title": "Boom", "groupHash": group, "isNew": true}});
+    assert_eq!(post("/api/v1/events", event("g-dead")).await.status, 202);
+    let dead_ids = || async {
+        let v: Value = serde_json::from_str(&api.get("/api/v1/dead").await.body).unwrap_or(Value::Null);
+        v["dead"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|d| d["notificationId"].to_string())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let dead = loop {
+        let ids = dead_ids().await;
+        if ids.len() == 1 {
+            break ids;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nothing dead-lettered in 30 s; log:\n{}",
+            k.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    k.wait_acked(1, Duration::from_secs(30));
+
+    // The attacker's pages, served by another local server: from 127.0.0.1 on another port (the same *site*)
+    // and from `localhost` (another site).
+    let target = format!("http://{}", k.addr);
+    let attacker = HttpSink::start().await.expect("attacker's server");
+    attacker.set_default(
+        klaxon_testkit::Reply::status(200)
+            .header("content-type", "text/html; charset=utf-8")
+            .body(&attack_page(&target, &project, &hook.url(""))),
+    );
+    let profile = tempfile::tempdir().expect("profile dir");
+    let c = chromium(&driver, profile.path()).await;
+    let port = attacker.addr().port();
+    let result = async {
+        for page in [
+            format!("http://127.0.0.1:{port}/"),
+            format!("http://localhost:{port}/"),
+        ] {
+            c.goto(&page).await?;
+            let said = wait_text(&c, "ATTACK DONE").await;
+            assert!(!said.contains("fetch failed"), "{page}: {said}");
+        }
+        shot(&c, "cross-site-attack").await;
+        Ok::<(), fantoccini::error::CmdError>(())
+    }
+    .await;
+    let _ = c.close().await;
+    drop(driver);
+    result.unwrap_or_else(|e| panic!("browser step failed: {e}; log:\n{}", k.logs()));
+
+    // Nothing changed: no mute, the dead letter is still there, nothing forged was published or delivered.
+    let mutes: Value =
+        serde_json::from_str(&api.get(&format!("/api/v1/projects/{project}/mutes")).await.body)
+            .expect("json");
+    assert_eq!(
+        mutes["mutes"],
+        json!([]),
+        "a forged mute: {mutes}; log:\n{}",
+        k.logs()
+    );
+    assert_eq!(dead_ids().await, dead, "the dead letter was not replayed");
+    // A real event after the forged ones: once its notification is delivered, anything forged before it would
+    // have been too (one queue, in order).
+    assert_eq!(post("/api/v1/events", event("g-control")).await.status, 202);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !hook
+        .requests()
+        .iter()
+        .any(|r| r.json()["events"][0]["groupHash"] == "g-control")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the control event was not delivered; log:\n{}",
+            k.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let seen: Vec<String> = hook
+        .requests()
+        .iter()
+        .map(|r| format!("{} {}", r.uri, r.text()))
+        .collect();
+    assert_eq!(
+        seen.len(),
+        2,
+        "only the dead letter's first attempt and the control: {seen:#?}"
+    );
+    assert!(seen.iter().all(|r| !r.contains("forged")), "{seen:#?}");
+    assert_eq!(
+        k.metric("klaxon_events_acked_total"),
+        2.0,
+        "no forged event was published"
+    );
+    // And the attacker's server saw nothing but the browser loading its page.
+    assert!(attacker.requests().iter().all(|r| r.method == "GET"));
     common::delete_queues(&env).await;
 }

@@ -33,12 +33,51 @@ const HTTP_DEADLINE: Duration = Duration::from_millis(9_000);
 /// Options every long-running process has.
 #[derive(Debug, Args)]
 pub struct ProcessOpts {
-    /// Serves GET /metrics, /healthz and /readyz (and the HTTP API).
-    #[arg(long, env = "KLAXON_HTTP_ADDR", default_value = "127.0.0.1:9464")]
-    pub http_addr: SocketAddr,
     /// Queue type for newly declared queues: classic or quorum.
     #[arg(long, env = "KLAXON_QUEUE_TYPE", default_value = "classic")]
     pub queue_type: QueueType,
+}
+
+/// The HTTP server every long-running process runs: /metrics, /healthz, /readyz, the API and the console.
+#[derive(Debug, Args)]
+pub struct HttpOpts {
+    /// Serves GET /metrics, /healthz and /readyz (and the HTTP API).
+    #[arg(long, env = "KLAXON_HTTP_ADDR", default_value = "127.0.0.1:9464")]
+    pub http_addr: SocketAddr,
+    /// Host names (or addresses) the API and the console answer to, comma-separated, besides localhost, the
+    /// loopback addresses and the --http-addr address (every address when it is 0.0.0.0): the names clients or a
+    /// reverse proxy use, e.g. klaxon.example.com; `*.example.com` for every subdomain; `*` turns the check off.
+    /// Other Host headers get 421 (stops DNS-rebinding pages).
+    #[arg(long, env = "KLAXON_ALLOWED_HOSTS", value_name = "HOSTS", value_parser = klaxon_api::guard::AllowedHosts::parse)]
+    pub allowed_hosts: Option<klaxon_api::guard::AllowedHosts>,
+    /// A request's headers must arrive within this time of the connection's start or of the previous answer;
+    /// idle keep-alive connections are closed after it too (a plain number is seconds).
+    #[arg(long, env = "KLAXON_HTTP_HEADER_TIMEOUT", default_value = "10s", value_parser = duration_secs, value_name = "DURATION")]
+    pub http_header_timeout: Duration,
+    /// HTTP connections served at once; further ones wait until one closes.
+    #[arg(long, env = "KLAXON_HTTP_MAX_CONNECTIONS", default_value_t = 512)]
+    pub http_max_connections: usize,
+}
+
+impl HttpOpts {
+    /// The server's limits, checked (a wrong value is a usage error, exit 2).
+    fn limits(&self) -> anyhow::Result<klaxon_engine::ops_server::ServerLimits> {
+        let t = self.http_header_timeout;
+        ensure_usage!(
+            t >= Duration::from_millis(100) && t <= Duration::from_secs(3600),
+            "--http-header-timeout must be from 100ms to 1h (got {})",
+            humantime::format_duration(t)
+        );
+        ensure_usage!(
+            (1..=1_000_000).contains(&self.http_max_connections),
+            "--http-max-connections must be from 1 to 1000000"
+        );
+        Ok(klaxon_engine::ops_server::ServerLimits {
+            header_timeout: t,
+            max_connections: self.http_max_connections,
+            ..Default::default()
+        })
+    }
 }
 
 /// The evaluating side: consume events, count, publish notification tasks (`run`, `worker`).
@@ -191,6 +230,8 @@ pub struct LimitOpts {
 pub struct RunArgs {
     #[command(flatten, next_help_heading = "Process")]
     pub process: ProcessOpts,
+    #[command(flatten, next_help_heading = "HTTP server")]
+    pub http: HttpOpts,
     #[command(flatten, next_help_heading = "Evaluation")]
     pub evaluate: EvaluateOpts,
     #[command(flatten)]
@@ -217,6 +258,8 @@ pub struct WorkerArgs {
     pub process: ProcessOpts,
     #[command(flatten, next_help_heading = "Process")]
     pub api: ApiOpts,
+    #[command(flatten, next_help_heading = "HTTP server")]
+    pub http: HttpOpts,
     #[command(flatten, next_help_heading = "Evaluation")]
     pub evaluate: EvaluateOpts,
     #[command(flatten, next_help_heading = "Limits per project")]
@@ -229,6 +272,8 @@ pub struct WorkerArgs {
 pub struct SenderArgs {
     #[command(flatten, next_help_heading = "Process")]
     pub process: ProcessOpts,
+    #[command(flatten, next_help_heading = "HTTP server")]
+    pub http: HttpOpts,
     #[command(flatten)]
     pub send: SendOpts,
     #[command(flatten)]
@@ -240,6 +285,7 @@ pub struct SenderArgs {
 /// What one process runs: the evaluating side, the delivering side, or both.
 pub struct Plan {
     process: ProcessOpts,
+    http: HttpOpts,
     evaluate: Option<EvaluateOpts>,
     send: Option<SendOpts>,
     /// TTL of the rule cache that names projects in messages.
@@ -256,6 +302,7 @@ impl From<RunArgs> for Plan {
             names_ttl: a.evaluate.rules_ttl,
             allow_private_endpoints: a.send.deliver.delivery.allow_private_endpoints,
             process: a.process,
+            http: a.http,
             evaluate: Some(a.evaluate),
             send: Some(a.send),
             limits: a.limits,
@@ -269,6 +316,7 @@ impl From<WorkerArgs> for Plan {
             names_ttl: a.evaluate.rules_ttl,
             allow_private_endpoints: a.api.allow_private_endpoints,
             process: a.process,
+            http: a.http,
             evaluate: Some(a.evaluate),
             send: None,
             limits: a.limits,
@@ -282,6 +330,7 @@ impl From<SenderArgs> for Plan {
             names_ttl: a.names.rules_ttl,
             allow_private_endpoints: a.send.deliver.delivery.allow_private_endpoints,
             process: a.process,
+            http: a.http,
             evaluate: None,
             send: Some(a.send),
             limits: a.limits,
@@ -379,7 +428,9 @@ fn validate_send(send: &SendOpts) -> anyhow::Result<Vec<Duration>> {
 pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     let plan: Plan = plan.into();
     let process = &plan.process;
+    let http_addr = plan.http.http_addr;
     // Validate everything before connecting to anything.
+    let server_limits = plan.http.limits()?;
     let topology = Topology::new(&global.namespace, &global.events_queue(), process.queue_type);
     // `--output hawk` and `--output shadow` deliver nothing themselves
     let no_senders = plan.evaluate.as_ref().is_some_and(|e| !e.output.needs_senders());
@@ -425,19 +476,26 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
         allow_private_endpoints: plan.allow_private_endpoints,
         limits,
         token: api_token.clone(),
+        allowed_hosts: plan
+            .http
+            .allowed_hosts
+            .clone()
+            .unwrap_or_default()
+            .bound_to(http_addr.ip()),
         rule_store: rule_store.clone(),
         webhook_keys: crate::cli::webhook_keys()?,
         rule_defaults,
     });
     let http = klaxon_engine::ops_server::serve(
-        process.http_addr,
+        http_addr,
         metrics,
         readiness.clone(),
         api,
+        server_limits,
         shutdown.clone(),
     )
     .await
-    .with_context(|| format!("cannot serve HTTP on --http-addr {}", process.http_addr))?;
+    .with_context(|| format!("cannot serve HTTP on --http-addr {http_addr}"))?;
 
     let signals = shutdown.clone();
     tokio::spawn(async move {
@@ -630,8 +688,8 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
         }
     }
     tracker.close();
-    tracing::info!(namespace = %global.namespace, http = %process.http_addr, "klaxon started");
-    super::notices::console(process.http_addr, api_token.as_deref());
+    tracing::info!(namespace = %global.namespace, http = %http_addr, "klaxon started");
+    super::notices::console(http_addr, api_token.as_deref());
 
     shutdown.cancelled().await;
     let stopping = tokio::time::Instant::now();

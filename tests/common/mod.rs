@@ -149,7 +149,11 @@ pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     let sock: std::net::SocketAddr = addr.parse().ok()?;
     let mut s = std::net::TcpStream::connect_timeout(&sock, Duration::from_secs(1)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut buf = String::new();
     s.read_to_string(&mut buf).ok()?;
     let status = buf.split_whitespace().nth(1)?.parse().ok()?;

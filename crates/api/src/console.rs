@@ -1,9 +1,10 @@
 //! The web console at `GET /`: server-rendered HTML pages over the API's own helpers (no JavaScript needed).
 //!
 //! ```text
-//!  browser ──▶ security headers ──▶ timeout ──▶ auth ─┬─ KLAXON_API_TOKEN set: session cookie (POST /login)
-//!                                                      │                       or `Authorization: Bearer`
-//!                                                      └─ not set: loopback clients only
+//!  browser ──▶ security headers ──▶ guard (Host; cross-site POST → 403) ──▶ timeout
+//!          ──▶ auth ─┬─ KLAXON_API_TOKEN set: session cookie (POST /login)
+//!                    │                       or `Authorization: Bearer` (wrong tokens throttled per client)
+//!                    └─ not set: loopback clients only
 //!          ──▶ POST? the form's `csrf` field must match (the session's, or the process's without a session)
 //!          ──▶ page: rule store / Redis (mutes, explain) / RabbitMQ (queue depths, dead letters) / the trail
 //! ```
@@ -32,7 +33,10 @@ use klaxon_rules::format::oids_to_hex;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::{check_project_id, dead, mutes, same_secret, Api, ApiError, HANDLER_TIMEOUT, MAX_BODY};
+use crate::throttle::{retry_after_secs, Attempt};
+use crate::{
+    check_project_id, dead, guard, mutes, peer_ip, same_secret, Api, ApiError, HANDLER_TIMEOUT, MAX_BODY,
+};
 
 /// The session cookie's name.
 pub(crate) const COOKIE: &str = "klaxon_session";
@@ -222,12 +226,18 @@ impl Console {
                 .ok()
                 .and_then(|v| v.strip_prefix("Bearer "))
                 .map(str::trim);
-            return match given {
-                Some(g) if same_secret(g, token) => Ok(Access {
+            return match self
+                .api
+                .0
+                .throttle
+                .attempt(peer_ip(req), || given.is_some_and(|g| same_secret(g, token)))
+            {
+                Attempt::Passed => Ok(Access {
                     csrf: self.process_csrf.clone(),
                     session: false,
                 }),
-                _ => Err(Denied::WrongBearer),
+                Attempt::Failed => Err(Denied::WrongBearer),
+                Attempt::Throttled(wait) => Err(Denied::Throttled(wait)),
             };
         }
         let csrf =
@@ -247,6 +257,8 @@ enum Denied {
     WrongBearer,
     /// No (live) session: 401 (a GET gets the login form with it).
     NoSession,
+    /// Too many wrong tokens from this client: 429 with `Retry-After`, the token not even compared.
+    Throttled(Duration),
 }
 
 impl IntoResponse for Denied {
@@ -263,14 +275,30 @@ impl IntoResponse for Denied {
                 StatusCode::UNAUTHORIZED,
                 "Not logged in (or the session expired): open /login and enter the API token.",
             ),
+            Denied::Throttled(wait) => with_retry_after(
+                error_page(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    &format!(
+                        "Too many wrong tokens from your address: try again in {} s.",
+                        retry_after_secs(wait)
+                    ),
+                ),
+                wait,
+            ),
         }
     }
 }
 
 fn is_loopback(req: &Request) -> bool {
-    req.extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .is_some_and(|c| c.0.ip().is_loopback())
+    peer_ip(req).is_some_and(|ip| ip.is_loopback())
+}
+
+/// `response` with `Retry-After: <wait in whole seconds>`.
+fn with_retry_after(mut response: Response, wait: Duration) -> Response {
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs(wait)));
+    response
 }
 
 /// The console's routes, with their own auth, CSRF check, HTML errors and security headers.
@@ -303,8 +331,20 @@ pub(crate) fn router(api: Api) -> Router {
         .merge(pages)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn(with_timeout))
+        .layer(middleware::from_fn_with_state(console.clone(), guard_requests))
         .layer(middleware::from_fn(security_headers))
         .with_state(console)
+}
+
+/// The Host and cross-site guards (`guard.rs`) for every page and form, `/login` included, before auth.
+async fn guard_requests(State(c): State<Arc<Console>>, req: Request, next: Next) -> Response {
+    match guard::check(&c.api.0.config.allowed_hosts, &req) {
+        Ok(()) => next.run(req).await,
+        Err(r) => {
+            tracing::debug!(status = r.status.as_u16(), reason = %r.message, "console request refused by a guard");
+            error_page(r.status, &r.message)
+        }
+    }
 }
 
 async fn security_headers(req: Request, next: Next) -> Response {
@@ -552,10 +592,25 @@ async fn login(
             "The login form's CSRF token is wrong: reload the page.",
         );
     }
-    if !same_secret(form.token.trim(), token) {
-        tokio::time::sleep(LOGIN_FAILURE_DELAY).await;
-        tracing::info!(peer = %peer.ip(), "console login refused: wrong token");
-        return login_form(&c, StatusCode::UNAUTHORIZED, Some("Wrong token."));
+    match c
+        .api
+        .0
+        .throttle
+        .attempt(Some(peer.ip()), || same_secret(form.token.trim(), token))
+    {
+        Attempt::Passed => {}
+        Attempt::Failed => {
+            tokio::time::sleep(LOGIN_FAILURE_DELAY).await;
+            tracing::info!(peer = %peer.ip(), "console login refused: wrong token");
+            return login_form(&c, StatusCode::UNAUTHORIZED, Some("Wrong token."));
+        }
+        Attempt::Throttled(wait) => {
+            let said = format!(
+                "Too many wrong tokens from your address: try again in {} s.",
+                retry_after_secs(wait)
+            );
+            return with_retry_after(login_form(&c, StatusCode::TOO_MANY_REQUESTS, Some(&said)), wait);
+        }
     }
     let (id, _) = c.sessions().create(Instant::now());
     tracing::info!(peer = %peer.ip(), "console login");

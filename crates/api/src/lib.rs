@@ -1,7 +1,8 @@
 //! Klaxon's HTTP API (INTERFACE.md, "HTTP API and console"), mounted beside `/metrics` on `--http-addr`.
 //!
 //! ```text
-//!  client ──▶ auth (Bearer token, or loopback only) ──▶ body cap (1 MiB) ──▶ handler (timeout) ──▶ JSON
+//!  client ──▶ guard (Host, cross-site) ──▶ auth (Bearer token, or loopback only; wrong tokens throttled per client)
+//!         ──▶ Content-Type application/json ──▶ body cap (1 MiB) ──▶ handler (timeout) ──▶ JSON
 //!                                                                              │
 //!        POST /api/v1/events ──────────── EventTask::parse (the queue's validation) ──▶ RabbitMQ (confirms)
 //!        GET|PUT /api/v1/projects/{id}/rules ── klaxon-rules (import validation) ──▶ MongoDB
@@ -10,7 +11,9 @@
 //! ```
 //!
 //! Backing services are connected on first use, so the API answers (with 503) even while one is down, and
-//! every error leaves as `{"error": "…"}` with a 4xx/5xx status — never a stack.
+//! every error leaves as `{"error": "…"}` with a 4xx/5xx status — never a stack. What a web page could make a
+//! browser send (DNS rebinding, cross-site posts, `text/plain` bodies) is refused by [`guard`] before auth;
+//! wrong tokens are slowed per client by `throttle`.
 #![deny(missing_docs)]
 
 pub mod bounds;
@@ -18,9 +21,11 @@ mod console;
 pub mod dead;
 pub mod deliveries;
 pub mod explain;
+pub mod guard;
 pub mod invalidation;
 pub mod mutes;
 pub mod notifications;
+mod throttle;
 pub mod webhook_secret;
 
 use std::net::SocketAddr;
@@ -75,6 +80,9 @@ pub struct ApiConfig {
     /// `KLAXON_API_TOKEN`: when set, every request needs `Authorization: Bearer <token>`; when not, only
     /// loopback clients are served.
     pub token: Option<String>,
+    /// `--allowed-hosts`: the host names the API and the console answer to, besides `localhost` and IP
+    /// addresses (anything else: 421).
+    pub allowed_hosts: guard::AllowedHosts,
     /// The rule store (rules and the delivery trail), connected on first use to `mongo_url`. Share the cell
     /// with the rest of the process so that it has one MongoDB client; a fresh one when nothing else uses it.
     pub rule_store: Arc<OnceCell<RuleStore>>,
@@ -93,6 +101,7 @@ impl std::fmt::Debug for ApiConfig {
             .field("events_queue", &self.events_queue)
             .field("token", &self.token.as_ref().map(|_| "<set>"))
             .field("webhook_keys", &self.webhook_keys)
+            .field("allowed_hosts", &self.allowed_hosts)
             .finish_non_exhaustive()
     }
 }
@@ -103,6 +112,8 @@ struct Inner {
     redis: OnceCell<RedisHandle>,
     amqp: Mutex<Option<(Broker, Publisher)>>,
     trail: OnceCell<klaxon_rules::TrailReader>,
+    /// Wrong tokens per client, for the API and the console alike.
+    throttle: throttle::AuthThrottle,
 }
 
 #[derive(Clone)]
@@ -179,6 +190,7 @@ pub fn router(config: ApiConfig) -> Router {
         redis: OnceCell::new(),
         amqp: Mutex::new(None),
         trail: OnceCell::new(),
+        throttle: throttle::AuthThrottle::default(),
     }));
     let console = console::router(api.clone());
     Router::new()
@@ -210,7 +222,9 @@ pub fn router(config: ApiConfig) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn(with_timeout))
+        .layer(middleware::from_fn(require_json))
         .layer(middleware::from_fn_with_state(api.clone(), authenticate))
+        .layer(middleware::from_fn_with_state(api.clone(), guard_requests))
         .with_state(api)
         // The console has its own auth (session cookie, CSRF) and HTML errors; it is not under `/api/v1`'s layers.
         .merge(console)
@@ -247,37 +261,81 @@ fn same_secret(a: &str, b: &str) -> bool {
     x.iter().zip(y.iter()).fold(0u8, |acc, (p, q)| acc | (p ^ q)) == 0
 }
 
+/// The Host and cross-site guards ([`guard`]), before anything else.
+async fn guard_requests(State(api): State<Api>, req: Request, next: Next) -> Response {
+    match guard::check(&api.0.config.allowed_hosts, &req) {
+        Ok(()) => next.run(req).await,
+        Err(r) => {
+            tracing::debug!(status = r.status.as_u16(), reason = %r.message, "API request refused by a guard");
+            ApiError::new(r.status, r.message).into_response()
+        }
+    }
+}
+
+/// 415 for a POST, PUT or PATCH whose body is not declared `application/json` (see [`guard::check_json`]).
+async fn require_json(req: Request, next: Next) -> Response {
+    match guard::check_json(&req) {
+        Ok(()) => next.run(req).await,
+        Err(r) => ApiError::new(r.status, r.message).into_response(),
+    }
+}
+
+/// The peer address of the request's connection, when the server recorded it.
+pub(crate) fn peer_ip(req: &Request) -> Option<std::net::IpAddr> {
+    req.extensions()
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip())
+}
+
+/// `429` with `Retry-After`: the client presented too many wrong tokens (see `throttle`).
+fn throttled(wait: Duration) -> Response {
+    let secs = throttle::retry_after_secs(wait);
+    let mut r = ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        format!("too many wrong tokens from this address: try again in {secs} s"),
+    )
+    .into_response();
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+    r
+}
+
 async fn authenticate(State(api): State<Api>, req: Request, next: Next) -> Response {
     match &api.0.config.token {
         Some(token) => {
-            let given = req
-                .headers()
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
+            let unauthorized = || {
+                let mut r = ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "missing or wrong `Authorization: Bearer <token>` (KLAXON_API_TOKEN)",
+                )
+                .into_response();
+                r.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    header::HeaderValue::from_static("Bearer"),
+                );
+                r
+            };
+            // No credentials at all is not a guess: only a presented token uses the client's budget.
+            let Some(auth) = req.headers().get(header::AUTHORIZATION) else {
+                return unauthorized();
+            };
+            let given = auth
+                .to_str()
+                .ok()
                 .and_then(|v| v.strip_prefix("Bearer "))
                 .map(str::trim);
-            match given {
-                Some(g) if same_secret(g, token) => next.run(req).await,
-                _ => {
-                    let mut r = ApiError::new(
-                        StatusCode::UNAUTHORIZED,
-                        "missing or wrong `Authorization: Bearer <token>` (KLAXON_API_TOKEN)",
-                    )
-                    .into_response();
-                    r.headers_mut().insert(
-                        header::WWW_AUTHENTICATE,
-                        header::HeaderValue::from_static("Bearer"),
-                    );
-                    r
-                }
+            match api
+                .0
+                .throttle
+                .attempt(peer_ip(&req), || given.is_some_and(|g| same_secret(g, token)))
+            {
+                throttle::Attempt::Passed => next.run(req).await,
+                throttle::Attempt::Failed => unauthorized(),
+                throttle::Attempt::Throttled(wait) => throttled(wait),
             }
         }
         None => {
-            let loopback = req
-                .extensions()
-                .get::<axum::extract::ConnectInfo<SocketAddr>>()
-                .is_some_and(|c| c.0.ip().is_loopback());
-            if loopback {
+            if peer_ip(&req).is_some_and(|ip| ip.is_loopback()) {
                 next.run(req).await
             } else {
                 ApiError::new(
