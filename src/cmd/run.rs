@@ -87,7 +87,7 @@ pub struct EvaluateOpts {
     /// on `sender/<channel>`, for Hawk's sender workers) or `shadow` (evaluate and count, record what would be
     /// sent in the delivery trail with status `shadow`, send nothing); `run` starts senders for `klaxon` only.
     #[arg(long, env = "KLAXON_OUTPUT", default_value = "klaxon")]
-    pub output: klaxon_engine::output::Output,
+    pub output: klaxon_engine::sink::Output,
     /// How `including` words compare with titles when a rule has no `includingCaseSensitive`: `insensitive`
     /// (Klaxon's default) or `sensitive` (Hawk's notifier, for a faithful cut-over).
     #[arg(
@@ -534,7 +534,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
         ));
         mongo = Some(store.clone());
         // Shadow mode records what it would have sent in the delivery trail (the senders' collection).
-        let trail = if evaluate.output == klaxon_engine::output::Output::Shadow {
+        let trail = if evaluate.output == klaxon_engine::sink::Output::Shadow {
             let store = store.clone();
             let (trail, task) = Trail::start(
                 async move { Some(store) },

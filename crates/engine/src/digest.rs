@@ -67,7 +67,7 @@ pub struct DigestDeps {
     /// Unacked flush messages.
     pub prefetch: u16,
     /// Where digests go (`--output`).
-    pub output: crate::output::Output,
+    pub output: crate::sink::Output,
     /// Where shadow mode records the digests it would have sent ([`klaxon_rules::Trail::disabled`] otherwise).
     pub trail: klaxon_rules::Trail,
     /// Injected faults (tests only).
@@ -251,7 +251,7 @@ async fn session(
     let broker = Broker::connect_as(&deps.amqp_url, Duration::from_secs(10), "digest").await?;
     let publisher = broker.publisher().await?;
     publisher.declare(&deps.topology).await?;
-    crate::output::declare(&publisher, deps.output).await?;
+    crate::sink::declare(&publisher, deps.output).await?;
     let queue = deps.topology.digest_flush_queue();
     let mut consumer = broker
         .consume(&queue, deps.prefetch, &klaxon_broker::process_label("digest"))
@@ -329,7 +329,7 @@ async fn flush(deps: &DigestDeps, publisher: &Publisher, delivery: &Delivery) ->
                 let groups = events.len();
                 let task = f.task(now_ms, events);
                 // shadow mode: recorded (and counted) by dispatch instead of published
-                if let Some(msg) = crate::output::dispatch(&deps.topology, deps.output, &deps.trail, &task)? {
+                if let Some(msg) = crate::sink::dispatch(&deps.topology, deps.output, &deps.trail, &task)? {
                     publisher.publish_all(&[msg]).await?;
                     metrics::counter!("klaxon_digests_published_total", "channel" => f.channel.as_str())
                         .increment(1);

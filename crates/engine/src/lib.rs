@@ -30,9 +30,9 @@ mod internal_events;
 pub mod metrics;
 pub mod names;
 pub mod ops_server;
-pub mod output;
 pub mod ratelimit;
 pub mod sender;
+pub mod sink;
 pub mod worker;
 
 use std::future::Future;

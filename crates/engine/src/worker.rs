@@ -8,7 +8,7 @@
 //! 3. evaluate every rule against every event and count all hits in **one** Redis round trip;
 //! 4. publish a notification task per enabled channel of each firing ([`NotificationTask::for_firing`], pure;
 //!    persistent, publisher confirms) — or in shadow mode record it in the trail instead
-//!    ([`crate::output::dispatch`]);
+//!    ([`crate::sink::dispatch`]);
 //! 5. ack the whole batch with one multiple-ack — only now, when every outcome is durable.
 //!
 //! Any failure in 2–4 ends the session without acking: the connection closes, RabbitMQ hands the batch back,
@@ -77,7 +77,7 @@ pub struct WorkerDeps {
     /// Tuning.
     pub config: WorkerConfig,
     /// Where notifications go (`--output`).
-    pub output: crate::output::Output,
+    pub output: crate::sink::Output,
     /// Where shadow mode records what it would have sent ([`Trail::disabled`] for the other outputs).
     pub trail: Trail,
 }
@@ -103,7 +103,7 @@ async fn session(
     let broker = Broker::connect_as(&deps.amqp_url, Duration::from_secs(10), "worker").await?;
     let publisher = broker.publisher().await?;
     publisher.declare(&deps.topology).await?;
-    crate::output::declare(&publisher, deps.output).await?;
+    crate::sink::declare(&publisher, deps.output).await?;
     // Registered before consuming and unregistered after, so the registry never counts fewer Klaxon workers than
     // the queue has (crate::consumers).
     let label = klaxon_broker::process_label("worker");
@@ -385,7 +385,7 @@ fn task_message(
     nt: &NotificationTask,
     out: &mut Vec<Outgoing>,
 ) -> Result<(), EngineError> {
-    if let Some(msg) = crate::output::dispatch(&deps.topology, deps.output, &deps.trail, nt)? {
+    if let Some(msg) = crate::sink::dispatch(&deps.topology, deps.output, &deps.trail, nt)? {
         metrics::counter!("klaxon_notifications_published_total", "channel" => nt.channel.as_str())
             .increment(1);
         out.push(msg);
