@@ -79,6 +79,8 @@ pub struct DigestDeps {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Flush {
     project_id: String,
+    /// The project's name from the firing that opened the window (absent in flush messages of earlier versions).
+    project_name: Option<String>,
     rule_id: String,
     channel: ChannelKind,
     endpoint: String,
@@ -96,16 +98,18 @@ impl Flush {
     }
 
     fn to_json(&self) -> Vec<u8> {
-        json!({
+        let mut v = json!({
             "projectId": self.project_id,
             "ruleId": self.rule_id,
             "channel": self.channel.as_str(),
             "endpoint": self.endpoint,
             "minPeriodS": self.min_period_s,
             "windowStartMs": self.window_start_ms,
-        })
-        .to_string()
-        .into_bytes()
+        });
+        if let Some(name) = &self.project_name {
+            v["projectName"] = Value::from(name.as_str());
+        }
+        v.to_string().into_bytes()
     }
 
     fn parse(body: &[u8]) -> Result<Self, String> {
@@ -123,6 +127,7 @@ impl Flush {
             .ok_or_else(|| format!("unknown channel `{channel}`"))?;
         Ok(Flush {
             project_id: s("projectId")?,
+            project_name: s("projectName").ok(),
             rule_id: s("ruleId")?,
             channel,
             endpoint: s("endpoint")?,
@@ -157,6 +162,7 @@ impl Flush {
     fn window(&self) -> DigestWindow<'_> {
         DigestWindow {
             project_id: &self.project_id,
+            project_name: self.project_name.as_deref(),
             rule_id: &self.rule_id,
             channel: self.channel,
             endpoint: &self.endpoint,
@@ -203,6 +209,7 @@ pub(crate) async fn append_firings(
             if appended.schedule_flush {
                 let flush = Flush {
                     project_id: t.project_id.clone(),
+                    project_name: t.project_name.clone(),
                     rule_id: t.rule_id.clone(),
                     channel: t.channel,
                     endpoint: t.endpoint.clone(),
@@ -358,6 +365,7 @@ mod tests {
     fn flush() -> Flush {
         Flush {
             project_id: "p".into(),
+            project_name: Some("Acme".into()),
             rule_id: "r".into(),
             channel: ChannelKind::Telegram,
             endpoint: "123".into(),
@@ -369,7 +377,14 @@ mod tests {
     #[test]
     fn flush_messages_round_trip() {
         let f = flush();
-        assert_eq!(Flush::parse(&f.to_json()), Ok(f));
+        assert_eq!(Flush::parse(&f.to_json()), Ok(f.clone()));
+        // the window's digest shows the name of the project
+        assert_eq!(f.task(1, vec![]).project_name.as_deref(), Some("Acme"));
+        // a flush message of an earlier version has no name: its digest shows the id
+        let old = br#"{"projectId":"p","ruleId":"r","channel":"telegram","endpoint":"123","minPeriodS":60,"windowStartMs":1700000000000}"#;
+        let parsed = Flush::parse(old).expect("an earlier flush message");
+        assert_eq!(parsed, Flush { project_name: None, ..flush() });
+        assert_eq!(parsed.task(1, vec![]).project_name, None);
         for bad in [&b"nope"[..], br#"{"projectId":"p"}"#, br#"{"projectId":"p","ruleId":"r","channel":"fax","endpoint":"","minPeriodS":1,"windowStartMs":1}"#] {
             assert!(Flush::parse(bad).is_err());
         }

@@ -28,7 +28,6 @@ pub mod consumers;
 pub mod digest;
 mod internal_events;
 pub mod metrics;
-pub mod names;
 pub mod ops_server;
 pub mod ratelimit;
 pub mod sender;

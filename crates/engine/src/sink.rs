@@ -182,6 +182,7 @@ mod tests {
         NotificationTask {
             notification_id: "n".into(),
             project_id: "5e4ff518628a6c714515f4da".into(),
+            project_name: None,
             rule_id: "5e4ff518628a6c714515f4db".into(),
             channel: ChannelKind::Slack,
             endpoint: "https://hooks".into(),
@@ -244,6 +245,7 @@ mod shadow_tests {
         let task = NotificationTask {
             notification_id: "n1".into(),
             project_id: "5e4ff518628a6c714515f4da".into(),
+            project_name: None,
             rule_id: "5e4ff518628a6c714515f4db".into(),
             channel: ChannelKind::Slack,
             endpoint: "https://hooks.slack.com/services/T000/B000/very-secret-token".into(),

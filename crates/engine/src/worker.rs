@@ -322,6 +322,9 @@ async fn process_batch(
             }
             let fired = NotificationTask::for_firing(&Firing {
                 task,
+                project_name: rules
+                    .get(task.project_id.as_str())
+                    .and_then(|p| p.name.as_deref()),
                 rule: src.rule,
                 want: src.want,
                 count: *count,
