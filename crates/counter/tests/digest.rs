@@ -226,7 +226,9 @@ fn batch_firings() -> Vec<(DigestKey<'static>, String, NotificationEvent)> {
     out
 }
 
-fn appends<'a>(firings: &'a [(DigestKey<'static>, String, NotificationEvent)]) -> Vec<klaxon_counter::Append<'a>> {
+fn appends<'a>(
+    firings: &'a [(DigestKey<'static>, String, NotificationEvent)],
+) -> Vec<klaxon_counter::Append<'a>> {
     firings
         .iter()
         .map(|(key, id, event)| klaxon_counter::Append {
@@ -257,7 +259,9 @@ async fn a_batch_of_firings_decides_as_one_by_one() {
         }
         assert_eq!(batched, one_by_one, "[{}]", env.topology);
         let sent_now: Vec<usize> = (0..batched.len()).filter(|&i| batched[i].send_now).collect();
-        let opened: Vec<usize> = (0..batched.len()).filter(|&i| batched[i].schedule_flush).collect();
+        let opened: Vec<usize> = (0..batched.len())
+            .filter(|&i| batched[i].schedule_flush)
+            .collect();
         // n0 (other) and n1 (KEY) lead; n3 and n2 open their windows; the redelivered n1 is sent again
         assert_eq!(sent_now, vec![0, 1, 20], "[{}]", env.topology);
         assert_eq!(opened, vec![2, 3], "[{}]", env.topology);
@@ -340,7 +344,9 @@ async fn a_batch_of_digest_firings_is_one_round_trip() {
     let d = Digests::new(redis.clone(), &ns);
     let t0 = 40_000_000;
     // the script is loaded (a NOSCRIPT reload would add round trips that have nothing to do with batching)
-    d.append(&KEY, "warm-up", &ev("g0", 1), 60, Some(t0)).await.expect("append");
+    d.append(&KEY, "warm-up", &ev("g0", 1), 60, Some(t0))
+        .await
+        .expect("append");
 
     let firings = batch_firings();
     let before = turns.load(Ordering::SeqCst);

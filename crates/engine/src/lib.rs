@@ -98,7 +98,7 @@ pub(crate) async fn supervise<F, Fut>(
             Err(err) => {
                 ready.store(false, Ordering::Relaxed);
                 if matches!(err, EngineError::Broker(_) | EngineError::ConsumerClosed) {
-                    ::metrics::counter!("klaxon_broker_errors_total").increment(1);
+                    internal_events::BrokerFailed.emit();
                 }
                 // A session that ran for a while resets the backoff.
                 if started.elapsed() > Duration::from_secs(30) {
