@@ -375,8 +375,12 @@ fn worker_and_sender_help_show_only_their_own_flags_and_every_command_has_exampl
     for h in [&worker, &sender, &run] {
         assert!(h.contains("--http-addr") && h.contains("--queue-type") && h.contains("KLAXON_HTTP_ADDR"));
     }
-    // the sender still reads --rules-ttl (names in messages), hidden
-    let (code, _, err) = env.run(&["sender", "--rules-ttl", "5m", "--max-attempts", "0"]);
+    // a sender reads no rules (project names come in the tasks): it takes no --rules-ttl, and its own flags are
+    // checked before it connects
+    let (code, _, err) = env.run(&["sender", "--rules-ttl", "5m"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--rules-ttl"), "{err}");
+    let (code, _, err) = env.run(&["sender", "--max-attempts", "0"]);
     assert_eq!(code, 2);
     assert!(err.contains("--max-attempts"), "{err}");
 

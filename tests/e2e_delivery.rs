@@ -22,6 +22,7 @@ fn task(env: &Env, channel: ChannelKind, endpoint: &str, n: usize) -> Notificati
     NotificationTask {
         notification_id: format!("{}-n{n}", env.namespace),
         project_id: "5e3eef0679fa3700a0198a49".into(),
+        project_name: None,
         rule_id: "rule-1".into(),
         channel,
         endpoint: endpoint.to_owned(),

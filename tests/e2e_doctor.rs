@@ -292,7 +292,7 @@ async fn hawk_sender_queues_without_consumers_are_warned_with_output_hawk() {
     let publisher = broker.publisher().await.expect("channel");
     for channel in klaxon_core::ChannelKind::ALL {
         publisher
-            .declare_plain(&klaxon_engine::output::hawk_queue(channel))
+            .declare_plain(&klaxon_engine::sink::hawk_queue(channel))
             .await
             .expect("declare");
     }
@@ -317,7 +317,7 @@ async fn hawk_sender_queues_without_consumers_are_warned_with_output_hawk() {
     // the broker says about each, and at least one queue (in CI: all but slack) has no consumer.
     let mut warned = 0;
     for channel in klaxon_core::ChannelKind::ALL {
-        let queue = klaxon_engine::output::hawk_queue(channel);
+        let queue = klaxon_engine::sink::hawk_queue(channel);
         let l = line(&out, &format!("queue {queue}"));
         if l.contains(" 0 consumers") {
             assert!(l.starts_with("warn"), "{l}");

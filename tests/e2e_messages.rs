@@ -134,7 +134,7 @@ async fn a_sender_only_process_shows_the_project_name_too() {
         "isEnabled": true, "whatToReceive": "ONLY_NEW", "including": [], "excluding": [],
         "channels": {"slack": {"isEnabled": true, "endpoint": hooks.url("/slack"), "minPeriod": 0}}}]}]));
     name_project(&env, &project, &name).await;
-    // The sender has no worker beside it: it reads names through a rule cache of its own.
+    // The sender has no worker beside it and reads no rules: the name comes in the task the worker published.
     let mut sender = env.spawn("sender", &[]);
     let mut worker = env.spawn("worker", &[]);
     let title = format!("New failure ({})", env.namespace);

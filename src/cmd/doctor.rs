@@ -32,7 +32,7 @@ use clap::Args;
 use klaxon_broker::{Broker, BrokerError, QueueDepth, QueueType, Topology, QUEUE_DECLARE_PASSIVE};
 use klaxon_core::ChannelKind;
 use klaxon_counter::{Consumers, PolicySource, RedisHandle, Registered};
-use klaxon_engine::output::{hawk_queue, Output};
+use klaxon_engine::sink::{hawk_queue, Output};
 use klaxon_rules::RuleStore;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};

@@ -12,7 +12,6 @@ use klaxon_core::ChannelKind;
 use klaxon_counter::{Dedup, RedisHandle, WindowCounter};
 use klaxon_engine::breaker::{BreakerConfig, Breakers, Bulkheads};
 use klaxon_engine::metrics::Metrics;
-use klaxon_engine::names::CachedNames;
 use klaxon_engine::ops_server::Readiness;
 use klaxon_engine::ratelimit::{RateLimiter, RateLimits};
 use klaxon_engine::{sender, worker};
@@ -87,7 +86,7 @@ pub struct EvaluateOpts {
     /// on `sender/<channel>`, for Hawk's sender workers) or `shadow` (evaluate and count, record what would be
     /// sent in the delivery trail with status `shadow`, send nothing); `run` starts senders for `klaxon` only.
     #[arg(long, env = "KLAXON_OUTPUT", default_value = "klaxon")]
-    pub output: klaxon_engine::output::Output,
+    pub output: klaxon_engine::sink::Output,
     /// How `including` words compare with titles when a rule has no `includingCaseSensitive`: `insensitive`
     /// (Klaxon's default) or `sensitive` (Hawk's notifier, for a faithful cut-over).
     #[arg(
@@ -186,14 +185,6 @@ pub struct SendOpts {
     pub breaker: BreakerOpts,
 }
 
-/// `klaxon sender` alone: project names in messages come from a rule cache too; its TTL is `--rules-ttl`,
-/// accepted (and read from the environment) as before but not shown, since a sender evaluates nothing.
-#[derive(Debug, Args)]
-pub struct NamesOpts {
-    #[arg(long, env = "KLAXON_RULES_TTL", default_value = "60s", value_parser = duration_secs, hide = true)]
-    pub rules_ttl: Duration,
-}
-
 const RUN_EXAMPLES: &str = "\
 Examples:
   klaxon run                                          # evaluate + deliver against local services
@@ -276,8 +267,6 @@ pub struct SenderArgs {
     pub http: HttpOpts,
     #[command(flatten)]
     pub send: SendOpts,
-    #[command(flatten)]
-    pub names: NamesOpts,
     #[command(flatten, next_help_heading = "Limits per project")]
     pub limits: LimitOpts,
 }
@@ -288,8 +277,6 @@ pub struct Plan {
     http: HttpOpts,
     evaluate: Option<EvaluateOpts>,
     send: Option<SendOpts>,
-    /// TTL of the rule cache that names projects in messages.
-    names_ttl: Duration,
     /// `--allow-private-endpoints`, for the HTTP API's direct notifications.
     allow_private_endpoints: bool,
     /// `--max-rules-per-project`, `--max-mutes-per-project`, `--max-email-recipients`.
@@ -299,7 +286,6 @@ pub struct Plan {
 impl From<RunArgs> for Plan {
     fn from(a: RunArgs) -> Self {
         Plan {
-            names_ttl: a.evaluate.rules_ttl,
             allow_private_endpoints: a.send.deliver.delivery.allow_private_endpoints,
             process: a.process,
             http: a.http,
@@ -313,7 +299,6 @@ impl From<RunArgs> for Plan {
 impl From<WorkerArgs> for Plan {
     fn from(a: WorkerArgs) -> Self {
         Plan {
-            names_ttl: a.evaluate.rules_ttl,
             allow_private_endpoints: a.api.allow_private_endpoints,
             process: a.process,
             http: a.http,
@@ -327,7 +312,6 @@ impl From<WorkerArgs> for Plan {
 impl From<SenderArgs> for Plan {
     fn from(a: SenderArgs) -> Self {
         Plan {
-            names_ttl: a.names.rules_ttl,
             allow_private_endpoints: a.send.deliver.delivery.allow_private_endpoints,
             process: a.process,
             http: a.http,
@@ -505,8 +489,6 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
     });
 
     let tracker = TaskTracker::new();
-    // Project names for messages come from the rule cache (the same `projects` documents).
-    let names = CachedNames::default();
     // The rule store once the worker has it (the sender's trail then writes through it at once).
     let mut mongo: Option<RuleStore> = None;
     if let Some(evaluate) = &plan.evaluate {
@@ -534,7 +516,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
         ));
         mongo = Some(store.clone());
         // Shadow mode records what it would have sent in the delivery trail (the senders' collection).
-        let trail = if evaluate.output == klaxon_engine::output::Output::Shadow {
+        let trail = if evaluate.output == klaxon_engine::sink::Output::Shadow {
             let store = store.clone();
             let (trail, task) = Trail::start(
                 async move { Some(store) },
@@ -556,7 +538,6 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
             rules.clone(),
             shutdown.clone(),
         ));
-        names.connect(rules.clone());
         {
             let rules = rules.clone();
             let shutdown = shutdown.clone();
@@ -610,26 +591,21 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
                 let _ = store_tx.send(store);
             }
             None => {
-                // sender only: connect the store in the background, for names (a rule cache) and the trail;
-                // deliveries never wait for it
-                let names = names.clone();
+                // sender only: connect the store in the background, for the trail; deliveries never wait for it
                 let shutdown = shutdown.clone();
                 let rule_store = rule_store.clone();
-                let (mongo_url, mongo_db, ttl) =
-                    (global.mongo_url.clone(), global.mongo_db(), plan.names_ttl);
+                let (mongo_url, mongo_db) = (global.mongo_url.clone(), global.mongo_db());
                 tracker.spawn(async move {
                     if let Some(store) = connect_with_retry("mongodb", &shutdown, || {
                         shared_store(&rule_store, &mongo_url, &mongo_db, rule_defaults)
                     })
                     .await
                     {
-                        names.connect(RuleCache::new(store.clone(), ttl).with_limits(limits));
                         let _ = store_tx.send(store);
                     }
                 });
             }
         }
-        let channels = channels.with_project_names(Arc::new(names.clone()));
         let Some(redis) =
             connect_with_retry("redis", &shutdown, || RedisHandle::connect(&global.redis_url)).await
         else {

@@ -220,6 +220,7 @@ impl DirectRequest {
         NotificationTask {
             notification_id,
             project_id: self.project_id.clone(),
+            project_name: None,
             rule_id: DIRECT_RULE_ID.to_owned(),
             channel: self.channel,
             endpoint: self.endpoint.clone(),

@@ -34,8 +34,6 @@ mod slack;
 mod telegram;
 pub mod webhook;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -91,20 +89,6 @@ impl Default for ChannelsConfig {
     }
 }
 
-/// Looks up a project's display name (Hawk's `projects.name`) for messages. Implemented by the engine over
-/// the rule cache, so names are read and cached with the rules.
-pub trait ProjectNames: Send + Sync {
-    /// The project's name, or `None` when unknown (or not reachable right now).
-    fn project_name<'a>(
-        &'a self,
-        project_id: &'a str,
-    ) -> Pin<Box<dyn Future<Output = Option<String>> + Send + 'a>>;
-}
-
-/// How long a delivery waits for the project's name before showing the id instead: a slow or unreachable
-/// MongoDB must never hold messages back.
-pub const NAME_LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
-
 /// What a delivery would send, rendered but not sent (golden tests, previews).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Preview {
@@ -137,7 +121,6 @@ struct Inner {
 pub struct Channels {
     inner: Arc<Inner>,
     links: Option<Arc<UrlTemplate>>,
-    names: Option<Arc<dyn ProjectNames>>,
 }
 
 impl std::fmt::Debug for Channels {
@@ -183,7 +166,6 @@ impl Channels {
                 renderer,
             }),
             links: None,
-            names: None,
         })
     }
 
@@ -198,30 +180,18 @@ impl Channels {
         Ok(self)
     }
 
-    /// Shows project names instead of ids, looked up (within [`NAME_LOOKUP_TIMEOUT`]) at delivery time.
-    pub fn with_project_names(mut self, names: Arc<dyn ProjectNames>) -> Self {
-        self.names = Some(names);
-        self
-    }
-
-    async fn project_name(&self, project_id: &str) -> Option<String> {
-        let names = self.names.as_ref()?;
-        tokio::time::timeout(NAME_LOOKUP_TIMEOUT, names.project_name(project_id))
-            .await
-            .ok()
-            .flatten()
-    }
-
-    /// Renders what [`Channels::deliver`] would send for `task` with the given project name, without sending.
-    pub fn preview(
-        &self,
-        task: &NotificationTask,
-        project_name: Option<&str>,
-    ) -> Result<Preview, DeliveryError> {
-        let ctx = MessageContext {
-            project_name,
+    /// What a message of `task` is rendered with: the project's name the task carries (the id is shown when it
+    /// has none) and the event links.
+    fn context<'a>(&'a self, task: &'a NotificationTask) -> MessageContext<'a> {
+        MessageContext {
+            project_name: task.project_name.as_deref(),
             links: self.links.as_deref(),
-        };
+        }
+    }
+
+    /// Renders what [`Channels::deliver`] would send for `task`, without sending.
+    pub fn preview(&self, task: &NotificationTask) -> Result<Preview, DeliveryError> {
+        let ctx = self.context(task);
         let bodies = |bodies: Vec<String>| Preview {
             subject: None,
             bodies,
@@ -254,11 +224,7 @@ impl Channels {
     /// Delivers one notification, one attempt. Logs the outcome with the redacted destination.
     pub async fn deliver(&self, task: &NotificationTask) -> Result<Delivered, DeliveryError> {
         let started = Instant::now();
-        let name = self.project_name(&task.project_id).await;
-        let ctx = MessageContext {
-            project_name: name.as_deref(),
-            links: self.links.as_deref(),
-        };
+        let ctx = self.context(task);
         let result = if task.events.is_empty() {
             Err(DeliveryError::permanent("notification has no events"))
         } else {
@@ -362,6 +328,7 @@ pub fn test_task_for(channel: ChannelKind, endpoint: &str, project_id: &str) -> 
     NotificationTask {
         notification_id: format!("test-{:x}", now.as_nanos()),
         project_id: project_id.to_ascii_lowercase(),
+        project_name: None,
         rule_id: TEST_RULE_ID.into(),
         channel,
         endpoint: endpoint.to_owned(),

@@ -689,6 +689,7 @@ mod tests {
         NotificationTask {
             notification_id: "nid".into(),
             project_id: "proj".into(),
+            project_name: None,
             rule_id: "rule".into(),
             channel: ChannelKind::Telegram,
             endpoint: "1".into(),

@@ -40,6 +40,7 @@ fn task(channel: ChannelKind, reason: Reason, events: &[(&str, u64, Option<&str>
     NotificationTask {
         notification_id: "0f1e2d3c4b5a69788796a5b4c3d2e1f0".into(),
         project_id: PROJECT.into(),
+        project_name: None,
         rule_id: "5e3eef0679fa3700a0198a4a".into(),
         channel,
         endpoint: match channel {
@@ -64,6 +65,15 @@ fn task(channel: ChannelKind, reason: Reason, events: &[(&str, u64, Option<&str>
         text: None,
         send_at_ms: None,
     }
+}
+
+/// What `ch` would send for `t` when the worker gave the task the project's name `name`.
+fn preview(ch: &Channels, t: &NotificationTask, name: Option<&str>) -> Preview {
+    let named = NotificationTask {
+        project_name: name.map(str::to_owned),
+        ..t.clone()
+    };
+    ch.preview(&named).expect("renders")
 }
 
 fn cases(channel: ChannelKind) -> Vec<(&'static str, NotificationTask)> {
@@ -210,14 +220,14 @@ async fn every_channel_matches_its_golden_files() {
     let mut mismatches = Vec::new();
     for channel in CHANNELS {
         for (case, t) in cases(channel) {
-            let preview = ch.preview(&t, Some(name_for(case))).expect("renders");
+            let rendered = preview(&ch, &t, Some(name_for(case)));
             let got = if channel == ChannelKind::Webhook {
                 // data for machines: carried exactly, bidi characters included (JSON shows them escaped)
-                as_text(&preview)
+                as_text(&rendered)
                     .replace('\u{202E}', "\\u202e")
                     .replace('\u{202C}', "\\u202c")
             } else {
-                visible(&as_text(&preview))
+                visible(&as_text(&rendered))
             };
             let path = golden_dir().join(channel.as_str()).join(format!("{case}.txt"));
             if bless {
@@ -244,7 +254,7 @@ async fn without_a_name_or_template_messages_show_the_id_and_no_link() {
     let ch = common::channels(common::config("http://127.0.0.1:9"));
     for channel in CHANNELS {
         let (_, t) = cases(channel).remove(1);
-        let text = as_text(&ch.preview(&t, None).expect("renders"));
+        let text = as_text(&preview(&ch, &t, None));
         assert!(text.contains(PROJECT), "{channel}: {text}");
         assert!(
             !text.contains("garage.hawk.so") && !text.contains("Acme"),
@@ -281,7 +291,7 @@ fn worst_cases(channel: ChannelKind) -> Vec<NotificationTask> {
 async fn slack_blocks_stay_within_slack_limits() {
     let ch = channels();
     for t in worst_cases(ChannelKind::Slack) {
-        let p = ch.preview(&t, Some(&"N".repeat(500))).expect("renders");
+        let p = preview(&ch, &t, Some(&"N".repeat(500)));
         let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
         let text = body["text"].as_str().expect("text");
         assert!(
@@ -318,7 +328,7 @@ async fn slack_blocks_stay_within_slack_limits() {
 async fn telegram_parts_stay_within_4096_and_balanced_html() {
     let ch = channels();
     for t in worst_cases(ChannelKind::Telegram) {
-        let p = ch.preview(&t, Some(NAME)).expect("renders");
+        let p = preview(&ch, &t, Some(NAME));
         assert!(!p.bodies.is_empty());
         for body in &p.bodies {
             let v: serde_json::Value = serde_json::from_str(body).expect("json");
@@ -368,9 +378,7 @@ async fn telegram_parts_stay_within_4096_and_balanced_html() {
 async fn email_subjects_are_one_line_of_at_most_200_chars() {
     let ch = channels();
     for t in worst_cases(ChannelKind::Email) {
-        let p = ch
-            .preview(&t, Some(&format!("Acme\r\n{}", "n".repeat(400))))
-            .expect("renders");
+        let p = preview(&ch, &t, Some(&format!("Acme\r\n{}", "n".repeat(400))));
         let subject = p.subject.expect("subject");
         assert!(!subject.contains(['\r', '\n']), "{subject:?}");
         assert!(
@@ -387,7 +395,7 @@ async fn email_subjects_are_one_line_of_at_most_200_chars() {
 async fn webhook_bodies_carry_every_group_with_links() {
     let ch = channels();
     let t = worst_cases(ChannelKind::Webhook).remove(0);
-    let p = ch.preview(&t, Some(NAME)).expect("renders");
+    let p = preview(&ch, &t, Some(NAME));
     let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
     assert_eq!(body["projectName"], NAME);
     let events = body["events"].as_array().expect("events");

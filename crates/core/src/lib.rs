@@ -9,8 +9,12 @@
 //! AMQP body ──parse──▶ EventTask ──rules(project)──▶ CompiledRule::wants(event)? ──▶ Hit
 //!   Hit ──counter (Redis Lua)──▶ fired? ──▶ NotificationTask (one per enabled channel) ──▶ sender
 //! ```
+//!
+//! The worker's decisions for a whole batch — which (event, rule) pairs to count, and what the counter's answers
+//! and the mutes make of them — are [`evaluate::plan`] and [`evaluate::route`].
 #![deny(missing_docs)]
 
+pub mod evaluate;
 pub mod event;
 pub mod filter;
 pub mod limits;
@@ -19,6 +23,7 @@ pub mod notification;
 pub mod rule;
 pub mod text;
 
+pub use evaluate::{BatchEvent, Outcome};
 pub use event::{Event, EventTask, InvalidEvent};
 pub use filter::{Case, FilterMiss, Title, TitleFilter};
 pub use limits::Limits;

@@ -86,6 +86,8 @@ pub fn window_label(want: Want) -> String {
 pub struct Firing<'a> {
     /// The event that made the rule fire, with its project.
     pub task: &'a EventTask,
+    /// The project's display name, when its document has one ([`crate::ProjectRules::name`]).
+    pub project_name: Option<&'a str>,
     /// The rule that fired.
     pub rule: &'a CompiledRule,
     /// What the rule asked the counter for this event.
@@ -104,6 +106,8 @@ pub struct Firing<'a> {
 pub struct DigestWindow<'a> {
     /// The project.
     pub project_id: &'a str,
+    /// The project's display name, when the firing that opened the window carried one.
+    pub project_name: Option<&'a str>,
     /// The rule.
     pub rule_id: &'a str,
     /// The digest channel.
@@ -150,6 +154,11 @@ pub struct NotificationTask {
     pub notification_id: String,
     /// The project.
     pub project_id: String,
+    /// The project's display name (Hawk's `projects.name`, cleaned and bounded when the rules were read), when
+    /// the worker knew one: messages show it instead of the id. Absent from tasks of earlier versions and from
+    /// direct notifications; their messages show the id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_name: Option<String>,
     /// The rule that fired.
     pub rule_id: String,
     /// The channel to deliver on.
@@ -179,6 +188,7 @@ impl std::fmt::Debug for NotificationTask {
         f.debug_struct("NotificationTask")
             .field("notification_id", &self.notification_id)
             .field("project_id", &self.project_id)
+            .field("project_name", &self.project_name)
             .field("rule_id", &self.rule_id)
             .field("channel", &self.channel)
             .field("endpoint", &"<redacted>")
@@ -214,6 +224,7 @@ impl NotificationTask {
                     ch.kind,
                 ),
                 project_id: project_id.clone(),
+                project_name: f.project_name.map(str::to_owned),
                 rule_id: f.rule.id.clone(),
                 channel: ch.kind,
                 endpoint: ch.endpoint.clone(),
@@ -259,6 +270,7 @@ impl NotificationTask {
                 w.channel,
             ),
             project_id: w.project_id.to_owned(),
+            project_name: w.project_name.map(str::to_owned),
             rule_id: w.rule_id.to_owned(),
             channel: w.channel,
             endpoint: w.endpoint.to_owned(),
@@ -445,6 +457,7 @@ mod tests {
             let (rule, task) = (rule(&channels), event_task(rep));
             let got = NotificationTask::for_firing(&Firing {
                 task: &task,
+                project_name: Some("Acme"),
                 rule: &rule,
                 want,
                 count: n,
@@ -461,6 +474,7 @@ mod tests {
                 .map(|(kind, endpoint, min_period_s)| NotificationTask {
                     notification_id: notification_id("p1", "r1", "g1", firing, *kind),
                     project_id: "p1".into(),
+                    project_name: Some("Acme".into()),
                     rule_id: "r1".into(),
                     channel: *kind,
                     endpoint: (*endpoint).to_owned(),
@@ -491,6 +505,7 @@ mod tests {
         };
         let w = DigestWindow {
             project_id: "p1",
+            project_name: Some("Acme"),
             rule_id: "r1",
             channel: ChannelKind::Telegram,
             endpoint: "123",
@@ -518,6 +533,7 @@ mod tests {
                 (ChannelKind::Telegram, 60, 42)
             );
             assert_eq!(t.reason, Reason::Digest { min_period_s: 60 });
+            assert_eq!(t.project_name.as_deref(), Some("Acme"));
             assert_eq!((t.text, t.send_at_ms), (None, None));
             let groups: Vec<&str> = t.events.iter().map(|e| e.group_hash.as_str()).collect();
             assert_eq!(groups, order, "{events:?}");
@@ -574,6 +590,22 @@ mod tests {
         assert_eq!(back, t);
     }
 
+    /// Tasks already in the queues when the project's name started to travel in the task have no `projectName`:
+    /// they still parse (and are delivered showing the id); a name round-trips.
+    #[test]
+    fn the_project_name_is_optional_on_the_wire() {
+        let old = r#"{"notificationId":"n","projectId":"5e3eef0679fa3700a0198a49","ruleId":"r","channel":"slack",
+            "endpoint":"https://x.test/h","minPeriodS":0,"firedAtMs":1,"reason":{"type":"new"},
+            "events":[{"groupHash":"g","title":"t","count":1,"repetitionId":null}]}"#;
+        let mut t: NotificationTask = serde_json::from_str(old).expect("a task without projectName");
+        assert_eq!(t.project_name, None);
+        t.project_name = Some("Acme shop".into());
+        let json = serde_json::to_string(&t).expect("ser");
+        assert!(json.contains(r#""projectName":"Acme shop""#), "{json}");
+        let back: NotificationTask = serde_json::from_str(&json).expect("parse");
+        assert_eq!(back, t);
+    }
+
     #[test]
     fn rfc3339() {
         assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00Z");
@@ -585,6 +617,7 @@ mod tests {
         let t = NotificationTask {
             notification_id: "id".into(),
             project_id: "p".into(),
+            project_name: None,
             rule_id: "r".into(),
             channel: ChannelKind::Webhook,
             endpoint: "https://secret.test/hook?token=SECRET".into(),
@@ -605,7 +638,10 @@ mod tests {
             send_at_ms: None,
         };
         let json = serde_json::to_string(&t).expect("serialize");
-        assert!(!json.contains("sendAtMs") && !json.contains("\"text\""), "{json}");
+        assert!(
+            !json.contains("sendAtMs") && !json.contains("\"text\"") && !json.contains("projectName"),
+            "{json}"
+        );
         assert!(
             json.contains(
                 r#""reason":{"type":"threshold","threshold":100,"periodMs":60000,"window":"sliding"}"#

@@ -10,8 +10,10 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use klaxon_core::{ChannelKind, NotificationEvent};
+use redis::cluster_routing::Slot;
 use redis::{Script, Value};
 
+use crate::pipeline::{self, ScriptCall};
 use crate::script_io::{bad, int, ms, now_arg, text};
 use crate::{CounterError, RedisHandle};
 
@@ -38,6 +40,19 @@ pub struct DigestKey<'a> {
     pub rule_id: &'a str,
     /// The channel.
     pub channel: ChannelKind,
+}
+
+/// One firing to add to its digest ([`Digests::append_all`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Append<'a> {
+    /// Which digest.
+    pub key: DigestKey<'a>,
+    /// The firing's notification id: appending it again changes nothing.
+    pub notification_id: &'a str,
+    /// The firing's group.
+    pub event: &'a NotificationEvent,
+    /// The channel's digest period, seconds.
+    pub min_period_s: u64,
 }
 
 /// What [`Digests::append`] did.
@@ -125,7 +140,7 @@ impl Digests {
     }
 
     /// Adds one firing (its notification id and its group) to the digest. Idempotent per notification id.
-    /// `now_ms` replaces the Redis clock (tests).
+    /// `now_ms` replaces the Redis clock (tests). [`Digests::append_all`] with one firing.
     pub async fn append(
         &self,
         key: &DigestKey<'_>,
@@ -134,37 +149,78 @@ impl Digests {
         min_period_s: u64,
         now_ms: Option<i64>,
     ) -> Result<Appended, CounterError> {
-        let base = self.key_base(key);
-        let reply: Vec<i64> = APPEND
-            .key(format!("{base}:win"))
-            .key(format!("{base}:buf"))
-            .key(format!("{base}:idz"))
-            .key(format!("{base}:last"))
-            .arg(now_arg(now_ms))
-            .arg(notification_id)
-            .arg(&event.group_hash)
-            .arg(event.count)
-            // shortened when buffered: the renderers show at most ~1,000 characters of a title, and a digest
-            // of up to DIGEST_MAX_GROUPS groups must stay a small message
-            .arg(klaxon_core::text::one_line(
-                &event.title,
-                MAX_BUFFERED_TITLE_BYTES,
-            ))
-            .arg(event.repetition_id.as_deref().unwrap_or(""))
-            .arg(period_ms(min_period_s))
-            .arg(DIGEST_MAX_GROUPS)
-            .arg(ms(KEEP))
-            .invoke_async(&mut self.redis.clone())
-            .await?;
-        match reply.as_slice() {
-            [action, start, now] => Ok(Appended {
-                send_now: *action == 2,
-                schedule_flush: *action == 1,
-                window_start_ms: *start,
-                now_ms: *now,
-            }),
-            other => Err(bad("digest_append.lua", format!("{} values", other.len()))),
-        }
+        let firing = Append {
+            key: *key,
+            notification_id,
+            event,
+            min_period_s,
+        };
+        let mut answers = self.append_all(&[firing], now_ms).await?;
+        answers
+            .pop()
+            .ok_or_else(|| bad("digest_append.lua", "no answer for the firing"))
+    }
+
+    /// Adds firings to their digests in one Redis round trip (one pipeline; in a cluster one per slot, sent at
+    /// once) and answers for each, in order. Each firing is its own `digest_append.lua` call, and the calls run
+    /// in the given order, so a batch decides exactly as the same appends one after the other would: the first
+    /// firing of a quiet channel is sent at once, the next one opens the window. Idempotent per notification
+    /// id. `now_ms` replaces the Redis clock (tests).
+    pub async fn append_all(
+        &self,
+        firings: &[Append<'_>],
+        now_ms: Option<i64>,
+    ) -> Result<Vec<Appended>, CounterError> {
+        const S: &str = "digest_append.lua";
+        let cluster = self.redis.is_cluster();
+        let calls: Vec<ScriptCall> = firings
+            .iter()
+            .map(|f| {
+                let base = self.key_base(&f.key);
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(APPEND.get_hash()).arg(4);
+                for suffix in ["win", "buf", "idz", "last"] {
+                    cmd.arg(format!("{base}:{suffix}"));
+                }
+                cmd.arg(now_arg(now_ms))
+                    .arg(f.notification_id)
+                    .arg(&f.event.group_hash)
+                    .arg(f.event.count)
+                    // shortened when buffered: the renderers show at most ~1,000 characters of a title, and a
+                    // digest of up to DIGEST_MAX_GROUPS groups must stay a small message
+                    .arg(klaxon_core::text::one_line(
+                        &f.event.title,
+                        MAX_BUFFERED_TITLE_BYTES,
+                    ))
+                    .arg(f.event.repetition_id.as_deref().unwrap_or(""))
+                    .arg(period_ms(f.min_period_s))
+                    .arg(DIGEST_MAX_GROUPS)
+                    .arg(ms(KEEP));
+                ScriptCall {
+                    script: &APPEND,
+                    name: S,
+                    slot: cluster.then(|| Slot::for_key(base.as_bytes())),
+                    cmd,
+                }
+            })
+            .collect();
+        let sent: Vec<&ScriptCall> = calls.iter().collect();
+        let replies = pipeline::eval_all(&self.redis, &sent).await?;
+        replies
+            .into_iter()
+            .map(|reply| match reply {
+                Value::Array(items) => match items.as_slice() {
+                    [action, start, now] => Ok(Appended {
+                        send_now: int(action, S)? == 2,
+                        schedule_flush: int(action, S)? == 1,
+                        window_start_ms: int(start, S)?,
+                        now_ms: int(now, S)?,
+                    }),
+                    other => Err(bad(S, format!("{} values", other.len()))),
+                },
+                other => Err(bad(S, format!("expected an array, got {other:?}"))),
+            })
+            .collect()
     }
 
     /// Take-and-mark: closes the window that started at `window_start_ms` if it is due and hands its buffer

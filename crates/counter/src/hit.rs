@@ -1,7 +1,10 @@
-//! What is counted ([`Hit`], [`HitSpec`]) and what the scripts decided ([`Outcome`]).
+//! What is counted ([`Hit`], [`HitSpec`]) and what the scripts decided ([`Outcome`], defined in `klaxon-core`
+//! beside the pure decisions that read it).
 
 use std::sync::Arc;
 
+use klaxon_core::evaluate::Match;
+pub use klaxon_core::Outcome;
 use klaxon_core::{Want, Window};
 
 /// How one hit is counted: which script, with which parameters.
@@ -116,47 +119,23 @@ impl Hit {
     }
 }
 
-/// What the script decided for one hit.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// Counted, did not fire.
-    Counted {
-        /// Fixed: the count in the window. Sliding: the count in the trailing window, saturating at the
-        /// threshold (no more members are kept). First-seen: 0 (nothing is counted). Unique users: the
-        /// distinct users counted (sliding: saturating at the threshold).
-        count: u64,
-    },
-    /// This hit is the firing: the one that crossed the threshold, or the redelivery of that same event
-    /// (same event id), which gets the same `firing` token and `at_ms`.
-    Fired {
-        /// The count at the firing.
-        count: u64,
-        /// Identifies the firing inside its (rule, group): fixed = window start ms, sliding = firing time
-        /// ms (unique users alike), first-seen = `"new"`. Feed it to `klaxon_core::notification_id` for a deterministic id.
-        firing: String,
-        /// When it fired, ms since the epoch (Redis clock, or the injected `now`).
-        at_ms: i64,
-    },
-}
-
-impl Outcome {
-    /// True for [`Outcome::Fired`].
-    pub fn is_fired(&self) -> bool {
-        matches!(self, Outcome::Fired { .. })
-    }
-
-    /// The firing token when fired.
-    pub fn firing(&self) -> Option<&str> {
-        match self {
-            Outcome::Fired { firing, .. } => Some(firing),
-            Outcome::Counted { .. } => None,
+/// The hit of one (event, rule) pair the worker matched ([`klaxon_core::evaluate::plan`]): the rule's id, the
+/// event's group, project and idempotency key, and its user when the rule counts users.
+impl From<&Match<'_>> for Hit {
+    fn from(m: &Match<'_>) -> Self {
+        let (task, id) = (&m.event.task, &m.event.id);
+        let mut hit = Hit::new(
+            m.rule.id.as_str(),
+            task.event.group_hash.as_str(),
+            HitSpec::from(m.want),
+        )
+        .with_project(task.project_id.as_str());
+        if let Some(id) = id {
+            hit = hit.with_event_id(id.as_str());
         }
-    }
-
-    /// The count reported with the outcome.
-    pub fn count(&self) -> u64 {
-        match self {
-            Outcome::Counted { count } | Outcome::Fired { count, .. } => *count,
+        if let (Want::UniqueUsers { .. }, Some(user)) = (m.want, &task.event.user) {
+            hit = hit.with_user(user.as_str());
         }
+        hit
     }
 }

@@ -26,7 +26,8 @@
 //! * **Scripts on the server.** Calls use `EVALSHA`; a NOSCRIPT reply (server restart, failover) loads the
 //!   script on every node and resends only the calls that did not run.
 //! * **Digests.** [`Digests`] holds the Redis half of `minPeriod` digests (`lua/digest_*.lua`): an atomic,
-//!   idempotent append that says when a window opens, and an atomic take-and-mark claim of a due window.
+//!   idempotent append that says when a window opens (a batch's firings in one round trip,
+//!   [`Digests::append_all`]), and an atomic take-and-mark claim of a due window.
 //! * **Delivery.** [`Dedup`] (`lua/dedup_*.lua`: a notification id is delivered once) and [`Gcra`]
 //!   (`lua/gcra_reserve.lua`: fleet-wide rate limits) are the Redis half of the senders' pipeline; the
 //!   policy around them (which limits apply, what a busy claim or a far slot means) is the engine's.
@@ -45,13 +46,14 @@ mod hit;
 pub mod mutes;
 pub mod namespace;
 mod peek;
+mod pipeline;
 mod redis_handle;
 mod script_io;
 mod window_counter;
 
 pub use consumers::{Consumers, Registered};
 pub use dedup::Dedup;
-pub use digest::{Appended, Claim, DigestKey, Digests};
+pub use digest::{Append, Appended, Claim, DigestKey, Digests};
 pub use error::CounterError;
 pub use eviction::{eviction_policies, EvictionPolicies, NodePolicy, PolicySource, NO_EVICTION};
 pub use gcra::{Gcra, Slot};

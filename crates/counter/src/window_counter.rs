@@ -6,11 +6,12 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::cluster_routing::Slot;
-use redis::{Cmd, Pipeline, RedisResult, Script, ServerErrorKind, Value};
+use redis::{Cmd, Script, Value};
 use sha2::{Digest, Sha256};
 
 use klaxon_core::Window;
 
+use crate::pipeline::{self, ScriptCall};
 use crate::script_io::{self, ms, now_arg};
 use crate::{CounterError, Hit, HitSpec, Outcome, RedisHandle};
 
@@ -124,17 +125,14 @@ struct Call<'h> {
 }
 
 /// One EVALSHA: the calls of one script that share a slot.
-#[derive(Clone)]
 struct Invocation {
     kind: Kind,
-    /// The cluster slot of its keys (`None` on single-node Redis).
-    slot: Option<Slot>,
     /// Indices into the batch's calls, in the order of the script's keys.
     calls: Vec<usize>,
     /// The script reads the server's clock (no `now` injected): fixed_window.lua then answers a call whose hits
     /// carry no event id with the short reply.
     server_clock: bool,
-    cmd: Cmd,
+    call: ScriptCall,
 }
 
 /// Counts hits in Redis and says which one fires. Cheap to clone; clones share the connection.
@@ -236,34 +234,11 @@ impl WindowCounter {
         }
         let calls = coalesce(hits)?;
         let invocations = self.pack(&calls, now_ms);
-        let mut replies = self.run(&invocations).await?;
-
-        // A server that lost its scripts (restart, SCRIPT FLUSH, failover) answers NOSCRIPT: nothing ran,
-        // so load the scripts and send those invocations again, once.
-        let missing: Vec<usize> = replies
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| is_noscript(r))
-            .map(|(i, _)| i)
-            .collect();
-        if !missing.is_empty() {
-            let mut kinds: Vec<Kind> = missing.iter().map(|&i| invocations[i].kind).collect();
-            kinds.sort_by_key(|k| k.name());
-            kinds.dedup();
-            for kind in kinds {
-                tracing::info!(script = kind.name(), "loading counter script after NOSCRIPT");
-                kind.script().load_async(&mut self.redis.clone()).await?;
-            }
-            let retry: Vec<Invocation> = missing.iter().map(|&i| invocations[i].clone()).collect();
-            let again = self.run(&retry).await?;
-            for (i, r) in missing.into_iter().zip(again) {
-                replies[i] = r;
-            }
-        }
+        let sent: Vec<&ScriptCall> = invocations.iter().map(|i| &i.call).collect();
+        let replies = pipeline::eval_all(&self.redis, &sent).await?;
 
         let mut outcomes: Vec<Option<Outcome>> = vec![None; hits.len()];
-        for (inv, reply) in invocations.iter().zip(replies) {
-            let value = reply.map_err(CounterError::from_redis)?;
+        for (inv, value) in invocations.iter().zip(replies) {
             decode(inv, &calls, value, &mut outcomes)?;
         }
         outcomes
@@ -310,10 +285,14 @@ impl WindowCounter {
                 let cmd = self.command(kind, &members, calls, &bases, now_ms);
                 Invocation {
                     kind,
-                    slot,
                     calls: members,
                     server_clock: now_ms.is_none(),
-                    cmd,
+                    call: ScriptCall {
+                        script: kind.script(),
+                        name: kind.name(),
+                        slot,
+                        cmd,
+                    },
                 }
             })
             .collect()
@@ -389,94 +368,6 @@ impl WindowCounter {
         }
         cmd
     }
-
-    /// Sends the invocations and returns one reply per invocation, in order.
-    async fn run(&self, invocations: &[Invocation]) -> Result<Vec<RedisResult<Value>>, CounterError> {
-        if !self.redis.is_cluster() {
-            return pipeline(&mut self.redis.clone(), invocations.iter().map(|i| &i.cmd)).await;
-        }
-        // A cluster pipeline must stay in one slot: one pipeline per slot, all sent at once. The cluster
-        // connection multiplexes them over one connection per node.
-        let mut by_slot: HashMap<Option<Slot>, Vec<usize>> = HashMap::new();
-        for (i, inv) in invocations.iter().enumerate() {
-            by_slot.entry(inv.slot).or_default().push(i);
-        }
-        let mut pending: Vec<Vec<usize>> = by_slot.into_values().collect();
-        let mut replies: Vec<Option<RedisResult<Value>>> = (0..invocations.len()).map(|_| None).collect();
-        // When one slot's pipeline fails (its node died, a failover is under way), the other slots' scripts
-        // have run: keep their replies and send only the failed slots again, a few times, rather than fail
-        // the batch and have every slot count it twice on the batch's retry.
-        for attempt in 0..SLOT_ATTEMPTS {
-            let sent = pending.iter().map(|idx| {
-                let mut conn = self.redis.clone();
-                async move { pipeline(&mut conn, idx.iter().map(|&i| &invocations[i].cmd)).await }
-            });
-            let answers = futures_util::future::join_all(sent).await;
-            let mut failed = Vec::new();
-            let mut last_error = None;
-            for (idx, answer) in pending.into_iter().zip(answers) {
-                match answer {
-                    Ok(rs) => {
-                        for (&i, r) in idx.iter().zip(rs) {
-                            replies[i] = Some(r);
-                        }
-                    }
-                    Err(e) => {
-                        failed.push(idx);
-                        last_error = Some(e);
-                    }
-                }
-            }
-            pending = failed;
-            match last_error {
-                None => break,
-                Some(e) if attempt + 1 == SLOT_ATTEMPTS => return Err(e),
-                Some(e) => {
-                    tracing::debug!(slots = pending.len(), error = %e, attempt, "cluster slot pipeline failed; sending it again");
-                    tokio::time::sleep(SLOT_RETRY_WAIT * (attempt + 1)).await;
-                }
-            }
-        }
-        replies
-            .into_iter()
-            .map(|r| {
-                r.ok_or(CounterError::BadReply {
-                    script: "batch",
-                    detail: "an invocation got no reply".into(),
-                })
-            })
-            .collect()
-    }
-}
-
-/// Attempts per failed cluster slot pipeline inside one batch (see [`WindowCounter::hit_batch`]).
-const SLOT_ATTEMPTS: u32 = 3;
-/// Wait before the n-th resend of failed slot pipelines is n times this (a failover takes a few seconds; the
-/// batch's own retry covers longer outages).
-const SLOT_RETRY_WAIT: Duration = Duration::from_millis(200);
-
-/// Sends commands as one pipeline that reports each command's error on its own.
-async fn pipeline<'c>(
-    conn: &mut RedisHandle,
-    cmds: impl Iterator<Item = &'c Cmd>,
-) -> Result<Vec<RedisResult<Value>>, CounterError> {
-    let mut pipe = Pipeline::new();
-    for cmd in cmds {
-        pipe.add_command(cmd.clone());
-    }
-    let n = pipe.len();
-    let replies: Vec<RedisResult<Value>> = pipe.ignore_errors().query_async(conn).await?;
-    if replies.len() != n {
-        return Err(CounterError::BadReply {
-            script: "pipeline",
-            detail: format!("{} replies for {n} commands", replies.len()),
-        });
-    }
-    Ok(replies)
-}
-
-fn is_noscript(r: &RedisResult<Value>) -> bool {
-    matches!(r, Err(e) if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript))
 }
 
 /// The member that stands for a hit: its event id (digested when long), or for a sliding window without an

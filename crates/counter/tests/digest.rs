@@ -208,3 +208,168 @@ async fn huge_titles_are_shortened_when_buffered() {
     })
     .await;
 }
+
+/// The firings of a worker's batch, as it appends them: several digests, the same digest more than once (its
+/// leading firing, the opener of its window, later ones), and a redelivered firing.
+fn batch_firings() -> Vec<(DigestKey<'static>, String, NotificationEvent)> {
+    let other = DigestKey {
+        project_id: "p2",
+        rule_id: "r9",
+        channel: ChannelKind::Email,
+    };
+    let mut out = Vec::new();
+    for i in 0..20 {
+        let key = if i % 3 == 0 { other } else { KEY };
+        out.push((key, format!("n{i}"), ev(&format!("g{}", i % 4), 1 + i)));
+    }
+    out.push((KEY, "n1".into(), ev("g1", 2)));
+    out
+}
+
+fn appends<'a>(
+    firings: &'a [(DigestKey<'static>, String, NotificationEvent)],
+) -> Vec<klaxon_counter::Append<'a>> {
+    firings
+        .iter()
+        .map(|(key, id, event)| klaxon_counter::Append {
+            key: *key,
+            notification_id: id,
+            event,
+            min_period_s: 60,
+        })
+        .collect()
+}
+
+/// A batch of firings appended together decides exactly as the same firings appended one after the other:
+/// per firing, in order (the first of a quiet channel goes at once, the next opens the window, a redelivered
+/// one counts nothing twice), on a single Redis and across cluster slots.
+#[tokio::test]
+async fn a_batch_of_firings_decides_as_one_by_one() {
+    common::on_both(|env| async move {
+        let firings = batch_firings();
+        let t0 = 30_000_000;
+        let batched = Digests::new(env.redis.clone(), &format!("{}-batch", env.ns))
+            .append_all(&appends(&firings), Some(t0))
+            .await
+            .expect("append_all");
+        let single = Digests::new(env.redis.clone(), &format!("{}-single", env.ns));
+        let mut one_by_one = Vec::new();
+        for (key, id, event) in &firings {
+            one_by_one.push(single.append(key, id, event, 60, Some(t0)).await.expect("append"));
+        }
+        assert_eq!(batched, one_by_one, "[{}]", env.topology);
+        let sent_now: Vec<usize> = (0..batched.len()).filter(|&i| batched[i].send_now).collect();
+        let opened: Vec<usize> = (0..batched.len())
+            .filter(|&i| batched[i].schedule_flush)
+            .collect();
+        // n0 (other) and n1 (KEY) lead; n3 and n2 open their windows; the redelivered n1 is sent again
+        assert_eq!(sent_now, vec![0, 1, 20], "[{}]", env.topology);
+        assert_eq!(opened, vec![2, 3], "[{}]", env.topology);
+        assert!(single.append_all(&[], None).await.expect("nothing").is_empty());
+    })
+    .await;
+}
+
+/// `host:port` of a `redis://[user:pass@]host:port[/db]` URL.
+fn host_port(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    rest.split('/').next().unwrap_or(rest).to_owned()
+}
+
+/// A loopback TCP proxy in front of Redis that counts round trips: a client write that follows a reply (or opens
+/// the connection) starts one. Replies are held back 30 ms, so a request written in several pieces is never taken
+/// for several round trips.
+async fn round_trip_proxy(upstream: String) -> (String, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let turns = Arc::new(AtomicU64::new(0));
+    let counted = turns.clone();
+    tokio::spawn(async move {
+        // one connection at a time is all the test needs; each gets its own pair of pumps
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                return;
+            };
+            let (mut cr, mut cw) = client.into_split();
+            let (mut sr, mut sw) = server.into_split();
+            let replied = Arc::new(AtomicBool::new(true));
+            let (replied_up, turns) = (replied.clone(), counted.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n @ 1..) = cr.read(&mut buf).await {
+                    if replied_up.swap(false, Ordering::SeqCst) {
+                        turns.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if sw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n @ 1..) = sr.read(&mut buf).await {
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    replied.store(true, Ordering::SeqCst);
+                    if cw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    (addr.to_string(), turns)
+}
+
+/// The worker appends a batch's digest firings in one Redis round trip, however many there are (it made one per
+/// firing before `append_all`: the one-by-one appends below count those).
+#[tokio::test]
+async fn a_batch_of_digest_firings_is_one_round_trip() {
+    use std::sync::atomic::Ordering;
+    let url = klaxon_testkit::redis_url();
+    let (proxy, turns) = round_trip_proxy(host_port(&url)).await;
+    let proxied = url.replacen(&host_port(&url), &proxy, 1);
+    let redis = tokio::time::timeout(
+        Duration::from_secs(15),
+        klaxon_counter::RedisHandle::connect(&proxied),
+    )
+    .await
+    .expect("connect in time")
+    .expect("connect through the proxy");
+    let ns = klaxon_testkit::unique_namespace();
+    let d = Digests::new(redis.clone(), &ns);
+    let t0 = 40_000_000;
+    // the script is loaded (a NOSCRIPT reload would add round trips that have nothing to do with batching)
+    d.append(&KEY, "warm-up", &ev("g0", 1), 60, Some(t0))
+        .await
+        .expect("append");
+
+    let firings = batch_firings();
+    let before = turns.load(Ordering::SeqCst);
+    let answers = tokio::time::timeout(
+        Duration::from_secs(10),
+        d.append_all(&appends(&firings), Some(t0)),
+    )
+    .await
+    .expect("in time")
+    .expect("append_all");
+    assert_eq!(answers.len(), firings.len());
+    assert_eq!(
+        turns.load(Ordering::SeqCst) - before,
+        1,
+        "{} firings in one round trip",
+        firings.len()
+    );
+
+    // the proxy counts what it should: the same firings one by one are one round trip each
+    let other = Digests::new(redis, &format!("{ns}-single"));
+    let before = turns.load(Ordering::SeqCst);
+    for (key, id, event) in firings.iter().take(5) {
+        other.append(key, id, event, 60, Some(t0)).await.expect("append");
+    }
+    assert_eq!(turns.load(Ordering::SeqCst) - before, 5);
+}

@@ -35,12 +35,13 @@ use std::time::Duration;
 
 use klaxon_broker::{set_aside, Broker, Consumer, Delivery, Outgoing, Publisher, Topology};
 use klaxon_core::notification::{notification_id, DigestWindow, NotificationTask};
-use klaxon_core::ChannelKind;
-use klaxon_counter::{Claim, DigestKey, Digests};
+use klaxon_core::{ChannelKind, NotificationEvent};
+use klaxon_counter::{Append, Claim, DigestKey, Digests};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::EngineError;
+use crate::internal_events::{DigestPublished, RedisFailed};
+use crate::{sink, EngineError};
 
 /// The environment variable the binary reads into [`Faults::crash_after_claim`] when built with the
 /// `fault-injection` feature (see the module docs).
@@ -67,7 +68,7 @@ pub struct DigestDeps {
     /// Unacked flush messages.
     pub prefetch: u16,
     /// Where digests go (`--output`).
-    pub output: crate::output::Output,
+    pub output: sink::Output,
     /// Where shadow mode records the digests it would have sent ([`klaxon_rules::Trail::disabled`] otherwise).
     pub trail: klaxon_rules::Trail,
     /// Injected faults (tests only).
@@ -79,6 +80,8 @@ pub struct DigestDeps {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Flush {
     project_id: String,
+    /// The project's name from the firing that opened the window (absent in flush messages of earlier versions).
+    project_name: Option<String>,
     rule_id: String,
     channel: ChannelKind,
     endpoint: String,
@@ -96,16 +99,18 @@ impl Flush {
     }
 
     fn to_json(&self) -> Vec<u8> {
-        json!({
+        let mut v = json!({
             "projectId": self.project_id,
             "ruleId": self.rule_id,
             "channel": self.channel.as_str(),
             "endpoint": self.endpoint,
             "minPeriodS": self.min_period_s,
             "windowStartMs": self.window_start_ms,
-        })
-        .to_string()
-        .into_bytes()
+        });
+        if let Some(name) = &self.project_name {
+            v["projectName"] = Value::from(name.as_str());
+        }
+        v.to_string().into_bytes()
     }
 
     fn parse(body: &[u8]) -> Result<Self, String> {
@@ -123,6 +128,7 @@ impl Flush {
             .ok_or_else(|| format!("unknown channel `{channel}`"))?;
         Ok(Flush {
             project_id: s("projectId")?,
+            project_name: s("projectName").ok(),
             rule_id: s("ruleId")?,
             channel,
             endpoint: s("endpoint")?,
@@ -157,6 +163,7 @@ impl Flush {
     fn window(&self) -> DigestWindow<'_> {
         DigestWindow {
             project_id: &self.project_id,
+            project_name: self.project_name.as_deref(),
             rule_id: &self.rule_id,
             channel: self.channel,
             endpoint: &self.endpoint,
@@ -172,55 +179,79 @@ impl Flush {
     }
 }
 
-/// Appends firings of digest channels (`min_period_s > 0`) to their buffers and returns the flush messages to
-/// publish through the delay engine (one per window this batch opened). Call before acking the firings' events.
+/// Appends the firings of digest channels (`min_period_s > 0`) to their digests, all in one Redis round trip,
+/// and says which go out now (leading edge) and which flush messages to publish through the delay engine (one
+/// per window a firing opened). Call before acking the firings' events.
 pub(crate) async fn append_firings(
     digests: &Digests,
     topology: &Topology,
-    firings: Vec<NotificationTask>,
-) -> Result<Routed, EngineError> {
-    let mut routed = Routed::default();
-    for t in firings {
-        let key = DigestKey {
-            project_id: &t.project_id,
-            rule_id: &t.rule_id,
-            channel: t.channel,
-        };
-        for e in &t.events {
-            let appended = digests
-                .append(&key, &t.notification_id, e, t.min_period_s, None)
-                .await?;
-            tracing::debug!(
-                notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
-                channel = %t.channel, window_start_ms = appended.window_start_ms, send_now = appended.send_now,
-                schedule = appended.schedule_flush, "firing routed by the channel's digest state"
-            );
-            if appended.send_now {
-                // Leading edge: a notification task carries one event, so one answer decides for the task.
-                routed.send_now.push(t.clone());
-                break;
+    firings: &[NotificationTask],
+) -> Result<Appended, EngineError> {
+    // A firing's task carries its one group (NotificationTask::for_firing); each (task, group) is one append.
+    let groups: Vec<(&NotificationTask, &NotificationEvent)> = firings
+        .iter()
+        .flat_map(|t| t.events.iter().map(move |e| (t, e)))
+        .collect();
+    let appends: Vec<Append<'_>> = groups
+        .iter()
+        .map(|(t, e)| Append {
+            key: DigestKey {
+                project_id: &t.project_id,
+                rule_id: &t.rule_id,
+                channel: t.channel,
+            },
+            notification_id: &t.notification_id,
+            event: e,
+            min_period_s: t.min_period_s,
+        })
+        .collect();
+    let answers = digests.append_all(&appends, None).await?;
+    let groups = groups.into_iter().map(|(t, _)| t);
+    Ok(after_append(topology, groups.zip(answers)))
+}
+
+/// What the digests' answers mean for the firings ([`append_firings`]), pure: a firing the digest says to send
+/// now goes out at once, alone (once, however many of its groups were answered so); an answer that opened a
+/// window (or is the redelivery of the one that did) schedules the window's flush `minPeriod` after its start.
+fn after_append<'a>(
+    topology: &Topology,
+    answers: impl IntoIterator<Item = (&'a NotificationTask, klaxon_counter::Appended)>,
+) -> Appended {
+    let mut out = Appended::default();
+    for (t, answer) in answers {
+        tracing::debug!(
+            notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
+            channel = %t.channel, window_start_ms = answer.window_start_ms, send_now = answer.send_now,
+            schedule = answer.schedule_flush, "firing routed by the channel's digest state"
+        );
+        if answer.send_now {
+            if out
+                .send_now
+                .last()
+                .is_none_or(|s| s.notification_id != t.notification_id)
+            {
+                out.send_now.push(t.clone());
             }
-            if appended.schedule_flush {
-                let flush = Flush {
-                    project_id: t.project_id.clone(),
-                    rule_id: t.rule_id.clone(),
-                    channel: t.channel,
-                    endpoint: t.endpoint.clone(),
-                    min_period_s: t.min_period_s,
-                    window_start_ms: appended.window_start_ms,
-                };
-                routed
-                    .flushes
-                    .push((flush.message(topology), appended.flush_in(t.min_period_s)));
-            }
+        } else if answer.schedule_flush {
+            let flush = Flush {
+                project_id: t.project_id.clone(),
+                project_name: t.project_name.clone(),
+                rule_id: t.rule_id.clone(),
+                channel: t.channel,
+                endpoint: t.endpoint.clone(),
+                min_period_s: t.min_period_s,
+                window_start_ms: answer.window_start_ms,
+            };
+            out.flushes
+                .push((flush.message(topology), answer.flush_in(t.min_period_s)));
         }
     }
-    Ok(routed)
+    out
 }
 
 /// Where the firings of digest channels go ([`append_firings`]).
 #[derive(Default)]
-pub(crate) struct Routed {
+pub(crate) struct Appended {
     /// Firings of quiet channels: published at once as ordinary notifications (leading edge).
     pub send_now: Vec<NotificationTask>,
     /// Flush messages to schedule through the delay engine (one per newly opened window), with their delays.
@@ -251,7 +282,7 @@ async fn session(
     let broker = Broker::connect_as(&deps.amqp_url, Duration::from_secs(10), "digest").await?;
     let publisher = broker.publisher().await?;
     publisher.declare(&deps.topology).await?;
-    crate::output::declare(&publisher, deps.output).await?;
+    sink::declare(&publisher, deps.output).await?;
     let queue = deps.topology.digest_flush_queue();
     let mut consumer = broker
         .consume(&queue, deps.prefetch, &klaxon_broker::process_label("digest"))
@@ -298,9 +329,7 @@ async fn flush(deps: &DigestDeps, publisher: &Publisher, delivery: &Delivery) ->
         .digests
         .claim(&f.key(), f.window_start_ms, f.min_period_s, None)
         .await
-        .inspect_err(|_| {
-            metrics::counter!("klaxon_redis_errors_total").increment(1);
-        })?;
+        .inspect_err(|_| RedisFailed.emit())?;
     match claim {
         Claim::Gone => {
             tracing::debug!(project = %f.project_id, rule = %f.rule_id, channel = %f.channel,
@@ -326,25 +355,21 @@ async fn flush(deps: &DigestDeps, publisher: &Publisher, delivery: &Delivery) ->
                 std::process::abort();
             }
             if !events.is_empty() {
-                let groups = events.len();
                 let task = f.task(now_ms, events);
                 // shadow mode: recorded (and counted) by dispatch instead of published
-                if let Some(msg) = crate::output::dispatch(&deps.topology, deps.output, &deps.trail, &task)? {
+                if let Some(msg) = sink::dispatch(&deps.topology, deps.output, &deps.trail, &task)? {
                     publisher.publish_all(&[msg]).await?;
-                    metrics::counter!("klaxon_digests_published_total", "channel" => f.channel.as_str())
-                        .increment(1);
-                    tracing::info!(
-                        notification_id = %task.notification_id, project = %f.project_id, rule = %f.rule_id,
-                        channel = %f.channel, groups, window_start_ms = f.window_start_ms, "digest published"
-                    );
+                    DigestPublished {
+                        task: &task,
+                        window_start_ms: f.window_start_ms,
+                    }
+                    .emit();
                 }
             }
             deps.digests
                 .done(&f.key(), f.window_start_ms)
                 .await
-                .inspect_err(|_| {
-                    metrics::counter!("klaxon_redis_errors_total").increment(1);
-                })?;
+                .inspect_err(|_| RedisFailed.emit())?;
             Ok(())
         }
     }
@@ -353,11 +378,13 @@ async fn flush(deps: &DigestDeps, publisher: &Publisher, delivery: &Delivery) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use klaxon_core::{NotificationEvent, Reason};
+    use klaxon_broker::QueueType;
+    use klaxon_core::Reason;
 
     fn flush() -> Flush {
         Flush {
             project_id: "p".into(),
+            project_name: Some("Acme".into()),
             rule_id: "r".into(),
             channel: ChannelKind::Telegram,
             endpoint: "123".into(),
@@ -369,7 +396,20 @@ mod tests {
     #[test]
     fn flush_messages_round_trip() {
         let f = flush();
-        assert_eq!(Flush::parse(&f.to_json()), Ok(f));
+        assert_eq!(Flush::parse(&f.to_json()), Ok(f.clone()));
+        // the window's digest shows the name of the project
+        assert_eq!(f.task(1, vec![]).project_name.as_deref(), Some("Acme"));
+        // a flush message of an earlier version has no name: its digest shows the id
+        let old = br#"{"projectId":"p","ruleId":"r","channel":"telegram","endpoint":"123","minPeriodS":60,"windowStartMs":1700000000000}"#;
+        let parsed = Flush::parse(old).expect("an earlier flush message");
+        assert_eq!(
+            parsed,
+            Flush {
+                project_name: None,
+                ..flush()
+            }
+        );
+        assert_eq!(parsed.task(1, vec![]).project_name, None);
         for bad in [&b"nope"[..], br#"{"projectId":"p"}"#, br#"{"projectId":"p","ruleId":"r","channel":"fax","endpoint":"","minPeriodS":1,"windowStartMs":1}"#] {
             assert!(Flush::parse(bad).is_err());
         }
@@ -393,5 +433,56 @@ mod tests {
         let mut later = flush();
         later.window_start_ms += 1;
         assert_ne!(later.task(1, vec![]).notification_id, a.notification_id);
+    }
+
+    /// What the digests' answers make of a batch's digest firings: sent now (once per firing), a flush per
+    /// window opened, nothing for the firings buffered into an open window.
+    #[test]
+    fn digest_answers_table() {
+        let topology = Topology::new("ns", "ns.events", QueueType::Classic);
+        let task = |id: &str, groups: &[&str]| NotificationTask {
+            notification_id: id.into(),
+            events: groups
+                .iter()
+                .map(|g| NotificationEvent {
+                    group_hash: (*g).into(),
+                    title: "t".into(),
+                    count: 1,
+                    repetition_id: None,
+                })
+                .collect(),
+            ..flush().task(0, vec![])
+        };
+        let answer = |action: u8| klaxon_counter::Appended {
+            send_now: action == 2,
+            schedule_flush: action == 1,
+            window_start_ms: 1_000,
+            now_ms: 31_000,
+        };
+        let (a, b, c) = (task("a", &["g"]), task("b", &["g"]), task("c", &["g1", "g2"]));
+        // (answers per (firing, group), sent now, flush delays in s)
+        type Case<'t> = (Vec<(&'t NotificationTask, u8)>, Vec<&'static str>, Vec<u64>);
+        let cases: Vec<Case<'_>> = vec![
+            (vec![], vec![], vec![]),
+            (vec![(&a, 2), (&b, 1), (&c, 0), (&c, 0)], vec!["a"], vec![30]),
+            (vec![(&a, 0), (&b, 0)], vec![], vec![]),
+            // a firing with two groups goes out once
+            (vec![(&c, 2), (&c, 2), (&a, 1)], vec!["c"], vec![30]),
+        ];
+        for (answers, now, flushes) in cases {
+            let got = after_append(&topology, answers.iter().map(|(t, x)| (*t, answer(*x))));
+            let sent: Vec<&str> = got.send_now.iter().map(|t| t.notification_id.as_str()).collect();
+            assert_eq!(sent, now);
+            let waits: Vec<u64> = got.flushes.iter().map(|(_, wait)| wait.as_secs()).collect();
+            assert_eq!(waits, flushes);
+            for (msg, _) in &got.flushes {
+                assert_eq!(msg.queue, topology.digest_flush_queue());
+                let parsed = Flush::parse(&msg.body).expect("a flush message");
+                assert_eq!(
+                    (parsed.window_start_ms, parsed.project_name.as_deref()),
+                    (1_000, Some("Acme"))
+                );
+            }
+        }
     }
 }

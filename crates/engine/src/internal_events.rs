@@ -1,12 +1,12 @@
 //! Internal events (vector's `src/internal_events/`): one struct per occurrence that both logs and counts, so the
-//! log line and its metric cannot drift apart. Occurrences that are only counted (Redis and broker failures,
-//! matches, publications) call `metrics::counter!` where they happen.
+//! log line and its metric cannot drift apart. Occurrences that are only counted (Redis and broker failures —
+//! the session's end logs the error —, matches, publications) are structs too: the loops count nothing inline.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use klaxon_core::notification::NotificationTask;
+use klaxon_core::notification::{window_label, Firing, NotificationTask};
 use klaxon_core::{ChannelKind, Unevaluated};
 
 fn millis(d: Duration) -> u64 {
@@ -16,6 +16,131 @@ fn millis(d: Duration) -> u64 {
 fn delivery(channel: ChannelKind, outcome: &'static str) {
     metrics::counter!("klaxon_deliveries_total", "channel" => channel.as_str(), "outcome" => outcome)
         .increment(1);
+}
+
+/// A batch taken from the events queue.
+pub(crate) struct EventsConsumed {
+    pub events: usize,
+}
+
+impl EventsConsumed {
+    pub fn emit(self) {
+        metrics::counter!("klaxon_events_consumed_total").increment(self.events as u64);
+    }
+}
+
+/// A batch acked with one multiple-ack once every outcome of it was durable, `elapsed` after its first delivery
+/// arrived.
+pub(crate) struct BatchAcked {
+    pub events: usize,
+    pub elapsed: Duration,
+}
+
+impl BatchAcked {
+    pub fn emit(self) {
+        metrics::counter!("klaxon_events_acked_total").increment(self.events as u64);
+        metrics::histogram!(crate::metrics::BATCH_SIZE).record(self.events as f64);
+        metrics::histogram!(crate::metrics::BATCH_SECONDS).record(self.elapsed.as_secs_f64());
+    }
+}
+
+/// The (event, rule) pairs of a batch that passed the rules' filters and go to the counter.
+pub(crate) struct RulesMatched {
+    pub pairs: usize,
+}
+
+impl RulesMatched {
+    pub fn emit(self) {
+        metrics::counter!("klaxon_rules_matched_total").increment(self.pairs as u64);
+    }
+}
+
+/// The rules of a batch's projects could not be loaded (and none were cached): the batch goes back.
+pub(crate) struct RulesUnavailable;
+
+impl RulesUnavailable {
+    pub fn emit(self) {
+        metrics::counter!("klaxon_rules_errors_total").increment(1);
+    }
+}
+
+/// A Redis call failed; the loop's session ends and logs the error.
+pub(crate) struct RedisFailed;
+
+impl RedisFailed {
+    pub fn emit(self) {
+        metrics::counter!("klaxon_redis_errors_total").increment(1);
+    }
+}
+
+/// A RabbitMQ call failed; the loop's session ends and logs the error.
+pub(crate) struct BrokerFailed;
+
+impl BrokerFailed {
+    pub fn emit(self) {
+        metrics::counter!("klaxon_broker_errors_total").increment(1);
+    }
+}
+
+/// A rule fired and no mute matched: a threshold crossed, delivered on every channel of the rule.
+pub(crate) struct ThresholdCrossed<'a> {
+    pub firing: &'a Firing<'a>,
+}
+
+impl ThresholdCrossed<'_> {
+    pub fn emit(self) {
+        metrics::counter!("klaxon_thresholds_crossed_total", "window" => window_label(self.firing.want))
+            .increment(1);
+    }
+}
+
+/// A firing's notification task for one channel; one of a digest channel (`minPeriod > 0`) goes through the
+/// channel's digest and is counted as a digest firing.
+pub(crate) struct RuleFired<'a> {
+    pub task: &'a NotificationTask,
+}
+
+impl RuleFired<'_> {
+    pub fn emit(self) {
+        let t = self.task;
+        tracing::info!(
+            notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
+            channel = %t.channel, count = t.events.first().map_or(0, |e| e.count), "rule fired"
+        );
+        if t.min_period_s > 0 {
+            metrics::counter!("klaxon_digest_firings_total", "channel" => t.channel.as_str()).increment(1);
+        }
+    }
+}
+
+/// A notification task going to its sender queue (Klaxon's or Hawk's) with the batch's publish.
+pub(crate) struct NotificationPublished<'a> {
+    pub task: &'a NotificationTask,
+}
+
+impl NotificationPublished<'_> {
+    pub fn emit(self) {
+        metrics::counter!("klaxon_notifications_published_total", "channel" => self.task.channel.as_str())
+            .increment(1);
+    }
+}
+
+/// A digest window's one notification, published (confirmed) by the flush loop.
+pub(crate) struct DigestPublished<'a> {
+    pub task: &'a NotificationTask,
+    pub window_start_ms: i64,
+}
+
+impl DigestPublished<'_> {
+    pub fn emit(self) {
+        let t = self.task;
+        metrics::counter!("klaxon_digests_published_total", "channel" => t.channel.as_str()).increment(1);
+        tracing::info!(
+            notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
+            channel = %t.channel, groups = t.events.len(), window_start_ms = self.window_start_ms,
+            "digest published"
+        );
+    }
 }
 
 /// An event that is not a valid event task, set aside to `<ns>.events.invalid`.

@@ -28,11 +28,10 @@ pub mod consumers;
 pub mod digest;
 mod internal_events;
 pub mod metrics;
-pub mod names;
 pub mod ops_server;
-pub mod output;
 pub mod ratelimit;
 pub mod sender;
+pub mod sink;
 pub mod worker;
 
 use std::future::Future;
@@ -99,7 +98,7 @@ pub(crate) async fn supervise<F, Fut>(
             Err(err) => {
                 ready.store(false, Ordering::Relaxed);
                 if matches!(err, EngineError::Broker(_) | EngineError::ConsumerClosed) {
-                    ::metrics::counter!("klaxon_broker_errors_total").increment(1);
+                    internal_events::BrokerFailed.emit();
                 }
                 // A session that ran for a while resets the backoff.
                 if started.elapsed() > Duration::from_secs(30) {

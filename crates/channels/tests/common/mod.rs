@@ -42,6 +42,7 @@ pub fn task(
     NotificationTask {
         notification_id: format!("nid-{ns}"),
         project_id: format!("proj-{ns}"),
+        project_name: None,
         rule_id: format!("rule-{ns}"),
         channel,
         endpoint: endpoint.to_owned(),

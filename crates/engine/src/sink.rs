@@ -182,11 +182,12 @@ mod tests {
         NotificationTask {
             notification_id: "n".into(),
             project_id: "5e4ff518628a6c714515f4da".into(),
+            project_name: Some("Acme".into()),
             rule_id: "5e4ff518628a6c714515f4db".into(),
             channel: ChannelKind::Slack,
-            endpoint: "https://hooks".into(),
+            endpoint: "https://hooks.slack.com/services/T000/B000/very-secret-token".into(),
             min_period_s: 60,
-            fired_at_ms: 1,
+            fired_at_ms: 1_700_000_000_000,
             reason: Reason::New,
             events: (0..events)
                 .map(|i| NotificationEvent {
@@ -218,7 +219,8 @@ mod tests {
 
     #[test]
     fn hawk_tasks_have_hawks_shape() {
-        // `repetitionId` as the grouper sends it: null for an event without one
+        // `repetitionId` as the grouper sends it: null for an event without one; no project name (Hawk's
+        // sender reads it itself)
         assert_eq!(
             hawk_task(&task(1)),
             json!({"type": "event", "payload": {"projectId": "5e4ff518628a6c714515f4da",
@@ -231,51 +233,50 @@ mod tests {
         assert_eq!(hawk_task(&task(2))["type"], "several-events");
         assert_eq!(hawk_queue(ChannelKind::Slack), "sender/slack");
     }
-}
 
-#[cfg(test)]
-mod shadow_tests {
-    use super::*;
-    use klaxon_core::notification::Reason;
-    use klaxon_core::NotificationEvent;
+    /// Where each output puts a task: Klaxon's queue with the task itself (the project's name with it), Hawk's
+    /// queue with Hawk's shape, or (shadow) no message at all; `message_id` is the notification id either way.
+    #[test]
+    fn each_output_puts_a_task_where_it_belongs() {
+        let topology = Topology::new("ns", "ns.events", QueueType::Classic);
+        let t = task(1);
+        // (output, queue of the message, body's project field)
+        let cases = [
+            (
+                Output::Klaxon,
+                Some("ns.notify.slack"),
+                Some(("/projectName", json!("Acme"))),
+            ),
+            (
+                Output::Hawk,
+                Some("sender/slack"),
+                Some(("/payload/projectId", json!(t.project_id))),
+            ),
+            (Output::Shadow, None, None),
+        ];
+        for (output, queue, field) in cases {
+            let sent = dispatch(&topology, output, &Trail::disabled(), &t).expect("dispatch");
+            assert_eq!(sent.as_ref().map(|m| m.queue.as_str()), queue, "{output:?}");
+            if let (Some(m), Some((pointer, want))) = (sent, field) {
+                assert_eq!(m.message_id.as_deref(), Some("n"));
+                let body: Value = serde_json::from_slice(&m.body).expect("json");
+                assert_eq!(body.pointer(pointer), Some(&want), "{output:?}: {body}");
+            }
+        }
+        let klaxon = message(&topology, Output::Klaxon, &t).expect("message");
+        let back: NotificationTask = serde_json::from_slice(&klaxon.body).expect("a task");
+        assert_eq!(back, t);
+    }
 
     #[test]
     fn shadow_records_say_what_would_have_been_sent_without_the_secret() {
-        let task = NotificationTask {
-            notification_id: "n1".into(),
-            project_id: "5e4ff518628a6c714515f4da".into(),
-            rule_id: "5e4ff518628a6c714515f4db".into(),
-            channel: ChannelKind::Slack,
-            endpoint: "https://hooks.slack.com/services/T000/B000/very-secret-token".into(),
-            min_period_s: 0,
-            fired_at_ms: 1_700_000_000_000,
-            reason: Reason::New,
-            events: vec![NotificationEvent {
-                group_hash: "g".into(),
-                title: "t".into(),
-                count: 1,
-                repetition_id: None,
-            }],
-            text: None,
-            send_at_ms: None,
-        };
-        let r = shadow_record(&task, 1_700_000_000_500);
+        let r = shadow_record(&task(1), 1_700_000_000_500);
         assert_eq!(r.status, Status::Shadow);
         assert_eq!(
             (r.notification_id.as_str(), r.channel.as_str(), r.attempts),
-            ("n1", "slack", 0)
+            ("n", "slack", 0)
         );
         assert_eq!((r.fired_at_ms, r.at_ms), (1_700_000_000_000, 1_700_000_000_500));
         assert!(!r.destination.contains("very-secret-token"), "{}", r.destination);
-        // shadow mode publishes nothing: dispatch returns no message
-        let topology = Topology::new("ns", "ns.events", QueueType::Classic);
-        let sent = dispatch(&topology, Output::Shadow, &Trail::disabled(), &task).expect("dispatch");
-        assert!(sent.is_none());
-        for o in [Output::Klaxon, Output::Hawk] {
-            let m = dispatch(&topology, o, &Trail::disabled(), &task)
-                .expect("dispatch")
-                .expect("a message");
-            assert_eq!(m.message_id.as_deref(), Some("n1"));
-        }
     }
 }
