@@ -201,7 +201,7 @@ async fn redis_restart_mid_stream_loses_no_unacked_event() {
     ]);
     // Only once A's batch is acked is its count of 20 known to be in this Redis: stopping Redis while the batch
     // is inside its script call would lose the reply, leave the batch unacked, and count it again after the
-    // restart (see docs/exactly-once.md).
+    // restart (see the README's "Failure behaviour").
     k.wait_acked(20, Duration::from_secs(20));
 
     redis.stop();

@@ -1,7 +1,8 @@
-//! Per-project bounds (INTERFACE.md, "Trust boundaries") end to end, through the real `klaxon` binary: at most
-//! 100 rules and 1,000 active mutes per project, 50 recipients per email channel, no `$`-prefixed or dotted keys
-//! in rule documents. Over a limit: 4xx from the API and the console, exit 1 from the CLI (`--force` or not),
-//! and at read time the excess is reported and skipped. Private endpoints are stored with a warning.
+//! Per-project bounds (README, "Limits per project"; docs/rules.md) end to end, through the real `klaxon`
+//! binary: at most 100 rules and 1,000 active mutes per project, 50 recipients per email channel, no
+//! `$`-prefixed or dotted keys in rule documents. Over a limit: 4xx from the API and the console, exit 1 from
+//! the CLI (`--force` or not), and at read time the excess is reported and skipped. Private endpoints are
+//! stored with a warning.
 
 mod common;
 

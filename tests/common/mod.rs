@@ -108,7 +108,7 @@ impl Env {
         out
     }
 
-    /// Stores rules with `klaxon rules import` (the INTERFACE.md JSON format); the import must succeed.
+    /// Stores rules with `klaxon rules import` (the JSON format of the README's "Rules"); the import must succeed.
     pub fn import(&self, rules: &serde_json::Value) {
         let file = json_file(self, "rules", rules);
         self.ok(&["rules", "import", "--file", file.to_str().expect("path")]);

@@ -75,8 +75,8 @@ pub struct ChannelsConfig {
 }
 
 impl Default for ChannelsConfig {
-    /// The defaults of INTERFACE.md: public Telegram API, `smtp://127.0.0.1:25`, `klaxon@localhost`, private
-    /// endpoints refused, 5 s connect and 10 s request timeouts.
+    /// The defaults of the README's "Running" table: public Telegram API, `smtp://127.0.0.1:25`,
+    /// `klaxon@localhost`, private endpoints refused, 5 s connect and 10 s request timeouts.
     fn default() -> Self {
         ChannelsConfig {
             telegram_api: "https://api.telegram.org".into(),

@@ -1,4 +1,4 @@
-//! Generic webhooks: the notification as JSON, exactly as INTERFACE.md shows it, signed per the
+//! Generic webhooks: the notification as JSON, exactly as docs/webhook.md's schema shows it, signed per the
 //! [Standard Webhooks](https://www.standardwebhooks.com/) spec when a master key is configured. Two optional
 //! fields are added when known: `projectName` (Hawk's project name) and, per event, `url` (from
 //! `--event-url-template`).

@@ -12,7 +12,7 @@
 //! * [`RuleCache`] keeps validated [`klaxon_core::ProjectRules`] per project with a TTL, negative caching of
 //!   unknown projects, single flight per project, stale-while-error and change-stream invalidation where the
 //!   server offers it.
-//! * [`format`] is the JSON import/export format of INTERFACE.md.
+//! * [`format`] is the JSON import/export format (README, "Rules").
 //! * [`trail`] is the delivery trail (collection `deliveries`): the senders' background writer and the reader
 //!   behind `klaxon deliveries list` and the API. It shares the store's client wherever a process has both.
 //!
