@@ -24,9 +24,9 @@ use crate::script_io::ms;
 use crate::{CounterError, RedisHandle};
 
 static BEAT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/consumers_beat.lua")));
+    LazyLock::new(|| Script::new(include_str!("../lua/consumers_beat.lua")));
 static LIVE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/consumers_live.lua")));
+    LazyLock::new(|| Script::new(include_str!("../lua/consumers_live.lua")));
 
 /// What the registry holds now ([`Consumers::live`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
