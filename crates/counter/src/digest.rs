@@ -15,8 +15,7 @@ use redis::{Script, Value};
 use crate::script_io::{bad, int, ms, now_arg, text};
 use crate::{CounterError, RedisHandle};
 
-static APPEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/digest_append.lua")));
+static APPEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/digest_append.lua")));
 static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/digest_claim.lua")));
 static DONE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/digest_done.lua")));
 

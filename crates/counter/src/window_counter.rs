@@ -18,8 +18,7 @@ static FIXED_WINDOW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/fixed_window.lua")));
 static SLIDING_WINDOW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/sliding_window.lua")));
-static FIRST_SEEN: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../lua/first_seen.lua")));
+static FIRST_SEEN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/first_seen.lua")));
 static UNIQUE_USERS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/unique_users.lua")));
 
