@@ -353,16 +353,7 @@ async fn real_delivery(env: &Env, project: &str) -> (klaxon_testkit::Request, St
         "channels": {"webhook": {"isEnabled": true, "endpoint": endpoint, "minPeriod": 0}}}]}]));
     let mut k = env.spawn("run", &[]);
     let title = format!("TypeError: docs {}", env.namespace);
-    env.ok(&[
-        "publish",
-        "--project",
-        project,
-        "--title",
-        &title,
-        "--group",
-        "docs",
-        "--new",
-    ]);
+    env.publish(project, &title, "docs").new_first().ok();
     let got = hook.wait_for_count(1, Duration::from_secs(30)).await;
     assert_eq!(got.len(), 1, "one delivery; log:\n{}", k.logs());
     assert_eq!(k.terminate(Duration::from_secs(15)), Some(0));
@@ -377,17 +368,7 @@ fn now_s() -> i64 {
 
 /// The endpoint's secret as a tenant gets it: `klaxon webhook secret -o json`.
 fn cli_secret(env: &Env, project: &str, endpoint: &str) -> String {
-    let out = env.ok(&[
-        "webhook",
-        "secret",
-        "--project",
-        project,
-        "--endpoint",
-        endpoint,
-        "-o",
-        "json",
-    ]);
-    let v: Value = serde_json::from_str(&out).expect("one JSON object");
+    let v = env.webhook_secret(project, endpoint);
     v["secret"].as_str().expect("secret").to_owned()
 }
 

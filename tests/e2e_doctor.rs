@@ -373,19 +373,7 @@ async fn events_flowing_into_an_empty_rule_database_fail_doctor_naming_the_datab
     let publish = |env: &Env| {
         let env = env.clone();
         let project = project.clone();
-        tokio::task::spawn_blocking(move || {
-            env.ok(&[
-                "publish",
-                "--project",
-                &project,
-                "--title",
-                "Boom",
-                "--group",
-                "g",
-                "--count",
-                "3",
-            ])
-        })
+        tokio::task::spawn_blocking(move || env.publish(&project, "Boom", "g").count(3).ok())
     };
     publish(&env).await.expect("join");
     let (code, out) = doc(&env).await.expect("join");

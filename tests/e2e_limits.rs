@@ -532,16 +532,7 @@ async fn a_document_over_the_limit_written_elsewhere_is_reported_and_only_its_fi
         (big.to_hex(), "Boom <r000> <r099> <r100> <r149>", "g1"),
         (other.to_hex(), "Boom", "g2"),
     ] {
-        env.ok(&[
-            "publish",
-            "--project",
-            &project,
-            "--title",
-            title,
-            "--group",
-            group,
-            "--new",
-        ]);
+        env.publish(&project, title, group).new_first().ok();
     }
     k.wait_acked(2, Duration::from_secs(30));
     let got = sink.wait_for_count(3, Duration::from_secs(30)).await;

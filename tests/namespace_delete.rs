@@ -99,15 +99,7 @@ async fn deletes_one_namespace_and_never_the_one_its_name_is_a_prefix_of() {
         let env = env.clone();
         let project = project.clone();
         tokio::task::spawn_blocking(move || {
-            env.ok(&[
-                "publish",
-                "--project",
-                &project,
-                "--title",
-                "Boom",
-                "--group",
-                "g1",
-            ]);
+            env.publish(&project, "Boom", "g1").ok();
             env.ok(&["dead", "list"]); // declares every queue and the delay engine
             env.ok(&["mute", "add", "--project", &project, "--for", "1h"]);
         })
