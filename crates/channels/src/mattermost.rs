@@ -4,7 +4,6 @@
 
 use klaxon_core::NotificationTask;
 
-use crate::http_client::{body_detail, label, parse_http_endpoint};
 use crate::render::{MessageContext, LOOP};
 use crate::{Channels, Delivered, DeliveryError};
 
@@ -24,17 +23,11 @@ impl Channels {
         task: &NotificationTask,
         ctx: MessageContext<'_>,
     ) -> Result<Delivered, DeliveryError> {
-        let url = parse_http_endpoint(&task.endpoint, "loop")?;
-        let what = label("loop", &url);
-        let body = self.loop_body(task, ctx)?;
-        let secrets = [task.endpoint.as_str()];
-        let answer = self
-            .inner
-            .http
-            .post(&url, "application/json", &[], body.into_bytes(), &what, &secrets)
-            .await?;
         // Mattermost explains failures in a JSON or plain-text body.
-        answer.check(&what, &body_detail(&answer.body, &secrets))?;
-        Ok(Delivered { messages: 1 })
+        let body = || self.loop_body(task, ctx);
+        self.inner
+            .http
+            .post_json_to_endpoint(&task.endpoint, "loop", body)
+            .await
     }
 }

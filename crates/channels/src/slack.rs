@@ -14,7 +14,6 @@
 use klaxon_core::NotificationTask;
 use serde_json::{json, Value};
 
-use crate::http_client::{body_detail, label, parse_http_endpoint};
 use crate::render::{slack_literal, MessageContext, View, SLACK, SLACK_SECTION_MAX};
 use crate::{Channels, Delivered, DeliveryError};
 
@@ -222,17 +221,11 @@ impl Channels {
         task: &NotificationTask,
         ctx: MessageContext<'_>,
     ) -> Result<Delivered, DeliveryError> {
-        let url = parse_http_endpoint(&task.endpoint, "slack")?;
-        let what = label("slack", &url);
-        let body = self.slack_body(task, ctx)?;
-        let secrets = [task.endpoint.as_str()];
-        let answer = self
-            .inner
-            .http
-            .post(&url, "application/json", &[], body.into_bytes(), &what, &secrets)
-            .await?;
         // Slack explains failures in a short plain-text body (`invalid_payload`, `no_service`, …).
-        answer.check(&what, &body_detail(&answer.body, &secrets))?;
-        Ok(Delivered { messages: 1 })
+        let body = || self.slack_body(task, ctx);
+        self.inner
+            .http
+            .post_json_to_endpoint(&task.endpoint, "slack", body)
+            .await
     }
 }

@@ -30,7 +30,7 @@ use klaxon_core::{NotificationEvent, NotificationTask};
 use serde::Serialize;
 use sha2::Sha256;
 
-use crate::http_client::{body_detail, label, parse_http_endpoint};
+use crate::http_client::{label, parse_http_endpoint};
 use crate::render::MessageContext;
 use crate::{Channels, Delivered, DeliveryError, Secret};
 
@@ -342,12 +342,10 @@ impl Channels {
             secrets.push(keys.current.expose());
             secrets.extend(keys.previous.as_ref().map(Secret::expose));
         }
-        let answer = self
-            .inner
+        self.inner
             .http
-            .post(&url, "application/json", &headers, body, &what, &secrets)
+            .post_json(&url, &headers, body, &what, &secrets)
             .await?;
-        answer.check(&what, &body_detail(&answer.body, &secrets))?;
         Ok(Delivered { messages: 1 })
     }
 }
