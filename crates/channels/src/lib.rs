@@ -262,11 +262,25 @@ impl Channels {
             Err(DeliveryError::permanent("notification has no events"))
         } else {
             match task.channel {
-                ChannelKind::Slack => self.deliver_slack(task, ctx).await,
+                // Slack and Loop (Mattermost) incoming webhooks: one JSON POST to the endpoint, which explains a
+                // failure in its body (Slack in short plain text, `invalid_payload`; Mattermost in JSON or text).
+                ChannelKind::Slack => {
+                    let body = || self.slack_body(task, ctx);
+                    self.inner
+                        .http
+                        .post_json_to_endpoint(&task.endpoint, "slack", body)
+                        .await
+                }
                 ChannelKind::Telegram => self.deliver_telegram(task, ctx).await,
                 ChannelKind::Email => self.deliver_email(task, ctx).await,
                 ChannelKind::Webhook => self.deliver_webhook(task, ctx).await,
-                ChannelKind::Loop => self.deliver_loop(task, ctx).await,
+                ChannelKind::Loop => {
+                    let body = || self.loop_body(task, ctx);
+                    self.inner
+                        .http
+                        .post_json_to_endpoint(&task.endpoint, "loop", body)
+                        .await
+                }
             }
         };
         let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);

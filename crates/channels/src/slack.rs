@@ -15,7 +15,7 @@ use klaxon_core::NotificationTask;
 use serde_json::{json, Value};
 
 use crate::render::{slack_literal, MessageContext, View, SLACK, SLACK_SECTION_MAX};
-use crate::{Channels, Delivered, DeliveryError};
+use crate::{Channels, DeliveryError};
 
 /// One piece of a line of a Slack message.
 enum Piece {
@@ -214,18 +214,5 @@ impl Channels {
             "unfurl_media": false,
         })
         .to_string())
-    }
-
-    pub(crate) async fn deliver_slack(
-        &self,
-        task: &NotificationTask,
-        ctx: MessageContext<'_>,
-    ) -> Result<Delivered, DeliveryError> {
-        // Slack explains failures in a short plain-text body (`invalid_payload`, `no_service`, …).
-        let body = || self.slack_body(task, ctx);
-        self.inner
-            .http
-            .post_json_to_endpoint(&task.endpoint, "slack", body)
-            .await
     }
 }
