@@ -2,6 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use klaxon_core::NotificationTask;
 use url::{Host, Url};
 
 use crate::error::{classify_status, parse_retry_after, tidy};
@@ -139,14 +140,15 @@ impl Http {
         answer.check_body(what, secrets)
     }
 
-    /// One JSON message to an incoming webhook whose URL is the whole endpoint (Slack, Loop): the endpoint is
-    /// checked first, then `body` renders, then one POST; the endpoint (it is the secret) never reaches a reason.
+    /// `task` as one JSON message to an incoming webhook whose URL is the whole endpoint (Slack, Loop): the
+    /// endpoint is checked first, then `body` renders, then one POST; the endpoint (it is the secret) never
+    /// reaches a reason.
     pub(crate) async fn post_json_to_endpoint(
         &self,
-        endpoint: &str,
-        channel: &str,
+        task: &NotificationTask,
         body: impl FnOnce() -> Result<String, DeliveryError>,
     ) -> Result<Delivered, DeliveryError> {
+        let (endpoint, channel) = (task.endpoint.as_str(), task.channel.as_str());
         let url = parse_http_endpoint(endpoint, channel)?;
         let what = label(channel, &url);
         let body = body()?;

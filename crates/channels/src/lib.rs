@@ -266,21 +266,15 @@ impl Channels {
                 // failure in its body (Slack in short plain text, `invalid_payload`; Mattermost in JSON or text).
                 ChannelKind::Slack => {
                     let body = || self.slack_body(task, ctx);
-                    self.inner
-                        .http
-                        .post_json_to_endpoint(&task.endpoint, "slack", body)
-                        .await
+                    self.inner.http.post_json_to_endpoint(task, body).await
+                }
+                ChannelKind::Loop => {
+                    let body = || self.loop_body(task, ctx);
+                    self.inner.http.post_json_to_endpoint(task, body).await
                 }
                 ChannelKind::Telegram => self.deliver_telegram(task, ctx).await,
                 ChannelKind::Email => self.deliver_email(task, ctx).await,
                 ChannelKind::Webhook => self.deliver_webhook(task, ctx).await,
-                ChannelKind::Loop => {
-                    let body = || self.loop_body(task, ctx);
-                    self.inner
-                        .http
-                        .post_json_to_endpoint(&task.endpoint, "loop", body)
-                        .await
-                }
             }
         };
         let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
