@@ -18,8 +18,9 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Every Markdown file of the repository (not under target/ or hidden directories).
-fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>) {
+/// Every file under `dir` whose name ends with `ext` (not under target/, node_modules/, templates/ or hidden
+/// directories): the Markdown documents and the Rust sources.
+fn files_ending(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -31,8 +32,8 @@ fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>) {
             continue;
         }
         if p.is_dir() {
-            markdown_files(&p, out);
-        } else if name.ends_with(".md") {
+            files_ending(&p, ext, out);
+        } else if name.ends_with(ext) {
             out.push(p);
         }
     }
@@ -50,25 +51,6 @@ fn link_targets(text: &str) -> Vec<String> {
         }
     }
     out
-}
-
-/// Every Rust source file under `dir` (not under target/ or hidden directories).
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') || name == "target" {
-            continue;
-        }
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if name.ends_with(".rs") {
-            out.push(p);
-        }
-    }
 }
 
 /// The directory of the package `file` belongs to (the nearest one with a Cargo.toml), for paths a crate's
@@ -267,7 +249,7 @@ fn comment_problems_table() {
 fn docs_refer_to_nothing_outside_the_repository() {
     let root = root();
     let mut files = Vec::new();
-    markdown_files(&root, &mut files);
+    files_ending(&root, ".md", &mut files);
     assert!(files.len() >= 3, "found the docs: {files:?}");
     let mut problems = Vec::new();
     for f in &files {
@@ -303,7 +285,7 @@ fn docs_refer_to_nothing_outside_the_repository() {
     // Source comments count too: they are documentation a reader follows.
     let mut sources = Vec::new();
     for dir in ["crates", "src", "tests"] {
-        rust_files(&root.join(dir), &mut sources);
+        files_ending(&root.join(dir), ".rs", &mut sources);
     }
     assert!(sources.len() >= 50, "found the sources: {}", sources.len());
     for f in &sources {
