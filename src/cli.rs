@@ -1,4 +1,5 @@
-//! Command-line interface: every option is a flag and an environment variable (INTERFACE.md).
+//! Command-line interface: every option is a flag and an environment variable (README, "Command line" and
+//! "Running").
 
 use std::time::Duration;
 
@@ -295,9 +296,9 @@ impl DeliveryOpts {
     }
 }
 
-/// The per-project limits on rules (INTERFACE.md, "Trust boundaries"): writes over them are refused (exit 1,
-/// a 4xx from the API), and a document over them written by someone else is read up to them. Processes that
-/// write or read rules take these (`run`, `worker`, `sender` for their API; `rules add|import|check`,
+/// The per-project limits on rules (README, "Limits per project"; docs/rules.md): writes over them are refused
+/// (exit 1, a 4xx from the API), and a document over them written by someone else is read up to them. Processes
+/// that write or read rules take these (`run`, `worker`, `sender` for their API; `rules add|import|check`,
 /// `explain`). Give every process of a namespace the same values.
 #[derive(Debug, Clone, Args)]
 pub struct RuleLimitOpts {

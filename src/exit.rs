@@ -10,8 +10,6 @@
 //! Commands return `anyhow::Error`; [`code`] reads the cause chain: a [`Usage`] anywhere → 2, a connection
 //! failure of one of the services' clients (their error types say so: `Unavailable`, `connect`) → 3.
 
-use std::fmt;
-
 /// Problems found.
 pub const PROBLEMS: u8 = 1;
 /// A flag or argument is wrong.
@@ -20,16 +18,9 @@ pub const USAGE: u8 = 2;
 pub const UNREACHABLE: u8 = 3;
 
 /// A flag or argument the user must change (exit code 2).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct Usage(pub String);
-
-impl fmt::Display for Usage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Usage {}
 
 /// A usage error (exit code 2) with this message.
 pub fn usage(message: impl Into<String>) -> anyhow::Error {
@@ -48,16 +39,9 @@ pub(crate) use ensure_usage;
 
 /// A backing service could not be reached (exit code 3). For failures the services' own error types
 /// cannot express (e.g. a stringly error from a reader).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct Unreachable(pub String);
-
-impl fmt::Display for Unreachable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Unreachable {}
 
 fn broker_unreachable(e: &klaxon_broker::BrokerError) -> bool {
     matches!(e, klaxon_broker::BrokerError::Amqp { op: "connect", .. })
@@ -127,6 +111,8 @@ pub fn code(err: &anyhow::Error) -> u8 {
 
 #[cfg(test)]
 mod tests {
+    use std::fmt;
+
     use super::*;
 
     #[test]

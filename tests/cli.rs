@@ -312,20 +312,11 @@ fn exit_codes_say_usage_problems_and_unreachable_services() {
     }
     // 1: problems found
     let bad = object_id();
-    let file = common::json_file(
-        &env,
-        "bad",
+    env.import_force(
         &json!([{"_id": project, "notifications": [{"_id": bad, "isEnabled": true, "whatToReceive": "SEEN_MORE",
             "threshold": 0, "thresholdPeriod": 60000,
             "channels": {"webhook": {"isEnabled": true, "endpoint": "https://x.test/", "minPeriod": 0}}}]}]),
     );
-    env.ok(&[
-        "rules",
-        "import",
-        "--force",
-        "--file",
-        file.to_str().expect("path"),
-    ]);
     let (code, out, _) = env.run(&["rules", "check", "--project", &project]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains(&bad), "{out}");

@@ -1,8 +1,8 @@
-//! The documentation is tested like code: no document points outside the repository, the example rules
-//! import cleanly, the README's quickstart runs as written to a real notification and a passing
-//! `klaxon doctor`, and docs/webhook.md's payload schema and signature snippets (Python, Node) hold against a
-//! delivery Klaxon itself made (and so do the Standard Webhooks reference libraries, where `scripts/services`
-//! installed them).
+//! The documentation is tested like code: no document (Markdown file or Rust comment) points outside the
+//! repository or to a file it does not have, the example rules import cleanly, the README's quickstart runs as
+//! written to a real notification and a passing `klaxon doctor`, and docs/webhook.md's payload schema and
+//! signature snippets (Python, Node) hold against a delivery Klaxon itself made (and so do the Standard
+//! Webhooks reference libraries, where `scripts/services` installed them).
 
 mod common;
 
@@ -18,8 +18,9 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Every Markdown file of the repository (not under target/ or hidden directories).
-fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>) {
+/// Every file under `dir` whose name ends with `ext` (not under target/, node_modules/, templates/ or hidden
+/// directories): the Markdown documents and the Rust sources.
+fn files_ending(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -31,8 +32,8 @@ fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>) {
             continue;
         }
         if p.is_dir() {
-            markdown_files(&p, out);
-        } else if name.ends_with(".md") {
+            files_ending(&p, ext, out);
+        } else if name.ends_with(ext) {
             out.push(p);
         }
     }
@@ -52,11 +53,203 @@ fn link_targets(text: &str) -> Vec<String> {
     out
 }
 
+/// The directory of the package `file` belongs to (the nearest one with a Cargo.toml), for paths a crate's
+/// comments name relative to itself.
+fn crate_dir(root: &Path, file: &Path) -> PathBuf {
+    file.ancestors()
+        .skip(1)
+        .take_while(|d| d.starts_with(root))
+        .find(|d| d.join("Cargo.toml").is_file())
+        .unwrap_or(root)
+        .to_path_buf()
+}
+
+/// The comments of a Rust source, line by line: `(line number, text)` for every line a `//`, `///`, `//!` or
+/// `/* … */` comment (nested ones too) covers, with only the comment's part of the line. Strings, raw strings,
+/// byte strings and character literals are skipped, so `"http://…"` or a `"// …"` in a string is no comment;
+/// a lifetime (`'a`) is not mistaken for a character literal.
+fn comments(source: &str) -> Vec<(usize, String)> {
+    let chars: Vec<char> = source.chars().collect();
+    let at = |i: usize| chars.get(i).copied().unwrap_or('\0');
+    let mut out: Vec<(usize, String)> = Vec::new();
+    let (mut i, mut line) = (0, 1);
+    // Pushes chars[from..to] as comment text, split at newlines.
+    let mut push = |from: usize, to: usize, mut line: usize| {
+        let mut text = String::new();
+        for &c in &chars[from..to] {
+            if c == '\n' {
+                out.push((line, std::mem::take(&mut text)));
+                line += 1;
+            } else {
+                text.push(c);
+            }
+        }
+        out.push((line, text));
+    };
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '/' && at(i + 1) == '/' {
+            let end = chars[i..]
+                .iter()
+                .position(|&c| c == '\n')
+                .map_or(chars.len(), |n| i + n);
+            push(i, end, line);
+            i = end;
+        } else if c == '/' && at(i + 1) == '*' {
+            let (start, mut depth) = (i, 0usize);
+            while i < chars.len() {
+                if at(i) == '/' && at(i + 1) == '*' {
+                    depth += 1;
+                    i += 2;
+                } else if at(i) == '*' && at(i + 1) == '/' {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+            let end = i.min(chars.len());
+            push(start, end, line);
+            line += chars[start..end].iter().filter(|&&c| c == '\n').count();
+        } else if c == '"' {
+            // an ordinary (or byte, or C) string: up to the first unescaped quote
+            i += 1;
+            while i < chars.len() && chars[i] != '"' {
+                if chars[i] == '\\' {
+                    i += 1;
+                }
+                if at(i) == '\n' {
+                    line += 1;
+                }
+                i += 1;
+            }
+            i += 1;
+        } else if c == '\'' {
+            // a character literal ('x', '\n', '\'', '"') or a lifetime / label ('a, 'static)
+            if at(i + 1) == '\\' {
+                let close = chars[i + 3..]
+                    .iter()
+                    .position(|&c| c == '\'')
+                    .map_or(chars.len(), |n| i + 3 + n);
+                i = close + 1;
+            } else if at(i + 2) == '\'' {
+                i += 3;
+            } else {
+                i += 1;
+            }
+        } else if c.is_alphanumeric() || c == '_' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
+            let word: String = chars[start..i].iter().collect();
+            if matches!(word.as_str(), "r" | "br" | "cr") {
+                let hashes = chars[i..].iter().take_while(|&&c| c == '#').count();
+                if at(i + hashes) == '"' {
+                    // a raw string: ends at a quote followed by as many hashes
+                    i += hashes + 1;
+                    while i < chars.len() {
+                        if chars[i] == '"' && (1..=hashes).all(|k| at(i + k) == '#') {
+                            i += hashes + 1;
+                            break;
+                        }
+                        if chars[i] == '\n' {
+                            line += 1;
+                        }
+                        i += 1;
+                    }
+                }
+            }
+        } else {
+            if c == '\n' {
+                line += 1;
+            }
+            i += 1;
+        }
+    }
+    out
+}
+
+/// What is wrong with the comments of one Rust source: `(line, problem)` for each comment line that names a file
+/// outside the repository (the contract the project was built from, the team's shared folder), or a
+/// repository path (under docs/, lua/, scripts/, deploy/, examples/) for which `exists` says no. Paths with
+/// wildcards (`lua/digest_*.lua`) are patterns, not checked.
+fn comment_problems(source: &str, exists: impl Fn(&str) -> bool) -> Vec<(usize, String)> {
+    const OUTSIDE: [&str; 2] = ["INTERFACE.md", "../shared/"];
+    const DIRS: [&str; 5] = ["docs/", "lua/", "scripts/", "deploy/", "examples/"];
+    let mut out = Vec::new();
+    for (line, text) in comments(source) {
+        for name in OUTSIDE.iter().filter(|n| text.contains(*n)) {
+            out.push((
+                line,
+                format!("refers to `{name}`, outside the repository: {}", text.trim()),
+            ));
+        }
+        let is_path_char = |c: char| c.is_alphanumeric() || "_./-".contains(c);
+        for (start, _) in text.match_indices(|c: char| c.is_alphabetic()) {
+            let before = text[..start].chars().next_back();
+            if before.is_some_and(|b| is_path_char(b) || b == ':') {
+                continue;
+            }
+            let rest = &text[start..];
+            if !DIRS.iter().any(|d| rest.starts_with(d)) {
+                continue;
+            }
+            let len = rest.find(|c: char| !is_path_char(c)).unwrap_or(rest.len());
+            let path = rest[..len].trim_end_matches('.');
+            let pattern = rest[len..].starts_with(['*', '{', '<']);
+            if !pattern && !exists(path) {
+                out.push((line, format!("names `{path}`, which is not in the repository")));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn comment_problems_table() {
+    let exists = |p: &str| ["docs/api.md", "lua/", "lua/fixed_window.lua", "scripts/test"].contains(&p);
+    #[rustfmt::skip]
+    let cases: &[(&str, &str, &[usize])] = &[
+        ("a line comment", "let a = 1; // see INTERFACE.md\n", &[1]),
+        ("a doc comment", "fn f() {}\n/// the format of INTERFACE.md\nfn g() {}\n", &[2]),
+        ("an inner doc comment", "//! Per ../shared/STYLE.md\n", &[1]),
+        ("a block comment, on its second line", "/* one\n   INTERFACE.md */ fn f() {}\n", &[2]),
+        ("a nested block comment", "/* a /* b */ INTERFACE.md */\nfn f() {}\n", &[1]),
+        ("code after a nested block comment is code", "/* a /* b */ c */ \"INTERFACE.md\";\n", &[]),
+        ("the name in a string", "let s = \"INTERFACE.md\";\n", &[]),
+        ("a string with an escaped quote", "let s = \"a\\\"b // INTERFACE.md\";\n", &[]),
+        ("a URL in a string, then a comment", "let u = \"http://x\"; // INTERFACE.md\n", &[1]),
+        ("a raw string", "let s = r#\"\"// INTERFACE.md\"#; // fine\n", &[]),
+        ("a raw string over lines", "let s = r\"\n// INTERFACE.md\n\";\n// INTERFACE.md\n", &[4]),
+        ("a byte string", "let s = b\"// INTERFACE.md\";\n", &[]),
+        ("a quote as a character", "let q = '\"'; // INTERFACE.md\n", &[1]),
+        ("an escaped quote character", "let q = '\\''; let s = \"// INTERFACE.md\";\n", &[]),
+        ("a lifetime is no character", "fn f<'a>(s: &'a str) {} // INTERFACE.md\n", &[1]),
+        ("a raw identifier", "let r#type = 1; // INTERFACE.md\n", &[1]),
+        ("a document that exists", "// see docs/api.md and lua/fixed_window.lua.\n", &[]),
+        ("a document that does not", "// see docs/exactly-once.md\n", &[1]),
+        ("a missing script, second line", "fn f() {}\n/// lua/nothing.lua\n", &[2]),
+        ("a pattern is not a path", "// lua/digest_*.lua and lua/{a,b}.lua, docs/<name>.md\n", &[]),
+        ("a path in code is not checked", "let p = root.join(\"docs/nothing.md\");\n", &[]),
+        ("another repository's path", "// vector's `src/internal_events/`, a URL https://x.org/docs/y.md\n", &[]),
+        ("inside a longer path", "// crates/counter/lua/missing.lua\n", &[]),
+        ("a clean file", "//! Nothing to see.\nfn main() {}\n", &[]),
+    ];
+    for (what, source, want) in cases {
+        let got: Vec<usize> = comment_problems(source, exists).iter().map(|(l, _)| *l).collect();
+        assert_eq!(&got, want, "{what}: {:?}", comment_problems(source, exists));
+    }
+}
+
 #[test]
 fn docs_refer_to_nothing_outside_the_repository() {
     let root = root();
     let mut files = Vec::new();
-    markdown_files(&root, &mut files);
+    files_ending(&root, ".md", &mut files);
     assert!(files.len() >= 3, "found the docs: {files:?}");
     let mut problems = Vec::new();
     for f in &files {
@@ -90,6 +283,20 @@ fn docs_refer_to_nothing_outside_the_repository() {
         }
     }
     // Source comments count too: they are documentation a reader follows.
+    let mut sources = Vec::new();
+    for dir in ["crates", "src", "tests"] {
+        files_ending(&root.join(dir), ".rs", &mut sources);
+    }
+    assert!(sources.len() >= 50, "found the sources: {}", sources.len());
+    for f in &sources {
+        let text = std::fs::read_to_string(f).expect("read");
+        let rel = f.strip_prefix(&root).unwrap_or(f).display().to_string();
+        let krate = crate_dir(&root, f);
+        let exists = |p: &str| root.join(p).exists() || krate.join(p).exists();
+        for (line, problem) in comment_problems(&text, exists) {
+            problems.push(format!("{rel}:{line}: {problem}"));
+        }
+    }
     assert!(
         problems.is_empty(),
         "dangling references:\n{}",
@@ -128,16 +335,7 @@ async fn real_delivery(env: &Env, project: &str) -> (klaxon_testkit::Request, St
         "channels": {"webhook": {"isEnabled": true, "endpoint": endpoint, "minPeriod": 0}}}]}]));
     let mut k = env.spawn("run", &[]);
     let title = format!("TypeError: docs {}", env.namespace);
-    env.ok(&[
-        "publish",
-        "--project",
-        project,
-        "--title",
-        &title,
-        "--group",
-        "docs",
-        "--new",
-    ]);
+    env.publish(project, &title, "docs").new_first().ok();
     let got = hook.wait_for_count(1, Duration::from_secs(30)).await;
     assert_eq!(got.len(), 1, "one delivery; log:\n{}", k.logs());
     assert_eq!(k.terminate(Duration::from_secs(15)), Some(0));
@@ -152,17 +350,7 @@ fn now_s() -> i64 {
 
 /// The endpoint's secret as a tenant gets it: `klaxon webhook secret -o json`.
 fn cli_secret(env: &Env, project: &str, endpoint: &str) -> String {
-    let out = env.ok(&[
-        "webhook",
-        "secret",
-        "--project",
-        project,
-        "--endpoint",
-        endpoint,
-        "-o",
-        "json",
-    ]);
-    let v: Value = serde_json::from_str(&out).expect("one JSON object");
+    let v = env.webhook_secret(project, endpoint);
     v["secret"].as_str().expect("secret").to_owned()
 }
 

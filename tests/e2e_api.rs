@@ -1,4 +1,4 @@
-//! The HTTP API (INTERFACE.md, "HTTP API and console") end to end: the real `klaxon run` binary serving
+//! The HTTP API (docs/api.md) end to end: the real `klaxon run` binary serving
 //! `/api/v1` on `--http-addr`, against RabbitMQ, Redis, the MongoDB-wire server and a local HTTP sink.
 
 mod common;

@@ -111,16 +111,7 @@ async fn transient_failures_retry_then_deliver_once_with_one_notification_id() {
     env.import(&rules);
     let mut k = env.spawn("run", &[]);
     let title = format!("Flaky receiver ({})", env.namespace);
-    env.ok(&[
-        "publish",
-        "--project",
-        &project,
-        "--title",
-        &title,
-        "--group",
-        "g1",
-        "--new",
-    ]);
+    env.publish(&project, &title, "g1").new_first().ok();
 
     // 500 → ~1 s → 500 → ~5 s → 200
     let got = hook.wait_for_count(3, Duration::from_secs(30)).await;

@@ -31,20 +31,7 @@ fn rules(project: &str, channels: serde_json::Value) -> serde_json::Value {
 
 /// Publishes one event to each of `n` groups `<group>-0..n` (titles `<title> (<group>-<i>)`), in one process.
 fn burst(env: &Env, project: &str, title: &str, group: &str, n: u64) {
-    let n = n.to_string();
-    env.ok(&[
-        "publish",
-        "--project",
-        project,
-        "--title",
-        title,
-        "--group",
-        group,
-        "--count",
-        &n,
-        "--groups",
-        &n,
-    ]);
+    env.publish(project, title, group).count(n).groups(n).ok();
 }
 
 fn slack_text(r: &klaxon_testkit::http_sink::Request) -> String {

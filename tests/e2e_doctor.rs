@@ -64,45 +64,16 @@ impl Drop for Own {
     }
 }
 
-/// The PoloDB binary `scripts/services` installs when no MongoDB answers on 27017.
-fn polodb() -> Option<std::path::PathBuf> {
-    let tools = std::env::var("KLAXON_TOOLS_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| {
-            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".local/share/klaxon")
-        });
-    [
-        std::env::var("KLAXON_POLODB_BIN").ok().map(Into::into),
-        Some(tools.join("polodb/bin/polodb")),
-    ]
-    .into_iter()
-    .flatten()
-    .find(|p: &std::path::PathBuf| p.is_file())
-}
-
 /// An empty rule database: a PoloDB server of the test's own (PoloDB serves one database whatever the name, so
 /// the shared one holds every test's rules), or, where the shared server is a real MongoDB (no PoloDB installed),
 /// a database name nobody used.
 fn empty_rule_db() -> (String, String, Option<Own>) {
     let db = format!("wrong_{}", klaxon_testkit::unique_namespace());
-    match polodb() {
+    match klaxon_testkit::polodb_bin() {
         Some(bin) => {
             let dir = tempfile::tempdir().expect("tmp");
             let port = free_port();
-            let child = Command::new(bin)
-                .args([
-                    "serve",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    &port.to_string(),
-                    "--path",
-                ])
-                .arg(dir.path().join("data"))
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("polodb");
+            let child = klaxon_testkit::polodb_serve(&bin, port, &dir.path().join("data")).expect("polodb");
             let own = Own::started(port, child, Some(dir));
             (format!("mongodb://127.0.0.1:{port}"), db, Some(own))
         }
@@ -373,19 +344,7 @@ async fn events_flowing_into_an_empty_rule_database_fail_doctor_naming_the_datab
     let publish = |env: &Env| {
         let env = env.clone();
         let project = project.clone();
-        tokio::task::spawn_blocking(move || {
-            env.ok(&[
-                "publish",
-                "--project",
-                &project,
-                "--title",
-                "Boom",
-                "--group",
-                "g",
-                "--count",
-                "3",
-            ])
-        })
+        tokio::task::spawn_blocking(move || env.publish(&project, "Boom", "g").count(3).ok())
     };
     publish(&env).await.expect("join");
     let (code, out) = doc(&env).await.expect("join");

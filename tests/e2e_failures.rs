@@ -188,36 +188,16 @@ async fn redis_restart_mid_stream_loses_no_unacked_event() {
     import_rule(&env, &project, 50, &slack.url("/hook"));
     let k = env.spawn("run", &[]);
 
-    env.ok(&[
-        "publish",
-        "--project",
-        &project,
-        "--title",
-        "group A",
-        "--group",
-        "a",
-        "--count",
-        "20",
-    ]);
+    env.publish(&project, "group A", "a").count(20).ok();
     // Only once A's batch is acked is its count of 20 known to be in this Redis: stopping Redis while the batch
     // is inside its script call would lose the reply, leave the batch unacked, and count it again after the
-    // restart (see docs/exactly-once.md).
+    // restart (see the README's "Failure behaviour").
     k.wait_acked(20, Duration::from_secs(20));
 
     redis.stop();
     wait_status(&k, "/readyz", 503, Duration::from_secs(15));
     // Published while Redis is down: consumed, not countable, so not acked.
-    env.ok(&[
-        "publish",
-        "--project",
-        &project,
-        "--title",
-        "group B",
-        "--group",
-        "b",
-        "--count",
-        "50",
-    ]);
+    env.publish(&project, "group B", "b").count(50).ok();
     // The worker has taken B while Redis is down (consumed rises when a batch starts); none of it is acked.
     k.wait_metric("klaxon_events_consumed_total", 70.0, Duration::from_secs(20));
     assert_eq!(
@@ -232,17 +212,7 @@ async fn redis_restart_mid_stream_loses_no_unacked_event() {
     let got = slack.wait_for_count(1, Duration::from_secs(60)).await;
     assert_eq!(got.len(), 1, "log:\n{}", k.logs());
     // A's 20 counts were in the lost Redis: 30 more start a new window at 1 and do not reach 50.
-    env.ok(&[
-        "publish",
-        "--project",
-        &project,
-        "--title",
-        "group A",
-        "--group",
-        "a",
-        "--count",
-        "30",
-    ]);
+    env.publish(&project, "group A", "a").count(30).ok();
     // Every event is now counted and acked, and any firing's task was published before its batch was acked.
     k.wait_acked(100, Duration::from_secs(30));
     assert_eq!(
@@ -270,17 +240,7 @@ async fn rabbitmq_restart_mid_stream_recovers_by_itself() {
     import_rule(&env, &project, 100, &slack.url("/hook"));
     let k = env.spawn("run", &[]);
 
-    env.ok(&[
-        "publish",
-        "--project",
-        &project,
-        "--title",
-        "Disk full",
-        "--group",
-        "d",
-        "--count",
-        "60",
-    ]);
+    env.publish(&project, "Disk full", "d").count(60).ok();
     k.wait_acked(60, Duration::from_secs(20));
 
     rabbit.stop();
@@ -289,17 +249,7 @@ async fn rabbitmq_restart_mid_stream_recovers_by_itself() {
     wait_status(&k, "/readyz", 200, Duration::from_secs(60));
 
     // The 60 acked events stayed counted; 40 more cross the threshold once.
-    env.ok(&[
-        "publish",
-        "--project",
-        &project,
-        "--title",
-        "Disk full",
-        "--group",
-        "d",
-        "--count",
-        "40",
-    ]);
+    env.publish(&project, "Disk full", "d").count(40).ok();
     let got = slack.wait_for_count(1, Duration::from_secs(60)).await;
     assert_eq!(got.len(), 1, "log:\n{}", k.logs());
     // All 100 acked (the process kept its metrics across the broker restart): nothing else can fire now.
@@ -331,21 +281,11 @@ async fn a_batch_retried_after_a_redis_crash_mid_script_is_not_counted_twice() {
     let project = object_id();
     import_rule(&env, &project, 50, &slack.url("/hook"));
     let k = env.spawn("run", &[]);
-    let publish = |n: &str| {
-        env.ok(&[
-            "publish",
-            "--project",
-            &project,
-            "--title",
-            "Crash",
-            "--group",
-            "c",
-            "--count",
-            n,
-        ]);
+    let publish = |n: u64| {
+        env.publish(&project, "Crash", "c").count(n).ok();
     };
 
-    publish("20");
+    publish(20);
     // The batch has started (consumed rises first): kill Redis now, possibly inside the script call.
     k.wait_metric("klaxon_events_consumed_total", 20.0, Duration::from_secs(20));
     redis.stop();
@@ -353,7 +293,7 @@ async fn a_batch_retried_after_a_redis_crash_mid_script_is_not_counted_twice() {
     k.wait_acked(20, Duration::from_secs(60));
 
     // Counted exactly 20 times, whatever the kill interrupted: 29 more stay below 50 ...
-    publish("29");
+    publish(29);
     k.wait_acked(49, Duration::from_secs(30));
     assert_eq!(
         k.metric("klaxon_notifications_published_total{channel=\"slack\"}"),
@@ -362,7 +302,7 @@ async fn a_batch_retried_after_a_redis_crash_mid_script_is_not_counted_twice() {
         k.logs()
     );
     // ... and the 50th fires, once.
-    publish("1");
+    publish(1);
     let got = slack.wait_for_count(1, Duration::from_secs(30)).await;
     assert_eq!(got.len(), 1, "log:\n{}", k.logs());
     k.wait_acked(50, Duration::from_secs(30));

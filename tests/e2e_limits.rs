@@ -1,7 +1,8 @@
-//! Per-project bounds (INTERFACE.md, "Trust boundaries") end to end, through the real `klaxon` binary: at most
-//! 100 rules and 1,000 active mutes per project, 50 recipients per email channel, no `$`-prefixed or dotted keys
-//! in rule documents. Over a limit: 4xx from the API and the console, exit 1 from the CLI (`--force` or not),
-//! and at read time the excess is reported and skipped. Private endpoints are stored with a warning.
+//! Per-project bounds (README, "Limits per project"; docs/rules.md) end to end, through the real `klaxon`
+//! binary: at most 100 rules and 1,000 active mutes per project, 50 recipients per email channel, no
+//! `$`-prefixed or dotted keys in rule documents. Over a limit: 4xx from the API and the console, exit 1 from
+//! the CLI (`--force` or not), and at read time the excess is reported and skipped. Private endpoints are
+//! stored with a warning.
 
 mod common;
 
@@ -531,16 +532,7 @@ async fn a_document_over_the_limit_written_elsewhere_is_reported_and_only_its_fi
         (big.to_hex(), "Boom <r000> <r099> <r100> <r149>", "g1"),
         (other.to_hex(), "Boom", "g2"),
     ] {
-        env.ok(&[
-            "publish",
-            "--project",
-            &project,
-            "--title",
-            title,
-            "--group",
-            group,
-            "--new",
-        ]);
+        env.publish(&project, title, group).new_first().ok();
     }
     k.wait_acked(2, Duration::from_secs(30));
     let got = sink.wait_for_count(3, Duration::from_secs(30)).await;

@@ -38,17 +38,7 @@ async fn loop_is_delivered_and_push_channels_are_listed_as_ignored() {
 
     let mut k = env.spawn("run", &[]);
     let title = format!("ReferenceError: *x* is not defined ({})", env.namespace);
-    env.ok(&[
-        "publish",
-        "--project",
-        &project,
-        "--title",
-        &title,
-        "--group",
-        "g1",
-        "--count",
-        "3",
-    ]);
+    env.publish(&project, &title, "g1").count(3).ok();
     let got = sink.wait_for_count(1, Duration::from_secs(10)).await;
     assert_eq!(got.len(), 1, "log:\n{}", k.logs());
     assert_eq!(got[0].method, "POST");
@@ -89,16 +79,7 @@ async fn hostile_titles_mention_nobody_and_link_nowhere() {
         "boom @channel @all @here <!channel> *bold* [x](https://evil.example) Invoice \u{202E}gpj.exe\u{202C} ({})",
         env.namespace
     );
-    env.ok(&[
-        "publish",
-        "--project",
-        &project,
-        "--title",
-        &title,
-        "--group",
-        "g1",
-        "--new",
-    ]);
+    env.publish(&project, &title, "g1").new_first().ok();
     let got = sink.wait_for_count(3, Duration::from_secs(15)).await;
     assert_eq!(got.len(), 3, "log:\n{}", k.logs());
     let body = |path: &str| {

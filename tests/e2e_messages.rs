@@ -59,17 +59,7 @@ async fn every_channel_shows_the_project_name_a_link_and_the_window_in_words() {
 
     let mut k = env.spawn("run", &[]);
     let title = format!("TypeError: x is undefined ({})", env.namespace);
-    env.ok(&[
-        "publish",
-        "--project",
-        &project,
-        "--title",
-        &title,
-        "--group",
-        "11da",
-        "--count",
-        "5",
-    ]);
+    env.publish(&project, &title, "11da").count(5).ok();
 
     let link = format!("https://garage.hawk.so/project/{project}/event/11da/overview");
     let got = hooks.wait_for_count(2, Duration::from_secs(30)).await;
@@ -138,16 +128,7 @@ async fn a_sender_only_process_shows_the_project_name_too() {
     let mut sender = env.spawn("sender", &[]);
     let mut worker = env.spawn("worker", &[]);
     let title = format!("New failure ({})", env.namespace);
-    env.ok(&[
-        "publish",
-        "--project",
-        &project,
-        "--title",
-        &title,
-        "--group",
-        "g1",
-        "--new",
-    ]);
+    env.publish(&project, &title, "g1").new_first().ok();
     let got = hooks.wait_for_count(1, Duration::from_secs(30)).await;
     assert_eq!(got.len(), 1, "log:\n{}\n{}", worker.logs(), sender.logs());
     let text = got[0].json()["text"].as_str().unwrap_or_default().to_owned();

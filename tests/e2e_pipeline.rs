@@ -221,19 +221,7 @@ async fn three_workers_fire_each_of_20_groups_exactly_once() {
     let workers: Vec<_> = (0..3)
         .map(|_| env.spawn("worker", &["--batch-max", "64"]))
         .collect();
-    env.ok(&[
-        "publish",
-        "--project",
-        &project,
-        "--title",
-        "Timeout",
-        "--group",
-        "g",
-        "--groups",
-        "20",
-        "--count",
-        "10000",
-    ]);
+    env.publish(&project, "Timeout", "g").groups(20).count(10000).ok();
     // Every event acked across the fleet: every firing's task is in the queue (tasks are confirmed before acks).
     let acked =
         |ws: &[common::Klaxon]| -> f64 { ws.iter().map(|w| w.metric("klaxon_events_acked_total")).sum() };
@@ -305,21 +293,7 @@ async fn killing_a_worker_mid_stream_loses_nothing_and_notifies_once() {
     let publish = {
         let env = env.clone();
         let project = project.clone();
-        std::thread::spawn(move || {
-            env.ok(&[
-                "publish",
-                "--project",
-                &project,
-                "--title",
-                "Crash",
-                "--group",
-                "g",
-                "--groups",
-                "20",
-                "--count",
-                "10000",
-            ])
-        })
+        std::thread::spawn(move || env.publish(&project, "Crash", "g").groups(20).count(10000).ok())
     };
     // Let both workers get going, then kill one without warning and start it again.
     // Mid-stream on purpose: kill it once it has taken (not necessarily finished) 500 events.

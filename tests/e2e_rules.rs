@@ -28,13 +28,7 @@ async fn a_bad_rule_beside_a_good_one_is_reported_and_the_good_one_fires() {
     let (code, _, err) = env.run(&["rules", "import", "--file", file.to_str().expect("path")]);
     assert_ne!(code, 0, "import refuses an unusable rule without --force");
     assert!(err.contains(bad_id), "{err}");
-    env.ok(&[
-        "rules",
-        "import",
-        "--force",
-        "--file",
-        file.to_str().expect("path"),
-    ]);
+    env.import_force(&rules);
 
     let (code, out, err) = env.run(&["rules", "check", "--project", &project]);
     assert_eq!(code, 1, "check exits 1 when a rule has a problem: {out}{err}");
@@ -43,16 +37,7 @@ async fn a_bad_rule_beside_a_good_one_is_reported_and_the_good_one_fires() {
 
     let mut k = env.spawn("run", &[]);
     let title = format!("Fresh error ({})", env.namespace);
-    env.ok(&[
-        "publish",
-        "--project",
-        &project,
-        "--title",
-        &title,
-        "--group",
-        "fresh",
-        "--new",
-    ]);
+    env.publish(&project, &title, "fresh").new_first().ok();
     let got = slack.wait_for_count(1, Duration::from_secs(30)).await;
     assert_eq!(got.len(), 1, "log:\n{}", k.logs());
     assert_eq!(got[0].uri, "/good");
@@ -105,16 +90,7 @@ async fn a_hostile_min_period_is_refused_and_the_sane_rules_beside_it_fire() {
 
     let k = env.spawn("run", &[]);
     for (p, g) in [(&project, "h1"), (&other, "o1"), (&project, "h2")] {
-        env.ok(&[
-            "publish",
-            "--project",
-            p,
-            "--title",
-            "Boom",
-            "--group",
-            g,
-            "--new",
-        ]);
+        env.publish(p, "Boom", g).new_first().ok();
     }
     k.wait_acked(3, Duration::from_secs(30));
     let got = slack.wait_for_count(3, Duration::from_secs(30)).await;

@@ -34,19 +34,10 @@ async fn shadow_records_the_leading_edge_then_the_digest_and_publishes_nothing()
     let mut k = env.spawn("run", &[]);
     let started = Instant::now();
     // three groups: each fires once (threshold 1)
-    env.ok(&[
-        "publish",
-        "--project",
-        &project,
-        "--title",
-        "TypeError: shadow",
-        "--group",
-        "g",
-        "--count",
-        "3",
-        "--groups",
-        "3",
-    ]);
+    env.publish(&project, "TypeError: shadow", "g")
+        .count(3)
+        .groups(3)
+        .ok();
     k.wait_acked(3, T);
     // email (minPeriod 0): three notifications; webhook (minPeriod 2): the leading edge now, one digest later
     k.wait_metric(r#"klaxon_notifications_shadowed_total{channel="email"}"#, 3.0, T);

@@ -31,17 +31,7 @@ async fn seen_more_fires_exactly_once_for_250_events_with_threshold_100() {
 
     let mut k = env.spawn("run", &[]);
     let title = format!("TypeError: x is undefined ({})", env.namespace);
-    env.ok(&[
-        "publish",
-        "--project",
-        &project,
-        "--title",
-        &title,
-        "--group",
-        "11da",
-        "--count",
-        "250",
-    ]);
+    env.publish(&project, &title, "11da").count(250).ok();
 
     let got = slack.wait_for_count(1, Duration::from_secs(30)).await;
     assert_eq!(got.len(), 1, "one notification expected; log:\n{}", k.logs());
@@ -92,51 +82,12 @@ async fn only_new_fires_once_per_group() {
 
     let title = format!("DB connection lost ({})", env.namespace);
     // not new: never notifies
-    env.ok(&[
-        "publish",
-        "--project",
-        &project,
-        "--title",
-        &title,
-        "--group",
-        "g-old",
-        "--count",
-        "3",
-    ]);
+    env.publish(&project, &title, "g-old").count(3).ok();
     // new, then the same group flagged new again (a redelivered first occurrence)
-    env.ok(&[
-        "publish",
-        "--project",
-        &project,
-        "--title",
-        &title,
-        "--group",
-        "g-new",
-        "--new",
-        "--count",
-        "3",
-    ]);
-    env.ok(&[
-        "publish",
-        "--project",
-        &project,
-        "--title",
-        &title,
-        "--group",
-        "g-new",
-        "--new",
-    ]);
+    env.publish(&project, &title, "g-new").new_first().count(3).ok();
+    env.publish(&project, &title, "g-new").new_first().ok();
     // new but filtered out by `including`
-    env.ok(&[
-        "publish",
-        "--project",
-        &project,
-        "--title",
-        "Cache miss",
-        "--group",
-        "g-other",
-        "--new",
-    ]);
+    env.publish(&project, "Cache miss", "g-other").new_first().ok();
 
     let got = slack.wait_for_count(1, Duration::from_secs(30)).await;
     assert_eq!(got.len(), 1, "log:\n{}", k.logs());

@@ -18,20 +18,6 @@ fn wait_acked(k: &Klaxon, n: u64) {
     k.wait_metric("klaxon_events_acked_total", n as f64, Duration::from_secs(30));
 }
 
-fn publish(env: &Env, project: &str, title: &str, extra: &[&str]) {
-    let mut args = vec![
-        "publish",
-        "--project",
-        project,
-        "--title",
-        title,
-        "--group",
-        "g-users",
-    ];
-    args.extend_from_slice(extra);
-    env.ok(&args);
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn distinct_users_fire_once_in_fixed_and_sliding_windows_and_repeats_or_anonymous_events_do_not() {
     let env = Env::new();
@@ -49,8 +35,9 @@ async fn distinct_users_fire_once_in_fixed_and_sliding_windows_and_repeats_or_an
     let title = format!("TypeError: checkout failed ({})", env.namespace);
 
     // 40 events from one user and 40 without a user: one user counted, never three.
-    publish(&env, &project, &title, &["--user", "ann", "--count", "40"]);
-    publish(&env, &project, &title, &["--count", "40"]);
+    let publish = || env.publish(&project, &title, "g-users");
+    publish().user("ann").count(40).ok();
+    publish().count(40).ok();
     wait_acked(&k, 80);
     tokio::time::sleep(QUIET).await;
     assert_eq!(
@@ -61,21 +48,11 @@ async fn distinct_users_fire_once_in_fixed_and_sliding_windows_and_repeats_or_an
     );
 
     // Two more users (many events each): the third distinct user fires each rule exactly once.
-    publish(
-        &env,
-        &project,
-        &title,
-        &["--user", "bob", "--users", "2", "--count", "30"],
-    );
+    publish().user("bob").users(2).count(30).ok();
     let got = slack.wait_for_count(2, Duration::from_secs(30)).await;
     assert_eq!(got.len(), 2, "one per rule; log:\n{}", k.logs());
     // More users in the same window: no second notification.
-    publish(
-        &env,
-        &project,
-        &title,
-        &["--user", "cid", "--users", "10", "--count", "30"],
-    );
+    publish().user("cid").users(10).count(30).ok();
     wait_acked(&k, 140);
     tokio::time::sleep(QUIET).await;
     let got = slack.requests();
@@ -137,14 +114,7 @@ async fn rules_add_list_and_check_explain_unique_users() {
         {"isEnabled": true, "whatToReceive": "ONLY_NEW", "uniqueUsers": true,
          "channels": {"webhook": {"isEnabled": true, "endpoint": "https://x.test/h"}}}
     ]}]);
-    let file = common::json_file(&env, "bad-users", &bad);
-    env.ok(&[
-        "rules",
-        "import",
-        "--force",
-        "--file",
-        file.to_str().expect("path"),
-    ]);
+    env.import_force(&bad);
     let (code, out, err) = env.run(&["rules", "check", "--project", &project]);
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("`uniqueUsers` must be a boolean"), "{out}");

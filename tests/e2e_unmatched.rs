@@ -61,18 +61,10 @@ async fn events_no_rule_can_evaluate_are_counted_by_reason_and_logged_once_per_p
 
     let k = env.spawn("run", &[]);
     let publish = |project: &str| {
-        env.ok(&[
-            "publish",
-            "--project",
-            project,
-            "--title",
-            "TypeError: nobody listens",
-            "--group",
-            "g",
-            "--new",
-            "--count",
-            "2",
-        ]);
+        env.publish(project, "TypeError: nobody listens", "g")
+            .new_first()
+            .count(2)
+            .ok();
     };
     // two rounds of two events per project, in different batches
     for round in 1..=2u64 {

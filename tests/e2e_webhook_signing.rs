@@ -25,16 +25,7 @@ fn rules(project: &str, endpoint: &str) -> Value {
 
 fn publish(env: &Env, project: &str, group: &str) {
     let title = format!("TypeError: {group} ({})", env.namespace);
-    env.ok(&[
-        "publish",
-        "--project",
-        project,
-        "--title",
-        &title,
-        "--group",
-        group,
-        "--new",
-    ]);
+    env.publish(project, &title, group).new_first().ok();
 }
 
 /// The Standard Webhooks headers of a request: (id, timestamp, signatures).
@@ -56,21 +47,6 @@ fn verifies(secret: &EndpointSecret, req: &Request, now_s: i64) -> bool {
 /// The time of the attempt, from its header.
 fn stamp(req: &Request) -> i64 {
     standard(req).1.parse().expect("integer seconds")
-}
-
-/// `klaxon webhook secret -o json` in `env`.
-fn cli_secret(env: &Env, project: &str, endpoint: &str) -> Value {
-    let out = env.ok(&[
-        "webhook",
-        "secret",
-        "--project",
-        project,
-        "--endpoint",
-        endpoint,
-        "-o",
-        "json",
-    ]);
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("one JSON object, not {out}: {e}"))
 }
 
 fn whsec(v: &Value, field: &str) -> EndpointSecret {
@@ -151,11 +127,11 @@ async fn each_project_gets_its_own_secret_and_a_captured_request_expires() {
     assert_eq!(v["projectId"], a.as_str());
     let secret_a = whsec(&v, "secret");
     assert_eq!(
-        whsec(&cli_secret(&env, &a, &endpoint), "secret"),
+        whsec(&env.webhook_secret(&a, &endpoint), "secret"),
         secret_a,
         "API and CLI agree"
     );
-    let secret_b = whsec(&cli_secret(&env, &b, &endpoint), "secret");
+    let secret_b = whsec(&env.webhook_secret(&b, &endpoint), "secret");
     assert_ne!(secret_a, secret_b, "two projects, two secrets for one endpoint");
     let (status, html) = get_page(&k, &format!("/projects/{a}"), None).await;
     assert_eq!(status, 200, "{html}");
@@ -306,8 +282,8 @@ async fn a_retry_keeps_the_id_and_a_rotation_verifies_with_the_old_and_the_new_s
     let got = hook.wait_for_count(2, WAIT).await;
     assert_eq!(got.len(), 2, "a failed attempt, then a retry; log:\n{}", k.logs());
 
-    let old = whsec(&cli_secret(&before, &project, &endpoint), "secret");
-    let rotating = cli_secret(&env, &project, &endpoint);
+    let old = whsec(&before.webhook_secret(&project, &endpoint), "secret");
+    let rotating = env.webhook_secret(&project, &endpoint);
     let new = whsec(&rotating, "secret");
     assert_eq!(
         whsec(&rotating, "previousSecret"),
@@ -330,7 +306,7 @@ async fn a_retry_keeps_the_id_and_a_rotation_verifies_with_the_old_and_the_new_s
             verifies(&old, req, now),
             "the secret from before the rotation still verifies"
         );
-        let stranger = whsec(&cli_secret(&env, &object_id(), &endpoint), "secret");
+        let stranger = whsec(&env.webhook_secret(&object_id(), &endpoint), "secret");
         assert!(!verifies(&stranger, req, now));
     }
     assert!(

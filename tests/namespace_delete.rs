@@ -99,15 +99,7 @@ async fn deletes_one_namespace_and_never_the_one_its_name_is_a_prefix_of() {
         let env = env.clone();
         let project = project.clone();
         tokio::task::spawn_blocking(move || {
-            env.ok(&[
-                "publish",
-                "--project",
-                &project,
-                "--title",
-                "Boom",
-                "--group",
-                "g1",
-            ]);
+            env.publish(&project, "Boom", "g1").ok();
             env.ok(&["dead", "list"]); // declares every queue and the delay engine
             env.ok(&["mute", "add", "--project", &project, "--for", "1h"]);
         })
@@ -302,33 +294,14 @@ async fn deletes_the_keys_on_every_master_of_a_cluster() {
 /// database); skipped where PoloDB is not installed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_that_cannot_be_dropped_leaves_the_namespace_whole() {
-    let tools = std::env::var("KLAXON_TOOLS_DIR").unwrap_or_else(|_| {
-        format!(
-            "{}/.local/share/klaxon",
-            std::env::var("HOME").unwrap_or_default()
-        )
-    });
-    let bin = std::env::var("KLAXON_POLODB_BIN").unwrap_or_else(|_| format!("{tools}/polodb/bin/polodb"));
-    if !std::path::Path::new(&bin).is_file() {
-        eprintln!("PoloDB not installed at {bin}: --drop-database's failure path not tested");
+    let Some(bin) = klaxon_testkit::polodb_bin() else {
+        eprintln!("PoloDB not installed (KLAXON_POLODB_BIN): --drop-database's failure path not tested");
         return;
-    }
+    };
     let dir = tempfile::tempdir().expect("tmp");
     let port = common::free_port();
-    let mut polodb = std::process::Command::new(&bin)
-        .args([
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--path",
-        ])
-        .arg(dir.path().join("data"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start PoloDB");
+    let mut polodb =
+        klaxon_testkit::polodb_serve(&bin, port, &dir.path().join("data")).expect("start PoloDB");
     let url = format!("mongodb://127.0.0.1:{port}/?serverSelectionTimeoutMS=2000");
     let env = Env::new().set("KLAXON_MONGO_URL", &url);
     let ns = env.namespace.clone();

@@ -142,6 +142,13 @@ struct AddArgs {
     /// Print the stored rule as JSON.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    writes: WriteArgs,
+}
+
+/// What the commands that store rules (`add`, `import`) check beyond validation.
+#[derive(Debug, Args)]
+struct WriteArgs {
     /// Endpoints on loopback/private addresses are expected (no warning on stderr).
     #[arg(long, env = "KLAXON_ALLOW_PRIVATE_ENDPOINTS", default_value_t = false)]
     allow_private_endpoints: bool,
@@ -196,11 +203,8 @@ struct ImportArgs {
     /// Print what was stored as JSON (the export format).
     #[arg(long)]
     json: bool,
-    /// Endpoints on loopback/private addresses are expected (no warning on stderr).
-    #[arg(long, env = "KLAXON_ALLOW_PRIVATE_ENDPOINTS", default_value_t = false)]
-    allow_private_endpoints: bool,
-    #[command(flatten, next_help_heading = "Limits per project")]
-    limits: RuleLimitOpts,
+    #[command(flatten)]
+    writes: WriteArgs,
 }
 
 #[derive(Debug, Args)]
@@ -242,8 +246,8 @@ pub async fn run(args: RulesArgs, global: &GlobalOpts) -> anyhow::Result<ExitCod
     }
     let limits = crate::cli::limits(
         match &args.command {
-            RulesCommand::Add(a) => Some(&a.limits),
-            RulesCommand::Import(a) => Some(&a.limits),
+            RulesCommand::Add(a) => Some(&a.writes.limits),
+            RulesCommand::Import(a) => Some(&a.writes.limits),
             RulesCommand::Check(a) => Some(&a.limits),
             _ => None,
         },
@@ -386,7 +390,7 @@ async fn command(
         RulesCommand::Add(a) => {
             let rule = serde_json::to_value(add_rule.unwrap_or_default())?;
             let id = store.add_rule(&a.project, &rule, limits.max_rules).await?;
-            if !a.allow_private_endpoints {
+            if !a.writes.allow_private_endpoints {
                 build::warn_private_endpoints(&a.project, &rule);
             }
             print::added(&a.project, &id, rule, a.json)?;

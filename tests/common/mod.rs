@@ -108,10 +108,56 @@ impl Env {
         out
     }
 
-    /// Stores rules with `klaxon rules import` (the INTERFACE.md JSON format); the import must succeed.
+    /// Stores rules with `klaxon rules import` (the JSON format of the README's "Rules"); the import must succeed.
     pub fn import(&self, rules: &serde_json::Value) {
         let file = json_file(self, "rules", rules);
         self.ok(&["rules", "import", "--file", file.to_str().expect("path")]);
+    }
+
+    /// [`Env::import`] with `--force`: rules the engine cannot use are stored too.
+    pub fn import_force(&self, rules: &serde_json::Value) {
+        let file = json_file(self, "rules", rules);
+        self.ok(&[
+            "rules",
+            "import",
+            "--force",
+            "--file",
+            file.to_str().expect("path"),
+        ]);
+    }
+
+    /// `klaxon webhook secret -o json` for `endpoint` of `project`: the one JSON object it prints.
+    pub fn webhook_secret(&self, project: &str, endpoint: &str) -> serde_json::Value {
+        let args = [
+            "webhook",
+            "secret",
+            "--project",
+            project,
+            "--endpoint",
+            endpoint,
+            "-o",
+            "json",
+        ];
+        let out = self.ok(&args);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("one JSON object, not {out}: {e}"))
+    }
+
+    /// `klaxon publish` of test events of `project` titled `title` in group `group`; the builder's methods add
+    /// options and [`Publish::ok`] runs it: `env.publish(&project, "Boom", "g").new_first().count(3).ok()`.
+    pub fn publish(&self, project: &str, title: &str, group: &str) -> Publish<'_> {
+        let args = [
+            "publish",
+            "--project",
+            project,
+            "--title",
+            title,
+            "--group",
+            group,
+        ];
+        Publish {
+            env: self,
+            args: args.map(str::to_owned).to_vec(),
+        }
     }
 
     /// Starts a long-running process (`run`, `worker`, `sender`) and waits until /readyz answers 200.
@@ -140,6 +186,51 @@ impl Env {
         };
         k.wait_ready(Duration::from_secs(60));
         k
+    }
+}
+
+/// A `klaxon publish` being put together by [`Env::publish`]; nothing is published before [`Publish::ok`].
+#[must_use = "nothing is published until `.ok()`"]
+pub struct Publish<'a> {
+    env: &'a Env,
+    args: Vec<String>,
+}
+
+impl Publish<'_> {
+    /// `--new`: the first event is a first occurrence (`isNew: true`).
+    pub fn new_first(self) -> Self {
+        self.arg("--new")
+    }
+
+    /// `--count n`: how many events.
+    pub fn count(self, n: u64) -> Self {
+        self.arg("--count").arg(&n.to_string())
+    }
+
+    /// `--groups n`: the events spread round-robin over `n` groups (`<group>-0` …).
+    pub fn groups(self, n: u64) -> Self {
+        self.arg("--groups").arg(&n.to_string())
+    }
+
+    /// `--user id`: the affected user.
+    pub fn user(self, id: &str) -> Self {
+        self.arg("--user").arg(id)
+    }
+
+    /// `--users n`: the events spread round-robin over `n` users (`<user>-0` …).
+    pub fn users(self, n: u64) -> Self {
+        self.arg("--users").arg(&n.to_string())
+    }
+
+    fn arg(mut self, arg: &str) -> Self {
+        self.args.push(arg.to_owned());
+        self
+    }
+
+    /// Runs the command, which must succeed; returns its standard output.
+    pub fn ok(self) -> String {
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        self.env.ok(&args)
     }
 }
 

@@ -1,5 +1,5 @@
-//! What every write path of tenant rules and mutes checks beyond validation (INTERFACE.md, "Trust
-//! boundaries"): the per-project limits ([`klaxon_core::Limits`]: rules, mutes, email recipients) and the
+//! What every write path of tenant rules and mutes checks beyond validation (README, "Limits per project";
+//! docs/rules.md): the per-project limits ([`klaxon_core::Limits`]: rules, mutes, email recipients) and the
 //! endpoints that point to this machine or a private network.
 //!
 //! The API, the console and the CLI (`klaxon rules import|add`, `klaxon mute add`) all come here, so they

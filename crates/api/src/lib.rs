@@ -1,4 +1,4 @@
-//! Klaxon's HTTP API (INTERFACE.md, "HTTP API and console"), mounted beside `/metrics` on `--http-addr`.
+//! Klaxon's HTTP API (README, "HTTP API"; docs/api.md), mounted beside `/metrics` on `--http-addr`.
 //!
 //! ```text
 //!  client ──▶ guard (Host, cross-site) ──▶ auth (Bearer token, or loopback only; wrong tokens throttled per client)

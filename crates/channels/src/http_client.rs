@@ -2,11 +2,12 @@
 
 use std::time::{Duration, SystemTime};
 
+use klaxon_core::NotificationTask;
 use url::{Host, Url};
 
 use crate::error::{classify_status, parse_retry_after, tidy};
 use crate::safety::{non_public_kind, RefusedAddress, VettingResolver};
-use crate::DeliveryError;
+use crate::{Delivered, DeliveryError};
 
 /// How much of an error response we read, for the reason string.
 const MAX_ERROR_BODY: usize = 4096;
@@ -25,6 +26,12 @@ impl Answer {
             None => Ok(()),
             Some(e) => Err(e),
         }
+    }
+
+    /// [`Answer::check`] with a secret-free snippet of the body as the detail: for receivers that explain a
+    /// failure in the body (Slack, Loop, webhooks, Hawk's notify-bot).
+    pub(crate) fn check_body(&self, what: &str, secrets: &[&str]) -> Result<(), DeliveryError> {
+        self.check(what, &body_detail(&self.body, secrets))
     }
 }
 
@@ -116,6 +123,38 @@ impl Http {
             retry_after,
             body: String::from_utf8_lossy(&raw).into_owned(),
         })
+    }
+
+    /// POSTs a JSON `body` and classifies the answer ([`Answer::check_body`]).
+    pub(crate) async fn post_json(
+        &self,
+        url: &Url,
+        headers: &[(&str, String)],
+        body: Vec<u8>,
+        what: &str,
+        secrets: &[&str],
+    ) -> Result<(), DeliveryError> {
+        let answer = self
+            .post(url, "application/json", headers, body, what, secrets)
+            .await?;
+        answer.check_body(what, secrets)
+    }
+
+    /// `task` as one JSON message to an incoming webhook whose URL is the whole endpoint (Slack, Loop): the
+    /// endpoint is checked first, then `body` renders, then one POST; the endpoint (it is the secret) never
+    /// reaches a reason.
+    pub(crate) async fn post_json_to_endpoint(
+        &self,
+        task: &NotificationTask,
+        body: impl FnOnce() -> Result<String, DeliveryError>,
+    ) -> Result<Delivered, DeliveryError> {
+        let (endpoint, channel) = (task.endpoint.as_str(), task.channel.as_str());
+        let url = parse_http_endpoint(endpoint, channel)?;
+        let what = label(channel, &url);
+        let body = body()?;
+        self.post_json(&url, &[], body.into_bytes(), &what, &[endpoint])
+            .await?;
+        Ok(Delivered { messages: 1 })
     }
 }
 

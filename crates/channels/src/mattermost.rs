@@ -1,12 +1,11 @@
 //! Hawk's `loop` channel: Loop is a Mattermost-compatible messenger, so its incoming webhook takes
-//! `POST <endpoint>` with JSON `{"text": …}` in Markdown. Failures are classified like Slack's. Tenant text is
+//! `POST <endpoint>` with JSON `{"text": …}` in Markdown, sent and classified as Slack's is (`http_client.rs`). Tenant text is
 //! neutralised by [`crate::render::escape_loop`] (no mentions, links, formatting).
 
 use klaxon_core::NotificationTask;
 
-use crate::http_client::{body_detail, label, parse_http_endpoint};
 use crate::render::{MessageContext, LOOP};
-use crate::{Channels, Delivered, DeliveryError};
+use crate::{Channels, DeliveryError};
 
 impl Channels {
     /// The JSON body POSTed to the webhook.
@@ -17,24 +16,5 @@ impl Channels {
     ) -> Result<String, DeliveryError> {
         let text = self.inner.renderer.render_with(LOOP, task, ctx)?;
         Ok(serde_json::json!({ "text": text }).to_string())
-    }
-
-    pub(crate) async fn deliver_loop(
-        &self,
-        task: &NotificationTask,
-        ctx: MessageContext<'_>,
-    ) -> Result<Delivered, DeliveryError> {
-        let url = parse_http_endpoint(&task.endpoint, "loop")?;
-        let what = label("loop", &url);
-        let body = self.loop_body(task, ctx)?;
-        let secrets = [task.endpoint.as_str()];
-        let answer = self
-            .inner
-            .http
-            .post(&url, "application/json", &[], body.into_bytes(), &what, &secrets)
-            .await?;
-        // Mattermost explains failures in a JSON or plain-text body.
-        answer.check(&what, &body_detail(&answer.body, &secrets))?;
-        Ok(Delivered { messages: 1 })
     }
 }

@@ -182,9 +182,7 @@ pub fn escape_telegram(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
         match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
+            '&' | '<' | '>' => out.extend(html_entity(c)),
             '"' => out.push_str("&quot;"),
             '@' => {
                 out.push('@');
@@ -219,20 +217,13 @@ pub fn escape_telegram(s: &str) -> String {
 /// What remains: a user who set a custom mention keyword (or their first name) is notified when a title
 /// contains that word, as for any text posted in the channel.
 pub fn escape_loop(s: &str) -> String {
-    let chars: Vec<char> = s.chars().collect();
-    let mut out = String::with_capacity(s.len() + 16);
-    for (i, &c) in chars.iter().enumerate() {
-        let next = chars.get(i + 1).copied();
+    escape_chars(s, |chars, i, out| {
+        let (c, next) = (chars[i], chars.get(i + 1).copied());
         if (i == 0 || chars[i - 1] == '\n') && starts_a_block(&chars[i..]) {
             out.push(WORD_JOINER);
         }
-        if link_break_before(&chars, i) {
-            out.push(WORD_JOINER);
-        }
         match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
+            '&' | '<' | '>' => out.extend(html_entity(c)),
             '$' => out.push_str("&#36;"),
             '\\' => {
                 out.push('\\');
@@ -264,8 +255,7 @@ pub fn escape_loop(s: &str) -> String {
             }
             c => out.push(c),
         }
-    }
-    out
+    })
 }
 
 /// Slack's top-level `text`, in mrkdwn: the text of push notifications, and of the message only for clients that
@@ -275,25 +265,15 @@ pub fn escape_loop(s: &str) -> String {
 /// `text`). mrkdwn has no escape for `*`, `_`, `~` and `` ` ``: that is why the displayed message is built from
 /// `rich_text` blocks, where tenant text is literal ([`slack_literal`]).
 pub fn escape_slack_text(s: &str) -> String {
-    let chars: Vec<char> = s.chars().collect();
-    let mut out = String::with_capacity(s.len() + 8);
-    for (i, &c) in chars.iter().enumerate() {
-        if link_break_before(&chars, i) {
-            out.push(WORD_JOINER);
-        }
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            c => {
-                out.push(c);
-                if link_break_after(&chars, i) {
-                    out.push(WORD_JOINER);
-                }
+    escape_chars(s, |chars, i, out| match html_entity(chars[i]) {
+        Some(entity) => out.push_str(entity),
+        None => {
+            out.push(chars[i]);
+            if link_break_after(chars, i) {
+                out.push(WORD_JOINER);
             }
         }
-    }
-    out
+    })
 }
 
 /// Slack's blocks carry tenant text in `rich_text` `text` elements, which Slack shows literally: no mrkdwn, no
@@ -302,18 +282,36 @@ pub fn escape_slack_text(s: &str) -> String {
 /// them after all: a word joiner after `<` (no `<!channel>` control sequence) and the link breaks of
 /// [`escape_loop`]. Entities would show as `&lt;` here, so `&`, `<` and `>` stay themselves.
 pub fn slack_literal(s: &str) -> String {
+    escape_chars(s, |chars, i, out| {
+        out.push(chars[i]);
+        if chars[i] == '<' || link_break_after(chars, i) {
+            out.push(WORD_JOINER);
+        }
+    })
+}
+
+/// The walk the escapers of Loop and Slack share: a word joiner wherever [`link_break_before`] puts one, then
+/// `each` writes character `i` of `chars` (seeing its neighbours) its own way.
+fn escape_chars(s: &str, mut each: impl FnMut(&[char], usize, &mut String)) -> String {
     let chars: Vec<char> = s.chars().collect();
-    let mut out = String::with_capacity(s.len() + 8);
-    for (i, &c) in chars.iter().enumerate() {
+    let mut out = String::with_capacity(s.len() + 16);
+    for i in 0..chars.len() {
         if link_break_before(&chars, i) {
             out.push(WORD_JOINER);
         }
-        out.push(c);
-        if c == '<' || link_break_after(&chars, i) {
-            out.push(WORD_JOINER);
-        }
+        each(&chars, i, &mut out);
     }
     out
+}
+
+/// `&`, `<` and `>` as HTML entities (Telegram's HTML, Loop's Markdown and Slack's `text` all take them).
+fn html_entity(c: char) -> Option<&'static str> {
+    match c {
+        '&' => Some("&amp;"),
+        '<' => Some("&lt;"),
+        '>' => Some("&gt;"),
+        _ => None,
+    }
 }
 
 /// True when a line starting with `rest` could open a Markdown block (heading, quote, list, code block,

@@ -14,9 +14,8 @@
 use klaxon_core::NotificationTask;
 use serde_json::{json, Value};
 
-use crate::http_client::{body_detail, label, parse_http_endpoint};
 use crate::render::{slack_literal, MessageContext, View, SLACK, SLACK_SECTION_MAX};
-use crate::{Channels, Delivered, DeliveryError};
+use crate::{Channels, DeliveryError};
 
 /// One piece of a line of a Slack message.
 enum Piece {
@@ -215,24 +214,5 @@ impl Channels {
             "unfurl_media": false,
         })
         .to_string())
-    }
-
-    pub(crate) async fn deliver_slack(
-        &self,
-        task: &NotificationTask,
-        ctx: MessageContext<'_>,
-    ) -> Result<Delivered, DeliveryError> {
-        let url = parse_http_endpoint(&task.endpoint, "slack")?;
-        let what = label("slack", &url);
-        let body = self.slack_body(task, ctx)?;
-        let secrets = [task.endpoint.as_str()];
-        let answer = self
-            .inner
-            .http
-            .post(&url, "application/json", &[], body.into_bytes(), &what, &secrets)
-            .await?;
-        // Slack explains failures in a short plain-text body (`invalid_payload`, `no_service`, …).
-        answer.check(&what, &body_detail(&answer.body, &secrets))?;
-        Ok(Delivered { messages: 1 })
     }
 }

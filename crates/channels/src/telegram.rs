@@ -7,7 +7,7 @@
 use klaxon_core::NotificationTask;
 use url::Url;
 
-use crate::http_client::{body_detail, label, parse_http_endpoint};
+use crate::http_client::{body_detail, label, parse_http_endpoint, Answer};
 use crate::render::{split_html, MessageContext, TELEGRAM, TELEGRAM_MAX};
 use crate::{Channels, Delivered, DeliveryError};
 
@@ -90,36 +90,22 @@ impl Channels {
         ))
         .map_err(|_| DeliveryError::permanent("telegram: bot token does not fit in a URL"))?;
         let what = label("telegram", &url);
-        for (i, part) in parts.iter().enumerate() {
-            let body = send_message(endpoint, part);
-            let result = async {
-                let answer = self
-                    .inner
-                    .http
-                    .post(
-                        &url,
-                        "application/json",
-                        &[],
-                        body.to_string().into_bytes(),
-                        &what,
-                        &secrets,
-                    )
-                    .await?;
-                let detail = body_detail(&body_description(&answer.body), &secrets);
-                answer.check(&what, &detail).map_err(|e| match e {
-                    DeliveryError::Transient { reason, retry_after } => DeliveryError::Transient {
-                        reason,
-                        retry_after: retry_after.or_else(|| body_retry_after(&answer.body)),
-                    },
-                    permanent => permanent,
-                })
-            }
-            .await;
-            result.map_err(|e| after_parts(e, i, parts.len()))?;
-        }
-        Ok(Delivered {
-            messages: parts.len(),
-        })
+        let request = |part: &str| {
+            let body = send_message(endpoint, part).to_string();
+            ("application/json", body.into_bytes())
+        };
+        let check = |answer: &Answer| {
+            let detail = body_detail(&body_description(&answer.body), &secrets);
+            answer.check(&what, &detail).map_err(|e| match e {
+                DeliveryError::Transient { reason, retry_after } => DeliveryError::Transient {
+                    reason,
+                    retry_after: retry_after.or_else(|| body_retry_after(&answer.body)),
+                },
+                permanent => permanent,
+            })
+        };
+        self.send_parts(&url, &what, &secrets, &parts, request, check)
+            .await
     }
 
     /// Hawk's notify-bot: `POST <endpoint>` with a form `message=…&parse_mode=HTML&disable_web_page_preview=true`
@@ -133,26 +119,40 @@ impl Channels {
         let url = parse_http_endpoint(endpoint, "telegram")?;
         let what = label("telegram", &url);
         let secrets = [task.endpoint.as_str()];
-        for (i, part) in parts.iter().enumerate() {
+        let request = |part: &str| {
             let body = url::form_urlencoded::Serializer::new(String::new())
                 .append_pair("message", part)
                 .append_pair("parse_mode", "HTML")
                 .append_pair("disable_web_page_preview", "true")
                 .finish();
+            ("application/x-www-form-urlencoded", body.into_bytes())
+        };
+        let check = |answer: &Answer| answer.check_body(&what, &secrets);
+        self.send_parts(&url, &what, &secrets, parts, request, check)
+            .await
+    }
+
+    /// POSTs the parts of one message in order, one request each (`request` gives a part's content type and
+    /// body, `check` classifies the answer), and stops at the first failure, whose reason then says how many
+    /// parts went out.
+    async fn send_parts(
+        &self,
+        url: &Url,
+        what: &str,
+        secrets: &[&str],
+        parts: &[String],
+        request: impl Fn(&str) -> (&'static str, Vec<u8>),
+        check: impl Fn(&Answer) -> Result<(), DeliveryError>,
+    ) -> Result<Delivered, DeliveryError> {
+        for (i, part) in parts.iter().enumerate() {
+            let (content_type, body) = request(part);
             let result = async {
                 let answer = self
                     .inner
                     .http
-                    .post(
-                        &url,
-                        "application/x-www-form-urlencoded",
-                        &[],
-                        body.into_bytes(),
-                        &what,
-                        &secrets,
-                    )
+                    .post(url, content_type, &[], body, what, secrets)
                     .await?;
-                answer.check(&what, &body_detail(&answer.body, &secrets))
+                check(&answer)
             }
             .await;
             result.map_err(|e| after_parts(e, i, parts.len()))?;

@@ -1,4 +1,4 @@
-//! Generic webhooks: the notification as JSON, exactly as INTERFACE.md shows it, signed per the
+//! Generic webhooks: the notification as JSON, exactly as docs/webhook.md's schema shows it, signed per the
 //! [Standard Webhooks](https://www.standardwebhooks.com/) spec when a master key is configured. Two optional
 //! fields are added when known: `projectName` (Hawk's project name) and, per event, `url` (from
 //! `--event-url-template`).
@@ -30,7 +30,7 @@ use klaxon_core::{NotificationEvent, NotificationTask};
 use serde::Serialize;
 use sha2::Sha256;
 
-use crate::http_client::{body_detail, label, parse_http_endpoint};
+use crate::http_client::{label, parse_http_endpoint};
 use crate::render::MessageContext;
 use crate::{Channels, Delivered, DeliveryError, Secret};
 
@@ -342,12 +342,10 @@ impl Channels {
             secrets.push(keys.current.expose());
             secrets.extend(keys.previous.as_ref().map(Secret::expose));
         }
-        let answer = self
-            .inner
+        self.inner
             .http
-            .post(&url, "application/json", &headers, body, &what, &secrets)
+            .post_json(&url, &headers, body, &what, &secrets)
             .await?;
-        answer.check(&what, &body_detail(&answer.body, &secrets))?;
         Ok(Delivered { messages: 1 })
     }
 }

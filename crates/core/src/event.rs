@@ -72,6 +72,25 @@ fn required_string(value: Option<serde_json::Value>, field: &str) -> Result<Stri
     }
 }
 
+/// An optional field: absent or `null` is `None`; a value `take` accepts is what it makes of it; anything else
+/// is refused with "field `<field>` must be <want>, got <its type>".
+fn optional<T>(
+    value: Option<serde_json::Value>,
+    field: &str,
+    want: &str,
+    take: impl FnOnce(serde_json::Value) -> Result<Option<T>, serde_json::Value>,
+) -> Result<Option<T>, InvalidEvent> {
+    match value {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(v) => take(v).map_err(|other| {
+            InvalidEvent(format!(
+                "field `{field}` must be {want}, got {}",
+                json_type(&other)
+            ))
+        }),
+    }
+}
+
 fn json_type(v: &serde_json::Value) -> &'static str {
     match v {
         serde_json::Value::Null => "null",
@@ -153,36 +172,25 @@ impl EventTask {
             .ok_or_else(|| InvalidEvent("missing required field `event`".to_owned()))?;
         let title = required_string(ev.title, "event.title")?;
         let group_hash = required_string(ev.group_hash, "event.groupHash")?;
-        let is_new = match ev.is_new {
-            None | Some(serde_json::Value::Null) => false,
-            Some(serde_json::Value::Bool(b)) => b,
-            Some(other) => {
-                return Err(InvalidEvent(format!(
-                    "field `event.isNew` must be a boolean, got {}",
-                    json_type(&other)
-                )))
-            }
-        };
-        let repetition_id = match ev.repetition_id {
-            None | Some(serde_json::Value::Null) => None,
-            Some(serde_json::Value::String(s)) => Some(s),
-            Some(other) => {
-                return Err(InvalidEvent(format!(
-                    "field `event.repetitionId` must be a string or null, got {}",
-                    json_type(&other)
-                )))
-            }
-        };
-        let timestamp = match ev.timestamp {
-            None | Some(serde_json::Value::Null) => None,
-            Some(serde_json::Value::Number(n)) => n.as_f64(),
-            Some(other) => {
-                return Err(InvalidEvent(format!(
-                    "field `event.timestamp` must be unix seconds, got {}",
-                    json_type(&other)
-                )))
-            }
-        };
+        use serde_json::Value as Json;
+        let is_new = optional(ev.is_new, "event.isNew", "a boolean", |v| match v {
+            Json::Bool(b) => Ok(Some(b)),
+            other => Err(other),
+        })?
+        .unwrap_or(false);
+        let repetition_id = optional(
+            ev.repetition_id,
+            "event.repetitionId",
+            "a string or null",
+            |v| match v {
+                Json::String(s) => Ok(Some(s)),
+                other => Err(other),
+            },
+        )?;
+        let timestamp = optional(ev.timestamp, "event.timestamp", "unix seconds", |v| match v {
+            Json::Number(n) => Ok(n.as_f64()),
+            other => Err(other),
+        })?;
         Ok(EventTask {
             project_id,
             event: Event {
@@ -248,7 +256,15 @@ mod tests {
             (br#"{"projectId":"nope","event":{"title":"t","groupHash":"g"}}"#, "ObjectId"),
             (
                 br#"{"projectId":"5e3eef0679fa3700a0198a49","event":{"title":"t","groupHash":"g","isNew":"yes"}}"#,
-                "`event.isNew`",
+                "field `event.isNew` must be a boolean, got a string",
+            ),
+            (
+                br#"{"projectId":"5e3eef0679fa3700a0198a49","event":{"title":"t","groupHash":"g","repetitionId":5}}"#,
+                "field `event.repetitionId` must be a string or null, got a number",
+            ),
+            (
+                br#"{"projectId":"5e3eef0679fa3700a0198a49","event":{"title":"t","groupHash":"g","timestamp":"now"}}"#,
+                "field `event.timestamp` must be unix seconds, got a string",
             ),
             (br#"[1,2]"#, "not a valid notifier task"),
         ];

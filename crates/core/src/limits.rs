@@ -1,6 +1,6 @@
-//! Per-project bounds (INTERFACE.md, "Trust boundaries"): how many rules a project may hold, how many mutes
-//! may be active in it, how many recipients one email channel may have, and which keys a rule document may
-//! use.
+//! Per-project bounds (README, "Limits per project"; docs/rules.md): how many rules a project may hold, how
+//! many mutes may be active in it, how many recipients one email channel may have, and which keys a rule
+//! document may use.
 //!
 //! Tenants write their own rules and mutes. Without bounds one project could make every one of its events
 //! cost thousands of rule evaluations, every firing batch read thousands of mutes, or one alert go to a

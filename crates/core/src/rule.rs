@@ -505,14 +505,7 @@ mod tests {
     use serde_json::json;
 
     fn event(title: &str, is_new: bool) -> Event {
-        Event {
-            title: title.into(),
-            group_hash: "g".into(),
-            is_new,
-            repetition_id: None,
-            timestamp: None,
-            user: None,
-        }
+        super::decide_tests::ev(title, is_new, None)
     }
 
     fn slack() -> Value {
@@ -1069,7 +1062,8 @@ mod decide_tests {
     use crate::filter::FilterMiss;
     use serde_json::json;
 
-    fn ev(title: &str, is_new: bool, user: Option<&str>) -> Event {
+    /// An event of group `g` (the tests of this file all use it).
+    pub(super) fn ev(title: &str, is_new: bool, user: Option<&str>) -> Event {
         Event {
             title: title.into(),
             group_hash: "g".into(),

@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 
-LUA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "lua")
+LUA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lua")
 PAIRS, PER, CALLS = 50, 20, 200
 
 

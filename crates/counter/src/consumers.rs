@@ -23,10 +23,8 @@ use redis::Script;
 use crate::script_io::ms;
 use crate::{CounterError, RedisHandle};
 
-static BEAT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/consumers_beat.lua")));
-static LIVE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/consumers_live.lua")));
+static BEAT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/consumers_beat.lua")));
+static LIVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/consumers_live.lua")));
 
 /// What the registry holds now ([`Consumers::live`]).
 #[derive(Debug, Clone, PartialEq, Eq)]

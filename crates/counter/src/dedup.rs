@@ -18,9 +18,8 @@ use redis::Script;
 use crate::script_io::ms;
 use crate::{CounterError, RedisHandle};
 
-static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/dedup_claim.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/dedup_release.lua")));
+static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/dedup_claim.lua")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/dedup_release.lua")));
 
 /// How long a `sent` mark lives by default: 7 days, longer than any retry schedule or consumer outage.
 pub const DEFAULT_DEDUP_TTL: Duration = Duration::from_secs(7 * 24 * 3600);

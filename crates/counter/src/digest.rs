@@ -17,10 +17,9 @@ use crate::pipeline::{self, ScriptCall};
 use crate::script_io::{bad, int, ms, now_arg, text};
 use crate::{CounterError, RedisHandle};
 
-static APPEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/digest_append.lua")));
-static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/digest_claim.lua")));
-static DONE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/digest_done.lua")));
+static APPEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/digest_append.lua")));
+static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/digest_claim.lua")));
+static DONE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/digest_done.lua")));
 
 /// Most groups one digest window keeps; later new groups are ignored (known ones still merge).
 pub const DIGEST_MAX_GROUPS: usize = 1000;

@@ -15,8 +15,7 @@ use redis::Script;
 use crate::script_io::now_arg;
 use crate::{CounterError, RedisHandle};
 
-static RESERVE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/gcra_reserve.lua")));
+static RESERVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/gcra_reserve.lua")));
 
 /// The answer to a slot request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

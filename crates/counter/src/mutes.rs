@@ -18,8 +18,8 @@ use redis::{AsyncCommands, Script, Value};
 use crate::script_io::{bad, int, now_arg, text};
 use crate::{CounterError, RedisHandle};
 
-static ADD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/mute_add.lua")));
-static READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../../lua/mutes_read.lua")));
+static ADD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/mute_add.lua")));
+static READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/mutes_read.lua")));
 
 /// Bound on the projects remembered as "already reported over the limit" (cleared past it).
 const MAX_REPORTED: usize = 10_000;

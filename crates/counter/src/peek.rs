@@ -71,18 +71,18 @@ impl WindowCounter {
         let keys = self.keys_of(hit);
         let key = |i: usize| keys.get(i).cloned().unwrap_or_default();
         let user = hit.user.as_deref().unwrap_or_default().to_owned();
-        let since = |period: u64| format!("({}", now - period as i64);
+        // A sliding window: the events of the trailing period, and when the rule last fired.
+        let trailing = |period: u64| {
+            let since = format!("({}", now - period as i64);
+            vec![
+                redis::cmd("ZCOUNT").arg(key(0)).arg(since).arg("+inf").clone(),
+                redis::cmd("HMGET").arg(key(1)).arg(&["a"]).clone(),
+            ]
+        };
         match hit.spec {
             HitSpec::FirstSeen => vec![redis::cmd("GET").arg(key(0)).clone()],
             HitSpec::Fixed { .. } => vec![redis::cmd("HMGET").arg(key(0)).arg(&["s", "c", "f"]).clone()],
-            HitSpec::Sliding { period_ms, .. } => vec![
-                redis::cmd("ZCOUNT")
-                    .arg(key(0))
-                    .arg(since(period_ms))
-                    .arg("+inf")
-                    .clone(),
-                redis::cmd("HMGET").arg(key(1)).arg(&["a"]).clone(),
-            ],
+            HitSpec::Sliding { period_ms, .. } => trailing(period_ms),
             HitSpec::UniqueUsers {
                 window: Window::Fixed,
                 ..
@@ -95,15 +95,11 @@ impl WindowCounter {
                 window: Window::Sliding,
                 period_ms,
                 ..
-            } => vec![
-                redis::cmd("ZCOUNT")
-                    .arg(key(0))
-                    .arg(since(period_ms))
-                    .arg("+inf")
-                    .clone(),
-                redis::cmd("HMGET").arg(key(1)).arg(&["a"]).clone(),
-                redis::cmd("ZSCORE").arg(key(0)).arg(user).clone(),
-            ],
+            } => {
+                let mut cmds = trailing(period_ms);
+                cmds.push(redis::cmd("ZSCORE").arg(key(0)).arg(user).clone());
+                cmds
+            }
         }
     }
 }

@@ -16,13 +16,12 @@ use crate::script_io::{self, ms, now_arg};
 use crate::{CounterError, Hit, HitSpec, Outcome, RedisHandle};
 
 static FIXED_WINDOW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/fixed_window.lua")));
+    LazyLock::new(|| Script::new(include_str!("../lua/fixed_window.lua")));
 static SLIDING_WINDOW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/sliding_window.lua")));
-static FIRST_SEEN: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/first_seen.lua")));
+    LazyLock::new(|| Script::new(include_str!("../lua/sliding_window.lua")));
+static FIRST_SEEN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/first_seen.lua")));
 static UNIQUE_USERS: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/unique_users.lua")));
+    LazyLock::new(|| Script::new(include_str!("../lua/unique_users.lua")));
 
 /// How long the ONLY_NEW "already fired" mark lives by default: 7 days. It must outlast every redelivery of
 /// an `isNew` event (a consumer down over a weekend, messages parked in retry queues). `isNew` is true only

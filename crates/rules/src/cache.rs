@@ -410,7 +410,7 @@ impl RuleCache {
         RulesError,
     > {
         match tokio::time::timeout(
-            crate::store::SERVER_SELECTION_TIMEOUT,
+            crate::mongo::SERVER_SELECTION_TIMEOUT,
             self.inner.store.collection().watch(),
         )
         .await

@@ -51,7 +51,7 @@ impl RulesError {
     /// Classifies a driver error: server selection and I/O problems mean "unavailable".
     pub(crate) fn from_driver(op: &'static str, e: mongodb::error::Error) -> Self {
         use mongodb::error::ErrorKind;
-        let text = crate::store::short(&e.to_string());
+        let text = short(&e.to_string());
         match *e.kind {
             ErrorKind::ServerSelection { ref message, .. } => {
                 RulesError::Unavailable(format!("{op}: {}", server_selection(message)))
@@ -85,9 +85,18 @@ fn server_selection(message: &str) -> String {
         })
         .collect();
     if servers.is_empty() {
-        return crate::store::short(message);
+        return short(message);
     }
-    crate::store::short(&format!("no server could be selected ({})", servers.join("; ")))
+    short(&format!("no server could be selected ({})", servers.join("; ")))
+}
+
+/// Some servers (PoloDB) put a backtrace in error messages: keep log lines readable.
+pub(crate) fn short(message: &str) -> String {
+    const MAX: usize = 300;
+    match message.char_indices().nth(MAX) {
+        Some((i, _)) => format!("{}…", &message[..i]),
+        None => message.to_owned(),
+    }
 }
 
 #[cfg(test)]

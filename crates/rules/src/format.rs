@@ -1,4 +1,4 @@
-//! The import/export format (INTERFACE.md, "Rules"): a JSON array of `{"_id": "<24-hex projectId>",
+//! The import/export format (README, "Rules"): a JSON array of `{"_id": "<24-hex projectId>",
 //! "notifications": [Rule, …]}`, ObjectIds written as 24-hex strings (or `{"$oid": …}` on input).
 //!
 //! Everything is validated before anything is written, so bad input never leaves a half-imported file

@@ -12,9 +12,11 @@
 //! * [`RuleCache`] keeps validated [`klaxon_core::ProjectRules`] per project with a TTL, negative caching of
 //!   unknown projects, single flight per project, stale-while-error and change-stream invalidation where the
 //!   server offers it.
-//! * [`format`] is the JSON import/export format of INTERFACE.md.
+//! * [`format`] is the JSON import/export format (README, "Rules").
 //! * [`trail`] is the delivery trail (collection `deliveries`): the senders' background writer and the reader
 //!   behind `klaxon deliveries list` and the API. It shares the store's client wherever a process has both.
+//! * [`mongo`] opens, checks and closes the MongoDB client the store and the trail share; the trail builds on
+//!   the store, never the other way round.
 //!
 //! Parsing and validation of rules live in the pure core (`klaxon_core::rule`); this crate only moves
 //! documents and decides when to reload them.
@@ -23,11 +25,13 @@
 pub mod cache;
 mod error;
 pub mod format;
+pub mod mongo;
 pub mod store;
 pub mod trail;
 
 pub use cache::{InvalidationMode, RuleCache, DEFAULT_TTL};
 pub use error::RulesError;
 pub use format::{export_json, parse_import, ProjectNotifications};
-pub use store::{check_url, RuleStore, StoredProject};
+pub use mongo::check_url;
+pub use store::{RuleStore, StoredProject};
 pub use trail::{Trail, TrailReader};

@@ -15,17 +15,15 @@ use std::time::Duration;
 use futures_util::TryStreamExt;
 use klaxon_core::{Limits, ProjectRules, RuleDefaults};
 use mongodb::bson::{doc, oid::ObjectId, Bson, Document};
-use mongodb::options::ClientOptions;
-use mongodb::{Client, Collection, Database, IndexModel};
+use mongodb::{Collection, Database, IndexModel};
 use serde_json::Value;
 
 use crate::format::{document_to_json, parse_object_id, rule_to_document, ProjectNotifications};
+use crate::mongo::{close_client, connect_database, SERVER_SELECTION_TIMEOUT};
 use crate::RulesError;
 
 /// The collection Hawk keeps projects (and their rules) in.
 pub const PROJECTS: &str = "projects";
-/// How long [`RuleStore::connect`] and every later operation wait for a usable server.
-pub const SERVER_SELECTION_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one rule lookup may take before it fails as a transient error.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bound on the remembered "already reported" rule problems; the set is cleared when it grows past this.
@@ -99,70 +97,6 @@ fn fingerprint(parts: &[&str]) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     parts.hash(&mut h);
     h.finish()
-}
-
-/// Opens a client for `mongo_url` with Klaxon's options (the URL's own settings win; otherwise
-/// [`SERVER_SELECTION_TIMEOUT`] to select a server and to connect, app name `klaxon`) and checks `database`
-/// answers a `ping`. The one place a MongoDB client is made: the rule store and the delivery trail share it.
-pub(crate) async fn connect_database(mongo_url: &str, database: &str) -> Result<Database, RulesError> {
-    let mut opts = ClientOptions::parse(mongo_url).await.map_err(|e| {
-        // The driver's message may quote parts of the URL, which can carry a password: quote it only
-        // when it cannot.
-        let detail = e.to_string();
-        RulesError::Config(if detail.contains('@') {
-            "cannot parse the MongoDB URL".to_owned()
-        } else {
-            format!("cannot parse the MongoDB URL: {detail}")
-        })
-    })?;
-    opts.server_selection_timeout
-        .get_or_insert(SERVER_SELECTION_TIMEOUT);
-    opts.connect_timeout.get_or_insert(SERVER_SELECTION_TIMEOUT);
-    opts.app_name.get_or_insert_with(|| "klaxon".to_owned());
-    let client = Client::with_options(opts).map_err(|e| RulesError::from_driver("connect", e))?;
-    let db = client.database(database);
-    db.run_command(doc! {"ping": 1})
-        .await
-        .map_err(|e| RulesError::from_driver("ping", e))?;
-    Ok(db)
-}
-
-/// Checks a `--mongo-url` value without connecting (and without the DNS lookups a `mongodb+srv://` URL makes when
-/// connecting): [`RulesError::Config`] says what is wrong, quoting the driver only where its message cannot hold
-/// the URL's password.
-pub fn check_url(mongo_url: &str) -> Result<(), RulesError> {
-    if !mongo_url.contains("://") {
-        return Err(RulesError::Config(
-            "not a MongoDB URL: expected mongodb://[user:password@]host:27017[,host2…][/?options] (or mongodb+srv://)"
-                .into(),
-        ));
-    }
-    mongodb::options::ConnectionString::parse(mongo_url)
-        .map(|_| ())
-        .map_err(|e| {
-            let detail = match &*e.kind {
-                mongodb::error::ErrorKind::InvalidArgument { message, .. } => message.clone(),
-                _ => e.to_string(),
-            };
-            RulesError::Config(if detail.contains('@') || detail.contains(mongo_url) {
-                "cannot parse the MongoDB URL".to_owned()
-            } else {
-                format!("cannot parse the MongoDB URL: {}", short(&detail))
-            })
-        })
-}
-
-/// Longest [`RuleStore::close`] waits for the server.
-const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Ends the client's server sessions and closes its connections, waiting at most [`CLOSE_TIMEOUT`].
-///
-/// A `mongodb::Client` that is only dropped ends its sessions from a background task, which can race the
-/// driver's own pool shutdown when the process is about to exit (mongodb 3.9 then panics in a worker thread
-/// and prints a backtrace: seen once in ~300 `klaxon doctor` runs). Short-lived commands call this before
-/// they return.
-pub async fn close_client(client: &mongodb::Client) {
-    let _ = tokio::time::timeout(CLOSE_TIMEOUT, client.clone().shutdown().immediate(true)).await;
 }
 
 impl RuleStore {
@@ -240,10 +174,7 @@ impl RuleStore {
     /// Drops the whole database in use (rules, delivery trail, everything in it): `klaxon namespace delete
     /// --drop-database`. The caller decides whether Klaxon owns the database.
     pub async fn drop_database(&self) -> Result<(), RulesError> {
-        self.inner
-            .projects
-            .client()
-            .database(&self.inner.database)
+        self.client_database()
             .drop()
             .await
             .map_err(|e| RulesError::from_driver("drop database", e))
@@ -254,13 +185,10 @@ impl RuleStore {
         &self.inner.database
     }
 
-    /// The delivery trail's collection, through this store's client.
-    pub(crate) fn deliveries(&self) -> Collection<Document> {
-        self.inner
-            .projects
-            .client()
-            .database(&self.inner.database)
-            .collection(crate::trail::DELIVERIES)
+    /// The database in use, through this store's client: the delivery trail's collections live beside the
+    /// rules and share the client.
+    pub(crate) fn client_database(&self) -> Database {
+        self.inner.projects.client().database(&self.inner.database)
     }
 
     /// The `projects` collection (for change streams).
@@ -647,15 +575,6 @@ impl RuleStore {
     }
 }
 
-/// Some servers (PoloDB) put a backtrace in error messages: keep log lines readable.
-pub(crate) fn short(message: &str) -> String {
-    const MAX: usize = 300;
-    match message.char_indices().nth(MAX) {
-        Some((i, _)) => format!("{}…", &message[..i]),
-        None => message.to_owned(),
-    }
-}
-
 fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
     use mongodb::error::{ErrorKind, WriteFailure};
     match e.kind.as_ref() {
@@ -667,29 +586,6 @@ fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
         _ => {
             let message = e.to_string();
             message.contains("E11000") || message.to_lowercase().contains("duplicate")
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls_are_checked_without_connecting_and_passwords_never_quoted() {
-        for ok in [
-            "mongodb://127.0.0.1:27017",
-            "mongodb://u:p@a:27017,b:27017/?replicaSet=rs0",
-        ] {
-            assert!(check_url(ok).is_ok(), "{ok}");
-        }
-        for (bad, says) in [
-            ("x", "not a MongoDB URL"),
-            ("mongodb://u:hunter2@h:notaport", "cannot parse the MongoDB URL"),
-            ("http://h:27017", "cannot parse the MongoDB URL"),
-        ] {
-            let e = check_url(bad).expect_err(bad).to_string();
-            assert!(e.contains(says) && !e.contains("hunter2"), "{bad}: {e}");
         }
     }
 }

@@ -12,8 +12,9 @@
 //!
 //! [`TrailReader`] serves `klaxon deliveries list` and the API: the newest record of each notification wins.
 //!
-//! The trail lives in the rules' database and shares the [`RuleStore`]'s MongoDB client (and its option
-//! handling) wherever a process uses both: the writer takes the store, the reader is [`TrailReader::new`].
+//! The trail lives in the rules' database and shares the [`RuleStore`]'s MongoDB client (opened by
+//! [`crate::mongo`]) wherever a process uses both: the writer takes the store, the reader is
+//! [`TrailReader::new`].
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -26,7 +27,7 @@ use mongodb::{Collection, IndexModel};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{close_client, connect_database, SERVER_SELECTION_TIMEOUT};
+use crate::mongo::{close_client, connect_database, SERVER_SELECTION_TIMEOUT};
 use crate::{RuleStore, RulesError};
 
 /// The collection of the trail.
@@ -210,7 +211,7 @@ where
     // The store connects (and retries) by itself; the writer only waits for it.
     let coll = tokio::select! {
         store = store => match store {
-            Some(store) => store.deliveries(),
+            Some(store) => store.client_database().collection(DELIVERIES),
             None => return,
         },
         _ = shutdown.cancelled() => return,
@@ -283,7 +284,7 @@ impl TrailReader {
     /// Reads through `store`'s MongoDB client (the trail is in the rules' database).
     pub fn new(store: &RuleStore) -> Self {
         TrailReader {
-            coll: store.deliveries(),
+            coll: store.client_database().collection(DELIVERIES),
         }
     }
 

@@ -97,3 +97,42 @@ pub fn eventually_blocking<T>(timeout: Duration, mut check: impl FnMut() -> Opti
 
 /// How often the waits above look again.
 const POLL_EVERY: Duration = Duration::from_millis(50);
+
+/// The PoloDB binary `scripts/services` installs, for tests that need a MongoDB-wire server of their own:
+/// `KLAXON_POLODB_BIN`, else `polodb/bin/polodb` under `KLAXON_TOOLS_DIR` (default `~/.local/share/klaxon`);
+/// `None` when neither is a file.
+pub fn polodb_bin() -> Option<std::path::PathBuf> {
+    let tools = std::env::var_os("KLAXON_TOOLS_DIR").map_or_else(
+        || std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".local/share/klaxon"),
+        std::path::PathBuf::from,
+    );
+    [
+        std::env::var_os("KLAXON_POLODB_BIN").map(std::path::PathBuf::from),
+        Some(tools.join("polodb/bin/polodb")),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|p| p.is_file())
+}
+
+/// Starts `polodb serve` on 127.0.0.1:`port` with its data in `data`, its output discarded. The caller owns
+/// (and kills) the process and waits for it to accept connections.
+pub fn polodb_serve(
+    bin: &std::path::Path,
+    port: u16,
+    data: &std::path::Path,
+) -> std::io::Result<std::process::Child> {
+    std::process::Command::new(bin)
+        .args([
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--path",
+        ])
+        .arg(data)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+}

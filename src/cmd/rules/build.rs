@@ -312,7 +312,7 @@ pub(super) fn read_import(
             );
         }
     }
-    if !a.allow_private_endpoints {
+    if !a.writes.allow_private_endpoints {
         warn_private(&file.projects);
     }
     Ok(file.projects)
@@ -320,6 +320,7 @@ pub(super) fn read_import(
 
 #[cfg(test)]
 mod tests {
+    use super::super::WriteArgs;
     use super::*;
 
     fn add_args() -> AddArgs {
@@ -340,10 +341,12 @@ mod tests {
             min_period: 0,
             disabled: false,
             json: false,
-            allow_private_endpoints: false,
-            limits: crate::cli::RuleLimitOpts {
-                max_rules_per_project: 100,
-                max_email_recipients: 50,
+            writes: WriteArgs {
+                allow_private_endpoints: false,
+                limits: crate::cli::RuleLimitOpts {
+                    max_rules_per_project: 100,
+                    max_email_recipients: 50,
+                },
             },
         }
     }

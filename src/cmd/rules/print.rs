@@ -8,6 +8,7 @@ use klaxon_core::rule::Field;
 use klaxon_core::{ChannelKind, Limits, RawRule, RuleProblem, WhatToReceive};
 use klaxon_rules::format::{oids_to_hex, rule_problems};
 use klaxon_rules::{export_json, ProjectNotifications};
+use mongodb::bson::oid::ObjectId;
 use serde_json::{json, Value};
 
 use super::{RuleRef, Survey};
@@ -50,41 +51,34 @@ pub(super) fn imported(projects: &[ProjectNotifications], as_json: bool) -> anyh
     }
     let mut text = String::new();
     for p in projects {
-        let ids: Vec<String> = p
-            .notifications
-            .iter()
-            .filter_map(|d| d.get_object_id("_id").ok().map(|o| o.to_hex()))
-            .collect();
-        let _ = writeln!(
-            text,
-            "project {}: stored {} rule(s){}{}",
-            p.project_id,
-            ids.len(),
-            if ids.is_empty() { "" } else { ": " },
-            ids.join(", ")
-        );
+        let ids = rule_ids(p).map(|o| o.to_hex()).collect();
+        project_line(&mut text, &p.project_id, "stored", "", ids);
     }
     output::emit(&text)
+}
+
+/// The ids of a project's rules, in order (those that have one).
+fn rule_ids(p: &ProjectNotifications) -> impl Iterator<Item = ObjectId> + '_ {
+    p.notifications.iter().filter_map(|d| d.get_object_id("_id").ok())
+}
+
+/// One line of `rules import`: `project <id>: <verb> <n> rule(s)<after>[: <rules>]`.
+fn project_line(text: &mut String, project_id: &ObjectId, verb: &str, after: &str, rules: Vec<String>) {
+    let colon = if rules.is_empty() { "" } else { ": " };
+    let (n, rules) = (rules.len(), rules.join(", "));
+    let _ = writeln!(
+        text,
+        "project {project_id}: {verb} {n} rule(s){after}{colon}{rules}"
+    );
 }
 
 /// `rules import --dry-run`: one line per project, what would replace its stored rules.
 pub(super) fn would_store(file: &super::build::ImportFile) -> anyhow::Result<()> {
     let mut text = String::new();
     for p in &file.projects {
-        let names: Vec<String> = p
-            .notifications
-            .iter()
-            .filter_map(|d| d.get_object_id("_id").ok())
-            .map(|o| file.rule_name(&o.to_hex()))
-            .collect();
-        let _ = writeln!(
-            text,
-            "project {}: would store {} rule(s), replacing its stored rules{}{}",
-            p.project_id,
-            names.len(),
-            if names.is_empty() { "" } else { ": " },
-            names.join(", ")
-        );
+        let names = rule_ids(p).map(|o| file.rule_name(&o.to_hex())).collect();
+        let replacing = ", replacing its stored rules";
+        project_line(&mut text, &p.project_id, "would store", replacing, names);
     }
     if file.projects.is_empty() {
         text.push_str("nothing to import: the file lists no project\n");

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use klaxon_rules::RuleStore;
@@ -36,27 +36,19 @@ impl OwnPolo {
     /// Starts `polodb serve` on a free loopback port with its own data directory and waits (≤ 30 s) until it
     /// accepts connections.
     pub fn start() -> OwnPolo {
-        let bin = std::env::var("KLAXON_POLODB_BIN")
-            .unwrap_or_else(|_| "/root/.local/share/klaxon/polodb/bin/polodb".to_owned());
+        let bin = klaxon_testkit::polodb_bin()
+            .unwrap_or_else(|| "/root/.local/share/klaxon/polodb/bin/polodb".into());
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
             .port();
         let dir = tempfile::tempdir().expect("temp dir");
-        let child = Command::new(&bin)
-            .args([
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "--path",
-            ])
-            .arg(dir.path().join("db"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start PoloDB at {bin} (set KLAXON_POLODB_BIN): {e}"));
+        let child = klaxon_testkit::polodb_serve(&bin, port, &dir.path().join("db")).unwrap_or_else(|e| {
+            panic!(
+                "cannot start PoloDB at {} (set KLAXON_POLODB_BIN): {e}",
+                bin.display()
+            )
+        });
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(

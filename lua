@@ -1,0 +1,1 @@
+crates/counter/lua
