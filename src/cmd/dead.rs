@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use klaxon_api::dead::{DeadItem, Pass};
+use klaxon_api::rest::dead::{DeadItem, Pass};
 use klaxon_broker::{Broker, Topology};
 
 use crate::cli::GlobalOpts;
@@ -81,7 +81,7 @@ pub async fn run(args: DeadArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
         }
     };
     let replay = matches!(what, Pass::Replay(_));
-    let items = klaxon_api::dead::pass(&broker, &publisher, &topology, what)
+    let items = klaxon_api::rest::dead::pass(&broker, &publisher, &topology, what)
         .await
         .context("cannot read the dead-letter queue")?;
     publisher.close().await;

@@ -97,7 +97,7 @@ pub async fn run(args: DeliveriesArgs, global: &GlobalOpts) -> anyhow::Result<Ex
                 r.last_error.clone().unwrap_or_else(|| "-".into()),
             ]
         },
-        klaxon_api::deliveries::record_json,
+        klaxon_api::rest::deliveries::record_json,
         "no deliveries",
     ))?;
     Ok(ExitCode::SUCCESS)

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Args;
-use klaxon_core::EventTask;
+use klaxon_core::{EventTask, Explanation};
 use klaxon_counter::{RedisHandle, WindowCounter};
 use klaxon_rules::RuleStore;
 use serde_json::json;
@@ -80,18 +80,15 @@ pub async fn run(args: ExplainArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
         .list(&args.project, now)
         .await?
         .mutes;
-    let verdicts = klaxon_api::explain::explain(
-        &counter,
-        &project.project_id,
+    let explanation = Explanation::new(
         &project.notifications,
+        &limits,
         &klaxon_core::RuleDefaults {
             including_case: args.including_case,
         },
-        &mutes,
         &event,
-        &limits,
-    )
-    .await?;
+    );
+    let verdicts = counter.explain(&project.project_id, explanation, &mutes).await?;
     let format = args.output.format(Format::Json);
     if format == Format::Json {
         let rules: Vec<_> = verdicts.iter().map(|v| v.to_json()).collect();

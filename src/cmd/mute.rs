@@ -128,17 +128,21 @@ pub async fn run(args: MuteArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
             }
             let id = format!("{:016x}", rand::random::<u64>());
             // What the API would answer 400 to: the flags' values are wrong.
-            let mute = klaxon_api::mutes::mute_from_request(&req, now, id).map_err(usage)?;
+            let mute = klaxon_api::rest::mutes::mute_from_request(&req, now, id).map_err(usage)?;
             // Over the project's limit: exit 1 with what to do (the API answers 409).
             if let klaxon_counter::mutes::Added::Full { active } =
                 mutes.add(&a.project, &mute, Some(now)).await?
             {
                 anyhow::bail!(
                     "{}",
-                    klaxon_api::bounds::mutes_full(&a.project.to_ascii_lowercase(), active, mutes.limit())
+                    klaxon_api::rest::mutes::mutes_full(
+                        &a.project.to_ascii_lowercase(),
+                        active,
+                        mutes.limit()
+                    )
                 );
             }
-            let v = klaxon_api::mutes::to_json(&mute);
+            let v = klaxon_api::rest::mutes::to_json(&mute);
             println!(
                 "muted {} until {}",
                 mute.mute_id,
@@ -160,7 +164,7 @@ pub async fn run(args: MuteArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
                 &list,
                 &["MUTE", "UNTIL", "RULE", "GROUP"],
                 |m| {
-                    let v = klaxon_api::mutes::to_json(m);
+                    let v = klaxon_api::rest::mutes::to_json(m);
                     vec![
                         m.mute_id.clone(),
                         v["until"].as_str().unwrap_or_default().to_owned(),
@@ -168,7 +172,7 @@ pub async fn run(args: MuteArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
                         m.group_hash.clone().unwrap_or_else(|| "*".into()),
                     ]
                 },
-                klaxon_api::mutes::to_json,
+                klaxon_api::rest::mutes::to_json,
                 "no active mutes",
             ))?;
         }

@@ -532,7 +532,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
             Trail::disabled()
         };
         let rules = RuleCache::new(store, evaluate.rules_ttl).with_limits(limits);
-        tracker.spawn(klaxon_api::invalidation::subscribe(
+        tracker.spawn(klaxon_rules::invalidation::subscribe(
             global.redis_url.clone(),
             global.namespace.clone(),
             rules.clone(),

@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use klaxon_api::webhook_secret::{secret_json, SecretError};
+use klaxon_api::rest::webhook_secret::{secret_json, SecretError};
 use klaxon_channels::redact_endpoint;
 use klaxon_core::ChannelKind;
 

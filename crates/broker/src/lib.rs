@@ -44,6 +44,9 @@ pub use lapin::BasicProperties as Properties;
 
 /// Header carrying the reason a message was set aside.
 pub const ERROR_HEADER: &str = "x-klaxon-error";
+/// Header counting the delivery attempts a notification has had so far: written by the senders when they
+/// retry or dead-letter it, read back by them and by the dead-letter listing (`klaxon dead`, the API).
+pub const ATTEMPTS_HEADER: &str = "x-klaxon-attempts";
 /// Persistent delivery mode.
 const PERSISTENT: u8 = 2;
 /// The AMQP frame size Klaxon proposes (bytes): see [`Broker::connect`].

@@ -12,10 +12,14 @@
 //!
 //! The worker's decisions for a whole batch — which (event, rule) pairs to count, and what the counter's answers
 //! and the mutes make of them — are [`evaluate::plan`] and [`evaluate::route`].
+//! [`explain`] answers "what would this event do?" with the same decision (`CompiledRule::decide`) and a
+//! reading of the counter's state ([`explain::Peek`]) into a [`Verdict`] per rule, counting nothing: the API,
+//! the console and `klaxon explain` print it.
 #![deny(missing_docs)]
 
 pub mod evaluate;
 pub mod event;
+pub mod explain;
 pub mod filter;
 pub mod limits;
 pub mod mute;
@@ -25,6 +29,7 @@ pub mod text;
 
 pub use evaluate::{BatchEvent, Outcome};
 pub use event::{Event, EventTask, InvalidEvent};
+pub use explain::{Explanation, RuleVerdict, Verdict};
 pub use filter::{Case, FilterMiss, Title, TitleFilter};
 pub use limits::Limits;
 pub use notification::{

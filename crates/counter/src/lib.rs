@@ -25,6 +25,10 @@
 //!   cooldowns at their end, first-seen marks after [`DEFAULT_FIRST_SEEN_TTL`].
 //! * **Scripts on the server.** Calls use `EVALSHA`; a NOSCRIPT reply (server restart, failover) loads the
 //!   script on every node and resends only the calls that did not run.
+//! * **Explain.** [`WindowCounter::peek`] reads what the scripts hold for a (rule, group) without counting, and
+//!   [`WindowCounter::explain`] turns it into the core's verdicts (`klaxon_core::explain`). The core's reading
+//!   is a Rust copy of the scripts' decisions: `tests/explain.rs` drives the real scripts through sequences of
+//!   hits and checks, before each, that it predicts exactly what the script answers.
 //! * **Digests.** [`Digests`] holds the Redis half of `minPeriod` digests (`lua/digest_*.lua`): an atomic,
 //!   idempotent append that says when a window opens (a batch's firings in one round trip,
 //!   [`Digests::append_all`]), and an atomic take-and-mark claim of a due window.
@@ -59,6 +63,5 @@ pub use eviction::{eviction_policies, EvictionPolicies, NodePolicy, PolicySource
 pub use gcra::{Gcra, Slot};
 pub use hit::{Hit, HitSpec, Outcome};
 pub use mutes::Mutes;
-pub use peek::Peek;
 pub use redis_handle::RedisHandle;
 pub use window_counter::{WindowCounter, DEFAULT_FIRST_SEEN_TTL};

@@ -1,29 +1,17 @@
 //! Reading what the counting scripts hold for a (rule, group) without counting: `explain` asks "what would
 //! the next event do?" and must never change the answer. Plain read commands (GET, HMGET, ZCOUNT, ZCARD,
 //! ZSCORE) in one pipeline after one `TIME` (per (rule, group) in a cluster, where a pipeline keeps to one
-//! slot). The key layout is the one documented in each `lua/*.lua`.
+//! slot). The key layout is the one documented in each `lua/*.lua`; what the state means for the next hit is
+//! the core's ([`klaxon_core::explain::counted`]), held to the scripts by `tests/explain.rs`.
 
+use klaxon_core::explain::{Explanation, Peek, RuleVerdict};
+use klaxon_core::mute::Mute;
+use klaxon_core::{Want, Window};
 use redis::Value;
 
 use crate::hit::{Hit, HitSpec};
 use crate::script_io::{stored_number, stored_text};
 use crate::{CounterError, WindowCounter};
-use klaxon_core::Window;
-
-/// The state of one (rule, group) as the scripts left it, read at `now_ms` (Redis `TIME`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Peek {
-    /// The Redis clock when read (ms).
-    pub now_ms: i64,
-    /// When the current window fired, the running cooldown started, or (ONLY_NEW) the group was notified.
-    pub fired_at: Option<i64>,
-    /// Events (or distinct users) counted in the current window; sliding: in the trailing period.
-    pub count: u64,
-    /// Fixed windows: when the current window started (`None`: no window running).
-    pub window_start: Option<i64>,
-    /// Unique-users rules: the asked user is already among the counted ones.
-    pub user_known: bool,
-}
 
 fn field(v: &Value, i: usize) -> Option<i64> {
     match v {
@@ -33,10 +21,14 @@ fn field(v: &Value, i: usize) -> Option<i64> {
 }
 
 impl WindowCounter {
-    /// Reads the state of each hit's (rule, group) without counting (the hits' specs say which keys). The
-    /// hit's user, when set, is looked up among a unique-users window's users.
-    pub async fn peek(&self, hits: &[Hit]) -> Result<Vec<Peek>, CounterError> {
-        let now = self.server_time_ms().await?;
+    /// Reads the state of each hit's (rule, group) without counting (the hits' specs say which keys), at
+    /// `now_ms` (`None`: the Redis server's `TIME`, the clock the scripts count on). The hit's user, when set,
+    /// is looked up among a unique-users window's users.
+    pub async fn peek(&self, hits: &[Hit], now_ms: Option<i64>) -> Result<Vec<Peek>, CounterError> {
+        let now = match now_ms {
+            Some(now) => now,
+            None => self.server_time_ms().await?,
+        };
         let cmds: Vec<Vec<redis::Cmd>> = hits.iter().map(|h| self.peek_cmds(h, now)).collect();
         let mut replies: Vec<Vec<Value>> = Vec::with_capacity(hits.len());
         if self.redis().is_cluster() {
@@ -56,6 +48,33 @@ impl WindowCounter {
             .collect())
     }
 
+    /// Finishes an explanation of an event of `project_id` with the state of its counting rules, read now
+    /// on the Redis clock and never counted; `mutes` are the project's active ones.
+    pub async fn explain(
+        &self,
+        project_id: &str,
+        explanation: Explanation,
+        mutes: &[Mute],
+    ) -> Result<Vec<RuleVerdict>, CounterError> {
+        let hits: Vec<Hit> = explanation
+            .counting()
+            .map(|(rule_id, want)| {
+                let hit =
+                    Hit::new(rule_id, explanation.group_hash(), HitSpec::from(want)).with_project(project_id);
+                match (want, explanation.user()) {
+                    (Want::UniqueUsers { .. }, Some(user)) => hit.with_user(user),
+                    _ => hit,
+                }
+            })
+            .collect();
+        let peeks = if hits.is_empty() {
+            Vec::new()
+        } else {
+            self.peek(&hits, None).await?
+        };
+        Ok(explanation.finish(&peeks, mutes))
+    }
+
     async fn query<'a>(
         &self,
         cmds: impl Iterator<Item = &'a redis::Cmd>,
@@ -71,17 +90,20 @@ impl WindowCounter {
         let keys = self.keys_of(hit);
         let key = |i: usize| keys.get(i).cloned().unwrap_or_default();
         let user = hit.user.as_deref().unwrap_or_default().to_owned();
-        // A sliding window: the events of the trailing period, and when the rule last fired.
         let trailing = |period: u64| {
-            let since = format!("({}", now - period as i64);
             vec![
-                redis::cmd("ZCOUNT").arg(key(0)).arg(since).arg("+inf").clone(),
+                redis::cmd("ZCOUNT")
+                    .arg(key(0))
+                    .arg(format!("({}", now - period as i64))
+                    .arg("+inf")
+                    .clone(),
                 redis::cmd("HMGET").arg(key(1)).arg(&["a"]).clone(),
             ]
         };
         match hit.spec {
             HitSpec::FirstSeen => vec![redis::cmd("GET").arg(key(0)).clone()],
             HitSpec::Fixed { .. } => vec![redis::cmd("HMGET").arg(key(0)).arg(&["s", "c", "f"]).clone()],
+            // The trailing window's members and the cooldown (events and users alike).
             HitSpec::Sliding { period_ms, .. } => trailing(period_ms),
             HitSpec::UniqueUsers {
                 window: Window::Fixed,

@@ -29,7 +29,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use klaxon_broker::{header, Broker, Consumer, Delivery, Outgoing, Publisher, Topology, ERROR_HEADER};
+use klaxon_broker::{
+    header, Broker, Consumer, Delivery, Outgoing, Publisher, Topology, ATTEMPTS_HEADER, ERROR_HEADER,
+};
 use klaxon_channels::{redact_endpoint, Channels, DeliveryError};
 use klaxon_core::{ChannelKind, NotificationTask};
 use klaxon_counter::dedup::{Claim, Dedup};
@@ -44,9 +46,6 @@ use crate::internal_events::{
 };
 use crate::ratelimit::{RateLimiter, Slot};
 use crate::EngineError;
-
-/// Header counting delivery attempts made so far.
-pub const ATTEMPTS_HEADER: &str = "x-klaxon-attempts";
 
 /// How long in-flight tasks may take to finish after shutdown began before the session gives up on them
 /// (they go back to the queue unacked).

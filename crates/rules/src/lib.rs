@@ -3,8 +3,10 @@
 //! ```text
 //!  engine ──get(project)──▶ RuleCache ──(miss / TTL expired, single flight)──▶ RuleStore::load
 //!                              ▲   │ stale-while-error: last good rules if MongoDB fails   │ find_one({_id}, {notifications})
-//!      change stream ──────────┘   ▼                                                        ▼
-//!      (where supported)      Arc<ProjectRules> (compiled once per load)            projects (Hawk's shape)
+//!      change stream ──────────┤   ▼                                                        ▼
+//!      (where supported)       │  Arc<ProjectRules> (compiled once per load)            projects (Hawk's shape)
+//!      Redis pub/sub ──────────┘
+//!      <ns>:rules:invalidate (`invalidation`: a write through the API or the console, within a second)
 //! ```
 //!
 //! * [`RuleStore`] talks to MongoDB through the subset of operations every targeted server supports (see
@@ -12,6 +14,8 @@
 //! * [`RuleCache`] keeps validated [`klaxon_core::ProjectRules`] per project with a TTL, negative caching of
 //!   unknown projects, single flight per project, stale-while-error and change-stream invalidation where the
 //!   server offers it.
+//! * [`invalidation`] tells every process that a project's rules changed (Redis pub/sub), so an edit made
+//!   through the API or the console is used within a second on every server, change streams or not.
 //! * [`format`] is the JSON import/export format (README, "Rules").
 //! * [`trail`] is the delivery trail (collection `deliveries`): the senders' background writer and the reader
 //!   behind `klaxon deliveries list` and the API. It shares the store's client wherever a process has both.
@@ -25,6 +29,7 @@
 pub mod cache;
 mod error;
 pub mod format;
+pub mod invalidation;
 pub mod mongo;
 pub mod store;
 pub mod trail;

@@ -164,7 +164,7 @@ pub(super) fn warn_private_endpoints(project: &str, rule: &serde_json::Value) {
 }
 
 fn warn_private(projects: &[ProjectNotifications]) {
-    let warnings = klaxon_api::bounds::private_endpoints(projects);
+    let warnings = klaxon_api::rest::rules::private_endpoints(projects);
     if warnings.is_empty() {
         return;
     }

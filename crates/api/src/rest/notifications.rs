@@ -15,9 +15,20 @@
 //! Never before `sendAt`: the task carries `sendAtMs` and a sender that receives it earlier parks it again
 //! (the delay engine reaches ~12 days per step; later times come back in steps).
 
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use klaxon_broker::{Outgoing, Topology};
 use klaxon_core::notification::{direct_notification_id, rfc3339_ms};
-use klaxon_core::{ChannelKind, NotificationEvent, NotificationTask, Reason};
-use serde_json::Value;
+use klaxon_core::{ChannelKind, Limits, NotificationEvent, NotificationTask, Reason};
+use serde_json::{json, Value};
+
+use crate::error::{json_body, json_response};
+use crate::{Api, ApiError};
 
 /// Longest title accepted, in characters.
 pub const MAX_TITLE_CHARS: usize = 2000;
@@ -174,7 +185,7 @@ pub fn parse(body: &Value, now_ms: i64, allow_private: bool) -> Result<DirectReq
     let send_at_ms = match string_field(body, "sendAt")? {
         None => None,
         Some(s) => {
-            let at = crate::mutes::parse_rfc3339_ms(s)
+            let at = super::mutes::parse_rfc3339_ms(s)
                 .map_err(|e| format!("`sendAt` must be an RFC 3339 time (e.g. 2026-12-01T09:00:00Z): {e}"))?;
             if at > now_ms.saturating_add(MAX_SCHEDULE_MS) {
                 return Err("`sendAt` is more than 366 days away".into());
@@ -285,6 +296,109 @@ pub fn key_ttl_ms(send_at_ms: i64, now_ms: i64) -> i64 {
 /// The answer's `sendAt`.
 pub fn send_at_text(ms: i64) -> String {
     rfc3339_ms(ms)
+}
+
+/// The recipients of a direct email notification, checked against the limit (the rule channels' own check is
+/// the core's validation).
+pub fn check_direct_recipients(kind: ChannelKind, endpoint: &str, limits: &Limits) -> Result<(), String> {
+    let n = klaxon_core::limits::email_recipients(endpoint).count();
+    let max = limits.max_email_recipients;
+    if kind == ChannelKind::Email && n > max {
+        return Err(format!(
+            "`endpoint` has {n} email recipients, over the limit of {max}: send to a mailing-list address, or \
+             raise --max-email-recipients (KLAXON_MAX_EMAIL_RECIPIENTS)"
+        ));
+    }
+    Ok(())
+}
+
+/// `POST /api/v1/notifications` → 202 `{"notificationId", "sendAt"}`: a direct notification, queued for the
+/// senders (through the delay engine when `sendAt` is later). See the module's doc.
+pub(crate) async fn send(
+    State(api): State<Api>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = json_body(body)?;
+    let (counter, now) = api.redis_now().await?;
+    let request = parse(&body, now, api.config().allow_private_endpoints).map_err(ApiError::bad_request)?;
+    check_direct_recipients(request.channel, &request.endpoint, &api.config().limits)
+        .map_err(ApiError::bad_request)?;
+    let id = request.notification_id(|| format!("{:032x}", rand::random::<u128>()));
+    let mut send_at = request.send_at_ms.unwrap_or(now);
+    let mut redis = counter.redis().clone();
+    let unavailable = |e: redis::RedisError| ApiError::unavailable("Redis", e);
+    let record = key_of(&api.config().namespace, &id);
+    if request.idempotency_key.is_some() {
+        let fresh: Option<String> = redis::cmd("SET")
+            .arg(&record)
+            .arg(KeyState::Pending(send_at).encode())
+            .arg("NX")
+            .arg("PX")
+            .arg(key_ttl_ms(send_at, now))
+            .query_async(&mut redis)
+            .await
+            .map_err(unavailable)?;
+        if fresh.is_none() {
+            let stored: Option<String> = redis::cmd("GET")
+                .arg(&record)
+                .query_async(&mut redis)
+                .await
+                .map_err(unavailable)?;
+            match stored.as_deref().and_then(KeyState::decode) {
+                // Queued already: the same answer, nothing enqueued twice.
+                Some(KeyState::Queued(at)) => {
+                    return Ok(json_response(
+                        StatusCode::ACCEPTED,
+                        &json!({"notificationId": id, "sendAt": send_at_text(at)}),
+                    ));
+                }
+                // The first request may have died before publishing: publish again, at its time (the
+                // senders deliver one id once).
+                Some(KeyState::Pending(at)) => send_at = at,
+                // Gone in between (expired): go on as a fresh request.
+                None => {}
+            }
+        }
+    }
+    let mut task = request.task(id.clone(), now);
+    task.send_at_ms = (send_at > now).then_some(send_at);
+    let bytes = serde_json::to_vec(&task).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode the task: {e}"),
+        )
+    })?;
+    let topology = Topology::new(
+        &api.config().namespace,
+        &api.config().events_queue,
+        api.config().queue_type,
+    );
+    let mut message = Outgoing::json(topology.notify_queue(task.channel), bytes);
+    message.message_id = Some(id.clone());
+    let wait = Duration::from_millis(u64::try_from(send_at - now).unwrap_or(0)).min(klaxon_broker::MAX_DELAY);
+    api.publish(&[(message, wait)]).await?;
+    if request.idempotency_key.is_some() {
+        let marked: Result<Option<String>, _> = redis::cmd("SET")
+            .arg(&record)
+            .arg(KeyState::Queued(send_at).encode())
+            .arg("XX")
+            .arg("KEEPTTL")
+            .query_async(&mut redis)
+            .await;
+        if let Err(e) = marked {
+            // A repeat of this request publishes once more; the senders still deliver it once.
+            tracing::warn!(notification_id = %id, error = %e, "direct notification queued, but its key was not marked");
+        }
+    }
+    tracing::info!(
+        notification_id = %id, channel = %task.channel,
+        destination = %klaxon_channels::redact_endpoint(task.channel, &task.endpoint),
+        send_at = %send_at_text(send_at), "direct notification queued"
+    );
+    Ok(json_response(
+        StatusCode::ACCEPTED,
+        &json!({"notificationId": id, "sendAt": send_at_text(send_at)}),
+    ))
 }
 
 #[cfg(test)]
@@ -434,5 +548,15 @@ mod tests {
         assert_eq!(key_ttl_ms(NOW, NOW), KEY_RETENTION_MS);
         assert_eq!(key_ttl_ms(NOW + 10, NOW), KEY_RETENTION_MS + 10);
         assert_eq!(key_of("ns", "abc"), "ns:{direct:abc}");
+    }
+
+    #[test]
+    fn direct_email_recipients_are_bounded() {
+        let limits = Limits::default();
+        let list = |n: usize| (0..n).map(|i| format!("u{i}@x.io")).collect::<Vec<_>>().join(",");
+        assert!(check_direct_recipients(ChannelKind::Email, &list(50), &limits).is_ok());
+        let err = check_direct_recipients(ChannelKind::Email, &list(51), &limits).expect_err("51");
+        assert!(err.contains("51 email recipients, over the limit of 50"), "{err}");
+        assert!(check_direct_recipients(ChannelKind::Webhook, &list(51), &limits).is_ok());
     }
 }

@@ -1,4 +1,5 @@
-//! The dead-letter queue `<ns>.dead`: list and replay, shared by `klaxon dead` and the API.
+//! `GET /api/v1/dead?limit=`, `POST /api/v1/dead/replay`: the dead-letter queue `<ns>.dead`, listed and replayed;
+//! [`pass`] is shared with `klaxon dead` and the console's dead-letter page.
 //!
 //! A pass reads at most the messages that were in the queue when it started (so it always ends), holding them
 //! unacked: listed messages go back untouched when the channel closes; a replayed one is published to its
@@ -7,17 +8,29 @@
 
 use std::time::Duration;
 
-use klaxon_broker::{header, Broker, BrokerError, Delivery, Outgoing, Publisher, Topology, ERROR_HEADER};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use klaxon_broker::{
+    header, Broker, BrokerError, Delivery, Outgoing, Publisher, Topology, ATTEMPTS_HEADER, ERROR_HEADER,
+};
 use klaxon_channels::redact_endpoint;
 use klaxon_core::NotificationTask;
-use klaxon_engine::sender::ATTEMPTS_HEADER;
+use serde::Serialize;
 use serde_json::{json, Value};
+
+use super::{limit_of, query_pairs};
+use crate::error::{body_of, json_response};
+use crate::{Api, ApiError};
 
 /// How long to wait for the next message of a queue known to hold more.
 const NEXT_WAIT: Duration = Duration::from_secs(5);
 
-/// One dead-lettered message, as listed.
-#[derive(Debug, Clone)]
+/// One dead-lettered message, as listed (serialized as the API's JSON form).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct DeadItem {
     /// The notification (`-` when the body is not a notification task).
     pub notification_id: String,
@@ -65,11 +78,7 @@ impl DeadItem {
 
     /// The JSON form (API and `klaxon dead list --json`).
     pub fn to_json(&self) -> Value {
-        json!({
-            "notificationId": self.notification_id, "projectId": self.project_id, "ruleId": self.rule_id,
-            "channel": self.channel, "attempts": self.attempts, "destination": self.destination,
-            "reason": self.reason,
-        })
+        serde_json::to_value(self).unwrap_or(Value::Null)
     }
 }
 
@@ -144,4 +153,67 @@ pub async fn pass(
     // Whatever was not replayed goes back to the queue when the channel closes.
     consumer.close().await;
     result.map(|()| out)
+}
+
+impl Api {
+    /// One pass over the dead-letter queue on a connection of its own (rare, operator-driven).
+    pub(crate) async fn dead_pass(&self, what: Pass<'_>) -> Result<Vec<DeadItem>, ApiError> {
+        let c = self.config();
+        let unavailable = |e: klaxon_broker::BrokerError| ApiError::unavailable("RabbitMQ", e);
+        let broker = Broker::connect(&c.amqp_url, Duration::from_secs(5))
+            .await
+            .map_err(unavailable)?;
+        let publisher = broker.publisher().await.map_err(unavailable)?;
+        let topology = Topology::new(&c.namespace, &c.events_queue, c.queue_type);
+        publisher.declare(&topology).await.map_err(unavailable)?;
+        let out = pass(&broker, &publisher, &topology, what).await;
+        publisher.close().await;
+        broker.close().await;
+        out.map_err(unavailable)
+    }
+}
+
+/// `GET /api/v1/dead?limit=` → `{"dead": [...]}` (the messages stay in the queue).
+pub(crate) async fn list(State(api): State<Api>, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
+    let limit = limit_of(&query_pairs(query.as_deref()), 100, 1000)?;
+    let items = api.dead_pass(Pass::List(limit as u32)).await?;
+    Ok(json_response(StatusCode::OK, &json!({ "dead": items })))
+}
+
+/// `POST /api/v1/dead/replay` `{"notificationIds"?}` (absent: all) → `{"replayed": n, "notificationIds": [...]}`.
+pub(crate) async fn replay(
+    State(api): State<Api>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let raw = body_of(body)?;
+    let body = if raw.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(&raw)
+            .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?
+    };
+    let ids: Option<Vec<String>> = match body.get("notificationIds") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(a)) => Some(
+            a.iter()
+                .map(|v| v.as_str().map(str::to_owned))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| ApiError::bad_request("`notificationIds` must be a list of strings"))?,
+        ),
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "`notificationIds` must be a list of strings",
+            ))
+        }
+    };
+    if !body.is_object() {
+        return Err(ApiError::bad_request(
+            "the body must be an object {\"notificationIds\"?}",
+        ));
+    }
+    let items = api.dead_pass(Pass::Replay(ids.as_deref())).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"replayed": items.len(), "notificationIds": items.iter().map(|i| i.notification_id.clone()).collect::<Vec<_>>()}),
+    ))
 }

@@ -12,8 +12,10 @@ use axum::response::Response;
 use klaxon_channels::webhook::{endpoint_key, project_key, SigningKeys};
 use serde_json::{json, Value};
 
-use crate::notifications::MAX_ENDPOINT_BYTES;
-use crate::{check_project_id, json_response, Api, ApiError};
+use super::check_project_id;
+use super::notifications::MAX_ENDPOINT_BYTES;
+use crate::error::json_response;
+use crate::{Api, ApiError};
 
 /// Why there is no secret to show.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,7 +103,7 @@ impl From<SecretError> for ApiError {
 
 fn answer(api: &Api, project_id: Option<&str>, query: Option<&str>) -> Result<Response, ApiError> {
     let v = secret_json(
-        api.0.config.webhook_keys.as_ref(),
+        api.config().webhook_keys.as_ref(),
         project_id,
         &endpoint_param(query),
     )?;
@@ -113,7 +115,7 @@ fn answer(api: &Api, project_id: Option<&str>, query: Option<&str>) -> Result<Re
 }
 
 /// `GET /api/v1/projects/{id}/webhook-secret?endpoint=`: the project's secret for that endpoint.
-pub(crate) async fn get_project_secret(
+pub(crate) async fn project_secret(
     State(api): State<Api>,
     Path(project_id): Path<String>,
     RawQuery(query): RawQuery,
@@ -123,10 +125,7 @@ pub(crate) async fn get_project_secret(
 }
 
 /// `GET /api/v1/webhook-secret?endpoint=`: the secret of notifications without a project to that endpoint.
-pub(crate) async fn get_secret(
-    State(api): State<Api>,
-    RawQuery(query): RawQuery,
-) -> Result<Response, ApiError> {
+pub(crate) async fn secret(State(api): State<Api>, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
     answer(&api, None, query.as_deref())
 }
 

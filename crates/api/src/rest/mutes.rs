@@ -1,0 +1,243 @@
+//! `GET|POST /api/v1/projects/{projectId}/mutes`, `DELETE …/mutes/{muteId}`: "be quiet about this until then".
+//! A request `{"ruleId"?, "groupHash"?, "until" (RFC 3339) | "for" (seconds)}` is validated into a [`Mute`] on
+//! the Redis clock ([`mute_from_request`]), stored under the project's limit of active mutes ([`mutes_full`]
+//! when full); while one matches, firings are counted but not delivered. The console's mute forms and
+//! `klaxon mute` go through the same functions.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use klaxon_core::mute::Mute;
+use klaxon_counter::mutes::Added;
+use klaxon_counter::WindowCounter;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::check_project_id;
+use crate::error::{json_body, json_response};
+use crate::{Api, ApiError};
+
+/// Longest mute accepted (a year): a mute is for quiet hours and incidents, not for deleting a rule.
+pub const MAX_MUTE_MS: i64 = 366 * 24 * 3600 * 1000;
+
+/// Parses an RFC 3339 time into unix ms.
+pub fn parse_rfc3339_ms(s: &str) -> Result<i64, String> {
+    time::OffsetDateTime::parse(s.trim(), &time::format_description::well_known::Rfc3339)
+        .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64)
+        .map_err(|e| format!("`until` is not an RFC 3339 time ({e})"))
+}
+
+/// Validates a mute request made at `now_ms`, giving it `mute_id`.
+pub fn mute_from_request(body: &Value, now_ms: i64, mute_id: String) -> Result<Mute, String> {
+    let obj = body
+        .as_object()
+        .ok_or("the body must be an object {\"ruleId\"?, \"groupHash\"?, \"until\" | \"for\"}")?;
+    let text = |field: &str| -> Result<Option<String>, String> {
+        match obj.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if !s.trim().is_empty() && s.len() <= 256 => Ok(Some(s.trim().to_owned())),
+            Some(_) => Err(format!(
+                "`{field}` must be a non-empty string of at most 256 bytes"
+            )),
+        }
+    };
+    let rule_id = text("ruleId")?;
+    if let Some(r) = &rule_id {
+        if !klaxon_core::event::is_object_id(r) {
+            return Err("`ruleId` must be a 24-hex-digit ObjectId".into());
+        }
+    }
+    let group_hash = text("groupHash")?;
+    let until_ms = match (obj.get("until"), obj.get("for")) {
+        (Some(Value::String(u)), None) => parse_rfc3339_ms(u)?,
+        (None, Some(f)) => {
+            let secs = f
+                .as_u64()
+                .filter(|s| *s >= 1)
+                .ok_or("`for` must be a whole number of seconds ≥ 1")?;
+            now_ms.saturating_add((secs.min(i64::MAX as u64 / 1000) as i64).saturating_mul(1000))
+        }
+        (Some(_), Some(_)) => return Err("give `until` or `for`, not both".into()),
+        (Some(_), None) => return Err("`until` must be an RFC 3339 time string".into()),
+        (None, None) => return Err("give `until` (RFC 3339) or `for` (seconds)".into()),
+    };
+    if until_ms <= now_ms {
+        return Err("`until` is in the past".into());
+    }
+    if until_ms - now_ms > MAX_MUTE_MS {
+        return Err("a mute may last at most 366 days".into());
+    }
+    Ok(Mute {
+        mute_id,
+        rule_id: rule_id.map(|r| r.to_ascii_lowercase()),
+        group_hash,
+        until_ms,
+    })
+}
+
+/// A mute as the API lists it: `{"muteId", "until" (RFC 3339), "ruleId"?, "groupHash"?}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MuteView {
+    /// Its id.
+    pub mute_id: String,
+    /// When it ends.
+    pub until: String,
+    /// Only this rule.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule_id: Option<String>,
+    /// Only this group.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_hash: Option<String>,
+}
+
+impl From<&Mute> for MuteView {
+    fn from(m: &Mute) -> Self {
+        MuteView {
+            mute_id: m.mute_id.clone(),
+            until: klaxon_core::notification::rfc3339_ms(m.until_ms),
+            rule_id: m.rule_id.clone(),
+            group_hash: m.group_hash.clone(),
+        }
+    }
+}
+
+/// The API's JSON form of a mute ([`MuteView`]).
+pub fn to_json(m: &Mute) -> Value {
+    serde_json::to_value(MuteView::from(m)).unwrap_or(Value::Null)
+}
+
+/// The refusal of a mute for a project that already has `active` of at most `limit` active mutes.
+pub fn mutes_full(project_id: &str, active: u64, limit: usize) -> String {
+    format!(
+        "project {project_id} already has {active} active mutes, the limit is {limit} per project: remove one \
+         (DELETE /api/v1/projects/{project_id}/mutes/{{muteId}}, `klaxon mute rm`), wait for one to end, or raise \
+         --max-mutes-per-project (KLAXON_MAX_MUTES_PER_PROJECT)"
+    )
+}
+
+/// `POST /api/v1/projects/{id}/mutes` → 201 `{"muteId", "until"}` (`409` over the project's limit of mutes).
+pub(crate) async fn add(
+    State(api): State<Api>,
+    Path(project_id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = json_body(body)?;
+    api.known_project(&project_id).await?;
+    let mute = api.add_mute(&project_id, &body).await?;
+    let v = MuteView::from(&mute);
+    Ok(json_response(
+        StatusCode::CREATED,
+        &json!({"muteId": v.mute_id, "until": v.until}),
+    ))
+}
+
+/// `GET /api/v1/projects/{id}/mutes` → `{"mutes": [{"muteId", "ruleId"?, "groupHash"?, "until"}]}`, at most the
+/// project's limit of them; `"skipped": n` when more are stored (not listed, and not applied either).
+pub(crate) async fn list(
+    State(api): State<Api>,
+    Path(project_id): Path<String>,
+) -> Result<Response, ApiError> {
+    api.known_project(&project_id).await?;
+    let (_, list) = api.active_mutes(&project_id).await?;
+    let mut body = json!({"mutes": list.mutes.iter().map(MuteView::from).collect::<Vec<_>>()});
+    if list.unread > 0 {
+        body["skipped"] = json!(list.unread);
+    }
+    Ok(json_response(StatusCode::OK, &body))
+}
+
+/// `DELETE /api/v1/projects/{id}/mutes/{muteId}` → 204, or 404 for an unknown mute.
+pub(crate) async fn remove(
+    State(api): State<Api>,
+    Path((project_id, mute_id)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    if api.remove_mute(&project_id, &mute_id).await? {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(ApiError::new(StatusCode::NOT_FOUND, "no such mute"))
+    }
+}
+
+impl Api {
+    /// Validates a mute request made now (the Redis clock) for a project known to exist and stores it with a
+    /// fresh id; `400` for a bad request, `409` when the project already has the limit of active mutes. The
+    /// API's and the console's mute forms both come here.
+    pub(crate) async fn add_mute(&self, project_id: &str, request: &Value) -> Result<Mute, ApiError> {
+        let (counter, now) = self.redis_now().await?;
+        let mute = mute_from_request(request, now, format!("{:016x}", rand::random::<u64>()))
+            .map_err(ApiError::bad_request)?;
+        self.store_mute(&counter, project_id, &mute, now).await?;
+        Ok(mute)
+    }
+
+    /// Stores a mute made at `now` on `counter`'s Redis; `409` when the project already has the limit of active
+    /// mutes.
+    async fn store_mute(
+        &self,
+        counter: &WindowCounter,
+        project_id: &str,
+        mute: &Mute,
+        now: i64,
+    ) -> Result<(), ApiError> {
+        let mutes = self.mutes(counter);
+        match mutes
+            .add(project_id, mute, Some(now))
+            .await
+            .map_err(|e| ApiError::unavailable("Redis", e))?
+        {
+            Added::Stored { .. } => Ok(()),
+            Added::Full { active } => Err(ApiError::new(
+                StatusCode::CONFLICT,
+                mutes_full(project_id, active, mutes.limit()),
+            )),
+        }
+    }
+
+    /// Removes a mute of a project: `false` when there is no such mute (it may have expired). The API's
+    /// `DELETE` and the console's remove button both come here.
+    pub(crate) async fn remove_mute(&self, project_id: &str, mute_id: &str) -> Result<bool, ApiError> {
+        check_project_id(project_id)?;
+        let (counter, _) = self.redis_now().await?;
+        self.mutes(&counter)
+            .remove(project_id, mute_id)
+            .await
+            .map_err(|e| ApiError::unavailable("Redis", e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn requests() {
+        let now = 1_880_000_000_000;
+        let ok = mute_from_request(&json!({"for": 60}), now, "m".into()).expect("for");
+        assert_eq!(ok.until_ms, now + 60_000);
+        let ok = mute_from_request(
+            &json!({"until": "2030-01-01T00:00:00Z", "groupHash": "g", "ruleId": "5E3EEF0679FA3700A0198A49"}),
+            now,
+            "m".into(),
+        )
+        .expect("until");
+        assert_eq!(ok.until_ms, 1_893_456_000_000);
+        assert_eq!(ok.rule_id.as_deref(), Some("5e3eef0679fa3700a0198a49"));
+        for bad in [
+            json!({}),
+            json!({"for": 0}),
+            json!({"for": "60"}),
+            json!({"for": 60, "until": "2030-01-01T00:00:00Z"}),
+            json!({"until": "2020-01-01T00:00:00Z"}),
+            json!({"until": "tomorrow"}),
+            json!({"for": 60, "ruleId": "nope"}),
+            json!({"for": 400 * 86400}),
+            json!([]),
+        ] {
+            assert!(mute_from_request(&bad, now, "m".into()).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,635 @@
+//! `explain`: for one hypothetical event, what each rule of a project would do with it and why. Pure: the
+//! counter's state comes in as [`Peek`]s (read by `klaxon_counter`'s `WindowCounter::peek`, which never
+//! counts), the clock is the peek's.
+//!
+//! ```text
+//!  notifications ──Explanation::new(limits, defaults, event)──▶ rules that do not count: a verdict now
+//!                        │                                       (disabled, filtered, invalid)
+//!                        └─ counting(): (rule, Want) ──▶ the counter peeks each (rule, group) ──▶ [Peek]
+//!  Explanation::finish(peeks, mutes) ──▶ [RuleVerdict]: counting, would_fire, cooling_down, already_notified, muted
+//! ```
+//!
+//! Whether a rule counts the event is [`CompiledRule::decide`], the function the worker evaluates with. What
+//! the next hit would make of the counter's state ([`counted`]) is a Rust reading of the Lua scripts'
+//! decisions (`lua/fixed_window.lua`, `sliding_window.lua`, `first_seen.lua`, `unique_users.lua`); the two are
+//! held together by `crates/counter/tests/explain.rs`, which drives the real scripts through sequences of hits
+//! and checks, before every hit, that [`counted`] predicts exactly what the script answers.
+
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+
+use crate::filter::Title;
+use crate::mute::Mute;
+use crate::notification::rfc3339_ms;
+use crate::rule::{parse_rule_value_with, CompiledRule, RawRule, RuleDefaults, Skip, Want, Window};
+use crate::{Event, Limits};
+
+/// What a rule would do with the event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The rule is off, or has no channel that could send.
+    Disabled,
+    /// The rule does not count this event (title filters, not a first occurrence, no user).
+    Filtered,
+    /// The rule cannot be used (a problem `klaxon rules check` reports), or lies past the project's rule limit.
+    Invalid,
+    /// The event would be counted without firing.
+    Counting,
+    /// The event would fire the rule.
+    WouldFire,
+    /// A sliding window fired recently: nothing fires until its period has passed.
+    CoolingDown,
+    /// The window (or, ONLY_NEW, the group) already fired.
+    AlreadyNotified,
+    /// The rule counts the event but a mute matches: counted, not delivered.
+    Muted,
+}
+
+impl Verdict {
+    /// The name the API, the console and `klaxon explain` print.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Disabled => "disabled",
+            Verdict::Filtered => "filtered",
+            Verdict::Invalid => "invalid",
+            Verdict::Counting => "counting",
+            Verdict::WouldFire => "would_fire",
+            Verdict::CoolingDown => "cooling_down",
+            Verdict::AlreadyNotified => "already_notified",
+            Verdict::Muted => "muted",
+        }
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One rule's verdict; serialized as the API's `{"ruleId", "verdict", "reason", "count"?, "threshold"?,
+/// "windowEndsAt"?}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuleVerdict {
+    /// The rule id (`?` when it cannot be read).
+    pub rule_id: String,
+    /// What the rule would do.
+    pub verdict: Verdict,
+    /// Why, in words.
+    pub reason: String,
+    /// Events (or distinct users) in the window including this one, when the rule counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    /// The rule's threshold, when it counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<u64>,
+    /// When the window (or cooldown) ends, unix ms; RFC 3339 in JSON.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "rfc3339")]
+    pub window_ends_at: Option<i64>,
+}
+
+fn rfc3339<S: Serializer>(ms: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
+    match ms {
+        Some(ms) => s.serialize_str(&rfc3339_ms(*ms)),
+        None => s.serialize_none(),
+    }
+}
+
+impl RuleVerdict {
+    fn new(rule_id: &str, verdict: Verdict, reason: impl Into<String>) -> Self {
+        RuleVerdict {
+            rule_id: rule_id.to_owned(),
+            verdict,
+            reason: reason.into(),
+            count: None,
+            threshold: None,
+            window_ends_at: None,
+        }
+    }
+
+    /// The JSON form (the API's, `klaxon explain --output json`).
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    /// This verdict under a matching mute: `muted`, the reason saying what it would be without the mute.
+    pub fn muted_by(mut self, mute: &Mute) -> Self {
+        self.reason = format!(
+            "muted until {} (mute {}): counted, not delivered; without it: {} — {}",
+            rfc3339_ms(mute.until_ms),
+            mute.mute_id,
+            self.verdict,
+            self.reason
+        );
+        self.verdict = Verdict::Muted;
+        self
+    }
+}
+
+/// The state the counting scripts hold for one (rule, group), read at `now_ms` (the Redis clock) without
+/// counting. The key layout each field comes from is documented in each `lua/*.lua`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Peek {
+    /// The Redis clock when read (ms).
+    pub now_ms: i64,
+    /// When the current window fired, the running cooldown started, or (ONLY_NEW) the group was notified.
+    pub fired_at: Option<i64>,
+    /// Events (or distinct users) counted in the current window; sliding: in the trailing period.
+    pub count: u64,
+    /// Fixed windows: when the current window started (`None`: no window running).
+    pub window_start: Option<i64>,
+    /// Unique-users rules: the asked user is already among the counted ones.
+    pub user_known: bool,
+}
+
+/// The verdict of a rule that does not count the event.
+pub fn skipped(rule_id: &str, skip: Skip, rule: &CompiledRule) -> RuleVerdict {
+    let (verdict, reason) = match skip {
+        Skip::Disabled => (
+            Verdict::Disabled,
+            "the rule is disabled (isEnabled: false)".into(),
+        ),
+        Skip::NoChannels => (
+            Verdict::Disabled,
+            "no enabled channel with an endpoint: nothing could be sent".into(),
+        ),
+        Skip::NotNew => (
+            Verdict::Filtered,
+            "an ONLY_NEW rule and the event is not a first occurrence (isNew: false)".into(),
+        ),
+        Skip::NoUser => (
+            Verdict::Filtered,
+            "a uniqueUsers rule and the event has no user: it is not counted".into(),
+        ),
+        Skip::Filtered(miss) => (Verdict::Filtered, rule.filter.describe(miss)),
+    };
+    RuleVerdict::new(rule_id, verdict, reason)
+}
+
+/// The verdict of a rule that counts the event, from the state the counter holds: what the script would
+/// answer the next hit (pure: the same inputs give the same answer; `peek.now_ms` is the clock).
+pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> RuleVerdict {
+    let at = rfc3339_ms;
+    let (threshold, period, window, users) = match want {
+        Want::FirstSeen => {
+            return match peek.fired_at {
+                Some(t) => RuleVerdict::new(
+                    rule_id,
+                    Verdict::AlreadyNotified,
+                    format!("ONLY_NEW: this group was already notified at {}", at(t)),
+                ),
+                None => RuleVerdict::new(
+                    rule_id,
+                    Verdict::WouldFire,
+                    "ONLY_NEW: the first occurrence of this group fires",
+                ),
+            };
+        }
+        Want::Count {
+            threshold,
+            period_ms,
+            window,
+        } => (threshold, period_ms as i64, window, false),
+        Want::UniqueUsers {
+            threshold,
+            period_ms,
+            window,
+        } => (threshold, period_ms as i64, window, true),
+    };
+    let counts = |verdict, reason: String, count, ends| RuleVerdict {
+        count: Some(count),
+        threshold: Some(threshold),
+        window_ends_at: ends,
+        ..RuleVerdict::new(rule_id, verdict, reason)
+    };
+    let what = if users { "distinct users" } else { "events" };
+    // A user already counted adds nothing; anything else is one more.
+    let next = if users && peek.user_known {
+        peek.count
+    } else {
+        peek.count + 1
+    };
+    match window {
+        Window::Fixed => {
+            let ends = peek
+                .window_start
+                .map(|s| s + period)
+                .unwrap_or(peek.now_ms + period);
+            if let Some(f) = peek.fired_at {
+                let reason = format!(
+                    "this window fired at {}; a new one starts after {}",
+                    at(f),
+                    at(ends)
+                );
+                return counts(Verdict::AlreadyNotified, reason, peek.count, Some(ends));
+            }
+            // Fixed windows fire on the event that makes the count EQUAL the threshold (users: reach it).
+            let fires = if users {
+                next >= threshold
+            } else {
+                next == threshold
+            };
+            let so_far = so_far(peek.count, threshold, what, "in this window");
+            let this = this_one(users, peek.user_known, next);
+            let (verdict, reason) = if fires {
+                (Verdict::WouldFire, format!("{so_far}; {this} and fire"))
+            } else if !users && next > threshold {
+                let reason = format!(
+                    "{so_far}, past the threshold without firing (it was lowered): {this}; the window cannot \
+                     fire before it ends"
+                );
+                (Verdict::Counting, reason)
+            } else {
+                (Verdict::Counting, format!("{so_far}; {this}"))
+            };
+            counts(verdict, reason, next, Some(ends))
+        }
+        Window::Sliding => {
+            if let Some(f) = peek.fired_at {
+                let reason = format!("fired at {}; quiet until {}", at(f), at(f + period));
+                return counts(Verdict::CoolingDown, reason, peek.count, Some(f + period));
+            }
+            // The scripts keep the newest `threshold` members, so the count saturates there.
+            let next = next.min(threshold);
+            let so_far = so_far(peek.count, threshold, what, "in the trailing window");
+            let this = this_one(users, peek.user_known, next);
+            if next >= threshold {
+                counts(
+                    Verdict::WouldFire,
+                    format!("{so_far}; {this} and fire"),
+                    next,
+                    None,
+                )
+            } else {
+                counts(Verdict::Counting, format!("{so_far}; {this}"), next, None)
+            }
+        }
+    }
+}
+
+/// What the counter holds now, in words: explain has counted nothing, so the count is "so far".
+fn so_far(count: u64, threshold: u64, what: &str, window: &str) -> String {
+    format!("{count} of {threshold} {what} counted {window} so far")
+}
+
+/// Where this (hypothetical) event would stand: "#n", or, for a user already counted, that it adds nothing.
+fn this_one(users: bool, user_known: bool, next: u64) -> String {
+    match (users, user_known) {
+        (true, true) => format!("this event's user is already counted, so it would stay at {next}"),
+        (true, false) => format!("this event's user would be #{next}"),
+        (false, _) => format!("this event would be #{next}"),
+    }
+}
+
+/// One rule's place in an [`Explanation`].
+#[derive(Debug, Clone)]
+enum Slot {
+    /// Decided without the counter.
+    Decided(RuleVerdict),
+    /// Counts the event: decided from the counter's state.
+    Counts { rule_id: String, want: Want },
+}
+
+/// The explanation of one event against a project's stored rules, before and after the counter's state is
+/// read: [`Explanation::new`] decides what needs no counter, [`Explanation::counting`] says which
+/// (rule, [`Want`]) to peek, [`Explanation::finish`] gives the verdicts in the rules' order.
+#[derive(Debug, Clone)]
+pub struct Explanation {
+    group_hash: String,
+    user: Option<String>,
+    slots: Vec<Slot>,
+}
+
+impl Explanation {
+    /// Reads every stored rule of a project (`notifications` in their JSON form) under `limits` and with
+    /// `defaults`, as the worker reads them: the rules past [`Limits::max_rules`] are `invalid` (not
+    /// evaluated), a rule that cannot be used is `invalid`, one that does not count the event says why.
+    pub fn new(notifications: &[Value], limits: &Limits, defaults: &RuleDefaults, event: &Event) -> Self {
+        let title = Title::new(&event.title);
+        let (read, past_limit) = notifications.split_at(notifications.len().min(limits.max_rules));
+        let mut slots: Vec<Slot> = read
+            .iter()
+            .map(|n| match parse_rule_value_with(n, limits, defaults) {
+                Err(p) => Slot::Decided(RuleVerdict::new(
+                    p.rule_id.as_deref().unwrap_or("?"),
+                    Verdict::Invalid,
+                    format!("{} (fix: {})", p.message, p.fix),
+                )),
+                Ok((rule, _)) => match rule.decide(event, &title) {
+                    Err(skip) => Slot::Decided(skipped(&rule.id, skip, &rule)),
+                    Ok(want) => Slot::Counts {
+                        rule_id: rule.id.clone(),
+                        want,
+                    },
+                },
+            })
+            .collect();
+        slots.extend(past_limit.iter().map(|n| {
+            let id = RawRule::from_value(n)
+                .ok()
+                .and_then(|r| r.id().map(str::to_owned))
+                .unwrap_or_else(|| "?".into());
+            let reason = format!(
+                "not evaluated: the project has {} rules, over the limit of {}, and only the first {} are \
+                 evaluated (fix: remove rules, or raise --max-rules-per-project)",
+                notifications.len(),
+                limits.max_rules,
+                limits.max_rules
+            );
+            Slot::Decided(RuleVerdict::new(&id, Verdict::Invalid, reason))
+        }));
+        Explanation {
+            group_hash: event.group_hash.clone(),
+            user: event.user.clone(),
+            slots,
+        }
+    }
+
+    /// The event's group.
+    pub fn group_hash(&self) -> &str {
+        &self.group_hash
+    }
+
+    /// The event's user, when it has one.
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_deref()
+    }
+
+    /// The rules that count the event, in order, with what they count: the (rule, group)s whose counter
+    /// state [`Explanation::finish`] needs.
+    pub fn counting(&self) -> impl Iterator<Item = (&str, Want)> + '_ {
+        self.slots.iter().filter_map(|s| match s {
+            Slot::Counts { rule_id, want } => Some((rule_id.as_str(), *want)),
+            Slot::Decided(_) => None,
+        })
+    }
+
+    /// Every rule's verdict, in the rules' order, given the counter's state for each of
+    /// [`Explanation::counting`] (in that order). A rule that counts the event while one of `mutes` matches
+    /// it is `muted` (counted, not delivered).
+    pub fn finish(self, peeks: &[Peek], mutes: &[Mute]) -> Vec<RuleVerdict> {
+        let mut peeks = peeks.iter();
+        let group = self.group_hash;
+        self.slots
+            .into_iter()
+            .filter_map(|slot| match slot {
+                Slot::Decided(v) => Some(v),
+                Slot::Counts { rule_id, want } => {
+                    let peek = peeks.next()?;
+                    let v = counted(&rule_id, want, peek);
+                    Some(
+                        match mutes.iter().find(|m| m.matches(&rule_id, &group, peek.now_ms)) {
+                            Some(m) => v.muted_by(m),
+                            None => v,
+                        },
+                    )
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn peek(count: u64, fired_at: Option<i64>, start: Option<i64>) -> Peek {
+        Peek {
+            now_ms: 10_000,
+            fired_at,
+            count,
+            window_start: start,
+            user_known: false,
+        }
+    }
+
+    #[test]
+    fn verdicts_from_counter_state() {
+        let fixed = Want::Count {
+            threshold: 3,
+            period_ms: 60_000,
+            window: Window::Fixed,
+        };
+        let sliding = Want::Count {
+            threshold: 3,
+            period_ms: 60_000,
+            window: Window::Sliding,
+        };
+        let cases = [
+            (Want::FirstSeen, peek(0, None, None), Verdict::WouldFire),
+            (Want::FirstSeen, peek(0, Some(5), None), Verdict::AlreadyNotified),
+            (fixed, peek(0, None, None), Verdict::Counting),
+            (fixed, peek(1, None, Some(9_000)), Verdict::Counting),
+            (fixed, peek(2, None, Some(9_000)), Verdict::WouldFire),
+            (fixed, peek(3, Some(9_500), Some(9_000)), Verdict::AlreadyNotified),
+            (fixed, peek(5, None, Some(9_000)), Verdict::Counting),
+            (sliding, peek(2, None, None), Verdict::WouldFire),
+            (sliding, peek(1, None, None), Verdict::Counting),
+            (sliding, peek(3, Some(9_000), None), Verdict::CoolingDown),
+        ];
+        for (i, (want, p, expected)) in cases.iter().enumerate() {
+            let v = counted("r", *want, p);
+            assert_eq!(v.verdict, *expected, "case {i}: {v:?}");
+        }
+        let v = counted("r", fixed, &peek(1, None, Some(9_000)));
+        assert_eq!(
+            (v.count, v.threshold, v.window_ends_at),
+            (Some(2), Some(3), Some(69_000))
+        );
+    }
+
+    /// Explain counts nothing: the reason says what is counted so far and where this event would stand, never
+    /// "2 of 3" as if this event had been counted.
+    #[test]
+    fn reasons_say_what_is_counted_and_where_this_event_would_stand() {
+        let want = |threshold, window, users| {
+            if users {
+                Want::UniqueUsers {
+                    threshold,
+                    period_ms: 60_000,
+                    window,
+                }
+            } else {
+                Want::Count {
+                    threshold,
+                    period_ms: 60_000,
+                    window,
+                }
+            }
+        };
+        let known = Peek {
+            user_known: true,
+            ..peek(2, None, Some(9_000))
+        };
+        let cases = [
+            (
+                want(3, Window::Fixed, false),
+                peek(1, None, Some(9_000)),
+                "1 of 3 events counted in this window so far; this event would be #2",
+            ),
+            (
+                want(3, Window::Fixed, false),
+                peek(2, None, Some(9_000)),
+                "2 of 3 events counted in this window so far; this event would be #3 and fire",
+            ),
+            (
+                want(3, Window::Fixed, false),
+                peek(5, None, Some(9_000)),
+                "5 of 3 events counted in this window so far, past the threshold without firing (it was lowered): this event would be #6; the window cannot fire before it ends",
+            ),
+            (
+                want(3, Window::Sliding, false),
+                peek(0, None, None),
+                "0 of 3 events counted in the trailing window so far; this event would be #1",
+            ),
+            (
+                want(3, Window::Sliding, false),
+                peek(2, None, None),
+                "2 of 3 events counted in the trailing window so far; this event would be #3 and fire",
+            ),
+            (
+                want(3, Window::Fixed, true),
+                peek(1, None, Some(9_000)),
+                "1 of 3 distinct users counted in this window so far; this event's user would be #2",
+            ),
+            (
+                want(3, Window::Fixed, true),
+                known,
+                "2 of 3 distinct users counted in this window so far; this event's user is already counted, so it would stay at 2",
+            ),
+        ];
+        for (want, p, reason) in cases {
+            assert_eq!(counted("r", want, &p).reason, reason);
+        }
+    }
+
+    /// The wire form is the contract's (docs/api.md): the verdict names, camelCase keys, the optional fields
+    /// absent when unset, `windowEndsAt` in RFC 3339.
+    #[test]
+    fn verdicts_serialize_as_the_contract_says() {
+        let names: Vec<String> = [
+            Verdict::Disabled,
+            Verdict::Filtered,
+            Verdict::Invalid,
+            Verdict::Counting,
+            Verdict::WouldFire,
+            Verdict::CoolingDown,
+            Verdict::AlreadyNotified,
+            Verdict::Muted,
+        ]
+        .iter()
+        .map(|v| {
+            let json = serde_json::to_value(v).expect("serializes");
+            assert_eq!(json, json!(v.as_str()));
+            v.to_string()
+        })
+        .collect();
+        assert_eq!(
+            names.join(" "),
+            "disabled filtered invalid counting would_fire cooling_down already_notified muted"
+        );
+        let fixed = Want::Count {
+            threshold: 3,
+            period_ms: 60_000,
+            window: Window::Fixed,
+        };
+        let v = counted("r1", fixed, &peek(1, None, Some(9_000)));
+        assert_eq!(
+            serde_json::to_string(&v).expect("serializes"),
+            r#"{"ruleId":"r1","verdict":"counting","reason":"1 of 3 events counted in this window so far; this event would be #2","count":2,"threshold":3,"windowEndsAt":"1970-01-01T00:01:09Z"}"#
+        );
+        let v = RuleVerdict::new("r2", Verdict::Disabled, "off");
+        assert_eq!(
+            v.to_json(),
+            json!({"ruleId": "r2", "verdict": "disabled", "reason": "off"})
+        );
+    }
+
+    /// A whole project: the rules that need no counter are decided at once, the others in order from the
+    /// peeks; past the rule limit `invalid`, a matching mute `muted`.
+    #[test]
+    fn explanations_keep_the_rules_order() {
+        let rule = |id: &str, extra: Value| {
+            let mut r = json!({"_id": id, "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 2,
+                "thresholdPeriod": 60_000, "channels": {"webhook": {"isEnabled": true, "endpoint": "https://h.example/x"}}});
+            for (k, v) in extra.as_object().into_iter().flatten() {
+                r[k] = v.clone();
+            }
+            r
+        };
+        let ids = [
+            "5e3eef0679fa3700a0198a41",
+            "5e3eef0679fa3700a0198a42",
+            "5e3eef0679fa3700a0198a43",
+            "5e3eef0679fa3700a0198a44",
+            "5e3eef0679fa3700a0198a45",
+            "5e3eef0679fa3700a0198a46",
+        ];
+        let notifications = [
+            rule(ids[0], json!({})),
+            rule(ids[1], json!({"isEnabled": false})),
+            rule(ids[2], json!({"threshold": 0})),
+            rule(ids[3], json!({"including": ["payment"]})),
+            rule(ids[4], json!({"whatToReceive": "ONLY_NEW"})),
+            rule(ids[5], json!({})),
+        ];
+        let limits = Limits {
+            max_rules: 5,
+            ..Limits::default()
+        };
+        let event = Event {
+            title: "TypeError".into(),
+            group_hash: "g1".into(),
+            is_new: true,
+            repetition_id: None,
+            timestamp: None,
+            user: None,
+        };
+        let e = Explanation::new(&notifications, &limits, &RuleDefaults::default(), &event);
+        let counting: Vec<(&str, Want)> = e.counting().collect();
+        assert_eq!(
+            counting,
+            [
+                (
+                    ids[0],
+                    Want::Count {
+                        threshold: 2,
+                        period_ms: 60_000,
+                        window: Window::Fixed
+                    }
+                ),
+                (ids[4], Want::FirstSeen)
+            ]
+        );
+        let mute = Mute {
+            mute_id: "m1".into(),
+            rule_id: Some(ids[4].into()),
+            group_hash: None,
+            until_ms: 20_000,
+        };
+        let verdicts = e.finish(&[peek(1, None, Some(9_000)), peek(0, None, None)], &[mute]);
+        let got: Vec<(&str, Verdict)> = verdicts.iter().map(|v| (v.rule_id.as_str(), v.verdict)).collect();
+        assert_eq!(
+            got,
+            [
+                (ids[0], Verdict::WouldFire),
+                (ids[1], Verdict::Disabled),
+                (ids[2], Verdict::Invalid),
+                (ids[3], Verdict::Filtered),
+                (ids[4], Verdict::Muted),
+                (ids[5], Verdict::Invalid),
+            ]
+        );
+        assert!(
+            verdicts[4].reason.starts_with("muted until 1970-01-01T00:00:20Z (mute m1): counted, not delivered; without it: would_fire — ONLY_NEW"),
+            "{}",
+            verdicts[4].reason
+        );
+        assert!(verdicts[5]
+            .reason
+            .starts_with("not evaluated: the project has 6 rules, over the limit of 5"));
+    }
+}
