@@ -117,7 +117,7 @@ impl GlobalOpts {
                 .map_err(|e| bad("redis-url", "KLAXON_REDIS_URL", &e))?;
         }
         if used.contains(&"mongo_url") {
-            klaxon_rules::check_url(&self.mongo_url).map_err(|e| bad("mongo-url", "KLAXON_MONGO_URL", &e))?;
+            klaxon_store::check_url(&self.mongo_url).map_err(|e| bad("mongo-url", "KLAXON_MONGO_URL", &e))?;
         }
         Ok(())
     }

@@ -51,8 +51,8 @@ fn counter_unreachable(e: &klaxon_counter::CounterError) -> bool {
     matches!(e, klaxon_counter::CounterError::Unavailable(_))
 }
 
-fn rules_unreachable(e: &klaxon_rules::RulesError) -> bool {
-    matches!(e, klaxon_rules::RulesError::Unavailable(_))
+fn rules_unreachable(e: &klaxon_store::RulesError) -> bool {
+    matches!(e, klaxon_store::RulesError::Unavailable(_))
 }
 
 /// An error and its causes in one line, each cause said once: `{:#}` prints every cause of the chain, and
@@ -87,7 +87,7 @@ pub fn code(err: &anyhow::Error) -> u8 {
                 .downcast_ref::<klaxon_counter::CounterError>()
                 .is_some_and(counter_unreachable)
             || cause
-                .downcast_ref::<klaxon_rules::RulesError>()
+                .downcast_ref::<klaxon_store::RulesError>()
                 .is_some_and(rules_unreachable)
             || cause
                 .downcast_ref::<klaxon_broker::BrokerError>()
@@ -119,13 +119,13 @@ mod tests {
     fn codes_follow_the_cause_chain() {
         let e = usage("--project must be 24 hex digits").context("rules add");
         assert_eq!(code(&e), USAGE);
-        let e = anyhow::Error::new(klaxon_rules::RulesError::Unavailable("ping".into()))
+        let e = anyhow::Error::new(klaxon_store::RulesError::Unavailable("ping".into()))
             .context("cannot use MongoDB");
         assert_eq!(code(&e), UNREACHABLE);
-        let e = anyhow::Error::new(klaxon_rules::RulesError::RuleNotFound("x".into()));
+        let e = anyhow::Error::new(klaxon_store::RulesError::RuleNotFound("x".into()));
         assert_eq!(code(&e), PROBLEMS);
         let e = anyhow::Error::new(klaxon_engine::EngineError::Rules(
-            klaxon_rules::RulesError::Unavailable("ping".into()),
+            klaxon_store::RulesError::Unavailable("ping".into()),
         ));
         assert_eq!(code(&e), UNREACHABLE);
         let e = anyhow::Error::new(Unreachable("trail".into())).context("deliveries");

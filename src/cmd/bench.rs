@@ -306,7 +306,7 @@ async fn one(global: &GlobalOpts, args: &PipelineArgs, qt: QueueType) -> anyhow:
     let projects: Vec<String> = (0..args.projects)
         .map(|p| format!("{:024x}", 0xbe7c_0000_0000u64 + p))
         .collect();
-    let store = klaxon_rules::RuleStore::connect(&global.mongo_url, &ns)
+    let store = klaxon_store::RuleStore::connect(&global.mongo_url, &ns)
         .await
         .context("MongoDB (--mongo-url)")?;
     let rule = |kind: &str| match kind {
@@ -325,7 +325,7 @@ async fn one(global: &GlobalOpts, args: &PipelineArgs, qt: QueueType) -> anyhow:
             |p| serde_json::json!({"_id": p, "notifications": [rule("fixed"), rule("sliding"), rule("new")]}),
         )
         .collect();
-    let parsed = klaxon_rules::parse_import(&serde_json::to_string(&import)?)?;
+    let parsed = klaxon_store::parse_import(&serde_json::to_string(&import)?)?;
     store.replace(&parsed).await?;
     let bodies = bodies(args, &projects);
     let broker = Broker::connect(&global.amqp_url, Duration::from_secs(10))

@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use klaxon_rules::trail::{Status, TrailReader};
-use klaxon_rules::RulesError;
+use klaxon_store::trail::{Status, TrailReader};
+use klaxon_store::RulesError;
 
 use crate::cli::GlobalOpts;
 use crate::exit::Unreachable;

@@ -33,7 +33,7 @@ use klaxon_broker::{Broker, BrokerError, QueueDepth, QueueType, Topology, QUEUE_
 use klaxon_core::ChannelKind;
 use klaxon_counter::{Consumers, PolicySource, RedisHandle, Registered};
 use klaxon_engine::sink::{hawk_queue, Output};
-use klaxon_rules::RuleStore;
+use klaxon_store::RuleStore;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -664,7 +664,7 @@ enum RulesRead {
 fn rules_check(global: &GlobalOpts, read: RulesRead, traffic: Option<Traffic>, t: Duration) -> Check {
     let db = global.mongo_db();
     let queue = global.events_queue();
-    let collection = klaxon_rules::store::PROJECTS;
+    let collection = klaxon_store::store::PROJECTS;
     let s = match read {
         // MongoDB answered; a slow read of many rules is not a failure
         RulesRead::Slow => {
@@ -771,7 +771,7 @@ async fn mongo_checks(
         "mongodb",
         format!(
             "{at}, database `{db}`, collection `{}`: {capabilities}",
-            klaxon_rules::store::PROJECTS
+            klaxon_store::store::PROJECTS
         ),
     )];
     // One retry of a failed read: a MongoDB-wire server under load may drop a cursor ("cursor not found").

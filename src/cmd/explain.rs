@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use clap::Args;
 use klaxon_core::{EventTask, Explanation};
 use klaxon_counter::{RedisHandle, WindowCounter};
-use klaxon_rules::RuleStore;
+use klaxon_store::RuleStore;
 use serde_json::json;
 
 use crate::cli::{GlobalOpts, MuteLimitOpts, RuleLimitOpts};

@@ -190,7 +190,7 @@ pub async fn run(args: NamespaceArgs, global: &GlobalOpts) -> anyhow::Result<Exi
 }
 
 async fn drop_database(mongo_url: &str, db: &str) -> anyhow::Result<()> {
-    let store = klaxon_rules::RuleStore::connect(mongo_url, db)
+    let store = klaxon_store::RuleStore::connect(mongo_url, db)
         .await
         .with_context(|| format!("cannot use MongoDB database `{db}`"))?;
     let dropped = store.drop_database().await;

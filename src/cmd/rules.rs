@@ -13,8 +13,8 @@ use std::process::ExitCode;
 use anyhow::{bail, Context as _};
 use clap::{ArgGroup, Args, Subcommand};
 use klaxon_core::{RawRule, RuleProblem};
-use klaxon_rules::format::document_to_json;
-use klaxon_rules::RuleStore;
+use klaxon_store::format::document_to_json;
+use klaxon_store::RuleStore;
 use serde_json::Value;
 
 use crate::cli::{GlobalOpts, RuleLimitOpts};
@@ -242,7 +242,7 @@ pub async fn run(args: RulesArgs, global: &GlobalOpts) -> anyhow::Result<ExitCod
         RulesCommand::Add(_) | RulesCommand::Import(_) => Vec::new(),
     };
     for (what, id) in ids {
-        klaxon_rules::format::parse_object_id(what, id).map_err(|e| crate::exit::usage(e.to_string()))?;
+        klaxon_store::format::parse_object_id(what, id).map_err(|e| crate::exit::usage(e.to_string()))?;
     }
     let limits = crate::cli::limits(
         match &args.command {
@@ -383,7 +383,7 @@ async fn command(
     store: &RuleStore,
     command: RulesCommand,
     add_rule: Option<RawRule>,
-    import: Option<Vec<klaxon_rules::ProjectNotifications>>,
+    import: Option<Vec<klaxon_store::ProjectNotifications>>,
     limits: &klaxon_core::Limits,
 ) -> anyhow::Result<ExitCode> {
     match command {
@@ -508,7 +508,7 @@ fn survey_of(projects: &[(String, Vec<Value>)], limits: &klaxon_core::Limits) ->
         );
         for rule in rules {
             found.extend(
-                klaxon_rules::format::rule_problems(rule, limits)
+                klaxon_store::format::rule_problems(rule, limits)
                     .into_iter()
                     .map(|p| (project.clone(), p)),
             );

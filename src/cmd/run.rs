@@ -15,7 +15,7 @@ use klaxon_engine::metrics::Metrics;
 use klaxon_engine::ops_server::Readiness;
 use klaxon_engine::ratelimit::{RateLimiter, RateLimits};
 use klaxon_engine::{sender, worker};
-use klaxon_rules::{RuleCache, RuleStore, Trail};
+use klaxon_store::{RuleCache, RuleStore, Trail};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -344,7 +344,7 @@ async fn shared_store(
     mongo_url: &str,
     mongo_db: &str,
     defaults: klaxon_core::RuleDefaults,
-) -> Result<RuleStore, klaxon_rules::RulesError> {
+) -> Result<RuleStore, klaxon_store::RulesError> {
     cell.get_or_try_init(|| async {
         RuleStore::connect(mongo_url, mongo_db)
             .await
@@ -520,7 +520,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
             let store = store.clone();
             let (trail, task) = Trail::start(
                 async move { Some(store) },
-                klaxon_rules::trail::DEFAULT_TRAIL_TTL,
+                klaxon_store::trail::DEFAULT_TRAIL_TTL,
                 shutdown.clone(),
             );
             tracker.spawn(async move {
@@ -532,7 +532,7 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
             Trail::disabled()
         };
         let rules = RuleCache::new(store, evaluate.rules_ttl).with_limits(limits);
-        tracker.spawn(klaxon_rules::invalidation::subscribe(
+        tracker.spawn(klaxon_store::invalidation::subscribe(
             global.redis_url.clone(),
             global.namespace.clone(),
             rules.clone(),

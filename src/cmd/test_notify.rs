@@ -49,7 +49,7 @@ fn parse_channel(s: &str) -> Result<ChannelKind, String> {
 
 pub async fn run(args: TestNotifyArgs, _global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     let project = args.project.as_deref().unwrap_or(TEST_PROJECT_ID);
-    klaxon_rules::format::parse_object_id("project id", project)
+    klaxon_store::format::parse_object_id("project id", project)
         .map_err(|e| crate::exit::usage(e.to_string()))?;
     let channels = args.delivery.channels()?;
     let task = test_task_for(args.channel, &args.endpoint, project);

@@ -5,7 +5,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use klaxon_rules::RulesError;
+use klaxon_store::RulesError;
 use serde_json::{json, Value};
 
 use crate::MAX_BODY;

@@ -8,8 +8,8 @@
 //!         ──▶ Content-Type application/json ──▶ body cap (1 MiB) ──▶ handler (timeout) ──▶ JSON
 //!                                                                              │
 //!   rest/events.rs         POST /api/v1/events ──── EventTask::parse (the queue's validation) ──▶ RabbitMQ (confirms)
-//!   rest/rules.rs          GET|PUT …/projects/{id}/rules ── klaxon-rules (import validation) ──▶ MongoDB
-//!                                               └──▶ klaxon_rules::invalidation: Redis PUBLISH ──▶ every process
+//!   rest/rules.rs          GET|PUT …/projects/{id}/rules ── klaxon-store (import validation) ──▶ MongoDB
+//!                                               └──▶ klaxon_store::invalidation: Redis PUBLISH ──▶ every process
 //!   rest/explain.rs        POST …/projects/{id}/explain ── klaxon_core::explain + the counters' peek (reads only)
 //!   rest/mutes.rs          GET|POST|DELETE …/projects/{id}/mutes ──▶ Redis
 //!   rest/notifications.rs  POST /api/v1/notifications ──▶ Redis (idempotency) ──▶ RabbitMQ (the senders' queues)
@@ -43,7 +43,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::Router;
 use klaxon_broker::QueueType;
-use klaxon_rules::RuleStore;
+use klaxon_store::RuleStore;
 use tokio::sync::OnceCell;
 
 pub use error::ApiError;

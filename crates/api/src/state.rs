@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use klaxon_broker::{Broker, Outgoing, Publisher, Topology};
 use klaxon_counter::mutes::ReadMutes;
 use klaxon_counter::{Mutes, RedisHandle, WindowCounter};
-use klaxon_rules::{RuleStore, RulesError, TrailReader};
+use klaxon_store::{RuleStore, RulesError, TrailReader};
 use tokio::sync::{Mutex, OnceCell};
 
 use crate::rest::check_project_id;
@@ -127,7 +127,7 @@ impl Api {
         match self.redis().await {
             Ok(mut redis) => {
                 if let Err(e) =
-                    klaxon_rules::invalidation::publish(&mut redis, &self.0.config.namespace, project_id)
+                    klaxon_store::invalidation::publish(&mut redis, &self.0.config.namespace, project_id)
                         .await
                 {
                     tracing::warn!(error = %e, project_id, "rules stored, but the invalidation was not published; processes refresh on their TTL");

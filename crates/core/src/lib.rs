@@ -1,7 +1,7 @@
 //! Klaxon's pure core.
 //!
 //! Everything here is free of I/O: no async runtime, no clients, and time is always a parameter. The
-//! adapters (`klaxon-counter` for Redis, `klaxon-rules` for MongoDB, `klaxon-broker` for RabbitMQ,
+//! adapters (`klaxon-counter` for Redis, `klaxon-store` for MongoDB, `klaxon-broker` for RabbitMQ,
 //! `klaxon-channels` for the delivery APIs) turn the outside world into these types, and `klaxon-engine`
 //! wires them together:
 //!

@@ -69,8 +69,8 @@ pub struct DigestDeps {
     pub prefetch: u16,
     /// Where digests go (`--output`).
     pub output: sink::Output,
-    /// Where shadow mode records the digests it would have sent ([`klaxon_rules::Trail::disabled`] otherwise).
-    pub trail: klaxon_rules::Trail,
+    /// Where shadow mode records the digests it would have sent ([`klaxon_store::Trail::disabled`] otherwise).
+    pub trail: klaxon_store::Trail,
     /// Injected faults (tests only).
     #[cfg(feature = "fault-injection")]
     pub faults: Faults,

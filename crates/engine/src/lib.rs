@@ -19,7 +19,7 @@
 //! The sender's delivery pipeline (see [`sender`]) is built from small parts: [`klaxon_counter::Dedup`] (a
 //! notification id is delivered once, Redis + `lua/dedup_*.lua`), [`ratelimit`] (the limits per destination
 //! over [`klaxon_counter::Gcra`], `lua/gcra_reserve.lua`), [`breaker`] (circuit breaker and bulkhead per
-//! host, in process) and [`klaxon_rules::trail`] (the append-only `deliveries` collection in MongoDB, written
+//! host, in process) and [`klaxon_store::trail`] (the append-only `deliveries` collection in MongoDB, written
 //! in the background). Every wait longer than a second goes through the broker's delay engine.
 #![deny(missing_docs)]
 
@@ -52,7 +52,7 @@ pub enum EngineError {
     Counter(#[from] klaxon_counter::CounterError),
     /// Rules could not be loaded and none were cached (transient).
     #[error(transparent)]
-    Rules(#[from] klaxon_rules::RulesError),
+    Rules(#[from] klaxon_store::RulesError),
     /// The broker cancelled our consumer (transient: e.g. the queue was deleted).
     #[error("the broker closed the consumer")]
     ConsumerClosed,

@@ -19,7 +19,7 @@
 //!                                           ├──▶ transient, attempts left: retry after backoff + jitter, ack
 //!                                           └──▶ permanent or exhausted: <ns>.dead with reason, ack
 //! ```
-//! Every outcome is also appended to the delivery trail ([`klaxon_rules::trail`]), which never blocks a delivery.
+//! Every outcome is also appended to the delivery trail ([`klaxon_store::trail`]), which never blocks a delivery.
 //!
 //! The walk above only decides: it ends in one `Next` (delivered, duplicate, park, retry, dead), and one exit
 //! (`settle`) carries it out — releases the dedup lease unless delivered, logs, counts, records the trail and
@@ -35,7 +35,7 @@ use klaxon_broker::{
 use klaxon_channels::{redact_endpoint, Channels, DeliveryError};
 use klaxon_core::{ChannelKind, NotificationTask};
 use klaxon_counter::dedup::{Claim, Dedup};
-use klaxon_rules::trail::{now_ms, Record, Status, Trail};
+use klaxon_store::trail::{now_ms, Record, Status, Trail};
 use rand::Rng;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;

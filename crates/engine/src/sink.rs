@@ -23,7 +23,7 @@ use klaxon_broker::{Outgoing, QueueType, Topology};
 use klaxon_channels::redact_endpoint;
 use klaxon_core::notification::NotificationTask;
 use klaxon_core::ChannelKind;
-use klaxon_rules::trail::{now_ms, Record, Status, Trail};
+use klaxon_store::trail::{now_ms, Record, Status, Trail};
 use serde_json::{json, Map, Value};
 
 use crate::internal_events::NotificationShadowed;

@@ -34,7 +34,7 @@ use klaxon_core::notification::NotificationTask;
 use klaxon_core::{BatchEvent, EventTask, Outcome, ProjectRules};
 use klaxon_counter::mutes::ReadMutes;
 use klaxon_counter::{Digests, Hit, WindowCounter};
-use klaxon_rules::{RuleCache, Trail};
+use klaxon_store::{RuleCache, Trail};
 use tokio_util::sync::CancellationToken;
 
 use crate::consumers::Presence;

@@ -385,11 +385,11 @@ async fn measure(
     import.push(serde_json::json!({"_id": probe_project, "notifications": [
         {"isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 1, "thresholdPeriod": 3_600_000,
          "channels": channels(&format!("{base}/probe"))}]}));
-    let store = klaxon_rules::RuleStore::connect(&global.mongo_url, ns)
+    let store = klaxon_store::RuleStore::connect(&global.mongo_url, ns)
         .await
         .context("MongoDB (--mongo-url)")?;
     store
-        .replace(&klaxon_rules::parse_import(&serde_json::to_string(&import)?)?)
+        .replace(&klaxon_store::parse_import(&serde_json::to_string(&import)?)?)
         .await?;
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();

@@ -8,7 +8,7 @@ use std::io::Read as _;
 use anyhow::{bail, Context as _};
 use klaxon_core::rule::{Channels, Field, RawChannel, RuleId};
 use klaxon_core::{RawRule, RuleProblem};
-use klaxon_rules::{parse_import, ProjectNotifications};
+use klaxon_store::{parse_import, ProjectNotifications};
 use mongodb::bson::oid::ObjectId;
 
 use super::{AddArgs, ImportArgs};
@@ -95,7 +95,7 @@ impl std::error::Error for OverLimit {}
 /// Flags → a rule in Hawk's shape (no `_id`: the store assigns it), validated by the core exactly as the
 /// engine will read it under `limits` (an email channel over the recipient limit is an [`OverLimit`]).
 pub(super) fn build_rule(a: &AddArgs, limits: &klaxon_core::Limits) -> anyhow::Result<RawRule> {
-    klaxon_rules::format::parse_object_id("project id", &a.project)?;
+    klaxon_store::format::parse_object_id("project id", &a.project)?;
     let mut rule = RawRule {
         is_enabled: Field::Typed(!a.disabled),
         ..RawRule::default()
@@ -251,7 +251,7 @@ pub(super) fn read_file(file: &str, limits: &klaxon_core::Limits) -> anyhow::Res
             }
         }
     }
-    let (over_limit, problems): (Vec<_>, Vec<_>) = klaxon_rules::format::import_problems(&projects, limits)
+    let (over_limit, problems): (Vec<_>, Vec<_>) = klaxon_store::format::import_problems(&projects, limits)
         .into_iter()
         .partition(|(_, p)| p.limit);
     let (fatal, warnings) = problems.into_iter().partition(|(_, p)| p.fatal);

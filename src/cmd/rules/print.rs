@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use klaxon_core::rule::Field;
 use klaxon_core::{ChannelKind, Limits, RawRule, RuleProblem, WhatToReceive};
-use klaxon_rules::format::{oids_to_hex, rule_problems};
-use klaxon_rules::{export_json, ProjectNotifications};
+use klaxon_store::format::{oids_to_hex, rule_problems};
+use klaxon_store::{export_json, ProjectNotifications};
 use mongodb::bson::oid::ObjectId;
 use serde_json::{json, Value};
 

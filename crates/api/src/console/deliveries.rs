@@ -32,9 +32,9 @@ pub(super) struct DeliveriesQuery {
 }
 
 /// `at_ms:notificationId`.
-fn parse_cursor(s: &str) -> Option<klaxon_rules::trail::Cursor> {
+fn parse_cursor(s: &str) -> Option<klaxon_store::trail::Cursor> {
     let (at, id) = s.split_once(':')?;
-    Some(klaxon_rules::trail::Cursor {
+    Some(klaxon_store::trail::Cursor {
         at_ms: at.parse().ok()?,
         notification_id: id.to_owned(),
     })

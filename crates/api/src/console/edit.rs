@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::{Extension, Form};
 use klaxon_core::rule::{Field, RawChannel, RuleId};
 use klaxon_core::{ChannelKind, RawRule, RuleProblem};
-use klaxon_rules::format::oids_to_hex;
+use klaxon_store::format::oids_to_hex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

@@ -44,7 +44,7 @@ use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
-use klaxon_rules::StoredProject;
+use klaxon_store::StoredProject;
 
 use self::auth::{Sessions, MAX_SESSIONS, SESSION_TTL};
 use self::view::{error_page, rules_error, PageError};

@@ -12,8 +12,8 @@ use axum::{Extension, Form};
 use klaxon_broker::{Broker, BrokerError, Topology, QUEUE_DECLARE_PASSIVE};
 use klaxon_core::rule::{Field, RawChannel, RuleId};
 use klaxon_core::{ChannelKind, RawRule, RuleProblem};
-use klaxon_rules::format::oids_to_hex;
-use klaxon_rules::trail::{Record, Status};
+use klaxon_store::format::oids_to_hex;
+use klaxon_store::trail::{Record, Status};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -236,7 +236,7 @@ async fn queue_depths(api: &Api) -> Result<Vec<QueueRow>, String> {
 
 /// The last hour of the delivery trail per project: distinct notifications fired, and records by status.
 async fn last_hour(api: &Api) -> Result<BTreeMap<String, HourCounts>, ApiError> {
-    let since = klaxon_rules::trail::now_ms() - 3_600_000;
+    let since = klaxon_store::trail::now_ms() - 3_600_000;
     let records = api
         .trail()
         .await?
@@ -384,7 +384,7 @@ fn rule_view(rule: &Value, limits: &klaxon_core::Limits) -> RuleView {
         including_patterns: list(&raw.including_patterns),
         excluding_patterns: list(&raw.excluding_patterns),
         channels,
-        problems: klaxon_rules::format::rule_problems(rule, limits),
+        problems: klaxon_store::format::rule_problems(rule, limits),
     }
 }
 

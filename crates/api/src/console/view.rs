@@ -154,9 +154,9 @@ impl IntoResponse for PageError {
     }
 }
 
-pub(super) fn rules_error(e: klaxon_rules::RulesError) -> PageError {
+pub(super) fn rules_error(e: klaxon_store::RulesError) -> PageError {
     match e {
-        klaxon_rules::RulesError::RuleNotFound(_) => PageError(StatusCode::NOT_FOUND, e.to_string()),
+        klaxon_store::RulesError::RuleNotFound(_) => PageError(StatusCode::NOT_FOUND, e.to_string()),
         e => ApiError::rules(e).into(),
     }
 }

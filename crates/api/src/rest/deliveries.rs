@@ -5,7 +5,7 @@ use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use klaxon_core::notification::rfc3339_ms;
-use klaxon_rules::trail::Record;
+use klaxon_store::trail::Record;
 use serde::Serialize;
 use serde_json::{json, Value};
 

@@ -1,6 +1,6 @@
 //! `GET|PUT /api/v1/projects/{projectId}/rules`: a project's rules in the import/export format
 //! (`{"_id", "notifications": [Rule]}`), stored like `klaxon rules import`, then every process is told to drop
-//! its cached rules of the project (Redis pub/sub, `klaxon_rules::invalidation`), so running workers use them
+//! its cached rules of the project (Redis pub/sub, `klaxon_store::invalidation`), so running workers use them
 //! within a second. The console's editor stores through [`Api::replace_rules`] too.
 //!
 //! Beyond validation, a write is checked against the per-project limits ([`klaxon_core::Limits`], refused
@@ -16,8 +16,8 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use klaxon_core::rule::{Channels, Field};
 use klaxon_core::{ChannelKind, RawRule, RuleProblem};
-use klaxon_rules::format::{document_to_json, oids_to_hex};
-use klaxon_rules::ProjectNotifications;
+use klaxon_store::format::{document_to_json, oids_to_hex};
+use klaxon_store::ProjectNotifications;
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -170,11 +170,11 @@ impl Api {
         }
         obj.insert("_id".into(), Value::String(project_id.to_ascii_lowercase()));
         let text = Value::Array(vec![body]).to_string();
-        let projects = klaxon_rules::parse_import(&text).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let projects = klaxon_store::parse_import(&text).map_err(|e| ApiError::bad_request(e.to_string()))?;
         // Like `klaxon rules import`: what the engine cannot use refuses the request unless forced, a limit
         // always; a rule that is valid but cannot notify yet is stored, with a warning.
         let (problems, mut warnings): (Vec<_>, Vec<_>) =
-            klaxon_rules::format::import_problems(&projects, &self.config().limits)
+            klaxon_store::format::import_problems(&projects, &self.config().limits)
                 .into_iter()
                 .map(|(_, p)| p)
                 .partition(|p| p.refuses_write(force));
@@ -206,7 +206,7 @@ impl Api {
         let store = self.store().await?;
         store.replace(&projects).await.map_err(ApiError::rules)?;
         self.publish_invalidation(project_id).await;
-        let exported = klaxon_rules::export_json(&projects);
+        let exported = klaxon_store::export_json(&projects);
         let mut body = exported
             .as_array()
             .and_then(|a| a.first())
@@ -319,7 +319,7 @@ mod tests {
                 "webhook": {"isEnabled": true, "endpoint": "http://127.0.0.1:9/h?secret=s3cr3t", "minPeriod": 0},
                 "slack": {"isEnabled": false, "endpoint": "http://10.0.0.1/off", "minPeriod": 0},
                 "loop": {"isEnabled": true, "endpoint": "https://chat.example.com/hooks/x", "minPeriod": 0}}}]}]);
-        let projects = klaxon_rules::parse_import(&file.to_string()).expect("valid");
+        let projects = klaxon_store::parse_import(&file.to_string()).expect("valid");
         let warnings = private_endpoints(&projects);
         assert_eq!(warnings.len(), 1, "only enabled channels: {warnings:?}");
         let w = &warnings[0].1;

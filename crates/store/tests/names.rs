@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use klaxon_rules::RuleCache;
+use klaxon_store::RuleCache;
 use mongodb::bson::{doc, oid::ObjectId};
 
 #[tokio::test]

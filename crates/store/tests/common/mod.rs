@@ -6,7 +6,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use klaxon_rules::RuleStore;
+use klaxon_store::RuleStore;
 
 /// A store on the shared MongoDB-wire server, in a database of its own.
 pub async fn fresh_store() -> RuleStore {

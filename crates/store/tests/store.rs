@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use klaxon_core::{ChannelKind, WhatToReceive};
-use klaxon_rules::{InvalidationMode, RuleCache, RulesError};
+use klaxon_store::{InvalidationMode, RuleCache, RulesError};
 use mongodb::bson::{doc, oid::ObjectId};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -129,7 +129,7 @@ async fn one_bad_rule_is_reported_once_and_the_good_one_still_loads() {
         {"_id": good, "isEnabled": true, "whatToReceive": "ONLY_NEW", "includingPatterns": ["^Timeout"],
          "channels": {"slack": {"isEnabled": true, "endpoint": "https://hooks.slack.test/x"}}},
     ]}]);
-    let parsed = klaxon_rules::parse_import(&import.to_string()).expect("well-formed");
+    let parsed = klaxon_store::parse_import(&import.to_string()).expect("well-formed");
     store.replace(&parsed).await.expect("import");
 
     for _ in 0..3 {
@@ -158,7 +158,7 @@ async fn import_replaces_existing_and_creates_missing_projects_and_export_matche
         {"_id": existing, "notifications": [only_new_slack()]},
         {"_id": {"$oid": created}, "notifications": [only_new_slack(), only_new_slack()]},
     ]);
-    let parsed = klaxon_rules::parse_import(&file.to_string()).expect("well-formed");
+    let parsed = klaxon_store::parse_import(&file.to_string()).expect("well-formed");
     store.replace(&parsed).await.expect("import");
 
     let ex = store.project(&existing).await.expect("read").expect("exists");
@@ -186,8 +186,8 @@ async fn import_replaces_existing_and_creates_missing_projects_and_export_matche
         assert!(all.contains(p), "export of every project lists {}", p.project_id);
     }
     // Importing the export again is a no-op.
-    let text = klaxon_rules::export_json(&exported).to_string();
-    assert_eq!(klaxon_rules::parse_import(&text).expect("re-import"), parsed);
+    let text = klaxon_store::export_json(&exported).to_string();
+    assert_eq!(klaxon_store::parse_import(&text).expect("re-import"), parsed);
 }
 
 #[tokio::test]
@@ -281,7 +281,7 @@ async fn change_streams_are_detected_not_configured() {
 async fn mongodb_stopped_mid_test_keeps_serving_cached_rules() {
     let mut polo = common::OwnPolo::start();
     let db = klaxon_testkit::unique_namespace();
-    let store = klaxon_rules::RuleStore::connect(&polo.url, &db)
+    let store = klaxon_store::RuleStore::connect(&polo.url, &db)
         .await
         .expect("own PoloDB");
     let p = project();
@@ -327,7 +327,7 @@ async fn mongodb_stopped_mid_test_keeps_serving_cached_rules() {
 async fn a_stalled_server_fails_a_lookup_in_bounded_time() {
     let polo = common::OwnPolo::start();
     let db = klaxon_testkit::unique_namespace();
-    let store = klaxon_rules::RuleStore::connect(&polo.url, &db)
+    let store = klaxon_store::RuleStore::connect(&polo.url, &db)
         .await
         .expect("own PoloDB");
     let p = project();
@@ -343,7 +343,7 @@ async fn a_stalled_server_fails_a_lookup_in_bounded_time() {
     assert!(err.is_transient(), "{err}");
     let took = started.elapsed();
     assert!(
-        took <= klaxon_rules::store::QUERY_TIMEOUT + Duration::from_secs(3),
+        took <= klaxon_store::store::QUERY_TIMEOUT + Duration::from_secs(3),
         "bounded: {took:?}"
     );
 }

@@ -1,4 +1,5 @@
-//! Klaxon's rules adapter: the MongoDB rule store and the per-process rule cache.
+//! Klaxon's MongoDB adapter: the rule store, the per-process rule cache and its invalidation, and the delivery
+//! trail — every document Klaxon reads or writes.
 //!
 //! ```text
 //!  engine ──get(project)──▶ RuleCache ──(miss / TTL expired, single flight)──▶ RuleStore::load
