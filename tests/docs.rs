@@ -305,6 +305,74 @@ fn docs_refer_to_nothing_outside_the_repository() {
 }
 
 /// The first fenced block of `lang` after `marker` in a document.
+/// The paths a text names (`crates/…`, `src/…`), with `{a,b}` groups expanded and `*` kept as a pattern.
+fn named_paths(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, _) in text.match_indices(['c', 's']) {
+        let rest = &text[i..];
+        if !(rest.starts_with("crates/") || rest.starts_with("src/"))
+            || text[..i].ends_with(|c: char| c.is_alphanumeric() || c == '/' || c == '_')
+        {
+            continue;
+        }
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || "/_.-{},*".contains(c)))
+            .unwrap_or(rest.len());
+        let token = rest[..end].trim_end_matches(['.', ',']);
+        match (token.find('{'), token.find('}')) {
+            (Some(a), Some(b)) if a < b => {
+                for name in token[a + 1..b].split(',') {
+                    out.push(format!("{}{name}{}", &token[..a], &token[b + 1..]));
+                }
+            }
+            _ => out.push(token.to_string()),
+        }
+    }
+    out
+}
+
+/// Whether `path` (which may end in `*.rs`-style patterns or a `/`) names something in the repository.
+fn path_exists(root: &Path, path: &str) -> bool {
+    match path.rsplit_once('/') {
+        Some((dir, file)) if file.contains('*') => {
+            let (pre, post) = file.split_once('*').unwrap_or((file, ""));
+            std::fs::read_dir(root.join(dir)).is_ok_and(|rd| {
+                rd.flatten().any(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    n.starts_with(pre) && n.ends_with(post)
+                })
+            })
+        }
+        _ => root.join(path).exists(),
+    }
+}
+
+/// The README's architecture section is the map a newcomer follows: every file it names exists, and it names
+/// a file for each crate.
+#[test]
+fn the_architecture_section_names_files_that_exist() {
+    let root = root();
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README");
+    let start = readme
+        .find("\n## Architecture\n")
+        .expect("an Architecture section");
+    let section = &readme[start + 1..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
+    let paths = named_paths(section);
+    let missing: Vec<&String> = paths.iter().filter(|p| !path_exists(&root, p)).collect();
+    assert!(
+        missing.is_empty(),
+        "the Architecture section names files that do not exist: {missing:?}"
+    );
+    for krate in std::fs::read_dir(root.join("crates")).expect("crates/").flatten() {
+        let name = format!("crates/{}/", krate.file_name().to_string_lossy());
+        assert!(
+            paths.iter().any(|p| p.starts_with(&name)),
+            "the Architecture section names no file of {name}"
+        );
+    }
+}
+
 fn code_block(doc: &str, marker: &str, lang: &str) -> String {
     let start = doc
         .find(marker)
