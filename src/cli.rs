@@ -277,6 +277,43 @@ pub fn webhook_keys() -> anyhow::Result<Option<klaxon_channels::webhook::Signing
     .map_err(crate::exit::usage)
 }
 
+/// `--public-url`'s parser (an http(s) URL with a host, no query).
+pub fn public_url(s: &str) -> Result<klaxon_channels::PublicUrl, String> {
+    klaxon_channels::PublicUrl::parse(s).map_err(|e| e.to_string())
+}
+
+/// What `KLAXON_ACTION_KEY` and `--public-url` say about action links (README, "Action links").
+pub enum ActionSetup {
+    /// Neither is set: no action links.
+    Off,
+    /// Only one of the two is set: no action links, and a warning saying which is missing.
+    Half(&'static str),
+    /// Both: messages carry signed links, the console serves them.
+    On(klaxon_core::action::ActionKey, klaxon_channels::PublicUrl),
+}
+
+/// Reads `KLAXON_ACTION_KEY` (environment only: a secret) beside `--public-url`. A key shorter than 32 bytes is
+/// an error (`klaxon doctor` reports it; the processes refuse to start).
+pub fn action_setup(
+    public_url: Option<&klaxon_channels::PublicUrl>,
+) -> Result<ActionSetup, klaxon_core::action::KeyTooShort> {
+    let key = std::env::var("KLAXON_ACTION_KEY")
+        .ok()
+        .filter(|k| !k.trim().is_empty())
+        .map(|k| klaxon_core::action::ActionKey::new(&k))
+        .transpose()?;
+    Ok(match (key, public_url) {
+        (None, None) => ActionSetup::Off,
+        (Some(key), Some(url)) => ActionSetup::On(key, url.clone()),
+        (None, Some(_)) => ActionSetup::Half(
+            "--public-url (KLAXON_PUBLIC_URL) is set but KLAXON_ACTION_KEY is not: messages carry no action links",
+        ),
+        (Some(_), None) => ActionSetup::Half(
+            "KLAXON_ACTION_KEY is set but --public-url (KLAXON_PUBLIC_URL) is not: messages carry no action links",
+        ),
+    })
+}
+
 impl DeliveryOpts {
     /// The validated adapters (must be called inside the tokio runtime: the SMTP pool starts a task).
     pub fn channels(&self) -> anyhow::Result<klaxon_channels::Channels> {

@@ -516,14 +516,28 @@ fn start_driver() -> Option<Driver> {
 
 /// A headless Chromium session through `driver`, with its profile in `profile`.
 async fn chromium(driver: &Driver, profile: &std::path::Path) -> fantoccini::Client {
+    chromium_with(driver, profile, &[]).await
+}
+
+/// [`chromium`] with more command-line switches (e.g. `--host-resolver-rules`).
+async fn chromium_with(driver: &Driver, profile: &std::path::Path, extra: &[&str]) -> fantoccini::Client {
     let mut caps = serde_json::Map::new();
+    let mut args = vec![
+        "--headless".to_owned(),
+        "--no-sandbox".into(),
+        "--disable-gpu".into(),
+        "--disable-quic".into(),
+        "--no-first-run".into(),
+        "--disable-background-networking".into(),
+        "--disable-component-update".into(),
+        "--disable-sync".into(),
+        "--window-size=1280,900".into(),
+        format!("--user-data-dir={}", profile.display()),
+    ];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
     caps.insert(
         "goog:chromeOptions".into(),
-        json!({"binary": CHROMIUM, "args": [
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--window-size=1280,900", format!("--user-data-dir={}", profile.display()),
-        ]}),
+        json!({"binary": CHROMIUM, "args": args}),
     );
     tokio::time::timeout(
         Duration::from_secs(60),
@@ -970,5 +984,178 @@ async fn in_a_real_browser_another_sites_page_changes_nothing() {
     );
     // And the attacker's server saw nothing but the browser loading its page.
     assert!(attacker.requests().iter().all(|r| r.method == "GET"));
+    common::delete_queues(&env).await;
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Signed action links (README, "Action links")
+
+/// The mutes of a project, through the API.
+async fn mutes_of(api: &Browser, project: &str) -> Vec<Value> {
+    let p = api.get(&format!("/api/v1/projects/{project}/mutes")).await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    let v: Value = serde_json::from_str(&p.body).expect("json");
+    v["mutes"].as_array().cloned().unwrap_or_default()
+}
+
+/// A link from a really delivered webhook, opened in Chromium without a console login under the public URL's
+/// own host name (a `*.localhost` name: the default Host allowlist does not hold it, and Chromium treats it as
+/// a secure context, so it sends `Sec-Fetch-Site` over plain HTTP as it would over HTTPS): the page asks and changes nothing (neither does a scanner's GET or a POST without the
+/// page's form value); confirming mutes that group for an hour, Undo removes the mute; the explain link
+/// answers read-only; an expired, an altered and a cut link are refused with clear pages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_real_browser_an_action_link_mutes_only_after_confirming() {
+    use klaxon_core::action::{Action, ActionKey, Claim};
+    let Some(driver) = start_driver() else {
+        return;
+    };
+    let token = format!("tok-{}", object_id());
+    let key = format!("action-key-{}-{}", object_id(), object_id());
+    let port = common::free_port();
+    let public = format!("http://klaxon-public.localhost:{port}");
+    let env = Env::new()
+        .set("KLAXON_API_TOKEN", &token)
+        .set("KLAXON_ACTION_KEY", &key)
+        .set("KLAXON_PUBLIC_URL", &public);
+    let sink = HttpSink::start().await.expect("sink");
+    let project = object_id();
+    let rule = webhook_rule(&sink, json!({"threshold": 1}));
+    let rule_id = rule["_id"].as_str().expect("id").to_owned();
+    env.import(&json!([{"_id": project, "notifications": [rule]}]));
+    let k = env.spawn_at("run", &format!("127.0.0.1:{port}"), &[]);
+    let mut api = Browser::new(&k);
+    api.bearer = Some(token.clone());
+    let task = json!({"projectId": project, "event": {"title": "Boom in <checkout>", "groupHash": "g-link", "isNew": false}});
+    let p = api
+        .send(api.http.post(format!("{}/api/v1/events", api.base)).json(&task))
+        .await;
+    assert_eq!(p.status, 202, "{}", p.body);
+    let delivered = sink.wait_for_count(1, Duration::from_secs(30)).await;
+    assert!(
+        !delivered.is_empty(),
+        "nothing delivered in 30 s; log:\n{}",
+        k.logs()
+    );
+    let body = delivered[0].json();
+    let actions = body["actions"].as_array().cloned().unwrap_or_default();
+    let link = |name: &str| -> String {
+        actions
+            .iter()
+            .find(|a| a["action"] == name)
+            .and_then(|a| a["url"].as_str())
+            .unwrap_or_else(|| panic!("no {name} link in {body}"))
+            .to_owned()
+    };
+    let mute_link = link("mute-group-1h");
+    let explain_link = link("explain");
+    assert!(mute_link.starts_with(&format!("{public}/a/v1.")), "{mute_link}");
+
+    // A link scanner (GET, no cookie, no token) changes nothing; the page asks.
+    let scanner = reqwest::Client::builder()
+        .redirect(Policy::none())
+        .resolve("klaxon-public.localhost", k.addr.parse().expect("addr"))
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client");
+    let scanned = scanner.get(&mute_link).send().await.expect("GET");
+    assert_eq!(scanned.status().as_u16(), 200);
+    let page = scanned.text().await.expect("page");
+    assert!(
+        page.contains("Mute this error for 1 h") && page.contains("g-link"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("hunter2") && !page.contains(&sink.url("")),
+        "no endpoint: {page}"
+    );
+    // A POST without the page's form value changes nothing either.
+    let forged = scanner
+        .post(&mute_link)
+        .form(&[("csrf", "00")])
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(forged.status().as_u16(), 403);
+    assert!(
+        mutes_of(&api, &project).await.is_empty(),
+        "nothing muted before confirming"
+    );
+
+    // Refusals, as pages with their statuses.
+    let k_sign = ActionKey::new(&key).expect("key");
+    let mut old =
+        Claim::for_message(Action::MuteGroup1h, &project, &rule_id, Some("g-link"), None, 0).expect("claim");
+    old.expires_s = 1_000;
+    let expired = format!("{public}/a/{}", k_sign.sign(&old).expect("sign"));
+    let (head, sig) = mute_link.rsplit_once('.').expect("signature");
+    let altered = format!("{}.{}", head.replace("v1.ey", "v1.ez"), sig);
+    let cut = mute_link[..mute_link.len() - 10].replace("/a/v1.", "/a/v1x");
+    for (url, status, words) in [
+        (&expired, 410, "expired"),
+        (&altered, 403, "not valid"),
+        (&cut, 400, "not a Klaxon action link"),
+    ] {
+        let r = scanner.get(url).send().await.expect("GET");
+        assert_eq!(r.status().as_u16(), status, "{url}");
+        let text = r.text().await.expect("page");
+        assert!(text.contains(words), "{url}: {text}");
+        let r = scanner
+            .post(url)
+            .form(&[("csrf", "00")])
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(r.status().as_u16(), status, "POST {url}");
+    }
+
+    let profile = tempfile::tempdir().expect("profile dir");
+    let c = chromium_with(
+        &driver,
+        profile.path(),
+        &["--host-resolver-rules=MAP klaxon-public.localhost 127.0.0.1"],
+    )
+    .await;
+    let result = async {
+        use fantoccini::Locator::Id;
+        c.goto(&mute_link).await?;
+        wait_text(&c, "Nothing happens until you press the button").await;
+        shot(&c, "action-confirm").await;
+        assert!(
+            mutes_of(&api, &project).await.is_empty(),
+            "opening the link mutes nothing"
+        );
+        c.find(Id("confirm")).await?.click().await?;
+        let done = wait_text(&c, "Muted this rule's alerts for the group g-link until").await;
+        shot(&c, "action-done").await;
+        let mutes = mutes_of(&api, &project).await;
+        assert_eq!(mutes.len(), 1, "{mutes:?}\n{done}");
+        assert_eq!(mutes[0]["groupHash"], "g-link");
+        assert_eq!(mutes[0]["ruleId"], rule_id.as_str());
+        // Undo: one more confirmed POST.
+        c.find(Id("undo")).await?.click().await?;
+        wait_text(&c, "The mute is removed").await;
+        assert!(mutes_of(&api, &project).await.is_empty(), "undone");
+        // Why did this fire? Read-only.
+        c.goto(&explain_link).await?;
+        let text = wait_text(&c, "Why did this fire?").await;
+        assert!(text.contains("Boom in <checkout>"), "{text}");
+        assert!(
+            text.contains("cooling_down") || text.contains("already_notified") || text.contains("counting"),
+            "{text}"
+        );
+        shot(&c, "action-explain").await;
+        c.goto(&expired).await?;
+        wait_text(&c, "This link has expired").await;
+        c.goto(&altered).await?;
+        wait_text(&c, "This link is not valid").await;
+        shot(&c, "action-altered").await;
+        Ok::<(), fantoccini::error::CmdError>(())
+    }
+    .await;
+    let _ = c.close().await;
+    drop(driver);
+    result.unwrap_or_else(|e| panic!("browser step failed: {e}; log:\n{}", k.logs()));
+    assert!(mutes_of(&api, &project).await.is_empty());
+    assert!(!k.logs().contains(&key), "the key is never logged");
     common::delete_queues(&env).await;
 }

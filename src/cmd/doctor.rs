@@ -82,6 +82,10 @@ pub struct DoctorArgs {
         value_name = "OUTPUT"
     )]
     pub notify_output: Output,
+    /// The console's URL as browsers reach it (as `klaxon run --public-url` has it): checked beside
+    /// KLAXON_ACTION_KEY, as the action links of messages need both.
+    #[arg(long, env = "KLAXON_PUBLIC_URL", value_name = "URL")]
+    pub public_url: Option<String>,
     #[command(flatten)]
     pub output: OutputArgs,
     /// The rules check reads projects under these limits, as the engine does.
@@ -171,6 +175,7 @@ pub async fn run(args: DoctorArgs, global: &GlobalOpts) -> anyhow::Result<ExitCo
     }
     checks.push(smtp);
     checks.push(telegram_check(&args.telegram_api));
+    checks.extend(action_links_check(args.public_url.as_deref()));
 
     let format = args.output.format(Format::Json);
     let text = match format {
@@ -848,6 +853,29 @@ async fn smtp_check(url: &str, t: Duration) -> Check {
             "smtp",
             format!("{at}: greeted with `{line}` instead of 220"),
         ),
+    }
+}
+
+/// Action links need `--public-url` and `KLAXON_ACTION_KEY` together (README, "Action links"): one without the
+/// other is a warning (no links are rendered), a bad URL or a short key a failure (the processes refuse to
+/// start). Nothing is said when neither is set.
+fn action_links_check(public_url: Option<&str>) -> Option<Check> {
+    let url = match public_url.map(str::trim).filter(|u| !u.is_empty()) {
+        None => None,
+        Some(u) => match crate::cli::public_url(u) {
+            Ok(url) => Some(url),
+            Err(e) => return Some(check(Status::Fail, "action links", format!("--public-url: {e}"))),
+        },
+    };
+    match crate::cli::action_setup(url.as_ref()) {
+        Err(e) => Some(check(Status::Fail, "action links", e.to_string())),
+        Ok(crate::cli::ActionSetup::Off) => None,
+        Ok(crate::cli::ActionSetup::Half(why)) => Some(check(Status::Warn, "action links", why)),
+        Ok(crate::cli::ActionSetup::On(_, url)) => Some(check(
+            Status::Ok,
+            "action links",
+            format!("messages carry signed links to {}/a/…", url.as_str()),
+        )),
     }
 }
 

@@ -56,6 +56,10 @@ pub struct HttpOpts {
     /// HTTP connections served at once; further ones wait until one closes.
     #[arg(long, env = "KLAXON_HTTP_MAX_CONNECTIONS", default_value_t = 512)]
     pub http_max_connections: usize,
+    /// The console's URL as browsers reach it, e.g. https://klaxon.example.com: with KLAXON_ACTION_KEY set,
+    /// messages carry signed action links (mute, explain) to its /a/… pages, and its host is accepted in Host.
+    #[arg(long, env = "KLAXON_PUBLIC_URL", value_name = "URL", value_parser = crate::cli::public_url)]
+    pub public_url: Option<klaxon_channels::PublicUrl>,
 }
 
 impl HttpOpts {
@@ -430,10 +434,22 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
         ensure_usage!(e.prefetch >= 1, "--prefetch must be at least 1");
     }
     let limits = crate::cli::limits(Some(&plan.limits.rules), Some(&plan.limits.mutes))?;
+    let (action_key, action_links) =
+        match crate::cli::action_setup(plan.http.public_url.as_ref()).map_err(|e| usage(e.to_string()))? {
+            crate::cli::ActionSetup::On(key, url) => (
+                Some(key.clone()),
+                Some(klaxon_channels::ActionLinks::new(url, key)),
+            ),
+            crate::cli::ActionSetup::Half(why) => {
+                tracing::warn!(problem = why, "action links are off");
+                (None, None)
+            }
+            crate::cli::ActionSetup::Off => (None, None),
+        };
     // `run --output hawk` publishes Hawk's sender tasks and starts no senders of its own; neither does shadow mode.
     let send = match plan.send {
         Some(send) if !no_senders => {
-            let channels = send.deliver.delivery.channels()?;
+            let channels = send.deliver.delivery.channels()?.with_action_links(action_links);
             let schedule = validate_send(&send)?;
             Some((send, channels, schedule))
         }
@@ -449,6 +465,16 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
     let api_token = std::env::var("KLAXON_API_TOKEN")
         .ok()
         .filter(|t| !t.trim().is_empty());
+    let mut allowed_hosts = plan
+        .http
+        .allowed_hosts
+        .clone()
+        .unwrap_or_default()
+        .bound_to(http_addr.ip());
+    if let Some(url) = &plan.http.public_url {
+        // Action links send browsers to the public URL: its host is always one the console answers to.
+        allowed_hosts = allowed_hosts.allowing(url.host());
+    }
     let api = klaxon_api::router(klaxon_api::ApiConfig {
         namespace: global.namespace.clone(),
         amqp_url: global.amqp_url.clone(),
@@ -460,15 +486,11 @@ pub async fn run(plan: impl Into<Plan>, global: &GlobalOpts) -> anyhow::Result<E
         allow_private_endpoints: plan.allow_private_endpoints,
         limits,
         token: api_token.clone(),
-        allowed_hosts: plan
-            .http
-            .allowed_hosts
-            .clone()
-            .unwrap_or_default()
-            .bound_to(http_addr.ip()),
+        allowed_hosts,
         rule_store: rule_store.clone(),
         webhook_keys: crate::cli::webhook_keys()?,
         rule_defaults,
+        action_key,
     });
     let http = klaxon_engine::ops_server::serve(
         http_addr,

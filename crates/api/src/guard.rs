@@ -119,6 +119,21 @@ impl AllowedHosts {
         self
     }
 
+    /// Also allows `host` (a name or an address, as [`url::Url::host_str`] gives it): the host of `--public-url`,
+    /// which action links point browsers at. A host that is not a valid name is ignored.
+    pub fn allowing(mut self, host: &str) -> Self {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return self.bound_to(ip);
+        }
+        if let Some(norm) = normalize_name(host) {
+            if !self.names.contains(&norm) {
+                self.names.push(norm);
+            }
+        }
+        self
+    }
+
     /// True when a request with this `Host` (or request-target authority) may be served.
     pub fn allows(&self, authority: &str) -> bool {
         if self.any {
@@ -373,6 +388,19 @@ pub(crate) fn check_json(req: &Request) -> Result<(), Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_public_urls_host_is_allowed() {
+        let h = AllowedHosts::default().allowing("Klaxon.Example.com");
+        assert!(h.allows("klaxon.example.com:443"));
+        assert!(!h.allows("evil.example.com"));
+        let h = AllowedHosts::default().allowing("[2001:db8::1]");
+        assert!(h.allows("[2001:db8::1]:9464"));
+        assert_eq!(
+            AllowedHosts::default().allowing("not a host"),
+            AllowedHosts::default()
+        );
+    }
 
     #[test]
     fn allowed_hosts_parse_and_refuse_with_a_reason() {

@@ -91,6 +91,9 @@ pub struct ApiConfig {
     pub webhook_keys: Option<klaxon_channels::webhook::SigningKeys>,
     /// The process's defaults for what rules leave unset (`--including-case`), for a store this API connects.
     pub rule_defaults: klaxon_core::RuleDefaults,
+    /// `KLAXON_ACTION_KEY`: the console serves the signed action links of messages (`/a/<token>`) only when
+    /// set; `None`: those pages say that action links are off.
+    pub action_key: Option<klaxon_core::action::ActionKey>,
 }
 
 impl std::fmt::Debug for ApiConfig {
@@ -101,6 +104,7 @@ impl std::fmt::Debug for ApiConfig {
             .field("events_queue", &self.events_queue)
             .field("token", &self.token.as_ref().map(|_| "<set>"))
             .field("webhook_keys", &self.webhook_keys)
+            .field("action_key", &self.action_key.as_ref().map(|_| "<set>"))
             .field("allowed_hosts", &self.allowed_hosts)
             .finish_non_exhaustive()
     }

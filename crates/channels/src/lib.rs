@@ -22,6 +22,7 @@
 //! redacted, and are scrubbed from every reason.
 #![deny(missing_docs)]
 
+pub mod action_links;
 mod email;
 pub mod error;
 mod http_client;
@@ -42,6 +43,7 @@ use lettre::message::Mailbox;
 use lettre::{AsyncSmtpTransport, Tokio1Executor};
 use url::Url;
 
+pub use action_links::{ActionLink, ActionLinks, PublicUrl};
 pub use email::MAX_SUBJECT_CHARS;
 pub use error::{ChannelError, DeliveryError};
 pub use link::UrlTemplate;
@@ -121,6 +123,7 @@ struct Inner {
 pub struct Channels {
     inner: Arc<Inner>,
     links: Option<Arc<UrlTemplate>>,
+    actions: Option<Arc<ActionLinks>>,
 }
 
 impl std::fmt::Debug for Channels {
@@ -166,6 +169,7 @@ impl Channels {
                 renderer,
             }),
             links: None,
+            actions: None,
         })
     }
 
@@ -180,18 +184,35 @@ impl Channels {
         Ok(self)
     }
 
+    /// Adds signed action links (mute, explain) to every message (`--public-url` + `KLAXON_ACTION_KEY`, see
+    /// [`action_links`]); `None`: no action links.
+    pub fn with_action_links(mut self, links: Option<ActionLinks>) -> Self {
+        self.actions = links.map(Arc::new);
+        self
+    }
+
+    /// The action links a message of `task` carries (none without `--public-url` and a key).
+    pub fn action_links(&self, task: &NotificationTask) -> Vec<ActionLink> {
+        self.actions
+            .as_deref()
+            .map(|a| a.for_task(task))
+            .unwrap_or_default()
+    }
+
     /// What a message of `task` is rendered with: the project's name the task carries (the id is shown when it
-    /// has none) and the event links.
-    fn context<'a>(&'a self, task: &'a NotificationTask) -> MessageContext<'a> {
+    /// has none), the event links and the action links.
+    fn context<'a>(&'a self, task: &'a NotificationTask, actions: &'a [ActionLink]) -> MessageContext<'a> {
         MessageContext {
             project_name: task.project_name.as_deref(),
             links: self.links.as_deref(),
+            actions,
         }
     }
 
     /// Renders what [`Channels::deliver`] would send for `task`, without sending.
     pub fn preview(&self, task: &NotificationTask) -> Result<Preview, DeliveryError> {
-        let ctx = self.context(task);
+        let actions = self.action_links(task);
+        let ctx = self.context(task, &actions);
         let bodies = |bodies: Vec<String>| Preview {
             subject: None,
             bodies,
@@ -223,7 +244,8 @@ impl Channels {
     /// Delivers one notification, one attempt. Logs the outcome with the redacted destination.
     pub async fn deliver(&self, task: &NotificationTask) -> Result<Delivered, DeliveryError> {
         let started = Instant::now();
-        let ctx = self.context(task);
+        let actions = self.action_links(task);
+        let ctx = self.context(task, &actions);
         let result = if task.events.is_empty() {
             Err(DeliveryError::permanent("notification has no events"))
         } else {

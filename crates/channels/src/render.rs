@@ -17,6 +17,7 @@
 use klaxon_core::text::reveal;
 use klaxon_core::{NotificationTask, Reason, Window};
 
+use crate::action_links::ActionLink;
 use crate::link::UrlTemplate;
 use minijinja::{AutoEscape, Environment, Value};
 use serde::Serialize;
@@ -49,6 +50,8 @@ pub struct MessageContext<'a> {
     pub project_name: Option<&'a str>,
     /// `--event-url-template`: every event gets a link when set.
     pub links: Option<&'a UrlTemplate>,
+    /// The signed action links of the message (`--public-url` + `KLAXON_ACTION_KEY`), in the order shown.
+    pub actions: &'a [ActionLink],
 }
 
 /// One group as the templates show it.
@@ -80,6 +83,8 @@ pub(crate) struct View {
     pub(crate) more: usize,
     /// The body of a direct notification.
     pub(crate) text: Option<String>,
+    /// The signed action links (ours: URLs we built, labels of our words).
+    pub(crate) actions: Vec<ActionLink>,
 }
 
 /// The template engine with every template loaded (they are compiled into the binary).
@@ -473,7 +478,7 @@ fn window_name(window: Window) -> &'static str {
 
 fn view(task: &NotificationTask, ctx: MessageContext<'_>) -> View {
     let direct = matches!(task.reason, Reason::Direct);
-    let digest = !direct && (matches!(task.reason, Reason::Digest { .. }) || task.events.len() > 1);
+    let digest = crate::action_links::is_digest(task);
     let (kind, window_secs, window_kind, threshold) = match task.reason {
         Reason::Threshold {
             threshold,
@@ -549,6 +554,7 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>) -> View {
             .as_deref()
             .filter(|_| direct)
             .map(|t| reveal(t).into_owned()),
+        actions: if direct { Vec::new() } else { ctx.actions.to_vec() },
     }
 }
 
@@ -963,6 +969,7 @@ mod tests {
         let ctx = MessageContext {
             project_name: Some("Acme <web>"),
             links: Some(&links),
+            actions: &[],
         };
         let users = Reason::UniqueUsers {
             threshold: 50,

@@ -9,7 +9,8 @@
 //! from the view model: our words carry the styles, tenant strings go in plain `text` elements
 //! ([`slack_literal`]). In the top-level `text` tenant values are escaped for Slack's control characters and
 //! their URLs broken ([`crate::render::escape_slack_text`]); `unfurl_links`/`unfurl_media` are off so a URL in a
-//! title never becomes a preview.
+//! title never becomes a preview. Signed action links (`--public-url`) end the message as an `actions` block of
+//! link buttons ([`actions_block`]), and as `<url|label>` links in `text`.
 
 use klaxon_core::NotificationTask;
 use serde_json::{json, Value};
@@ -190,6 +191,28 @@ pub(crate) fn rich_text_blocks(v: &View) -> Vec<Value> {
     blocks
 }
 
+/// The action links (`--public-url`) as an `actions` block of link buttons: a button with a `url` opens it in
+/// the browser (the console's confirmation page), nothing is posted back to an app. Labels are ours, URLs are
+/// ours and at most 2,000 characters (Slack's limit for a button's `url` is 3,000).
+pub(crate) fn actions_block(v: &View) -> Option<Value> {
+    if v.actions.is_empty() {
+        return None;
+    }
+    let buttons: Vec<Value> = v
+        .actions
+        .iter()
+        .map(|a| {
+            json!({
+                "type": "button",
+                "action_id": format!("klaxon-{}", a.action),
+                "text": {"type": "plain_text", "text": a.label},
+                "url": a.url,
+            })
+        })
+        .collect();
+    Some(json!({"type": "actions", "elements": buttons}))
+}
+
 fn rich_text(elements: Vec<Value>) -> Value {
     json!({
         "type": "rich_text",
@@ -206,7 +229,11 @@ impl Channels {
     ) -> Result<String, DeliveryError> {
         let renderer = &self.inner.renderer;
         let text = renderer.render_with(SLACK, task, ctx)?;
-        let blocks = rich_text_blocks(&renderer.view(task, ctx));
+        let view = renderer.view(task, ctx);
+        let mut blocks = rich_text_blocks(&view);
+        if let Some(actions) = actions_block(&view) {
+            blocks.push(actions);
+        }
         Ok(json!({
             "text": text,
             "blocks": blocks,

@@ -251,6 +251,9 @@ struct WebhookBody<'a> {
     /// The body of a direct notification (`POST /api/v1/notifications`).
     #[serde(skip_serializing_if = "Option::is_none")]
     text: Option<&'a str>,
+    /// Signed action links (`--public-url` + `KLAXON_ACTION_KEY`): `[{"action", "label", "url", "expiresAt"}]`.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    actions: &'a [crate::ActionLink],
 }
 
 #[derive(Serialize)]
@@ -266,7 +269,7 @@ pub fn webhook_body(task: &NotificationTask) -> Vec<u8> {
     webhook_body_with(task, MessageContext::default())
 }
 
-/// The exact body POSTed for a task, with `projectName` and event `url`s when the context has them.
+/// The exact body POSTed for a task, with `projectName`, event `url`s and `actions` when the context has them.
 pub fn webhook_body_with(task: &NotificationTask, ctx: MessageContext<'_>) -> Vec<u8> {
     let body = WebhookBody {
         notification_id: &task.notification_id,
@@ -286,6 +289,7 @@ pub fn webhook_body_with(task: &NotificationTask, ctx: MessageContext<'_>) -> Ve
             })
             .collect(),
         text: task.text.as_deref(),
+        actions: ctx.actions,
     };
     // Serializing plain strings and integers cannot fail; an empty body would be caught by the receiver.
     serde_json::to_vec(&body).unwrap_or_default()

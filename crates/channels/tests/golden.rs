@@ -10,7 +10,8 @@ mod common;
 
 use std::path::PathBuf;
 
-use klaxon_channels::{Channels, Preview, MAX_SUBJECT_CHARS};
+use klaxon_channels::{ActionLinks, Channels, Preview, PublicUrl, MAX_SUBJECT_CHARS};
+use klaxon_core::action::{Action, ActionKey};
 use klaxon_core::{ChannelKind, NotificationEvent, NotificationTask, Reason, Window};
 
 const HAWK_GARAGE: &str =
@@ -30,10 +31,22 @@ const CHANNELS: [ChannelKind; 5] = [
     ChannelKind::Webhook,
 ];
 
+/// The action-link key of these tests (`KLAXON_ACTION_KEY`).
+const ACTION_KEY: &str = "golden-action-key-0123456789abcdef";
+const PUBLIC_URL: &str = "https://klaxon.example.com";
+
+fn action_key() -> ActionKey {
+    ActionKey::new(ACTION_KEY).expect("key")
+}
+
 fn channels() -> Channels {
     common::channels(common::config("http://127.0.0.1:9"))
         .with_event_url_template(HAWK_GARAGE)
         .expect("template")
+        .with_action_links(Some(ActionLinks::new(
+            PublicUrl::parse(PUBLIC_URL).expect("url"),
+            action_key(),
+        )))
 }
 
 fn task(channel: ChannelKind, reason: Reason, events: &[(&str, u64, Option<&str>)]) -> NotificationTask {
@@ -260,6 +273,10 @@ async fn without_a_name_or_template_messages_show_the_id_and_no_link() {
             !text.contains("garage.hawk.so") && !text.contains("Acme"),
             "{channel}: {text}"
         );
+        assert!(
+            !text.contains("/a/v1.") && !text.contains("Mute this") && !text.contains("\"actions\""),
+            "no action links without --public-url and a key: {channel}: {text}"
+        );
     }
 }
 
@@ -305,7 +322,21 @@ async fn slack_blocks_stay_within_slack_limits() {
             "{} blocks",
             blocks.len()
         );
-        for b in blocks {
+        let (last, text_blocks) = blocks.split_last().expect("blocks");
+        let buttons = last["elements"].as_array().expect("the actions block");
+        assert_eq!(last["type"], "actions", "the action links end the message");
+        assert!(
+            !buttons.is_empty() && buttons.len() <= 25,
+            "{} buttons",
+            buttons.len()
+        );
+        for b in buttons {
+            assert_eq!(b["type"], "button");
+            let url = b["url"].as_str().expect("url");
+            assert!(url.len() <= 3000 && url.starts_with(PUBLIC_URL), "{url}");
+            assert!(b["text"]["text"].as_str().expect("label").chars().count() <= 75);
+        }
+        for b in text_blocks {
             assert_eq!(b["type"], "rich_text", "tenant text never in mrkdwn");
             let elements = b["elements"][0]["elements"].as_array().expect("section elements");
             let chars: usize = elements
@@ -405,4 +436,122 @@ async fn webhook_bodies_carry_every_group_with_links() {
         .as_str()
         .expect("url")
         .starts_with("https://garage.hawk.so/project/5e3eef0679fa3700a0198a49/event/00da7c0ffee/"));
+}
+
+/// The action links, checked through the channel's own shape: the four links of a one-group message (and only
+/// "mute this rule" in a digest), each a console URL whose token names this project, rule and group.
+#[tokio::test]
+async fn action_links_render_natively_on_every_channel() {
+    let ch = channels();
+    let key = action_key();
+    let now_s = 1_700_000_000;
+    // every link of a rendered text, in order
+    let links_in = |text: &str| -> Vec<String> {
+        let prefix = format!("{PUBLIC_URL}/a/");
+        text.match_indices(&prefix)
+            .map(|(i, _)| {
+                text[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || "-_./:".contains(*c))
+                    .collect()
+            })
+            .collect()
+    };
+    let check = |url: &str, want: Action, group: Option<&str>| {
+        let token = url.rsplit('/').next().expect("token");
+        let claim = key.verify(token, now_s).expect("valid token");
+        assert_eq!(claim.action, want, "{url}");
+        assert_eq!(claim.project_id, PROJECT);
+        assert_eq!(claim.rule_id, "5e3eef0679fa3700a0198a4a");
+        assert_eq!(claim.group_hash.as_deref(), group);
+    };
+    let want = [
+        (Action::MuteGroup1h, Some("00da7c0ffee")),
+        (Action::MuteGroup24h, Some("00da7c0ffee")),
+        (Action::MuteRule1h, None),
+        (Action::Explain, Some("00da7c0ffee")),
+    ];
+    for channel in CHANNELS {
+        let (_, t) = cases(channel).remove(0);
+        let p = preview(&ch, &t, Some(NAME));
+        #[allow(unreachable_patterns)] // channels added later need a check here
+        let urls: Vec<String> = match channel {
+            ChannelKind::Slack => {
+                let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
+                let blocks = body["blocks"].as_array().expect("blocks");
+                let last = blocks.last().expect("a block");
+                assert_eq!(last["type"], "actions");
+                let buttons: Vec<String> = last["elements"]
+                    .as_array()
+                    .expect("buttons")
+                    .iter()
+                    .map(|b| {
+                        assert_eq!(b["type"], "button");
+                        b["url"].as_str().expect("url").to_owned()
+                    })
+                    .collect();
+                let text = body["text"].as_str().expect("text");
+                assert!(text.contains("|Mute this error for 1 h>"), "{text}");
+                assert_eq!(links_in(text), buttons, "the text fallback has the same links");
+                buttons
+            }
+            ChannelKind::Telegram => {
+                let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
+                let text = body["text"].as_str().expect("text");
+                assert!(text.contains(&format!("<a href=\"{PUBLIC_URL}/a/")), "{text}");
+                assert!(text.contains(">Why did this fire?</a>"), "{text}");
+                links_in(text)
+            }
+            ChannelKind::Email => {
+                let (text, html) = (&p.bodies[0], &p.bodies[1]);
+                assert!(
+                    text.contains(&format!("Mute this error for 24 h: {PUBLIC_URL}/a/")),
+                    "{text}"
+                );
+                assert!(html.contains(&format!("<a href=\"{PUBLIC_URL}/a/")), "{html}");
+                assert_eq!(links_in(text), links_in(html), "both parts have the same links");
+                links_in(text)
+            }
+            ChannelKind::Loop => {
+                let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
+                let text = body["text"].as_str().expect("text");
+                assert!(
+                    text.contains(&format!("[Mute this rule for 1 h]({PUBLIC_URL}/a/")),
+                    "{text}"
+                );
+                links_in(text)
+            }
+            ChannelKind::Webhook => {
+                let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
+                let actions = body["actions"].as_array().expect("actions");
+                for a in actions {
+                    assert_eq!(a["expiresAt"], "2023-11-21T22:13:20Z", "{a}");
+                    assert!(a["label"].as_str().is_some_and(|l| !l.is_empty()), "{a}");
+                }
+                let names: Vec<&str> = actions.iter().filter_map(|a| a["action"].as_str()).collect();
+                assert_eq!(
+                    names,
+                    ["mute-group-1h", "mute-group-24h", "mute-rule-1h", "explain"]
+                );
+                actions
+                    .iter()
+                    .map(|a| a["url"].as_str().expect("url").to_owned())
+                    .collect()
+            }
+            other => panic!("no check for {other}"),
+        };
+        assert_eq!(urls.len(), 4, "{channel}: {urls:?}");
+        for (url, (action, group)) in urls.iter().zip(want) {
+            check(url, action, group);
+        }
+        // A digest: only "mute this rule".
+        let (_, d) = cases(channel).remove(3);
+        let text = as_text(&preview(&ch, &d, Some(NAME)));
+        let urls = links_in(&text);
+        assert!(!urls.is_empty(), "{channel}: {text}");
+        for url in &urls {
+            check(url, Action::MuteRule1h, None);
+        }
+        assert!(!text.contains("Mute this error"), "{channel}: {text}");
+    }
 }

@@ -17,6 +17,7 @@
 //! the console and `klaxon explain` print it.
 #![deny(missing_docs)]
 
+pub mod action;
 pub mod evaluate;
 pub mod event;
 pub mod explain;

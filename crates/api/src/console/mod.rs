@@ -19,6 +19,7 @@
 //! |---|---|
 //! | `mod.rs` | the routes and the layers around them (security headers, guard, timeout) |
 //! | `auth.rs` | sessions, cookies, CSRF, `/login`, `/logout`, the auth layer |
+//! | `action.rs` | `/a/{token}`: the signed action links of messages (no login; the token is the authority) |
 //! | `view.rs` | the templates, the layout every page shares, error pages |
 //! | `projects.rs` | `/` (projects, queues, the last hour), `/projects?id=`, `/projects/{id}`, enable/disable |
 //! | `mutes.rs` | the project page's mute forms (the API's own mute functions) |
@@ -27,6 +28,7 @@
 //! | `deliveries.rs` | `/deliveries`: the trail, paged |
 //! | `dead.rs` | `/dead`, `/dead/replay` |
 
+mod action;
 mod auth;
 mod dead;
 mod deliveries;
@@ -124,6 +126,8 @@ pub(crate) fn router(api: Api) -> Router {
         ));
     Router::new()
         .route("/login", get(auth::login_page).post(auth::login))
+        // Signed action links: the token is the authority (no session), the guards still apply.
+        .route("/a/{token}", get(action::show).post(action::confirm))
         .merge(pages)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn(with_timeout))

@@ -282,12 +282,12 @@ pub(super) async fn open(Query(q): Query<OpenQuery>) -> Result<Response, PageErr
 
 /// One rule as the project page shows it (endpoints redacted).
 #[derive(Debug, Serialize)]
-struct RuleView {
+pub(super) struct RuleView {
     /// `?` when the rule has no readable id.
-    id: String,
+    pub(super) id: String,
     enabled: bool,
     /// `whatToReceive` (`?` when it is not a string).
-    what: String,
+    pub(super) what: String,
     /// As stored, whatever its type.
     threshold: Value,
     /// `thresholdPeriod` in words (`1m 30s`).
@@ -320,7 +320,7 @@ struct ChannelView {
 
 /// One rule as the project page shows it, read through the core's [`RawRule`] so that a broken rule is shown
 /// too.
-fn rule_view(rule: &Value, limits: &klaxon_core::Limits) -> RuleView {
+pub(super) fn rule_view(rule: &Value, limits: &klaxon_core::Limits) -> RuleView {
     // Ids as hex, like everywhere in the console; a value that is not a rule shows as an empty one.
     let raw = RawRule::from_value(&oids_to_hex(rule.clone())).unwrap_or_default();
     let text = |f: &Field<String>| f.typed().cloned();

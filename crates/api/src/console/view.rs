@@ -38,6 +38,7 @@ fn templates() -> &'static minijinja::Environment<'static> {
                 include_str!("../../templates/console/deliveries.html"),
             ),
             ("dead.html", include_str!("../../templates/console/dead.html")),
+            ("action.html", include_str!("../../templates/console/action.html")),
         ] {
             if let Err(e) = env.add_template(name, source) {
                 tracing::error!(template = name, error = %e, "console template does not compile");

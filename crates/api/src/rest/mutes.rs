@@ -166,9 +166,20 @@ impl Api {
     /// fresh id; `400` for a bad request, `409` when the project already has the limit of active mutes. The
     /// API's and the console's mute forms both come here.
     pub(crate) async fn add_mute(&self, project_id: &str, request: &Value) -> Result<Mute, ApiError> {
+        self.add_mute_as(project_id, request, None).await
+    }
+
+    /// [`Api::add_mute`] with the mute's id given (`None`: a fresh random one). An action link gives the id it
+    /// derives from its token, so confirming one link twice replaces its mute instead of adding a second.
+    pub(crate) async fn add_mute_as(
+        &self,
+        project_id: &str,
+        request: &Value,
+        mute_id: Option<String>,
+    ) -> Result<Mute, ApiError> {
         let (counter, now) = self.redis_now().await?;
-        let mute = mute_from_request(request, now, format!("{:016x}", rand::random::<u64>()))
-            .map_err(ApiError::bad_request)?;
+        let mute_id = mute_id.unwrap_or_else(|| format!("{:016x}", rand::random::<u64>()));
+        let mute = mute_from_request(request, now, mute_id).map_err(ApiError::bad_request)?;
         self.store_mute(&counter, project_id, &mute, now).await?;
         Ok(mute)
     }

@@ -1,0 +1,332 @@
+//! `GET|POST /a/{token}`: the signed action links of messages (README, "Action links"; `klaxon_core::action`).
+//!
+//! The token is the authority for its one action, so these pages need no console login. A `GET` never changes
+//! anything (mail and chat clients open links to scan them): it shows what the link would do — the project, the
+//! rule as the project page describes it (never its channels or endpoints), the group's title when the link
+//! carries it, and for how long — with a form. The form `POST`s back to the same URL with a CSRF value bound to
+//! the link (`ActionKey::form_token`; the visitor has no session to bind one to), past the console's guards
+//! (Host allowlist, cross-site `Origin` → 403). Confirming a mute makes it through the API's own mute function,
+//! with an id derived from the token (confirming twice replaces, never doubles), and answers "muted until …"
+//! with an Undo button: itself a signed action bound to that mute id, expiring when the mute does, confirmed
+//! by `POST` too. "Why did this fire?" is read-only: its `GET` shows the explain verdict of that rule for that
+//! group.
+//!
+//! Refusals are pages with a 4xx status and nothing that helps forging: 400 malformed, 403 bad signature,
+//! 410 expired, 404 when action links are off here (no `KLAXON_ACTION_KEY`) or the rule is gone.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::Form;
+use klaxon_core::action::{Action, ActionError, ActionKey, Claim};
+use klaxon_core::event::Event;
+use klaxon_core::RuleVerdict;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::projects::{rule_view, RuleView};
+use super::view::{ms_human, render, Nav, PageError, Template};
+use super::Console;
+use crate::Api;
+
+fn now_s() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The page of a refused link: what went wrong in words, nothing about why the signature failed.
+fn refusal(e: ActionError) -> PageError {
+    let (status, message) = match e {
+        ActionError::Expired => (
+            StatusCode::GONE,
+            "This link has expired (action links work for 7 days after the alert). Open the console to mute or explain from there.",
+        ),
+        ActionError::BadSignature => (
+            StatusCode::FORBIDDEN,
+            "This link is not valid: it was changed, or it was not made by this Klaxon. Nothing was done.",
+        ),
+        ActionError::Malformed | ActionError::TooLong => (
+            StatusCode::BAD_REQUEST,
+            "This is not a Klaxon action link (it may have been cut when it was copied). Nothing was done.",
+        ),
+    };
+    PageError(status, message.into())
+}
+
+impl Console {
+    fn action_key(&self) -> Result<&ActionKey, PageError> {
+        self.api.config().action_key.as_ref().ok_or_else(|| {
+            PageError(
+                StatusCode::NOT_FOUND,
+                "Action links are not enabled on this server (KLAXON_ACTION_KEY is not set).".into(),
+            )
+        })
+    }
+
+    /// The key and the verified claim of `token`.
+    fn verified(&self, token: &str) -> Result<(&ActionKey, Claim), PageError> {
+        let key = self.action_key()?;
+        let claim = key.verify(token, now_s()).map_err(refusal)?;
+        Ok((key, claim))
+    }
+}
+
+/// The project's name and the rule's description, from the store (404 when the rule is gone).
+async fn describe(api: &Api, claim: &Claim) -> Result<(String, RuleView), PageError> {
+    let store = api.store().await?;
+    let limits = &api.config().limits;
+    let name = store
+        .load_with(&claim.project_id, limits)
+        .await
+        .map_err(super::view::rules_error)?
+        .and_then(|rules| rules.name)
+        .filter(|n| !n.trim().is_empty())
+        .unwrap_or_else(|| claim.project_id.clone());
+    let project = store
+        .project(&claim.project_id)
+        .await
+        .map_err(super::view::rules_error)?;
+    let rule = project
+        .iter()
+        .flat_map(|p| p.notifications.iter())
+        .map(|r| rule_view(r, limits))
+        .find(|r| r.id.eq_ignore_ascii_case(&claim.rule_id))
+        .ok_or_else(|| {
+            PageError(
+                StatusCode::NOT_FOUND,
+                "The rule of this link no longer exists. Nothing was done.".into(),
+            )
+        })?;
+    Ok((name, rule))
+}
+
+/// `action.html`: what a link does, the form that does it, and what was done.
+#[derive(Serialize)]
+struct ActionPage {
+    title: String,
+    /// No session here: the layout shows no "log out" and the page's own form carries its own CSRF value.
+    csrf: &'static str,
+    session: bool,
+    nav: Nav,
+    project: String,
+    project_id: String,
+    rule: RuleView,
+    group_hash: Option<String>,
+    /// The title the link carries (explain links only).
+    event_title: Option<String>,
+    /// What the page asks or says.
+    stage: &'static str,
+    action: &'static str,
+    /// "Mute this error for 1 h" and the like.
+    label: &'static str,
+    /// The sentence of what will happen (or happened).
+    what: String,
+    /// The form's target and CSRF value (a confirmation, or the Undo button).
+    form_action: Option<String>,
+    form_csrf: Option<String>,
+    button: &'static str,
+    /// Until when the link works.
+    link_expires: String,
+    verdicts: Vec<RuleVerdict>,
+    title_cut: bool,
+}
+
+impl Template for ActionPage {
+    const NAME: &'static str = "action.html";
+}
+
+fn duration_words(secs: u64) -> &'static str {
+    if secs >= 24 * 3600 {
+        "24 hours"
+    } else {
+        "1 hour"
+    }
+}
+
+/// What a mute of `claim` covers, in words.
+fn mute_scope(claim: &Claim) -> String {
+    match &claim.group_hash {
+        Some(g) => format!("this rule's alerts for the group {g}"),
+        None => "every alert of this rule (all groups)".into(),
+    }
+}
+
+fn page(claim: &Claim, project: String, rule: RuleView, stage: &'static str, what: String) -> ActionPage {
+    ActionPage {
+        title: format!("{} · Klaxon action", claim.action.label()),
+        csrf: "",
+        session: false,
+        nav: Nav::Projects,
+        project,
+        project_id: claim.project_id.clone(),
+        rule,
+        group_hash: claim.group_hash.clone(),
+        event_title: claim.title.clone(),
+        stage,
+        action: claim.action.as_str(),
+        label: claim.action.label(),
+        what,
+        form_action: None,
+        form_csrf: None,
+        button: "",
+        link_expires: ms_human(claim.expires_s.saturating_mul(1000)),
+        verdicts: Vec::new(),
+        title_cut: claim
+            .title
+            .as_ref()
+            .is_some_and(|t| t.chars().count() >= klaxon_core::action::MAX_TITLE_CHARS),
+    }
+}
+
+/// `GET /a/{token}`: the confirmation page (or, for "why did this fire?", the answer). Changes nothing.
+pub(super) async fn show(
+    State(c): State<Arc<Console>>,
+    Path(token): Path<String>,
+) -> Result<Response, PageError> {
+    let (key, claim) = c.verified(&token)?;
+    let (project, rule) = describe(&c.api, &claim).await?;
+    let mut p = match claim.action {
+        Action::Explain => {
+            let group = claim.group_hash.clone().unwrap_or_default();
+            // An ONLY_NEW rule fired on a first occurrence: asked as one, it answers whether it would again.
+            let event = Event {
+                title: claim.title.clone().unwrap_or_default(),
+                group_hash: group,
+                is_new: rule.what == "ONLY_NEW",
+                repetition_id: None,
+                timestamp: None,
+                user: None,
+            };
+            let verdicts: Vec<RuleVerdict> = c
+                .api
+                .explain_event(&claim.project_id, &event)
+                .await?
+                .into_iter()
+                .filter(|v| v.rule_id.eq_ignore_ascii_case(&claim.rule_id))
+                .collect();
+            let mut p = page(
+                &claim,
+                project,
+                rule,
+                "explain",
+                "What this rule does with this error right now, and why (read only: nothing is counted or changed)."
+                    .into(),
+            );
+            p.verdicts = verdicts;
+            return Ok(render(StatusCode::OK, &p));
+        }
+        Action::Undo => page(
+            &claim,
+            project,
+            rule,
+            "confirm",
+            "Remove the mute made from an alert's link: alerts of this rule are delivered again.".into(),
+        ),
+        mute => {
+            let secs = mute.mute_secs().unwrap_or(3600);
+            page(
+                &claim,
+                project,
+                rule,
+                "confirm",
+                format!(
+                    "Mute {} for {}, starting when you confirm. Firings are still counted, but not delivered (and not sent later).",
+                    mute_scope(&claim),
+                    duration_words(secs)
+                ),
+            )
+        }
+    };
+    p.button = if claim.action == Action::Undo {
+        "Remove the mute"
+    } else {
+        "Confirm: mute"
+    };
+    p.form_csrf = Some(key.form_token(&token));
+    p.form_action = Some(format!("/a/{token}"));
+    Ok(render(StatusCode::OK, &p))
+}
+
+#[derive(Deserialize)]
+pub(super) struct ConfirmForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+/// `POST /a/{token}`: performs the link's action after the confirmation page's form.
+pub(super) async fn confirm(
+    State(c): State<Arc<Console>>,
+    Path(token): Path<String>,
+    Form(form): Form<ConfirmForm>,
+) -> Result<Response, PageError> {
+    let (key, claim) = c.verified(&token)?;
+    if !key.form_token_ok(&token, &form.csrf) {
+        return Err(PageError(
+            StatusCode::FORBIDDEN,
+            "The confirmation form is missing or wrong: open the link again and press the button on its page."
+                .into(),
+        ));
+    }
+    let (project, rule) = describe(&c.api, &claim).await?;
+    match claim.action {
+        Action::Explain => Err(PageError(
+            StatusCode::BAD_REQUEST,
+            "\"Why did this fire?\" changes nothing: open the link to see the answer.".into(),
+        )),
+        Action::Undo => {
+            let mute_id = claim.mute_id.clone().unwrap_or_default();
+            let removed = !mute_id.is_empty() && c.api.remove_mute(&claim.project_id, &mute_id).await?;
+            let what = if removed {
+                "The mute is removed: alerts of this rule are delivered again.".to_owned()
+            } else {
+                "There was no such mute any more (it ended or was removed already). Nothing was changed."
+                    .to_owned()
+            };
+            tracing::info!(project_id = %claim.project_id, rule_id = %claim.rule_id, removed, "action link: mute undone");
+            Ok(render(StatusCode::OK, &page(&claim, project, rule, "done", what)))
+        }
+        mute => {
+            let secs = mute.mute_secs().unwrap_or(3600);
+            let mut request = json!({"ruleId": claim.rule_id, "for": secs});
+            if let Some(g) = &claim.group_hash {
+                request["groupHash"] = Value::String(g.clone());
+            }
+            let made = c
+                .api
+                .add_mute_as(&claim.project_id, &request, Some(key.mute_id_for(&token)))
+                .await?;
+            tracing::info!(
+                project_id = %claim.project_id,
+                rule_id = %claim.rule_id,
+                action = mute.as_str(),
+                mute_id = %made.mute_id,
+                "action link: muted"
+            );
+            let undo = Claim {
+                action: Action::Undo,
+                mute_id: Some(made.mute_id.clone()),
+                expires_s: made.until_ms.div_euclid(1000).saturating_add(1),
+                title: None,
+                ..claim.clone()
+            };
+            let what = format!(
+                "Muted {} until {} ({}). Firings are counted but not delivered until then.",
+                mute_scope(&claim),
+                ms_human(made.until_ms),
+                klaxon_core::notification::rfc3339_ms(made.until_ms)
+            );
+            let mut p = page(&claim, project, rule, "done", what);
+            if let Ok(undo_token) = key.sign(&undo) {
+                p.form_csrf = Some(key.form_token(&undo_token));
+                p.form_action = Some(format!("/a/{undo_token}"));
+                p.button = "Undo";
+            }
+            Ok(render(StatusCode::OK, &p))
+        }
+    }
+}
