@@ -292,7 +292,7 @@ fn spiking(rule_id: &str, spike: crate::rule::Spike, peek: &Peek) -> RuleVerdict
     let baseline = baseline_words(peek.baseline_sum, peek.baseline_buckets);
     let verdict = |verdict, reason: String, count| RuleVerdict {
         count: Some(count),
-        threshold: Some(needed),
+        threshold: needed,
         window_ends_at: Some(ends),
         ..RuleVerdict::new(rule_id, verdict, reason)
     };
@@ -306,6 +306,14 @@ fn spiking(rule_id: &str, spike: crate::rule::Spike, peek: &Peek) -> RuleVerdict
         return verdict(Verdict::AlreadyNotified, reason, peek.count);
     }
     let next = peek.count + 1;
+    let Some(needed) = needed else {
+        let reason = format!(
+            "{} events in this bucket so far, the group's first: with no baseline it cannot spike; this event \
+             would be #{next}",
+            peek.count
+        );
+        return verdict(Verdict::Counting, reason, next);
+    };
     let so_far = format!(
         "{} events in this bucket so far, {baseline}: {needed} needed (max of threshold {} and {}× the baseline)",
         peek.count,

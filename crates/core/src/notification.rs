@@ -134,7 +134,7 @@ impl Reason {
                 threshold: s.threshold,
                 baseline_sum: 0,
                 baseline_buckets: 0,
-                needed: s.threshold,
+                needed: s.needed(0, 0).unwrap_or(s.threshold),
             },
             Want::Reappeared { quiet_period_ms, .. } => Reason::Reappeared {
                 quiet_period_ms,

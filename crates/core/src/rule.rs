@@ -84,16 +84,17 @@ pub struct Spike {
 
 impl Spike {
     /// The count the current bucket must reach to fire, given the sum of the counts of the baseline buckets and
-    /// how many buckets the baseline has (0 for a group in its first bucket): `max(threshold, ⌈factor × sum /
-    /// buckets⌉)`, with a baseline of 0 when there are no buckets. The same arithmetic as `lua/spike.lua`.
-    pub fn needed(&self, baseline_sum: u64, baseline_buckets: u64) -> u64 {
+    /// how many buckets the baseline has: `max(threshold, ⌈factor × sum / buckets⌉)`. `None` without a baseline
+    /// (the group's first bucket, as far as the counter knows): a group with no usual volume cannot spike
+    /// above it. The same arithmetic as `lua/spike.lua`.
+    pub fn needed(&self, baseline_sum: u64, baseline_buckets: u64) -> Option<u64> {
         if baseline_buckets == 0 {
-            return self.threshold;
+            return None;
         }
         let num = u128::from(self.factor_milli) * u128::from(baseline_sum);
         let den = 1000 * u128::from(baseline_buckets);
         let scaled = u64::try_from(num.div_ceil(den)).unwrap_or(u64::MAX);
-        scaled.max(self.threshold)
+        Some(scaled.max(self.threshold))
     }
 
     /// The bucket `now_ms` falls in (buckets are aligned on the epoch).
@@ -1323,22 +1324,22 @@ mod decide_tests {
         }
         // (spike, sum, buckets) → needed
         let needed = [
-            // no baseline: the threshold
-            (spike(24, 5000, 10), 0, 0, 10),
+            // no baseline (the group's first bucket): nothing fires
+            (spike(24, 5000, 10), 0, 0, None),
             // baseline 0 over 24 buckets: the threshold
-            (spike(24, 5000, 10), 0, 24, 10),
+            (spike(24, 5000, 10), 0, 24, Some(10)),
             // 5 × mean 20 = 100
-            (spike(24, 5000, 10), 480, 24, 100),
+            (spike(24, 5000, 10), 480, 24, Some(100)),
             // 5 × mean 1 = 5, below the threshold
-            (spike(24, 5000, 10), 24, 24, 10),
+            (spike(24, 5000, 10), 24, 24, Some(10)),
             // factor exactly met: 1.5 × 10 = 15, not 16
-            (spike(2, 1500, 1), 20, 2, 15),
+            (spike(2, 1500, 1), 20, 2, Some(15)),
             // 2.2 × 10 = 22 exactly (a float would give 22.000000000000004 and round up to 23)
-            (spike(2, 2200, 1), 20, 2, 22),
+            (spike(2, 2200, 1), 20, 2, Some(22)),
             // a fraction rounds up: 1.5 × 7/3 = 3.5 → 4
-            (spike(3, 1500, 1), 7, 3, 4),
+            (spike(3, 1500, 1), 7, 3, Some(4)),
             // young group: mean of 2 buckets (4 + 6) / 2 = 5, × 5 = 25
-            (spike(24, 5000, 10), 10, 2, 25),
+            (spike(24, 5000, 10), 10, 2, Some(25)),
         ];
         for (s, sum, buckets, want) in needed {
             assert_eq!(s.needed(sum, buckets), want, "{s:?} {sum} {buckets}");

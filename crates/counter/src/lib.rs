@@ -64,4 +64,4 @@ pub use gcra::{Gcra, Slot};
 pub use hit::{Hit, HitSpec, Outcome};
 pub use mutes::Mutes;
 pub use redis_handle::RedisHandle;
-pub use window_counter::{WindowCounter, DEFAULT_FIRST_SEEN_TTL};
+pub use window_counter::{reappeared_ttl_ms, WindowCounter, DEFAULT_FIRST_SEEN_TTL};

@@ -606,14 +606,16 @@ impl RawRule {
                 ))
             }
             Some(ms) if (MIN_PERIOD_MS..=MAX_SPIKE_PERIOD_MS).contains(&ms) => ms,
-            _ => return Err(fatal(
-                format!(
+            _ => {
+                return Err(fatal(
+                    format!(
                     "SPIKE `thresholdPeriod` (the bucket) must be milliseconds between {MIN_PERIOD_MS} and \
                          {MAX_SPIKE_PERIOD_MS} (1 s … 1 day), got {}",
                     self.threshold_period.to_json()
                 ),
-                "set `thresholdPeriod` to the bucket in milliseconds, e.g. 3600000 for one hour",
-            )),
+                    "set `thresholdPeriod` to the bucket in milliseconds, e.g. 3600000 for one hour",
+                ))
+            }
         };
         let baseline_windows = match self.baseline_windows.whole() {
             _ if self.baseline_windows.is_unset() => DEFAULT_BASELINE_WINDOWS,
