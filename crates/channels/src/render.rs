@@ -464,6 +464,53 @@ fn times(n: u64, one: &str, many: &str) -> String {
     }
 }
 
+/// What a SPIKE or REAPPEARED firing saw, in words: "312 in the last hour, usually ~20 (15.6×)", "back after 12
+/// days quiet". Only numbers: no tenant text.
+fn signal_words(task: &NotificationTask, count: u64, window: &str) -> String {
+    match task.reason {
+        Reason::Spike {
+            baseline_sum,
+            baseline_buckets,
+            ..
+        } => {
+            let mean = baseline_sum as f64 / baseline_buckets.max(1) as f64;
+            if mean <= 0.0 {
+                format!("{count} in {window}, usually none")
+            } else {
+                format!(
+                    "{count} in {window}, usually ~{} ({:.1}×)",
+                    one_decimal(mean),
+                    count as f64 / mean
+                )
+            }
+        }
+        Reason::Reappeared {
+            quiet_period_ms,
+            last_seen_ms,
+        } => match last_seen_ms {
+            Some(seen) => format!(
+                "back after {} quiet",
+                klaxon_core::text::duration_words(u64::try_from(task.fired_at_ms - seen).unwrap_or(0))
+            ),
+            None => format!(
+                "back after more than {} quiet",
+                klaxon_core::text::duration_words(quiet_period_ms)
+            ),
+        },
+        _ => String::new(),
+    }
+}
+
+/// "20" for a whole number, else one decimal: "20.5".
+fn one_decimal(x: f64) -> String {
+    let r = (x * 10.0).round() / 10.0;
+    if r.fract() == 0.0 {
+        format!("{r:.0}")
+    } else {
+        format!("{r:.1}")
+    }
+}
+
 fn window_name(window: Window) -> &'static str {
     match window {
         Window::Fixed => "fixed",
@@ -486,6 +533,10 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>) -> View {
             window,
         } if !digest => ("users", period_ms / 1000, window_name(window), threshold),
         Reason::New if !digest => ("new", 0, "", 0),
+        Reason::Spike {
+            period_ms, needed, ..
+        } if !digest => ("spike", period_ms / 1000, "", needed),
+        Reason::Reappeared { .. } if !digest => ("reappeared", 0, "", 0),
         Reason::Digest { min_period_s } => ("digest", min_period_s, "", 0),
         Reason::Direct => ("direct", 0, "", 0),
         _ => ("digest", task.min_period_s, "", 0),
@@ -497,6 +548,7 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>) -> View {
         "direct" => String::new(),
         "threshold" => format!("{} in {window}", times(first_count, "time", "times")),
         "users" => format!("{} in {window}", times(first_count, "user", "users")),
+        "spike" | "reappeared" => signal_words(task, first_count, &window),
         _ => format!(
             "{} in {window}",
             times(task.events.iter().map(|e| e.count).sum(), "error", "errors")

@@ -26,7 +26,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
-use klaxon_core::{NotificationEvent, NotificationTask};
+use klaxon_core::{NotificationEvent, NotificationTask, Reason};
 use serde::Serialize;
 use sha2::Sha256;
 
@@ -247,10 +247,41 @@ struct WebhookBody<'a> {
     project_name: Option<&'a str>,
     channel: &'static str,
     fired_at: String,
+    /// `spike` or `reappeared` for those rule kinds (docs/webhook.md); absent for the others.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
+    /// SPIKE: the numbers that made it fire.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spike: Option<SpikeNumbers>,
+    /// REAPPEARED: the quiet that made it fire.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reappeared: Option<ReappearedNumbers>,
     events: Vec<WebhookEvent<'a>>,
     /// The body of a direct notification (`POST /api/v1/notifications`).
     #[serde(skip_serializing_if = "Option::is_none")]
     text: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SpikeNumbers {
+    bucket_ms: u64,
+    baseline_windows: u32,
+    factor: f64,
+    threshold: u64,
+    baseline: f64,
+    baseline_buckets: u64,
+    needed: u64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReappearedNumbers {
+    quiet_period_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_seen_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quiet_for_ms: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -268,6 +299,42 @@ pub fn webhook_body(task: &NotificationTask) -> Vec<u8> {
 
 /// The exact body POSTed for a task, with `projectName` and event `url`s when the context has them.
 pub fn webhook_body_with(task: &NotificationTask, ctx: MessageContext<'_>) -> Vec<u8> {
+    let (kind, spike, reappeared) = match task.reason {
+        Reason::Spike {
+            period_ms,
+            baseline_windows,
+            factor_milli,
+            threshold,
+            baseline_sum,
+            baseline_buckets,
+            needed,
+        } => (
+            Some("spike"),
+            Some(SpikeNumbers {
+                bucket_ms: period_ms,
+                baseline_windows,
+                factor: f64::from(factor_milli) / 1000.0,
+                threshold,
+                baseline: baseline_sum as f64 / baseline_buckets.max(1) as f64,
+                baseline_buckets,
+                needed,
+            }),
+            None,
+        ),
+        Reason::Reappeared {
+            quiet_period_ms,
+            last_seen_ms,
+        } => (
+            Some("reappeared"),
+            None,
+            Some(ReappearedNumbers {
+                quiet_period_ms,
+                last_seen_at: last_seen_ms.map(klaxon_core::notification::rfc3339_ms),
+                quiet_for_ms: last_seen_ms.and_then(|s| u64::try_from(task.fired_at_ms - s).ok()),
+            }),
+        ),
+        _ => (None, None, None),
+    };
     let body = WebhookBody {
         notification_id: &task.notification_id,
         project_id: &task.project_id,
@@ -275,6 +342,9 @@ pub fn webhook_body_with(task: &NotificationTask, ctx: MessageContext<'_>) -> Ve
         project_name: ctx.project_name,
         channel: "webhook",
         fired_at: task.fired_at_rfc3339(),
+        kind,
+        spike,
+        reappeared,
         events: task
             .events
             .iter()
