@@ -982,6 +982,72 @@ mod tests {
         assert!(display_title(&many).ends_with('…'));
     }
 
+    /// SPIKE and REAPPEARED say the numbers that made them fire, on every channel; the title stays data.
+    #[test]
+    fn spike_and_reappeared_say_their_numbers() {
+        let r = Renderer::new().expect("templates");
+        let spike = |sum, buckets| Reason::Spike {
+            period_ms: 3_600_000,
+            baseline_windows: 24,
+            factor_milli: 5000,
+            threshold: 10,
+            baseline_sum: sum,
+            baseline_buckets: buckets,
+            needed: 100,
+        };
+        let back = |last_seen_ms| Reason::Reappeared {
+            quiet_period_ms: 7 * 86_400_000,
+            last_seen_ms,
+        };
+        let title = "<b>*x*</b> @channel";
+        let cases = [
+            (
+                spike(480, 24),
+                312,
+                "Spike in project proj: 312 in the last hour, usually ~20 (15.6×)",
+            ),
+            (
+                spike(30, 4),
+                90,
+                "Spike in project proj: 90 in the last hour, usually ~7.5 (12.0×)",
+            ),
+            (
+                spike(0, 24),
+                40,
+                "Spike in project proj: 40 in the last hour, usually none",
+            ),
+            (
+                back(Some(1_700_000_000_123 - 12 * 86_400_000 - 5_000)),
+                1,
+                "Reappeared in project proj: back after 12 days quiet",
+            ),
+            (
+                back(None),
+                1,
+                "Reappeared in project proj: back after more than 7 days quiet",
+            ),
+        ];
+        for (reason, count, says) in cases {
+            let mut t = task(reason, vec![(title, count)]);
+            t.min_period_s = 0;
+            for name in [TELEGRAM, SLACK, LOOP, EMAIL_TEXT, EMAIL_HTML, EMAIL_SUBJECT] {
+                // markdown channels put a word joiner after `~` (strike-through): not part of the words
+                let out = r.render(name, &t).expect("render").replace('\u{2060}', "");
+                // the subject is short: "Spike in <project>: …"
+                let says = if name == EMAIL_SUBJECT {
+                    says.replace("in project ", "in ")
+                } else {
+                    says.to_owned()
+                };
+                assert!(out.contains(&says), "{name}: {out}");
+                if ![EMAIL_TEXT, EMAIL_SUBJECT].contains(&name) {
+                    // (plain text is no markup: the email's text part shows the title as it is)
+                    assert!(!out.contains("<b>*x*</b>"), "{name}: the title is data: {out}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn titles_become_one_bounded_line() {
         assert_eq!(display_title("a\nb\tc"), "a b c");

@@ -434,6 +434,67 @@ mod tests {
             .expect("some")
     }
 
+    /// SPIKE and REAPPEARED notifications carry their kind and the numbers that made them fire; the others
+    /// neither (their bodies are unchanged).
+    #[test]
+    fn signal_kinds_carry_their_numbers() {
+        let task = |reason| NotificationTask {
+            notification_id: "n".into(),
+            project_id: P1.into(),
+            project_name: None,
+            rule_id: P2.into(),
+            channel: klaxon_core::ChannelKind::Webhook,
+            endpoint: "https://h.example/x".into(),
+            min_period_s: 0,
+            fired_at_ms: 1_000_000,
+            reason,
+            events: vec![NotificationEvent {
+                group_hash: "g".into(),
+                title: "t".into(),
+                count: 312,
+                repetition_id: None,
+            }],
+            text: None,
+            send_at_ms: None,
+        };
+        let body = |reason| -> serde_json::Value {
+            serde_json::from_slice(&webhook_body(&task(reason))).expect("json")
+        };
+        let spike = body(Reason::Spike {
+            period_ms: 3_600_000,
+            baseline_windows: 24,
+            factor_milli: 5000,
+            threshold: 10,
+            baseline_sum: 480,
+            baseline_buckets: 24,
+            needed: 100,
+        });
+        assert_eq!(spike["kind"], "spike");
+        assert_eq!(
+            spike["spike"],
+            serde_json::json!({"bucketMs": 3_600_000, "baselineWindows": 24, "factor": 5.0, "threshold": 10,
+                "baseline": 20.0, "baselineBuckets": 24, "needed": 100})
+        );
+        assert_eq!(spike["events"][0]["count"], 312);
+        let back = body(Reason::Reappeared {
+            quiet_period_ms: 604_800_000,
+            last_seen_ms: Some(400_000),
+        });
+        assert_eq!(back["kind"], "reappeared");
+        assert_eq!(
+            back["reappeared"],
+            serde_json::json!({"quietPeriodMs": 604_800_000, "lastSeenAt": "1970-01-01T00:06:40Z",
+                "quietForMs": 600_000})
+        );
+        let unknown = body(Reason::Reappeared {
+            quiet_period_ms: 1000,
+            last_seen_ms: None,
+        });
+        assert_eq!(unknown["reappeared"], serde_json::json!({"quietPeriodMs": 1000}));
+        let new = body(Reason::New);
+        assert!(new.get("kind").is_none() && new.get("spike").is_none(), "{new}");
+    }
+
     #[test]
     fn settings_validate_and_debug_hides_keys() {
         assert!(SigningKeys::from_settings(None, None).expect("ok").is_none());
