@@ -142,3 +142,99 @@ async fn a_group_silent_past_its_quiet_period_fires_once_when_seen_again_and_not
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_add_check_list_and_explain_know_spike_and_reappeared() {
+    let env = Env::new();
+    let project = object_id();
+    let hook = "https://hooks.example.com/x";
+    // `rules check --file`: each field problem with its fix, exit 1
+    let bad = json!([{"_id": project, "notifications": [
+        {"_id": object_id(), "isEnabled": true, "whatToReceive": "SPIKE", "thresholdPeriod": 3_600_000, "factor": 1,
+         "channels": {"webhook": {"isEnabled": true, "endpoint": hook, "minPeriod": 0}}},
+        {"_id": object_id(), "isEnabled": true, "whatToReceive": "REAPPEARED", "quietPeriod": 500,
+         "channels": {"webhook": {"isEnabled": true, "endpoint": hook, "minPeriod": 0}}}]}]);
+    let file = common::json_file(&env, "bad", &bad);
+    let (code, out, err) = env.run(&["rules", "check", "--file", file.to_str().expect("path")]);
+    assert_eq!(code, 1, "{out}{err}");
+    let all = format!("{out}{err}");
+    assert!(
+        all.contains("`factor` must be between 1.5 and 100, got 1"),
+        "{all}"
+    );
+    assert!(
+        all.contains("`quietPeriod` must be milliseconds between 1000"),
+        "{all}"
+    );
+    assert!(all.contains("fix"), "{all}");
+
+    // `rules add` and `rules list`
+    env.ok(&[
+        "rules",
+        "add",
+        "--project",
+        &project,
+        "--spike",
+        "5x/1h",
+        "--webhook",
+        hook,
+    ]);
+    env.ok(&[
+        "rules",
+        "add",
+        "--project",
+        &project,
+        "--reappeared",
+        "7d",
+        "--webhook",
+        hook,
+    ]);
+    let (code, _, err) = env.run(&[
+        "rules",
+        "add",
+        "--project",
+        &project,
+        "--spike",
+        "1x/1h",
+        "--webhook",
+        hook,
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("`factor` must be between 1.5 and 100"), "{err}");
+    let list = env.ok(&["rules", "list", "--project", &project]);
+    assert!(list.contains("SPIKE 5x/1h over 24 (min 10)"), "{list}");
+    assert!(list.contains("REAPPEARED after 7d"), "{list}");
+
+    // `explain`: a first bucket cannot spike; a group without a mark for a rule created just now cannot be a
+    // reappearance (the rule has not watched for 7 days)
+    let out = env.ok(&[
+        "explain",
+        "--project",
+        &project,
+        "--title",
+        "TypeError",
+        "--group",
+        "g",
+        "-o",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let rules = v["rules"].as_array().expect("rules");
+    assert_eq!(rules.len(), 2, "{v}");
+    assert_eq!(rules[0]["verdict"], "counting", "{v}");
+    assert!(
+        rules[0]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("with no baseline it cannot spike"),
+        "{v}"
+    );
+    assert_eq!(rules[1]["verdict"], "counting", "{v}");
+    assert!(
+        rules[1]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not seen since the rule began watching"),
+        "{v}"
+    );
+}

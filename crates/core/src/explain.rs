@@ -350,8 +350,14 @@ fn baseline_words(sum: u64, buckets: u64) -> String {
 /// A REAPPEARED rule's verdict (`lua/reappeared.lua`): how long the group has been quiet against
 /// `quietPeriod`.
 fn reappearing(rule_id: &str, quiet_ms: u64, armed_at_ms: i64, is_new: bool, peek: &Peek) -> RuleVerdict {
-    let quiet = quiet_ms as i64;
-    let (verdict, reason) = match peek.last_seen {
+    // the script's decision, in the core's one function; the words say why
+    let fires = crate::rule::reappears(peek.last_seen, peek.now_ms, quiet_ms, armed_at_ms, is_new);
+    let verdict = if fires {
+        Verdict::WouldFire
+    } else {
+        Verdict::Counting
+    };
+    let reason = match peek.last_seen {
         Some(seen) => {
             let for_ms = peek.now_ms.saturating_sub(seen).max(0);
             let words = format!(
@@ -360,29 +366,23 @@ fn reappearing(rule_id: &str, quiet_ms: u64, armed_at_ms: i64, is_new: bool, pee
                 crate::text::duration_words(for_ms as u64),
                 crate::text::duration_words(quiet_ms)
             );
-            if for_ms >= quiet {
-                (Verdict::WouldFire, format!("{words}; this event would fire"))
+            if fires {
+                format!("{words}; this event would fire")
             } else {
-                (Verdict::Counting, format!("{words}; this event would be noted, not fire"))
+                format!("{words}; this event would be noted, not fire")
             }
         }
-        None if is_new => (
-            Verdict::Counting,
-            "a first occurrence (isNew) is ONLY_NEW's business: this event would start the group's mark".to_owned(),
+        None if is_new => {
+            "a first occurrence (isNew) is ONLY_NEW's business: this event would start the group's mark"
+                .to_owned()
+        }
+        None if fires => format!(
+            "not seen for more than {} (no mark, and the rule has watched that long); this event would fire",
+            crate::text::duration_words(quiet_ms)
         ),
-        None if peek.now_ms.saturating_sub(armed_at_ms) >= quiet => (
-            Verdict::WouldFire,
-            format!(
-                "not seen for more than {} (no mark, and the rule has watched that long); this event would fire",
-                crate::text::duration_words(quiet_ms)
-            ),
-        ),
-        None => (
-            Verdict::Counting,
-            format!(
-                "not seen since the rule began watching, less than {} ago; this event would be noted, not fire",
-                crate::text::duration_words(quiet_ms)
-            ),
+        None => format!(
+            "not seen since the rule began watching, less than {} ago; this event would be noted, not fire",
+            crate::text::duration_words(quiet_ms)
         ),
     };
     RuleVerdict::new(rule_id, verdict, reason)
@@ -558,6 +558,101 @@ mod tests {
             (v.count, v.threshold, v.window_ends_at),
             (Some(2), Some(3), Some(69_000))
         );
+    }
+
+    /// SPIKE and REAPPEARED verdicts from the counter's state: the numbers and the decision.
+    #[test]
+    fn spike_and_reappeared_verdicts() {
+        let spike = Want::Spike(crate::rule::Spike {
+            period_ms: 60_000,
+            baseline_windows: 24,
+            factor_milli: 5000,
+            threshold: 10,
+        });
+        let p = |count, sum, buckets, fired_at| Peek {
+            now_ms: 90_000,
+            count,
+            baseline_sum: sum,
+            baseline_buckets: buckets,
+            fired_at,
+            ..Peek::default()
+        };
+        // (peek, verdict, predicted count, needed)
+        let cases = [
+            (p(50, 0, 0, None), Verdict::Counting, Some(51), None),
+            (p(98, 480, 24, None), Verdict::Counting, Some(99), Some(100)),
+            (p(99, 480, 24, None), Verdict::WouldFire, Some(100), Some(100)),
+            (p(8, 24, 24, None), Verdict::Counting, Some(9), Some(10)),
+            (p(9, 24, 24, None), Verdict::WouldFire, Some(10), Some(10)),
+            (
+                p(300, 480, 24, Some(80_000)),
+                Verdict::AlreadyNotified,
+                Some(300),
+                Some(100),
+            ),
+        ];
+        for (peek, verdict, count, needed) in cases {
+            let v = counted("r", spike, &peek);
+            assert_eq!(
+                (v.verdict, v.count, v.threshold),
+                (verdict, count, needed),
+                "{peek:?}: {v:?}"
+            );
+            assert_eq!(v.window_ends_at, Some(120_000), "the bucket's end");
+        }
+        let v = counted("r", spike, &p(99, 480, 24, None));
+        assert_eq!(
+            v.reason,
+            "99 events in this bucket so far, baseline ~20.0 over 24 buckets: 100 needed (max of threshold 10 and \
+             5× the baseline); this event would be #100 and fire"
+        );
+        let back = |armed_at_ms, is_new| Want::Reappeared {
+            quiet_period_ms: 7 * 86_400_000,
+            armed_at_ms,
+            is_new,
+        };
+        let seen = |last: Option<i64>| Peek {
+            now_ms: 20 * 86_400_000,
+            last_seen: last,
+            ..Peek::default()
+        };
+        let cases = [
+            (
+                back(0, false),
+                seen(Some(8 * 86_400_000)),
+                Verdict::WouldFire,
+                "quiet for 12 days",
+            ),
+            (
+                back(0, false),
+                seen(Some(19 * 86_400_000)),
+                Verdict::Counting,
+                "quiet for 1 day",
+            ),
+            (
+                back(0, true),
+                seen(None),
+                Verdict::Counting,
+                "ONLY_NEW's business",
+            ),
+            (
+                back(0, false),
+                seen(None),
+                Verdict::WouldFire,
+                "not seen for more than 7 days",
+            ),
+            (
+                back(19 * 86_400_000, false),
+                seen(None),
+                Verdict::Counting,
+                "less than 7 days ago",
+            ),
+        ];
+        for (want, peek, verdict, says) in cases {
+            let v = counted("r", want, &peek);
+            assert_eq!(v.verdict, verdict, "{want:?} {peek:?}: {v:?}");
+            assert!(v.reason.contains(says), "{}", v.reason);
+        }
     }
 
     /// Explain counts nothing: the reason says what is counted so far and where this event would stand, never
