@@ -199,7 +199,7 @@ async fn rules_add_check_list_and_explain_know_spike_and_reappeared() {
         "--webhook",
         hook,
     ]);
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, 2, "a bad flag value is a usage error: {err}");
     assert!(err.contains("`factor` must be between 1.5 and 100"), "{err}");
     let list = env.ok(&["rules", "list", "--project", &project]);
     assert!(list.contains("SPIKE 5x/1h over 24 (min 10)"), "{list}");

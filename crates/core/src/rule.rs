@@ -1299,7 +1299,8 @@ mod decide_tests {
         };
         let s = spike(3, 5000, 10);
         // (origin, cur, held buckets) → (sum, buckets)
-        let cases: Vec<(i64, i64, Vec<(i64, u64)>, (u64, u64))> = vec![
+        type Case = (i64, i64, Vec<(i64, u64)>, (u64, u64));
+        let cases: Vec<Case> = vec![
             // the previous 3 buckets: 7, 8, 9 (cur 10); 6 is one too old and 10 is the current one
             (0, 10, vec![(6, 100), (7, 1), (8, 2), (9, 3), (10, 50)], (6, 3)),
             // empty buckets count as 0: only bucket 7 held, still 3 buckets
