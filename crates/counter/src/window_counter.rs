@@ -1,4 +1,4 @@
-//! [`WindowCounter`]: the typed front of the three Lua scripts, batched and cluster-aware.
+//! [`WindowCounter`]: the typed front of the counting Lua scripts, batched and cluster-aware.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
