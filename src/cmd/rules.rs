@@ -89,7 +89,7 @@ Examples:
 }
 
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("kind").required(true).args(["seen_more", "only_new"])))]
+#[command(group(ArgGroup::new("kind").required(true).args(["seen_more", "only_new", "spike", "reappeared"])))]
 #[command(group(ArgGroup::new("channel").required(true).multiple(true).args(["slack", "telegram", "email", "webhook"])))]
 struct AddArgs {
     /// Project id (24 hex characters).
@@ -101,6 +101,19 @@ struct AddArgs {
     /// Fire on the first occurrence of each group.
     #[arg(long)]
     only_new: bool,
+    /// SPIKE: fire once per BUCKET when a group's count in the bucket reaches FACTOR times its own baseline
+    /// (the mean of its previous buckets), e.g. `5x/1h`, `2.5x/10m`.
+    #[arg(long, value_name = "FACTORx/BUCKET")]
+    spike: Option<String>,
+    /// SPIKE: how many previous buckets form the baseline, 2 … 168 [default: 24].
+    #[arg(long, requires = "spike", value_name = "N")]
+    baseline_windows: Option<u64>,
+    /// SPIKE: the least count of a bucket that can fire [default: 10].
+    #[arg(long, requires = "spike", value_name = "N")]
+    spike_threshold: Option<u64>,
+    /// REAPPEARED: fire when a group is seen again after QUIET without events, e.g. `7d`, `12h`.
+    #[arg(long, value_name = "QUIET")]
+    reappeared: Option<String>,
     /// How SEEN_MORE counts [default: fixed].
     #[arg(long, value_parser = ["fixed", "sliding"])]
     window: Option<String>,

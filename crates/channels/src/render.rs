@@ -469,6 +469,53 @@ fn times(n: u64, one: &str, many: &str) -> String {
     }
 }
 
+/// What a SPIKE or REAPPEARED firing saw, in words: "312 in the last hour, usually ~20 (15.6×)", "back after 12
+/// days quiet". Only numbers: no tenant text.
+fn signal_words(task: &NotificationTask, count: u64, window: &str) -> String {
+    match task.reason {
+        Reason::Spike {
+            baseline_sum,
+            baseline_buckets,
+            ..
+        } => {
+            let mean = baseline_sum as f64 / baseline_buckets.max(1) as f64;
+            if mean <= 0.0 {
+                format!("{count} in {window}, usually none")
+            } else {
+                format!(
+                    "{count} in {window}, usually ~{} ({:.1}×)",
+                    one_decimal(mean),
+                    count as f64 / mean
+                )
+            }
+        }
+        Reason::Reappeared {
+            quiet_period_ms,
+            last_seen_ms,
+        } => match last_seen_ms {
+            Some(seen) => format!(
+                "back after {} quiet",
+                klaxon_core::text::duration_words(u64::try_from(task.fired_at_ms - seen).unwrap_or(0))
+            ),
+            None => format!(
+                "back after more than {} quiet",
+                klaxon_core::text::duration_words(quiet_period_ms)
+            ),
+        },
+        _ => String::new(),
+    }
+}
+
+/// "20" for a whole number, else one decimal: "20.5".
+fn one_decimal(x: f64) -> String {
+    let r = (x * 10.0).round() / 10.0;
+    if r.fract() == 0.0 {
+        format!("{r:.0}")
+    } else {
+        format!("{r:.1}")
+    }
+}
+
 fn window_name(window: Window) -> &'static str {
     match window {
         Window::Fixed => "fixed",
@@ -491,6 +538,10 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>) -> View {
             window,
         } if !digest => ("users", period_ms / 1000, window_name(window), threshold),
         Reason::New if !digest => ("new", 0, "", 0),
+        Reason::Spike {
+            period_ms, needed, ..
+        } if !digest => ("spike", period_ms / 1000, "", needed),
+        Reason::Reappeared { .. } if !digest => ("reappeared", 0, "", 0),
         Reason::Digest { min_period_s } => ("digest", min_period_s, "", 0),
         Reason::Direct => ("direct", 0, "", 0),
         _ => ("digest", task.min_period_s, "", 0),
@@ -502,6 +553,7 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>) -> View {
         "direct" => String::new(),
         "threshold" => format!("{} in {window}", times(first_count, "time", "times")),
         "users" => format!("{} in {window}", times(first_count, "user", "users")),
+        "spike" | "reappeared" => signal_words(task, first_count, &window),
         _ => format!(
             "{} in {window}",
             times(task.events.iter().map(|e| e.count).sum(), "error", "errors")
@@ -934,6 +986,72 @@ mod tests {
         let many = "\u{202E}".repeat(5000);
         assert_eq!(display_title(&many).chars().count(), MAX_TITLE_CHARS + 1);
         assert!(display_title(&many).ends_with('…'));
+    }
+
+    /// SPIKE and REAPPEARED say the numbers that made them fire, on every channel; the title stays data.
+    #[test]
+    fn spike_and_reappeared_say_their_numbers() {
+        let r = Renderer::new().expect("templates");
+        let spike = |sum, buckets| Reason::Spike {
+            period_ms: 3_600_000,
+            baseline_windows: 24,
+            factor_milli: 5000,
+            threshold: 10,
+            baseline_sum: sum,
+            baseline_buckets: buckets,
+            needed: 100,
+        };
+        let back = |last_seen_ms| Reason::Reappeared {
+            quiet_period_ms: 7 * 86_400_000,
+            last_seen_ms,
+        };
+        let title = "<b>*x*</b> @channel";
+        let cases = [
+            (
+                spike(480, 24),
+                312,
+                "Spike in project proj: 312 in the last hour, usually ~20 (15.6×)",
+            ),
+            (
+                spike(30, 4),
+                90,
+                "Spike in project proj: 90 in the last hour, usually ~7.5 (12.0×)",
+            ),
+            (
+                spike(0, 24),
+                40,
+                "Spike in project proj: 40 in the last hour, usually none",
+            ),
+            (
+                back(Some(1_700_000_000_123 - 12 * 86_400_000 - 5_000)),
+                1,
+                "Reappeared in project proj: back after 12 days quiet",
+            ),
+            (
+                back(None),
+                1,
+                "Reappeared in project proj: back after more than 7 days quiet",
+            ),
+        ];
+        for (reason, count, says) in cases {
+            let mut t = task(reason, vec![(title, count)]);
+            t.min_period_s = 0;
+            for name in [TELEGRAM, SLACK, LOOP, EMAIL_TEXT, EMAIL_HTML, EMAIL_SUBJECT] {
+                // markdown channels put a word joiner after `~` (strike-through): not part of the words
+                let out = r.render(name, &t).expect("render").replace('\u{2060}', "");
+                // the subject is short: "Spike in <project>: …"
+                let says = if name == EMAIL_SUBJECT {
+                    says.replace("in project ", "in ")
+                } else {
+                    says.to_owned()
+                };
+                assert!(out.contains(&says), "{name}: {out}");
+                if ![EMAIL_TEXT, EMAIL_SUBJECT].contains(&name) {
+                    // (plain text is no markup: the email's text part shows the title as it is)
+                    assert!(!out.contains("<b>*x*</b>"), "{name}: the title is data: {out}");
+                }
+            }
+        }
     }
 
     #[test]

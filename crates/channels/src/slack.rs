@@ -130,6 +130,18 @@ fn lines(v: &View) -> Vec<Vec<Piece>> {
                 out.push(vec![open_event(url)]);
             }
         }
+        "spike" | "reappeared" => {
+            out.push(vec![tenant_bold(title)]);
+            let what = if v.kind == "spike" { "Spike" } else { "Reappeared" };
+            out.push(vec![
+                Piece::Ours(format!("{what} in project ")),
+                tenant(&v.project),
+                Piece::Ours(format!(": {}", v.seen)),
+            ]);
+            if let Some(url) = &v.url {
+                out.push(vec![open_event(url)]);
+            }
+        }
         _ => {
             out.push(vec![
                 Piece::Bold(format!("{} errors in ", v.total)),

@@ -26,7 +26,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
-use klaxon_core::{NotificationEvent, NotificationTask};
+use klaxon_core::{NotificationEvent, NotificationTask, Reason};
 use serde::Serialize;
 use sha2::Sha256;
 
@@ -247,6 +247,15 @@ struct WebhookBody<'a> {
     project_name: Option<&'a str>,
     channel: &'static str,
     fired_at: String,
+    /// `spike` or `reappeared` for those rule kinds (docs/webhook.md); absent for the others.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
+    /// SPIKE: the numbers that made it fire.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spike: Option<SpikeNumbers>,
+    /// REAPPEARED: the quiet that made it fire.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reappeared: Option<ReappearedNumbers>,
     events: Vec<WebhookEvent<'a>>,
     /// The body of a direct notification (`POST /api/v1/notifications`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -254,6 +263,28 @@ struct WebhookBody<'a> {
     /// Signed action links (`--public-url` + `KLAXON_ACTION_KEY`): `[{"action", "label", "url", "expiresAt"}]`.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     actions: &'a [crate::ActionLink],
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SpikeNumbers {
+    bucket_ms: u64,
+    baseline_windows: u32,
+    factor: f64,
+    threshold: u64,
+    baseline: f64,
+    baseline_buckets: u64,
+    needed: u64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReappearedNumbers {
+    quiet_period_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_seen_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quiet_for_ms: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -271,6 +302,42 @@ pub fn webhook_body(task: &NotificationTask) -> Vec<u8> {
 
 /// The exact body POSTed for a task, with `projectName`, event `url`s and `actions` when the context has them.
 pub fn webhook_body_with(task: &NotificationTask, ctx: MessageContext<'_>) -> Vec<u8> {
+    let (kind, spike, reappeared) = match task.reason {
+        Reason::Spike {
+            period_ms,
+            baseline_windows,
+            factor_milli,
+            threshold,
+            baseline_sum,
+            baseline_buckets,
+            needed,
+        } => (
+            Some("spike"),
+            Some(SpikeNumbers {
+                bucket_ms: period_ms,
+                baseline_windows,
+                factor: f64::from(factor_milli) / 1000.0,
+                threshold,
+                baseline: baseline_sum as f64 / baseline_buckets.max(1) as f64,
+                baseline_buckets,
+                needed,
+            }),
+            None,
+        ),
+        Reason::Reappeared {
+            quiet_period_ms,
+            last_seen_ms,
+        } => (
+            Some("reappeared"),
+            None,
+            Some(ReappearedNumbers {
+                quiet_period_ms,
+                last_seen_at: last_seen_ms.map(klaxon_core::notification::rfc3339_ms),
+                quiet_for_ms: last_seen_ms.and_then(|s| u64::try_from(task.fired_at_ms - s).ok()),
+            }),
+        ),
+        _ => (None, None, None),
+    };
     let body = WebhookBody {
         notification_id: &task.notification_id,
         project_id: &task.project_id,
@@ -278,6 +345,9 @@ pub fn webhook_body_with(task: &NotificationTask, ctx: MessageContext<'_>) -> Ve
         project_name: ctx.project_name,
         channel: "webhook",
         fired_at: task.fired_at_rfc3339(),
+        kind,
+        spike,
+        reappeared,
         events: task
             .events
             .iter()
@@ -366,6 +436,67 @@ mod tests {
         SigningKeys::from_settings(Some(Secret::new(current)), previous.map(Secret::new))
             .expect("valid")
             .expect("some")
+    }
+
+    /// SPIKE and REAPPEARED notifications carry their kind and the numbers that made them fire; the others
+    /// neither (their bodies are unchanged).
+    #[test]
+    fn signal_kinds_carry_their_numbers() {
+        let task = |reason| NotificationTask {
+            notification_id: "n".into(),
+            project_id: P1.into(),
+            project_name: None,
+            rule_id: P2.into(),
+            channel: klaxon_core::ChannelKind::Webhook,
+            endpoint: "https://h.example/x".into(),
+            min_period_s: 0,
+            fired_at_ms: 1_000_000,
+            reason,
+            events: vec![NotificationEvent {
+                group_hash: "g".into(),
+                title: "t".into(),
+                count: 312,
+                repetition_id: None,
+            }],
+            text: None,
+            send_at_ms: None,
+        };
+        let body = |reason| -> serde_json::Value {
+            serde_json::from_slice(&webhook_body(&task(reason))).expect("json")
+        };
+        let spike = body(Reason::Spike {
+            period_ms: 3_600_000,
+            baseline_windows: 24,
+            factor_milli: 5000,
+            threshold: 10,
+            baseline_sum: 480,
+            baseline_buckets: 24,
+            needed: 100,
+        });
+        assert_eq!(spike["kind"], "spike");
+        assert_eq!(
+            spike["spike"],
+            serde_json::json!({"bucketMs": 3_600_000, "baselineWindows": 24, "factor": 5.0, "threshold": 10,
+                "baseline": 20.0, "baselineBuckets": 24, "needed": 100})
+        );
+        assert_eq!(spike["events"][0]["count"], 312);
+        let back = body(Reason::Reappeared {
+            quiet_period_ms: 604_800_000,
+            last_seen_ms: Some(400_000),
+        });
+        assert_eq!(back["kind"], "reappeared");
+        assert_eq!(
+            back["reappeared"],
+            serde_json::json!({"quietPeriodMs": 604_800_000, "lastSeenAt": "1970-01-01T00:06:40Z",
+                "quietForMs": 600_000})
+        );
+        let unknown = body(Reason::Reappeared {
+            quiet_period_ms: 1000,
+            last_seen_ms: None,
+        });
+        assert_eq!(unknown["reappeared"], serde_json::json!({"quietPeriodMs": 1000}));
+        let new = body(Reason::New);
+        assert!(new.get("kind").is_none() && new.get("spike").is_none(), "{new}");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use crate::event::EventTask;
 use crate::filter::Title;
 use crate::mute::{is_muted, Mute};
-use crate::notification::{Firing, NotificationTask};
+use crate::notification::{Firing, NotificationTask, Signal};
 use crate::rule::{CompiledRule, ProjectRules, Unevaluated, Want};
 
 /// One event of a batch: the parsed task and its idempotency key (the AMQP `message_id`), when it has one.
@@ -133,6 +133,8 @@ pub enum Outcome {
         firing: String,
         /// When it fired, ms since the epoch (Redis clock, or the injected `now`).
         at_ms: i64,
+        /// SPIKE and REAPPEARED: the numbers that made it fire (the baseline, the previous sighting).
+        signal: Option<Signal>,
     },
 }
 
@@ -165,7 +167,12 @@ pub fn firings<'a>(matches: &[Match<'a>], outcomes: &'a [Outcome]) -> Vec<Firing
         .iter()
         .zip(outcomes)
         .filter_map(|(m, outcome)| match outcome {
-            Outcome::Fired { count, firing, at_ms } => Some(Firing {
+            Outcome::Fired {
+                count,
+                firing,
+                at_ms,
+                signal,
+            } => Some(Firing {
                 task: &m.event.task,
                 project_name: m.project.name.as_deref(),
                 rule: m.rule,
@@ -173,6 +180,7 @@ pub fn firings<'a>(matches: &[Match<'a>], outcomes: &'a [Outcome]) -> Vec<Firing
                 count: *count,
                 firing,
                 at_ms: *at_ms,
+                signal: *signal,
             }),
             Outcome::Counted { .. } => None,
         })
@@ -409,6 +417,7 @@ mod tests {
             count,
             firing: firing.into(),
             at_ms: 1_000,
+            signal: None,
         };
         let counted = Outcome::Counted { count: 1 };
         let mute = |rule: Option<&str>, group: Option<&str>, until_ms| Mute {
@@ -495,6 +504,7 @@ mod tests {
             count: 1,
             firing: "new".into(),
             at_ms: 5,
+            signal: None,
         }];
         let routed = route(&firings(&plan.matches, &outcomes), |_| &[]);
         assert_eq!(routed.now.len(), 1);

@@ -142,6 +142,13 @@ pub struct Peek {
     pub window_start: Option<i64>,
     /// Unique-users rules: the asked user is already among the counted ones.
     pub user_known: bool,
+    /// SPIKE: the sum of the counts of the baseline's buckets (the previous ones, at most `baselineWindows`,
+    /// none before the group's first bucket).
+    pub baseline_sum: u64,
+    /// SPIKE: how many buckets the baseline has (0 in the group's first bucket).
+    pub baseline_buckets: u64,
+    /// REAPPEARED: when the group was last seen by the rule (`None`: no mark, never seen or expired).
+    pub last_seen: Option<i64>,
 }
 
 /// The verdict of a rule that does not count the event.
@@ -197,6 +204,12 @@ pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> RuleVerdict {
             period_ms,
             window,
         } => (threshold, period_ms as i64, window, true),
+        Want::Spike(spike) => return spiking(rule_id, spike, peek),
+        Want::Reappeared {
+            quiet_period_ms,
+            armed_at_ms,
+            is_new,
+        } => return reappearing(rule_id, quiet_period_ms, armed_at_ms, is_new, peek),
     };
     let counts = |verdict, reason: String, count, ends| RuleVerdict {
         count: Some(count),
@@ -267,6 +280,112 @@ pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> RuleVerdict {
             }
         }
     }
+}
+
+/// A SPIKE rule's verdict (`lua/spike.lua`): the current bucket's count against `max(threshold, factor ×
+/// baseline)`, once per bucket.
+fn spiking(rule_id: &str, spike: crate::rule::Spike, peek: &Peek) -> RuleVerdict {
+    let at = rfc3339_ms;
+    let period = spike.period_ms as i64;
+    let ends = (spike.bucket(peek.now_ms) + 1) * period;
+    let needed = spike.needed(peek.baseline_sum, peek.baseline_buckets);
+    let baseline = baseline_words(peek.baseline_sum, peek.baseline_buckets);
+    let verdict = |verdict, reason: String, count| RuleVerdict {
+        count: Some(count),
+        threshold: needed,
+        window_ends_at: Some(ends),
+        ..RuleVerdict::new(rule_id, verdict, reason)
+    };
+    if let Some(f) = peek.fired_at {
+        let reason = format!(
+            "this bucket fired at {} ({} events, {baseline}); the next bucket starts at {}",
+            at(f),
+            peek.count,
+            at(ends)
+        );
+        return verdict(Verdict::AlreadyNotified, reason, peek.count);
+    }
+    let next = peek.count + 1;
+    let Some(needed) = needed else {
+        let reason = format!(
+            "{} events in this bucket so far, the group's first: with no baseline it cannot spike; this event \
+             would be #{next}",
+            peek.count
+        );
+        return verdict(Verdict::Counting, reason, next);
+    };
+    let so_far = format!(
+        "{} events in this bucket so far, {baseline}: {needed} needed (max of threshold {} and {}× the baseline)",
+        peek.count,
+        spike.threshold,
+        spike.factor()
+    );
+    if next >= needed {
+        verdict(
+            Verdict::WouldFire,
+            format!("{so_far}; this event would be #{next} and fire"),
+            next,
+        )
+    } else {
+        verdict(
+            Verdict::Counting,
+            format!("{so_far}; this event would be #{next}"),
+            next,
+        )
+    }
+}
+
+/// A spike's baseline in words: "baseline ~20.0 over 24 buckets", or none yet.
+fn baseline_words(sum: u64, buckets: u64) -> String {
+    if buckets == 0 {
+        return "no baseline yet (the group's first bucket)".to_owned();
+    }
+    format!(
+        "baseline ~{:.1} over {buckets} bucket{}",
+        sum as f64 / buckets as f64,
+        if buckets == 1 { "" } else { "s" }
+    )
+}
+
+/// A REAPPEARED rule's verdict (`lua/reappeared.lua`): how long the group has been quiet against
+/// `quietPeriod`.
+fn reappearing(rule_id: &str, quiet_ms: u64, armed_at_ms: i64, is_new: bool, peek: &Peek) -> RuleVerdict {
+    // the script's decision, in the core's one function; the words say why
+    let fires = crate::rule::reappears(peek.last_seen, peek.now_ms, quiet_ms, armed_at_ms, is_new);
+    let verdict = if fires {
+        Verdict::WouldFire
+    } else {
+        Verdict::Counting
+    };
+    let reason = match peek.last_seen {
+        Some(seen) => {
+            let for_ms = peek.now_ms.saturating_sub(seen).max(0);
+            let words = format!(
+                "last seen at {}, quiet for {} (quietPeriod {})",
+                rfc3339_ms(seen),
+                crate::text::duration_words(for_ms as u64),
+                crate::text::duration_words(quiet_ms)
+            );
+            if fires {
+                format!("{words}; this event would fire")
+            } else {
+                format!("{words}; this event would be noted, not fire")
+            }
+        }
+        None if is_new => {
+            "a first occurrence (isNew) is ONLY_NEW's business: this event would start the group's mark"
+                .to_owned()
+        }
+        None if fires => format!(
+            "not seen for more than {} (no mark, and the rule has watched that long); this event would fire",
+            crate::text::duration_words(quiet_ms)
+        ),
+        None => format!(
+            "not seen since the rule began watching, less than {} ago; this event would be noted, not fire",
+            crate::text::duration_words(quiet_ms)
+        ),
+    };
+    RuleVerdict::new(rule_id, verdict, reason)
 }
 
 /// What the counter holds now, in words: explain has counted nothing, so the count is "so far".
@@ -402,7 +521,7 @@ mod tests {
             fired_at,
             count,
             window_start: start,
-            user_known: false,
+            ..Peek::default()
         }
     }
 
@@ -439,6 +558,101 @@ mod tests {
             (v.count, v.threshold, v.window_ends_at),
             (Some(2), Some(3), Some(69_000))
         );
+    }
+
+    /// SPIKE and REAPPEARED verdicts from the counter's state: the numbers and the decision.
+    #[test]
+    fn spike_and_reappeared_verdicts() {
+        let spike = Want::Spike(crate::rule::Spike {
+            period_ms: 60_000,
+            baseline_windows: 24,
+            factor_milli: 5000,
+            threshold: 10,
+        });
+        let p = |count, sum, buckets, fired_at| Peek {
+            now_ms: 90_000,
+            count,
+            baseline_sum: sum,
+            baseline_buckets: buckets,
+            fired_at,
+            ..Peek::default()
+        };
+        // (peek, verdict, predicted count, needed)
+        let cases = [
+            (p(50, 0, 0, None), Verdict::Counting, Some(51), None),
+            (p(98, 480, 24, None), Verdict::Counting, Some(99), Some(100)),
+            (p(99, 480, 24, None), Verdict::WouldFire, Some(100), Some(100)),
+            (p(8, 24, 24, None), Verdict::Counting, Some(9), Some(10)),
+            (p(9, 24, 24, None), Verdict::WouldFire, Some(10), Some(10)),
+            (
+                p(300, 480, 24, Some(80_000)),
+                Verdict::AlreadyNotified,
+                Some(300),
+                Some(100),
+            ),
+        ];
+        for (peek, verdict, count, needed) in cases {
+            let v = counted("r", spike, &peek);
+            assert_eq!(
+                (v.verdict, v.count, v.threshold),
+                (verdict, count, needed),
+                "{peek:?}: {v:?}"
+            );
+            assert_eq!(v.window_ends_at, Some(120_000), "the bucket's end");
+        }
+        let v = counted("r", spike, &p(99, 480, 24, None));
+        assert_eq!(
+            v.reason,
+            "99 events in this bucket so far, baseline ~20.0 over 24 buckets: 100 needed (max of threshold 10 and \
+             5× the baseline); this event would be #100 and fire"
+        );
+        let back = |armed_at_ms, is_new| Want::Reappeared {
+            quiet_period_ms: 7 * 86_400_000,
+            armed_at_ms,
+            is_new,
+        };
+        let seen = |last: Option<i64>| Peek {
+            now_ms: 20 * 86_400_000,
+            last_seen: last,
+            ..Peek::default()
+        };
+        let cases = [
+            (
+                back(0, false),
+                seen(Some(8 * 86_400_000)),
+                Verdict::WouldFire,
+                "quiet for 12 days",
+            ),
+            (
+                back(0, false),
+                seen(Some(19 * 86_400_000)),
+                Verdict::Counting,
+                "quiet for 1 day",
+            ),
+            (
+                back(0, true),
+                seen(None),
+                Verdict::Counting,
+                "ONLY_NEW's business",
+            ),
+            (
+                back(0, false),
+                seen(None),
+                Verdict::WouldFire,
+                "not seen for more than 7 days",
+            ),
+            (
+                back(19 * 86_400_000, false),
+                seen(None),
+                Verdict::Counting,
+                "less than 7 days ago",
+            ),
+        ];
+        for (want, peek, verdict, says) in cases {
+            let v = counted("r", want, &peek);
+            assert_eq!(v.verdict, verdict, "{want:?} {peek:?}: {v:?}");
+            assert!(v.reason.contains(says), "{}", v.reason);
+        }
     }
 
     /// Explain counts nothing: the reason says what is counted so far and where this event would stand, never

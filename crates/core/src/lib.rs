@@ -34,9 +34,9 @@ pub use explain::{Explanation, RuleVerdict, Verdict};
 pub use filter::{Case, FilterMiss, Title, TitleFilter};
 pub use limits::Limits;
 pub use notification::{
-    notification_id, DigestWindow, Firing, FiringTasks, NotificationEvent, NotificationTask, Reason,
+    notification_id, DigestWindow, Firing, FiringTasks, NotificationEvent, NotificationTask, Reason, Signal,
 };
 pub use rule::{
     parse_rule_value, parse_rule_value_with, rule_problems, ChannelConfig, ChannelKind, CompiledRule,
-    ProjectRules, RawRule, RuleDefaults, RuleProblem, Skip, Unevaluated, Want, WhatToReceive, Window,
+    ProjectRules, RawRule, RuleDefaults, RuleProblem, Skip, Spike, Unevaluated, Want, WhatToReceive, Window,
 };

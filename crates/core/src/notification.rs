@@ -35,6 +35,34 @@ pub enum Reason {
         /// Fixed or sliding.
         window: Window,
     },
+    /// SPIKE: the count of a bucket reached `max(threshold, factor × baseline)`. The events' `count` is the
+    /// bucket's count at the firing.
+    Spike {
+        /// The bucket length, ms.
+        period_ms: u64,
+        /// The rule's `baselineWindows`.
+        baseline_windows: u32,
+        /// The rule's `factor`, in thousandths.
+        factor_milli: u32,
+        /// The rule's least count that can fire.
+        threshold: u64,
+        /// The sum of the counts of the baseline's buckets at the firing.
+        baseline_sum: u64,
+        /// How many buckets the baseline had (fewer than `baseline_windows` for a young group; 0 in its
+        /// first bucket).
+        baseline_buckets: u64,
+        /// The count that fired: `max(threshold, ⌈factor × baseline⌉)`.
+        needed: u64,
+    },
+    /// REAPPEARED: a group seen again after at least `quiet_period_ms` without events.
+    Reappeared {
+        /// The rule's `quietPeriod`, ms.
+        quiet_period_ms: u64,
+        /// When the group was last seen before, unix ms; absent when its mark had expired (the quiet was then
+        /// longer than the mark lives, see docs/rules.md).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        last_seen_ms: Option<i64>,
+    },
     /// Several firings coalesced over the channel's `minPeriod`.
     Digest {
         /// The digest period, seconds.
@@ -45,10 +73,73 @@ pub enum Reason {
     Direct,
 }
 
+/// What the counter said about a SPIKE or REAPPEARED firing beyond its count: the numbers that made it fire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// A SPIKE firing's baseline.
+    Spike {
+        /// The sum of the baseline buckets' counts.
+        baseline_sum: u64,
+        /// How many buckets the baseline had.
+        baseline_buckets: u64,
+        /// The count that fired.
+        needed: u64,
+    },
+    /// A REAPPEARED firing's previous sighting.
+    Reappeared {
+        /// When the group was last seen before, unix ms; `None` when its mark had expired.
+        last_seen_ms: Option<i64>,
+    },
+}
+
 impl Reason {
-    /// Why a rule that asked the counter for `want` fired.
+    /// Why a rule that asked the counter for `want` fired, with what the counter said of the firing (the
+    /// baseline of a spike, the previous sighting of a reappearance).
+    pub fn of_firing(want: Want, signal: Option<Signal>) -> Reason {
+        match (want, signal) {
+            (
+                Want::Spike(s),
+                Some(Signal::Spike {
+                    baseline_sum,
+                    baseline_buckets,
+                    needed,
+                }),
+            ) => Reason::Spike {
+                period_ms: s.period_ms,
+                baseline_windows: s.baseline_windows,
+                factor_milli: s.factor_milli,
+                threshold: s.threshold,
+                baseline_sum,
+                baseline_buckets,
+                needed,
+            },
+            (Want::Reappeared { quiet_period_ms, .. }, Some(Signal::Reappeared { last_seen_ms })) => {
+                Reason::Reappeared {
+                    quiet_period_ms,
+                    last_seen_ms,
+                }
+            }
+            (want, _) => Reason::of_want(want),
+        }
+    }
+
+    /// Why a rule that asked the counter for `want` fired (a spike without its baseline reads as a first
+    /// bucket's, a reappearance without its sighting as one whose mark had expired).
     pub fn of_want(want: Want) -> Reason {
         match want {
+            Want::Spike(s) => Reason::Spike {
+                period_ms: s.period_ms,
+                baseline_windows: s.baseline_windows,
+                factor_milli: s.factor_milli,
+                threshold: s.threshold,
+                baseline_sum: 0,
+                baseline_buckets: 0,
+                needed: s.needed(0, 0).unwrap_or(s.threshold),
+            },
+            Want::Reappeared { quiet_period_ms, .. } => Reason::Reappeared {
+                quiet_period_ms,
+                last_seen_ms: None,
+            },
             Want::FirstSeen => Reason::New,
             Want::Count {
                 threshold,
@@ -73,10 +164,13 @@ impl Reason {
 }
 
 /// The `window` label of a firing in the `klaxon_thresholds_crossed_total` metric: `first_seen` for ONLY_NEW,
-/// else the rule's window (`fixed` or `sliding`, [`Window`]'s `Display`).
+/// `spike` and `reappeared` for those kinds, else the rule's window (`fixed` or `sliding`, [`Window`]'s
+/// `Display`).
 pub fn window_label(want: Want) -> String {
     match want {
         Want::FirstSeen => "first_seen".to_owned(),
+        Want::Spike(_) => "spike".to_owned(),
+        Want::Reappeared { .. } => "reappeared".to_owned(),
         Want::Count { window, .. } | Want::UniqueUsers { window, .. } => window.to_string(),
     }
 }
@@ -98,6 +192,8 @@ pub struct Firing<'a> {
     pub firing: &'a str,
     /// When the rule fired, unix milliseconds on the Redis clock.
     pub at_ms: i64,
+    /// The numbers behind a SPIKE or REAPPEARED firing.
+    pub signal: Option<Signal>,
 }
 
 /// One window of a digest channel (`minPeriod > 0`) of one rule ([`NotificationTask::for_digest`]). No `Debug`:
@@ -209,7 +305,7 @@ impl NotificationTask {
     /// The tasks of one firing: one per channel of the rule, each about the firing event's group, with a
     /// deterministic id per (firing, channel); plus the reason and the window label.
     pub fn for_firing(f: &Firing<'_>) -> FiringTasks {
-        let reason = Reason::of_want(f.want);
+        let reason = Reason::of_firing(f.want, f.signal);
         let (project_id, event) = (&f.task.project_id, &f.task.event);
         let tasks = f
             .rule
@@ -463,6 +559,7 @@ mod tests {
                 count: n,
                 firing,
                 at_ms: 1_700_000_000_999,
+                signal: None,
             });
             let ctx = format!("{want:?} {channels:?}");
             assert_eq!(got.reason, reason, "{ctx}");

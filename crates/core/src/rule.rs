@@ -29,6 +29,23 @@ pub const MAX_THRESHOLD: u64 = 1_000_000;
 pub const MAX_MIN_PERIOD_S: u64 = 7 * 24 * 3600;
 /// Window used for legacy `whatToReceive: "ALL"` rules that carry no `thresholdPeriod`.
 pub const LEGACY_ALL_PERIOD_MS: u64 = 60_000;
+/// The largest SPIKE bucket (`thresholdPeriod`), in milliseconds: one day.
+pub const MAX_SPIKE_PERIOD_MS: u64 = 24 * 3600 * 1000;
+/// The fewest and most previous buckets a SPIKE baseline may span (`baselineWindows`): memory per
+/// (rule, group) is one field per bucket of the baseline.
+pub const SPIKE_WINDOWS: std::ops::RangeInclusive<u32> = 2..=168;
+/// `baselineWindows` when a SPIKE rule leaves it out.
+pub const DEFAULT_BASELINE_WINDOWS: u32 = 24;
+/// The smallest and largest SPIKE `factor`, in thousandths (1.5 … 100).
+pub const SPIKE_FACTOR_MILLI: std::ops::RangeInclusive<u32> = 1500..=100_000;
+/// `factor` when a SPIKE rule leaves it out (5×), in thousandths.
+pub const DEFAULT_FACTOR_MILLI: u32 = 5000;
+/// `threshold` when a SPIKE rule leaves it out: the least count of the current bucket that can fire.
+pub const DEFAULT_SPIKE_THRESHOLD: u64 = 10;
+/// The shortest and longest REAPPEARED `quietPeriod`, in milliseconds (1 s … 90 days).
+pub const QUIET_PERIOD_MS: std::ops::RangeInclusive<u64> = 1000..=90 * 24 * 3600 * 1000;
+/// `quietPeriod` when a REAPPEARED rule leaves it out: 7 days.
+pub const DEFAULT_QUIET_PERIOD_MS: u64 = 7 * 24 * 3600 * 1000;
 
 /// What a rule reacts to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +59,96 @@ pub enum WhatToReceive {
         /// Window length in milliseconds, ≥ 1000.
         period_ms: u64,
     },
+    /// Klaxon's SPIKE: the count of the current bucket reaches `max(threshold, factor × baseline)`, the
+    /// baseline being the mean count of the previous `baseline_windows` buckets of the group.
+    Spike(Spike),
+    /// Klaxon's REAPPEARED: a group is seen again after at least `quiet_period_ms` without events.
+    Reappeared {
+        /// The quiet that makes the next event a reappearance, ms.
+        quiet_period_ms: u64,
+    },
+}
+
+/// The parameters of a SPIKE rule (see [`WhatToReceive::Spike`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Spike {
+    /// The bucket length (`thresholdPeriod`), ms: 1 s … 1 day. Buckets are aligned on the epoch.
+    pub period_ms: u64,
+    /// How many previous buckets form the baseline (`baselineWindows`), 2 … 168.
+    pub baseline_windows: u32,
+    /// `factor` in thousandths (5× = 5000): integers keep "factor exactly met" exact.
+    pub factor_milli: u32,
+    /// The least count of the current bucket that can fire (`threshold`).
+    pub threshold: u64,
+}
+
+impl Spike {
+    /// The count the current bucket must reach to fire, given the sum of the counts of the baseline buckets and
+    /// how many buckets the baseline has: `max(threshold, ⌈factor × sum / buckets⌉)`. `None` without a baseline
+    /// (the group's first bucket, as far as the counter knows): a group with no usual volume cannot spike
+    /// above it. The same arithmetic as `lua/spike.lua`.
+    pub fn needed(&self, baseline_sum: u64, baseline_buckets: u64) -> Option<u64> {
+        if baseline_buckets == 0 {
+            return None;
+        }
+        let num = u128::from(self.factor_milli) * u128::from(baseline_sum);
+        let den = 1000 * u128::from(baseline_buckets);
+        let scaled = u64::try_from(num.div_ceil(den)).unwrap_or(u64::MAX);
+        Some(scaled.max(self.threshold))
+    }
+
+    /// The bucket `now_ms` falls in (buckets are aligned on the epoch).
+    pub fn bucket(&self, now_ms: i64) -> i64 {
+        now_ms.div_euclid(self.period_ms.max(1) as i64)
+    }
+
+    /// The baseline of bucket `cur` for a group whose first bucket is `origin`, from the buckets the counter
+    /// holds (`(bucket, count)`, in any order, the same bucket at most once): the sum of the counts of the
+    /// previous `baseline_windows` buckets and how many buckets that is. Buckets before the group's first one
+    /// are not part of it (a young group's baseline is the mean of the buckets it has had); buckets the
+    /// counter holds nothing for count as 0. The same reading as `lua/spike.lua`.
+    pub fn baseline(&self, origin: i64, cur: i64, held: impl IntoIterator<Item = (i64, u64)>) -> (u64, u64) {
+        let w = i64::from(self.baseline_windows);
+        let from = (cur - w).max(origin);
+        let sum = held
+            .into_iter()
+            .filter(|&(b, _)| b >= from && b < cur)
+            .map(|(_, c)| c)
+            .sum();
+        (sum, (cur - from).max(0) as u64)
+    }
+
+    /// `factor` as a number (5000 → 5.0).
+    pub fn factor(&self) -> f64 {
+        f64::from(self.factor_milli) / 1000.0
+    }
+}
+
+/// Whether a group's next event is a reappearance (`lua/reappeared.lua`'s decision): the group was last seen
+/// `quiet_period_ms` or longer ago; or the counter has no mark of it, the event is not a first occurrence
+/// (`isNew`: a group never seen is ONLY_NEW's business) and the rule has watched for at least
+/// `quiet_period_ms` (a mark lives longer than that, so a group seen since would have one).
+pub fn reappears(
+    last_seen: Option<i64>,
+    now_ms: i64,
+    quiet_period_ms: u64,
+    armed_at_ms: i64,
+    is_new: bool,
+) -> bool {
+    let quiet = i64::try_from(quiet_period_ms).unwrap_or(i64::MAX);
+    match last_seen {
+        Some(seen) => now_ms.saturating_sub(seen) >= quiet,
+        None => !is_new && now_ms.saturating_sub(armed_at_ms) >= quiet,
+    }
+}
+
+/// The time an ObjectId was made, in unix ms (its first four bytes are seconds), when `id` is one: a
+/// REAPPEARED rule watches groups from its creation on (see [`Want::Reappeared`]).
+pub fn object_id_ms(id: &str) -> Option<i64> {
+    if id.len() != 24 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    i64::from_str_radix(&id[..8], 16).ok().map(|s| s * 1000)
 }
 
 /// How occurrences are counted for `SEEN_MORE`.
@@ -220,6 +327,20 @@ pub enum Want {
         /// Fixed or sliding, with the same semantics as for events.
         window: Window,
     },
+    /// Count the event in the current bucket; fire once per bucket when the count reaches the spike's
+    /// [`Spike::needed`].
+    Spike(Spike),
+    /// Note that the group was seen; fire when it had been quiet for at least `quiet_period_ms`.
+    Reappeared {
+        /// The rule's `quietPeriod`, ms.
+        quiet_period_ms: u64,
+        /// Since when the rule watches groups (its ObjectId's time, unix ms; `i64::MAX`, never, when the id
+        /// is not an ObjectId). A group the counter has no mark for is known to have been quiet for
+        /// `quiet_period_ms` only when the rule has watched that long.
+        armed_at_ms: i64,
+        /// The event is a group's first occurrence (`isNew`): ONLY_NEW's business, never a reappearance.
+        is_new: bool,
+    },
 }
 
 /// Why a rule does not count an event (see [`CompiledRule::decide`]).
@@ -269,6 +390,14 @@ impl CompiledRule {
                 threshold,
                 period_ms,
                 window: self.window,
+            },
+            WhatToReceive::Spike(spike) => Want::Spike(spike),
+            WhatToReceive::Reappeared { quiet_period_ms } => Want::Reappeared {
+                quiet_period_ms,
+                // An id that is no ObjectId gives no creation time: the rule then never takes a group it has
+                // no mark for as quiet (the far future arms it never).
+                armed_at_ms: object_id_ms(&self.id).unwrap_or(i64::MAX),
+                is_new: event.is_new,
             },
         };
         self.filter.check(title).map_err(Skip::Filtered)?;
@@ -1156,5 +1285,229 @@ mod decide_tests {
             panic!("filtered")
         };
         assert!(r.filter.describe(miss).contains("o{2}"));
+    }
+
+    /// SPIKE's decision: the baseline (bucket edges, empty buckets, young groups) and the count it needs
+    /// (factor exactly met).
+    #[test]
+    fn spike_table() {
+        let spike = |w, factor_milli, threshold| Spike {
+            period_ms: 60_000,
+            baseline_windows: w,
+            factor_milli,
+            threshold,
+        };
+        let s = spike(3, 5000, 10);
+        // (origin, cur, held buckets) → (sum, buckets)
+        type Case = (i64, i64, Vec<(i64, u64)>, (u64, u64));
+        let cases: Vec<Case> = vec![
+            // the previous 3 buckets: 7, 8, 9 (cur 10); 6 is one too old and 10 is the current one
+            (0, 10, vec![(6, 100), (7, 1), (8, 2), (9, 3), (10, 50)], (6, 3)),
+            // empty buckets count as 0: only bucket 7 held, still 3 buckets
+            (0, 10, vec![(7, 12)], (12, 3)),
+            // nothing held at all after a long quiet: baseline 0 over 3 buckets
+            (0, 10, vec![], (0, 3)),
+            // a young group: first bucket 8, so buckets 8 and 9 only
+            (8, 10, vec![(8, 4), (9, 6)], (10, 2)),
+            // its first bucket: no baseline
+            (10, 10, vec![(10, 5)], (0, 0)),
+            // a bucket before the group's first (a stale one) is never part of it
+            (9, 10, vec![(8, 40), (9, 6)], (6, 1)),
+            // the clock went back before the group's first bucket
+            (12, 10, vec![(9, 6)], (0, 0)),
+        ];
+        for (origin, cur, held, want) in cases {
+            assert_eq!(
+                s.baseline(origin, cur, held.clone()),
+                want,
+                "{origin} {cur} {held:?}"
+            );
+        }
+        // (spike, sum, buckets) → needed
+        let needed = [
+            // no baseline (the group's first bucket): nothing fires
+            (spike(24, 5000, 10), 0, 0, None),
+            // baseline 0 over 24 buckets: the threshold
+            (spike(24, 5000, 10), 0, 24, Some(10)),
+            // 5 × mean 20 = 100
+            (spike(24, 5000, 10), 480, 24, Some(100)),
+            // 5 × mean 1 = 5, below the threshold
+            (spike(24, 5000, 10), 24, 24, Some(10)),
+            // factor exactly met: 1.5 × 10 = 15, not 16
+            (spike(2, 1500, 1), 20, 2, Some(15)),
+            // 2.2 × 10 = 22 exactly (a float would give 22.000000000000004 and round up to 23)
+            (spike(2, 2200, 1), 20, 2, Some(22)),
+            // a fraction rounds up: 1.5 × 7/3 = 3.5 → 4
+            (spike(3, 1500, 1), 7, 3, Some(4)),
+            // young group: mean of 2 buckets (4 + 6) / 2 = 5, × 5 = 25
+            (spike(24, 5000, 10), 10, 2, Some(25)),
+        ];
+        for (s, sum, buckets, want) in needed {
+            assert_eq!(s.needed(sum, buckets), want, "{s:?} {sum} {buckets}");
+        }
+        assert_eq!(s.bucket(119_999), 1);
+        assert_eq!(s.bucket(120_000), 2);
+        assert_eq!(s.bucket(-1), -1);
+    }
+
+    /// REAPPEARED's decision: quiet exactly met, a mark, no mark (new or not, rule watching long enough or not).
+    #[test]
+    fn reappeared_table() {
+        let q = 1000;
+        // (last seen, now, armed at, isNew) → fires
+        let cases = [
+            (Some(0), 999, 0, false, false),
+            (Some(0), 1000, 0, false, true),
+            (Some(0), 1000, 0, true, true),
+            (Some(5000), 5000, 0, false, false),
+            (None, 5000, 0, true, false),
+            (None, 5000, 0, false, true),
+            (None, 5000, 4001, false, false),
+            (None, 5000, 4000, false, true),
+            (None, 5000, i64::MAX, false, false),
+        ];
+        for (seen, now, armed, is_new, fires) in cases {
+            assert_eq!(
+                reappears(seen, now, q, armed, is_new),
+                fires,
+                "{seen:?} {now} {armed} {is_new}"
+            );
+        }
+        assert_eq!(object_id_ms("5e3eef0679fa3700a0198a4a"), Some(0x5e3e_ef06 * 1000));
+        assert_eq!(object_id_ms("r1"), None);
+        assert_eq!(object_id_ms("5e3eef0679fa3700a0198a4z"), None);
+    }
+
+    #[test]
+    fn spike_and_reappeared_rules_validate() {
+        let base = |extra: Value| {
+            let mut doc = json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true,
+                "channels": {"slack": {"isEnabled": true, "endpoint": "https://hooks.slack.test/x", "minPeriod": 0}}});
+            for (k, v) in extra.as_object().into_iter().flatten() {
+                doc[k] = v.clone();
+            }
+            doc
+        };
+        let what = |extra: Value| parse_rule_value(&base(extra)).map(|(r, _)| r.what);
+        assert_eq!(
+            what(json!({"whatToReceive": "SPIKE", "thresholdPeriod": 3_600_000})),
+            Ok(WhatToReceive::Spike(Spike {
+                period_ms: 3_600_000,
+                baseline_windows: 24,
+                factor_milli: 5000,
+                threshold: 10
+            }))
+        );
+        assert_eq!(
+            what(
+                json!({"whatToReceive": "SPIKE", "thresholdPeriod": 1000, "baselineWindows": 2, "factor": 1.5,
+                "threshold": 1})
+            ),
+            Ok(WhatToReceive::Spike(Spike {
+                period_ms: 1000,
+                baseline_windows: 2,
+                factor_milli: 1500,
+                threshold: 1
+            }))
+        );
+        assert_eq!(
+            what(json!({"whatToReceive": "REAPPEARED"})),
+            Ok(WhatToReceive::Reappeared {
+                quiet_period_ms: DEFAULT_QUIET_PERIOD_MS
+            })
+        );
+        assert_eq!(
+            what(json!({"whatToReceive": "REAPPEARED", "quietPeriod": 1000})),
+            Ok(WhatToReceive::Reappeared {
+                quiet_period_ms: 1000
+            })
+        );
+        // (fields, what the problem says, what the fix says)
+        let bad = [
+            (
+                json!({"whatToReceive": "SPIKE"}),
+                "has no `thresholdPeriod`",
+                "3600000",
+            ),
+            (
+                json!({"whatToReceive": "SPIKE", "thresholdPeriod": 999}),
+                "between 1000 and 86400000",
+                "bucket",
+            ),
+            (
+                json!({"whatToReceive": "SPIKE", "thresholdPeriod": 86_400_001}),
+                "1 s … 1 day",
+                "bucket",
+            ),
+            (
+                json!({"whatToReceive": "SPIKE", "thresholdPeriod": 60000, "baselineWindows": 1}),
+                "between 2 and 168, got 1",
+                "24",
+            ),
+            (
+                json!({"whatToReceive": "SPIKE", "thresholdPeriod": 60000, "baselineWindows": 169}),
+                "got 169",
+                "2 … 168",
+            ),
+            (
+                json!({"whatToReceive": "SPIKE", "thresholdPeriod": 60000, "factor": 1.4}),
+                "between 1.5 and 100, got 1.4",
+                "e.g. 5",
+            ),
+            (
+                json!({"whatToReceive": "SPIKE", "thresholdPeriod": 60000, "factor": "5x"}),
+                "must be a number",
+                "e.g. 5",
+            ),
+            (
+                json!({"whatToReceive": "SPIKE", "thresholdPeriod": 60000, "threshold": 0}),
+                "least count",
+                "10",
+            ),
+            (
+                json!({"whatToReceive": "REAPPEARED", "quietPeriod": 999}),
+                "between 1000 and 7776000000",
+                "604800000",
+            ),
+            (
+                json!({"whatToReceive": "REAPPEARED", "quietPeriod": "7d"}),
+                "got \"7d\"",
+                "milliseconds",
+            ),
+            (
+                json!({"whatToReceive": "REAPPEARED", "quietPeriod": 7_776_000_001u64}),
+                "90 days",
+                "7 days",
+            ),
+        ];
+        for (extra, message, fix) in bad {
+            let p = parse_rule_value(&base(extra.clone())).expect_err("invalid");
+            assert!(p.fatal && p.message.contains(message), "{extra}: {p}");
+            assert!(p.fix.contains(fix), "{extra}: {p}");
+        }
+        // `uniqueUsers` means nothing to these kinds: a warning, the rule still works
+        let (_, problems) =
+            parse_rule_value(&base(json!({"whatToReceive": "REAPPEARED", "uniqueUsers": true})))
+                .expect("usable");
+        assert!(problems.len() == 1 && !problems[0].fatal, "{problems:?}");
+        // the fields are written back as read
+        let doc = base(
+            json!({"whatToReceive": "SPIKE", "thresholdPeriod": 60000, "baselineWindows": 5, "factor": 2.5,
+            "quietPeriod": 1000}),
+        );
+        let raw = RawRule::from_value(&doc).expect("object");
+        assert_eq!(serde_json::to_value(&raw).expect("json"), doc);
+        // decide: a REAPPEARED rule carries the event's isNew and its id's time
+        let (r, _) = parse_rule_value(&base(json!({"whatToReceive": "REAPPEARED", "quietPeriod": 1000})))
+            .expect("usable");
+        let ev = ev("Boom", true, None);
+        assert_eq!(
+            r.wants(&ev, &Title::new("Boom")),
+            Some(Want::Reappeared {
+                quiet_period_ms: 1000,
+                armed_at_ms: 0x5e3e_ef06 * 1000,
+                is_new: true
+            })
+        );
     }
 }

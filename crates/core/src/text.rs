@@ -109,6 +109,26 @@ pub fn reveal(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// A duration in words, rounded down to its largest whole unit: "12 days", "1 hour", "5 minutes", "2 seconds",
+/// "0 seconds". What "back after … quiet" and explain say.
+pub fn duration_words(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (n, unit) = if secs >= 86_400 {
+        (secs / 86_400, "day")
+    } else if secs >= 3600 {
+        (secs / 3600, "hour")
+    } else if secs >= 60 {
+        (secs / 60, "minute")
+    } else {
+        (secs, "second")
+    };
+    if n == 1 {
+        format!("1 {unit}")
+    } else {
+        format!("{n} {unit}s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

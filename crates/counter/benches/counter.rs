@@ -1,4 +1,5 @@
-//! Counting throughput and sliding-window memory, against one Redis, in one run.
+//! Counting throughput, sliding-window memory and SPIKE / REAPPEARED memory per (rule, group), against one Redis,
+//! in one run.
 //!
 //! `cargo bench -p klaxon-counter` (Redis from `KLAXON_TEST_REDIS_URL`, default 127.0.0.1:6379; set it to
 //! a comma-separated node list to measure the cluster). Prints a Markdown table (see README.md).
@@ -122,6 +123,22 @@ async fn main() {
             },
         ),
         ("first-seen", HitSpec::FirstSeen),
+        (
+            "spike (1 h buckets, baseline 24)",
+            HitSpec::Spike(klaxon_core::Spike {
+                period_ms: hour,
+                baseline_windows: 24,
+                factor_milli: 5000,
+                threshold: 1_000_000,
+            }),
+        ),
+        (
+            "reappeared (quiet 7 d)",
+            HitSpec::Reappeared {
+                quiet_period_ms: 7 * 24 * hour,
+                armed_at_ms: 0,
+            },
+        ),
     ];
     let mut rows: Vec<Row> = Vec::new();
 
@@ -169,7 +186,11 @@ async fn main() {
     }
 
     if !wanted("one at a time") {
-        return print_rows(&redis, &url, &rows);
+        print_rows(&redis, &url, &rows);
+        if wanted("spike and reappeared memory") {
+            signal_memory(&redis, &counter, hour).await;
+        }
+        return cleanup(&redis, &ns).await;
     }
     let (r, server_us) = measure(&redis, SINGLE_FOR, 1, |n| {
         let mut conn = redis.clone();
@@ -225,8 +246,11 @@ async fn main() {
     });
 
     print_rows(&redis, &url, &rows);
+    if wanted("spike and reappeared memory") {
+        signal_memory(&redis, &counter, hour).await;
+    }
     if !wanted("sliding memory") {
-        return;
+        return cleanup(&redis, &ns).await;
     }
     sliding_memory(&redis, &counter, hour).await;
     cleanup(&redis, &ns).await;
@@ -324,6 +348,81 @@ async fn sliding_memory(redis: &RedisHandle, counter: &WindowCounter, hour: u64)
             sizes[0], sizes[1]
         );
     }
+}
+
+/// Memory per (rule, group) of a SPIKE key whose ring is full (an event in each of `baselineWindows + 1` buckets),
+/// with and without event ids in the current bucket, and of a REAPPEARED mark.
+async fn signal_memory(redis: &RedisHandle, counter: &WindowCounter, hour: u64) {
+    let usage = |key: String| {
+        let mut conn = redis.clone();
+        async move {
+            let bytes: i64 = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(&key)
+                .arg("SAMPLES")
+                .arg(0)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let encoding: String = redis::cmd("OBJECT")
+                .arg("ENCODING")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            (bytes, encoding)
+        }
+    };
+    println!("\n| key | state | encoding | bytes per (rule, group) |");
+    println!("|---|---|---|---:|");
+    let t0 = 1_700_000_000_000_i64 - 1_700_000_000_000_i64 % hour as i64;
+    for windows in [24_u32, 168] {
+        let spec = HitSpec::Spike(klaxon_core::Spike {
+            period_ms: hour,
+            baseline_windows: windows,
+            factor_milli: 5000,
+            threshold: 1_000_000,
+        });
+        for ids in [0_usize, 100] {
+            let rule = format!("spike-mem-{windows}-{ids}");
+            for b in 0..=i64::from(windows) {
+                let h = Hit::new(rule.as_str(), "g", spec);
+                counter.hit(&h, Some(t0 + b * hour as i64)).await.unwrap();
+            }
+            let now = t0 + i64::from(windows) * hour as i64 + 1;
+            let batch: Vec<Hit> = (0..ids)
+                .map(|i| {
+                    Hit::new(rule.as_str(), "g", spec).with_event_id(format!(
+                        "{:08x}-4b1e-4f5a-9c3d-{:012x}",
+                        i,
+                        i * 7919
+                    ))
+                })
+                .collect();
+            counter.hit_batch(&batch, Some(now)).await.unwrap();
+            let (bytes, encoding) =
+                usage(counter.keys_of(&Hit::new(rule.as_str(), "g", spec))[0].clone()).await;
+            println!(
+                "| `:sp` SPIKE, baselineWindows {windows} | {} buckets held, {ids} event ids (36 chars) in the current one | {encoding} | {bytes} |",
+                windows + 1
+            );
+        }
+    }
+    let spec = HitSpec::Reappeared {
+        quiet_period_ms: 7 * 24 * hour,
+        armed_at_ms: 0,
+    };
+    let h = Hit::new("reappeared-mem", "g", spec).with_event_id("8c1e0f3a-4b1e-4f5a-9c3d-0000000001f7");
+    counter.hit(&h, Some(t0)).await.unwrap();
+    counter
+        .hit(
+            &h.clone().with_event_id("8c1e0f3a-4b1e-4f5a-9c3d-0000000002f7"),
+            Some(t0 + 8 * 24 * hour as i64),
+        )
+        .await
+        .unwrap();
+    let (bytes, encoding) = usage(counter.keys_of(&h)[0].clone()).await;
+    println!("| `:rp` REAPPEARED | last seen and a reappearance (36-char event id) | {encoding} | {bytes} |");
 }
 
 /// Leaves nothing behind.

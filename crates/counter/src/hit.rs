@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use klaxon_core::evaluate::Match;
 pub use klaxon_core::Outcome;
-use klaxon_core::{Want, Window};
+use klaxon_core::{Spike, Want, Window};
 
 /// How one hit is counted: which script, with which parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,6 +36,16 @@ pub enum HitSpec {
         /// Fixed or sliding, with the semantics of the event-count windows.
         window: Window,
     },
+    /// `SPIKE`: the current bucket's count against its own baseline (`lua/spike.lua`).
+    Spike(Spike),
+    /// `REAPPEARED`: a group seen again after a quiet (`lua/reappeared.lua`). The hit's [`Hit::is_new`] says
+    /// whether its event is a first occurrence.
+    Reappeared {
+        /// The quiet that makes a sighting a reappearance, ms (≥ 1).
+        quiet_period_ms: u64,
+        /// Since when the rule watches groups, unix ms.
+        armed_at_ms: i64,
+    },
 }
 
 impl From<Want> for HitSpec {
@@ -61,6 +71,15 @@ impl From<Want> for HitSpec {
                 period_ms,
                 window,
             },
+            Want::Spike(spike) => HitSpec::Spike(spike),
+            Want::Reappeared {
+                quiet_period_ms,
+                armed_at_ms,
+                ..
+            } => HitSpec::Reappeared {
+                quiet_period_ms,
+                armed_at_ms,
+            },
         }
     }
 }
@@ -85,6 +104,8 @@ pub struct Hit {
     /// The project of the rule. Part of the keys, so that a rule id that two projects share (a copied
     /// document) never shares their windows or first-seen marks. `None` keeps the keys of the rule alone.
     pub project_id: Option<Arc<str>>,
+    /// The event is a group's first occurrence (`isNew`); read by [`HitSpec::Reappeared`] only.
+    pub is_new: bool,
 }
 
 impl Hit {
@@ -97,7 +118,14 @@ impl Hit {
             event_id: None,
             user: None,
             project_id: None,
+            is_new: false,
         }
+    }
+
+    /// Marks the event as a group's first occurrence (`isNew`).
+    pub fn with_new(mut self, is_new: bool) -> Self {
+        self.is_new = is_new;
+        self
     }
 
     /// Sets the rule's project (the worker always does).
@@ -136,6 +164,6 @@ impl From<&Match<'_>> for Hit {
         if let (Want::UniqueUsers { .. }, Some(user)) = (m.want, &task.event.user) {
             hit = hit.with_user(user.as_str());
         }
-        hit
+        hit.with_new(task.event.is_new)
     }
 }

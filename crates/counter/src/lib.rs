@@ -7,7 +7,9 @@
 //! ```
 //!
 //! * **The scripts decide.** `lua/fixed_window.lua`, `lua/sliding_window.lua`, `lua/first_seen.lua` and
-//!   `lua/unique_users.lua` (distinct users, fixed or sliding, memory O(threshold)) hold the whole decision; this crate only builds keys, batches calls and decodes replies. Each script opens
+//!   `lua/unique_users.lua` (distinct users, fixed or sliding, memory O(threshold)), `lua/spike.lua` (a bucket
+//!   against the group's own baseline, memory O(baselineWindows)) and `lua/reappeared.lua` (a group back after a
+//!   quiet, memory O(1)) hold the whole decision; this crate only builds keys, batches calls and decodes replies. Each script opens
 //!   with a comment giving its keys, arguments, reply and complexity.
 //! * **One clock.** Windows run on Redis `TIME` unless the caller injects `now` (tests, replay).
 //! * **Batching.** [`WindowCounter::hit_batch`] sends a whole batch in one pipeline (per slot in a cluster, all at
@@ -20,9 +22,11 @@
 //!   token, so the engine republishes the same deterministic notification id and delivery drops the
 //!   duplicate. Without event ids, fixed windows count at least once (a redelivered event counts twice)
 //!   and a redelivered firing is not recognised.
-//! * **Keys.** `<ns>:{<project>:<rule>:<group>}:fx|sl|slc|new|uf|ufm|us|usm`; the hash tag puts the keys of one call in one cluster
+//! * **Keys.** `<ns>:{<project>:<rule>:<group>}:fx|sl|slc|new|uf|ufm|us|usm|sp|rp`; the hash tag puts the keys of one call in one cluster
 //!   slot. Every key expires: fixed windows at their end, sliding sets a period after their last event,
-//!   cooldowns at their end, first-seen marks after [`DEFAULT_FIRST_SEEN_TTL`].
+//!   cooldowns at their end, first-seen marks after [`DEFAULT_FIRST_SEEN_TTL`], spike buckets
+//!   `(baselineWindows + 1) × bucket` after the group's last event, reappearance marks after
+//!   [`reappeared_ttl_ms`].
 //! * **Scripts on the server.** Calls use `EVALSHA`; a NOSCRIPT reply (server restart, failover) loads the
 //!   script on every node and resends only the calls that did not run.
 //! * **Explain.** [`WindowCounter::peek`] reads what the scripts hold for a (rule, group) without counting, and
@@ -64,4 +68,4 @@ pub use gcra::{Gcra, Slot};
 pub use hit::{Hit, HitSpec, Outcome};
 pub use mutes::Mutes;
 pub use redis_handle::RedisHandle;
-pub use window_counter::{WindowCounter, DEFAULT_FIRST_SEEN_TTL};
+pub use window_counter::{reappeared_ttl_ms, WindowCounter, DEFAULT_FIRST_SEEN_TTL};

@@ -122,6 +122,12 @@ impl WindowCounter {
                 cmds.push(redis::cmd("ZSCORE").arg(key(0)).arg(user).clone());
                 cmds
             }
+            HitSpec::Spike(sp) => {
+                let mut fields = vec!["k".to_owned(), "o".to_owned(), "f".to_owned(), "fa".to_owned()];
+                fields.extend((0..=sp.baseline_windows).map(|i| format!("r{i}")));
+                vec![redis::cmd("HMGET").arg(key(0)).arg(fields).clone()]
+            }
+            HitSpec::Reappeared { .. } => vec![redis::cmd("HMGET").arg(key(0)).arg(&["l"]).clone()],
         }
     }
 }
@@ -172,6 +178,31 @@ fn decode(spec: HitSpec, now: i64, r: &[Value]) -> Peek {
             p.count = stored_number(at(0)).unwrap_or(0).max(0) as u64;
             p.fired_at = field(at(1), 0).filter(|a| now < a + period_ms as i64);
             p.user_known = stored_number(at(2)).is_some_and(|seen| seen > now - period_ms as i64);
+        }
+        HitSpec::Spike(sp) => {
+            let Value::Array(w) = at(0) else { return p };
+            let text = |i: usize| w.get(i).and_then(stored_text);
+            let cur = sp.bucket(now);
+            // a key written for another bucket or baseline is started afresh by the script
+            if text(0).is_some_and(|k| k != format!("{}:{}", sp.period_ms, sp.baseline_windows)) {
+                return p;
+            }
+            let origin = field(at(0), 1).unwrap_or(cur);
+            if field(at(0), 2) == Some(cur) {
+                p.fired_at = field(at(0), 3);
+            }
+            let held: Vec<(i64, u64)> = (4..w.len())
+                .filter_map(text)
+                .filter_map(|v| {
+                    let (b, c) = v.split_once(':')?;
+                    Some((b.parse().ok()?, c.parse().ok()?))
+                })
+                .collect();
+            p.count = held.iter().find(|(b, _)| *b == cur).map_or(0, |(_, c)| *c);
+            (p.baseline_sum, p.baseline_buckets) = sp.baseline(origin, cur, held);
+        }
+        HitSpec::Reappeared { .. } => {
+            p.last_seen = field(at(0), 0);
         }
     }
     p

@@ -1,4 +1,4 @@
-//! [`WindowCounter`]: the typed front of the three Lua scripts, batched and cluster-aware.
+//! [`WindowCounter`]: the typed front of the counting Lua scripts, batched and cluster-aware.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -9,7 +9,7 @@ use redis::cluster_routing::Slot;
 use redis::{Cmd, Script, Value};
 use sha2::{Digest, Sha256};
 
-use klaxon_core::Window;
+use klaxon_core::{Signal, Window};
 
 use crate::pipeline::{self, ScriptCall};
 use crate::script_io::{self, ms, now_arg};
@@ -22,6 +22,19 @@ static SLIDING_WINDOW: LazyLock<Script> =
 static FIRST_SEEN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/first_seen.lua")));
 static UNIQUE_USERS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/unique_users.lua")));
+static SPIKE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/spike.lua")));
+static REAPPEARED: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/reappeared.lua")));
+
+/// The longest margin a REAPPEARED mark outlives its rule's `quietPeriod` by: one day (see [`reappeared_ttl_ms`]).
+const REAPPEARED_MARGIN_MS: u64 = 24 * 3600 * 1000;
+
+/// How long a REAPPEARED mark lives after the group's last event: `quietPeriod + min(quietPeriod, 1 day)`. It must
+/// outlive the quiet, so that a group seen again after exactly `quietPeriod` still has its mark; the margin lets
+/// the message say how long the quiet was for quiets up to twice (or a day past) the period. A group quiet for
+/// longer has no mark any more and is recognised by Hawk's `isNew: false` instead (`lua/reappeared.lua`).
+pub fn reappeared_ttl_ms(quiet_period_ms: u64) -> u64 {
+    quiet_period_ms.saturating_add(quiet_period_ms.min(REAPPEARED_MARGIN_MS))
+}
 
 /// How long the ONLY_NEW "already fired" mark lives by default: 7 days. It must outlast every redelivery of
 /// an `isNew` event (a consumer down over a weekend, messages parked in retry queues). `isNew` is true only
@@ -50,6 +63,8 @@ enum Kind {
     UsersFixed,
     /// `unique_users.lua` in sliding mode.
     UsersSliding,
+    Spike,
+    Reappeared,
 }
 
 impl Kind {
@@ -59,6 +74,8 @@ impl Kind {
             Kind::Fixed => &FIXED_WINDOW,
             Kind::Sliding => &SLIDING_WINDOW,
             Kind::UsersFixed | Kind::UsersSliding => &UNIQUE_USERS,
+            Kind::Spike => &SPIKE,
+            Kind::Reappeared => &REAPPEARED,
         }
     }
 
@@ -68,6 +85,8 @@ impl Kind {
             Kind::Fixed => "fixed_window.lua",
             Kind::Sliding => "sliding_window.lua",
             Kind::UsersFixed | Kind::UsersSliding => "unique_users.lua",
+            Kind::Spike => "spike.lua",
+            Kind::Reappeared => "reappeared.lua",
         }
     }
 
@@ -84,6 +103,8 @@ impl Kind {
             Kind::Sliding => &["sl", "slc"],
             Kind::UsersFixed => &["uf", "ufm"],
             Kind::UsersSliding => &["us", "usm"],
+            Kind::Spike => &["sp"],
+            Kind::Reappeared => &["rp"],
         }
     }
 }
@@ -104,6 +125,8 @@ fn parts(spec: HitSpec) -> (Kind, u64, u64) {
             period_ms,
             window: Window::Sliding,
         } => (Kind::UsersSliding, threshold, period_ms),
+        HitSpec::Spike(s) => (Kind::Spike, s.threshold, s.period_ms),
+        HitSpec::Reappeared { quiet_period_ms, .. } => (Kind::Reappeared, 1, quiet_period_ms),
     }
 }
 
@@ -115,6 +138,10 @@ struct Call<'h> {
     group_hash: &'h str,
     threshold: u64,
     period_ms: u64,
+    /// The hits' spec (all the same): SPIKE and REAPPEARED read their other parameters from it.
+    spec: HitSpec,
+    /// Per hit, its event's `isNew` (REAPPEARED calls only, empty for the others).
+    news: Vec<bool>,
     /// Per hit, its event id (fixed, first-seen) or sliding-window member.
     members: Vec<Cow<'h, str>>,
     /// Per hit, its user ('' = none); unique-users calls only, empty for the others.
@@ -196,7 +223,14 @@ impl WindowCounter {
     /// Loads the counting scripts into every node (`SCRIPT LOAD`), so that the first batches do not pay for
     /// NOSCRIPT round trips. Optional: calls reload scripts by themselves when a server lost them.
     pub async fn load_scripts(&self) -> Result<(), CounterError> {
-        for kind in [Kind::FirstSeen, Kind::Fixed, Kind::Sliding, Kind::UsersFixed] {
+        for kind in [
+            Kind::FirstSeen,
+            Kind::Fixed,
+            Kind::Sliding,
+            Kind::UsersFixed,
+            Kind::Spike,
+            Kind::Reappeared,
+        ] {
             kind.script().load_async(&mut self.redis.clone()).await?;
         }
         Ok(())
@@ -326,10 +360,10 @@ impl WindowCounter {
             Kind::UsersSliding => {
                 cmd.arg("sliding");
             }
-            Kind::Fixed => {
+            Kind::Fixed | Kind::Spike => {
                 cmd.arg(FIXED_WINDOW_IDS);
             }
-            Kind::Sliding => {}
+            Kind::Sliding | Kind::Reappeared => {}
         }
         let mut previous: Option<(u64, u64)> = None;
         for (at, &i) in members.iter().enumerate() {
@@ -346,6 +380,24 @@ impl WindowCounter {
                         .count();
                     cmd.arg(call.threshold).arg(call.period_ms).arg(shared);
                 }
+            } else if let HitSpec::Spike(sp) = call.spec {
+                cmd.arg(sp.period_ms)
+                    .arg(sp.baseline_windows)
+                    .arg(sp.factor_milli)
+                    .arg(sp.threshold);
+            } else if let HitSpec::Reappeared {
+                quiet_period_ms,
+                armed_at_ms,
+            } = call.spec
+            {
+                cmd.arg(quiet_period_ms)
+                    .arg(reappeared_ttl_ms(quiet_period_ms))
+                    .arg(armed_at_ms)
+                    .arg(call.members.len());
+                for (new, m) in call.news.iter().zip(&call.members) {
+                    cmd.arg(if *new { "1" } else { "0" }).arg(m.as_ref());
+                }
+                continue;
             } else if kind != Kind::FirstSeen {
                 cmd.arg(call.threshold).arg(call.period_ms);
             }
@@ -393,7 +445,7 @@ fn compact(id: &str) -> Cow<'_, str> {
 
 /// Groups the hits of one key (and the same spec) into one call each, keeping input order within a call.
 fn coalesce(hits: &[Hit]) -> Result<Vec<Call<'_>>, CounterError> {
-    let mut index: HashMap<(Kind, &str, &str, &str, u64, u64), usize> = HashMap::with_capacity(hits.len());
+    let mut index: HashMap<(&str, &str, &str, HitSpec), usize> = HashMap::with_capacity(hits.len());
     let mut calls: Vec<Call<'_>> = Vec::new();
     for (i, hit) in hits.iter().enumerate() {
         let (kind, threshold, period_ms) = parts(hit.spec);
@@ -406,12 +458,10 @@ fn coalesce(hits: &[Hit]) -> Result<Vec<Call<'_>>, CounterError> {
         let member = member_of(kind, hit.event_id.as_deref());
         let slot = *index
             .entry((
-                kind,
                 hit.project_id.as_deref().unwrap_or(""),
                 &hit.rule_id,
                 &hit.group_hash,
-                threshold,
-                period_ms,
+                hit.spec,
             ))
             .or_insert_with(|| {
                 calls.push(Call {
@@ -421,6 +471,8 @@ fn coalesce(hits: &[Hit]) -> Result<Vec<Call<'_>>, CounterError> {
                     group_hash: &hit.group_hash,
                     threshold,
                     period_ms,
+                    spec: hit.spec,
+                    news: Vec::new(),
                     members: Vec::new(),
                     users: Vec::new(),
                     hits: Vec::new(),
@@ -430,6 +482,9 @@ fn coalesce(hits: &[Hit]) -> Result<Vec<Call<'_>>, CounterError> {
         if kind.counts_users() {
             let user = hit.user.as_deref().map_or(Cow::Borrowed(""), compact);
             calls[slot].users.push(user);
+        }
+        if kind == Kind::Reappeared {
+            calls[slot].news.push(hit.is_new);
         }
         calls[slot].members.push(member);
         calls[slot].hits.push(i);
@@ -483,6 +538,7 @@ fn decode(
                         count: call.threshold,
                         firing: token.to_string(),
                         at_ms,
+                        signal: None,
                     },
                     _ => Outcome::Counted {
                         count: u64::try_from(before + i).unwrap_or(0),
@@ -493,6 +549,28 @@ fn decode(
         }
         let head = take(3)?;
         let (fired_at, fired_count, token) = (int_at(head, 0)?, int_at(head, 1)?, int_at(head, 2)?);
+        // what spike.lua and reappeared.lua say of the firing beyond its count
+        let signal = match call.spec {
+            HitSpec::Spike(sp) => {
+                let tail = take(2)?;
+                let (sum, buckets) = (int_at(tail, 0)?.max(0) as u64, int_at(tail, 1)?.max(0) as u64);
+                Some(Signal::Spike {
+                    baseline_sum: sum,
+                    baseline_buckets: buckets,
+                    needed: sp.needed(sum, buckets).unwrap_or(u64::MAX),
+                })
+            }
+            HitSpec::Reappeared { .. } => Some(Signal::Reappeared {
+                last_seen_ms: (fired_count >= 0).then_some(fired_count),
+            }),
+            _ => None,
+        };
+        // reappeared.lua's second number is the previous sighting, not a count
+        let fired_count = if call.kind == Kind::Reappeared {
+            1
+        } else {
+            fired_count
+        };
         for (&hit, item) in call.hits.iter().zip(take(call.hits.len())?) {
             let r = script_io::int(item, script)?;
             outcomes[hit] = Some(if r == -1 {
@@ -503,11 +581,15 @@ fn decode(
                     count: u64::try_from(fired_count).unwrap_or(0),
                     firing: match call.kind {
                         Kind::FirstSeen => "new".to_owned(),
-                        Kind::Fixed | Kind::Sliding | Kind::UsersFixed | Kind::UsersSliding => {
-                            token.to_string()
-                        }
+                        Kind::Fixed
+                        | Kind::Sliding
+                        | Kind::UsersFixed
+                        | Kind::UsersSliding
+                        | Kind::Spike
+                        | Kind::Reappeared => token.to_string(),
                     },
                     at_ms: fired_at,
+                    signal,
                 }
             } else {
                 Outcome::Counted {

@@ -55,6 +55,7 @@ async fn fixed_counts_and_fires_on_equal(env: Env) {
         count: 5,
         firing: T0.to_string(),
         at_ms: T0 + 4,
+        signal: None,
     };
     assert_eq!(
         got,
@@ -135,7 +136,10 @@ async fn fixed_on_the_server_clock(env: Env) {
     let after = env.counter.server_time_ms().await.expect("time");
     assert_eq!(got[..2], [counted(1), counted(2)], "[{}]", env.topology);
     assert_eq!(got[3], counted(4), "[{}]", env.topology);
-    let Outcome::Fired { count, firing, at_ms } = &got[2] else {
+    let Outcome::Fired {
+        count, firing, at_ms, ..
+    } = &got[2]
+    else {
         panic!("[{}] the third hit fires: {got:?}", env.topology);
     };
     assert_eq!(*count, 3, "[{}]", env.topology);
@@ -296,7 +300,10 @@ async fn sliding_fires_once_then_after_cooldown(env: Env) {
     for s in 0..25 {
         let t = T0 + s * 1000;
         let o = hit(&env, &h, t).await;
-        if let Outcome::Fired { firing, at_ms, count } = &o {
+        if let Outcome::Fired {
+            firing, at_ms, count, ..
+        } = &o
+        {
             assert_eq!(firing, &at_ms.to_string());
             assert_eq!(*count, 3);
             firings.push(*at_ms);
@@ -397,7 +404,8 @@ async fn sliding_redelivery_not_double_counted(env: Env) {
         Outcome::Fired {
             count: 3,
             firing: (T0 + 3).to_string(),
-            at_ms: T0 + 3
+            at_ms: T0 + 3,
+            signal: None,
         },
         "[{}]",
         env.topology
@@ -456,7 +464,8 @@ async fn first_seen_once(env: Env) {
         Outcome::Fired {
             count: 1,
             firing: "new".into(),
-            at_ms: T0
+            at_ms: T0,
+            signal: None,
         },
         "[{}]",
         env.topology
@@ -715,6 +724,31 @@ fn hit_spec_from_core_want() {
                 window: Window::Sliding,
             },
             sliding(5, 1000),
+        ),
+        (
+            Want::Spike(klaxon_core::Spike {
+                period_ms: 1000,
+                baseline_windows: 3,
+                factor_milli: 5000,
+                threshold: 10,
+            }),
+            HitSpec::Spike(klaxon_core::Spike {
+                period_ms: 1000,
+                baseline_windows: 3,
+                factor_milli: 5000,
+                threshold: 10,
+            }),
+        ),
+        (
+            Want::Reappeared {
+                quiet_period_ms: 1000,
+                armed_at_ms: 7,
+                is_new: true,
+            },
+            HitSpec::Reappeared {
+                quiet_period_ms: 1000,
+                armed_at_ms: 7,
+            },
         ),
     ];
     for (want, spec) in cases {

@@ -71,6 +71,7 @@ fn with_threshold(want: Want, t: u64) -> Want {
             period_ms,
             window,
         },
+        other => other,
     }
 }
 
@@ -298,4 +299,120 @@ async fn run(env: Env) {
 #[tokio::test]
 async fn explain_predicts_what_the_scripts_do() {
     on_both(run).await;
+}
+
+/// One hit of a SPIKE or REAPPEARED case: when (ms after `T0`), the event's `isNew`, and explain's verdict before it.
+type SignalStep = (i64, bool, Verdict);
+
+fn signal_cases() -> Vec<(&'static str, Want, Vec<SignalStep>)> {
+    let spike = Want::Spike(klaxon_core::Spike {
+        period_ms: PERIOD,
+        baseline_windows: 2,
+        factor_milli: 2000,
+        threshold: 3,
+    });
+    let reappeared = |armed_at_ms| Want::Reappeared {
+        quiet_period_ms: 5_000,
+        armed_at_ms,
+        is_new: false,
+    };
+    let p = PERIOD as i64;
+    let mut spike_steps: Vec<SignalStep> = vec![];
+    // the first bucket: 4 events, never fires
+    spike_steps.extend((0..4).map(|i| (i, false, Counting)));
+    // bucket 1: baseline 4 → needs 8
+    spike_steps.extend((0..7).map(|i| (p + i, false, Counting)));
+    spike_steps.push((p + 7, false, Fires));
+    spike_steps.push((p + 8, false, Notified));
+    spike_steps.push((2 * p - 1, false, Notified));
+    // bucket 3 after an empty bucket 2: baseline (10 + 0) / 2 = 5 → needs 10
+    spike_steps.extend((0..9).map(|i| (3 * p + i, false, Counting)));
+    spike_steps.push((3 * p + 9, false, Fires));
+    // bucket 6: an empty baseline → the threshold (3)
+    spike_steps.extend([
+        (6 * p, false, Counting),
+        (6 * p + 1, false, Counting),
+        (6 * p + 2, false, Fires),
+    ]);
+    vec![
+        (
+            "spike: a first bucket, a spike, once per bucket, empty buckets",
+            spike,
+            spike_steps,
+        ),
+        (
+            "reappeared: a mark, quiet not yet, quiet exactly met, once",
+            reappeared(T0),
+            vec![
+                (0, true, Counting),
+                (4_999, false, Counting),
+                (9_998, false, Counting),
+                (14_998, false, Fires),
+                (14_999, false, Counting),
+            ],
+        ),
+        (
+            "reappeared: no mark, a rule that has watched long enough, a new group does not fire",
+            reappeared(T0 - 5_000),
+            vec![(0, true, Counting), (100_000, false, Fires)],
+        ),
+        (
+            "reappeared: no mark and a rule watching for less than the quiet",
+            reappeared(T0 - 4_999),
+            vec![(0, false, Counting), (5_000, false, Fires)],
+        ),
+    ]
+}
+
+async fn run_signals(env: Env) {
+    let t = env.topology;
+    for (c, (name, want, steps)) in signal_cases().into_iter().enumerate() {
+        let rule = format!("signal-{c}");
+        for (i, &(at, is_new, expected)) in steps.iter().enumerate() {
+            let want = match want {
+                Want::Reappeared {
+                    quiet_period_ms,
+                    armed_at_ms,
+                    ..
+                } => Want::Reappeared {
+                    quiet_period_ms,
+                    armed_at_ms,
+                    is_new,
+                },
+                w => w,
+            };
+            let now = Some(T0 + at);
+            let hit = Hit::new(rule.as_str(), "group", HitSpec::from(want))
+                .with_project("p")
+                .with_new(is_new);
+            let peek = match env.counter.peek(std::slice::from_ref(&hit), now).await.as_deref() {
+                Ok([p]) => p.clone(),
+                other => panic!("[{t}] {name}: step {i}: peek gave {other:?}"),
+            };
+            let verdict = counted(&rule, want, &peek);
+            let outcome = env.counter.hit(&hit, now).await.expect("hit");
+            let place =
+                format!("[{t}] {name}: step {i} (+{at} ms): explain said {verdict:?} on {peek:?}, the script {outcome:?}");
+            assert_eq!(verdict.verdict, expected, "{place}");
+            assert_eq!(
+                verdict.verdict == Verdict::WouldFire,
+                outcome.is_fired(),
+                "{place}"
+            );
+            if let Want::Spike(_) = want {
+                if matches!(verdict.verdict, Verdict::Counting | Verdict::WouldFire) {
+                    assert_eq!(
+                        verdict.count,
+                        Some(outcome.count()),
+                        "the predicted count: {place}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn explain_predicts_what_spike_and_reappeared_do() {
+    on_both(run_signals).await;
 }

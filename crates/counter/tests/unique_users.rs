@@ -58,7 +58,8 @@ async fn fixed_counts_distinct_users(env: Env) {
         Outcome::Fired {
             count: 3,
             firing: T0.to_string(),
-            at_ms: T0 + 30
+            at_ms: T0 + 30,
+            signal: None,
         },
         "[{t}]"
     );
@@ -151,7 +152,8 @@ async fn sliding_counts_users_in_the_trailing_window(env: Env) {
         Outcome::Fired {
             count: 3,
             firing: (T0 + MINUTE + 10).to_string(),
-            at_ms: T0 + MINUTE + 10
+            at_ms: T0 + MINUTE + 10,
+            signal: None,
         },
         "[{t}]"
     );

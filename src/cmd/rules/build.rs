@@ -72,6 +72,23 @@ pub(super) fn parse_seen_more(s: &str) -> anyhow::Result<(u64, u64)> {
     Ok((threshold, period))
 }
 
+/// Parses `FACTORx/BUCKET` (`5x/1h`, `2.5x/10m`; the `x` may be left out) into (factor, bucket ms).
+pub(super) fn parse_spike(s: &str) -> anyhow::Result<(f64, u64)> {
+    let Some((f, b)) = s.split_once('/') else {
+        bail!("--spike {s:?}: expected FACTORx/BUCKET, e.g. 5x/1h");
+    };
+    let f = f.trim();
+    let factor: f64 = f
+        .strip_suffix(['x', 'X', '×'])
+        .unwrap_or(f)
+        .parse()
+        .ok()
+        .filter(|x: &f64| x.is_finite())
+        .with_context(|| format!("--spike {s:?}: the factor must be a number, e.g. 5x"))?;
+    let bucket = parse_period_ms(b).with_context(|| format!("--spike {s:?}"))?;
+    Ok((factor, bucket))
+}
+
 fn clean(list: &[String]) -> Vec<String> {
     list.iter()
         .map(|w| w.trim().to_owned())
@@ -108,6 +125,23 @@ pub(super) fn build_rule(a: &AddArgs, limits: &klaxon_core::Limits) -> anyhow::R
             rule.threshold_period = Field::Typed(period);
         }
         None => rule.what_to_receive = Field::Typed("ONLY_NEW".into()),
+    }
+    if let Some(s) = &a.spike {
+        let (factor, bucket) = parse_spike(s)?;
+        rule.what_to_receive = Field::Typed("SPIKE".into());
+        rule.threshold_period = Field::Typed(bucket);
+        rule.factor = Field::Typed(factor);
+        if let Some(n) = a.baseline_windows {
+            rule.baseline_windows = Field::Typed(n);
+        }
+        if let Some(n) = a.spike_threshold {
+            rule.threshold = Field::Typed(n);
+        }
+    }
+    if let Some(q) = &a.reappeared {
+        let quiet = parse_period_ms(q).with_context(|| format!("--reappeared {q:?}"))?;
+        rule.what_to_receive = Field::Typed("REAPPEARED".into());
+        rule.quiet_period = Field::Typed(quiet);
     }
     if let Some(w) = &a.window {
         rule.window = Field::Typed(w.clone());
@@ -328,6 +362,10 @@ mod tests {
             project: "5e3eef0679fa3700a0198a49".into(),
             seen_more: None,
             only_new: true,
+            spike: None,
+            baseline_windows: None,
+            spike_threshold: None,
+            reappeared: None,
             window: None,
             unique_users: false,
             slack: None,
@@ -367,6 +405,12 @@ mod tests {
             assert!(parse_period_ms(bad).is_err(), "{bad}");
         }
         assert_eq!(parse_seen_more("100/1h").expect("valid"), (100, 3_600_000));
+        assert_eq!(parse_spike("5x/1h").expect("valid"), (5.0, 3_600_000));
+        assert_eq!(parse_spike("2.5×/10m").expect("valid"), (2.5, 600_000));
+        assert_eq!(parse_spike("3/1s").expect("valid"), (3.0, 1000));
+        for bad in ["5x", "x/1h", "5x/1", "inf/1h"] {
+            assert!(parse_spike(bad).is_err(), "{bad}");
+        }
         assert!(parse_seen_more("100").is_err());
         assert!(parse_seen_more("x/1h").is_err());
     }
@@ -407,6 +451,75 @@ mod tests {
             let rule = build_rule(&args, &klaxon_core::Limits::default()).expect("valid flags");
             let value = serde_json::to_value(&rule).expect("json");
             assert_eq!(value.to_string(), want);
+        }
+    }
+
+    #[test]
+    fn spike_and_reappeared_flags_build_documents_the_core_accepts() {
+        let hook = Some("https://alerts.example.com/k".to_owned());
+        let spike = AddArgs {
+            only_new: false,
+            spike: Some("5x/1h".into()),
+            baseline_windows: Some(12),
+            spike_threshold: Some(20),
+            webhook: hook.clone(),
+            ..add_args()
+        };
+        let reappeared = AddArgs {
+            only_new: false,
+            reappeared: Some("7d".into()),
+            webhook: hook.clone(),
+            ..add_args()
+        };
+        let cases = [
+            (
+                spike,
+                r#"{"isEnabled":true,"whatToReceive":"SPIKE","threshold":20,"thresholdPeriod":3600000,"baselineWindows":12,"factor":5.0,"including":[],"excluding":[],"channels":{"webhook":{"isEnabled":true,"endpoint":"https://alerts.example.com/k","minPeriod":0}}}"#,
+            ),
+            (
+                reappeared,
+                r#"{"isEnabled":true,"whatToReceive":"REAPPEARED","quietPeriod":604800000,"including":[],"excluding":[],"channels":{"webhook":{"isEnabled":true,"endpoint":"https://alerts.example.com/k","minPeriod":0}}}"#,
+            ),
+        ];
+        for (args, want) in cases {
+            let rule = build_rule(&args, &klaxon_core::Limits::default()).expect("valid flags");
+            assert_eq!(serde_json::to_value(&rule).expect("json").to_string(), want);
+        }
+        // out of range: refused with the core's problem and fix
+        for (args, says) in [
+            (
+                AddArgs {
+                    only_new: false,
+                    spike: Some("1x/1h".into()),
+                    webhook: hook.clone(),
+                    ..add_args()
+                },
+                "`factor` must be between 1.5 and 100",
+            ),
+            (
+                AddArgs {
+                    only_new: false,
+                    spike: Some("5x/2d".into()),
+                    webhook: hook.clone(),
+                    ..add_args()
+                },
+                "1 s … 1 day",
+            ),
+            (
+                AddArgs {
+                    only_new: false,
+                    reappeared: Some("91d".into()),
+                    webhook: hook.clone(),
+                    ..add_args()
+                },
+                "1 s … 90 days",
+            ),
+        ] {
+            let e = build_rule(&args, &klaxon_core::Limits::default()).expect_err("refused");
+            assert!(
+                e.to_string().contains(says) && e.to_string().contains("fix:"),
+                "{e}"
+            );
         }
     }
 

@@ -201,6 +201,16 @@ fn row(project: &str, rule: &Value) -> [String; 8] {
                 WhatToReceive::SeenMore { threshold, period_ms } => {
                     format!("SEEN_MORE {threshold}/{}", period_text(period_ms))
                 }
+                WhatToReceive::Spike(s) => format!(
+                    "SPIKE {}x/{} over {} (min {})",
+                    s.factor(),
+                    period_text(s.period_ms),
+                    s.baseline_windows,
+                    s.threshold
+                ),
+                WhatToReceive::Reappeared { quiet_period_ms } => {
+                    format!("REAPPEARED after {}", period_text(quiet_period_ms))
+                }
             };
             let status = match problems.first() {
                 None => "ok".to_owned(),

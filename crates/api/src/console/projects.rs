@@ -292,6 +292,9 @@ pub(super) struct RuleView {
     threshold: Value,
     /// `thresholdPeriod` in words (`1m 30s`).
     period: Option<String>,
+    /// SPIKE and REAPPEARED (valid ones): what the rule watches for, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signal: Option<String>,
     window: String,
     unique_users: bool,
     including: Vec<String>,
@@ -377,6 +380,7 @@ pub(super) fn rule_view(rule: &Value, limits: &klaxon_core::Limits) -> RuleView 
             .threshold_period
             .typed()
             .map(|ms| humantime::format_duration(Duration::from_millis(*ms)).to_string()),
+        signal: signal_words(&raw),
         window: text(&raw.window).unwrap_or_else(|| "fixed".into()),
         unique_users: raw.unique_users.typed() == Some(&true),
         including: list(&raw.including),
@@ -385,6 +389,29 @@ pub(super) fn rule_view(rule: &Value, limits: &klaxon_core::Limits) -> RuleView 
         excluding_patterns: list(&raw.excluding_patterns),
         channels,
         problems: klaxon_store::format::rule_problems(rule, limits),
+    }
+}
+
+/// What a valid SPIKE or REAPPEARED rule watches for, in words: "5× its mean of the previous 24 buckets of 1h
+/// (at least 10)", "seen again after 7days quiet".
+fn signal_words(raw: &RawRule) -> Option<String> {
+    let words = |ms: u64| humantime::format_duration(Duration::from_millis(ms)).to_string();
+    let probe = RawRule {
+        id: Field::Typed(RuleId::Hex("000000000000000000000000".into())),
+        ..raw.clone()
+    };
+    match probe.validate().ok()?.0.what {
+        klaxon_core::WhatToReceive::Spike(s) => Some(format!(
+            "{}× its mean of the previous {} buckets of {} (at least {})",
+            s.factor(),
+            s.baseline_windows,
+            words(s.period_ms),
+            s.threshold
+        )),
+        klaxon_core::WhatToReceive::Reappeared { quiet_period_ms } => {
+            Some(format!("seen again after {} quiet", words(quiet_period_ms)))
+        }
+        _ => None,
     }
 }
 
@@ -546,6 +573,35 @@ pub(super) async fn set_enabled(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn spike_and_reappeared_rules_say_what_they_watch_for() {
+        let limits = klaxon_core::Limits::default();
+        let hook = json!({"webhook": {"isEnabled": true, "endpoint": "https://h.example/x", "minPeriod": 0}});
+        let cases = [
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a49", "isEnabled": true, "whatToReceive": "SPIKE",
+                    "thresholdPeriod": 3_600_000, "channels": hook}),
+                Some("5× its mean of the previous 24 buckets of 1h (at least 10)"),
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a49", "isEnabled": true, "whatToReceive": "REAPPEARED",
+                    "channels": hook}),
+                Some("seen again after 7days quiet"),
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a49", "isEnabled": true, "whatToReceive": "SPIKE",
+                    "thresholdPeriod": 3_600_000, "factor": 1, "channels": hook}),
+                None,
+            ),
+        ];
+        for (rule, want) in cases {
+            let v = rule_view(&rule, &limits);
+            assert_eq!(v.signal.as_deref(), want, "{rule}");
+            assert_eq!(v.problems.is_empty(), want.is_some(), "{rule}: {:?}", v.problems);
+        }
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -14,8 +14,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::{
-    ChannelConfig, ChannelKind, CompiledRule, RuleDefaults, RuleProblem, WhatToReceive, Window,
-    LEGACY_ALL_PERIOD_MS, MAX_MIN_PERIOD_S, MAX_PERIOD_MS, MAX_THRESHOLD, MIN_PERIOD_MS,
+    ChannelConfig, ChannelKind, CompiledRule, RuleDefaults, RuleProblem, Spike, WhatToReceive, Window,
+    DEFAULT_BASELINE_WINDOWS, DEFAULT_FACTOR_MILLI, DEFAULT_QUIET_PERIOD_MS, DEFAULT_SPIKE_THRESHOLD,
+    LEGACY_ALL_PERIOD_MS, MAX_MIN_PERIOD_S, MAX_PERIOD_MS, MAX_SPIKE_PERIOD_MS, MAX_THRESHOLD, MIN_PERIOD_MS,
+    QUIET_PERIOD_MS, SPIKE_FACTOR_MILLI, SPIKE_WINDOWS,
 };
 use crate::filter::{Case, TitleFilter};
 use crate::limits::{email_recipients, Limits};
@@ -234,6 +236,15 @@ pub struct RawRule {
     /// `fixed` or `sliding`.
     #[serde(default, skip_serializing_if = "Field::is_missing")]
     pub window: Field<String>,
+    /// SPIKE: how many previous buckets form the baseline (Klaxon extension).
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub baseline_windows: Field<u64>,
+    /// SPIKE: how many times the baseline the current bucket must reach (Klaxon extension).
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub factor: Field<f64>,
+    /// REAPPEARED: the quiet, in ms, after which a group seen again fires (Klaxon extension).
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub quiet_period: Field<u64>,
     /// SEEN_MORE counts distinct users (`event.user`) instead of events.
     #[serde(default, skip_serializing_if = "Field::is_missing")]
     pub unique_users: Field<bool>,
@@ -407,10 +418,14 @@ impl RawRule {
                 threshold: 1,
                 period_ms: read_period(Some(LEGACY_ALL_PERIOD_MS))?,
             },
+            Some("SPIKE") => WhatToReceive::Spike(self.spike(&fatal)?),
+            Some("REAPPEARED") => WhatToReceive::Reappeared {
+                quiet_period_ms: self.quiet(&fatal)?,
+            },
             other => {
                 return Err(fatal(
                     format!("unknown `whatToReceive` {other:?}"),
-                    "use \"ONLY_NEW\" or \"SEEN_MORE\"",
+                    "use \"ONLY_NEW\", \"SEEN_MORE\", \"SPIKE\" or \"REAPPEARED\"",
                 ))
             }
         };
@@ -486,6 +501,13 @@ impl RawRule {
             message,
             fix,
         };
+        if unique_users && matches!(what, WhatToReceive::Spike(_) | WhatToReceive::Reappeared { .. }) {
+            problems.push(warning(
+                "`uniqueUsers` is not supported by SPIKE and REAPPEARED rules, which count events; it is ignored"
+                    .into(),
+                "remove `uniqueUsers`".into(),
+            ));
+        }
         if unique_users && what == WhatToReceive::OnlyNew {
             problems.push(warning(
                 "`uniqueUsers` counts distinct users toward a SEEN_MORE `threshold`; an ONLY_NEW rule \
@@ -570,6 +592,106 @@ impl RawRule {
             },
             problems,
         ))
+    }
+}
+
+impl RawRule {
+    /// Reads a SPIKE rule's bucket, baseline, factor and least count; `fatal` makes the problem.
+    fn spike(&self, fatal: &dyn Fn(String, &str) -> RuleProblem) -> Result<Spike, RuleProblem> {
+        let period_ms = match self.threshold_period.whole() {
+            _ if self.threshold_period.is_missing() => {
+                return Err(fatal(
+                    "SPIKE rule has no `thresholdPeriod` (the bucket)".into(),
+                    "set `thresholdPeriod` to the bucket in milliseconds, e.g. 3600000 for one hour",
+                ))
+            }
+            Some(ms) if (MIN_PERIOD_MS..=MAX_SPIKE_PERIOD_MS).contains(&ms) => ms,
+            _ => {
+                return Err(fatal(
+                    format!(
+                    "SPIKE `thresholdPeriod` (the bucket) must be milliseconds between {MIN_PERIOD_MS} and \
+                         {MAX_SPIKE_PERIOD_MS} (1 s … 1 day), got {}",
+                    self.threshold_period.to_json()
+                ),
+                    "set `thresholdPeriod` to the bucket in milliseconds, e.g. 3600000 for one hour",
+                ))
+            }
+        };
+        let baseline_windows = match self.baseline_windows.whole() {
+            _ if self.baseline_windows.is_unset() => DEFAULT_BASELINE_WINDOWS,
+            Some(n) if SPIKE_WINDOWS.contains(&u32::try_from(n).unwrap_or(u32::MAX)) => n as u32,
+            _ => return Err(fatal(
+                format!(
+                    "`baselineWindows` must be a whole number between {} and {}, got {}",
+                    SPIKE_WINDOWS.start(),
+                    SPIKE_WINDOWS.end(),
+                    self.baseline_windows.to_json()
+                ),
+                "set `baselineWindows` to how many previous buckets form the baseline (2 … 168), or leave \
+                     it out for 24",
+            )),
+        };
+        let factor_milli = match &self.factor {
+            f if f.is_unset() => DEFAULT_FACTOR_MILLI,
+            Field::Typed(x) if x.is_finite() => {
+                // thousandths: "factor exactly met" stays exact in integers, in Rust and in Lua alike
+                let milli = (x * 1000.0).round();
+                if (f64::from(*SPIKE_FACTOR_MILLI.start())..=f64::from(*SPIKE_FACTOR_MILLI.end()))
+                    .contains(&milli)
+                {
+                    milli as u32
+                } else {
+                    return Err(fatal(
+                        format!("`factor` must be between 1.5 and 100, got {x}"),
+                        "set `factor` to how many times its baseline a bucket must reach, e.g. 5, or leave it out \
+                         for 5",
+                    ));
+                }
+            }
+            other => return Err(fatal(
+                format!(
+                    "`factor` must be a number between 1.5 and 100, got {}",
+                    other.to_json()
+                ),
+                "set `factor` to how many times its baseline a bucket must reach, e.g. 5, or leave it out \
+                     for 5",
+            )),
+        };
+        let threshold = match self.threshold.whole() {
+            _ if self.threshold.is_unset() => DEFAULT_SPIKE_THRESHOLD,
+            Some(n) if (1..=MAX_THRESHOLD).contains(&n) => n,
+            _ => return Err(fatal(
+                format!(
+                    "SPIKE `threshold` (the least count that can fire) must be a whole number between 1 and \
+                         {MAX_THRESHOLD}, got {}",
+                    self.threshold.to_json()
+                ),
+                "set `threshold` to the least count of a bucket that can be a spike, or leave it out for 10",
+            )),
+        };
+        Ok(Spike {
+            period_ms,
+            baseline_windows,
+            factor_milli,
+            threshold,
+        })
+    }
+
+    /// Reads a REAPPEARED rule's `quietPeriod`.
+    fn quiet(&self, fatal: &dyn Fn(String, &str) -> RuleProblem) -> Result<u64, RuleProblem> {
+        match self.quiet_period.whole() {
+            _ if self.quiet_period.is_unset() => Ok(DEFAULT_QUIET_PERIOD_MS),
+            Some(ms) if QUIET_PERIOD_MS.contains(&ms) => Ok(ms),
+            _ => Err(fatal(
+                format!(
+                    "`quietPeriod` must be milliseconds between {} and {} (1 s … 90 days), got {}",
+                    QUIET_PERIOD_MS.start(),
+                    QUIET_PERIOD_MS.end(),
+                    self.quiet_period.to_json()
+                ),
+                "set `quietPeriod` in milliseconds, e.g. 604800000 for 7 days, or leave it out for 7 days",
+            )),
+        }
     }
 }
 
