@@ -22,13 +22,18 @@ const HOSTILE: &str = "boom @channel @all @here <!channel> <@U123> *bold* _it_ ~
 /// A project name that tries the same.
 const HOSTILE_NAME: &str = "@here *Acme* <!channel> [p](https://evil.example)";
 /// The channels with golden files.
-const CHANNELS: [ChannelKind; 5] = [
+const CHANNELS: [ChannelKind; 8] = [
     ChannelKind::Slack,
     ChannelKind::Telegram,
     ChannelKind::Email,
     ChannelKind::Loop,
     ChannelKind::Webhook,
+    ChannelKind::Discord,
+    ChannelKind::Teams,
+    ChannelKind::Pagerduty,
 ];
+/// A routing key of the Events API v2's shape.
+const ROUTING_KEY: &str = "r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE";
 
 fn channels() -> Channels {
     common::channels(common::config("http://127.0.0.1:9"))
@@ -47,6 +52,9 @@ fn task(channel: ChannelKind, reason: Reason, events: &[(&str, u64, Option<&str>
             ChannelKind::Email => "ops@example.com".into(),
             ChannelKind::Telegram => "-1001234567890".into(),
             ChannelKind::Loop => "https://loop.example.com/hooks/X".into(),
+            ChannelKind::Discord => "https://discord.com/api/webhooks/123456789/X".into(),
+            ChannelKind::Teams => "https://prod-00.westeurope.logic.azure.com/workflows/X".into(),
+            ChannelKind::Pagerduty => ROUTING_KEY.into(),
             _ => "https://hooks.example.com/services/T/B/X".into(),
         },
         min_period_s: 300,
@@ -64,6 +72,7 @@ fn task(channel: ChannelKind, reason: Reason, events: &[(&str, u64, Option<&str>
             .collect(),
         text: None,
         send_at_ms: None,
+        severity: None,
     }
 }
 
@@ -405,4 +414,140 @@ async fn webhook_bodies_carry_every_group_with_links() {
         .as_str()
         .expect("url")
         .starts_with("https://garage.hawk.so/project/5e3eef0679fa3700a0198a49/event/00da7c0ffee/"));
+}
+
+#[tokio::test]
+async fn discord_embeds_stay_within_discord_limits() {
+    let ch = channels();
+    let long_title = "T".repeat(300);
+    let fifteen: Vec<String> = (0..15)
+        .map(|i| format!("Error {i} {}", "é".repeat(290)))
+        .collect();
+    let mut tasks = worst_cases(ChannelKind::Discord);
+    tasks.push(task(ChannelKind::Discord, Reason::New, &[(&long_title, 1, None)]));
+    tasks.push(task(
+        ChannelKind::Discord,
+        Reason::Threshold {
+            threshold: 5,
+            period_ms: 60_000,
+            window: Window::Fixed,
+        },
+        &[(&long_title, 5, None)],
+    ));
+    tasks.push(task(
+        ChannelKind::Discord,
+        Reason::Digest { min_period_s: 60 },
+        &fifteen
+            .iter()
+            .map(|t| (t.as_str(), 2, Some("r")))
+            .collect::<Vec<_>>(),
+    ));
+    let mut direct = task(ChannelKind::Discord, Reason::Direct, &[(&long_title, 1, None)]);
+    direct.text = Some("<&\">*".repeat(2000));
+    tasks.push(direct);
+    for t in &tasks {
+        let p = preview(&ch, t, Some(&"N".repeat(500)));
+        let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
+        assert_eq!(body["allowed_mentions"], serde_json::json!({"parse": []}));
+        let embeds = body["embeds"].as_array().expect("embeds");
+        assert!(
+            !embeds.is_empty() && embeds.len() <= 10,
+            "{} embeds",
+            embeds.len()
+        );
+        let mut total = 0;
+        for e in embeds {
+            let count = |p: &str| {
+                e.pointer(p)
+                    .and_then(|v| v.as_str())
+                    .map_or(0, |s| s.chars().count())
+            };
+            let (title, description, footer) =
+                (count("/title"), count("/description"), count("/footer/text"));
+            assert!(title > 0 && title <= 256, "title {title}");
+            assert!(description <= 4096, "description {description}");
+            assert!(footer <= 2048, "footer {footer}");
+            total += title + description + footer;
+        }
+        assert!(total <= 6000, "total {total}");
+    }
+    // a 300-character title is cut to 256 (with the ellipsis)
+    let p = preview(&ch, &tasks[4], None);
+    let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
+    let title = body["embeds"][0]["title"].as_str().expect("title");
+    assert_eq!(title.chars().count(), 256);
+    assert!(title.ends_with('…'));
+    // 15 groups: the header, 8 groups and "and 7 more"
+    let p = preview(&ch, &tasks[5], None);
+    let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
+    let embeds = body["embeds"].as_array().expect("embeds");
+    assert_eq!(embeds.len(), 10);
+    assert_eq!(embeds[9]["title"], "and 7 more");
+    assert!(embeds[0]["title"]
+        .as_str()
+        .expect("header")
+        .starts_with("30 errors in "));
+}
+
+#[tokio::test]
+async fn teams_cards_are_adaptive_cards_of_text_runs() {
+    let ch = channels();
+    for t in worst_cases(ChannelKind::Teams) {
+        let p = preview(&ch, &t, Some(NAME));
+        let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
+        assert_eq!(body["type"], "message");
+        let attachments = body["attachments"].as_array().expect("attachments");
+        assert_eq!(attachments.len(), 1);
+        assert_eq!(
+            attachments[0]["contentType"],
+            "application/vnd.microsoft.card.adaptive"
+        );
+        let card = &attachments[0]["content"];
+        assert_eq!(card["type"], "AdaptiveCard");
+        let blocks = card["body"].as_array().expect("body");
+        assert!(!blocks.is_empty());
+        for b in blocks {
+            // tenant text never in a TextBlock (which parses Markdown): only RichTextBlocks of TextRuns
+            assert_eq!(b["type"], "RichTextBlock", "{b}");
+            for run in b["inlines"].as_array().expect("inlines") {
+                assert_eq!(run["type"], "TextRun", "{run}");
+                assert!(!run["text"].as_str().unwrap_or_default().is_empty(), "{run}");
+            }
+        }
+        // Teams refuses cards over 28 KB
+        assert!(p.bodies[0].len() < 28 * 1024, "{} bytes", p.bodies[0].len());
+    }
+}
+
+#[tokio::test]
+async fn pagerduty_events_follow_the_events_api() {
+    let ch = channels();
+    for t in worst_cases(ChannelKind::Pagerduty) {
+        let mut t = t;
+        t.severity = Some(klaxon_core::Severity::Critical);
+        let p = preview(&ch, &t, Some(NAME));
+        let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
+        assert_eq!(body["routing_key"], ROUTING_KEY);
+        assert_eq!(body["event_action"], "trigger");
+        assert_eq!(body["dedup_key"], t.notification_id.as_str());
+        assert!(t.notification_id.len() <= 255);
+        let payload = &body["payload"];
+        assert_eq!(payload["severity"], "critical");
+        assert_eq!(payload["source"], NAME);
+        assert_eq!(payload["timestamp"], "2023-11-14T22:13:20.123Z");
+        let summary = payload["summary"].as_str().expect("summary");
+        assert!(
+            !summary.is_empty() && summary.chars().count() <= 1024,
+            "{}",
+            summary.chars().count()
+        );
+        let events = payload["custom_details"]["events"].as_array().expect("events");
+        assert!(!events.is_empty() && events.len() <= 20, "{}", events.len());
+        assert!(events[0]["count"].is_u64() && events[0]["groupHash"].is_string());
+    }
+    // the default severity
+    let t = task(ChannelKind::Pagerduty, Reason::New, &[("x", 1, None)]);
+    let body: serde_json::Value = serde_json::from_str(&preview(&ch, &t, None).bodies[0]).expect("json");
+    assert_eq!(body["payload"]["severity"], "error");
+    assert_eq!(body["payload"]["source"], PROJECT);
 }

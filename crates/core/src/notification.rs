@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::event::EventTask;
-use crate::rule::{ChannelKind, CompiledRule, Want, Window};
+use crate::rule::{ChannelKind, CompiledRule, Severity, Want, Window};
 
 /// Why a notification was produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -116,6 +116,8 @@ pub struct DigestWindow<'a> {
     pub endpoint: &'a str,
     /// The channel's digest period, seconds.
     pub min_period_s: u64,
+    /// The channel's severity (PagerDuty).
+    pub severity: Option<Severity>,
     /// When the window opened, unix ms on the Redis clock.
     pub window_start_ms: i64,
 }
@@ -181,6 +183,10 @@ pub struct NotificationTask {
     /// parks it again until then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub send_at_ms: Option<i64>,
+    /// PagerDuty only: the alert's severity from the rule (`channels.pagerduty.severity`); absent elsewhere and
+    /// from tasks of earlier versions (PagerDuty then gets `error`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub severity: Option<Severity>,
 }
 
 impl std::fmt::Debug for NotificationTask {
@@ -239,6 +245,7 @@ impl NotificationTask {
                 }],
                 text: None,
                 send_at_ms: None,
+                severity: ch.severity,
             })
             .collect();
         FiringTasks {
@@ -282,6 +289,7 @@ impl NotificationTask {
             events,
             text: None,
             send_at_ms: None,
+            severity: w.severity,
         }
     }
 }
@@ -352,6 +360,7 @@ mod tests {
                     kind: *kind,
                     endpoint: (*endpoint).to_owned(),
                     min_period_s: *min_period_s,
+                    severity: None,
                 })
                 .collect(),
             filter: TitleFilter::default(),
@@ -489,6 +498,7 @@ mod tests {
                     }],
                     text: None,
                     send_at_ms: None,
+                    severity: None,
                 })
                 .collect();
             assert_eq!(got.tasks, want_tasks, "{ctx}");
@@ -510,6 +520,7 @@ mod tests {
             channel: ChannelKind::Telegram,
             endpoint: "123",
             min_period_s: 60,
+            severity: None,
             window_start_ms: 1_700_000_000_000,
         };
         let id = notification_id("p1", "r1", "", "digest:1700000000000", ChannelKind::Telegram);
@@ -636,6 +647,7 @@ mod tests {
             }],
             text: None,
             send_at_ms: None,
+            severity: None,
         };
         let json = serde_json::to_string(&t).expect("serialize");
         assert!(

@@ -246,6 +246,7 @@ impl DirectRequest {
             }],
             text: self.text.clone(),
             send_at_ms: self.send_at_ms,
+            severity: None,
         }
     }
 }
