@@ -898,7 +898,11 @@ mod tests {
     #[test]
     fn pagerduty_api_is_checked() {
         let ok = pagerduty_check("https://user:pw@events.pagerduty.com");
-        assert!(ok.status == Status::Ok && !ok.detail.contains("pw"), "{}", ok.detail);
+        assert!(
+            ok.status == Status::Ok && !ok.detail.contains("pw"),
+            "{}",
+            ok.detail
+        );
         assert_eq!(ok.detail, "Events API https://events.pagerduty.com/v2/enqueue");
         for bad in ["events.pagerduty.com", "ftp://x", ""] {
             assert!(pagerduty_check(bad).status == Status::Fail, "{bad}");

@@ -16,7 +16,7 @@ use crate::limits::Limits;
 
 mod raw;
 
-pub use raw::{Channels, Field, RawChannel, RawRule, RuleId};
+pub use raw::{endpoint_problem, Channels, Field, RawChannel, RawRule, RuleId};
 
 /// The smallest `thresholdPeriod` accepted, in milliseconds.
 pub const MIN_PERIOD_MS: u64 = 1000;
