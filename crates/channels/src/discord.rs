@@ -91,7 +91,7 @@ fn cut(s: &str, max: usize) -> String {
 }
 
 /// The characters Discord counts towards [`DISCORD_TOTAL_MAX`] in one embed.
-pub(crate) fn embed_chars(embed: &Value) -> usize {
+fn embed_chars(embed: &Value) -> usize {
     ["/title", "/description", "/footer/text", "/author/name"]
         .iter()
         .filter_map(|p| embed.pointer(p).and_then(Value::as_str))
@@ -119,7 +119,7 @@ pub(crate) fn embeds(v: &View) -> Vec<Value> {
             .map(|l| markdown(l))
             .collect::<Vec<_>>()
             .join("\n");
-        escape_bounded_markdown(&text, DISCORD_DESCRIPTION_MAX)
+        cut_escaped(&text, DISCORD_DESCRIPTION_MAX)
     };
     let mut out = match v.kind {
         "direct" => {
@@ -215,11 +215,6 @@ fn cut_escaped(s: &str, max: usize) -> String {
     }
     out.push('…');
     out
-}
-
-/// [`cut_escaped`] for a description made of escaped tenant text and our Markdown.
-fn escape_bounded_markdown(s: &str, max: usize) -> String {
-    cut_escaped(s, max)
 }
 
 /// Keeps the message within [`DISCORD_TOTAL_MAX`] and [`DISCORD_EMBEDS_MAX`]: the limits of titles and
