@@ -223,6 +223,8 @@ pub fn parse() -> Cli {
 pub const DEFAULT_SMTP_URL: &str = "smtp://127.0.0.1:25";
 /// `--telegram-api`'s default.
 pub const DEFAULT_TELEGRAM_API: &str = "https://api.telegram.org";
+/// `--pagerduty-api`'s default.
+pub const DEFAULT_PAGERDUTY_API: &str = "https://events.pagerduty.com";
 
 /// Delivery settings shared by `klaxon run|sender` and `klaxon test-notify`. Secrets come from the
 /// environment only: `KLAXON_TELEGRAM_BOT_TOKEN`, `KLAXON_WEBHOOK_SECRET` and `KLAXON_WEBHOOK_SECRET_PREVIOUS`
@@ -232,6 +234,9 @@ pub struct DeliveryOpts {
     /// Telegram Bot API base URL.
     #[arg(long, env = "KLAXON_TELEGRAM_API", default_value = DEFAULT_TELEGRAM_API)]
     pub telegram_api: String,
+    /// PagerDuty Events API base URL: `pagerduty` channels POST to <URL>/v2/enqueue.
+    #[arg(long, env = "KLAXON_PAGERDUTY_API", default_value = DEFAULT_PAGERDUTY_API, value_name = "URL")]
+    pub pagerduty_api: String,
     /// SMTP server: smtp://host:port, smtp://host:port?tls=starttls, smtps://user:pass@host:port.
     #[arg(
         long,
@@ -319,6 +324,7 @@ impl DeliveryOpts {
     pub fn channels(&self) -> anyhow::Result<klaxon_channels::Channels> {
         klaxon_channels::Channels::new(klaxon_channels::ChannelsConfig {
             telegram_api: self.telegram_api.clone(),
+            pagerduty_api: self.pagerduty_api.clone(),
             telegram_bot_token: env_secret("KLAXON_TELEGRAM_BOT_TOKEN"),
             smtp_url: klaxon_channels::Secret::new(self.smtp_url.clone()),
             smtp_from: self.smtp_from.clone(),

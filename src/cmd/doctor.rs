@@ -73,6 +73,9 @@ pub struct DoctorArgs {
     /// Telegram Bot API base URL.
     #[arg(long, env = "KLAXON_TELEGRAM_API", default_value = DEFAULT_TELEGRAM_API)]
     pub telegram_api: String,
+    /// PagerDuty Events API base URL, as `klaxon run` has it.
+    #[arg(long, env = "KLAXON_PAGERDUTY_API", default_value = crate::cli::DEFAULT_PAGERDUTY_API, value_name = "URL")]
+    pub pagerduty_api: String,
     /// Where the workers put notifications, as `klaxon run --output` has it: with `hawk`, Hawk's
     /// `sender/<channel>` queues are checked for consumers too.
     #[arg(
@@ -176,6 +179,7 @@ pub async fn run(args: DoctorArgs, global: &GlobalOpts) -> anyhow::Result<ExitCo
     checks.push(smtp);
     checks.push(telegram_check(&args.telegram_api));
     checks.extend(action_links_check(args.public_url.as_deref()));
+    checks.push(pagerduty_check(&args.pagerduty_api));
 
     let format = args.output.format(Format::Json);
     let text = match format {
@@ -898,9 +902,40 @@ fn telegram_check(api: &str) -> Check {
     }
 }
 
+/// `--pagerduty-api` must be an http(s) URL with a host (the senders refuse to start otherwise); shown without
+/// credentials. Routing keys are per rule: `klaxon rules check` judges them.
+fn pagerduty_check(api: &str) -> Check {
+    match url::Url::parse(api.trim()) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => check(
+            Status::Ok,
+            "pagerduty",
+            format!("Events API {}://{}/v2/enqueue", u.scheme(), endpoint(api.trim())),
+        ),
+        _ => check(
+            Status::Fail,
+            "pagerduty",
+            "--pagerduty-api (KLAXON_PAGERDUTY_API) is not an http(s) URL with a host: the senders refuse to start",
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pagerduty_api_is_checked() {
+        let ok = pagerduty_check("https://user:pw@events.pagerduty.com");
+        assert!(
+            ok.status == Status::Ok && !ok.detail.contains("pw"),
+            "{}",
+            ok.detail
+        );
+        assert_eq!(ok.detail, "Events API https://events.pagerduty.com/v2/enqueue");
+        for bad in ["events.pagerduty.com", "ftp://x", ""] {
+            assert!(pagerduty_check(bad).status == Status::Fail, "{bad}");
+        }
+    }
 
     #[test]
     fn endpoints_never_show_credentials() {

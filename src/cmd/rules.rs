@@ -40,7 +40,9 @@ enum RulesCommand {
 Examples:
   klaxon rules add --project 5e3eef0679fa3700a0198a49 --only-new --email dev@example.com
   klaxon rules add --project 5e3eef0679fa3700a0198a49 --seen-more 100/1h --window sliding --telegram -100123 --min-period 1m
-  klaxon rules add --project 5e3eef0679fa3700a0198a49 --seen-more 50/1h --unique-users --webhook https://alerts.example.com/k --including db,timeout")]
+  klaxon rules add --project 5e3eef0679fa3700a0198a49 --seen-more 50/1h --unique-users --webhook https://alerts.example.com/k --including db,timeout
+  klaxon rules add --project 5e3eef0679fa3700a0198a49 --seen-more 500/5m --pagerduty $ROUTING_KEY --severity critical
+  klaxon rules add --project 5e3eef0679fa3700a0198a49 --only-new --discord https://discord.com/api/webhooks/123/abc")]
     Add(Box<AddArgs>),
     /// List stored rules with their status.
     #[command(after_help = "\
@@ -90,7 +92,7 @@ Examples:
 
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("kind").required(true).args(["seen_more", "only_new", "spike", "reappeared"])))]
-#[command(group(ArgGroup::new("channel").required(true).multiple(true).args(["slack", "telegram", "email", "webhook"])))]
+#[command(group(ArgGroup::new("channel").required(true).multiple(true).args(["slack", "telegram", "email", "webhook", "discord", "teams", "pagerduty"])))]
 struct AddArgs {
     /// Project id (24 hex characters).
     #[arg(long)]
@@ -134,6 +136,18 @@ struct AddArgs {
     /// Webhook URL.
     #[arg(long, value_name = "URL")]
     webhook: Option<String>,
+    /// Discord webhook URL (https://discord.com/api/webhooks/<id>/<token>).
+    #[arg(long, value_name = "URL")]
+    discord: Option<String>,
+    /// Microsoft Teams Workflows webhook URL (https; the retired Office 365 connector URLs do not work).
+    #[arg(long, value_name = "URL")]
+    teams: Option<String>,
+    /// PagerDuty Events API v2 routing key (the integration key, 32 characters).
+    #[arg(long, value_name = "ROUTING_KEY")]
+    pagerduty: Option<String>,
+    /// Severity of the PagerDuty alerts [default: error].
+    #[arg(long, requires = "pagerduty", value_parser = ["critical", "error", "warning", "info"])]
+    severity: Option<String>,
     /// Words (comma-separated), one of which the title must contain (case-insensitive).
     #[arg(long, value_delimiter = ',', value_name = "WORDS")]
     including: Vec<String>,

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use klaxon_channels::{redact_endpoint, test_task_for, TEST_PROJECT_ID};
-use klaxon_core::ChannelKind;
+use klaxon_core::{ChannelKind, Severity};
 use serde_json::json;
 
 use crate::cli::{DeliveryOpts, GlobalOpts};
@@ -20,14 +20,20 @@ Examples:
   klaxon test-notify --channel email --endpoint ops@example.com --smtp-url smtp://127.0.0.1:2525
   KLAXON_TELEGRAM_BOT_TOKEN=… klaxon test-notify --channel telegram --endpoint -100123
   klaxon test-notify --channel webhook --endpoint https://alerts.example.com/klaxon --json
-  klaxon test-notify --channel webhook --endpoint https://alerts.example.com/klaxon --project 5e3eef0679fa3700a0198a49")]
+  klaxon test-notify --channel webhook --endpoint https://alerts.example.com/klaxon --project 5e3eef0679fa3700a0198a49
+  klaxon test-notify --channel discord --endpoint https://discord.com/api/webhooks/123/abc
+  klaxon test-notify --channel teams --endpoint https://prod-00.westeurope.logic.azure.com/workflows/…
+  klaxon test-notify --channel pagerduty --endpoint $ROUTING_KEY --severity info")]
 pub struct TestNotifyArgs {
-    /// slack, telegram, email or webhook.
+    /// slack, telegram, email, webhook, loop, discord, teams or pagerduty.
     #[arg(long, value_parser = parse_channel)]
     pub channel: ChannelKind,
-    /// The endpoint: webhook URL, Telegram chat id, email address(es).
+    /// The endpoint: webhook URL, Telegram chat id, email address(es), PagerDuty routing key.
     #[arg(long, allow_hyphen_values = true)]
     pub endpoint: String,
+    /// Severity of a PagerDuty test alert: critical, error, warning or info [default: error].
+    #[arg(long, value_parser = parse_severity)]
+    pub severity: Option<Severity>,
     /// Send it as this project's (24-hex ObjectId): the notification names it, for receivers that route by
     /// project, and a webhook is signed with the project's secret for the endpoint (`klaxon webhook secret
     /// --project …`) [default: 000000000000000000000000, no real project: signed with the endpoint's project-less
@@ -43,8 +49,15 @@ pub struct TestNotifyArgs {
 }
 
 fn parse_channel(s: &str) -> Result<ChannelKind, String> {
-    ChannelKind::parse(s)
-        .ok_or_else(|| format!("unknown channel `{s}`: use slack, telegram, email or webhook"))
+    ChannelKind::parse(s).ok_or_else(|| {
+        format!(
+            "unknown channel `{s}`: use slack, telegram, email, webhook, loop, discord, teams or pagerduty"
+        )
+    })
+}
+
+fn parse_severity(s: &str) -> Result<Severity, String> {
+    Severity::parse(s).ok_or_else(|| format!("unknown severity `{s}`: use critical, error, warning or info"))
 }
 
 pub async fn run(args: TestNotifyArgs, _global: &GlobalOpts) -> anyhow::Result<ExitCode> {
@@ -52,7 +65,10 @@ pub async fn run(args: TestNotifyArgs, _global: &GlobalOpts) -> anyhow::Result<E
     klaxon_store::format::parse_object_id("project id", project)
         .map_err(|e| crate::exit::usage(e.to_string()))?;
     let channels = args.delivery.channels()?;
-    let task = test_task_for(args.channel, &args.endpoint, project);
+    let mut task = test_task_for(args.channel, &args.endpoint, project);
+    if args.channel == ChannelKind::Pagerduty {
+        task.severity = Some(args.severity.unwrap_or_default());
+    }
     let dest = redact_endpoint(args.channel, &args.endpoint);
     let channel = args.channel.to_string();
     match channels.deliver(&task).await {

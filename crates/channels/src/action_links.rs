@@ -164,6 +164,7 @@ mod tests {
             channel: klaxon_core::ChannelKind::Webhook,
             endpoint: "https://x.test/".into(),
             min_period_s: 0,
+            severity: None,
             fired_at_ms: 1_700_000_000_123,
             reason,
             events: (0..groups)

@@ -1,4 +1,5 @@
-//! Klaxon's delivery adapters: Slack, Telegram, email and signed webhooks.
+//! Klaxon's delivery adapters: Slack, Telegram, email, signed webhooks, Loop, Discord, Microsoft Teams and
+//! PagerDuty.
 //!
 //! ```text
 //! NotificationTask ──Channels::deliver──▶ render (minijinja templates in templates/, escaped per channel)
@@ -23,15 +24,18 @@
 #![deny(missing_docs)]
 
 pub mod action_links;
+mod discord;
 mod email;
 pub mod error;
 mod http_client;
 pub mod link;
 mod mattermost;
+mod pagerduty;
 pub mod render;
 pub mod safety;
 mod secret;
 mod slack;
+mod teams;
 mod telegram;
 pub mod webhook;
 
@@ -44,18 +48,23 @@ use lettre::{AsyncSmtpTransport, Tokio1Executor};
 use url::Url;
 
 pub use action_links::{ActionLink, ActionLinks, PublicUrl};
+pub use discord::{DISCORD_DESCRIPTION_MAX, DISCORD_EMBEDS_MAX, DISCORD_TITLE_MAX, DISCORD_TOTAL_MAX};
 pub use email::MAX_SUBJECT_CHARS;
 pub use error::{ChannelError, DeliveryError};
 pub use link::UrlTemplate;
+pub use pagerduty::PAGERDUTY_SUMMARY_MAX;
 pub use render::MessageContext;
 use secret::short_hash;
 pub use secret::{redact_endpoint, Secret};
+pub use teams::ADAPTIVE_CARD;
 
 /// Delivery settings, validated once by [`Channels::new`]. `Debug` shows no secret.
 #[derive(Debug, Clone)]
 pub struct ChannelsConfig {
     /// Telegram Bot API base URL (`--telegram-api`).
     pub telegram_api: String,
+    /// PagerDuty Events API base URL (`--pagerduty-api`): events are POSTed to `<it>/v2/enqueue`.
+    pub pagerduty_api: String,
     /// Telegram bot token (`KLAXON_TELEGRAM_BOT_TOKEN`); without it, chat-id deliveries fail permanently.
     pub telegram_bot_token: Option<Secret>,
     /// SMTP server URL (`--smtp-url`), see the forms in the `email` module docs: `smtp://host:port`,
@@ -75,11 +84,12 @@ pub struct ChannelsConfig {
 }
 
 impl Default for ChannelsConfig {
-    /// The defaults of the README's "Running" table: public Telegram API, `smtp://127.0.0.1:25`,
+    /// The defaults of the README's "Running" table: public Telegram and PagerDuty APIs, `smtp://127.0.0.1:25`,
     /// `klaxon@localhost`, private endpoints refused, 5 s connect and 10 s request timeouts.
     fn default() -> Self {
         ChannelsConfig {
             telegram_api: "https://api.telegram.org".into(),
+            pagerduty_api: "https://events.pagerduty.com".into(),
             telegram_bot_token: None,
             smtp_url: Secret::new("smtp://127.0.0.1:25"),
             smtp_from: "klaxon@localhost".into(),
@@ -96,8 +106,8 @@ impl Default for ChannelsConfig {
 pub struct Preview {
     /// The email subject (email only).
     pub subject: Option<String>,
-    /// Every body that would be sent, in order: the JSON request for Slack, Loop and webhooks, one request per
-    /// part for Telegram, the text and then the HTML part for email.
+    /// Every body that would be sent, in order: the JSON request for Slack, Loop, webhooks, Discord, Teams and
+    /// PagerDuty, one request per part for Telegram, the text and then the HTML part for email.
     pub bodies: Vec<String>,
 }
 
@@ -111,6 +121,7 @@ pub struct Delivered {
 struct Inner {
     cfg: ChannelsConfig,
     telegram_api: Url,
+    pagerduty_api: Url,
     from: Mailbox,
     http: http_client::Http,
     smtp: AsyncSmtpTransport<Tokio1Executor>,
@@ -147,6 +158,14 @@ impl Channels {
                 "must be an http(s) URL with a host".into(),
             ));
         }
+        let pagerduty_api =
+            Url::parse(cfg.pagerduty_api.trim()).map_err(|e| invalid("pagerduty_api", e.to_string()))?;
+        if !matches!(pagerduty_api.scheme(), "http" | "https") || pagerduty_api.host_str().is_none() {
+            return Err(invalid(
+                "pagerduty_api",
+                "must be an http(s) URL with a host".into(),
+            ));
+        }
         if cfg.connect_timeout.is_zero() || cfg.request_timeout.is_zero() {
             return Err(invalid("timeouts", "must be greater than zero".into()));
         }
@@ -163,6 +182,7 @@ impl Channels {
             inner: Arc::new(Inner {
                 cfg,
                 telegram_api,
+                pagerduty_api,
                 from,
                 http,
                 smtp,
@@ -238,6 +258,9 @@ impl Channels {
                 &webhook::webhook_body_with(task, ctx),
             )
             .into_owned()])),
+            ChannelKind::Discord => Ok(bodies(vec![self.discord_body(task, ctx)?])),
+            ChannelKind::Teams => Ok(bodies(vec![self.teams_body(task, ctx)?])),
+            ChannelKind::Pagerduty => Ok(bodies(vec![self.pagerduty_body(task, ctx)?])),
         }
     }
 
@@ -263,6 +286,13 @@ impl Channels {
                 ChannelKind::Telegram => self.deliver_telegram(task, ctx).await,
                 ChannelKind::Email => self.deliver_email(task, ctx).await,
                 ChannelKind::Webhook => self.deliver_webhook(task, ctx).await,
+                ChannelKind::Discord => self.deliver_discord(task, ctx).await,
+                // a Workflows webhook: one JSON POST to the endpoint, classified like Slack's
+                ChannelKind::Teams => {
+                    let body = || self.teams_body(task, ctx);
+                    self.inner.http.post_json_to_endpoint(task, body).await
+                }
+                ChannelKind::Pagerduty => self.deliver_pagerduty(task, ctx).await,
             }
         };
         let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -291,7 +321,8 @@ impl Channels {
 
     /// The rate-limit / dedup key of a task's destination, with the secret parts hashed:
     /// `telegram:chat:<hash>`, `telegram:<host>/<hash>` (notify-bot URL), `slack:<host>/<hash>`,
-    /// `webhook:<host>/<hash>`, `email:<domain>[,<domain>…]`.
+    /// `webhook:<host>/<hash>` (and likewise Loop, Discord, Teams), `pagerduty:<hash>` (the routing key),
+    /// `email:<domain>[,<domain>…]`.
     pub fn destination_key(task: &NotificationTask) -> String {
         let endpoint = task.endpoint.trim();
         match task.channel {
@@ -308,6 +339,7 @@ impl Channels {
             ChannelKind::Telegram if !endpoint.contains("://") => {
                 format!("telegram:chat:{}", short_hash(endpoint))
             }
+            ChannelKind::Pagerduty => format!("pagerduty:{}", short_hash(endpoint)),
             channel => match Url::parse(endpoint) {
                 Ok(url) => format!(
                     "{}:{}/{}",
@@ -321,13 +353,14 @@ impl Channels {
     }
 
     /// The breaker/bulkhead key of the host a task is delivered through: `host:<name>` for HTTP endpoints,
-    /// `telegram-api` for Bot API deliveries (all chats share it), `smtp` for email (all go through the one
-    /// SMTP server).
+    /// `telegram-api` for Bot API deliveries (all chats share it), `pagerduty-api` for PagerDuty (every routing
+    /// key goes through the one Events API), `smtp` for email (all go through the one SMTP server).
     pub fn host_key(task: &NotificationTask) -> String {
         let endpoint = task.endpoint.trim();
         match task.channel {
             ChannelKind::Email => "smtp".to_owned(),
             ChannelKind::Telegram if !endpoint.contains("://") => "telegram-api".to_owned(),
+            ChannelKind::Pagerduty => "pagerduty-api".to_owned(),
             _ => match Url::parse(endpoint) {
                 Ok(url) => format!("host:{}", url.host_str().unwrap_or("").to_ascii_lowercase()),
                 Err(_) => "host:invalid".to_owned(),
@@ -372,6 +405,7 @@ pub fn test_task_for(channel: ChannelKind, endpoint: &str, project_id: &str) -> 
         }],
         text: None,
         send_at_ms: None,
+        severity: None,
     }
 }
 
@@ -411,6 +445,18 @@ mod tests {
                 "SECRET@B.test, x@a.test",
                 "email:a.test,b.test",
                 "smtp",
+            ),
+            (
+                ChannelKind::Pagerduty,
+                "SECRETr3FPuDvNOTEDyQYCc7trBkym",
+                "pagerduty:",
+                "pagerduty-api",
+            ),
+            (
+                ChannelKind::Discord,
+                "https://discord.com/api/webhooks/1/SECRET",
+                "discord:discord.com/",
+                "host:discord.com",
             ),
         ];
         for (channel, endpoint, key_prefix, host) in table {
@@ -464,6 +510,10 @@ mod tests {
             },
             ChannelsConfig {
                 request_timeout: Duration::ZERO,
+                ..cfg.clone()
+            },
+            ChannelsConfig {
+                pagerduty_api: "events.pagerduty.com".into(),
                 ..cfg.clone()
             },
         ] {

@@ -61,6 +61,8 @@ pub(crate) struct ViewEvent {
     pub(crate) title: String,
     pub(crate) count: u64,
     pub(crate) url: Option<String>,
+    /// The group, as data (PagerDuty's `custom_details`); no template prints it.
+    pub(crate) group_hash: String,
 }
 
 /// What every template (and Slack's blocks) is rendered from. Tenant strings in it are revealed and bounded
@@ -290,6 +292,78 @@ pub fn slack_literal(s: &str) -> String {
     escape_chars(s, |chars, i, out| {
         out.push(chars[i]);
         if chars[i] == '<' || link_break_after(chars, i) {
+            out.push(WORD_JOINER);
+        }
+    })
+}
+
+/// Discord Markdown (embed titles and descriptions, and `content`). Discord's parser (simple-markdown) honours a
+/// backslash before any ASCII punctuation, so every character that can open markup gets one: `\ * _ ~ | ` > #
+/// - + [ ] ( ) < !` and `.` after the digits of a line start (no bold, italic, underline, strike, spoiler, code,
+/// quote, heading, list, masked link, `<@id>`/`<#id>`/`<t:…>` tag or custom emoji). `@` gets a word joiner
+/// after it, so `@everyone`, `@here` and `@name` stay text even in a client that ignores `allowed_mentions`
+/// (every message is also sent with `allowed_mentions: {"parse": []}`, which stops any ping server-side).
+/// `:` followed by anything but white space gets a word joiner (no `https://…` autolink, no `:emoji:`), as
+/// for Loop, and so does the `.` of `www.`.
+pub fn escape_discord(s: &str) -> String {
+    escape_chars(s, |chars, i, out| {
+        let c = chars[i];
+        match c {
+            '\\' | '*' | '_' | '~' | '|' | '`' | '>' | '#' | '-' | '+' | '[' | ']' | '(' | ')' | '<'
+            | '!' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '.' if digits_from_line_start(chars, i) => {
+                out.push('\\');
+                out.push('.');
+            }
+            '@' => {
+                out.push('@');
+                out.push(WORD_JOINER);
+            }
+            c => {
+                out.push(c);
+                if link_break_after(chars, i) {
+                    out.push(WORD_JOINER);
+                }
+            }
+        }
+    })
+}
+
+/// True when `chars[..i]` since the last line start is one or more ASCII digits (`1.` opens a list there).
+fn digits_from_line_start(chars: &[char], i: usize) -> bool {
+    let digits = chars[..i].iter().rev().take_while(|c| c.is_ascii_digit()).count();
+    digits > 0 && (digits == i || chars[i - digits - 1] == '\n')
+}
+
+/// [`escape_discord`] of `s`, cut to at most `max` characters (then `…`) without splitting an escape: a cut
+/// that would leave a lone backslash drops it.
+pub fn escape_discord_bounded(s: &str, max: usize) -> String {
+    let escaped = escape_discord(s);
+    if escaped.chars().count() <= max {
+        return escaped;
+    }
+    let mut cut: String = escaped.chars().take(max.saturating_sub(1)).collect();
+    // an odd run of trailing backslashes ends in half an escape
+    let trailing = cut.chars().rev().take_while(|c| *c == '\\').count();
+    if trailing % 2 == 1 {
+        cut.pop();
+    }
+    cut.push('…');
+    cut
+}
+
+/// Microsoft Teams: tenant text goes in Adaptive Card `TextRun`s of `RichTextBlock`s, which the Adaptive Cards
+/// schema says take no Markdown ("Text to display. Markdown is not supported."), so `**`, `_`, `[x](url)`, lists
+/// and headings stay text; HTML is never rendered in Adaptive Cards. Mentions need an `<at>…</at>` tag *and* a
+/// `msteams.entities` entry, which Klaxon never sends. Belt and braces, in case a client parses runs after all:
+/// a word joiner after `@` and `<` (no `<at>`), and the link breaks of [`escape_loop`] (`https:⁠//`, `www⁠.`).
+pub fn teams_literal(s: &str) -> String {
+    escape_chars(s, |chars, i, out| {
+        out.push(chars[i]);
+        if matches!(chars[i], '@' | '<') || link_break_after(chars, i) {
             out.push(WORD_JOINER);
         }
     })
@@ -598,6 +672,7 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>) -> View {
                 title: bounded_line(&e.title, title_max),
                 count: e.count,
                 url: link(e),
+                group_hash: e.group_hash.clone(),
             })
             .collect(),
         more,
@@ -763,6 +838,7 @@ mod tests {
                 .collect(),
             text: None,
             send_at_ms: None,
+            severity: None,
         }
     }
 
@@ -950,6 +1026,54 @@ mod tests {
         for (input, text, literal) in table {
             assert_eq!(shown(&escape_slack_text(input)), *text, "{input:?}");
             assert_eq!(shown(&slack_literal(input)), *literal, "{input:?}");
+        }
+    }
+
+    /// Discord: input → exactly what is sent (`⁀` = U+2060 WORD JOINER).
+    #[test]
+    fn discord_escaping_table() {
+        let table: &[(&str, &str)] = &[
+            ("plain TypeError x is undefined", "plain TypeError x is undefined"),
+            ("@everyone @here @bob", "@⁀everyone @⁀here @⁀bob"),
+            (
+                "<@123> <@&456> <#789> <t:1700000000:R>",
+                "\\<@⁀123\\> \\<@⁀&456\\> \\<\\#789\\> \\<t:⁀1700000000:⁀R\\>",
+            ),
+            (
+                "**b** *i* __u__ ~~s~~ ||sp|| `c`",
+                "\\*\\*b\\*\\* \\*i\\* \\_\\_u\\_\\_ \\~\\~s\\~\\~ \\|\\|sp\\|\\| \\`c\\`",
+            ),
+            ("[x](https://evil.example)", "\\[x\\]\\(https:⁀//evil.example\\)"),
+            ("# h", "\\# h"),
+            ("- l", "\\- l"),
+            ("> q", "\\> q"),
+            ("1. one", "1\\. one"),
+            ("v1.2 x", "v1.2 x"),
+            (":fire: 12:30", ":⁀fire: 12:⁀30"),
+            ("C:\\x", "C:⁀\\\\x"),
+            ("www.evil.example", "www⁀.evil.example"),
+        ];
+        for (input, want) in table {
+            assert_eq!(shown(&escape_discord(input)), *want, "{input:?}");
+        }
+        let long = "*".repeat(300);
+        let cut = escape_discord_bounded(&long, 256);
+        assert!(cut.chars().count() <= 256 && cut.ends_with('…'), "{cut}");
+        assert!(!cut.trim_end_matches('…').ends_with("\\*\\") && cut.trim_end_matches('…').ends_with("\\*"));
+    }
+
+    #[test]
+    fn teams_escaping_table() {
+        let table: &[(&str, &str)] = &[
+            ("**b** _i_ [x](y) # h", "**b** _i_ [x](y) # h"),
+            ("<at>Bob</at> @bob", "<⁀at>Bob<⁀/at> @⁀bob"),
+            (
+                "https://evil.example www.evil.example",
+                "https:⁀//evil.example www⁀.evil.example",
+            ),
+        ];
+        for (input, want) in table {
+            assert_eq!(shown(&teams_literal(input)), *want, "{input:?}");
         }
     }
 

@@ -56,7 +56,8 @@ pub(crate) fn short_hash(s: &str) -> String {
 /// URLs keep only scheme and host, plus a fingerprint of the whole endpoint (`https://hooks.slack.com/…#a1b2c3`):
 /// paths and queries of webhook URLs are bearer secrets, and without the fingerprint every Slack webhook would
 /// look the same. Telegram chat ids keep their first and last two characters, email addresses the first character
-/// of the local part and the domain (`j…@example.com`).
+/// of the local part and the domain (`j…@example.com`). A PagerDuty routing key is only its fingerprint
+/// (`routing key …#a1b2c3`).
 ///
 /// The fingerprint is the first 6 hex digits (24 bits) of the SHA-256 of the whole endpoint, unkeyed, so every
 /// process of a fleet and every later run shows the same one for the same endpoint (the trail, logs, `dead list`
@@ -66,6 +67,11 @@ pub(crate) fn short_hash(s: &str) -> String {
 /// addresses, which are guessable: a hash of those could be confirmed by trying candidates.
 pub fn redact_endpoint(channel: ChannelKind, endpoint: &str) -> String {
     let endpoint = endpoint.trim();
+    if channel == ChannelKind::Pagerduty {
+        // a routing key is a bearer secret of 32 random characters: shown as its fingerprint only, like a URL's
+        // secret path (and never as a URL, whatever it looks like)
+        return format!("routing key …#{}", fingerprint(endpoint));
+    }
     if let Ok(url) = url::Url::parse(endpoint) {
         if let Some(host) = url.host_str() {
             // bounded: an endpoint is a tenant's input (a 60,000-character hostname must not make a log line that
@@ -90,7 +96,12 @@ fn redact_other(channel: ChannelKind, endpoint: &str) -> String {
             .collect::<Vec<_>>()
             .join(", "),
         ChannelKind::Telegram => mask_middle(endpoint),
-        ChannelKind::Slack | ChannelKind::Webhook | ChannelKind::Loop => "<invalid url>".to_owned(),
+        ChannelKind::Slack
+        | ChannelKind::Webhook
+        | ChannelKind::Loop
+        | ChannelKind::Discord
+        | ChannelKind::Teams => "<invalid url>".to_owned(),
+        ChannelKind::Pagerduty => format!("routing key …#{}", fingerprint(endpoint)),
     }
 }
 
@@ -150,6 +161,21 @@ mod tests {
                 ChannelKind::Email,
                 "john@example.com, ann@corp.test",
                 "j…@example.com, a…@corp.test",
+            ),
+            (
+                ChannelKind::Pagerduty,
+                "SECRETr3FPuDvNOTEDyQYCc7trBkym",
+                "routing key …#cf55f8",
+            ),
+            (
+                ChannelKind::Pagerduty,
+                "https://SECRET.example/x",
+                "routing key …#798739",
+            ),
+            (
+                ChannelKind::Discord,
+                "https://discord.com/api/webhooks/123/SECRET",
+                "https://discord.com/…#b0abbc",
             ),
         ];
         for (channel, endpoint, want) in table {

@@ -19,7 +19,7 @@ use crate::render::{slack_literal, MessageContext, View, SLACK, SLACK_SECTION_MA
 use crate::{Channels, DeliveryError};
 
 /// One piece of a line of a Slack message.
-enum Piece {
+pub(crate) enum Piece {
     /// Our words.
     Ours(String),
     /// Our words, bold.
@@ -62,7 +62,7 @@ impl Piece {
     }
 
     /// Slack refuses empty `text` elements.
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         match self {
             Piece::Ours(t) | Piece::Bold(t) | Piece::Italic(t) | Piece::Tenant { text: t, .. } => {
                 t.is_empty()
@@ -73,7 +73,7 @@ impl Piece {
 }
 
 /// The lines of the message, as the other channels' templates say it.
-fn lines(v: &View) -> Vec<Vec<Piece>> {
+pub(crate) fn lines(v: &View) -> Vec<Vec<Piece>> {
     let tenant = |text: &str| Piece::Tenant {
         text: text.to_owned(),
         bold: false,

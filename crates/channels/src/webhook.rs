@@ -450,6 +450,7 @@ mod tests {
             channel: klaxon_core::ChannelKind::Webhook,
             endpoint: "https://h.example/x".into(),
             min_period_s: 0,
+            severity: None,
             fired_at_ms: 1_000_000,
             reason,
             events: vec![NotificationEvent {

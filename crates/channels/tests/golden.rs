@@ -23,13 +23,18 @@ const HOSTILE: &str = "boom @channel @all @here <!channel> <@U123> *bold* _it_ ~
 /// A project name that tries the same.
 const HOSTILE_NAME: &str = "@here *Acme* <!channel> [p](https://evil.example)";
 /// The channels with golden files.
-const CHANNELS: [ChannelKind; 5] = [
+const CHANNELS: [ChannelKind; 8] = [
     ChannelKind::Slack,
     ChannelKind::Telegram,
     ChannelKind::Email,
     ChannelKind::Loop,
     ChannelKind::Webhook,
+    ChannelKind::Discord,
+    ChannelKind::Teams,
+    ChannelKind::Pagerduty,
 ];
+/// A routing key of the Events API v2's shape.
+const ROUTING_KEY: &str = "r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE";
 
 /// The action-link key of these tests (`KLAXON_ACTION_KEY`).
 const ACTION_KEY: &str = "golden-action-key-0123456789abcdef";
@@ -60,6 +65,9 @@ fn task(channel: ChannelKind, reason: Reason, events: &[(&str, u64, Option<&str>
             ChannelKind::Email => "ops@example.com".into(),
             ChannelKind::Telegram => "-1001234567890".into(),
             ChannelKind::Loop => "https://loop.example.com/hooks/X".into(),
+            ChannelKind::Discord => "https://discord.com/api/webhooks/123456789/X".into(),
+            ChannelKind::Teams => "https://prod-00.westeurope.logic.azure.com/workflows/X".into(),
+            ChannelKind::Pagerduty => ROUTING_KEY.into(),
             _ => "https://hooks.example.com/services/T/B/X".into(),
         },
         min_period_s: 300,
@@ -77,6 +85,7 @@ fn task(channel: ChannelKind, reason: Reason, events: &[(&str, u64, Option<&str>
             .collect(),
         text: None,
         send_at_ms: None,
+        severity: None,
     }
 }
 
@@ -474,7 +483,6 @@ async fn action_links_render_natively_on_every_channel() {
     for channel in CHANNELS {
         let (_, t) = cases(channel).remove(0);
         let p = preview(&ch, &t, Some(NAME));
-        #[allow(unreachable_patterns)] // channels added later need a check here
         let urls: Vec<String> = match channel {
             ChannelKind::Slack => {
                 let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
@@ -538,7 +546,42 @@ async fn action_links_render_natively_on_every_channel() {
                     .map(|a| a["url"].as_str().expect("url").to_owned())
                     .collect()
             }
-            other => panic!("no check for {other}"),
+            ChannelKind::Discord => {
+                let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
+                let embeds = body["embeds"].as_array().expect("embeds");
+                let last = embeds.last().expect("an embed")["description"]
+                    .as_str()
+                    .expect("the links' embed");
+                assert!(
+                    last.contains(&format!("[Mute this error for 1 h]({PUBLIC_URL}/a/")),
+                    "{last}"
+                );
+                links_in(last)
+            }
+            ChannelKind::Teams => {
+                let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
+                let actions = body["attachments"][0]["content"]["actions"]
+                    .as_array()
+                    .expect("card actions");
+                actions
+                    .iter()
+                    .map(|a| {
+                        assert_eq!(a["type"], "Action.OpenUrl");
+                        a["url"].as_str().expect("url").to_owned()
+                    })
+                    .collect()
+            }
+            ChannelKind::Pagerduty => {
+                let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
+                body["links"]
+                    .as_array()
+                    .expect("links")
+                    .iter()
+                    .filter_map(|l| l["href"].as_str())
+                    .filter(|h| h.starts_with(PUBLIC_URL))
+                    .map(str::to_owned)
+                    .collect()
+            }
         };
         assert_eq!(urls.len(), 4, "{channel}: {urls:?}");
         for (url, (action, group)) in urls.iter().zip(want) {
@@ -553,5 +596,190 @@ async fn action_links_render_natively_on_every_channel() {
             check(url, Action::MuteRule1h, None);
         }
         assert!(!text.contains("Mute this error"), "{channel}: {text}");
+    }
+}
+
+#[tokio::test]
+async fn discord_embeds_stay_within_discord_limits() {
+    let ch = channels();
+    let long_title = "T".repeat(300);
+    let fifteen: Vec<String> = (0..15)
+        .map(|i| format!("Error {i} {}", "é".repeat(290)))
+        .collect();
+    let mut tasks = worst_cases(ChannelKind::Discord);
+    tasks.push(task(ChannelKind::Discord, Reason::New, &[(&long_title, 1, None)]));
+    tasks.push(task(
+        ChannelKind::Discord,
+        Reason::Threshold {
+            threshold: 5,
+            period_ms: 60_000,
+            window: Window::Fixed,
+        },
+        &[(&long_title, 5, None)],
+    ));
+    tasks.push(task(
+        ChannelKind::Discord,
+        Reason::Digest { min_period_s: 60 },
+        &fifteen
+            .iter()
+            .map(|t| (t.as_str(), 2, Some("r")))
+            .collect::<Vec<_>>(),
+    ));
+    let mut direct = task(ChannelKind::Discord, Reason::Direct, &[(&long_title, 1, None)]);
+    direct.text = Some("<&\">*".repeat(2000));
+    tasks.push(direct);
+    for t in &tasks {
+        let p = preview(&ch, t, Some(&"N".repeat(500)));
+        let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
+        assert_eq!(body["allowed_mentions"], serde_json::json!({"parse": []}));
+        let embeds = body["embeds"].as_array().expect("embeds");
+        assert!(
+            !embeds.is_empty() && embeds.len() <= 10,
+            "{} embeds",
+            embeds.len()
+        );
+        let mut total = 0;
+        for e in embeds {
+            let count = |p: &str| {
+                e.pointer(p)
+                    .and_then(|v| v.as_str())
+                    .map_or(0, |s| s.chars().count())
+            };
+            let (title, description, footer) =
+                (count("/title"), count("/description"), count("/footer/text"));
+            assert!(title > 0 && title <= 256, "title {title}");
+            assert!(description <= 4096, "description {description}");
+            assert!(footer <= 2048, "footer {footer}");
+            total += title + description + footer;
+        }
+        assert!(total <= 6000, "total {total}");
+    }
+    // a 300-character title is cut to 256 (with the ellipsis)
+    let p = preview(&ch, &tasks[4], None);
+    let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
+    let title = body["embeds"][0]["title"].as_str().expect("title");
+    assert_eq!(title.chars().count(), 256);
+    assert!(title.ends_with('…'));
+    // 15 groups: the header, 7 groups, "and 8 more" and the action links' embed (without links, 8 groups and
+    // "and 7 more")
+    let p = preview(&ch, &tasks[5], None);
+    let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
+    let embeds = body["embeds"].as_array().expect("embeds");
+    assert_eq!(embeds.len(), 10);
+    assert_eq!(embeds[8]["title"], "and 8 more");
+    assert_eq!(embeds[9]["title"], "Actions");
+    let plain = common::channels(common::config("http://127.0.0.1:9"));
+    let p = preview(&plain, &tasks[5], None);
+    let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
+    let embeds = body["embeds"].as_array().expect("embeds");
+    assert_eq!(embeds.len(), 10);
+    assert_eq!(embeds[9]["title"], "and 7 more");
+    assert!(embeds[0]["title"]
+        .as_str()
+        .expect("header")
+        .starts_with("30 errors in "));
+}
+
+#[tokio::test]
+async fn teams_cards_are_adaptive_cards_of_text_runs() {
+    let ch = channels();
+    for t in worst_cases(ChannelKind::Teams) {
+        let p = preview(&ch, &t, Some(NAME));
+        let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
+        assert_eq!(body["type"], "message");
+        let attachments = body["attachments"].as_array().expect("attachments");
+        assert_eq!(attachments.len(), 1);
+        assert_eq!(
+            attachments[0]["contentType"],
+            "application/vnd.microsoft.card.adaptive"
+        );
+        let card = &attachments[0]["content"];
+        assert_eq!(card["type"], "AdaptiveCard");
+        let blocks = card["body"].as_array().expect("body");
+        assert!(!blocks.is_empty());
+        for b in blocks {
+            // tenant text never in a TextBlock (which parses Markdown): only RichTextBlocks of TextRuns
+            assert_eq!(b["type"], "RichTextBlock", "{b}");
+            for run in b["inlines"].as_array().expect("inlines") {
+                assert_eq!(run["type"], "TextRun", "{run}");
+                assert!(!run["text"].as_str().unwrap_or_default().is_empty(), "{run}");
+            }
+        }
+        // Teams refuses cards over 28 KB
+        assert!(p.bodies[0].len() < 28 * 1024, "{} bytes", p.bodies[0].len());
+    }
+}
+
+#[tokio::test]
+async fn pagerduty_events_follow_the_events_api() {
+    let ch = channels();
+    for t in worst_cases(ChannelKind::Pagerduty) {
+        let mut t = t;
+        t.severity = Some(klaxon_core::Severity::Critical);
+        let p = preview(&ch, &t, Some(NAME));
+        let body: serde_json::Value = serde_json::from_str(&p.bodies[0]).expect("json");
+        assert_eq!(body["routing_key"], ROUTING_KEY);
+        assert_eq!(body["event_action"], "trigger");
+        assert_eq!(body["dedup_key"], t.notification_id.as_str());
+        assert!(t.notification_id.len() <= 255);
+        let payload = &body["payload"];
+        assert_eq!(payload["severity"], "critical");
+        assert_eq!(payload["source"], NAME);
+        assert_eq!(payload["timestamp"], "2023-11-14T22:13:20.123Z");
+        let summary = payload["summary"].as_str().expect("summary");
+        assert!(
+            !summary.is_empty() && summary.chars().count() <= 1024,
+            "{}",
+            summary.chars().count()
+        );
+        let events = payload["custom_details"]["events"].as_array().expect("events");
+        assert!(!events.is_empty() && events.len() <= 20, "{}", events.len());
+        assert!(events[0]["count"].is_u64() && events[0]["groupHash"].is_string());
+    }
+    // the default severity
+    let t = task(ChannelKind::Pagerduty, Reason::New, &[("x", 1, None)]);
+    let body: serde_json::Value = serde_json::from_str(&preview(&ch, &t, None).bodies[0]).expect("json");
+    assert_eq!(body["payload"]["severity"], "error");
+    assert_eq!(body["payload"]["source"], PROJECT);
+}
+
+/// SPIKE and REAPPEARED say their numbers on the channels that build their own bodies (Discord embeds, Teams
+/// cards, PagerDuty's summary), not a digest's wording.
+#[tokio::test]
+async fn spike_and_reappeared_say_their_numbers_on_discord_teams_and_pagerduty() {
+    let ch = channels();
+    let spike = Reason::Spike {
+        period_ms: 3_600_000,
+        baseline_windows: 24,
+        factor_milli: 5000,
+        threshold: 10,
+        baseline_sum: 480,
+        baseline_buckets: 24,
+        needed: 100,
+    };
+    let back = Reason::Reappeared {
+        quiet_period_ms: 7 * 86_400_000,
+        last_seen_ms: Some(1_700_000_000_000 - 12 * 86_400_000),
+    };
+    for channel in [ChannelKind::Discord, ChannelKind::Teams, ChannelKind::Pagerduty] {
+        for (reason, count, what, says) in [
+            (
+                spike.clone(),
+                312,
+                "Spike in ",
+                "312 in the last hour, usually ~20 (15.6×)",
+            ),
+            (back.clone(), 1, "Reappeared in ", "back after 12 days quiet"),
+        ] {
+            let mut t = task(channel, reason, &[("TypeError: boom", count, None)]);
+            t.min_period_s = 0;
+            let text = as_text(&preview(&ch, &t, Some("Acme")));
+            assert!(text.contains(what), "{channel}: {text}");
+            assert!(text.contains(says), "{channel}: {text}");
+            assert!(
+                !text.contains("errors in"),
+                "{channel}: not a digest's words: {text}"
+            );
+        }
     }
 }

@@ -34,7 +34,14 @@ async fn default_config_refuses_internal_addresses_without_sending() {
         "http://[64:ff9b::7f00:1]/h".to_owned(),
     ];
     for endpoint in &endpoints {
-        for channel in [ChannelKind::Webhook, ChannelKind::Slack, ChannelKind::Telegram] {
+        for channel in [
+            ChannelKind::Webhook,
+            ChannelKind::Slack,
+            ChannelKind::Telegram,
+            ChannelKind::Loop,
+            ChannelKind::Discord,
+            ChannelKind::Teams,
+        ] {
             let t = task(channel, endpoint, Reason::New, &[("x", 1)]);
             let err = ch.deliver(&t).await.expect_err(endpoint);
             eprintln!("{err:?}");
@@ -50,6 +57,21 @@ async fn default_config_refuses_internal_addresses_without_sending() {
         .expect_err("loopback telegram api");
     assert!(!err.is_transient() && err.reason().contains("refused"), "{err}");
     assert_secret_free(&err);
+    // and so is the PagerDuty API URL (here the loopback sink as well)
+    let err = ch
+        .deliver(&task(
+            ChannelKind::Pagerduty,
+            "r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE",
+            Reason::New,
+            &[("x", 1)],
+        ))
+        .await
+        .expect_err("loopback pagerduty api");
+    assert!(!err.is_transient() && err.reason().contains("refused"), "{err}");
+    assert!(
+        !err.reason().contains("r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE"),
+        "{err}"
+    );
     assert_eq!(sink.count(), 0, "no request reached the sink");
 }
 

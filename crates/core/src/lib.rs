@@ -38,5 +38,6 @@ pub use notification::{
 };
 pub use rule::{
     parse_rule_value, parse_rule_value_with, rule_problems, ChannelConfig, ChannelKind, CompiledRule,
-    ProjectRules, RawRule, RuleDefaults, RuleProblem, Skip, Spike, Unevaluated, Want, WhatToReceive, Window,
+    ProjectRules, RawRule, RuleDefaults, RuleProblem, Severity, Skip, Spike, Unevaluated, Want,
+    WhatToReceive, Window,
 };

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::event::EventTask;
-use crate::rule::{ChannelKind, CompiledRule, Want, Window};
+use crate::rule::{ChannelKind, CompiledRule, Severity, Want, Window};
 
 /// Why a notification was produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -212,6 +212,8 @@ pub struct DigestWindow<'a> {
     pub endpoint: &'a str,
     /// The channel's digest period, seconds.
     pub min_period_s: u64,
+    /// The channel's severity (PagerDuty).
+    pub severity: Option<Severity>,
     /// When the window opened, unix ms on the Redis clock.
     pub window_start_ms: i64,
 }
@@ -277,6 +279,10 @@ pub struct NotificationTask {
     /// parks it again until then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub send_at_ms: Option<i64>,
+    /// PagerDuty only: the alert's severity from the rule (`channels.pagerduty.severity`); absent elsewhere and
+    /// from tasks of earlier versions (PagerDuty then gets `error`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub severity: Option<Severity>,
 }
 
 impl std::fmt::Debug for NotificationTask {
@@ -335,6 +341,7 @@ impl NotificationTask {
                 }],
                 text: None,
                 send_at_ms: None,
+                severity: ch.severity,
             })
             .collect();
         FiringTasks {
@@ -378,6 +385,7 @@ impl NotificationTask {
             events,
             text: None,
             send_at_ms: None,
+            severity: w.severity,
         }
     }
 }
@@ -448,6 +456,7 @@ mod tests {
                     kind: *kind,
                     endpoint: (*endpoint).to_owned(),
                     min_period_s: *min_period_s,
+                    severity: None,
                 })
                 .collect(),
             filter: TitleFilter::default(),
@@ -586,6 +595,7 @@ mod tests {
                     }],
                     text: None,
                     send_at_ms: None,
+                    severity: None,
                 })
                 .collect();
             assert_eq!(got.tasks, want_tasks, "{ctx}");
@@ -607,6 +617,7 @@ mod tests {
             channel: ChannelKind::Telegram,
             endpoint: "123",
             min_period_s: 60,
+            severity: None,
             window_start_ms: 1_700_000_000_000,
         };
         let id = notification_id("p1", "r1", "", "digest:1700000000000", ChannelKind::Telegram);
@@ -733,6 +744,7 @@ mod tests {
             }],
             text: None,
             send_at_ms: None,
+            severity: None,
         };
         let json = serde_json::to_string(&t).expect("serialize");
         assert!(

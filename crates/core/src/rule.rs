@@ -16,7 +16,7 @@ use crate::limits::Limits;
 
 mod raw;
 
-pub use raw::{Channels, Field, RawChannel, RawRule, RuleId};
+pub use raw::{endpoint_problem, Channels, Field, RawChannel, RawRule, RuleId};
 
 /// The smallest `thresholdPeriod` accepted, in milliseconds.
 pub const MIN_PERIOD_MS: u64 = 1000;
@@ -185,16 +185,25 @@ pub enum ChannelKind {
     Webhook,
     /// Hawk's `loop`: a Mattermost-compatible incoming webhook (`{"text": …}`, Markdown).
     Loop,
+    /// Discord incoming webhook (embeds, mentions off).
+    Discord,
+    /// Microsoft Teams through a Workflows (Power Automate) webhook, with an Adaptive Card.
+    Teams,
+    /// PagerDuty Events API v2: the endpoint is the integration's routing key.
+    Pagerduty,
 }
 
 impl ChannelKind {
     /// Every channel, in a stable order.
-    pub const ALL: [ChannelKind; 5] = [
+    pub const ALL: [ChannelKind; 8] = [
         ChannelKind::Email,
         ChannelKind::Telegram,
         ChannelKind::Slack,
         ChannelKind::Webhook,
         ChannelKind::Loop,
+        ChannelKind::Discord,
+        ChannelKind::Teams,
+        ChannelKind::Pagerduty,
     ];
 
     /// The key used in Hawk's `channels` object and in queue names.
@@ -205,6 +214,9 @@ impl ChannelKind {
             ChannelKind::Slack => "slack",
             ChannelKind::Webhook => "webhook",
             ChannelKind::Loop => "loop",
+            ChannelKind::Discord => "discord",
+            ChannelKind::Teams => "teams",
+            ChannelKind::Pagerduty => "pagerduty",
         }
     }
 
@@ -220,15 +232,63 @@ impl fmt::Display for ChannelKind {
     }
 }
 
+/// A PagerDuty alert's severity (`channels.pagerduty.severity`; the Events API v2 `payload.severity`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// `critical`.
+    Critical,
+    /// `error`, the default.
+    #[default]
+    Error,
+    /// `warning`.
+    Warning,
+    /// `info`.
+    Info,
+}
+
+impl Severity {
+    /// Every severity, most severe first.
+    pub const ALL: [Severity; 4] = [
+        Severity::Critical,
+        Severity::Error,
+        Severity::Warning,
+        Severity::Info,
+    ];
+
+    /// The value PagerDuty takes (and rules store).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Critical => "critical",
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+            Severity::Info => "info",
+        }
+    }
+
+    /// Parses a stored value.
+    pub fn parse(s: &str) -> Option<Self> {
+        Severity::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One enabled channel of a rule.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ChannelConfig {
     /// Which channel.
     pub kind: ChannelKind,
-    /// Where to: webhook URL, chat id, comma-separated addresses.
+    /// Where to: webhook URL, chat id, comma-separated addresses, PagerDuty routing key.
     pub endpoint: String,
     /// Digest period in seconds; 0 = send each firing on its own.
     pub min_period_s: u64,
+    /// PagerDuty only: the alert's severity (`channels.pagerduty.severity`); `None` elsewhere.
+    pub severity: Option<Severity>,
 }
 
 impl fmt::Debug for ChannelConfig {
@@ -238,6 +298,7 @@ impl fmt::Debug for ChannelConfig {
             .field("kind", &self.kind)
             .field("endpoint", &"<redacted>")
             .field("min_period_s", &self.min_period_s)
+            .field("severity", &self.severity)
             .finish()
     }
 }
@@ -1180,6 +1241,7 @@ mod tests {
             kind: ChannelKind::Slack,
             endpoint: "https://hooks.slack.com/services/SECRET".into(),
             min_period_s: 0,
+            severity: None,
         };
         assert!(!format!("{c:?}").contains("SECRET"));
     }

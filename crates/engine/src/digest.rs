@@ -86,6 +86,8 @@ struct Flush {
     channel: ChannelKind,
     endpoint: String,
     min_period_s: u64,
+    /// The channel's severity (PagerDuty; absent in flush messages of earlier versions).
+    severity: Option<klaxon_core::Severity>,
     window_start_ms: i64,
 }
 
@@ -110,6 +112,9 @@ impl Flush {
         if let Some(name) = &self.project_name {
             v["projectName"] = Value::from(name.as_str());
         }
+        if let Some(severity) = self.severity {
+            v["severity"] = Value::from(severity.as_str());
+        }
         v.to_string().into_bytes()
     }
 
@@ -132,6 +137,10 @@ impl Flush {
             rule_id: s("ruleId")?,
             channel,
             endpoint: s("endpoint")?,
+            severity: s("severity")
+                .ok()
+                .as_deref()
+                .and_then(klaxon_core::Severity::parse),
             min_period_s: v
                 .get("minPeriodS")
                 .and_then(Value::as_u64)
@@ -168,6 +177,7 @@ impl Flush {
             channel: self.channel,
             endpoint: &self.endpoint,
             min_period_s: self.min_period_s,
+            severity: self.severity,
             window_start_ms: self.window_start_ms,
         }
     }
@@ -240,6 +250,7 @@ fn after_append<'a>(
                 channel: t.channel,
                 endpoint: t.endpoint.clone(),
                 min_period_s: t.min_period_s,
+                severity: t.severity,
                 window_start_ms: answer.window_start_ms,
             };
             out.flushes
@@ -389,6 +400,7 @@ mod tests {
             channel: ChannelKind::Telegram,
             endpoint: "123".into(),
             min_period_s: 60,
+            severity: None,
             window_start_ms: 1_700_000_000_000,
         }
     }

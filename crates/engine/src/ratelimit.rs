@@ -8,8 +8,8 @@
 //! across processes, and an over-limit task is delayed, never dropped.
 //!
 //! Limits (messages per second, 0 = none) are per destination ([`klaxon_channels::Channels::destination_key`]):
-//! Telegram 1/s per chat and 30/s per bot, Slack 1/s per webhook by default; webhooks and email are unlimited
-//! unless configured. Keys are `<ns>:{rl:<destination>}`.
+//! Telegram 1/s per chat and 30/s per bot, Slack (and Loop, Discord, Teams) 1/s per webhook by default;
+//! webhooks, PagerDuty routing keys and email are unlimited unless configured. Keys are `<ns>:{rl:<destination>}`.
 
 use std::time::Duration;
 
@@ -76,9 +76,14 @@ impl RateLimits {
                     push("telegram:bot".to_owned(), self.telegram_bot);
                 }
             }
-            // Loop (Mattermost) incoming webhooks are paced like Slack's
-            ChannelKind::Slack | ChannelKind::Loop => push(dest, self.slack),
-            ChannelKind::Webhook => push(dest, self.webhook),
+            // Loop (Mattermost), Discord and Teams incoming webhooks are paced like Slack's (Discord documents
+            // 5 requests per 2 s per webhook, Workflows throttle a flow's runs)
+            ChannelKind::Slack | ChannelKind::Loop | ChannelKind::Discord | ChannelKind::Teams => {
+                push(dest, self.slack)
+            }
+            // PagerDuty routing keys like webhooks: unlimited unless configured (the Events API answers 429,
+            // which is retried)
+            ChannelKind::Webhook | ChannelKind::Pagerduty => push(dest, self.webhook),
             ChannelKind::Email => push(dest, self.email),
         }
         out

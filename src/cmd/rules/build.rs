@@ -163,12 +163,21 @@ pub(super) fn build_rule(a: &AddArgs, limits: &klaxon_core::Limits) -> anyhow::R
         ("telegram", &a.telegram),
         ("slack", &a.slack),
         ("webhook", &a.webhook),
+        ("discord", &a.discord),
+        ("teams", &a.teams),
+        ("pagerduty", &a.pagerduty),
     ] {
         if let Some(e) = endpoint {
             if e.trim().is_empty() {
                 bail!("--{key} needs a non-empty value");
             }
-            channels.insert(key, Field::Typed(RawChannel::enabled(e.trim(), a.min_period)));
+            let mut channel = RawChannel::enabled(e.trim(), a.min_period);
+            if let (Some(severity), "pagerduty") = (&a.severity, key) {
+                channel
+                    .extra
+                    .insert("severity".into(), serde_json::Value::from(severity.as_str()));
+            }
+            channels.insert(key, Field::Typed(channel));
         }
     }
     rule.channels = Field::Typed(channels);
@@ -372,6 +381,10 @@ mod tests {
             telegram: None,
             email: None,
             webhook: None,
+            discord: None,
+            teams: None,
+            pagerduty: None,
+            severity: None,
             including: Vec::new(),
             excluding: Vec::new(),
             patterns: Vec::new(),
@@ -437,7 +450,18 @@ mod tests {
             disabled: true,
             ..add_args()
         };
+        let reach = AddArgs {
+            discord: Some("https://discord.com/api/webhooks/1/t".into()),
+            teams: Some("https://prod.logic.azure.com/workflows/x".into()),
+            pagerduty: Some(" r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE ".into()),
+            severity: Some("critical".into()),
+            ..add_args()
+        };
         let cases = [
+            (
+                reach,
+                r#"{"isEnabled":true,"whatToReceive":"ONLY_NEW","including":[],"excluding":[],"channels":{"discord":{"isEnabled":true,"endpoint":"https://discord.com/api/webhooks/1/t","minPeriod":0},"teams":{"isEnabled":true,"endpoint":"https://prod.logic.azure.com/workflows/x","minPeriod":0},"pagerduty":{"isEnabled":true,"endpoint":"r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE","minPeriod":0,"severity":"critical"}}}"#,
+            ),
             (
                 only_new,
                 r#"{"isEnabled":true,"whatToReceive":"ONLY_NEW","including":["db"],"excluding":[],"channels":{"email":{"isEnabled":true,"endpoint":"dev@example.com","minPeriod":0},"telegram":{"isEnabled":true,"endpoint":"-100123","minPeriod":0}}}"#,
@@ -555,6 +579,27 @@ mod tests {
                     ..add_args()
                 },
                 "nothex",
+            ),
+            (
+                AddArgs {
+                    pagerduty: Some("too-short".into()),
+                    ..add_args()
+                },
+                "not an Events API v2 routing key",
+            ),
+            (
+                AddArgs {
+                    teams: Some("http://prod.logic.azure.com/workflows/x".into()),
+                    ..add_args()
+                },
+                "Teams Workflows webhooks are https",
+            ),
+            (
+                AddArgs {
+                    discord: Some("https://discord.com/channels/1/2".into()),
+                    ..add_args()
+                },
+                "not a Discord webhook URL",
             ),
         ];
         for (args, want) in cases {

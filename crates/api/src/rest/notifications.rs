@@ -151,6 +151,11 @@ fn check_endpoint(channel: ChannelKind, endpoint: &str, allow_private: bool) -> 
                 Err("`endpoint` of a telegram notification must be a chat id (e.g. 123456789, -1001234567890 for a group) or @channelname".into())
             }
         }
+        // a routing key, not a URL: its shape is all there is to check
+        ChannelKind::Pagerduty => match klaxon_core::rule::endpoint_problem(channel, endpoint) {
+            Some((message, _)) => Err(format!("`endpoint`: {message}")),
+            None => Ok(()),
+        },
         _ => check_url(endpoint, channel, allow_private),
     }
 }
@@ -246,6 +251,7 @@ impl DirectRequest {
             }],
             text: self.text.clone(),
             send_at_ms: self.send_at_ms,
+            severity: None,
         }
     }
 }
@@ -426,11 +432,19 @@ mod tests {
             ("telegram", "@my_channel"),
             ("telegram", "https://notify.bot.codex.so/u/abc"),
             ("email", "ops@example.com, dev@example.org"),
+            ("discord", "https://discord.com/api/webhooks/1/t"),
+            ("teams", "https://prod.logic.azure.com/workflows/x"),
+            ("pagerduty", "r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE"),
         ] {
             let r = ok(json!({"channel": channel, "endpoint": endpoint, "title": "Deploy"}));
             assert_eq!(r.channel.as_str(), channel);
             assert_eq!(r.send_at_ms, None);
         }
+        let e = err(json!({"channel": "pagerduty", "endpoint": "https://x.example/k", "title": "Deploy"}));
+        assert!(e.contains("routing key"), "{e}");
+        let e =
+            err(json!({"channel": "discord", "endpoint": "http://127.0.0.1/api/webhooks/1/t", "title": "D"}));
+        assert!(e.contains("loopback"), "{e}");
     }
 
     #[test]

@@ -18,6 +18,8 @@ pub const ALL_SECRETS: [&str; 4] = [TOKEN, HMAC_KEY, SMTP_PASSWORD, ENDPOINT_SEC
 pub fn config(telegram_api: &str) -> ChannelsConfig {
     ChannelsConfig {
         telegram_api: telegram_api.to_owned(),
+        // the same local server plays PagerDuty (`/v2/enqueue`)
+        pagerduty_api: telegram_api.to_owned(),
         telegram_bot_token: Some(Secret::new(TOKEN)),
         smtp_url: Secret::new(klaxon_testkit::smtp_url()),
         smtp_from: "klaxon-test@localhost".into(),
@@ -61,6 +63,7 @@ pub fn task(
             .collect(),
         text: None,
         send_at_ms: None,
+        severity: None,
     }
 }
 

@@ -14,8 +14,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use super::{
-    ChannelConfig, ChannelKind, CompiledRule, RuleDefaults, RuleProblem, Spike, WhatToReceive, Window,
-    DEFAULT_BASELINE_WINDOWS, DEFAULT_FACTOR_MILLI, DEFAULT_QUIET_PERIOD_MS, DEFAULT_SPIKE_THRESHOLD,
+    ChannelConfig, ChannelKind, CompiledRule, RuleDefaults, RuleProblem, Severity, Spike, WhatToReceive,
+    Window, DEFAULT_BASELINE_WINDOWS, DEFAULT_FACTOR_MILLI, DEFAULT_QUIET_PERIOD_MS, DEFAULT_SPIKE_THRESHOLD,
     LEGACY_ALL_PERIOD_MS, MAX_MIN_PERIOD_S, MAX_PERIOD_MS, MAX_SPIKE_PERIOD_MS, MAX_THRESHOLD, MIN_PERIOD_MS,
     QUIET_PERIOD_MS, SPIKE_FACTOR_MILLI, SPIKE_WINDOWS,
 };
@@ -567,17 +567,46 @@ impl RawRule {
                 }
                 _ => endpoint.to_owned(),
             };
+            if let Some((message, fix)) = endpoint_problem(kind, &endpoint) {
+                problems.push(warning(message, fix));
+            }
+            let severity = if kind == ChannelKind::Pagerduty {
+                Some(match ch.extra.get("severity") {
+                    None | Some(Value::Null) => Severity::default(),
+                    Some(v) => match v.as_str().and_then(Severity::parse) {
+                        Some(s) => s,
+                        None => {
+                            problems.push(warning(
+                                format!(
+                                    "channel `pagerduty` has `severity` {}, not one of critical, error, warning, \
+                                     info; `error` is used",
+                                    klaxon_text(v)
+                                ),
+                                "set `channels.pagerduty.severity` to \"critical\", \"error\", \"warning\" or \
+                                 \"info\" (or leave it out for error)"
+                                    .into(),
+                            ));
+                            Severity::default()
+                        }
+                    },
+                })
+            } else {
+                None
+            };
             channels.push(ChannelConfig {
                 kind,
                 endpoint,
                 min_period_s,
+                severity,
             });
         }
         channels.sort_by_key(|c| c.kind);
         if enabled && channels.is_empty() {
             problems.push(warning(
                 "rule is enabled but has no usable channel, so it never notifies".into(),
-                "enable a channel (email, telegram, slack or webhook) with an endpoint".into(),
+                "enable a channel (email, telegram, slack, webhook, loop, discord, teams or pagerduty) with an \
+                 endpoint"
+                    .into(),
             ));
         }
         Ok((
@@ -692,6 +721,69 @@ impl RawRule {
                 "set `quietPeriod` in milliseconds, e.g. 604800000 for 7 days, or leave it out for 7 days",
             )),
         }
+    }
+}
+
+/// A JSON value quoted in a problem: at most 100 characters on one line.
+fn klaxon_text(v: &Value) -> String {
+    crate::text::one_line(&v.to_string(), 100)
+}
+
+/// What is wrong with the shape of an endpoint the channel's service would refuse, with the fix; `None` when it
+/// looks right. Only the channels whose endpoints have a documented shape are judged: a Discord webhook URL
+/// (`https://discord.com/api/webhooks/<id>/<token>`), a Teams Workflows URL (https only) and a PagerDuty Events
+/// API v2 routing key (32 letters and digits). The channel is still delivered to (the service has the last word):
+/// `klaxon rules check` shows the problem.
+pub fn endpoint_problem(kind: ChannelKind, endpoint: &str) -> Option<(String, String)> {
+    let endpoint = endpoint.trim();
+    match kind {
+        ChannelKind::Discord => {
+            let ok = url::Url::parse(endpoint).is_ok_and(|u| {
+                let segments: Vec<&str> = u.path_segments().map(Iterator::collect).unwrap_or_default();
+                // /api/webhooks/<id>/<token>, or /api/v<N>/webhooks/<id>/<token>
+                let rest = match segments.as_slice() {
+                    ["api", "webhooks", rest @ ..] => rest,
+                    ["api", v, "webhooks", rest @ ..] if v.starts_with('v') => rest,
+                    _ => &[][..],
+                };
+                matches!(u.scheme(), "http" | "https")
+                    && rest.len() == 2
+                    && !rest[0].is_empty()
+                    && rest[0].bytes().all(|b| b.is_ascii_digit())
+                    && !rest[1].is_empty()
+            });
+            (!ok).then(|| {
+                (
+                    "channel `discord` endpoint is not a Discord webhook URL \
+                     (https://discord.com/api/webhooks/<id>/<token>)"
+                        .to_owned(),
+                    "copy the URL from the channel's Integrations → Webhooks → Copy Webhook URL".to_owned(),
+                )
+            })
+        }
+        ChannelKind::Teams => {
+            let https =
+                url::Url::parse(endpoint).is_ok_and(|u| u.scheme() == "https" && u.host_str().is_some());
+            (!https).then(|| {
+                (
+                    "channel `teams` endpoint is not an https URL: Teams Workflows webhooks are https".to_owned(),
+                    "create a Workflows webhook (\"Post to a channel when a webhook request is received\") and \
+                     paste its https URL"
+                        .to_owned(),
+                )
+            })
+        }
+        ChannelKind::Pagerduty => {
+            let ok = endpoint.len() == 32 && endpoint.bytes().all(|b| b.is_ascii_alphanumeric());
+            (!ok).then(|| {
+                (
+                    "channel `pagerduty` endpoint is not an Events API v2 routing key (32 letters and digits)"
+                        .to_owned(),
+                    "copy the Integration Key of the service's Events API v2 integration".to_owned(),
+                )
+            })
+        }
+        _ => None,
     }
 }
 
@@ -936,5 +1028,104 @@ mod tests {
         );
         let back: Channels = serde_json::from_str(&text).expect("channels");
         assert_eq!(back, chs);
+    }
+
+    /// `channels.pagerduty.severity`: read for PagerDuty only, `error` by default, a bad value is a warning.
+    #[test]
+    fn pagerduty_severity() {
+        let key = "r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE";
+        let rule = |severity: Value| {
+            let mut ch = json!({"isEnabled": true, "endpoint": key, "minPeriod": 0});
+            if !severity.is_null() {
+                ch["severity"] = severity;
+            }
+            let doc = with("channels", json!({"pagerduty": ch, "slack": slack()["slack"]}));
+            RawRule::from_value(&doc)
+                .expect("object")
+                .validate()
+                .expect("usable")
+        };
+        for (value, want, warned) in [
+            (Value::Null, Severity::Error, false),
+            (json!("critical"), Severity::Critical, false),
+            (json!("info"), Severity::Info, false),
+            (json!("warning"), Severity::Warning, false),
+            (json!("fatal"), Severity::Error, true),
+            (json!(3), Severity::Error, true),
+        ] {
+            let (compiled, problems) = rule(value.clone());
+            let pd = compiled
+                .channels
+                .iter()
+                .find(|c| c.kind == ChannelKind::Pagerduty)
+                .expect("pagerduty kept");
+            assert_eq!(pd.severity, Some(want), "{value}");
+            let slack = compiled
+                .channels
+                .iter()
+                .find(|c| c.kind == ChannelKind::Slack)
+                .expect("slack");
+            assert_eq!(slack.severity, None);
+            assert_eq!(
+                problems.iter().any(|p| p.message.contains("`severity`")),
+                warned,
+                "{value}: {problems:?}"
+            );
+        }
+    }
+
+    /// Endpoint shapes the services document: warned about, never skipped.
+    #[test]
+    fn endpoint_shapes() {
+        let cases = [
+            (
+                ChannelKind::Discord,
+                "https://discord.com/api/webhooks/123456/tok-EN_x",
+                true,
+            ),
+            (
+                ChannelKind::Discord,
+                "https://discord.com/api/v10/webhooks/1/t",
+                true,
+            ),
+            (ChannelKind::Discord, "http://127.0.0.1:9/api/webhooks/1/t", true),
+            (
+                ChannelKind::Discord,
+                "https://discord.com/api/webhooks/abc/t",
+                false,
+            ),
+            (ChannelKind::Discord, "https://discord.com/channels/1/2", false),
+            (ChannelKind::Discord, "not a url", false),
+            (
+                ChannelKind::Teams,
+                "https://prod-1.westeurope.logic.azure.com/workflows/x",
+                true,
+            ),
+            (ChannelKind::Teams, "http://example.com/workflows/x", false),
+            (ChannelKind::Pagerduty, "r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE", true),
+            (ChannelKind::Pagerduty, "r3FPuDvNOTEDyQYCc7trBkymIFcy2Nk", false),
+            (ChannelKind::Pagerduty, "r3FPuDvNOTEDyQYCc7trBkymIFcy2Nk-", false),
+            (ChannelKind::Slack, "anything", true),
+        ];
+        for (kind, endpoint, ok) in cases {
+            assert_eq!(
+                endpoint_problem(kind, endpoint).is_none(),
+                ok,
+                "{kind} {endpoint}"
+            );
+            let doc = with(
+                "channels",
+                json!({kind.as_str(): {"isEnabled": true, "endpoint": endpoint, "minPeriod": 0}}),
+            );
+            let (rule, problems) = RawRule::from_value(&doc)
+                .expect("object")
+                .validate()
+                .expect("usable");
+            assert_eq!(rule.channels.len(), 1, "never skipped: {kind} {endpoint}");
+            assert_eq!(problems.is_empty(), ok, "{kind} {endpoint}: {problems:?}");
+            for p in &problems {
+                assert!(!p.fatal && !p.fix.is_empty() && !p.message.contains(endpoint));
+            }
+        }
     }
 }

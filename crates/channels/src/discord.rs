@@ -1,0 +1,330 @@
+//! Discord incoming webhooks: `POST <endpoint>` (Discord's "Execute Webhook") with JSON `{"embeds": […],
+//! "allowed_mentions": {"parse": []}}`. Discord answers 204 (or 200 with `?wait=true`).
+//!
+//! The message is a list of embeds within Discord's documented limits: a title of at most
+//! [`DISCORD_TITLE_MAX`] characters, a description of at most [`DISCORD_DESCRIPTION_MAX`], at most
+//! [`DISCORD_EMBEDS_MAX`] embeds, and at most [`DISCORD_TOTAL_MAX`] characters across every title, description
+//! and footer of the message. A single notification is one embed; a digest is a header embed, one embed per
+//! group (at most 8) and, when there are more groups, a last embed "and K more".
+//!
+//! Tenant text is neutralised by [`crate::render::escape_discord`]; `allowed_mentions: {"parse": []}` makes
+//! sure that nothing in a message can ping anyone, whatever it contains. A 429 is transient, and the wait
+//! Discord asks for is honoured: the JSON body's `retry_after` (seconds, with a fraction), else the
+//! `Retry-After` header.
+
+use std::time::Duration;
+
+use klaxon_core::NotificationTask;
+use serde_json::{json, Value};
+
+use crate::http_client::{label, parse_http_endpoint, Answer};
+use crate::render::{escape_discord, escape_discord_bounded, MessageContext, View};
+use crate::slack::{lines, Piece};
+use crate::{Channels, Delivered, DeliveryError};
+
+/// Longest embed title Discord accepts, in characters.
+pub const DISCORD_TITLE_MAX: usize = 256;
+/// Longest embed description Discord accepts, in characters.
+pub const DISCORD_DESCRIPTION_MAX: usize = 4096;
+/// Most embeds in one message.
+pub const DISCORD_EMBEDS_MAX: usize = 10;
+/// Most characters across all embeds of a message (titles, descriptions, footers, field names and values).
+pub const DISCORD_TOTAL_MAX: usize = 6000;
+/// Groups shown as their own embed in a digest: the header, 8 groups and "and K more" make 10.
+const DIGEST_GROUP_EMBEDS: usize = DISCORD_EMBEDS_MAX - 2;
+
+/// Embed colours (the left bar): red for a new error, orange for a threshold, blue for a digest, grey otherwise.
+fn colour(kind: &str) -> u32 {
+    match kind {
+        "new" | "reappeared" => 0x00ED_4245,
+        "threshold" | "users" | "spike" => 0x00F2_8C28,
+        "digest" => 0x0058_65F2,
+        _ => 0x0099_AAB5,
+    }
+}
+
+/// A line of pieces as Discord Markdown: our words as they are, styles as `**`/`*`, tenant text escaped, our
+/// links as `[label](url)`.
+fn markdown(line: &[Piece]) -> String {
+    let mut out = String::new();
+    for piece in line.iter().filter(|p| !p.is_empty()) {
+        match piece {
+            Piece::Ours(t) => out.push_str(t),
+            Piece::Bold(t) => out.push_str(&format!("**{t}**")),
+            Piece::Italic(t) => out.push_str(&format!("*{t}*")),
+            Piece::Tenant { text, bold: false } => out.push_str(&escape_discord(text)),
+            Piece::Tenant { text, bold: true } => out.push_str(&format!("**{}**", escape_discord(text))),
+            Piece::Link {
+                url,
+                label,
+                tenant_label,
+            } => {
+                let label = if *tenant_label {
+                    escape_discord(label)
+                } else {
+                    label.clone()
+                };
+                out.push_str(&format!("[{label}]({})", discord_url(url)));
+            }
+        }
+    }
+    out
+}
+
+/// A URL we built, as a Markdown link destination (`(`, `)`, spaces and `<>` percent-encoded).
+fn discord_url(url: &str) -> String {
+    url.replace('(', "%28")
+        .replace(')', "%29")
+        .replace(' ', "%20")
+        .replace('<', "%3C")
+        .replace('>', "%3E")
+}
+
+/// `s` cut to `max` characters (then `…`); for text that needs no escaping (our words).
+fn cut(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_owned();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// The characters Discord counts towards [`DISCORD_TOTAL_MAX`] in one embed.
+fn embed_chars(embed: &Value) -> usize {
+    ["/title", "/description", "/footer/text", "/author/name"]
+        .iter()
+        .filter_map(|p| embed.pointer(p).and_then(Value::as_str))
+        .map(|s| s.chars().count())
+        .sum()
+}
+
+/// One embed: a title, a description (omitted when empty), a colour, and optionally a link, footer and time.
+fn embed(title: String, description: String, kind: &str) -> Value {
+    let mut e = json!({ "title": title, "color": colour(kind) });
+    if !description.is_empty() {
+        e["description"] = Value::from(description);
+    }
+    e
+}
+
+/// The embeds of a message, from the view model every channel shares.
+pub(crate) fn embeds(v: &View) -> Vec<Value> {
+    let title = v.events.first().map(|e| e.title.as_str()).unwrap_or_default();
+    let footer = format!("Rule {} · fired at {}", v.rule, v.fired_at);
+    let all = lines(v);
+    let body = |from: usize, to: usize| -> String {
+        let text = all[from.min(all.len())..to.min(all.len())]
+            .iter()
+            .map(|l| markdown(l))
+            .collect::<Vec<_>>()
+            .join("\n");
+        cut_escaped(&text, DISCORD_DESCRIPTION_MAX)
+    };
+    let mut out = match v.kind {
+        "direct" => {
+            let text = v.text.as_deref().unwrap_or_default();
+            vec![embed(
+                escape_discord_bounded(title, DISCORD_TITLE_MAX),
+                escape_discord_bounded(text, DISCORD_DESCRIPTION_MAX),
+                v.kind,
+            )]
+        }
+        "new" => {
+            // lines: header, title, "First seen · link", footer
+            let header = format!("New error in project {}", escape_discord(&v.project));
+            let mut e = embed(cut_escaped(&header, DISCORD_TITLE_MAX), body(1, 3), v.kind);
+            if let Some(url) = &v.url {
+                e["url"] = Value::from(url.as_str());
+            }
+            vec![e]
+        }
+        "threshold" | "users" | "spike" | "reappeared" => {
+            // lines: title, "Seen … in project P" (or "Spike …", "Reappeared …"), link, footer
+            let mut e = embed(
+                escape_discord_bounded(title, DISCORD_TITLE_MAX),
+                body(1, all.len().saturating_sub(1)),
+                v.kind,
+            );
+            if let Some(url) = &v.url {
+                e["url"] = Value::from(url.as_str());
+            }
+            vec![e]
+        }
+        _ => {
+            let header = format!(
+                "{} errors in {} in {}",
+                v.total,
+                escape_discord(&v.project),
+                v.window
+            );
+            let mut out = vec![embed(
+                cut_escaped(&header, DISCORD_TITLE_MAX),
+                String::new(),
+                v.kind,
+            )];
+            let groups = v.events.len() + v.more;
+            // header + 9 groups fit in 10 embeds; with more, 8 groups and "and K more" (one fewer of each when
+            // the action links take the last embed)
+            let room = DIGEST_GROUP_EMBEDS + 1 - usize::from(!v.actions.is_empty());
+            let shown = if groups > room { room - 1 } else { groups };
+            for e in v.events.iter().take(shown) {
+                let prefix = format!("{} × ", e.count);
+                let room = DISCORD_TITLE_MAX - prefix.chars().count();
+                let mut group = embed(
+                    format!("{prefix}{}", escape_discord_bounded(&e.title, room)),
+                    String::new(),
+                    v.kind,
+                );
+                if let Some(url) = &e.url {
+                    group["url"] = Value::from(url.as_str());
+                }
+                out.push(group);
+            }
+            if groups > shown {
+                out.push(embed(
+                    format!("and {} more", groups - shown),
+                    String::new(),
+                    v.kind,
+                ));
+            }
+            out
+        }
+    };
+    if v.kind != "direct" {
+        if let Some(last) = out.last_mut() {
+            last["footer"] = json!({ "text": cut(&footer, 2048) });
+            last["timestamp"] = Value::from(v.fired_at.as_str());
+        }
+    }
+    if let Some(actions) = actions_embed(v) {
+        out.push(actions);
+    }
+    fit_total(&mut out);
+    out
+}
+
+/// The action links (`--public-url`) as a last embed of Markdown links, one a line: a webhook that no
+/// application owns cannot post buttons. Labels and URLs are ours (a token is base64url, so a link needs no
+/// escaping beyond [`discord_url`]).
+fn actions_embed(v: &View) -> Option<Value> {
+    if v.actions.is_empty() {
+        return None;
+    }
+    let links: Vec<String> = v
+        .actions
+        .iter()
+        .map(|a| format!("[{}]({})", a.label, discord_url(&a.url)))
+        .collect();
+    Some(json!({ "title": "Actions", "description": links.join("\n"), "color": colour(v.kind) }))
+}
+
+/// Cuts already-escaped Markdown to `max` characters without leaving half an escape.
+fn cut_escaped(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_owned();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    let trailing = out.chars().rev().take_while(|c| *c == '\\').count();
+    if trailing % 2 == 1 {
+        out.pop();
+    }
+    out.push('…');
+    out
+}
+
+/// Keeps the message within [`DISCORD_TOTAL_MAX`] and [`DISCORD_EMBEDS_MAX`]: the limits of titles and
+/// descriptions already bound it, this is the guard that makes it a guarantee (the first embed's description is
+/// shortened, then trailing embeds dropped).
+fn fit_total(embeds: &mut Vec<Value>) {
+    embeds.truncate(DISCORD_EMBEDS_MAX);
+    let total = |es: &[Value]| es.iter().map(embed_chars).sum::<usize>();
+    let over = total(embeds).saturating_sub(DISCORD_TOTAL_MAX);
+    if over > 0 {
+        if let Some(d) = embeds[0].get("description").and_then(Value::as_str) {
+            let keep = d.chars().count().saturating_sub(over);
+            embeds[0]["description"] = Value::from(cut_escaped(d, keep.max(1)));
+        }
+    }
+    while total(embeds) > DISCORD_TOTAL_MAX && embeds.len() > 1 {
+        embeds.remove(embeds.len() - 2);
+    }
+}
+
+/// Discord's own wait on 429: `{"retry_after": 1.5, …}` in seconds (a float), bounded to a day.
+fn body_retry_after(body: &str) -> Option<Duration> {
+    let v: Value = serde_json::from_str(body).ok()?;
+    let secs = v.get("retry_after")?.as_f64()?;
+    (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(86_400.0)))
+}
+
+impl Channels {
+    /// The JSON body POSTed to the webhook.
+    pub(crate) fn discord_body(
+        &self,
+        task: &NotificationTask,
+        ctx: MessageContext<'_>,
+    ) -> Result<String, DeliveryError> {
+        let view = self.inner.renderer.view(task, ctx);
+        Ok(json!({
+            "embeds": embeds(&view),
+            "allowed_mentions": {"parse": []},
+        })
+        .to_string())
+    }
+
+    pub(crate) async fn deliver_discord(
+        &self,
+        task: &NotificationTask,
+        ctx: MessageContext<'_>,
+    ) -> Result<Delivered, DeliveryError> {
+        let endpoint = task.endpoint.as_str();
+        let url = parse_http_endpoint(endpoint, "discord")?;
+        let what = label("discord", &url);
+        let body = self.discord_body(task, ctx)?;
+        let secrets = [endpoint.trim()];
+        let answer = self
+            .inner
+            .http
+            .post(&url, "application/json", &[], body.into_bytes(), &what, &secrets)
+            .await?;
+        discord_check(&answer, &what, &secrets)?;
+        Ok(Delivered { messages: 1 })
+    }
+}
+
+/// Classifies Discord's answer: 2xx delivered; 429 transient after the wait Discord asks for (the body's
+/// `retry_after`, more precise than the header's whole seconds); 5xx transient; other 4xx permanent.
+fn discord_check(answer: &Answer, what: &str, secrets: &[&str]) -> Result<(), DeliveryError> {
+    answer.check_body(what, secrets).map_err(|e| match e {
+        DeliveryError::Transient { reason, retry_after } => DeliveryError::Transient {
+            reason,
+            retry_after: body_retry_after(&answer.body).or(retry_after),
+        },
+        permanent => permanent,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn discord_retry_after_bodies() {
+        let body = r#"{"message": "You are being rate limited.", "retry_after": 0.75, "global": false}"#;
+        assert_eq!(body_retry_after(body), Some(Duration::from_millis(750)));
+        assert_eq!(body_retry_after(r#"{"retry_after": -1}"#), None);
+        assert_eq!(body_retry_after("nope"), None);
+        assert_eq!(
+            body_retry_after(r#"{"retry_after": 1e12}"#),
+            Some(Duration::from_secs(86_400))
+        );
+    }
+
+    #[test]
+    fn cuts_never_leave_half_an_escape() {
+        assert_eq!(cut_escaped("ab\\*cd", 4), "ab…");
+        assert_eq!(cut_escaped("a\\\\*", 4), "a\\\\*");
+        assert_eq!(cut_escaped("abc\\\\def", 6), "abc\\\\…");
+    }
+}
