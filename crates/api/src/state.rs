@@ -17,7 +17,7 @@ use crate::{throttle, ApiConfig, ApiError};
 struct Inner {
     config: ApiConfig,
     store: Arc<OnceCell<RuleStore>>,
-    redis: OnceCell<RedisHandle>,
+    redis: Arc<OnceCell<RedisHandle>>,
     amqp: Mutex<Option<(Broker, Publisher)>>,
     trail: OnceCell<TrailReader>,
     /// Wrong tokens per client, for the API and the console alike.
@@ -33,8 +33,8 @@ impl Api {
     pub(crate) fn new(config: ApiConfig) -> Self {
         Api(Arc::new(Inner {
             store: config.rule_store.clone(),
+            redis: config.redis.clone(),
             config,
-            redis: OnceCell::new(),
             amqp: Mutex::new(None),
             trail: OnceCell::new(),
             throttle: throttle::AuthThrottle::default(),

@@ -206,6 +206,11 @@ async fn finish(
 /// The default retry schedule, seconds: 1 s, 5 s, 30 s, 2 min, 10 min, 1 h (the last repeats).
 pub const RETRY_SCHEDULE_S: [u64; 6] = [1, 5, 30, 120, 600, 3600];
 
+/// [`RETRY_SCHEDULE_S`] as `--retry-schedule` writes it (plain numbers are seconds): the flag's default.
+pub fn default_retry_schedule_flag() -> String {
+    RETRY_SCHEDULE_S.map(|s| s.to_string()).join(",")
+}
+
 /// The delay before attempt `attempts + 1`: the schedule's entry for `attempts` (the last repeats) times a
 /// random factor in [0.8, 1.2) (`jitter`, so that a burst of failures does not come back as a burst), never
 /// less than the destination's `Retry-After` (capped at the schedule's last entry). The delay engine rounds
