@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use klaxon_broker::{
-    header, Broker, Consumer, Delivery, Outgoing, Publisher, Topology, ATTEMPTS_HEADER, ERROR_HEADER,
+    header, Consumer, Delivery, Outgoing, Publisher, Session, Topology, ATTEMPTS_HEADER, ERROR_HEADER,
 };
 use klaxon_channels::{redact_endpoint, Channels, DeliveryError};
 use klaxon_core::{ChannelKind, NotificationTask};
@@ -103,9 +103,8 @@ async fn session(
     shutdown: CancellationToken,
 ) -> Result<(), EngineError> {
     let role = format!("sender.{channel}");
-    let broker = Broker::connect_as(&deps.amqp_url, Duration::from_secs(10), &role).await?;
-    let publisher = broker.publisher().await?;
-    publisher.declare(&deps.topology).await?;
+    let Session { broker, publisher } =
+        Session::open(&deps.amqp_url, crate::CONNECT_TIMEOUT, &role, &deps.topology).await?;
     let queue = deps.topology.notify_queue(channel);
     let mut consumer = broker
         .consume(&queue, deps.prefetch, &klaxon_broker::process_label(&role))
