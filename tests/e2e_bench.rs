@@ -93,3 +93,30 @@ fn bench_latency_delivers_every_probe_and_reports_memory() {
     assert!(idle > 1.0 && peak >= idle, "{r}");
     assert!(r["events_consumed"].as_u64().unwrap_or(0) > 0, "{r}");
 }
+
+#[test]
+fn klaxon_bench_without_klaxon_bench_beside_it_says_what_to_install() {
+    // a `klaxon` alone in a directory: `klaxon bench` cannot find its harness
+    let dir = tempfile::tempdir().expect("tempdir");
+    let alone = dir.path().join("klaxon");
+    std::fs::copy(common::BIN, &alone).expect("copy klaxon");
+    let out = std::process::Command::new(&alone)
+        .args(["bench", "pipeline", "--events", "10"])
+        .env_remove("KLAXON_LOG")
+        .output()
+        .expect("run klaxon");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        err.contains("klaxon-bench") && err.contains("does not exist") && err.contains("beside klaxon"),
+        "{err}"
+    );
+    // next to it, `klaxon bench --help` is klaxon-bench's own help
+    let (code, help, _) = bench_env().run(&["bench", "--help"]);
+    assert_eq!(code, 0);
+    assert!(
+        help.contains("Usage: klaxon-bench") && help.contains("pipeline") && help.contains("latency"),
+        "{help}"
+    );
+}

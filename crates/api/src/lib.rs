@@ -78,11 +78,14 @@ pub struct ApiConfig {
     /// `--max-email-recipients`): writes over them are refused, reads take at most them.
     pub limits: klaxon_core::Limits,
     /// `KLAXON_API_TOKEN`: when set, every request needs `Authorization: Bearer <token>`; when not, only
-    /// loopback clients are served.
-    pub token: Option<String>,
+    /// loopback clients are served. A [`klaxon_channels::Secret`]: `Debug` and logs never show it.
+    pub token: Option<klaxon_channels::Secret>,
     /// `--allowed-hosts`: the host names the API and the console answer to, besides `localhost` and IP
     /// addresses (anything else: 421).
     pub allowed_hosts: guard::AllowedHosts,
+    /// The Redis handle, connected on first use to `redis_url`. Share the cell with the rest of the process so
+    /// that it has one Redis client; a fresh one when nothing else uses it.
+    pub redis: Arc<OnceCell<klaxon_counter::RedisHandle>>,
     /// The rule store (rules and the delivery trail), connected on first use to `mongo_url`. Share the cell
     /// with the rest of the process so that it has one MongoDB client; a fresh one when nothing else uses it.
     pub rule_store: Arc<OnceCell<RuleStore>>,
@@ -261,7 +264,7 @@ async fn authenticate(State(api): State<Api>, req: Request, next: Next) -> Respo
             let Some(auth) = req.headers().get(header::AUTHORIZATION) else {
                 return unauthorized();
             };
-            match bearer(&api, &req, auth, token) {
+            match bearer(&api, &req, auth, token.expose()) {
                 throttle::Attempt::Passed => next.run(req).await,
                 throttle::Attempt::Failed => unauthorized(),
                 throttle::Attempt::Throttled(wait) => throttled(wait),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use klaxon_broker::{Broker, Outgoing, Publisher, Topology};
+use klaxon_broker::{Broker, Outgoing, Session, Topology};
 use klaxon_counter::mutes::ReadMutes;
 use klaxon_counter::{Mutes, RedisHandle, WindowCounter};
 use klaxon_store::{RuleStore, RulesError, TrailReader};
@@ -14,11 +14,15 @@ use tokio::sync::{Mutex, OnceCell};
 use crate::rest::check_project_id;
 use crate::{throttle, ApiConfig, ApiError};
 
+/// How long each attempt to connect the API's RabbitMQ session may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 struct Inner {
     config: ApiConfig,
     store: Arc<OnceCell<RuleStore>>,
-    redis: OnceCell<RedisHandle>,
-    amqp: Mutex<Option<(Broker, Publisher)>>,
+    redis: Arc<OnceCell<RedisHandle>>,
+    /// The API's one RabbitMQ session, for every request and console page (reopened when it broke).
+    amqp: Mutex<Option<Session>>,
     trail: OnceCell<TrailReader>,
     /// Wrong tokens per client, for the API and the console alike.
     throttle: throttle::AuthThrottle,
@@ -33,8 +37,8 @@ impl Api {
     pub(crate) fn new(config: ApiConfig) -> Self {
         Api(Arc::new(Inner {
             store: config.rule_store.clone(),
+            redis: config.redis.clone(),
             config,
-            redis: OnceCell::new(),
             amqp: Mutex::new(None),
             trail: OnceCell::new(),
             throttle: throttle::AuthThrottle::default(),
@@ -79,32 +83,46 @@ impl Api {
             .map_err(|e| ApiError::unavailable("Redis", e))
     }
 
+    /// The API's RabbitMQ session (connected on first use, and again once it broke), locked for the caller.
+    async fn session(&self) -> Result<tokio::sync::MutexGuard<'_, Option<Session>>, ApiError> {
+        let c = &self.0.config;
+        let mut slot = self.0.amqp.lock().await;
+        if slot.as_ref().is_some_and(|s| !s.broker.is_connected()) {
+            *slot = None;
+        }
+        if slot.is_none() {
+            let session = Session::open(&c.amqp_url, CONNECT_TIMEOUT, "api", &self.topology())
+                .await
+                .map_err(|e| ApiError::unavailable("RabbitMQ", e))?;
+            *slot = Some(session);
+        }
+        Ok(slot)
+    }
+
+    /// The API's RabbitMQ connection, for operations on channels of their own (queue depths, the dead-letter
+    /// queue): the console's pages never open a connection each.
+    pub(crate) async fn broker(&self) -> Result<Broker, ApiError> {
+        match self.session().await?.as_ref() {
+            Some(s) => Ok(s.broker.clone()),
+            None => Err(ApiError::unavailable("RabbitMQ", "not connected")),
+        }
+    }
+
+    /// The namespace's queues.
+    pub(crate) fn topology(&self) -> Topology {
+        let c = &self.0.config;
+        Topology::new(&c.namespace, &c.events_queue, c.queue_type)
+    }
+
     /// Publishes with confirms on the shared channel, (re)connecting when it is gone: each message straight
     /// to its queue, or through the delay engine when it has a delay.
     pub(crate) async fn publish(&self, messages: &[(Outgoing, Duration)]) -> Result<(), ApiError> {
-        let c = &self.0.config;
-        let mut slot = self.0.amqp.lock().await;
-        if slot.as_ref().is_some_and(|(b, _)| !b.is_connected()) {
-            *slot = None;
-        }
-        let topology = Topology::new(&c.namespace, &c.events_queue, c.queue_type);
-        if slot.is_none() {
-            let broker = Broker::connect(&c.amqp_url, Duration::from_secs(5))
-                .await
-                .map_err(|e| ApiError::unavailable("RabbitMQ", e))?;
-            let publisher = broker
-                .publisher()
-                .await
-                .map_err(|e| ApiError::unavailable("RabbitMQ", e))?;
-            publisher
-                .declare(&topology)
-                .await
-                .map_err(|e| ApiError::unavailable("RabbitMQ", e))?;
-            *slot = Some((broker, publisher));
-        }
-        let Some((_, publisher)) = slot.as_ref() else {
+        let topology = self.topology();
+        let mut slot = self.session().await?;
+        let Some(session) = slot.as_ref() else {
             return Err(ApiError::unavailable("RabbitMQ", "not connected"));
         };
+        let publisher = &session.publisher;
         let (now, later): (Vec<_>, Vec<_>) = messages.iter().cloned().partition(|(_, d)| d.is_zero());
         let now: Vec<Outgoing> = now.into_iter().map(|(m, _)| m).collect();
         let mut result = Ok(());
@@ -115,8 +133,10 @@ impl Api {
             result = publisher.publish_delayed(&topology.delay(), &later).await;
         }
         if let Err(e) = result {
-            // The channel may be broken; the next request opens a fresh one.
-            *slot = None;
+            // The channel may be broken; the next request opens a fresh session.
+            if let Some(broken) = slot.take() {
+                tokio::spawn(async move { broken.close().await });
+            }
             return Err(ApiError::unavailable("RabbitMQ", e));
         }
         Ok(())

@@ -554,6 +554,49 @@ impl Broker {
     }
 }
 
+/// A session with RabbitMQ as every Klaxon loop opens it: a connection of its own named after its role
+/// ([`Broker::connect_as`]), a publisher in confirm mode, and the topology declared. The worker, the digest
+/// flusher and each sender own their session and open a new one to reconnect after a failure (the engine's
+/// `supervise`); the HTTP API keeps one for all its requests.
+pub struct Session {
+    /// The connection (more channels for consumers and one-off operations).
+    pub broker: Broker,
+    /// The confirm-mode channel the topology was declared on.
+    pub publisher: Publisher,
+}
+
+impl Session {
+    /// Connects as `role` (each connect attempt bounded by `timeout`), opens the publisher and declares
+    /// `topology` ([`Publisher::declare`]). A failure after connecting closes the connection.
+    pub async fn open(
+        url: &str,
+        timeout: Duration,
+        role: &str,
+        topology: &Topology,
+    ) -> Result<Session, BrokerError> {
+        let broker = Broker::connect_as(url, timeout, role).await?;
+        let publisher = match broker.publisher().await {
+            Ok(p) => p,
+            Err(e) => {
+                broker.close().await;
+                return Err(e);
+            }
+        };
+        if let Err(e) = publisher.declare(topology).await {
+            publisher.close().await;
+            broker.close().await;
+            return Err(e);
+        }
+        Ok(Session { broker, publisher })
+    }
+
+    /// Closes the publisher's channel, then the connection.
+    pub async fn close(&self) {
+        self.publisher.close().await;
+        self.broker.close().await;
+    }
+}
+
 /// The `op` of a failed passive declare in [`BrokerError::Amqp`] (see [`Broker::queue_depth`]).
 pub const QUEUE_DECLARE_PASSIVE: &str = "queue.declare (passive)";
 

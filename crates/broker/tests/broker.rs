@@ -406,3 +406,41 @@ async fn two_processes_declaring_a_missing_queue_with_different_types_both_start
     a.close().await;
     b.close().await;
 }
+
+#[tokio::test]
+async fn a_session_opens_with_its_topology_declared_and_an_unreachable_broker_is_a_transient_error() {
+    let ns = format!("klx-session-{}", std::process::id());
+    let topo = Topology::new(&ns, &format!("{ns}.events"), QueueType::Classic);
+    let session = klaxon_broker::Session::open(&klaxon_testkit::amqp_url(), T, "test", &topo)
+        .await
+        .expect("open");
+    // every queue of the topology exists, and the session's publisher publishes with confirms
+    for q in topo.queues() {
+        assert!(
+            session.broker.queue_depth(&q).await.expect("depth").is_some(),
+            "{q} declared"
+        );
+    }
+    session
+        .publisher
+        .publish_all(&[Outgoing::json(topo.events_queue(), b"{}".to_vec())])
+        .await
+        .expect("published");
+    let depth = session
+        .broker
+        .queue_depth(topo.events_queue())
+        .await
+        .expect("depth")
+        .expect("queue");
+    assert_eq!(depth.messages, 1);
+    delete_all(&session.broker, &topo).await;
+    session.close().await;
+    assert!(!session.broker.is_connected());
+
+    let refused = klaxon_broker::Session::open("amqp://guest:guest@127.0.0.1:1/%2f", T, "test", &topo).await;
+    assert!(
+        refused.as_ref().is_err_and(BrokerError::is_transient),
+        "{:?}",
+        refused.err()
+    );
+}

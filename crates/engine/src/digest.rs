@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use klaxon_broker::{set_aside, Broker, Consumer, Delivery, Outgoing, Publisher, Topology};
+use klaxon_broker::{set_aside, Consumer, Delivery, Outgoing, Publisher, Session, Topology};
 use klaxon_core::notification::{notification_id, DigestWindow, NotificationTask};
 use klaxon_core::{ChannelKind, NotificationEvent};
 use klaxon_counter::{Append, Claim, DigestKey, Digests};
@@ -290,9 +290,8 @@ async fn session(
     ready: Arc<AtomicBool>,
     shutdown: CancellationToken,
 ) -> Result<(), EngineError> {
-    let broker = Broker::connect_as(&deps.amqp_url, Duration::from_secs(10), "digest").await?;
-    let publisher = broker.publisher().await?;
-    publisher.declare(&deps.topology).await?;
+    let Session { broker, publisher } =
+        Session::open(&deps.amqp_url, crate::CONNECT_TIMEOUT, "digest", &deps.topology).await?;
     sink::declare(&publisher, deps.output).await?;
     let queue = deps.topology.digest_flush_queue();
     let mut consumer = broker

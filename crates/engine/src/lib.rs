@@ -41,6 +41,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+/// How long each attempt to connect a loop's RabbitMQ session may take.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Why a loop's session ended.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {

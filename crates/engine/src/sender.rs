@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use klaxon_broker::{
-    header, Broker, Consumer, Delivery, Outgoing, Publisher, Topology, ATTEMPTS_HEADER, ERROR_HEADER,
+    header, Consumer, Delivery, Outgoing, Publisher, Session, Topology, ATTEMPTS_HEADER, ERROR_HEADER,
 };
 use klaxon_channels::{redact_endpoint, Channels, DeliveryError};
 use klaxon_core::{ChannelKind, NotificationTask};
@@ -103,9 +103,8 @@ async fn session(
     shutdown: CancellationToken,
 ) -> Result<(), EngineError> {
     let role = format!("sender.{channel}");
-    let broker = Broker::connect_as(&deps.amqp_url, Duration::from_secs(10), &role).await?;
-    let publisher = broker.publisher().await?;
-    publisher.declare(&deps.topology).await?;
+    let Session { broker, publisher } =
+        Session::open(&deps.amqp_url, crate::CONNECT_TIMEOUT, &role, &deps.topology).await?;
     let queue = deps.topology.notify_queue(channel);
     let mut consumer = broker
         .consume(&queue, deps.prefetch, &klaxon_broker::process_label(&role))
@@ -205,6 +204,11 @@ async fn finish(
 
 /// The default retry schedule, seconds: 1 s, 5 s, 30 s, 2 min, 10 min, 1 h (the last repeats).
 pub const RETRY_SCHEDULE_S: [u64; 6] = [1, 5, 30, 120, 600, 3600];
+
+/// [`RETRY_SCHEDULE_S`] as `--retry-schedule` writes it (plain numbers are seconds): the flag's default.
+pub fn default_retry_schedule_flag() -> String {
+    RETRY_SCHEDULE_S.map(|s| s.to_string()).join(",")
+}
 
 /// The delay before attempt `attempts + 1`: the schedule's entry for `attempts` (the last repeats) times a
 /// random factor in [0.8, 1.2) (`jitter`, so that a burst of failures does not come back as a burst), never

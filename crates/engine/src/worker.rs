@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
-use klaxon_broker::{set_aside, Broker, Consumer, Delivery, Outgoing, Publisher, Topology};
+use klaxon_broker::{set_aside, Consumer, Delivery, Outgoing, Publisher, Session, Topology};
 use klaxon_core::evaluate::{self, Match, Routed, Unmatched};
 use klaxon_core::notification::NotificationTask;
 use klaxon_core::{BatchEvent, EventTask, Outcome, ProjectRules};
@@ -106,9 +106,8 @@ async fn session(
     ready: Arc<AtomicBool>,
     shutdown: CancellationToken,
 ) -> Result<(), EngineError> {
-    let broker = Broker::connect_as(&deps.amqp_url, Duration::from_secs(10), "worker").await?;
-    let publisher = broker.publisher().await?;
-    publisher.declare(&deps.topology).await?;
+    let Session { broker, publisher } =
+        Session::open(&deps.amqp_url, crate::CONNECT_TIMEOUT, "worker", &deps.topology).await?;
     sink::declare(&publisher, deps.output).await?;
     // Registered before consuming and unregistered after, so the registry never counts fewer Klaxon workers than
     // the queue has (crate::consumers).

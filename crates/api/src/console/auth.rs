@@ -147,7 +147,11 @@ pub(super) struct Access {
 
 impl Console {
     fn token(&self) -> Option<&str> {
-        self.api.config().token.as_deref()
+        self.api
+            .config()
+            .token
+            .as_ref()
+            .map(klaxon_channels::Secret::expose)
     }
 
     fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {

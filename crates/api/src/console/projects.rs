@@ -9,7 +9,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::{Extension, Form};
-use klaxon_broker::{Broker, BrokerError, Topology, QUEUE_DECLARE_PASSIVE};
+use klaxon_broker::{BrokerError, QUEUE_DECLARE_PASSIVE};
 use klaxon_core::rule::{Field, RawChannel, RuleId};
 use klaxon_core::{ChannelKind, RawRule, RuleProblem};
 use klaxon_store::format::oids_to_hex;
@@ -197,12 +197,10 @@ impl std::iter::Sum for HourCounts {
 /// Message counts of the namespace's queues, by passive declare (which never creates a queue); `null` for a
 /// queue that does not exist. Err: RabbitMQ is unavailable.
 async fn queue_depths(api: &Api) -> Result<Vec<QueueRow>, String> {
-    let c = api.config();
-    let topology = Topology::new(&c.namespace, &c.events_queue, c.queue_type);
+    let topology = api.topology();
     let read = async {
-        let broker = Broker::connect(&c.amqp_url, QUEUES_TIMEOUT)
-            .await
-            .map_err(|e| e.to_string())?;
+        // the API's one connection: a page view opens channels, never a connection
+        let broker = api.broker().await.map_err(|e| e.message)?;
         let mut out = Vec::new();
         for queue in topology.queues() {
             let (messages, consumers) = match broker.queue_depth(&queue).await {
@@ -214,10 +212,7 @@ async fn queue_depths(api: &Api) -> Result<Vec<QueueRow>, String> {
                     ..
                 }) => (None, None),
                 // no channel: RabbitMQ is unavailable
-                Err(e) => {
-                    broker.close().await;
-                    return Err(e.to_string());
-                }
+                Err(e) => return Err(e.to_string()),
             };
             out.push(QueueRow {
                 name: queue,
@@ -225,7 +220,6 @@ async fn queue_depths(api: &Api) -> Result<Vec<QueueRow>, String> {
                 consumers,
             });
         }
-        broker.close().await;
         Ok(out)
     };
     match tokio::time::timeout(QUEUES_TIMEOUT, read).await {

@@ -156,19 +156,14 @@ pub async fn pass(
 }
 
 impl Api {
-    /// One pass over the dead-letter queue on a connection of its own (rare, operator-driven).
+    /// One pass over the dead-letter queue on channels of its own (rare, operator-driven), on the API's
+    /// connection.
     pub(crate) async fn dead_pass(&self, what: Pass<'_>) -> Result<Vec<DeadItem>, ApiError> {
-        let c = self.config();
         let unavailable = |e: klaxon_broker::BrokerError| ApiError::unavailable("RabbitMQ", e);
-        let broker = Broker::connect(&c.amqp_url, Duration::from_secs(5))
-            .await
-            .map_err(unavailable)?;
+        let broker = self.broker().await?;
         let publisher = broker.publisher().await.map_err(unavailable)?;
-        let topology = Topology::new(&c.namespace, &c.events_queue, c.queue_type);
-        publisher.declare(&topology).await.map_err(unavailable)?;
-        let out = pass(&broker, &publisher, &topology, what).await;
+        let out = pass(&broker, &publisher, &self.topology(), what).await;
         publisher.close().await;
-        broker.close().await;
         out.map_err(unavailable)
     }
 }

@@ -1,4 +1,4 @@
-//! `klaxon bench latency`: crossing → delivered under a steady load, and the memory it takes.
+//! `klaxon-bench latency`: crossing → delivered under a steady load, and the memory it takes.
 //!
 //! The bench starts a real `klaxon run` child process (evaluate + deliver, one process) and an HTTP receiver of
 //! its own on loopback. It then publishes, on two connections of its own:
@@ -22,8 +22,8 @@ use clap::Args;
 use klaxon_broker::{Broker, Outgoing, QueueType, Topology};
 use serde::Serialize;
 
-use super::{http_get, label, metric, metric_sum, proc_cpu_ticks, TICKS_PER_S};
-use crate::cli::GlobalOpts;
+use crate::pipeline::{http_get, label, metric, metric_sum, proc_cpu_ticks, TICKS_PER_S};
+use crate::GlobalOpts;
 
 #[derive(Debug, Args)]
 pub struct LatencyArgs {
@@ -394,7 +394,7 @@ async fn measure(
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let addr = format!("127.0.0.1:{port}");
-    let mut child = tokio::process::Command::new(std::env::current_exe()?)
+    let mut child = tokio::process::Command::new(crate::klaxon_exe()?)
         .args([
             "run",
             "--http-addr",

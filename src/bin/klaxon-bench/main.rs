@@ -1,0 +1,126 @@
+//! `klaxon-bench`: measured, side-by-side numbers on this machine (docs/benchmarks.md). `klaxon bench ARGS…` runs
+//! it too: the operator's `klaxon` binary carries no benchmark harness, it executes this one, installed next to it.
+//!
+//! - `klaxon-bench pipeline` ([`pipeline`]): a real `klaxon worker` child's events/s next to the raw broker rate.
+//! - `klaxon-bench latency` ([`latency`]): crossing → delivered under a steady load through a real `klaxon run`
+//!   child, and that child's peak memory.
+//!
+//! The children are the `klaxon` binary next to this one ([`klaxon_exe`]).
+
+mod latency;
+mod pipeline;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser};
+
+const EXAMPLES: &str = "\
+Examples:
+  klaxon bench pipeline --events 20000 --queue-type both     # or klaxon-bench pipeline …
+  klaxon bench latency --rate 5000
+  klaxon-bench pipeline --workers 2 --json";
+
+/// Measure throughput and cost side by side on this machine (also `klaxon bench`).
+#[derive(Debug, Parser)]
+#[command(
+    name = "klaxon-bench",
+    version,
+    about = "Measure Klaxon's throughput and cost side by side on this machine (also run as `klaxon bench`)",
+    after_help = EXAMPLES
+)]
+struct Cli {
+    #[command(flatten)]
+    global: GlobalOpts,
+    #[command(subcommand)]
+    what: pipeline::BenchWhat,
+}
+
+/// The service URLs the benches use (`klaxon bench` passes its own as the variables).
+#[derive(Debug, Args)]
+pub struct GlobalOpts {
+    /// RabbitMQ URL.
+    #[arg(
+        long,
+        env = "KLAXON_AMQP_URL",
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f",
+        global = true,
+        hide_env_values = true
+    )]
+    pub amqp_url: String,
+    /// Redis URL.
+    #[arg(
+        long,
+        env = "KLAXON_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379/",
+        global = true,
+        hide_env_values = true
+    )]
+    pub redis_url: String,
+    /// MongoDB URL.
+    #[arg(
+        long,
+        env = "KLAXON_MONGO_URL",
+        default_value = "mongodb://127.0.0.1:27017",
+        global = true,
+        hide_env_values = true
+    )]
+    pub mongo_url: String,
+    /// Log format.
+    #[arg(
+        long,
+        env = "KLAXON_LOG_FORMAT",
+        default_value = "text",
+        value_parser = ["text", "json"],
+        global = true,
+        hide_env_values = true
+    )]
+    pub log_format: String,
+}
+
+/// The `klaxon` binary the benches start as children: the one next to this binary.
+pub(crate) fn klaxon_exe() -> anyhow::Result<PathBuf> {
+    let me = std::env::current_exe()?;
+    let exe = me.with_file_name(format!("klaxon{}", std::env::consts::EXE_SUFFIX));
+    anyhow::ensure!(
+        exe.is_file(),
+        "the benches run the `klaxon` binary next to this one, and {} does not exist: install klaxon and \
+         klaxon-bench in the same directory",
+        exe.display()
+    );
+    Ok(exe)
+}
+
+/// Logs at `warn` unless `KLAXON_LOG`/`RUST_LOG` say otherwise: stdout is the measurement.
+fn init_tracing(format: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("KLAXON_LOG")
+        .or_else(|_| EnvFilter::try_from_default_env())
+        // lapin logs a passive declare of a missing queue as an ERROR
+        .unwrap_or_else(|_| EnvFilter::new("warn,lapin=off"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .log_internal_errors(false);
+    if format == "json" {
+        builder.json().flatten_event(true).init();
+    } else {
+        builder.init();
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(&cli.global.log_format);
+    match pipeline::run(cli.what, &cli.global).await {
+        Ok(code) => code,
+        Err(err) => {
+            // not eprintln!: it panics when stderr is closed
+            let _ = writeln!(std::io::stderr(), "klaxon-bench: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

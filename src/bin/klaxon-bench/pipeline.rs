@@ -1,0 +1,536 @@
+//! `klaxon-bench pipeline`: worker events/s next to the raw broker rate.
+//!
+//! `klaxon-bench pipeline` publishes the same events twice against the same RabbitMQ and queue settings: once to
+//! a plain queue drained by a do-nothing consumer (publish + consume + ack: the raw broker rate), once to the
+//! events queue of a real `klaxon worker` child process (parse, rules, one Redis round trip per batch, publish of
+//! notification tasks with confirms, multiple-ack). It prints both rates, their ratio, the worker's own CPU time
+//! per event (from /proc/<pid>/stat) and Redis round trips per event.
+
+use std::process::{ExitCode, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use klaxon_broker::{Broker, Outgoing, QueueType, Topology};
+use serde::Serialize;
+
+use crate::{latency, GlobalOpts};
+
+#[derive(Debug, Subcommand)]
+pub enum BenchWhat {
+    /// Worker events/s next to the raw broker rate for the same messages and queue settings.
+    Pipeline(PipelineArgs),
+    /// Crossing → delivered latency (p50/p99/max) under a steady load, and the peak RSS of the process.
+    Latency(latency::LatencyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PipelineArgs {
+    /// Events per run.
+    #[arg(long, default_value_t = 20_000)]
+    pub events: u64,
+    /// Distinct groups, spread round-robin over the projects.
+    #[arg(long, default_value_t = 200)]
+    pub groups: u64,
+    /// Projects (each with 3 rules: SEEN_MORE fixed, SEEN_MORE sliding, ONLY_NEW).
+    #[arg(long, default_value_t = 10)]
+    pub projects: u64,
+    /// Queue types to compare: classic, quorum or both.
+    #[arg(long, default_value = "both", value_parser = ["classic", "quorum", "both"])]
+    pub queue_type: String,
+    /// Worker prefetch.
+    #[arg(long, default_value_t = 512)]
+    pub prefetch: u16,
+    /// Worker batch size.
+    #[arg(long, default_value_t = 256)]
+    pub batch_max: usize,
+    /// Worker processes sharing the events queue.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub workers: u16,
+    /// Also report the CPU of this process over the workers' window (repeatable), e.g. `rabbitmq=$(pgrep beam.smp)`.
+    #[arg(long, value_parser = parse_watch_pid)]
+    pub watch_pid: Vec<WatchPid>,
+    /// Print one JSON document instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A process whose CPU the bench reports next to the workers' (`--watch-pid NAME=PID`).
+#[derive(Debug, Clone)]
+pub struct WatchPid {
+    name: String,
+    pid: u32,
+}
+
+fn parse_watch_pid(s: &str) -> Result<WatchPid, String> {
+    let (name, pid) = s.split_once('=').ok_or("expected NAME=PID, e.g. rabbitmq=1234")?;
+    let pid = pid.trim().parse().map_err(|_| format!("`{pid}` is not a pid"))?;
+    Ok(WatchPid {
+        name: name.trim().to_owned(),
+        pid,
+    })
+}
+
+#[derive(Debug, Serialize)]
+struct Watched {
+    name: String,
+    pid: u32,
+    /// In % of one core, over the workers' measured window.
+    cpu_pct: f64,
+    cpu_us_per_event: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Row {
+    queue_type: String,
+    events: u64,
+    groups: u64,
+    projects: u64,
+    rules_per_project: u64,
+    prefetch: u16,
+    batch_max: usize,
+    worker_seconds: f64,
+    worker_cpu_seconds: f64,
+    workers: u16,
+    /// All workers together, in % of one core.
+    worker_cpu_pct: f64,
+    /// Other processes (`--watch-pid`) over the same window as the workers.
+    watched: Vec<Watched>,
+    raw_broker_msgs_per_s: f64,
+    worker_events_per_s: f64,
+    ratio: f64,
+    worker_cpu_us_per_event: f64,
+    redis_round_trips_per_event: f64,
+    batches: u64,
+    notification_tasks: u64,
+}
+
+pub async fn run(what: BenchWhat, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
+    match what {
+        BenchWhat::Pipeline(p) => pipeline(p, global).await,
+        BenchWhat::Latency(l) => latency::latency(l, global).await,
+    }
+}
+
+const CHUNK: usize = 500;
+
+fn bodies(args: &PipelineArgs, projects: &[String]) -> Vec<Vec<u8>> {
+    (0..args.events)
+        .map(|i| {
+            let g = i % args.groups;
+            let project = &projects[(g % args.projects) as usize];
+            serde_json::to_vec(&serde_json::json!({
+                "projectId": project,
+                "event": {
+                    "title": format!("TypeError: cannot read property of undefined (group {g})"),
+                    "groupHash": format!("group-{g:04}"),
+                    "isNew": i < args.groups,
+                    "repetitionId": null,
+                }
+            }))
+            .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// Publishes every body to `queue` with confirms, `CHUNK` at a time.
+async fn publish(
+    broker: &Broker,
+    queue: &str,
+    bodies: &[Vec<u8>],
+    progress: &indicatif::ProgressBar,
+) -> anyhow::Result<()> {
+    let publisher = broker.publisher().await?;
+    for (n, chunk) in bodies.chunks(CHUNK).enumerate() {
+        let msgs: Vec<Outgoing> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let mut m = Outgoing::json(queue, b.clone());
+                m.message_id = Some(format!("bench-{}", n * CHUNK + i));
+                m
+            })
+            .collect();
+        publisher.publish_all(&msgs).await?;
+        progress.inc(chunk.len() as u64);
+    }
+    publisher.close().await;
+    Ok(())
+}
+
+pub(crate) fn proc_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).context("read /proc/<pid>/stat")?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let stime: u64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    Ok(utime + stime)
+}
+
+/// Clock ticks per second for /proc times (the kernel's USER_HZ, 100 on Linux).
+pub(crate) const TICKS_PER_S: f64 = 100.0;
+
+pub(crate) fn metric(text: &str, name: &str) -> u64 {
+    klaxon_engine::metrics::series_value(text, name).unwrap_or(0.0) as u64
+}
+
+pub(crate) fn metric_sum(text: &str, prefix: &str) -> u64 {
+    klaxon_engine::metrics::series_sum(text, prefix) as u64
+}
+
+pub(crate) async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
+        .await
+        .ok()?
+        .ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut buf = String::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
+    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+    Some((
+        status,
+        buf.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default(),
+    ))
+}
+
+fn bar(len: u64, what: &str, hidden: bool) -> indicatif::ProgressBar {
+    let pb = if hidden {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(len)
+    };
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{msg:28} [{bar:30}] {pos}/{len} {per_sec}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    pb.set_message(what.to_owned());
+    pb
+}
+
+async fn raw_rate(
+    broker: &Broker,
+    ns: &str,
+    qt: QueueType,
+    bodies: &[Vec<u8>],
+    args: &PipelineArgs,
+) -> anyhow::Result<f64> {
+    let queue = format!("{ns}.raw");
+    let topo = Topology::new(ns, &queue, qt);
+    let publisher = broker.publisher().await?;
+    publisher.declare(&topo).await?;
+    publisher.close().await;
+    let mut consumer = broker.consume(&queue, args.prefetch, "bench-raw").await?;
+    let total = bodies.len() as u64;
+    let pb = bar(total, &format!("raw broker ({})", label(qt)), args.json);
+    let started = Instant::now();
+    let consumed = Arc::new(AtomicU64::new(0));
+    let drain = {
+        let consumed = consumed.clone();
+        let batch_max = args.batch_max;
+        async move {
+            let mut pending = 0usize;
+            let mut last = 0u64;
+            while consumed.load(Ordering::Relaxed) < total {
+                match consumer.next_within(Duration::from_millis(2)).await {
+                    Some(Some(Ok(d))) => {
+                        last = d.delivery_tag;
+                        pending += 1;
+                        consumed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Some(Some(Err(e))) => return Err(anyhow::Error::from(e)),
+                    Some(None) => bail!("raw consumer closed"),
+                    None => {}
+                }
+                // Ack like the worker does: one multiple-ack per batch.
+                if pending >= batch_max || (pending > 0 && consumed.load(Ordering::Relaxed) == total) {
+                    consumer.ack_up_to(last).await?;
+                    pending = 0;
+                }
+            }
+            if pending > 0 {
+                consumer.ack_up_to(last).await?;
+            }
+            consumer.close().await;
+            Ok(())
+        }
+    };
+    let (p, d) = tokio::join!(publish(broker, &queue, bodies, &pb), drain);
+    p?;
+    d?;
+    let elapsed = started.elapsed().as_secs_f64();
+    pb.finish_and_clear();
+    Ok(total as f64 / elapsed)
+}
+
+pub(crate) fn label(qt: QueueType) -> &'static str {
+    match qt {
+        QueueType::Classic => "classic",
+        QueueType::Quorum => "quorum",
+    }
+}
+
+async fn one(global: &GlobalOpts, args: &PipelineArgs, qt: QueueType) -> anyhow::Result<Row> {
+    let ns = format!(
+        "bench_{}_{:08x}",
+        label(qt),
+        std::process::id() ^ (Instant::now().elapsed().subsec_nanos())
+    );
+    let projects: Vec<String> = (0..args.projects)
+        .map(|p| format!("{:024x}", 0xbe7c_0000_0000u64 + p))
+        .collect();
+    let store = klaxon_store::RuleStore::connect(&global.mongo_url, &ns)
+        .await
+        .context("MongoDB (--mongo-url)")?;
+    let rule = |kind: &str| match kind {
+        "fixed" => serde_json::json!({"isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 100,
+            "thresholdPeriod": 3_600_000, "window": "fixed",
+            "channels": {"webhook": {"isEnabled": true, "endpoint": "http://127.0.0.1:9/bench", "minPeriod": 0}}}),
+        "sliding" => serde_json::json!({"isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 100,
+            "thresholdPeriod": 3_600_000, "window": "sliding", "including": ["typeerror"],
+            "channels": {"webhook": {"isEnabled": true, "endpoint": "http://127.0.0.1:9/bench", "minPeriod": 0}}}),
+        _ => serde_json::json!({"isEnabled": true, "whatToReceive": "ONLY_NEW", "excluding": ["healthcheck"],
+            "channels": {"webhook": {"isEnabled": true, "endpoint": "http://127.0.0.1:9/bench", "minPeriod": 0}}}),
+    };
+    let import: Vec<serde_json::Value> = projects
+        .iter()
+        .map(
+            |p| serde_json::json!({"_id": p, "notifications": [rule("fixed"), rule("sliding"), rule("new")]}),
+        )
+        .collect();
+    let parsed = klaxon_store::parse_import(&serde_json::to_string(&import)?)?;
+    store.replace(&parsed).await?;
+    let bodies = bodies(args, &projects);
+    let broker = Broker::connect(&global.amqp_url, Duration::from_secs(10))
+        .await
+        .context("RabbitMQ (--amqp-url)")?;
+
+    let raw = raw_rate(&broker, &ns, qt, &bodies, args).await?;
+
+    // The workers, as processes of their own, so that their CPU time is theirs.
+    let exe = crate::klaxon_exe()?;
+    let mut children = Vec::new();
+    let mut addrs = Vec::new();
+    for _ in 0..args.workers {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let addr = format!("127.0.0.1:{port}");
+        let child = tokio::process::Command::new(&exe)
+            .args([
+                "worker",
+                "--http-addr",
+                &addr,
+                "--queue-type",
+                label(qt),
+                "--prefetch",
+                &args.prefetch.to_string(),
+                "--batch-max",
+                &args.batch_max.to_string(),
+            ])
+            .env("KLAXON_NAMESPACE", &ns)
+            .env("KLAXON_AMQP_URL", &global.amqp_url)
+            .env("KLAXON_REDIS_URL", &global.redis_url)
+            .env("KLAXON_MONGO_URL", &global.mongo_url)
+            .env("KLAXON_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .context("start klaxon worker")?;
+        children.push(child);
+        addrs.push(addr);
+    }
+    let pids: Vec<u32> = children
+        .iter()
+        .map(|c| c.id().context("worker pid"))
+        .collect::<anyhow::Result<_>>()?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for addr in &addrs {
+        while !matches!(http_get(addr, "/readyz").await, Some((200, _))) {
+            if Instant::now() > deadline {
+                bail!("the bench worker did not become ready in 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // Warm the rule cache and the scripts with one event per project per worker, outside the measurement.
+    let warm: Vec<Vec<u8>> = (0..args.workers)
+        .flat_map(|_| projects.iter())
+        .map(|p| {
+            serde_json::to_vec(
+                &serde_json::json!({"projectId": p, "event": {"title": "warm-up", "groupHash": "warm"}}),
+            )
+            .unwrap_or_default()
+        })
+        .collect();
+    let hidden = indicatif::ProgressBar::hidden();
+    publish(&broker, &format!("{ns}.events"), &warm, &hidden).await?;
+    let warm_n = warm.len() as u64;
+    // The workers' metrics, summed.
+    let scrape = |addrs: Vec<String>| async move {
+        let mut all = String::new();
+        for addr in &addrs {
+            all.push_str(
+                &http_get(addr, "/metrics")
+                    .await
+                    .map(|(_, m)| m)
+                    .unwrap_or_default(),
+            );
+        }
+        all
+    };
+    let wait_consumed = |n: u64| {
+        let addrs = addrs.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(600);
+            loop {
+                // `klaxon_batch_size_sum` counts events of batches that are done (published and acked);
+                // `klaxon_events_consumed_total` would also count the batch still being processed.
+                let m = scrape(addrs.clone()).await;
+                if metric_sum(&m, "klaxon_batch_size_sum ") >= n {
+                    return Ok(m);
+                }
+                if Instant::now() > deadline {
+                    bail!("the bench workers did not finish {n} events in 600 s");
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    let before = wait_consumed(warm_n).await?;
+    let cpu_of = |pids: &[u32]| -> anyhow::Result<u64> { pids.iter().map(|p| proc_cpu_ticks(*p)).sum() };
+    let cpu_before = cpu_of(&pids)?;
+    let watched_before: Vec<u64> = args
+        .watch_pid
+        .iter()
+        .map(|w| proc_cpu_ticks(w.pid).unwrap_or(0))
+        .collect();
+    let pb = bar(
+        bodies.len() as u64,
+        &format!("klaxon worker ×{} ({})", args.workers, label(qt)),
+        args.json,
+    );
+    let started = Instant::now();
+    publish(&broker, &format!("{ns}.events"), &bodies, &pb).await?;
+    let after = wait_consumed(warm_n + bodies.len() as u64).await?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu_after = cpu_of(&pids)?;
+    let watched: Vec<Watched> = args
+        .watch_pid
+        .iter()
+        .zip(watched_before)
+        .map(|(w, b)| {
+            let s = proc_cpu_ticks(w.pid).unwrap_or(b).saturating_sub(b) as f64 / TICKS_PER_S;
+            Watched {
+                name: w.name.clone(),
+                pid: w.pid,
+                cpu_pct: s / elapsed * 100.0,
+                cpu_us_per_event: s * 1e6 / bodies.len() as f64,
+            }
+        })
+        .collect();
+    pb.finish_and_clear();
+    for mut child in children {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+
+    let n = bodies.len() as f64;
+    let batches =
+        metric_sum(&after, "klaxon_batch_size_count ") - metric_sum(&before, "klaxon_batch_size_count ");
+    let tasks = metric_sum(&after, "klaxon_notifications_published_total{")
+        - metric_sum(&before, "klaxon_notifications_published_total{");
+    let rate = n / elapsed;
+
+    // Leave nothing behind.
+    let _ = broker
+        .delete_topology(&Topology::new(&ns, &format!("{ns}.events"), qt))
+        .await;
+    let _ = broker.delete_queue(&format!("{ns}.raw")).await;
+    broker.close().await;
+    Ok(Row {
+        queue_type: label(qt).to_owned(),
+        events: bodies.len() as u64,
+        groups: args.groups,
+        projects: args.projects,
+        rules_per_project: 3,
+        prefetch: args.prefetch,
+        batch_max: args.batch_max,
+        worker_seconds: elapsed,
+        worker_cpu_seconds: (cpu_after - cpu_before) as f64 / TICKS_PER_S,
+        workers: args.workers,
+        worker_cpu_pct: (cpu_after - cpu_before) as f64 / TICKS_PER_S / elapsed * 100.0,
+        watched,
+        raw_broker_msgs_per_s: raw,
+        worker_events_per_s: rate,
+        ratio: rate / raw,
+        worker_cpu_us_per_event: (cpu_after - cpu_before) as f64 / TICKS_PER_S * 1e6 / n,
+        redis_round_trips_per_event: batches as f64 / n,
+        batches,
+        notification_tasks: tasks,
+    })
+}
+
+async fn pipeline(args: PipelineArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        args.events > 0 && args.groups > 0 && args.projects > 0,
+        "--events, --groups and --projects must be > 0"
+    );
+    let types: Vec<QueueType> = match args.queue_type.as_str() {
+        "classic" => vec![QueueType::Classic],
+        "quorum" => vec![QueueType::Quorum],
+        _ => vec![QueueType::Classic, QueueType::Quorum],
+    };
+    let mut rows = Vec::new();
+    for qt in types {
+        rows.push(one(global, &args, qt).await?);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        println!(
+            "klaxon bench pipeline: {} events, {} groups, {} projects × 3 rules, prefetch {}, batch {}",
+            args.events, args.groups, args.projects, args.prefetch, args.batch_max
+        );
+        let watched: String = args
+            .watch_pid
+            .iter()
+            .map(|w| format!(" {} CPU % |", w.name))
+            .collect();
+        println!(
+            "| queue | workers | raw broker msg/s | worker events/s | ratio | worker CPU µs/event | workers' CPU % | \
+             Redis round trips/event | tasks |{watched}"
+        );
+        println!(
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|{}",
+            "---:|".repeat(args.watch_pid.len())
+        );
+        for r in &rows {
+            let watched: String = r.watched.iter().map(|w| format!(" {:.0} |", w.cpu_pct)).collect();
+            println!(
+                "| {} | {} | {:.0} | {:.0} | {:.2} | {:.1} | {:.0} | {:.4} | {} |{watched}",
+                r.queue_type,
+                r.workers,
+                r.raw_broker_msgs_per_s,
+                r.worker_events_per_s,
+                r.ratio,
+                r.worker_cpu_us_per_event,
+                r.worker_cpu_pct,
+                r.redis_round_trips_per_event,
+                r.notification_tasks
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

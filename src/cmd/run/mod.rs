@@ -1,0 +1,374 @@
+//! `klaxon run | worker | sender`: the long-running processes.
+//!
+//! Three steps: [`args`] is the command line (clap structures only); [`plan::Plan::from_args`] validates every
+//! option into typed configurations before anything connects (a wrong value exits 2); [`run`] starts the HTTP
+//! server and the parts the plan names on one set of clients: one Redis handle and one MongoDB client, shared
+//! by the worker, the digest flusher, the senders and the API, each connected once by whichever part needs it
+//! first. Every RabbitMQ loop (worker, digest flusher, one sender per channel) owns its connection, because it
+//! reconnects on its own after a failure (`klaxon_engine::supervise`); they open it the same way, through
+//! `klaxon_broker::Session::open`. The API keeps one connection for all its requests and console pages.
+
+mod args;
+mod plan;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use klaxon_broker::Topology;
+use klaxon_core::ChannelKind;
+use klaxon_counter::{Dedup, RedisHandle, WindowCounter};
+use klaxon_engine::breaker::{Breakers, Bulkheads};
+use klaxon_engine::metrics::Metrics;
+use klaxon_engine::ops_server::Readiness;
+use klaxon_engine::ratelimit::RateLimiter;
+use klaxon_engine::{sender, worker};
+use klaxon_store::{RuleCache, RuleStore, Trail};
+use tokio::sync::OnceCell;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use args::{RunArgs, SenderArgs, WorkerArgs};
+use plan::{Plan, RawArgs, SenderPlan, WorkerPlan};
+
+use crate::cli::GlobalOpts;
+
+/// How long in-flight work may take to finish after SIGTERM/SIGINT before the process exits anyway.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(8);
+/// How long after SIGTERM/SIGINT open HTTP requests may still run (counted from the signal, not after the drain).
+const HTTP_DEADLINE: Duration = Duration::from_millis(9_000);
+
+/// The process's clients of Redis and MongoDB: each connected once, by whichever part (worker, sender, API)
+/// needs it first, and shared by all.
+#[derive(Clone, Default)]
+struct Clients {
+    redis: Arc<OnceCell<RedisHandle>>,
+    store: Arc<OnceCell<RuleStore>>,
+}
+
+impl Clients {
+    /// The Redis handle (a connection manager: it reconnects by itself after a failure).
+    async fn redis(&self, url: &str) -> Result<RedisHandle, klaxon_counter::CounterError> {
+        self.redis
+            .get_or_try_init(|| RedisHandle::connect(url))
+            .await
+            .cloned()
+    }
+
+    /// The rule store, the process's one MongoDB client (rules and the delivery trail).
+    async fn store(
+        &self,
+        global: &GlobalOpts,
+        defaults: klaxon_core::RuleDefaults,
+    ) -> Result<RuleStore, klaxon_store::RulesError> {
+        self.store
+            .get_or_try_init(|| async {
+                RuleStore::connect(&global.mongo_url, &global.mongo_db())
+                    .await
+                    .map(|s| s.with_rule_defaults(defaults))
+            })
+            .await
+            .cloned()
+    }
+}
+
+/// What every part of a started process shares.
+struct Parts<'a> {
+    global: &'a GlobalOpts,
+    topology: Topology,
+    readiness: Readiness,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+}
+
+/// Retries `connect` with a jittered, capped backoff until it succeeds or shutdown begins.
+async fn connect_with_retry<T, E, F, Fut>(
+    what: &str,
+    shutdown: &CancellationToken,
+    mut connect: F,
+) -> Option<T>
+where
+    E: std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let mut attempt = 0;
+    loop {
+        match connect().await {
+            Ok(v) => return Some(v),
+            Err(e) => {
+                let wait = klaxon_broker::backoff(attempt, Duration::from_secs(30));
+                attempt += 1;
+                tracing::warn!(service = what, error = %e, retry_in_ms = wait.as_millis() as u64, "cannot connect; retrying");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return None,
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Validates the options into a [`Plan`], then runs it until SIGTERM/SIGINT.
+pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
+    // Validate everything before connecting to anything.
+    let plan = Plan::from_args(args)?;
+    let http_addr = plan.http.addr;
+    let shutdown = CancellationToken::new();
+    let metrics = Metrics::install();
+    let readiness = Readiness::default();
+    let clients = Clients::default();
+    let api_token = plan.api.token.clone();
+    let api = klaxon_api::router(klaxon_api::ApiConfig {
+        namespace: global.namespace.clone(),
+        amqp_url: global.amqp_url.clone(),
+        redis_url: global.redis_url.clone(),
+        mongo_url: global.mongo_url.clone(),
+        mongo_db: global.mongo_db(),
+        events_queue: global.events_queue(),
+        queue_type: plan.queue_type,
+        allow_private_endpoints: plan.api.allow_private_endpoints,
+        limits: plan.limits,
+        token: plan.api.token,
+        allowed_hosts: plan.http.allowed_hosts,
+        redis: clients.redis.clone(),
+        rule_store: clients.store.clone(),
+        webhook_keys: plan.api.webhook_keys,
+        rule_defaults: plan.rule_defaults,
+        action_key: plan.api.action_key,
+    });
+    let http = klaxon_engine::ops_server::serve(
+        http_addr,
+        metrics,
+        readiness.clone(),
+        api,
+        plan.http.limits,
+        shutdown.clone(),
+    )
+    .await
+    .with_context(|| format!("cannot serve HTTP on --http-addr {http_addr}"))?;
+
+    let signals = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutdown requested: finishing in-flight work");
+        signals.cancel();
+    });
+
+    let parts = Parts {
+        global,
+        topology: Topology::new(&global.namespace, &global.events_queue(), plan.queue_type),
+        readiness,
+        shutdown: shutdown.clone(),
+        tracker: TaskTracker::new(),
+    };
+    // Both sides count, dedup or limit in Redis: connected before either starts.
+    let mut redis = None;
+    if plan.worker.is_some() || plan.sender.is_some() {
+        let Some(r) = connect_with_retry("redis", &shutdown, || clients.redis(&global.redis_url)).await
+        else {
+            return Ok(ExitCode::SUCCESS);
+        };
+        // said once per process
+        parts.tracker.spawn(super::notices::redis_eviction(r.clone()));
+        redis = Some(r);
+    }
+    // The rule store once the worker has it (the sender's trail then writes through it at once).
+    let mut store: Option<RuleStore> = None;
+    if let (Some(w), Some(redis)) = (plan.worker, &redis) {
+        let Some(s) =
+            connect_with_retry("mongodb", &shutdown, || clients.store(global, plan.rule_defaults)).await
+        else {
+            return Ok(ExitCode::SUCCESS);
+        };
+        store = Some(s.clone());
+        start_worker(&parts, w, plan.limits, redis.clone(), s);
+    }
+    if let (Some(send), Some(redis)) = (plan.sender, redis) {
+        start_senders(&parts, send, &clients, store, plan.rule_defaults, redis);
+    }
+    let Parts { tracker, .. } = parts;
+    tracker.close();
+    tracing::info!(namespace = %global.namespace, http = %http_addr, "klaxon started");
+    super::notices::console(http_addr, api_token.as_ref().map(klaxon_channels::Secret::expose));
+
+    shutdown.cancelled().await;
+    let stopping = tokio::time::Instant::now();
+    if tokio::time::timeout(DRAIN_DEADLINE, tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("in-flight work did not finish in time; unacked messages go back to their queues");
+    }
+    // The HTTP server drains its requests at the same time (graceful shutdown began with the signal); a slow
+    // client never holds the exit past the 10 s promise.
+    if tokio::time::timeout_at(stopping + HTTP_DEADLINE, http)
+        .await
+        .is_err()
+    {
+        tracing::warn!("HTTP requests still open at exit; closed");
+    }
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Starts the evaluating side on the process's Redis handle and rule store: the worker, the digest flusher,
+/// the Redis probe, the rule cache's invalidation and, in shadow mode, the delivery trail.
+fn start_worker(
+    p: &Parts<'_>,
+    w: WorkerPlan,
+    limits: klaxon_core::Limits,
+    redis: RedisHandle,
+    store: RuleStore,
+) {
+    let (global, shutdown) = (p.global, &p.shutdown);
+    let counter = WindowCounter::new(redis.clone(), &global.namespace);
+    p.tracker.spawn(klaxon_engine::probe_redis(
+        counter.clone(),
+        p.readiness.role("redis"),
+        shutdown.clone(),
+    ));
+    // Shadow mode records what it would have sent in the delivery trail (the senders' collection).
+    let trail = if w.output == klaxon_engine::sink::Output::Shadow {
+        let store = store.clone();
+        let (trail, task) = Trail::start(
+            async move { Some(store) },
+            klaxon_store::trail::DEFAULT_TRAIL_TTL,
+            shutdown.clone(),
+        );
+        p.tracker.spawn(async move {
+            let _ = task.await;
+        });
+        tracing::info!("shadow mode: notifications are recorded in the delivery trail, never sent");
+        trail
+    } else {
+        Trail::disabled()
+    };
+    let rules = RuleCache::new(store, w.rules_ttl).with_limits(limits);
+    // Invalidations arrive by Redis pub/sub, which needs a connection of its own.
+    p.tracker.spawn(klaxon_store::invalidation::subscribe(
+        global.redis_url.clone(),
+        global.namespace.clone(),
+        rules.clone(),
+        shutdown.clone(),
+    ));
+    {
+        let rules = rules.clone();
+        let shutdown = shutdown.clone();
+        p.tracker.spawn(async move {
+            rules.start_invalidation(shutdown).await;
+        });
+    }
+    let deps = worker::WorkerDeps {
+        amqp_url: global.amqp_url.clone(),
+        topology: p.topology.clone(),
+        mutes: klaxon_counter::Mutes::new(redis.clone(), &global.namespace).with_limit(limits.max_mutes),
+        counter,
+        rules,
+        config: w.config,
+        output: w.output,
+        trail: trail.clone(),
+    };
+    let digest_deps = klaxon_engine::digest::DigestDeps {
+        amqp_url: global.amqp_url.clone(),
+        topology: p.topology.clone(),
+        digests: klaxon_counter::Digests::new(redis, &global.namespace),
+        prefetch: 16,
+        output: w.output,
+        trail,
+        // test builds only: the end-to-end crash-between-claim-and-publish test sets the variable
+        #[cfg(feature = "fault-injection")]
+        faults: klaxon_engine::digest::Faults {
+            crash_after_claim: std::env::var(klaxon_engine::digest::CRASH_AFTER_CLAIM_ENV)
+                .is_ok_and(|v| v == "1"),
+        },
+    };
+    p.tracker
+        .spawn(worker::run(deps, p.readiness.role("worker"), shutdown.clone()));
+    // flushes due digest windows (minPeriod > 0): part of the evaluate side, next to the worker
+    p.tracker.spawn(klaxon_engine::digest::run(
+        digest_deps,
+        p.readiness.role("digest"),
+        shutdown.clone(),
+    ));
+}
+
+/// Starts one sender per channel on the process's Redis handle; their delivery trail writes through the rule
+/// store (`store` when the worker connected it, else connected in the background: deliveries never wait for it).
+fn start_senders(
+    p: &Parts<'_>,
+    send: SenderPlan,
+    clients: &Clients,
+    store: Option<RuleStore>,
+    rule_defaults: klaxon_core::RuleDefaults,
+    redis: RedisHandle,
+) {
+    let (global, shutdown) = (p.global, &p.shutdown);
+    let (store_tx, store_rx) = tokio::sync::oneshot::channel::<RuleStore>();
+    match store {
+        Some(store) => {
+            let _ = store_tx.send(store);
+        }
+        None => {
+            let shutdown = shutdown.clone();
+            let clients = clients.clone();
+            let global = global.clone();
+            p.tracker.spawn(async move {
+                if let Some(store) =
+                    connect_with_retry("mongodb", &shutdown, || clients.store(&global, rule_defaults)).await
+                {
+                    let _ = store_tx.send(store);
+                }
+            });
+        }
+    }
+    let (trail, trail_task) = Trail::start(
+        async move { store_rx.await.ok() },
+        send.trail_ttl,
+        shutdown.clone(),
+    );
+    p.tracker.spawn(async move {
+        let _ = trail_task.await;
+    });
+    let deps = sender::SenderDeps {
+        amqp_url: global.amqp_url.clone(),
+        topology: p.topology.clone(),
+        channels: send.channels,
+        max_attempts: send.max_attempts,
+        prefetch: send.prefetch,
+        retry_schedule: send.retry_schedule,
+        dedup: Dedup::new(redis.clone(), &global.namespace, send.dedup_ttl, send.dedup_lease),
+        limiter: RateLimiter::new(redis, &global.namespace, send.rates, Duration::from_secs(1)),
+        breakers: Arc::new(Breakers::new(send.breaker)),
+        bulkheads: Arc::new(Bulkheads::new(send.host_concurrency)),
+        trail,
+    };
+    for kind in ChannelKind::ALL {
+        let ready = p.readiness.role(&format!("sender.{kind}"));
+        p.tracker
+            .spawn(sender::run(deps.clone(), kind, ready, shutdown.clone()));
+    }
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
