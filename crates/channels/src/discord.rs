@@ -18,7 +18,7 @@ use klaxon_core::NotificationTask;
 use serde_json::{json, Value};
 
 use crate::http_client::{label, parse_http_endpoint, Answer};
-use crate::render::{escape_discord, escape_discord_bounded, MessageContext, View};
+use crate::render::{cut, escape_discord, escape_discord_bounded, MessageContext, View};
 use crate::slack::{lines, Piece};
 use crate::{Channels, Delivered, DeliveryError};
 
@@ -78,16 +78,6 @@ fn discord_url(url: &str) -> String {
         .replace(' ', "%20")
         .replace('<', "%3C")
         .replace('>', "%3E")
-}
-
-/// `s` cut to `max` characters (then `…`); for text that needs no escaping (our words).
-fn cut(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_owned();
-    }
-    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
 }
 
 /// The characters Discord counts towards [`DISCORD_TOTAL_MAX`] in one embed.

@@ -17,21 +17,11 @@ use serde_json::{json, Value};
 use url::Url;
 
 use crate::http_client::label;
-use crate::render::{MessageContext, View};
+use crate::render::{cut, MessageContext, View};
 use crate::{Channels, Delivered, DeliveryError};
 
 /// Longest `payload.summary` PagerDuty accepts, in characters.
 pub const PAGERDUTY_SUMMARY_MAX: usize = 1024;
-
-/// `s` cut to `max` characters (then `…`).
-fn cut(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_owned();
-    }
-    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
-}
 
 /// The one-line summary of a notification.
 fn summary(v: &View) -> String {

@@ -727,6 +727,17 @@ pub fn split_message(text: &str, limit: usize) -> Vec<String> {
     parts
 }
 
+/// `s` cut to `max` characters (then `…`): for text that needs no escaping, or that was escaped already and
+/// has no escapes to split (PagerDuty's plain text, Discord's footers).
+pub(crate) fn cut(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_owned();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
 /// Byte index at most `limit` UTF-16 units into `s` (which is longer than that), not inside a tag or entity.
 fn cut_point(s: &str, limit: usize) -> usize {
     let mut units = 0;

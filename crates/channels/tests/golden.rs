@@ -764,12 +764,12 @@ async fn spike_and_reappeared_say_their_numbers_on_discord_teams_and_pagerduty()
     for channel in [ChannelKind::Discord, ChannelKind::Teams, ChannelKind::Pagerduty] {
         for (reason, count, what, says) in [
             (
-                spike.clone(),
+                spike,
                 312,
                 "Spike in ",
                 "312 in the last hour, usually ~20 (15.6×)",
             ),
-            (back.clone(), 1, "Reappeared in ", "back after 12 days quiet"),
+            (back, 1, "Reappeared in ", "back after 12 days quiet"),
         ] {
             let mut t = task(channel, reason, &[("TypeError: boom", count, None)]);
             t.min_period_s = 0;
