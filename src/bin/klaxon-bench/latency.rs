@@ -12,7 +12,7 @@
 //! `VmRSS` sampled while the load runs, next to the resident set once ready and idle.
 
 use std::collections::HashMap;
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -394,13 +394,8 @@ async fn measure(
 
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let addr = format!("127.0.0.1:{port}");
-    let mut child = tokio::process::Command::new(crate::klaxon_exe()?)
+    let mut child = crate::klaxon_child(&crate::klaxon_exe()?, "run", &addr, qt, ns, global)
         .args([
-            "run",
-            "--http-addr",
-            &addr,
-            "--queue-type",
-            label(qt),
             "--prefetch",
             &args.prefetch.to_string(),
             "--batch-max",
@@ -408,18 +403,9 @@ async fn measure(
             "--batch-wait-ms",
             &args.batch_wait_ms.to_string(),
         ])
-        .env("KLAXON_NAMESPACE", ns)
-        .env("KLAXON_AMQP_URL", &global.amqp_url)
-        .env("KLAXON_REDIS_URL", &global.redis_url)
-        .env("KLAXON_MONGO_URL", &global.mongo_url)
         .env("KLAXON_ALLOW_PRIVATE_ENDPOINTS", "true")
-        .env("KLAXON_LOG", "warn")
         .env_remove("KLAXON_MONGO_DB")
         .env_remove("KLAXON_EVENTS_QUEUE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
         .spawn()
         .context("start klaxon run")?;
     let result = drive(

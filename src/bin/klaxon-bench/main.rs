@@ -92,6 +92,31 @@ pub(crate) fn klaxon_exe() -> anyhow::Result<PathBuf> {
     Ok(exe)
 }
 
+/// `klaxon <role> --http-addr <addr> --queue-type <qt>` as a child of the bench: in namespace `ns`, on the
+/// bench's services, logging warnings only, its stdout discarded (the bench's stdout is the measurement), killed
+/// when dropped. The caller adds the role's own flags.
+pub(crate) fn klaxon_child(
+    exe: &std::path::Path,
+    role: &str,
+    addr: &str,
+    qt: klaxon_broker::QueueType,
+    ns: &str,
+    global: &GlobalOpts,
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.args([role, "--http-addr", addr, "--queue-type", pipeline::label(qt)])
+        .env("KLAXON_NAMESPACE", ns)
+        .env("KLAXON_AMQP_URL", &global.amqp_url)
+        .env("KLAXON_REDIS_URL", &global.redis_url)
+        .env("KLAXON_MONGO_URL", &global.mongo_url)
+        .env("KLAXON_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true);
+    cmd
+}
+
 /// Logs at `warn` unless `KLAXON_LOG`/`RUST_LOG` say otherwise: stdout is the measurement.
 fn init_tracing(format: &str) {
     use tracing_subscriber::EnvFilter;

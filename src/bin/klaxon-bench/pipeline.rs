@@ -6,7 +6,7 @@
 //! notification tasks with confirms, multiple-ack). It prints both rates, their ratio, the worker's own CPU time
 //! per event (from /proc/<pid>/stat) and Redis round trips per event.
 
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -325,27 +325,13 @@ async fn one(global: &GlobalOpts, args: &PipelineArgs, qt: QueueType) -> anyhow:
     for _ in 0..args.workers {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let addr = format!("127.0.0.1:{port}");
-        let child = tokio::process::Command::new(&exe)
+        let child = crate::klaxon_child(&exe, "worker", &addr, qt, &ns, global)
             .args([
-                "worker",
-                "--http-addr",
-                &addr,
-                "--queue-type",
-                label(qt),
                 "--prefetch",
                 &args.prefetch.to_string(),
                 "--batch-max",
                 &args.batch_max.to_string(),
             ])
-            .env("KLAXON_NAMESPACE", &ns)
-            .env("KLAXON_AMQP_URL", &global.amqp_url)
-            .env("KLAXON_REDIS_URL", &global.redis_url)
-            .env("KLAXON_MONGO_URL", &global.mongo_url)
-            .env("KLAXON_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
             .spawn()
             .context("start klaxon worker")?;
         children.push(child);
