@@ -18,7 +18,7 @@ use klaxon_core::NotificationTask;
 use serde_json::{json, Value};
 
 use crate::http_client::{label, parse_http_endpoint, Answer};
-use crate::render::{cut, escape_discord, escape_discord_bounded, MessageContext, View};
+use crate::render::{cut, cut_escaped, escape_discord, escape_discord_bounded, MessageContext, View};
 use crate::slack::{lines, Piece};
 use crate::{Channels, Delivered, DeliveryError};
 
@@ -207,20 +207,6 @@ fn actions_embed(v: &View) -> Option<Value> {
         .map(|a| format!("[{}]({})", a.label, discord_url(&a.url)))
         .collect();
     Some(json!({ "title": "Actions", "description": links.join("\n"), "color": colour(v.kind) }))
-}
-
-/// Cuts already-escaped Markdown to `max` characters without leaving half an escape.
-fn cut_escaped(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_owned();
-    }
-    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
-    let trailing = out.chars().rev().take_while(|c| *c == '\\').count();
-    if trailing % 2 == 1 {
-        out.pop();
-    }
-    out.push('…');
-    out
 }
 
 /// Keeps the message within [`DISCORD_TOTAL_MAX`] and [`DISCORD_EMBEDS_MAX`]: the limits of titles and

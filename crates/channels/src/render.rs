@@ -341,18 +341,22 @@ fn digits_from_line_start(chars: &[char], i: usize) -> bool {
 /// [`escape_discord`] of `s`, cut to at most `max` characters (then `…`) without splitting an escape: a cut
 /// that would leave a lone backslash drops it.
 pub fn escape_discord_bounded(s: &str, max: usize) -> String {
-    let escaped = escape_discord(s);
-    if escaped.chars().count() <= max {
-        return escaped;
+    cut_escaped(&escape_discord(s), max)
+}
+
+/// Already-escaped Markdown cut to at most `max` characters (then `…`) without leaving half an escape.
+pub(crate) fn cut_escaped(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_owned();
     }
-    let mut cut: String = escaped.chars().take(max.saturating_sub(1)).collect();
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
     // an odd run of trailing backslashes ends in half an escape
-    let trailing = cut.chars().rev().take_while(|c| *c == '\\').count();
+    let trailing = out.chars().rev().take_while(|c| *c == '\\').count();
     if trailing % 2 == 1 {
-        cut.pop();
+        out.pop();
     }
-    cut.push('…');
-    cut
+    out.push('…');
+    out
 }
 
 /// Microsoft Teams: tenant text goes in Adaptive Card `TextRun`s of `RichTextBlock`s, which the Adaptive Cards
