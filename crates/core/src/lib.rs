@@ -21,10 +21,13 @@ pub mod action;
 pub mod evaluate;
 pub mod event;
 pub mod explain;
+pub mod field;
 pub mod filter;
+pub mod kind;
 pub mod limits;
 pub mod mute;
 pub mod notification;
+pub mod problem;
 pub mod rule;
 pub mod text;
 
@@ -33,8 +36,9 @@ pub use event::{Event, EventTask, InvalidEvent};
 pub use explain::{Explanation, RuleVerdict, Verdict};
 pub use filter::{Case, FilterMiss, Title, TitleFilter};
 pub use limits::Limits;
+pub use kind::{Baseline, Kind, Signal};
 pub use notification::{
-    notification_id, DigestWindow, Firing, FiringTasks, NotificationEvent, NotificationTask, Reason, Signal,
+    notification_id, DigestWindow, Firing, FiringTasks, NotificationEvent, NotificationTask, Reason,
 };
 pub use rule::{
     parse_rule_value, parse_rule_value_with, rule_problems, ChannelConfig, ChannelKind, CompiledRule,
