@@ -15,7 +15,7 @@
 use klaxon_core::NotificationTask;
 use serde_json::{json, Value};
 
-use crate::render::{slack_literal, MessageContext, View, SLACK, SLACK_SECTION_MAX};
+use crate::render::{slack_literal, MessageContext, View, ViewKind, SLACK, SLACK_SECTION_MAX};
 use crate::{Channels, DeliveryError};
 
 /// One piece of a line of a Slack message.
@@ -96,14 +96,14 @@ pub(crate) fn lines(v: &View) -> Vec<Vec<Piece>> {
     };
     let mut out: Vec<Vec<Piece>> = Vec::new();
     match v.kind {
-        "direct" => {
+        ViewKind::Direct => {
             out.push(vec![tenant_bold(title)]);
             if let Some(text) = &v.text {
                 out.push(vec![tenant(text)]);
             }
             return out;
         }
-        "new" => {
+        ViewKind::New => {
             out.push(vec![
                 Piece::Bold("New error in project ".into()),
                 tenant_bold(&v.project),
@@ -116,9 +116,9 @@ pub(crate) fn lines(v: &View) -> Vec<Vec<Piece>> {
             }
             out.push(seen);
         }
-        "threshold" | "users" => {
+        ViewKind::Threshold | ViewKind::Users => {
             out.push(vec![tenant_bold(title)]);
-            let by = if v.kind == "users" { "by " } else { "" };
+            let by = if v.kind == ViewKind::Users { "by " } else { "" };
             out.push(vec![
                 Piece::Ours(format!(
                     "Seen {by}{} ({} window, threshold {}) in project ",
@@ -130,9 +130,13 @@ pub(crate) fn lines(v: &View) -> Vec<Vec<Piece>> {
                 out.push(vec![open_event(url)]);
             }
         }
-        "spike" | "reappeared" => {
+        ViewKind::Spike | ViewKind::Reappeared => {
             out.push(vec![tenant_bold(title)]);
-            let what = if v.kind == "spike" { "Spike" } else { "Reappeared" };
+            let what = if v.kind == ViewKind::Spike {
+                "Spike"
+            } else {
+                "Reappeared"
+            };
             out.push(vec![
                 Piece::Ours(format!("{what} in project ")),
                 tenant(&v.project),
@@ -142,7 +146,7 @@ pub(crate) fn lines(v: &View) -> Vec<Vec<Piece>> {
                 out.push(vec![open_event(url)]);
             }
         }
-        _ => {
+        ViewKind::Digest => {
             out.push(vec![
                 Piece::Bold(format!("{} errors in ", v.total)),
                 tenant_bold(&v.project),

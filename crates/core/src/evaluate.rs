@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 
 use crate::event::EventTask;
 use crate::filter::Title;
-use crate::mute::{is_muted, Mute};
 use crate::kind::Signal;
+use crate::mute::{is_muted, Mute};
 use crate::notification::{Firing, NotificationTask};
 use crate::rule::{CompiledRule, ProjectRules, Unevaluated, Want};
 

@@ -351,7 +351,8 @@ fn baseline_words(sum: u64, buckets: u64) -> String {
 /// `quietPeriod`.
 fn reappearing(rule_id: &str, quiet_ms: u64, armed_at_ms: i64, is_new: bool, peek: &Peek) -> RuleVerdict {
     // the script's decision, in the core's one function; the words say why
-    let fires = crate::kind::reappeared::reappears(peek.last_seen, peek.now_ms, quiet_ms, armed_at_ms, is_new);
+    let fires =
+        crate::kind::reappeared::reappears(peek.last_seen, peek.now_ms, quiet_ms, armed_at_ms, is_new);
     let verdict = if fires {
         Verdict::WouldFire
     } else {

@@ -35,8 +35,8 @@ pub use evaluate::{BatchEvent, Outcome};
 pub use event::{Event, EventTask, InvalidEvent};
 pub use explain::{Explanation, RuleVerdict, Verdict};
 pub use filter::{Case, FilterMiss, Title, TitleFilter};
-pub use limits::Limits;
 pub use kind::{Baseline, Kind, Signal};
+pub use limits::Limits;
 pub use notification::{
     notification_id, DigestWindow, Firing, FiringTasks, NotificationEvent, NotificationTask, Reason,
 };

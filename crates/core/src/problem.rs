@@ -62,4 +62,3 @@ impl RuleProblem {
         self
     }
 }
-

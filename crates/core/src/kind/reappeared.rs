@@ -18,19 +18,19 @@ pub(crate) fn read(
     quiet_period: &Field<u64>,
     fatal: &dyn Fn(String, &str) -> RuleProblem,
 ) -> Result<u64, RuleProblem> {
-        match quiet_period.whole() {
-            _ if quiet_period.is_unset() => Ok(DEFAULT_QUIET_PERIOD_MS),
-            Some(ms) if QUIET_PERIOD_MS.contains(&ms) => Ok(ms),
-            _ => Err(fatal(
-                format!(
-                    "`quietPeriod` must be milliseconds between {} and {} (1 s … 90 days), got {}",
-                    QUIET_PERIOD_MS.start(),
-                    QUIET_PERIOD_MS.end(),
-                    quiet_period.to_json()
-                ),
-                "set `quietPeriod` in milliseconds, e.g. 604800000 for 7 days, or leave it out for 7 days",
-            )),
-        }
+    match quiet_period.whole() {
+        _ if quiet_period.is_unset() => Ok(DEFAULT_QUIET_PERIOD_MS),
+        Some(ms) if QUIET_PERIOD_MS.contains(&ms) => Ok(ms),
+        _ => Err(fatal(
+            format!(
+                "`quietPeriod` must be milliseconds between {} and {} (1 s … 90 days), got {}",
+                QUIET_PERIOD_MS.start(),
+                QUIET_PERIOD_MS.end(),
+                quiet_period.to_json()
+            ),
+            "set `quietPeriod` in milliseconds, e.g. 604800000 for 7 days, or leave it out for 7 days",
+        )),
+    }
 }
 
 /// What a REAPPEARED rule asks the counter for one event of rule `rule_id`: note the sighting, and fire when

@@ -49,7 +49,10 @@ pub(crate) fn read(
     period: &Field<u64>,
     fatal: &dyn Fn(String, &str) -> RuleProblem,
 ) -> Result<(u64, u64), RuleProblem> {
-    Ok((read_threshold(threshold, fatal)?, read_period(period, None, fatal)?))
+    Ok((
+        read_threshold(threshold, fatal)?,
+        read_period(period, None, fatal)?,
+    ))
 }
 
 /// Reads Hawk's legacy `ALL` rule: every occurrence is interesting. Klaxon treats it as SEEN_MORE with

@@ -2,10 +2,10 @@
 //! reaches `max(threshold, factor × baseline)`, the baseline being the mean count of the group's previous
 //! `baselineWindows` buckets; once per bucket (`lua/spike.lua`).
 
+use super::seen_more::{MAX_THRESHOLD, MIN_PERIOD_MS};
 use super::Want;
 use crate::field::Field;
 use crate::problem::RuleProblem;
-use super::seen_more::{MAX_THRESHOLD, MIN_PERIOD_MS};
 
 /// The rule kind's name in `whatToReceive`.
 pub const NAME: &str = "SPIKE";
