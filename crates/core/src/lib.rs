@@ -15,6 +15,10 @@
 //! [`explain`] answers "what would this event do?" with the same decision (`CompiledRule::decide`) and a
 //! reading of the counter's state ([`explain::Peek`]) into a [`Verdict`] per rule, counting nothing: the API,
 //! the console and `klaxon explain` print it.
+//!
+//! Each rule kind (`whatToReceive`) is one module of [`kind`]: its fields, defaults, limits and problems, what it
+//! asks the counter ([`rule::Want`]), its firing decision and its words. [`problem`] and [`field`] sit below the
+//! kinds, [`rule`] above them.
 #![deny(missing_docs)]
 
 pub mod action;
