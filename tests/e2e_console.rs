@@ -1162,9 +1162,15 @@ async fn in_a_real_browser_an_action_link_mutes_only_after_confirming() {
 
 /// The `action` and `csrf` of the form on an action page (the confirmation, or the Undo button).
 fn action_form(page: &str) -> Option<(String, String)> {
-    let at = page.find("<form method=\"post\" action=\"/a/")?;
+    let at = page.find("<form method=\"post\" action=\"")?;
     let form = &page[at..];
-    let action = form.split("action=\"").nth(1)?.split('"').next()?.to_owned();
+    // the template escapes the value: `/` is `&#x2f;`
+    let action = form
+        .split("action=\"")
+        .nth(1)?
+        .split('"')
+        .next()?
+        .replace("&#x2f;", "/");
     let csrf = form
         .split("name=\"csrf\" value=\"")
         .nth(1)?
