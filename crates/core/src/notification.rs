@@ -530,6 +530,88 @@ mod tests {
     use crate::filter::TitleFilter;
     use crate::rule::{ChannelConfig, WhatToReceive};
 
+    /// The task JSON of every reason is the flat object of earlier versions (senders of another version read
+    /// it), and reads back to the same reason.
+    #[test]
+    fn reasons_on_the_wire() {
+        let spike = Spike {
+            period_ms: 3_600_000,
+            baseline_windows: 24,
+            factor_milli: 5000,
+            threshold: 10,
+        };
+        let cases = [
+            (Reason::New, r#"{"type":"new"}"#),
+            (
+                Reason::Threshold {
+                    threshold: 3,
+                    period_ms: 60000,
+                    window: Window::Sliding,
+                },
+                r#"{"type":"threshold","threshold":3,"periodMs":60000,"window":"sliding"}"#,
+            ),
+            (
+                Reason::UniqueUsers {
+                    threshold: 3,
+                    period_ms: 60000,
+                    window: Window::Fixed,
+                },
+                r#"{"type":"uniqueUsers","threshold":3,"periodMs":60000,"window":"fixed"}"#,
+            ),
+            (
+                Reason::Spike {
+                    spike,
+                    baseline: Baseline {
+                        sum: 480,
+                        buckets: 24,
+                        needed: 100,
+                    },
+                },
+                r#"{"type":"spike","periodMs":3600000,"baselineWindows":24,"factorMilli":5000,"threshold":10,"baselineSum":480,"baselineBuckets":24,"needed":100}"#,
+            ),
+            (
+                Reason::Reappeared {
+                    quiet_period_ms: 1000,
+                    last_seen_ms: Some(5),
+                },
+                r#"{"type":"reappeared","quietPeriodMs":1000,"lastSeenMs":5}"#,
+            ),
+            (
+                Reason::Reappeared {
+                    quiet_period_ms: 1000,
+                    last_seen_ms: None,
+                },
+                r#"{"type":"reappeared","quietPeriodMs":1000}"#,
+            ),
+            (
+                Reason::Digest { min_period_s: 60 },
+                r#"{"type":"digest","minPeriodS":60}"#,
+            ),
+            (Reason::Direct, r#"{"type":"direct"}"#),
+        ];
+        for (reason, json) in cases {
+            assert_eq!(serde_json::to_string(&reason).expect("json"), json);
+            assert_eq!(
+                serde_json::from_str::<Reason>(json).expect("reason"),
+                reason,
+                "{json}"
+            );
+        }
+        // what the kind asked plus what the counter observed; nothing observed reads as a first bucket's
+        assert_eq!(
+            Reason::of_firing(Want::Spike(spike), None),
+            Reason::Spike {
+                spike,
+                baseline: Baseline {
+                    sum: 0,
+                    buckets: 0,
+                    needed: 10
+                }
+            }
+        );
+        assert_eq!(Reason::of_want(Want::FirstSeen).kind(), Some(Kind::OnlyNew));
+    }
+
     fn rule(channels: &[(ChannelKind, &str, u64)]) -> CompiledRule {
         CompiledRule {
             id: "r1".into(),
