@@ -287,7 +287,11 @@ async fn spike_random_walk(env: Env) {
         let (sum, buckets) = s.baseline(origin, cur, model.counts.iter().map(|(&b, &c)| (b, c)));
         let count = model.counts.get(&cur).copied().unwrap_or(0);
         let hit = &hits(spec, "walk", 1, None)[0];
-        let peek = env.counter.peek(std::slice::from_ref(hit), Some(now)).await.expect("peek");
+        let peek = env
+            .counter
+            .peek(std::slice::from_ref(hit), Some(now))
+            .await
+            .expect("peek");
         let place = format!("[{t}] step {step} at +{} ms (bucket {cur})", now - T0);
         assert_eq!(
             (peek[0].count, peek[0].baseline_sum, peek[0].baseline_buckets),
