@@ -40,6 +40,12 @@ pub struct HttpOpts {
     /// messages carry signed action links (mute, explain) to its /a/… pages, and its host is accepted in Host.
     #[arg(long, env = "KLAXON_PUBLIC_URL", value_name = "URL", value_parser = crate::cli::public_url)]
     pub public_url: Option<klaxon_channels::PublicUrl>,
+    /// Reverse proxies whose X-Forwarded-For is believed, comma-separated addresses or CIDR networks (e.g.
+    /// 127.0.0.1 or 10.0.0.0/8). Only for a request whose TCP peer is one of them, its client (whose wrong tokens
+    /// are counted, and whom "loopback only" looks at) is the right-most X-Forwarded-For address that is not a
+    /// trusted proxy. Default: none (the TCP peer is the client).
+    #[arg(long, env = "KLAXON_TRUSTED_PROXIES", value_name = "ADDRS", value_parser = klaxon_api::proxy::TrustedProxies::parse)]
+    pub trusted_proxies: Option<klaxon_api::proxy::TrustedProxies>,
 }
 
 /// The evaluating side: consume events, count, publish notification tasks (`run`, `worker`).
