@@ -768,12 +768,13 @@ mod tests {
         let b = Breakers::new(cfg());
         let t0 = Instant::now();
         let s = Duration::from_secs;
-        // (endpoint, outcome, at s) then (endpoint, at s, expected block)
+        // A asked for 20 s; then (endpoint, at s, expected block)
         let wait = |secs| Outcome::Throttled {
             retry_after: Some(s(secs)),
         };
         b.record("A", "host:discord.com", wait(20), t0);
-        let table: &[(&str, u64, Option<(Duration, Blocked)>)] = &[
+        type Row = (&'static str, u64, Option<(Duration, Blocked)>);
+        let table: &[Row] = &[
             ("A", 0, Some((s(20), Blocked::Throttled))),
             ("A", 19, Some((s(1), Blocked::Throttled))),
             ("B", 0, None),
