@@ -101,7 +101,7 @@ pub struct DeliverOpts {
     /// is days.
     #[arg(long, env = "KLAXON_TRAIL_TTL_DAYS", default_value = "30d", value_parser = duration_days, value_name = "DURATION")]
     pub trail_ttl_days: Duration,
-    /// Concurrent deliveries per destination host (bulkhead).
+    /// Concurrent deliveries per destination host (bulkhead); one endpoint may use half of them.
     #[arg(long, env = "KLAXON_HOST_CONCURRENCY", default_value_t = 4)]
     pub host_concurrency: usize,
 }
@@ -126,10 +126,10 @@ pub struct RateOpts {
     pub rate_email: f64,
 }
 
-/// The circuit breaker per destination host, per process.
+/// The circuit breakers per destination endpoint (and host), per process.
 #[derive(Debug, Args)]
 pub struct BreakerOpts {
-    /// Sliding window of outcomes per host (a plain number is seconds).
+    /// Sliding window of outcomes per endpoint (a plain number is seconds).
     #[arg(long, env = "KLAXON_BREAKER_WINDOW", default_value = "30s", value_parser = duration_secs, value_name = "DURATION")]
     pub breaker_window: Duration,
     /// Outcomes in the window before it may open.

@@ -305,6 +305,7 @@ fn sender_plan(
             min_requests: b.breaker_min_requests,
             failure_ratio: b.breaker_failure_ratio,
             open_for: b.breaker_open,
+            host_min_endpoints: klaxon_engine::breaker::HOST_MIN_ENDPOINTS,
         },
         host_concurrency: d.host_concurrency,
     })
