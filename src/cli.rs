@@ -270,16 +270,31 @@ fn env_secret(name: &str) -> Option<klaxon_channels::Secret> {
         .map(klaxon_channels::Secret::new)
 }
 
-/// The webhook master keys from the environment: `KLAXON_WEBHOOK_SECRET` (current) and
-/// `KLAXON_WEBHOOK_SECRET_PREVIOUS` (during a rotation). `None` when no current key is set; a previous key
-/// alone is a usage error. Every process that signs (senders) or shows secrets (API, console, `klaxon webhook
+/// What is wrong with a `KLAXON_API_TOKEN` shorter than 32 bytes (never its value): the wrong-token throttle
+/// slows guessing per client address, but only a long random token keeps guessing from many addresses hopeless.
+pub fn short_api_token(token: &str) -> Option<String> {
+    let len = token.trim().len();
+    (len < klaxon_api::MIN_TOKEN_LEN).then(|| {
+        format!(
+            "KLAXON_API_TOKEN is {len} bytes: use at least {} random bytes, e.g. `openssl rand -hex 32` (the \
+             wrong-token throttle slows guessing per address; a short token can still be guessed from many)",
+            klaxon_api::MIN_TOKEN_LEN
+        )
+    })
+}
+
+/// The webhook master keys from the environment: `KLAXON_WEBHOOK_SECRET` (current, at least 32 bytes),
+/// `KLAXON_WEBHOOK_SECRET_PREVIOUS` (during a rotation) and `KLAXON_WEBHOOK_LEGACY_SECRET` (the key of the
+/// deprecated `X-Klaxon-Signature`, sent only when set). `None` when no current key is set; a short current
+/// key, a previous or legacy key alone, or a legacy key equal to a master key is a usage error (exit 2). Every process that signs (senders) or shows secrets (API, console, `klaxon webhook
 /// secret`) reads the same two variables.
 pub fn webhook_keys() -> anyhow::Result<Option<klaxon_channels::webhook::SigningKeys>> {
     klaxon_channels::webhook::SigningKeys::from_settings(
         env_secret("KLAXON_WEBHOOK_SECRET"),
         env_secret("KLAXON_WEBHOOK_SECRET_PREVIOUS"),
+        env_secret("KLAXON_WEBHOOK_LEGACY_SECRET"),
     )
-    .map_err(crate::exit::usage)
+    .map_err(|e| crate::exit::usage(e.to_string()))
 }
 
 /// `--public-url`'s parser (an http(s) URL with a host, no query).

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{object_id, Env};
+use common::{object_id, reference_hmac_sha256, Env};
 use klaxon_testkit::http_sink::HttpSink;
 use serde_json::Value;
 
@@ -434,7 +434,7 @@ fn case(what: &str, secret: Value, body: Option<&[u8]>, headers: Value, want: bo
 async fn webhook_snippets_verify_a_real_delivery_and_the_schema_holds() {
     use klaxon_channels::webhook::EndpointSecret;
     let doc = std::fs::read_to_string(root().join("docs/webhook.md")).expect("docs/webhook.md");
-    let env = Env::new().set("KLAXON_WEBHOOK_SECRET", "master-key-for-the-docs-test");
+    let env = Env::new().set("KLAXON_WEBHOOK_SECRET", DOCS_MASTER_KEY);
     let project = object_id();
     let (req, endpoint) = real_delivery(&env, &project).await;
     let body = req.body.to_vec();
@@ -678,6 +678,105 @@ console.log(JSON.stringify(_cases.map((c) => {
         eprintln!("neither python3 nor node found: signature snippets not run");
     }
     reference_libraries_accept(&secret, &body, &real, &tampered);
+}
+
+/// The master key of the docs tests (at least 32 bytes, as `KLAXON_WEBHOOK_SECRET` must be).
+const DOCS_MASTER_KEY: &str = "master-key-for-the-docs-test-0123456789";
+
+/// The endpoint secret as docs/webhook.md's "The derivation" writes it, evaluated term by term: `"text"` is its
+/// bytes, `0xNN` one byte, `u64be(len(x))` the byte length of `x` as 8 bytes big-endian, `project` and
+/// `endpoint` the values themselves; `‖` concatenates.
+fn documented_secret(doc: &str, master: &str, project: &str, endpoint: &str) -> String {
+    use base64::Engine as _;
+    let start = doc
+        .find("**The derivation**")
+        .expect("docs/webhook.md: **The derivation**");
+    let formula = |name: &str| -> String {
+        doc[start..]
+            .lines()
+            .map(str::trim)
+            .find_map(|l| {
+                let rest = l.strip_prefix(name)?.trim_start();
+                rest.strip_prefix('=').map(|f| f.trim().to_owned())
+            })
+            .unwrap_or_else(|| panic!("no `{name} = …` line in the derivation"))
+    };
+    let secret: String = formula("secret").split_whitespace().collect();
+    assert_eq!(
+        secret, r#""whsec_"+base64(HMAC-SHA256(key=KLAXON_WEBHOOK_SECRET,message))"#,
+        "the documented secret line changed: teach this test its new form"
+    );
+    let var = |name: &str| -> &[u8] {
+        match name {
+            "project" => project.as_bytes(),
+            "endpoint" => endpoint.as_bytes(),
+            other => panic!("unknown term `{other}` in the documented message"),
+        }
+    };
+    let mut message = Vec::new();
+    for term in formula("message").split('‖').map(str::trim) {
+        if let Some(text) = term.strip_prefix('"').and_then(|t| t.strip_suffix('"')) {
+            message.extend_from_slice(text.as_bytes());
+        } else if let Some(hex) = term.strip_prefix("0x") {
+            message.push(u8::from_str_radix(hex, 16).unwrap_or_else(|_| panic!("bad byte `{term}`")));
+        } else if let Some(v) = term.strip_prefix("u64be(len(").and_then(|t| t.strip_suffix("))")) {
+            message.extend_from_slice(&(var(v).len() as u64).to_be_bytes());
+        } else {
+            message.extend_from_slice(var(term));
+        }
+    }
+    let b64 = base64::engine::general_purpose::STANDARD;
+    format!(
+        "whsec_{}",
+        b64.encode(reference_hmac_sha256(master.as_bytes(), &message))
+    )
+}
+
+/// docs/webhook.md's derivation, followed as written, gives the secret a tenant is shown, and that secret
+/// verifies a real delivery's `webhook-signature` (computed here with a reference HMAC).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_secret_derivation_verifies_a_real_delivery() {
+    use base64::Engine as _;
+    let doc = std::fs::read_to_string(root().join("docs/webhook.md")).expect("docs/webhook.md");
+    let env = Env::new().set("KLAXON_WEBHOOK_SECRET", DOCS_MASTER_KEY);
+    let project = object_id();
+    let (req, endpoint) = real_delivery(&env, &project).await;
+    let header = |n: &str| req.header(n).unwrap_or_else(|| panic!("no {n}")).to_owned();
+    let (id, stamp, signatures) = (
+        header("webhook-id"),
+        header("webhook-timestamp"),
+        header("webhook-signature"),
+    );
+    let derived = documented_secret(&doc, DOCS_MASTER_KEY, &project.to_ascii_lowercase(), &endpoint);
+    assert_eq!(
+        derived,
+        cli_secret(&env, &project, &endpoint),
+        "the docs' formula is the code's"
+    );
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let key = b64.decode(&derived["whsec_".len()..]).expect("base64");
+    let signed = [format!("{id}.{stamp}.").as_bytes(), req.body.as_ref()].concat();
+    let expected = format!("v1,{}", b64.encode(reference_hmac_sha256(&key, &signed)));
+    assert!(
+        signatures.split(' ').any(|s| s == expected),
+        "the documented derivation's secret verifies the real delivery: {signatures}"
+    );
+    // The plain concatenation the docs used to show does not give the secret.
+    let naive = [
+        b"klaxon webhook v1".as_slice(),
+        project.as_bytes(),
+        endpoint.as_bytes(),
+    ]
+    .concat();
+    assert_ne!(
+        format!(
+            "whsec_{}",
+            b64.encode(reference_hmac_sha256(DOCS_MASTER_KEY.as_bytes(), &naive))
+        ),
+        derived
+    );
+    // No legacy key: no deprecated header (it used to be made with the master key).
+    assert_eq!(req.header("x-klaxon-signature"), None);
 }
 
 fn json_str(v: impl ToString) -> Value {

@@ -509,6 +509,7 @@ async fn secrets_never_reach_logs_metrics_or_the_dead_letter_listing() {
     let secrets = [
         "TOKENSECRETxyz",
         "HMACSECRETxyz",
+        "LEGACYSECRETxyz",
         "PASSWORDSECRETxyz",
         "SLACKPATHSECRET",
         "HOOKSECRET",
@@ -522,7 +523,11 @@ async fn secrets_never_reach_logs_metrics_or_the_dead_letter_listing() {
             "debug,lapin=warn,hyper=warn,hyper_util=warn,reqwest=warn,h2=warn,rustls=warn",
         )
         .set("KLAXON_TELEGRAM_BOT_TOKEN", TOKEN)
-        .set("KLAXON_WEBHOOK_SECRET", "HMACSECRETxyz")
+        .set(
+            "KLAXON_WEBHOOK_SECRET",
+            "HMACSECRETxyz-0123456789abcdef0123456789",
+        )
+        .set("KLAXON_WEBHOOK_LEGACY_SECRET", "LEGACYSECRETxyz")
         .set("KLAXON_TELEGRAM_API", &tg.url(""))
         .set("KLAXON_SMTP_URL", "smtp://user:PASSWORDSECRETxyz@127.0.0.1:2525");
     let hook = HttpSink::start().await.expect("sink");
@@ -569,7 +574,10 @@ async fn secrets_never_reach_logs_metrics_or_the_dead_letter_listing() {
         "the token is used where it must be"
     );
     assert_eq!(hook.count(), 2, "the webhook was retried once");
-    assert!(hook.requests()[0].header("x-klaxon-signature").is_some());
+    assert!(
+        hook.requests()[0].header("x-klaxon-signature").is_some(),
+        "KLAXON_WEBHOOK_LEGACY_SECRET is set: the deprecated header is sent"
+    );
     let (_, metrics) = k.get("/metrics").expect("metrics");
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
     let dead = env.ok(&["dead", "list"]);

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{object_id, Env, Klaxon};
+use common::{object_id, reference_hmac_sha256, Env, Klaxon};
 use klaxon_channels::webhook::{EndpointSecret, TOLERANCE_SECS};
 use klaxon_testkit::{HttpSink, Reply, Request};
 use serde_json::{json, Value};
@@ -100,7 +100,7 @@ async fn api_secret(k: &Klaxon, project: &str, endpoint: &str) -> (u16, Value, O
 /// secret, or the project-less one. No secret reaches the log or the metrics.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_project_gets_its_own_secret_and_a_captured_request_expires() {
-    const MASTER: &str = "MASTERwebhookKEY-e2e";
+    const MASTER: &str = "MASTERwebhookKEY-e2e-0123456789abcdef";
     let env = Env::new().set("KLAXON_WEBHOOK_SECRET", MASTER).set(
         "KLAXON_LOG",
         "debug,lapin=warn,hyper=warn,hyper_util=warn,reqwest=warn,h2=warn,rustls=warn",
@@ -146,7 +146,10 @@ async fn each_project_gets_its_own_secret_and_a_captured_request_expires() {
             "webhook-id is the notificationId"
         );
         assert_eq!(sig.split(' ').count(), 1, "one signature outside a rotation");
-        assert!(req.header("x-klaxon-signature").is_some(), "kept for one release");
+        assert!(
+            req.header("x-klaxon-signature").is_none(),
+            "no KLAXON_WEBHOOK_LEGACY_SECRET: no deprecated header"
+        );
     }
     let now = |req: &Request| stamp(req) + 1;
     assert!(
@@ -266,11 +269,14 @@ async fn each_project_gets_its_own_secret_and_a_captured_request_expires() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_keeps_the_id_and_a_rotation_verifies_with_the_old_and_the_new_secret() {
     const TOKEN: &str = "console-token-e2e";
-    let before = Env::new().set("KLAXON_WEBHOOK_SECRET", "OLDmasterKEY-e2e");
+    let before = Env::new().set("KLAXON_WEBHOOK_SECRET", "OLDmasterKEY-e2e-0123456789abcdef");
     let env = before
         .clone()
-        .set("KLAXON_WEBHOOK_SECRET", "NEWmasterKEY-e2e")
-        .set("KLAXON_WEBHOOK_SECRET_PREVIOUS", "OLDmasterKEY-e2e")
+        .set("KLAXON_WEBHOOK_SECRET", "NEWmasterKEY-e2e-0123456789abcdef")
+        .set(
+            "KLAXON_WEBHOOK_SECRET_PREVIOUS",
+            "OLDmasterKEY-e2e-0123456789abcdef",
+        )
         .set("KLAXON_API_TOKEN", TOKEN);
     let hook = HttpSink::start().await.expect("sink");
     hook.script([Reply::status(500)]);
@@ -314,5 +320,112 @@ async fn a_retry_keeps_the_id_and_a_rotation_verifies_with_the_old_and_the_new_s
         "each attempt carries its own time"
     );
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}
+
+/// #30: a master key shorter than 32 bytes is refused before anything connects (exit 2, naming the command that
+/// makes one, never echoing the key) by every command that reads it, and `klaxon doctor` FAILs it.
+#[test]
+fn a_short_master_key_is_a_start_up_error_and_a_doctor_failure() {
+    const SHORT: &str = "changeme";
+    let env = Env::new().set("KLAXON_WEBHOOK_SECRET", SHORT);
+    let port = common::free_port().to_string();
+    let bind = format!("127.0.0.1:{port}");
+    for args in [
+        vec!["run", "--http-addr", bind.as_str()],
+        vec!["sender", "--http-addr", bind.as_str()],
+        vec!["webhook", "secret", "--endpoint", "https://h.example/x"],
+    ] {
+        let (code, out, err) = env.run(&args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(
+            err.contains("KLAXON_WEBHOOK_SECRET must be at least 32 bytes"),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains("openssl rand -base64 32"), "{args:?}: {err}");
+        assert!(
+            !err.contains(SHORT) && !out.contains(SHORT),
+            "the key is never echoed: {err}"
+        );
+    }
+    let (code, out, err) = env.run(&["doctor", "--timeout", "2s"]);
+    assert_eq!(code, 1, "a FAIL line: {out}{err}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("webhook signing"))
+        .unwrap_or_else(|| panic!("a webhook signing line: {out}"));
+    assert!(line.starts_with("FAIL"), "{line}");
+    assert!(line.contains("openssl rand -base64 32"), "{line}");
+    assert!(!out.contains(SHORT) && !err.contains(SHORT), "{out}{err}");
+    // A long key passes; a legacy key equal to the master key is refused like a short one.
+    let long = "a-master-key-of-thirty-two-bytes-or-more";
+    let (code, out, _) = env
+        .clone()
+        .set("KLAXON_WEBHOOK_SECRET", long)
+        .run(&["doctor", "--timeout", "2s"]);
+    let line = out
+        .lines()
+        .find(|l| l.contains("webhook signing"))
+        .unwrap_or_default();
+    assert!(line.starts_with("ok"), "{code}: {out}");
+    let (code, _, err) = env
+        .clone()
+        .set("KLAXON_WEBHOOK_SECRET", long)
+        .set("KLAXON_WEBHOOK_LEGACY_SECRET", long)
+        .run(&["run", "--http-addr", bind.as_str()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("KLAXON_WEBHOOK_LEGACY_SECRET must not be a master key") && !err.contains(long),
+        "{err}"
+    );
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// #30: the deprecated `X-Klaxon-Signature` is absent by default (see the test above it) and, with
+/// `KLAXON_WEBHOOK_LEGACY_SECRET`, present and made with that key — never with the master key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_legacy_header_is_made_with_the_legacy_key_only_when_it_is_set() {
+    const MASTER: &str = "MASTER-legacy-e2e-0123456789abcdef0123";
+    const LEGACY: &str = "changeme";
+    let env = Env::new()
+        .set("KLAXON_WEBHOOK_SECRET", MASTER)
+        .set("KLAXON_WEBHOOK_LEGACY_SECRET", LEGACY);
+    let hook = HttpSink::start().await.expect("sink");
+    let endpoint = hook.url("/legacy/hook");
+    let project = object_id();
+    env.import(&json!([rules(&project, &endpoint)]));
+    let mut k = env.spawn("run", &[]);
+    publish(&env, &project, "g-legacy");
+    let got = hook.wait_for_count(1, WAIT).await;
+    assert_eq!(got.len(), 1, "log:\n{}", k.logs());
+    let req = &got[0];
+    let with = |key: &str| {
+        format!(
+            "sha256={}",
+            hex(&reference_hmac_sha256(key.as_bytes(), &req.body))
+        )
+    };
+    assert_eq!(
+        req.header("x-klaxon-signature"),
+        Some(with(LEGACY).as_str()),
+        "made with the legacy key"
+    );
+    assert_ne!(
+        req.header("x-klaxon-signature"),
+        Some(with(MASTER).as_str()),
+        "never the master key"
+    );
+    // The standard signature is unchanged: the tenant's secret verifies it.
+    let secret = whsec(&env.webhook_secret(&project, &endpoint), "secret");
+    assert!(verifies(&secret, req, stamp(req) + 1));
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    let logs = k.logs();
+    assert!(
+        !logs.contains(MASTER) && !logs.contains(LEGACY),
+        "no key in the log"
+    );
     common::delete_queues(&env).await;
 }

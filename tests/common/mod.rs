@@ -408,3 +408,17 @@ pub fn qp_decode(raw: &str) -> String {
     }
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// HMAC-SHA256 written out from RFC 2104 with plain SHA-256 (independent of the code under test).
+pub fn reference_hmac_sha256(key: &[u8], msg: &[u8]) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let mut block = [0u8; 64];
+    if key.len() > 64 {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let pad = |x: u8| block.iter().map(|b| b ^ x).collect::<Vec<u8>>();
+    let inner = Sha256::digest([pad(0x36).as_slice(), msg].concat());
+    Sha256::digest([pad(0x5c).as_slice(), inner.as_slice()].concat()).to_vec()
+}

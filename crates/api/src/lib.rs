@@ -28,6 +28,7 @@
 mod console;
 mod error;
 pub mod guard;
+pub mod proxy;
 pub mod rest;
 mod state;
 mod throttle;
@@ -48,6 +49,7 @@ use tokio::sync::OnceCell;
 
 pub use error::ApiError;
 use state::Api;
+pub use throttle::MIN_TOKEN_LEN;
 
 /// Largest request body accepted; larger ones get 413.
 pub const MAX_BODY: usize = 1024 * 1024;
@@ -97,6 +99,9 @@ pub struct ApiConfig {
     /// `KLAXON_ACTION_KEY`: the console serves the signed action links of messages (`/a/<token>`) only when
     /// set; `None`: those pages say that action links are off.
     pub action_key: Option<klaxon_core::action::ActionKey>,
+    /// `--trusted-proxies`: only when a request's TCP peer is one of them is its client read from
+    /// `X-Forwarded-For` (see [`proxy`]); default none.
+    pub trusted_proxies: proxy::TrustedProxies,
 }
 
 impl std::fmt::Debug for ApiConfig {
@@ -109,6 +114,7 @@ impl std::fmt::Debug for ApiConfig {
             .field("webhook_keys", &self.webhook_keys)
             .field("action_key", &self.action_key.as_ref().map(|_| "<set>"))
             .field("allowed_hosts", &self.allowed_hosts)
+            .field("trusted_proxies", &self.trusted_proxies)
             .finish_non_exhaustive()
     }
 }
@@ -221,15 +227,17 @@ pub(crate) fn bearer(api: &Api, req: &Request, auth: &header::HeaderValue, token
         .ok()
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim);
-    api.throttle()
-        .attempt(peer_ip(req), || given.is_some_and(|g| same_secret(g, token)))
+    api.throttle().attempt(client_ip(api, req), || {
+        given.is_some_and(|g| same_secret(g, token))
+    })
 }
 
-/// The peer address of the request's connection, when the server recorded it.
-pub(crate) fn peer_ip(req: &Request) -> Option<std::net::IpAddr> {
+/// The address of the request's client, when the server recorded its connection's peer: that peer, or
+/// behind a trusted proxy the address it forwarded (see [`proxy`]).
+pub(crate) fn client_ip(api: &Api, req: &Request) -> Option<std::net::IpAddr> {
     req.extensions()
         .get::<axum::extract::ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip())
+        .map(|c| api.config().trusted_proxies.client(c.0.ip(), req.headers()))
 }
 
 /// `429` with `Retry-After`: the client presented too many wrong tokens (see `throttle`).
@@ -271,7 +279,7 @@ async fn authenticate(State(api): State<Api>, req: Request, next: Next) -> Respo
             }
         }
         None => {
-            if peer_ip(&req).is_some_and(|ip| ip.is_loopback()) {
+            if client_ip(&api, &req).is_some_and(|ip| ip.is_loopback()) {
                 next.run(req).await
             } else {
                 ApiError::new(

@@ -309,7 +309,12 @@ impl Channels {
 /// `retry_after`, more precise than the header's whole seconds); 5xx transient; other 4xx permanent.
 fn discord_check(answer: &Answer, what: &str, secrets: &[&str]) -> Result<(), DeliveryError> {
     answer.check_body(what, secrets).map_err(|e| match e {
-        DeliveryError::Transient { reason, retry_after } => DeliveryError::Transient {
+        DeliveryError::Transient {
+            reason,
+            retry_after,
+            rate_limited,
+        } => DeliveryError::Transient {
+            rate_limited,
             reason,
             retry_after: body_retry_after(&answer.body).or(retry_after),
         },

@@ -18,6 +18,9 @@ pub enum DeliveryError {
         reason: String,
         /// How long the destination asked us to wait (`Retry-After`, Telegram's `retry_after`), if it did.
         retry_after: Option<Duration>,
+        /// The destination said this endpoint is over its rate limit (HTTP 429): the endpoint is throttled, its
+        /// host is up.
+        rate_limited: bool,
     },
     /// Retrying cannot help: other HTTP 4xx, invalid or refused endpoint, SMTP 5xx, missing configuration.
     #[error("permanent delivery failure: {reason}")]
@@ -34,6 +37,7 @@ impl DeliveryError {
         DeliveryError::Transient {
             reason: klaxon_core::text::reason(&reason.into()),
             retry_after: None,
+            rate_limited: false,
         }
     }
 
@@ -61,6 +65,17 @@ impl DeliveryError {
             DeliveryError::Transient { retry_after, .. } => *retry_after,
             DeliveryError::Permanent { .. } => None,
         }
+    }
+
+    /// True for a rate limit (HTTP 429) of the endpoint.
+    pub fn is_rate_limited(&self) -> bool {
+        matches!(
+            self,
+            DeliveryError::Transient {
+                rate_limited: true,
+                ..
+            }
+        )
     }
 
     /// `"transient"` or `"permanent"`: a low-cardinality label for metrics and logs.
@@ -108,7 +123,11 @@ pub fn classify_status(
     let reason = klaxon_core::text::reason(&reason);
     Some(
         if status == 408 || status == 429 || (500..600).contains(&status) {
-            DeliveryError::Transient { reason, retry_after }
+            DeliveryError::Transient {
+                reason,
+                retry_after,
+                rate_limited: status == 429,
+            }
         } else {
             DeliveryError::Permanent { reason }
         },
@@ -181,6 +200,9 @@ mod tests {
         for &(status, transient) in table {
             let got = classify_status(status, None, "x", "").map(|e| e.is_transient());
             assert_eq!(got, transient, "status {status}");
+            // only a 429 is the endpoint's rate limit
+            let limited = classify_status(status, None, "x", "").is_some_and(|e| e.is_rate_limited());
+            assert_eq!(limited, status == 429, "status {status}");
         }
     }
 

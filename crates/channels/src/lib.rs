@@ -486,15 +486,16 @@ mod tests {
             telegram_bot_token: Some(Secret::new("123:TOKEN")),
             smtp_url: Secret::new("smtps://user:PASSWORD@mail.example.com"),
             webhook_keys: webhook::SigningKeys::from_settings(
-                Some(Secret::new("HMACKEY")),
+                Some(Secret::new("HMACKEY-0123456789abcdef0123456789abcdef")),
                 Some(Secret::new("OLDHMACKEY")),
+                Some(Secret::new("LEGACYHMACKEY")),
             )
             .expect("valid"),
             ..ChannelsConfig::default()
         };
         let channels = Channels::new(cfg.clone()).expect("valid");
         let debug = format!("{channels:?} {cfg:?}");
-        for secret in ["TOKEN", "PASSWORD", "HMACKEY", "OLDHMACKEY"] {
+        for secret in ["TOKEN", "PASSWORD", "HMACKEY", "OLDHMACKEY", "LEGACYHMACKEY"] {
             assert!(!debug.contains(secret), "{debug}");
         }
         for bad in [

@@ -122,7 +122,12 @@ impl Channels {
         let check = |answer: &Answer| {
             let detail = body_detail(&body_description(&answer.body), &secrets);
             answer.check(&what, &detail).map_err(|e| match e {
-                DeliveryError::Transient { reason, retry_after } => DeliveryError::Transient {
+                DeliveryError::Transient {
+                    reason,
+                    retry_after,
+                    rate_limited,
+                } => DeliveryError::Transient {
+                    rate_limited,
                     reason,
                     retry_after: retry_after.or_else(|| body_retry_after(&answer.body)),
                 },
@@ -195,7 +200,12 @@ fn after_parts(e: DeliveryError, sent: usize, total: usize) -> DeliveryError {
     }
     let note = format!(" (after {sent} of {total} parts were sent)");
     match e {
-        DeliveryError::Transient { reason, retry_after } => DeliveryError::Transient {
+        DeliveryError::Transient {
+            reason,
+            retry_after,
+            rate_limited,
+        } => DeliveryError::Transient {
+            rate_limited,
             reason: reason + &note,
             retry_after,
         },

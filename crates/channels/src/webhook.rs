@@ -4,12 +4,14 @@
 //! `--event-url-template`).
 //!
 //! ```text
-//! KLAXON_WEBHOOK_SECRET (master) ──HMAC(master, "klaxon webhook v1" ‖ project ‖ endpoint)──▶ the endpoint's secret
+//! KLAXON_WEBHOOK_SECRET (master, ≥ 32 bytes) ──HMAC(master, "klaxon webhook v1" ‖ 0 ‖ len ‖ project ‖ len ‖ endpoint)
+//!   ──▶ the endpoint's secret
 //!   (whsec_<base64 of 32 bytes>; what the tenant is given: API, CLI, console)
 //! each attempt: webhook-id = notificationId (the same on every retry), webhook-timestamp = now (Unix s),
 //!               webhook-signature = "v1,<base64 HMAC-SHA256(secret, id.timestamp.body)>"
 //!               [+ " v1,<…>" under the secret derived from KLAXON_WEBHOOK_SECRET_PREVIOUS during a rotation]
-//!               X-Klaxon-Signature = "sha256=<hex HMAC-SHA256(master, body)>" (deprecated, one release)
+//!               [X-Klaxon-Signature = "sha256=<hex HMAC-SHA256(KLAXON_WEBHOOK_LEGACY_SECRET, body)>", deprecated:
+//!                only when that key is set; never made with a master key, which every tenant could then attack]
 //! ```
 //!
 //! Why derived and bound to the project: a secret shared by every tenant lets any tenant forge notifications
@@ -34,8 +36,8 @@ use crate::http_client::{label, parse_http_endpoint};
 use crate::render::MessageContext;
 use crate::{Channels, Delivered, DeliveryError, Secret};
 
-/// Deprecated header carrying `sha256=<hex HMAC-SHA256 of the body>` under the master key; sent for one more
-/// release beside the Standard Webhooks headers.
+/// Deprecated header carrying `sha256=<hex HMAC-SHA256 of the body>` under `KLAXON_WEBHOOK_LEGACY_SECRET`; sent
+/// beside the Standard Webhooks headers only when that key is set (never made with a master key).
 pub const SIGNATURE_HEADER: &str = "X-Klaxon-Signature";
 /// Header carrying the notification id (the same on every retry: receivers deduplicate on it).
 pub const NOTIFICATION_ID_HEADER: &str = "X-Klaxon-Notification-Id";
@@ -52,12 +54,50 @@ pub const SECRET_PREFIX: &str = "whsec_";
 /// Domain separation of the derivation: a master key used for something else never yields these secrets.
 const DERIVATION_LABEL: &[u8] = b"klaxon webhook v1";
 
+/// Shortest master key (`KLAXON_WEBHOOK_SECRET`), in bytes: every tenant holds offline oracles of it (its own
+/// `whsec_` secrets), so it must be too long to guess, like `KLAXON_ACTION_KEY`.
+pub const MIN_MASTER_KEY_LEN: usize = 32;
+
+/// What is wrong with the webhook keys' settings. None of them shows a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum KeysError {
+    /// `KLAXON_WEBHOOK_SECRET` is shorter than [`MIN_MASTER_KEY_LEN`] bytes.
+    #[error(
+        "KLAXON_WEBHOOK_SECRET must be at least {MIN_MASTER_KEY_LEN} bytes (got {0}): every endpoint's secret is \
+         derived from it and each tenant can test guesses of it offline; make one with `openssl rand -base64 32` \
+         (to keep old receivers of X-Klaxon-Signature working meanwhile, put the old value in \
+         KLAXON_WEBHOOK_LEGACY_SECRET)"
+    )]
+    MasterTooShort(usize),
+    /// A previous key without a current one (what would it rotate to?).
+    #[error(
+        "KLAXON_WEBHOOK_SECRET_PREVIOUS is set but KLAXON_WEBHOOK_SECRET is not: set the new master key in \
+         KLAXON_WEBHOOK_SECRET and keep the old one in KLAXON_WEBHOOK_SECRET_PREVIOUS"
+    )]
+    PreviousAlone,
+    /// A legacy key without a master key.
+    #[error(
+        "KLAXON_WEBHOOK_LEGACY_SECRET is set but KLAXON_WEBHOOK_SECRET is not: set a master key \
+         (`openssl rand -base64 32`) — the legacy key only adds the deprecated X-Klaxon-Signature to signed webhooks"
+    )]
+    LegacyAlone,
+    /// The legacy key is a master key: the deprecated header would hand every tenant an oracle of it.
+    #[error(
+        "KLAXON_WEBHOOK_LEGACY_SECRET must not be a master key (KLAXON_WEBHOOK_SECRET or \
+         KLAXON_WEBHOOK_SECRET_PREVIOUS): the X-Klaxon-Signature of every delivery would let each tenant test \
+         guesses of it; give KLAXON_WEBHOOK_SECRET a new key (`openssl rand -base64 32`)"
+    )]
+    LegacyIsMaster,
+}
+
 /// The master keys every endpoint's secret is derived from: `KLAXON_WEBHOOK_SECRET` and, while tenants move
-/// to the new secrets after a rotation, `KLAXON_WEBHOOK_SECRET_PREVIOUS`. `Debug` shows no key.
+/// to the new secrets after a rotation, `KLAXON_WEBHOOK_SECRET_PREVIOUS`; and `KLAXON_WEBHOOK_LEGACY_SECRET`,
+/// the key of the deprecated `X-Klaxon-Signature` (sent only when it is set). `Debug` shows no key.
 #[derive(Clone)]
 pub struct SigningKeys {
     current: Secret,
     previous: Option<Secret>,
+    legacy: Option<Secret>,
 }
 
 impl std::fmt::Debug for SigningKeys {
@@ -65,31 +105,55 @@ impl std::fmt::Debug for SigningKeys {
         f.debug_struct("SigningKeys")
             .field("current", &"<redacted>")
             .field("previous", &self.previous.as_ref().map(|_| "<redacted>"))
+            .field("legacy", &self.legacy.as_ref().map(|_| "<redacted>"))
             .finish()
     }
 }
 
 impl SigningKeys {
-    /// The keys from their settings; `None` when no current key is set (webhooks then go out unsigned).
-    /// A previous key without a current one is a configuration error (what would it rotate to?).
+    /// The keys from their settings (`KLAXON_WEBHOOK_SECRET`, `…_PREVIOUS`, `KLAXON_WEBHOOK_LEGACY_SECRET`;
+    /// empty is unset); `None` when no current key is set (webhooks then go out unsigned). The current key must
+    /// be at least [`MIN_MASTER_KEY_LEN`] bytes; the previous one may be shorter (rotating is how a short key
+    /// is retired); the legacy key may be anything but a master key.
     pub fn from_settings(
         current: Option<Secret>,
         previous: Option<Secret>,
-    ) -> Result<Option<Self>, &'static str> {
+        legacy: Option<Secret>,
+    ) -> Result<Option<Self>, KeysError> {
         let present = |s: Option<Secret>| s.filter(|s| !s.expose().is_empty());
-        match (present(current), present(previous)) {
-            (Some(current), previous) => Ok(Some(SigningKeys { current, previous })),
-            (None, Some(_)) => Err(
-                "KLAXON_WEBHOOK_SECRET_PREVIOUS is set but KLAXON_WEBHOOK_SECRET is not: set the new master key in \
-                 KLAXON_WEBHOOK_SECRET and keep the old one in KLAXON_WEBHOOK_SECRET_PREVIOUS",
-            ),
-            (None, None) => Ok(None),
+        let (current, previous, legacy) = (present(current), present(previous), present(legacy));
+        let Some(current) = current else {
+            return match (previous, legacy) {
+                (Some(_), _) => Err(KeysError::PreviousAlone),
+                (None, Some(_)) => Err(KeysError::LegacyAlone),
+                (None, None) => Ok(None),
+            };
+        };
+        let len = current.expose().trim().len();
+        if len < MIN_MASTER_KEY_LEN {
+            return Err(KeysError::MasterTooShort(len));
         }
+        if legacy
+            .as_ref()
+            .is_some_and(|l| *l == current || previous.as_ref() == Some(l))
+        {
+            return Err(KeysError::LegacyIsMaster);
+        }
+        Ok(Some(SigningKeys {
+            current,
+            previous,
+            legacy,
+        }))
     }
 
-    /// The current master key (the deprecated `X-Klaxon-Signature` is made with it).
-    pub fn master(&self) -> &Secret {
-        &self.current
+    /// True when `KLAXON_WEBHOOK_LEGACY_SECRET` is set: deliveries carry the deprecated `X-Klaxon-Signature`.
+    pub fn legacy(&self) -> bool {
+        self.legacy.is_some()
+    }
+
+    /// The previous master key's length in bytes, during a rotation (`klaxon doctor` warns when it is short).
+    pub fn previous_len(&self) -> Option<usize> {
+        self.previous.as_ref().map(|p| p.expose().trim().len())
     }
 
     /// True while a previous master key is configured (deliveries carry two signatures).
@@ -364,8 +428,8 @@ pub fn sign(secret: &[u8], body: &[u8]) -> String {
     format!("sha256={}", hex::encode(m.finalize().into_bytes()))
 }
 
-/// The headers of one attempt: the id always; with keys, the timestamp, the signature(s) and the deprecated
-/// `X-Klaxon-Signature`.
+/// The headers of one attempt: the id always; with keys, the timestamp and the signature(s), and the deprecated
+/// `X-Klaxon-Signature` (made with `KLAXON_WEBHOOK_LEGACY_SECRET`, never a master key) only when that is set.
 pub fn request_headers(
     keys: Option<&SigningKeys>,
     task: &NotificationTask,
@@ -383,7 +447,9 @@ pub fn request_headers(
             STANDARD_SIGNATURE_HEADER,
             signature_header(&secrets, &task.notification_id, now_s, body),
         ));
-        headers.push((SIGNATURE_HEADER, sign(keys.master().expose().as_bytes(), body)));
+        if let Some(legacy) = &keys.legacy {
+            headers.push((SIGNATURE_HEADER, sign(legacy.expose().as_bytes(), body)));
+        }
     }
     headers
 }
@@ -407,6 +473,7 @@ impl Channels {
         if let Some(keys) = keys {
             secrets.push(keys.current.expose());
             secrets.extend(keys.previous.as_ref().map(Secret::expose));
+            secrets.extend(keys.legacy.as_ref().map(Secret::expose));
         }
         self.inner
             .http
@@ -424,10 +491,18 @@ mod tests {
     const P2: &str = "65a000000000000000000001";
     const NOW: i64 = 1_800_000_000;
 
+    /// 32 bytes after the name: long enough for a master key.
+    const PAD: &str = "::0123456789abcdef0123456789abcdef";
+
+    /// Keys whose current master is `current` + [`PAD`].
     fn keys(current: &str, previous: Option<&str>) -> SigningKeys {
-        SigningKeys::from_settings(Some(Secret::new(current)), previous.map(Secret::new))
-            .expect("valid")
-            .expect("some")
+        SigningKeys::from_settings(
+            Some(Secret::new(format!("{current}{PAD}"))),
+            previous.map(Secret::new),
+            None,
+        )
+        .expect("valid")
+        .expect("some")
     }
 
     /// SPIKE and REAPPEARED notifications carry their kind and the numbers that made them fire; the others
@@ -498,16 +573,58 @@ mod tests {
 
     #[test]
     fn settings_validate_and_debug_hides_keys() {
-        assert!(SigningKeys::from_settings(None, None).expect("ok").is_none());
-        assert!(SigningKeys::from_settings(Some(Secret::new("")), None)
+        let s = |v: &str| Some(Secret::new(v));
+        let long = format!("MASTERKEY{PAD}");
+        assert!(SigningKeys::from_settings(None, None, None)
             .expect("ok")
             .is_none());
-        let err = SigningKeys::from_settings(None, Some(Secret::new("OLDKEY"))).expect_err("previous alone");
-        assert!(err.contains("KLAXON_WEBHOOK_SECRET_PREVIOUS") && !err.contains("OLDKEY"));
-        let k = keys("MASTERKEY", Some("OLDKEY"));
+        assert!(SigningKeys::from_settings(s(""), s(""), s(""))
+            .expect("ok")
+            .is_none());
+        // (current, previous, legacy) → the error
+        type Settings = (Option<Secret>, Option<Secret>, Option<Secret>, KeysError);
+        let refused: [Settings; 7] = [
+            (None, s("OLDKEY"), None, KeysError::PreviousAlone),
+            (None, None, s("LEGACYKEY"), KeysError::LegacyAlone),
+            (s("changeme"), None, None, KeysError::MasterTooShort(8)),
+            (s(&"k".repeat(31)), None, None, KeysError::MasterTooShort(31)),
+            (
+                s(&format!("  {}  ", "k".repeat(31))),
+                None,
+                None,
+                KeysError::MasterTooShort(31),
+            ),
+            (s(&long), None, s(&long), KeysError::LegacyIsMaster),
+            (s(&long), s("OLDKEY"), s("OLDKEY"), KeysError::LegacyIsMaster),
+        ];
+        for (current, previous, legacy, want) in refused {
+            let err = SigningKeys::from_settings(current, previous, legacy).expect_err("refused");
+            assert_eq!(err, want);
+            let msg = err.to_string();
+            for secret in ["OLDKEY", "LEGACYKEY", "MASTERKEY", "changeme", "kkkk"] {
+                assert!(!msg.contains(secret), "{msg}");
+            }
+        }
+        let short = SigningKeys::from_settings(s("changeme"), None, None).expect_err("short");
+        assert!(short.to_string().contains("`openssl rand -base64 32`"), "{short}");
+        // 32 bytes are enough; a short previous key is what a rotation away from it looks like.
+        let ok = SigningKeys::from_settings(s(&"k".repeat(32)), s("old"), s("LEGACYKEY"))
+            .expect("valid")
+            .expect("some");
+        assert!(ok.legacy() && ok.rotating());
+        assert_eq!(ok.previous_len(), Some(3));
+        let k = SigningKeys::from_settings(s(&long), s("OLDKEY"), s("LEGACYKEY"))
+            .expect("valid")
+            .expect("some");
         let s = k.endpoint_secret(P1, "https://h.test/x");
         let shown = format!("{k:?} {s:?}");
-        for secret in ["MASTERKEY", "OLDKEY", &s.expose_whsec(), &s.expose_whsec()[6..]] {
+        for secret in [
+            "MASTERKEY",
+            "OLDKEY",
+            "LEGACYKEY",
+            &s.expose_whsec(),
+            &s.expose_whsec()[6..],
+        ] {
             assert!(!shown.contains(secret), "{shown}");
         }
     }
@@ -617,18 +734,34 @@ mod tests {
         assert_eq!(unsigned[0].1, task.notification_id);
         let k = keys("m", None);
         let signed = request_headers(Some(&k), &task, &body, NOW);
+        // No legacy key: no X-Klaxon-Signature (it used to be made with the master key itself).
         assert_eq!(
             names(&signed),
             [
                 ID_HEADER,
                 NOTIFICATION_ID_HEADER,
                 TIMESTAMP_HEADER,
-                STANDARD_SIGNATURE_HEADER,
-                SIGNATURE_HEADER
+                STANDARD_SIGNATURE_HEADER
             ]
         );
         assert_eq!(signed[2].1, NOW.to_string());
-        assert_eq!(signed[4].1, sign(b"m", &body));
+        let master = format!("m{PAD}");
+        let with_legacy = SigningKeys::from_settings(
+            Some(Secret::new(master.as_str())),
+            None,
+            Some(Secret::new("old-short-key")),
+        )
+        .expect("valid")
+        .expect("some");
+        let legacy = request_headers(Some(&with_legacy), &task, &body, NOW);
+        assert_eq!(legacy[4].0, SIGNATURE_HEADER);
+        assert_eq!(legacy[4].1, sign(b"old-short-key", &body));
+        assert_ne!(
+            legacy[4].1,
+            sign(master.as_bytes(), &body),
+            "never the master key"
+        );
+        assert_eq!(legacy[3], signed[3], "the standard signature is the same");
         // test-notify has no project: signed with the no-project secret of the endpoint.
         assert!(k.endpoint_secret("", "https://h.test/x").verify(
             &task.notification_id,

@@ -235,8 +235,9 @@ async fn webhook_body_headers_and_signature() {
         req.header("x-klaxon-notification-id"),
         Some(t.notification_id.as_str())
     );
-    let want = format!("sha256={}", reference_hmac_sha256(HMAC_KEY.as_bytes(), &req.body));
-    assert_eq!(req.header("x-klaxon-signature"), Some(want.as_str()));
+    // No KLAXON_WEBHOOK_LEGACY_SECRET: no deprecated header (it was made with the master key itself).
+    assert_eq!(req.header("x-klaxon-signature"), None);
+    assert!(req.header("webhook-signature").is_some());
 
     let body = req.json();
     let expected = serde_json::json!({
@@ -271,11 +272,22 @@ fn standard(req: &klaxon_testkit::http_sink::Request) -> (String, String, String
     (h("webhook-id"), h("webhook-timestamp"), h("webhook-signature"))
 }
 
+/// 32 bytes to make a test's master key long enough.
+const PAD: &str = "-0123456789abcdef0123456789abcdef";
+
 fn signing_keys(current: &str, previous: Option<&str>) -> SigningKeys {
-    SigningKeys::from_settings(Some(Secret::new(current)), previous.map(Secret::new))
+    let current = if current.len() >= 32 {
+        current.to_owned()
+    } else {
+        format!("{current}{PAD}")
+    };
+    SigningKeys::from_settings(Some(Secret::new(current)), previous.map(Secret::new), None)
         .expect("valid")
         .expect("some")
 }
+
+/// The key of the deprecated `X-Klaxon-Signature` in these tests (`KLAXON_WEBHOOK_LEGACY_SECRET`).
+const LEGACY_KEY: &str = "old-short-LEGACY-key";
 
 /// The signature checked without our verifier: base64 of the reference HMAC over `id.timestamp.body`, under the
 /// key the tenant is given (`whsec_` + base64).
@@ -293,7 +305,15 @@ fn reference_v1(whsec: &str, id: &str, ts: &str, body: &[u8]) -> String {
 #[tokio::test]
 async fn webhooks_carry_standard_webhooks_headers_signed_with_the_endpoints_own_secret() {
     let sink = HttpSink::start().await.expect("sink");
-    let ch = channels(config("http://127.0.0.1:1"));
+    let ch = channels(ChannelsConfig {
+        webhook_keys: SigningKeys::from_settings(
+            Some(Secret::new(HMAC_KEY)),
+            None,
+            Some(Secret::new(LEGACY_KEY)),
+        )
+        .expect("valid"),
+        ..config("http://127.0.0.1:1")
+    });
     let keys = signing_keys(HMAC_KEY, None);
     let endpoint = sink.url(&format!("/hook?token={ENDPOINT_SECRET}"));
     let mut a = task(ChannelKind::Webhook, &endpoint, Reason::New, &[("a", 1)]);
@@ -323,9 +343,15 @@ async fn webhooks_carry_standard_webhooks_headers_signed_with_the_endpoints_own_
             !other.verify(&id, &ts, &sig, &req.body, now_s()),
             "another project's secret does not verify this delivery"
         );
-        // The old header stays for one release (master key, body only).
-        let legacy = format!("sha256={}", reference_hmac_sha256(HMAC_KEY.as_bytes(), &req.body));
+        // With KLAXON_WEBHOOK_LEGACY_SECRET, the deprecated header is made with that key (body only), never
+        // with the master key.
+        let legacy = format!(
+            "sha256={}",
+            reference_hmac_sha256(LEGACY_KEY.as_bytes(), &req.body)
+        );
         assert_eq!(req.header("x-klaxon-signature"), Some(legacy.as_str()));
+        let master = format!("sha256={}", reference_hmac_sha256(HMAC_KEY.as_bytes(), &req.body));
+        assert_ne!(req.header("x-klaxon-signature"), Some(master.as_str()));
         assert!(!sig.contains(HMAC_KEY) && !own.expose_whsec().contains(HMAC_KEY));
     }
 }
@@ -335,7 +361,8 @@ async fn a_rotation_signs_with_both_secrets_and_a_retry_keeps_the_id_with_a_fres
     let sink = HttpSink::start().await.expect("sink");
     sink.script([Reply::status(503)]);
     let ch = channels(ChannelsConfig {
-        webhook_keys: Some(signing_keys("NEWMASTER", Some("OLDMASTER"))),
+        // the previous key as it was the current one (padded like it)
+        webhook_keys: Some(signing_keys("NEWMASTER", Some(&format!("OLDMASTER{PAD}")))),
         ..config("http://127.0.0.1:1")
     });
     let endpoint = sink.url("/h");

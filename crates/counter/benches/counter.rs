@@ -133,6 +133,15 @@ async fn main() {
             }),
         ),
         (
+            "spike (1 h buckets, baseline 168)",
+            HitSpec::Spike(klaxon_core::Spike {
+                period_ms: hour,
+                baseline_windows: 168,
+                factor_milli: 5000,
+                threshold: 1_000_000,
+            }),
+        ),
+        (
             "reappeared (quiet 7 d)",
             HitSpec::Reappeared {
                 quiet_period_ms: 7 * 24 * hour,
@@ -356,7 +365,7 @@ async fn signal_memory(redis: &RedisHandle, counter: &WindowCounter, hour: u64) 
     let usage = |key: String| {
         let mut conn = redis.clone();
         async move {
-            let bytes: i64 = redis::cmd("MEMORY")
+            let bytes: Option<i64> = redis::cmd("MEMORY")
                 .arg("USAGE")
                 .arg(&key)
                 .arg("SAMPLES")
@@ -364,16 +373,16 @@ async fn signal_memory(redis: &RedisHandle, counter: &WindowCounter, hour: u64) 
                 .query_async(&mut conn)
                 .await
                 .unwrap();
-            let encoding: String = redis::cmd("OBJECT")
+            let encoding: Option<String> = redis::cmd("OBJECT")
                 .arg("ENCODING")
                 .arg(&key)
                 .query_async(&mut conn)
                 .await
                 .unwrap();
-            (bytes, encoding)
+            (bytes, encoding.unwrap_or_default())
         }
     };
-    println!("\n| key | state | encoding | bytes per (rule, group) |");
+    println!("\n| key | state | keys: encoding bytes | bytes per (rule, group) |");
     println!("|---|---|---|---:|");
     let t0 = 1_700_000_000_000_i64 - 1_700_000_000_000_i64 % hour as i64;
     for windows in [24_u32, 168] {
@@ -400,11 +409,20 @@ async fn signal_memory(redis: &RedisHandle, counter: &WindowCounter, hour: u64) 
                 })
                 .collect();
             counter.hit_batch(&batch, Some(now)).await.unwrap();
-            let (bytes, encoding) =
-                usage(counter.keys_of(&Hit::new(rule.as_str(), "g", spec))[0].clone()).await;
+            // every key of the (rule, group) that exists: `MEMORY USAGE` of a missing key is nil
+            let mut parts = Vec::new();
+            for key in counter.keys_of(&Hit::new(rule.as_str(), "g", spec)) {
+                if let (Some(bytes), encoding) = usage(key.clone()).await {
+                    let suffix = key.rsplit(':').next().unwrap_or_default().to_owned();
+                    parts.push((suffix, bytes, encoding));
+                }
+            }
+            let total: i64 = parts.iter().map(|(_, b, _)| b).sum();
+            let keys: Vec<String> = parts.iter().map(|(s, b, e)| format!("`:{s}` {e} {b}")).collect();
             println!(
-                "| `:sp` SPIKE, baselineWindows {windows} | {} buckets held, {ids} event ids (36 chars) in the current one | {encoding} | {bytes} |",
-                windows + 1
+                "| SPIKE, baselineWindows {windows} | {} buckets held, {ids} event ids (36 chars) in the current one | {} | {total} |",
+                windows + 1,
+                keys.join(" + ")
             );
         }
     }
@@ -422,7 +440,10 @@ async fn signal_memory(redis: &RedisHandle, counter: &WindowCounter, hour: u64) 
         .await
         .unwrap();
     let (bytes, encoding) = usage(counter.keys_of(&h)[0].clone()).await;
-    println!("| `:rp` REAPPEARED | last seen and a reappearance (36-char event id) | {encoding} | {bytes} |");
+    let bytes = bytes.unwrap_or_default();
+    println!(
+        "| REAPPEARED | last seen and a reappearance (36-char event id) | `:rp` {encoding} {bytes} | {bytes} |"
+    );
 }
 
 /// Leaves nothing behind.

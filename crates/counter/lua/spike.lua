@@ -2,22 +2,29 @@
 -- max(threshold, factor × baseline) fires, once per bucket, where the baseline is the mean count of the previous
 -- `windows` buckets (empty buckets count as 0; a group younger than that uses the buckets since its first one; in
 -- its first bucket it has no baseline and never fires). Buckets are aligned on the epoch: bucket = floor(now /
--- period). The group's first bucket is the one of its first event, or of its first after the key expired.
+-- period). The group's first bucket is the one of its first event, or of its first after the key expired. A hit
+-- whose clock is behind the group's newest bucket (a clock stepping back) is counted in that newest bucket.
 --
 -- One call handles several keys (the client packs the keys of one batch that share a node/slot), each with
 -- several hits (hits of one key in one batch are coalesced).
 --
--- KEYS[j]  hash `<ns>:{<project>:<rule>:<group>}:sp`, fields:
---            k  "<period>:<windows>" the key was written with (another value: the rule changed, start afresh)
---            o  the group's first bucket
---            r<i>  for i in 0..windows: "<bucket>:<count>", the ring of the last windows+1 buckets (slot bucket %
---                  (windows+1)); a slot whose bucket is outside the baseline is ignored
---            f  the last bucket that fired, fa its firing time (ms), fc the count at the firing,
---            fe the event id of the firing hit ('' when none), fs the baseline sum and fw the baseline buckets then
---            ib the bucket the `i:` fields belong to, n how many `i:` fields the hash holds
---            i:<event id>  the count that event was counted at in bucket ib
---          It expires (PEXPIRE) (windows + 1) × period after its last write: by then every bucket it holds is out
---          of any baseline.
+-- KEYS[2j-1]  hash `<ns>:{<project>:<rule>:<group>}:sp`, fields (the first ten written first, in this order, so
+--             that they lead the hash):
+--            k   "<period>:<windows>:q" the key was written with (another value: the rule changed, start afresh)
+--            o   the group's first bucket
+--            b   the group's newest bucket (the current one), c its count
+--            s   the baseline sum: the sum of the counts the queue holds (the completed buckets among the
+--                `windows` before b; bucket b itself is not in it)
+--            n   how many event ids KEYS[2j] holds (all of bucket b)
+--            f   bucket b's firing, "<bucket>|<at ms>|<count>|<baseline sum>|<baseline buckets>|<event id>"
+--                ('' before any; a firing of an older bucket is ignored)
+--            h, t  the queue's head and tail sequence numbers (entries t .. h-1 are held), tb the tail's bucket
+--            <i> for i in 0..windows-1: the queue entry of sequence number i (mod windows), "<bucket>:<count>":
+--                the completed buckets with a count, oldest first; an entry outside t .. h-1 is stale
+--          It expires (PEXPIRE) at the end of bucket b + windows: the last bucket whose baseline holds bucket b
+--          (so between windows and windows + 1 buckets after the group's last event), set when b changes.
+-- KEYS[2j]  hash `<ns>:{<project>:<rule>:<group>}:spi`: event id → the count it was counted at, in bucket b;
+--          deleted when b changes, expires at the end of bucket b.
 -- ARGV[1]  now in ms, or '' to read the server's TIME (one clock for the fleet)
 -- ARGV[2]  event ids a bucket must remember (>= 1): the most recent ARGV[2] are always kept, at most 2 × ARGV[2]
 -- then, per key j in order: period ms (>= 1), windows (>= 1), factor in thousandths (>= 1), threshold (>= 1),
@@ -35,9 +42,13 @@
 --   baseline_buckets  how many buckets the baseline has (at the firing, when fired)
 --   r_i               -1 when hit i is the firing (first or redelivered), else its count in the bucket
 --
--- Complexity: per key, one HMGET of windows + 11 fields and the hits' ids, one HSET, one PEXPIRE: O(windows + n).
--- When the bucket changes, the previous bucket's ids are deleted (HGETALL + HDEL, amortised O(1) per id), and the
--- ids are compacted once every ARGV[2] new ones. Memory O(windows) per (rule, group) plus at most 2 × ARGV[2] ids.
+-- Complexity, per key: O(1) amortised, whatever `windows`. A hit in the current bucket is one HMGET of 7 fields
+-- and one HSET (plus an HMGET of its ids and an HSET of them in the ids key when it has ids). Moving to a later
+-- bucket reads the queue's head and tail (one HMGET), pops the entries that left the baseline (one HGET each,
+-- and one more that stays; each bucket is pushed once and popped once), pushes bucket b, deletes the ids key
+-- and sets the expiry; a gap of more than `windows` buckets drops the whole queue at once (t = h, s = 0). The
+-- ids are compacted (HGETALL, HDEL of the ids key only) once every ARGV[2] new ones. Memory: the 11 fields and
+-- at most `windows` queue entries per (rule, group), plus at most 2 × ARGV[2] ids of the current bucket.
 local now
 if ARGV[1] == '' then
   local t = redis.call('TIME')
@@ -56,17 +67,15 @@ local function ceil_div(a, b)
   return q
 end
 
--- Deletes the `i:` fields whose count is at most `upto` (all of them when upto is nil); returns how many remain.
+-- Deletes the ids counted at `upto` or below; returns how many remain.
 local function drop_ids(key, upto)
   local all = redis.call('HGETALL', key)
   local drop, kept = {}, 0
   for i = 1, #all, 2 do
-    if string.sub(all[i], 1, 2) == 'i:' then
-      if upto == nil or tonumber(all[i + 1]) <= upto then
-        drop[#drop + 1] = all[i]
-      else
-        kept = kept + 1
-      end
+    if tonumber(all[i + 1]) <= upto then
+      drop[#drop + 1] = all[i]
+    else
+      kept = kept + 1
     end
   end
   for c = 1, #drop, CHUNK do
@@ -75,10 +84,16 @@ local function drop_ids(key, upto)
   return kept
 end
 
+-- "<bucket>:<count>" → bucket, count
+local function entry(v)
+  local sep = string.find(v, ':', 1, true)
+  return tonumber(string.sub(v, 1, sep - 1)), tonumber(string.sub(v, sep + 1))
+end
+
 local out = {}
 local a = 3
-for k = 1, #KEYS do
-  local key = KEYS[k]
+for k = 1, #KEYS, 2 do
+  local key, idkey = KEYS[k], KEYS[k + 1]
   local period = tonumber(ARGV[a])
   local windows = tonumber(ARGV[a + 1])
   local factor = tonumber(ARGV[a + 2])
@@ -87,69 +102,98 @@ for k = 1, #KEYS do
   local first, last = a + 5, a + 4 + n
   a = last + 1
 
-  local shape = period .. ':' .. windows
-  local cur = math.floor(now / period)
-  local fields = {'k', 'o', 'f', 'fa', 'fc', 'fe', 'fs', 'fw', 'ib', 'n'}
-  for i = 0, windows do
-    fields[#fields + 1] = 'r' .. i
-  end
-  local w = redis.call('HMGET', key, unpack(fields))
-  if w[1] and w[1] ~= shape then
+  -- (from the argument strings: formatting numbers costs more than the rest of a hit)
+  local shape = ARGV[a - n - 5] .. ':' .. ARGV[a - n - 4] .. ':q'
+  local bucket = math.floor(now / period)
+  local w = redis.call('HMGET', key, 'k', 'o', 'b', 'c', 's', 'n', 'f')
+  local fresh = w[1] ~= shape
+  if fresh and w[1] then
     -- the rule's bucket or baseline changed: its buckets mean nothing now
-    redis.call('DEL', key)
-    w = {}
+    redis.call('DEL', key, idkey)
   end
-  local origin = tonumber(w[2]) or cur
-  local fired_at, fired_count, fired_id, fired_sum, fired_buckets = nil, 0, false, 0, 0
-  if tonumber(w[3]) == cur then
-    fired_at, fired_count, fired_id = tonumber(w[4]), tonumber(w[5]) or 0, w[6]
-    fired_sum, fired_buckets = tonumber(w[7]) or 0, tonumber(w[8]) or 0
+  local origin, b, count, sum, held, firing = bucket, bucket, 0, 0, 0, ''
+  if not fresh then
+    origin, b, count = tonumber(w[2]), tonumber(w[3]), tonumber(w[4])
+    sum, held, firing = tonumber(w[5]), tonumber(w[6]), w[7] or ''
   end
-  local held = tonumber(w[10]) or 0
-  local fresh_ids = tonumber(w[9]) ~= cur
+  local cur = math.max(bucket, b)
+  local writes = {}
+  local expire = fresh
 
-  -- the baseline: previous buckets, not before the group's first one
-  local from = math.max(cur - windows, origin)
-  local sum, count = 0, 0
-  for i = 0, windows do
-    local v = w[11 + i]
-    if v then
-      local sep = string.find(v, ':', 1, true)
-      local b, c = tonumber(string.sub(v, 1, sep - 1)), tonumber(string.sub(v, sep + 1))
-      if b == cur then
-        count = c
-      elseif b >= from and b < cur then
-        sum = sum + c
+  if cur > b then
+    -- a later bucket: bucket b completes and joins the queue, the buckets before cur - windows leave it
+    local q = redis.call('HMGET', key, 'h', 't', 'tb')
+    local h, t, tb = tonumber(q[1]), tonumber(q[2]), tonumber(q[3])
+    local lo = cur - windows
+    if b < lo then
+      -- more than `windows` buckets since the last event: nothing held is in the baseline
+      t, sum = h, 0
+    else
+      if t < h and tb < lo then
+        repeat
+          local eb, ec = entry(redis.call('HGET', key, t % windows))
+          if eb >= lo then
+            tb = eb
+            break
+          end
+          sum = sum - ec
+          t = t + 1
+        until t == h
       end
+      if t == h then
+        tb = b
+      end
+      writes[#writes + 1] = h % windows
+      writes[#writes + 1] = b .. ':' .. count
+      h, sum = h + 1, sum + count
     end
+    for _, v in ipairs({'h', h, 't', t, 'tb', tb}) do
+      writes[#writes + 1] = v
+    end
+    if held > 0 then
+      redis.call('DEL', idkey)
+      held = 0
+    end
+    b, count, expire = cur, 0, true
   end
-  local buckets = math.max(cur - from, 0)
+
+  local from = math.max(cur - windows, origin)
+  local buckets = cur - from
   -- no baseline, no spike: nothing reaches an infinite count
   local needed = math.huge
   if buckets > 0 then
     needed = math.max(threshold, ceil_div(factor * sum, 1000 * buckets))
   end
 
+  local fired_at, fired_count, fired_id, fired_sum, fired_buckets = nil, 0, false, 0, 0
+  local prefix = firing ~= '' and cur .. '|'
+  if prefix and string.sub(firing, 1, #prefix) == prefix then
+    local p = {}
+    local at = #prefix + 1
+    for _ = 1, 4 do
+      local sep = string.find(firing, '|', at, true)
+      p[#p + 1] = tonumber(string.sub(firing, at, sep - 1))
+      at = sep + 1
+    end
+    fired_at, fired_count, fired_sum, fired_buckets = p[1], p[2], p[3], p[4]
+    fired_id = string.sub(firing, at)
+  end
+
   -- the hits' ids already counted in this bucket
   local known = {}
-  if fresh_ids then
-    if held > 0 then
-      drop_ids(key, nil)
-    end
-    held = 0
-  else
+  if held > 0 then
     local ids = {}
     for i = first, last do
       if ARGV[i] ~= '' then
-        ids[#ids + 1] = 'i:' .. ARGV[i]
+        ids[#ids + 1] = ARGV[i]
       end
     end
     for c = 1, #ids, CHUNK do
       local upto = math.min(c + CHUNK - 1, #ids)
-      local got = redis.call('HMGET', key, unpack(ids, c, upto))
+      local got = redis.call('HMGET', idkey, unpack(ids, c, upto))
       for i = c, upto do
         if got[i - c + 1] then
-          known[string.sub(ids[i], 3)] = tonumber(got[i - c + 1])
+          known[ids[i]] = tonumber(got[i - c + 1])
         end
       end
     end
@@ -158,7 +202,8 @@ for k = 1, #KEYS do
   local head = #out + 1
   out[head], out[head + 1], out[head + 2], out[head + 3], out[head + 4] = -1, 0, cur * period, sum, buckets
   local counted, fired_now = false, false
-  local writes = {}
+  local idwrites = {}
+  local held_before = held
   for i = first, last do
     local id = ARGV[i]
     if fired_at ~= nil and id ~= '' and id == fired_id then
@@ -170,8 +215,8 @@ for k = 1, #KEYS do
       counted = true
       if id ~= '' then
         known[id] = count
-        writes[#writes + 1] = 'i:' .. id
-        writes[#writes + 1] = count
+        idwrites[#idwrites + 1] = id
+        idwrites[#idwrites + 1] = count
         held = held + 1
       end
       if fired_at == nil and count >= needed then
@@ -184,24 +229,42 @@ for k = 1, #KEYS do
     end
   end
 
-  if counted then
-    local slot = cur % (windows + 1)
-    local tail = {'k', shape, 'o', origin, 'ib', cur, 'n', held, 'r' .. slot, cur .. ':' .. count}
-    for _, v in ipairs(tail) do
-      writes[#writes + 1] = v
-    end
-    if fired_now then
-      local f = {'f', cur, 'fa', fired_at, 'fc', fired_count, 'fe', fired_id, 'fs', fired_sum, 'fw', fired_buckets}
-      for _, v in ipairs(f) do
+  if counted or expire then
+    if fresh then
+      -- the leading fields, in the order HMGET asks for them
+      for _, v in ipairs({'k', shape, 'o', origin, 'b', b, 'c', count, 's', sum, 'n', held, 'f', '',
+                          'h', 0, 't', 0, 'tb', b}) do
         writes[#writes + 1] = v
       end
+    elseif expire then
+      for _, v in ipairs({'b', b, 'c', count, 's', sum, 'n', held}) do
+        writes[#writes + 1] = v
+      end
+    else
+      -- the common case: one more hit in the current bucket
+      writes[#writes + 1] = 'c'
+      writes[#writes + 1] = count
+      if held ~= held_before then
+        writes[#writes + 1] = 'n'
+        writes[#writes + 1] = held
+      end
     end
-    for c = 1, #writes, 2 * CHUNK do
-      redis.call('HSET', key, unpack(writes, c, math.min(c + 2 * CHUNK - 1, #writes)))
+    if fired_now then
+      writes[#writes + 1] = 'f'
+      writes[#writes + 1] = table.concat({cur, fired_at, fired_count, fired_sum, fired_buckets, fired_id}, '|')
     end
-    redis.call('PEXPIRE', key, (windows + 1) * period)
+    redis.call('HSET', key, unpack(writes))
+    if expire then
+      redis.call('PEXPIRE', key, (cur + windows + 1) * period - now)
+    end
+    for c = 1, #idwrites, 2 * CHUNK do
+      redis.call('HSET', idkey, unpack(idwrites, c, math.min(c + 2 * CHUNK - 1, #idwrites)))
+    end
+    if held_before == 0 and held > 0 then
+      redis.call('PEXPIRE', idkey, (cur + 1) * period - now)
+    end
     if held > 2 * max_ids then
-      redis.call('HSET', key, 'n', drop_ids(key, count - max_ids))
+      redis.call('HSET', key, 'n', drop_ids(idkey, count - max_ids))
     end
   end
   if fired_at ~= nil then

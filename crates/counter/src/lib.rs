@@ -8,7 +8,7 @@
 //!
 //! * **The scripts decide.** `lua/fixed_window.lua`, `lua/sliding_window.lua`, `lua/first_seen.lua` and
 //!   `lua/unique_users.lua` (distinct users, fixed or sliding, memory O(threshold)), `lua/spike.lua` (a bucket
-//!   against the group's own baseline, memory O(baselineWindows)) and `lua/reappeared.lua` (a group back after a
+//!   against the group's own baseline, O(1) per hit with a running baseline sum, memory O(baselineWindows)) and `lua/reappeared.lua` (a group back after a
 //!   quiet, memory O(1)) hold the whole decision; this crate only builds keys, batches calls and decodes replies. Each script opens
 //!   with a comment giving its keys, arguments, reply and complexity.
 //! * **One clock.** Windows run on Redis `TIME` unless the caller injects `now` (tests, replay).
@@ -22,10 +22,11 @@
 //!   token, so the engine republishes the same deterministic notification id and delivery drops the
 //!   duplicate. Without event ids, fixed windows count at least once (a redelivered event counts twice)
 //!   and a redelivered firing is not recognised.
-//! * **Keys.** `<ns>:{<project>:<rule>:<group>}:fx|sl|slc|new|uf|ufm|us|usm|sp|rp`; the hash tag puts the keys of one call in one cluster
+//! * **Keys.** `<ns>:{<project>:<rule>:<group>}:fx|sl|slc|new|uf|ufm|us|usm|sp|spi|rp`; the hash tag puts the keys of one call in one cluster
 //!   slot. Every key expires: fixed windows at their end, sliding sets a period after their last event,
 //!   cooldowns at their end, first-seen marks after [`DEFAULT_FIRST_SEEN_TTL`], spike buckets
-//!   `(baselineWindows + 1) × bucket` after the group's last event, reappearance marks after
+//!   when the group's newest bucket leaves the last baseline (the end of the `baselineWindows`-th bucket after it) and
+//!   their event ids when their bucket ends, reappearance marks after
 //!   [`reappeared_ttl_ms`].
 //! * **Scripts on the server.** Calls use `EVALSHA`; a NOSCRIPT reply (server restart, failover) loads the
 //!   script on every node and resends only the calls that did not run.

@@ -122,14 +122,22 @@ impl WindowCounter {
                 cmds.push(redis::cmd("ZSCORE").arg(key(0)).arg(user).clone());
                 cmds
             }
+            // The key's leading fields and its whole queue: explain is not the hot path, and reading the
+            // queue lets the core compute the baseline at `now` without writing the script's pops.
             HitSpec::Spike(sp) => {
-                let mut fields = vec!["k".to_owned(), "o".to_owned(), "f".to_owned(), "fa".to_owned()];
-                fields.extend((0..=sp.baseline_windows).map(|i| format!("r{i}")));
+                let mut fields: Vec<String> = ["k", "o", "b", "c", "f"].map(String::from).into();
+                fields.extend((0..sp.baseline_windows).map(|i| i.to_string()));
                 vec![redis::cmd("HMGET").arg(key(0)).arg(fields).clone()]
             }
             HitSpec::Reappeared { .. } => vec![redis::cmd("HMGET").arg(key(0)).arg(&["l"]).clone()],
         }
     }
+}
+
+/// The `k` field `lua/spike.lua` writes: the rule's bucket and baseline, and the key's layout (`q`: a queue of
+/// buckets and a running baseline sum). A key with another one is started afresh by the script.
+fn spike_layout(sp: klaxon_core::Spike) -> String {
+    format!("{}:{}:q", sp.period_ms, sp.baseline_windows)
 }
 
 fn decode(spec: HitSpec, now: i64, r: &[Value]) -> Peek {
@@ -182,23 +190,36 @@ fn decode(spec: HitSpec, now: i64, r: &[Value]) -> Peek {
         HitSpec::Spike(sp) => {
             let Value::Array(w) = at(0) else { return p };
             let text = |i: usize| w.get(i).and_then(stored_text);
-            let cur = sp.bucket(now);
-            // a key written for another bucket or baseline is started afresh by the script
-            if text(0).is_some_and(|k| k != format!("{}:{}", sp.period_ms, sp.baseline_windows)) {
+            // no key, or one written for another bucket or baseline (which the script starts afresh): the next
+            // hit is the group's first
+            if text(0).is_none_or(|k| k != spike_layout(sp)) {
                 return p;
             }
-            let origin = field(at(0), 1).unwrap_or(cur);
-            if field(at(0), 2) == Some(cur) {
-                p.fired_at = field(at(0), 3);
+            let (Some(origin), Some(newest)) = (field(at(0), 1), field(at(0), 2)) else {
+                return p;
+            };
+            let newest_count = field(at(0), 3).unwrap_or(0).max(0) as u64;
+            // a clock behind the newest bucket counts in it, as the script does
+            let cur = sp.bucket(now).max(newest);
+            if newest == cur {
+                p.count = newest_count;
             }
-            let held: Vec<(i64, u64)> = (4..w.len())
+            // the firing: "<bucket>|<at>|…", of the current bucket only
+            p.fired_at = text(4).and_then(|f| {
+                let mut parts = f.split('|');
+                let bucket: i64 = parts.next()?.parse().ok()?;
+                (bucket == cur).then(|| parts.next()?.parse().ok())?
+            });
+            // the queue's entries ("<bucket>:<count>"; stale ones are older than any baseline they could
+            // fall in) and the newest bucket, which joins the baseline once it is over
+            let held: Vec<(i64, u64)> = (5..w.len())
                 .filter_map(text)
                 .filter_map(|v| {
                     let (b, c) = v.split_once(':')?;
                     Some((b.parse().ok()?, c.parse().ok()?))
                 })
+                .chain(std::iter::once((newest, newest_count)))
                 .collect();
-            p.count = held.iter().find(|(b, _)| *b == cur).map_or(0, |(_, c)| *c);
             (p.baseline_sum, p.baseline_buckets) = sp.baseline(origin, cur, held);
         }
         HitSpec::Reappeared { .. } => {

@@ -103,7 +103,7 @@ impl Kind {
             Kind::Sliding => &["sl", "slc"],
             Kind::UsersFixed => &["uf", "ufm"],
             Kind::UsersSliding => &["us", "usm"],
-            Kind::Spike => &["sp"],
+            Kind::Spike => &["sp", "spi"],
             Kind::Reappeared => &["rp"],
         }
     }

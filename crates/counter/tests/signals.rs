@@ -237,6 +237,132 @@ async fn spike_concurrent_batches_fire_exactly_once() {
     on_both(spike_concurrent).await;
 }
 
+/// A small deterministic generator (xorshift), so that the walk below is the same on every run.
+struct Walk(u64);
+
+impl Walk {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// What SPIKE must answer, from the core's reading (`Spike::baseline`, `Spike::needed`) of every bucket's count:
+/// the script's running sum and queue must agree with it after any sequence of buckets.
+#[derive(Default)]
+struct Model {
+    counts: std::collections::BTreeMap<i64, u64>,
+    origin: Option<i64>,
+    newest: i64,
+    fired: Option<i64>,
+}
+
+async fn spike_random_walk(env: Env) {
+    let t = env.topology;
+    let windows = 5;
+    let s = Spike {
+        period_ms: B as u64,
+        baseline_windows: windows,
+        factor_milli: 2000,
+        threshold: 3,
+    };
+    let spec = HitSpec::Spike(s);
+    let mut walk = Walk(0x9e37_79b9_7f4a_7c15);
+    let mut model = Model::default();
+    let mut now = T0;
+    for step in 0..200 {
+        // mostly the same bucket or the next ones, now and then a gap longer than the baseline or a clock stepping
+        // back (counted in the newest bucket)
+        now += match walk.below(20) {
+            0 => (windows as i64 + 1 + walk.below(4) as i64) * B,
+            1 => -(walk.below(2 * B as u64) as i64),
+            2..=7 => B * (1 + walk.below(2) as i64),
+            _ => walk.below(B as u64 / 4) as i64,
+        };
+        let cur = s.bucket(now).max(model.newest);
+        let origin = *model.origin.get_or_insert(cur);
+        model.newest = cur;
+        let (sum, buckets) = s.baseline(origin, cur, model.counts.iter().map(|(&b, &c)| (b, c)));
+        let count = model.counts.get(&cur).copied().unwrap_or(0);
+        let hit = &hits(spec, "walk", 1, None)[0];
+        let peek = env
+            .counter
+            .peek(std::slice::from_ref(hit), Some(now))
+            .await
+            .expect("peek");
+        let place = format!("[{t}] step {step} at +{} ms (bucket {cur})", now - T0);
+        assert_eq!(
+            (peek[0].count, peek[0].baseline_sum, peek[0].baseline_buckets),
+            (count, sum, buckets),
+            "{place}: explain reads the queue as the model"
+        );
+        let n = 1 + walk.below(6) as usize;
+        let o = batch(&env, &hits(spec, "walk", n, None), Some(now)).await;
+        for (i, got) in o.iter().enumerate() {
+            let count = count + 1 + i as u64;
+            let fires = model.fired != Some(cur) && s.needed(sum, buckets).is_some_and(|need| count >= need);
+            if fires {
+                model.fired = Some(cur);
+            }
+            assert_eq!(
+                (got.count(), got.is_fired()),
+                (count, fires),
+                "{place}: hit {i} of {n}, baseline {sum}/{buckets}, {got:?}"
+            );
+            if let Outcome::Fired { signal, .. } = got {
+                assert_eq!(
+                    *signal,
+                    Some(Signal::Spike {
+                        baseline_sum: sum,
+                        baseline_buckets: buckets,
+                        needed: s.needed(sum, buckets).unwrap_or(u64::MAX)
+                    }),
+                    "{place}"
+                );
+            }
+        }
+        *model.counts.entry(cur).or_default() += n as u64;
+    }
+    assert!(model.fired.is_some(), "[{t}] the walk fires at least once");
+}
+
+#[tokio::test]
+async fn spike_running_sum_matches_every_buckets_count_over_a_random_walk() {
+    on_both(spike_random_walk).await;
+}
+
+async fn spike_lifetimes(env: Env) {
+    let t = env.topology;
+    let s = spike(3, 5000, 10);
+    let probe = &hits(s, "life", 1, None)[0];
+    let keys = env.counter.keys_of(probe);
+    let pttl = |k: usize| {
+        let key = keys[k].clone();
+        let env = env.clone();
+        async move { env.query::<i64>(redis::cmd("PTTL").arg(key)).await }
+    };
+    // 7 s into bucket 5: bucket 5 is in the baselines of buckets 6, 7 and 8, so the key lives until bucket 8
+    // ends, 3 buckets and 3 s from now, not (windows + 1) buckets after the event
+    batch(&env, &hits(s, "life", 2, Some("e")), Some(T0 + 5 * B + 7_000)).await;
+    let main = pttl(0).await;
+    assert!(main > 0 && main <= 3 * B + 3_000, "[{t}] :sp pttl {main}");
+    // the event ids are of the current bucket only: they go when it ends
+    let ids = pttl(1).await;
+    assert!(ids > 0 && ids <= 3_000, "[{t}] :spi pttl {ids}");
+    // the next bucket, without ids: the previous bucket's ids are gone, the expiry follows the newest bucket
+    batch(&env, &hits(s, "life", 1, None), Some(T0 + 6 * B + 1)).await;
+    assert_eq!(pttl(1).await, -2, "[{t}] the ids of bucket 5 are deleted");
+    let main = pttl(0).await;
+    assert!(main > 0 && main < 4 * B, "[{t}] :sp pttl {main}");
+}
+
+#[tokio::test]
+async fn spike_key_lives_until_its_newest_bucket_leaves_the_last_baseline() {
+    on_both(spike_lifetimes).await;
+}
+
 async fn reappeared_once(env: Env) {
     let t = env.topology;
     let q = 1000;

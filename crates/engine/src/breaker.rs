@@ -1,17 +1,32 @@
-//! Circuit breakers and bulkheads per destination host ([`klaxon_channels::Channels::host_key`]).
+//! Circuit breakers and bulkheads per destination *endpoint*, with a host breaker and host bulkhead above them.
 //!
-//! * **Breaker** (per process): outcomes of the last `window` per host; when at least `min_requests` were
-//!   seen and the failure ratio reaches `failure_ratio`, the breaker opens for `open_for`. While open, the
-//!   sender parks the host's tasks in the delay queue instead of hammering it (parking does not count as an
-//!   attempt). Once `open_for` has passed, one probe is let through (half-open): success closes the
-//!   breaker, failure opens it again. Only transient failures (connect errors, timeouts, 5xx, 429) count: a
-//!   4xx means the host is up and the request is bad.
-//! * **Bulkhead**: each host gets its own semaphore of `per_host` concurrent deliveries, so a slow host
-//!   holds at most that many of the sender's in-flight slots and never starves the others.
+//! Keys: the **endpoint** is [`klaxon_channels::Channels::destination_key`] (one PagerDuty routing key, one
+//! Slack/Discord/Teams/Loop/webhook URL, one Telegram chat, one set of email recipient domains); the **host** is
+//! [`klaxon_channels::Channels::host_key`] (`pagerduty-api` for every routing key, `host:discord.com` for every
+//! Discord webhook, `telegram-api` for every chat of the bot, `smtp`, …). SaaS hosts serve thousands of tenants'
+//! endpoints, so what one endpoint does must only ever slow that endpoint:
 //!
-//! Time is a parameter (`now: Instant`), so the state machine is tested without sleeping.
+//! * **Endpoint breaker** (per process): outcomes of the last `window` per endpoint; when at least
+//!   `min_requests` were seen and the failure ratio reaches `failure_ratio`, it opens for `open_for`, and the
+//!   sender parks that endpoint's tasks in the delay queue (parking does not count as an attempt). Then one of
+//!   the endpoint's own tasks probes it (half-open): success closes it, failure opens it again. Transient
+//!   failures count (connect errors, timeouts, 5xx, 429); a 4xx means the request is bad, not the endpoint.
+//! * **Throttle**: a wait the destination asked for (`Retry-After` of a 429 or 503, Discord's or Telegram's
+//!   `retry_after`) parks that endpoint's tasks until then (at most [`MAX_THROTTLE`]), nobody else's.
+//! * **Host breaker**: the latest outcome of each endpoint of the host within `window`; it opens only when at
+//!   least `host_min_endpoints` *distinct* endpoints last failed with a transient error that is not a rate limit
+//!   (a 429 says the host is up: for the host it is a success) and they are at least `failure_ratio` of the
+//!   endpoints seen. Half-open, each endpoint gets one probe per round (so no endpoint's tasks can keep winning
+//!   it): any success closes it; failures of `host_min_endpoints` distinct endpoints open it again.
+//! * **Bulkheads**: an endpoint may hold at most half of its host's `per_host` concurrent deliveries (at least
+//!   one), taken with a try that parks the task at once when the endpoint is busy; the host's semaphore then
+//!   bounds what a slow host holds of the sender's in-flight slots. So one slow endpoint never fills its host.
+//!
+//! Memory is bounded: at most [`MAX_ENDPOINTS`] endpoints and [`MAX_HOSTS`] hosts are tracked, idle ones are
+//! forgotten first, and each keeps a bounded window. Time is a parameter (`now: Instant`), so the state
+//! machines are tested without sleeping.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -22,12 +37,14 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub struct BreakerConfig {
     /// Sliding window of outcomes.
     pub window: Duration,
-    /// Outcomes needed in the window before the breaker may open.
+    /// Outcomes of an endpoint needed in the window before its breaker may open.
     pub min_requests: u32,
-    /// Failure ratio (0..=1] that opens the breaker.
+    /// Failure ratio (0..=1] that opens a breaker (an endpoint's outcomes; a host's endpoints).
     pub failure_ratio: f64,
-    /// How long the breaker stays open before a probe.
+    /// How long a breaker stays open before a probe.
     pub open_for: Duration,
+    /// Distinct failing endpoints needed in the window before a host's breaker may open.
+    pub host_min_endpoints: u32,
 }
 
 impl Default for BreakerConfig {
@@ -37,19 +54,89 @@ impl Default for BreakerConfig {
             min_requests: 5,
             failure_ratio: 0.5,
             open_for: Duration::from_secs(30),
+            host_min_endpoints: HOST_MIN_ENDPOINTS,
         }
     }
 }
 
-/// Whether a delivery to a host may go ahead.
+/// Default of [`BreakerConfig::host_min_endpoints`].
+pub const HOST_MIN_ENDPOINTS: u32 = 3;
+/// Longest a destination's requested wait (`Retry-After`) parks its endpoint's tasks.
+pub const MAX_THROTTLE: Duration = Duration::from_secs(3600);
+/// Most outcomes remembered per endpoint (the window is also bounded by time).
+const MAX_OUTCOMES: usize = 64;
+/// Most endpoints tracked (breakers, bulkheads); idle ones are forgotten past this, then the least recent.
+pub const MAX_ENDPOINTS: usize = 10_000;
+/// Most hosts tracked; idle ones are forgotten past this, then the least recent.
+pub const MAX_HOSTS: usize = 1_000;
+/// Most endpoints a host remembers outcomes of, and most probes of one half-open round.
+const MAX_HOST_ENDPOINTS: usize = 256;
+
+/// What a delivery attempt says about its endpoint and host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Delivered, or refused for a reason of the request itself (a permanent error): the destination is up.
+    Ok,
+    /// Rate limited (HTTP 429): a failure of the endpoint, and proof that the host is up.
+    Throttled {
+        /// The wait the destination asked for.
+        retry_after: Option<Duration>,
+    },
+    /// Any other transient failure: connect error, timeout, 5xx.
+    Failed {
+        /// The wait the destination asked for (a 503's `Retry-After`).
+        retry_after: Option<Duration>,
+    },
+}
+
+impl Outcome {
+    fn endpoint_ok(self) -> bool {
+        matches!(self, Outcome::Ok)
+    }
+
+    fn host_ok(self) -> bool {
+        !matches!(self, Outcome::Failed { .. })
+    }
+
+    fn retry_after(self) -> Option<Duration> {
+        match self {
+            Outcome::Ok => None,
+            Outcome::Throttled { retry_after } | Outcome::Failed { retry_after } => retry_after,
+        }
+    }
+}
+
+/// Why a delivery may not go ahead now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blocked {
+    /// The endpoint asked us to wait (`Retry-After`).
+    Throttled,
+    /// The endpoint's breaker is open, or its probe is in flight.
+    Endpoint,
+    /// The host's breaker is open, or this endpoint already probed it this round.
+    Host,
+}
+
+impl Blocked {
+    /// A short reason for logs (the task's park reason).
+    pub fn reason(self) -> &'static str {
+        match self {
+            Blocked::Throttled => "destination asked to wait (Retry-After)",
+            Blocked::Endpoint => "circuit breaker open",
+            Blocked::Host => "host circuit breaker open",
+        }
+    }
+}
+
+/// Whether a delivery may go ahead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {
     /// Closed: go ahead.
     Allow,
-    /// Half-open: this delivery is the probe; its outcome decides.
+    /// Half-open: this delivery probes its endpoint or its host; its outcome decides.
     Probe,
-    /// Open (or a probe is in flight): park the task this long.
-    Reject(Duration),
+    /// Not now: park the task this long.
+    Reject(Duration, Blocked),
 }
 
 /// A breaker state change, for logs and metrics.
@@ -61,6 +148,15 @@ pub enum Transition {
     Closed,
 }
 
+/// The state changes one outcome caused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Of the endpoint's breaker.
+    pub endpoint: Option<Transition>,
+    /// Of the host's breaker.
+    pub host: Option<Transition>,
+}
+
 #[derive(Debug, Clone, Copy)]
 enum State {
     Closed,
@@ -69,33 +165,72 @@ enum State {
 }
 
 #[derive(Debug)]
-struct Host {
+struct Endpoint {
     state: State,
     outcomes: VecDeque<(Instant, bool)>,
+    throttled_until: Option<Instant>,
+    seen: Instant,
 }
 
-/// Most outcomes remembered per host (the window is also bounded by time).
-const MAX_OUTCOMES: usize = 1024;
-/// Most hosts tracked; idle hosts are forgotten past this.
-const MAX_HOSTS: usize = 10_000;
+#[derive(Debug)]
+enum HostState {
+    Closed,
+    Open {
+        until: Instant,
+    },
+    /// One probe per endpoint in a round; `failed`: the distinct endpoints whose probe failed.
+    HalfOpen {
+        since: Instant,
+        probed: HashSet<String>,
+        failed: HashSet<String>,
+    },
+}
 
-/// Locks a per-host map, recovering it from a poisoned lock.
+#[derive(Debug)]
+struct Host {
+    state: HostState,
+    /// The latest outcome (for the host) of each endpoint, within the window.
+    latest: HashMap<String, (Instant, bool)>,
+    seen: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    endpoints: HashMap<String, Endpoint>,
+    hosts: HashMap<String, Host>,
+}
+
+/// Locks a map, recovering it from a poisoned lock.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Before tracking a new `host` in a full map, forgets the hosts that `keep` says are idle.
-fn make_room<V>(hosts: &mut HashMap<String, V>, host: &str, keep: impl FnMut(&String, &mut V) -> bool) {
-    if hosts.len() >= MAX_HOSTS && !hosts.contains_key(host) {
-        hosts.retain(keep);
+/// Before tracking a new `key` in a map holding `max`: forgets what `idle` says, then (all busy) the least
+/// recently `seen`. O(n), only when the map is full.
+fn make_room<V>(
+    map: &mut HashMap<String, V>,
+    key: &str,
+    max: usize,
+    mut idle: impl FnMut(&V) -> bool,
+    seen: impl Fn(&V) -> Instant,
+) {
+    if map.len() < max || map.contains_key(key) {
+        return;
+    }
+    map.retain(|_, v| !idle(v));
+    while map.len() >= max {
+        let Some(oldest) = map.iter().min_by_key(|(_, v)| seen(v)).map(|(k, _)| k.clone()) else {
+            break;
+        };
+        map.remove(&oldest);
     }
 }
 
-/// Every host's breaker. Cheap to share behind an `Arc`; never holds its lock across an await.
+/// Every endpoint's and host's breaker. Cheap to share behind an `Arc`; never holds its lock across an await.
 #[derive(Debug)]
 pub struct Breakers {
     cfg: BreakerConfig,
-    hosts: Mutex<HashMap<String, Host>>,
+    inner: Mutex<Inner>,
 }
 
 impl Breakers {
@@ -103,114 +238,360 @@ impl Breakers {
     pub fn new(cfg: BreakerConfig) -> Self {
         Breakers {
             cfg,
-            hosts: Mutex::new(HashMap::new()),
+            inner: Mutex::new(Inner::default()),
         }
     }
 
-    /// May a delivery to `host` go ahead at `now`?
-    pub fn admit(&self, host: &str, now: Instant) -> Admission {
-        let mut hosts = lock(&self.hosts);
-        let Some(h) = hosts.get_mut(host) else {
-            return Admission::Allow;
-        };
-        match h.state {
-            State::Closed => Admission::Allow,
-            State::Open { until } if now < until => Admission::Reject(until - now),
-            State::Open { .. } => {
-                h.state = State::HalfOpen { probe_since: now };
-                Admission::Probe
+    /// Why a delivery to `endpoint` on `host` may not go ahead at `now`, and for how long; None when it may
+    /// (possibly as a probe). Changes nothing: the sender asks before it takes anything (a dedup lease, a
+    /// rate-limit slot), so that parking an endpoint's tasks costs no one else a Redis round trip.
+    pub fn blocked(&self, endpoint: &str, host: &str, now: Instant) -> Option<(Duration, Blocked)> {
+        let inner = lock(&self.inner);
+        self.rejection(&inner, endpoint, host, now)
+    }
+
+    fn rejection(
+        &self,
+        inner: &Inner,
+        endpoint: &str,
+        host: &str,
+        now: Instant,
+    ) -> Option<(Duration, Blocked)> {
+        let open_for = self.cfg.open_for;
+        if let Some(e) = inner.endpoints.get(endpoint) {
+            if let Some(until) = e.throttled_until.filter(|u| now < *u) {
+                return Some((until - now, Blocked::Throttled));
             }
-            // A probe that never reported (parked, lost) is replaced after `open_for`.
-            State::HalfOpen { probe_since } if now.duration_since(probe_since) >= self.cfg.open_for => {
-                h.state = State::HalfOpen { probe_since: now };
-                Admission::Probe
+            match e.state {
+                State::Open { until } if now < until => return Some((until - now, Blocked::Endpoint)),
+                State::HalfOpen { probe_since } if now.duration_since(probe_since) < open_for => {
+                    let left = (probe_since + open_for).saturating_duration_since(now);
+                    return Some((left, Blocked::Endpoint));
+                }
+                _ => {}
             }
-            State::HalfOpen { probe_since } => {
-                Admission::Reject((probe_since + self.cfg.open_for).saturating_duration_since(now))
+        }
+        if let Some(h) = inner.hosts.get(host) {
+            match &h.state {
+                HostState::Open { until } if now < *until => return Some((*until - now, Blocked::Host)),
+                HostState::HalfOpen { since, probed, .. }
+                    if now.duration_since(*since) < open_for
+                        && (probed.contains(endpoint) || probed.len() >= MAX_HOST_ENDPOINTS) =>
+                {
+                    let left = (*since + open_for).saturating_duration_since(now);
+                    return Some((left, Blocked::Host));
+                }
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// May a delivery to `endpoint` on `host` go ahead at `now`? A probe taken here that is then not sent
+    /// (parked for another reason) is handed back with [`Breakers::release_probe`].
+    pub fn admit(&self, endpoint: &str, host: &str, now: Instant) -> Admission {
+        let mut inner = lock(&self.inner);
+        if let Some((wait, why)) = self.rejection(&inner, endpoint, host, now) {
+            return Admission::Reject(wait, why);
+        }
+        let mut probe = false;
+        if let Some(e) = inner.endpoints.get_mut(endpoint) {
+            // not rejected: an open breaker's time is up, or a probe that never reported is replaced
+            if !matches!(e.state, State::Closed) {
+                e.state = State::HalfOpen { probe_since: now };
+                probe = true;
+            }
+        }
+        if let Some(h) = inner.hosts.get_mut(host) {
+            match &mut h.state {
+                HostState::Closed => {}
+                HostState::Open { .. } => {
+                    h.state = HostState::HalfOpen {
+                        since: now,
+                        probed: HashSet::from([endpoint.to_owned()]),
+                        failed: HashSet::new(),
+                    };
+                    probe = true;
+                }
+                HostState::HalfOpen {
+                    since,
+                    probed,
+                    failed,
+                } => {
+                    if now.duration_since(*since) >= self.cfg.open_for {
+                        // a round whose probes never decided: a new one
+                        *since = now;
+                        probed.clear();
+                        failed.clear();
+                    }
+                    probed.insert(endpoint.to_owned());
+                    probe = true;
+                }
+            }
+        }
+        if probe {
+            Admission::Probe
+        } else {
+            Admission::Allow
+        }
+    }
+
+    /// Hands back a probe taken by [`Breakers::admit`] whose delivery was not attempted, so that the next
+    /// task of the endpoint may probe at once.
+    pub fn release_probe(&self, endpoint: &str, host: &str, now: Instant) {
+        let mut inner = lock(&self.inner);
+        if let Some(e) = inner.endpoints.get_mut(endpoint) {
+            if matches!(e.state, State::HalfOpen { .. }) {
+                e.state = State::Open { until: now };
+            }
+        }
+        if let Some(h) = inner.hosts.get_mut(host) {
+            if let HostState::HalfOpen { probed, failed, .. } = &mut h.state {
+                if !failed.contains(endpoint) {
+                    probed.remove(endpoint);
+                }
             }
         }
     }
 
-    /// Records the outcome of a delivery to `host` (`ok` = delivered or refused for a non-host reason).
-    pub fn record(&self, host: &str, ok: bool, now: Instant) -> Option<Transition> {
-        let mut hosts = lock(&self.hosts);
-        make_room(&mut hosts, host, |_, h| {
-            !matches!(h.state, State::Closed) || h.outcomes.iter().any(|(_, ok)| !ok)
-        });
-        let h = hosts.entry(host.to_owned()).or_insert_with(|| Host {
-            state: State::Closed,
-            outcomes: VecDeque::new(),
-        });
-        match h.state {
-            State::HalfOpen { .. } | State::Open { .. } => {
-                if ok {
-                    h.state = State::Closed;
-                    h.outcomes.clear();
-                    Some(Transition::Closed)
-                } else {
-                    let was_open = matches!(h.state, State::Open { .. });
-                    h.state = State::Open {
-                        until: now + self.cfg.open_for,
-                    };
-                    // Late failures of tasks started before the breaker opened do not re-announce it.
-                    (!was_open).then_some(Transition::Opened)
-                }
+    /// Records the outcome of a delivery to `endpoint` on `host`.
+    pub fn record(&self, endpoint: &str, host: &str, outcome: Outcome, now: Instant) -> Changes {
+        let mut inner = lock(&self.inner);
+        let cfg = self.cfg;
+        Changes {
+            endpoint: record_endpoint(&mut inner.endpoints, &cfg, endpoint, outcome, now),
+            host: record_host(&mut inner.hosts, &cfg, host, endpoint, outcome.host_ok(), now),
+        }
+    }
+
+    /// How many endpoints and hosts are tracked (for tests of the bounds).
+    pub fn tracked(&self) -> (usize, usize) {
+        let inner = lock(&self.inner);
+        (inner.endpoints.len(), inner.hosts.len())
+    }
+}
+
+fn record_endpoint(
+    endpoints: &mut HashMap<String, Endpoint>,
+    cfg: &BreakerConfig,
+    key: &str,
+    outcome: Outcome,
+    now: Instant,
+) -> Option<Transition> {
+    let ok = outcome.endpoint_ok();
+    if ok && !endpoints.contains_key(key) {
+        // a healthy endpoint that never failed needs no state
+        return None;
+    }
+    let window = cfg.window;
+    make_room(
+        endpoints,
+        key,
+        MAX_ENDPOINTS,
+        |e| {
+            matches!(e.state, State::Closed)
+                && e.throttled_until.is_none_or(|u| u <= now)
+                && !e
+                    .outcomes
+                    .iter()
+                    .any(|(t, ok)| !ok && now.duration_since(*t) <= window)
+        },
+        |e| e.seen,
+    );
+    let e = endpoints.entry(key.to_owned()).or_insert_with(|| Endpoint {
+        state: State::Closed,
+        outcomes: VecDeque::new(),
+        throttled_until: None,
+        seen: now,
+    });
+    e.seen = now;
+    if let Some(wait) = outcome.retry_after() {
+        let until = now + wait.min(MAX_THROTTLE);
+        e.throttled_until = Some(e.throttled_until.map_or(until, |u| u.max(until)));
+    } else if ok {
+        e.throttled_until = None;
+    }
+    match e.state {
+        State::HalfOpen { .. } | State::Open { .. } => {
+            if ok {
+                e.state = State::Closed;
+                e.outcomes.clear();
+                Some(Transition::Closed)
+            } else {
+                let was_open = matches!(e.state, State::Open { .. });
+                e.state = State::Open {
+                    until: now + cfg.open_for,
+                };
+                // Late failures of tasks started before the breaker opened do not re-announce it.
+                (!was_open).then_some(Transition::Opened)
             }
-            State::Closed => {
-                h.outcomes.push_back((now, ok));
-                while h.outcomes.len() > MAX_OUTCOMES
-                    || h.outcomes
-                        .front()
-                        .is_some_and(|(t, _)| now.duration_since(*t) > self.cfg.window)
-                {
-                    h.outcomes.pop_front();
-                }
-                let total = h.outcomes.len();
-                let failed = h.outcomes.iter().filter(|(_, ok)| !ok).count();
-                if total >= self.cfg.min_requests.max(1) as usize
-                    && failed as f64 >= self.cfg.failure_ratio * total as f64
-                    && failed > 0
-                {
-                    h.state = State::Open {
-                        until: now + self.cfg.open_for,
+        }
+        State::Closed => {
+            e.outcomes.push_back((now, ok));
+            while e.outcomes.len() > MAX_OUTCOMES
+                || e.outcomes
+                    .front()
+                    .is_some_and(|(t, _)| now.duration_since(*t) > window)
+            {
+                e.outcomes.pop_front();
+            }
+            let total = e.outcomes.len();
+            let failed = e.outcomes.iter().filter(|(_, ok)| !ok).count();
+            if total >= cfg.min_requests.max(1) as usize
+                && failed as f64 >= cfg.failure_ratio * total as f64
+                && failed > 0
+            {
+                e.state = State::Open {
+                    until: now + cfg.open_for,
+                };
+                e.outcomes.clear();
+                Some(Transition::Opened)
+            } else {
+                None
+            }
+        }
+    }
+}
+
+fn record_host(
+    hosts: &mut HashMap<String, Host>,
+    cfg: &BreakerConfig,
+    key: &str,
+    endpoint: &str,
+    ok: bool,
+    now: Instant,
+) -> Option<Transition> {
+    let window = cfg.window;
+    make_room(
+        hosts,
+        key,
+        MAX_HOSTS,
+        |h| {
+            matches!(h.state, HostState::Closed)
+                && !h
+                    .latest
+                    .values()
+                    .any(|(t, ok)| !ok && now.duration_since(*t) <= window)
+        },
+        |h| h.seen,
+    );
+    let h = hosts.entry(key.to_owned()).or_insert_with(|| Host {
+        state: HostState::Closed,
+        latest: HashMap::new(),
+        seen: now,
+    });
+    h.seen = now;
+    let min_endpoints = cfg.host_min_endpoints.max(1) as usize;
+    match &mut h.state {
+        HostState::Open { until } => {
+            if ok {
+                h.state = HostState::Closed;
+                h.latest.clear();
+                Some(Transition::Closed)
+            } else {
+                // a late failure of a task started before the breaker opened
+                *until = (*until).max(now + cfg.open_for);
+                None
+            }
+        }
+        HostState::HalfOpen { failed, .. } => {
+            if ok {
+                h.state = HostState::Closed;
+                h.latest.clear();
+                Some(Transition::Closed)
+            } else {
+                failed.insert(endpoint.to_owned());
+                if failed.len() >= min_endpoints {
+                    h.state = HostState::Open {
+                        until: now + cfg.open_for,
                     };
-                    h.outcomes.clear();
                     Some(Transition::Opened)
                 } else {
                     None
                 }
             }
         }
+        HostState::Closed => {
+            h.latest.retain(|_, (t, _)| now.duration_since(*t) <= window);
+            if h.latest.len() >= MAX_HOST_ENDPOINTS && !h.latest.contains_key(endpoint) {
+                if let Some(oldest) = h
+                    .latest
+                    .iter()
+                    .min_by_key(|(_, (t, _))| *t)
+                    .map(|(k, _)| k.clone())
+                {
+                    h.latest.remove(&oldest);
+                }
+            }
+            h.latest.insert(endpoint.to_owned(), (now, ok));
+            let total = h.latest.len();
+            let failing = h.latest.values().filter(|(_, ok)| !ok).count();
+            if failing >= min_endpoints && failing as f64 >= cfg.failure_ratio * total as f64 {
+                h.state = HostState::Open {
+                    until: now + cfg.open_for,
+                };
+                h.latest.clear();
+                Some(Transition::Opened)
+            } else {
+                None
+            }
+        }
     }
 }
 
-/// A concurrency budget per host.
+/// A concurrency budget per host, and a share of it per endpoint.
 #[derive(Debug)]
 pub struct Bulkheads {
     per_host: usize,
+    per_endpoint: usize,
     hosts: Mutex<HashMap<String, Arc<Semaphore>>>,
+    endpoints: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+/// Gets (or makes) the semaphore of `key` with `permits`, forgetting idle ones when the map is full.
+fn semaphore(
+    map: &Mutex<HashMap<String, Arc<Semaphore>>>,
+    key: &str,
+    permits: usize,
+    max: usize,
+) -> Arc<Semaphore> {
+    let mut map = lock(map);
+    if map.len() >= max && !map.contains_key(key) {
+        // Idle: nobody holds or waits for their semaphore. The busy ones are bounded by the tasks in flight.
+        map.retain(|_, s| Arc::strong_count(s) > 1);
+    }
+    map.entry(key.to_owned())
+        .or_insert_with(|| Arc::new(Semaphore::new(permits)))
+        .clone()
 }
 
 impl Bulkheads {
-    /// `per_host` concurrent deliveries per host (at least 1).
+    /// `per_host` concurrent deliveries per host (at least 1), of which one endpoint may hold half (at least 1).
     pub fn new(per_host: usize) -> Self {
+        let per_host = per_host.max(1);
         Bulkheads {
-            per_host: per_host.max(1),
+            per_host,
+            per_endpoint: (per_host / 2).max(1),
             hosts: Mutex::new(HashMap::new()),
+            endpoints: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// How many concurrent deliveries one endpoint may have.
+    pub fn per_endpoint(&self) -> usize {
+        self.per_endpoint
+    }
+
+    /// A slot of `endpoint`'s share if one is free now (None: the endpoint is busy; park, do not wait).
+    pub fn try_endpoint(&self, endpoint: &str) -> Option<OwnedSemaphorePermit> {
+        semaphore(&self.endpoints, endpoint, self.per_endpoint, MAX_ENDPOINTS)
+            .try_acquire_owned()
+            .ok()
     }
 
     /// Waits for a slot on `host`; the slot is held until the permit is dropped.
     pub async fn acquire(&self, host: &str) -> OwnedSemaphorePermit {
-        let sem = {
-            let mut hosts = lock(&self.hosts);
-            // Idle: nobody holds or waits for their semaphore.
-            make_room(&mut hosts, host, |_, s| Arc::strong_count(s) > 1);
-            hosts
-                .entry(host.to_owned())
-                .or_insert_with(|| Arc::new(Semaphore::new(self.per_host)))
-                .clone()
-        };
+        let sem = semaphore(&self.hosts, host, self.per_host, MAX_HOSTS);
         loop {
             // The semaphore is never closed, so this only loops in theory; bounded by that.
             if let Ok(p) = sem.clone().acquire_owned().await {
@@ -231,37 +612,70 @@ mod tests {
             min_requests: 4,
             failure_ratio: 0.5,
             open_for: Duration::from_secs(5),
+            host_min_endpoints: 3,
+        }
+    }
+
+    const FAIL: Outcome = Outcome::Failed { retry_after: None };
+    const THROTTLED: Outcome = Outcome::Throttled { retry_after: None };
+
+    fn ok(b: bool) -> Outcome {
+        if b {
+            Outcome::Ok
+        } else {
+            FAIL
+        }
+    }
+
+    fn rejected(a: Admission) -> Option<Blocked> {
+        match a {
+            Admission::Reject(_, why) => Some(why),
+            _ => None,
         }
     }
 
     #[test]
-    fn opens_on_failure_ratio_and_recovers_through_a_probe() {
+    fn an_endpoint_opens_on_failure_ratio_and_recovers_through_a_probe() {
         let b = Breakers::new(cfg());
         let t0 = Instant::now();
         let s = Duration::from_secs;
-        // (offset s, outcome, expected transition, expected admission afterwards)
+        // (offset s, outcome, expected transition of the endpoint); an endpoint is tracked from its first
+        // failure on (a healthy one leaves no state)
         let steps: &[(u64, bool, Option<Transition>)] = &[
             (0, true, None),
             (1, false, None),
             (2, true, None),
-            (3, false, Some(Transition::Opened)), // 2 of 4 failed = 0.5
+            (2, true, None),
+            (3, false, Some(Transition::Opened)), // 2 of the 4 since the first failure = 0.5
         ];
-        for &(at, ok, want) in steps {
-            assert_eq!(b.record("h", ok, t0 + s(at)), want, "at {at}");
+        for &(at, good, want) in steps {
+            assert_eq!(b.record("e", "h", ok(good), t0 + s(at)).endpoint, want, "at {at}");
         }
-        assert_eq!(b.admit("h", t0 + s(4)), Admission::Reject(s(4)));
-        assert_eq!(b.admit("other", t0 + s(4)), Admission::Allow);
+        assert_eq!(
+            b.admit("e", "h", t0 + s(4)),
+            Admission::Reject(s(4), Blocked::Endpoint)
+        );
+        assert_eq!(b.blocked("e", "h", t0 + s(4)), Some((s(4), Blocked::Endpoint)));
+        // another endpoint of the same host goes ahead
+        assert_eq!(b.admit("other", "h", t0 + s(4)), Admission::Allow);
         // open_for passed: one probe, the others wait
-        assert_eq!(b.admit("h", t0 + s(8)), Admission::Probe);
-        assert!(matches!(b.admit("h", t0 + s(8)), Admission::Reject(_)));
+        assert_eq!(b.blocked("e", "h", t0 + s(8)), None);
+        assert_eq!(b.admit("e", "h", t0 + s(8)), Admission::Probe);
+        assert_eq!(rejected(b.admit("e", "h", t0 + s(8))), Some(Blocked::Endpoint));
         // probe fails: open again
-        assert_eq!(b.record("h", false, t0 + s(9)), Some(Transition::Opened));
-        assert!(matches!(b.admit("h", t0 + s(10)), Admission::Reject(_)));
+        assert_eq!(
+            b.record("e", "h", FAIL, t0 + s(9)).endpoint,
+            Some(Transition::Opened)
+        );
+        assert!(rejected(b.admit("e", "h", t0 + s(10))).is_some());
         // a late failure while open does not re-announce
-        assert_eq!(b.record("h", false, t0 + s(10)), None);
-        assert_eq!(b.admit("h", t0 + s(16)), Admission::Probe);
-        assert_eq!(b.record("h", true, t0 + s(16)), Some(Transition::Closed));
-        assert_eq!(b.admit("h", t0 + s(16)), Admission::Allow);
+        assert_eq!(b.record("e", "h", FAIL, t0 + s(10)).endpoint, None);
+        assert_eq!(b.admit("e", "h", t0 + s(16)), Admission::Probe);
+        assert_eq!(
+            b.record("e", "h", Outcome::Ok, t0 + s(16)).endpoint,
+            Some(Transition::Closed)
+        );
+        assert_eq!(b.admit("e", "h", t0 + s(16)), Admission::Allow);
     }
 
     #[test]
@@ -270,41 +684,249 @@ mod tests {
         let t0 = Instant::now();
         let s = Duration::from_secs;
         for i in 0..3 {
-            assert_eq!(b.record("h", false, t0 + s(i)), None, "below min_requests");
+            assert_eq!(
+                b.record("e", "h", FAIL, t0 + s(i)),
+                Changes::default(),
+                "below min_requests"
+            );
         }
         // 20 s later the old failures are gone: 1 failure + 3 successes = 0.25
-        assert_eq!(b.record("h", false, t0 + s(30)), None);
+        assert_eq!(b.record("e", "h", FAIL, t0 + s(30)).endpoint, None);
         for i in 0..3 {
-            assert_eq!(b.record("h", true, t0 + s(31 + i)), None);
+            assert_eq!(b.record("e", "h", Outcome::Ok, t0 + s(31 + i)).endpoint, None);
         }
-        assert_eq!(b.admit("h", t0 + s(35)), Admission::Allow);
+        assert_eq!(b.admit("e", "h", t0 + s(35)), Admission::Allow);
     }
 
     #[test]
-    fn a_lost_probe_is_replaced() {
+    fn a_lost_probe_is_replaced_and_a_released_one_is_free_at_once() {
         let b = Breakers::new(BreakerConfig {
             min_requests: 1,
             ..cfg()
         });
         let t0 = Instant::now();
-        assert_eq!(b.record("h", false, t0), Some(Transition::Opened));
-        assert_eq!(b.admit("h", t0 + Duration::from_secs(5)), Admission::Probe);
-        assert!(matches!(
-            b.admit("h", t0 + Duration::from_secs(6)),
-            Admission::Reject(_)
-        ));
-        assert_eq!(b.admit("h", t0 + Duration::from_secs(10)), Admission::Probe);
+        let s = Duration::from_secs;
+        assert_eq!(b.record("e", "h", FAIL, t0).endpoint, Some(Transition::Opened));
+        assert_eq!(b.admit("e", "h", t0 + s(5)), Admission::Probe);
+        assert!(rejected(b.admit("e", "h", t0 + s(6))).is_some());
+        assert_eq!(b.admit("e", "h", t0 + s(10)), Admission::Probe);
+        // the probe was parked before it was sent: the next task probes at once
+        b.release_probe("e", "h", t0 + s(10));
+        assert_eq!(b.admit("e", "h", t0 + s(10)), Admission::Probe);
+    }
+
+    #[test]
+    fn endpoints_are_independent_and_429s_never_open_the_host() {
+        let b = Breakers::new(cfg());
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        // endpoint A of a SaaS host answers 429 a hundred times, B is fine
+        for i in 0..100 {
+            let c = b.record(
+                "A",
+                "pagerduty-api",
+                THROTTLED,
+                t0 + Duration::from_millis(i * 10),
+            );
+            assert_eq!(c.host, None, "a 429 never opens the host");
+        }
+        assert_eq!(
+            rejected(b.admit("A", "pagerduty-api", t0 + s(1))),
+            Some(Blocked::Endpoint)
+        );
+        assert_eq!(b.admit("B", "pagerduty-api", t0 + s(1)), Admission::Allow);
+        // many endpoints all throttled: still no host breaker
+        for n in 0..50 {
+            for i in 0..5 {
+                let c = b.record(
+                    &format!("T{n}"),
+                    "pagerduty-api",
+                    THROTTLED,
+                    t0 + s(2) + Duration::from_millis(i),
+                );
+                assert_eq!(c.host, None);
+            }
+        }
+        assert_eq!(b.admit("B", "pagerduty-api", t0 + s(3)), Admission::Allow);
+        // one endpoint's 5xx: its breaker only
+        for i in 0..10 {
+            assert_eq!(
+                b.record("C", "pagerduty-api", FAIL, t0 + s(4) + Duration::from_millis(i))
+                    .host,
+                None
+            );
+        }
+        assert_eq!(
+            rejected(b.admit("C", "pagerduty-api", t0 + s(5))),
+            Some(Blocked::Endpoint)
+        );
+        assert_eq!(b.admit("B", "pagerduty-api", t0 + s(5)), Admission::Allow);
+    }
+
+    #[test]
+    fn a_retry_after_parks_only_its_endpoint() {
+        let b = Breakers::new(cfg());
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        // A asked for 20 s; then (endpoint, at s, expected block)
+        let wait = |secs| Outcome::Throttled {
+            retry_after: Some(s(secs)),
+        };
+        b.record("A", "host:discord.com", wait(20), t0);
+        type Row = (&'static str, u64, Option<(Duration, Blocked)>);
+        let table: &[Row] = &[
+            ("A", 0, Some((s(20), Blocked::Throttled))),
+            ("A", 19, Some((s(1), Blocked::Throttled))),
+            ("B", 0, None),
+            ("A", 20, None),
+        ];
+        for &(ep, at, want) in table {
+            assert_eq!(
+                b.blocked(ep, "host:discord.com", t0 + s(at)),
+                want,
+                "{ep} at {at}"
+            );
+        }
+        // a 503 with Retry-After too, capped at MAX_THROTTLE
+        b.record(
+            "C",
+            "host:discord.com",
+            Outcome::Failed {
+                retry_after: Some(s(999_999)),
+            },
+            t0,
+        );
+        assert_eq!(
+            b.blocked("C", "host:discord.com", t0),
+            Some((MAX_THROTTLE, Blocked::Throttled))
+        );
+    }
+
+    #[test]
+    fn the_host_opens_only_across_many_endpoints() {
+        let b = Breakers::new(cfg());
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // (endpoint, outcome, expected host transition)
+        let steps: &[(&str, Outcome, Option<Transition>)] = &[
+            ("ok1", Outcome::Ok, None),
+            ("A", FAIL, None),
+            ("A", FAIL, None),
+            ("A", FAIL, None), // one endpoint, however often: not the host
+            ("B", THROTTLED, None),
+            ("C", FAIL, None), // two endpoints
+            ("ok2", Outcome::Ok, None),
+            ("D", FAIL, Some(Transition::Opened)), // three of five = 0.6 ≥ 0.5
+        ];
+        for (i, &(ep, outcome, want)) in steps.iter().enumerate() {
+            assert_eq!(
+                b.record(ep, "h", outcome, t0 + ms(i as u64)).host,
+                want,
+                "step {i} {ep}"
+            );
+        }
+        assert_eq!(rejected(b.admit("ok1", "h", t0 + ms(10))), Some(Blocked::Host));
+        assert_eq!(b.admit("x", "other-host", t0 + ms(10)), Admission::Allow);
+    }
+
+    #[test]
+    fn many_healthy_endpoints_keep_the_host_closed() {
+        let b = Breakers::new(cfg());
+        let t0 = Instant::now();
+        for n in 0..10 {
+            b.record(&format!("ok{n}"), "h", Outcome::Ok, t0);
+        }
+        // failing endpoints must be at least half of those seen: 10 of 20
+        for n in 0..9 {
+            assert_eq!(b.record(&format!("bad{n}"), "h", FAIL, t0).host, None, "bad{n}");
+        }
+        assert_eq!(b.record("bad9", "h", FAIL, t0).host, Some(Transition::Opened));
+    }
+
+    #[test]
+    fn a_half_open_host_gives_every_endpoint_its_own_probe() {
+        let b = Breakers::new(BreakerConfig {
+            min_requests: 100,
+            ..cfg()
+        });
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        for ep in ["A", "C", "D"] {
+            b.record(ep, "h", FAIL, t0);
+        }
+        assert_eq!(rejected(b.admit("B", "h", t0 + s(1))), Some(Blocked::Host));
+        // open_for passed: A probes; A's other tasks wait, B still gets its own probe
+        assert_eq!(b.admit("A", "h", t0 + s(5)), Admission::Probe);
+        assert_eq!(rejected(b.admit("A", "h", t0 + s(5))), Some(Blocked::Host));
+        assert_eq!(b.blocked("B", "h", t0 + s(5)), None);
+        // A's probe fails: one endpoint is not the host, the round goes on
+        assert_eq!(b.record("A", "h", FAIL, t0 + s(5)).host, None);
+        assert_eq!(rejected(b.admit("A", "h", t0 + s(6))), Some(Blocked::Host));
+        assert_eq!(b.admit("B", "h", t0 + s(6)), Admission::Probe);
+        assert_eq!(
+            b.record("B", "h", Outcome::Ok, t0 + s(6)).host,
+            Some(Transition::Closed)
+        );
+        assert_eq!(b.admit("A", "h", t0 + s(6)), Admission::Allow);
+        // re-opens when three distinct probes fail
+        for ep in ["A", "C", "D"] {
+            b.record(ep, "h", FAIL, t0 + s(7));
+        }
+        for (i, ep) in ["A", "C", "D"].into_iter().enumerate() {
+            assert_eq!(b.admit(ep, "h", t0 + s(12)), Admission::Probe);
+            let want = (i == 2).then_some(Transition::Opened);
+            assert_eq!(b.record(ep, "h", FAIL, t0 + s(12)).host, want, "{ep}");
+        }
+        assert_eq!(rejected(b.admit("B", "h", t0 + s(13))), Some(Blocked::Host));
+        // a round whose probes never report is replaced after open_for
+        assert_eq!(b.admit("A", "h", t0 + s(17)), Admission::Probe);
+        assert_eq!(rejected(b.admit("A", "h", t0 + s(18))), Some(Blocked::Host));
+        assert_eq!(b.admit("A", "h", t0 + s(22)), Admission::Probe);
+    }
+
+    #[test]
+    fn memory_is_bounded() {
+        let b = Breakers::new(cfg());
+        let t0 = Instant::now();
+        // healthy endpoints leave no endpoint state (their host remembers them, bounded)
+        for n in 0..1000 {
+            b.record(&format!("ok{n}"), "h", Outcome::Ok, t0);
+        }
+        assert_eq!(b.tracked(), (0, 1));
+        // failing ones are bounded, the least recent forgotten first
+        for n in 0..(MAX_ENDPOINTS + 50) {
+            b.record(
+                &format!("bad{n}"),
+                &format!("h{}", n.min(MAX_HOSTS + 10)),
+                FAIL,
+                t0 + Duration::from_micros(n as u64),
+            );
+        }
+        let (endpoints, hosts) = b.tracked();
+        assert!(endpoints <= MAX_ENDPOINTS, "{endpoints}");
+        assert!(hosts <= MAX_HOSTS, "{hosts}");
     }
 
     #[tokio::test]
-    async fn bulkhead_bounds_each_host_separately() {
-        let b = Bulkheads::new(2);
-        let _a1 = b.acquire("a").await;
-        let _a2 = b.acquire("a").await;
-        // "a" is full, "b" is not
-        let third = tokio::time::timeout(Duration::from_millis(100), b.acquire("a")).await;
-        assert!(third.is_err(), "a third slot on host a must wait");
-        let other = tokio::time::timeout(Duration::from_millis(100), b.acquire("b")).await;
-        assert!(other.is_ok(), "host b has its own budget");
+    async fn bulkhead_bounds_each_host_and_each_endpoint_separately() {
+        let b = Bulkheads::new(4);
+        assert_eq!(b.per_endpoint(), 2);
+        let _a1 = b.try_endpoint("a").expect("free");
+        let _a2 = b.try_endpoint("a").expect("free");
+        assert!(
+            b.try_endpoint("a").is_none(),
+            "endpoint a holds half the host at most"
+        );
+        assert!(b.try_endpoint("b").is_some(), "endpoint b has its own share");
+        let _h1 = b.acquire("h").await;
+        let _h2 = b.acquire("h").await;
+        let _h3 = b.acquire("h").await;
+        let _h4 = b.acquire("h").await;
+        // "h" is full, "other" is not
+        let fifth = tokio::time::timeout(Duration::from_millis(100), b.acquire("h")).await;
+        assert!(fifth.is_err(), "a fifth slot on host h must wait");
+        let other = tokio::time::timeout(Duration::from_millis(100), b.acquire("other")).await;
+        assert!(other.is_ok(), "host other has its own budget");
+        assert_eq!(Bulkheads::new(1).per_endpoint(), 1);
     }
 }

@@ -379,28 +379,31 @@ impl DeadLettered<'_> {
     }
 }
 
-/// A host's circuit breaker opened (`probe`: on a half-open probe's failure).
+/// A circuit breaker opened (`scope`: "endpoint" or "host"; `target`: the redacted endpoint or the host key;
+/// `probe`: on a half-open probe's failure). The metric is labelled by state only (never the endpoint).
 pub(crate) struct BreakerOpened<'a> {
-    pub host: &'a str,
+    pub scope: &'static str,
+    pub target: &'a str,
     pub probe: bool,
 }
 
 impl BreakerOpened<'_> {
     pub fn emit(self) {
         metrics::counter!("klaxon_breaker_transitions_total", "state" => "open").increment(1);
-        tracing::warn!(host = %self.host, probe = self.probe, "circuit breaker opened");
+        tracing::warn!(scope = self.scope, target = %self.target, probe = self.probe, "circuit breaker opened");
     }
 }
 
-/// A host's circuit breaker closed again.
+/// A circuit breaker closed again.
 pub(crate) struct BreakerClosed<'a> {
-    pub host: &'a str,
+    pub scope: &'static str,
+    pub target: &'a str,
 }
 
 impl BreakerClosed<'_> {
     pub fn emit(self) {
         metrics::counter!("klaxon_breaker_transitions_total", "state" => "closed").increment(1);
-        tracing::info!(host = %self.host, "circuit breaker closed");
+        tracing::info!(scope = self.scope, target = %self.target, "circuit breaker closed");
     }
 }
 

@@ -8,14 +8,18 @@
 //!
 //! Per task:
 //! ```text
+//! breakers of the endpoint and host ─ open, or Retry-After pending ─▶ park until then, ack (attempts unchanged)
+//!        ▼
 //! claim notificationId (dedup) ─ already sent ─▶ ack (no second message)
 //!        │                     └ leased by another sender ─▶ park (delay engine), ack
 //!        ▼
-//! breaker of the host ─ open ─▶ park until it may close, ack (attempts unchanged)
+//! breakers again (take the half-open probe, if any) ─ open ─▶ park, ack
+//!        ▼
+//! endpoint's share of the host (try, never waits) ─ busy ─▶ park 1–3 s, ack
 //!        ▼
 //! rate limit (GCRA, fleet-wide) ─ no slot soon ─▶ park until the slot, ack (never dropped)
 //!        ▼
-//! bulkhead of the host (semaphore) ─▶ deliver ─▶ sent: mark, ack
+//! bulkhead of the host (semaphore, ≤ 10 s) ─▶ deliver ─▶ sent: mark, ack
 //!                                           ├──▶ transient, attempts left: retry after backoff + jitter, ack
 //!                                           └──▶ permanent or exhausted: <ns>.dead with reason, ack
 //! ```
@@ -40,7 +44,7 @@ use rand::Rng;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::breaker::{Admission, Breakers, Bulkheads, Transition};
+use crate::breaker::{Admission, Breakers, Bulkheads, Outcome, Transition};
 use crate::internal_events::{
     BreakerClosed, BreakerOpened, DeadLettered, Delivered, DeliveryParked, DeliveryRetried, DuplicateDropped,
 };
@@ -73,9 +77,9 @@ pub struct SenderDeps {
     pub dedup: Dedup,
     /// Fleet-wide rate limits.
     pub limiter: RateLimiter,
-    /// Circuit breakers per host (shared by the channel loops of the process).
+    /// Circuit breakers per endpoint and per host (shared by the channel loops of the process).
     pub breakers: Arc<Breakers>,
-    /// Concurrency budget per host (shared by the channel loops of the process).
+    /// Concurrency budget per host and per endpoint (shared by the channel loops of the process).
     pub bulkheads: Arc<Bulkheads>,
     /// The delivery trail.
     pub trail: Trail,
@@ -243,6 +247,20 @@ fn token() -> String {
     format!("{:016x}", rand::rng().random::<u64>())
 }
 
+/// What a delivery's result says to the breakers: a 429 is the endpoint's rate limit (its host is up), other
+/// transient failures count against endpoint and host, a permanent one is the request's fault.
+fn outcome<T>(result: &Result<T, DeliveryError>) -> Outcome {
+    match result {
+        Ok(_) | Err(DeliveryError::Permanent { .. }) => Outcome::Ok,
+        Err(e @ DeliveryError::Transient { retry_after, .. }) if e.is_rate_limited() => Outcome::Throttled {
+            retry_after: *retry_after,
+        },
+        Err(DeliveryError::Transient { retry_after, .. }) => Outcome::Failed {
+            retry_after: *retry_after,
+        },
+    }
+}
+
 /// What becomes of a task: decided by [`decide`] (and [`after_attempt`] once it was tried), carried out by
 /// [`settle`], the one exit (lease, log, metric, trail, re-publish; the caller then acks).
 #[derive(Debug, Clone, PartialEq)]
@@ -275,7 +293,9 @@ fn after_attempt(
     match error {
         None => Next::Delivered { attempts },
         // bounded before it reaches the log, the trail and the retry's header (a huge hostname, an echoed body)
-        Some(DeliveryError::Transient { reason, retry_after }) if attempts < max_attempts => Next::Retry {
+        Some(DeliveryError::Transient {
+            reason, retry_after, ..
+        }) if attempts < max_attempts => Next::Retry {
             attempts,
             wait: retry_delay(schedule, attempts, *retry_after, jitter),
             why: klaxon_core::text::reason(reason),
@@ -325,7 +345,22 @@ async fn decide(ctx: &Ctx, task: &NotificationTask, before: u32, token: &str) ->
         return (Next::Park { wait, why }, false);
     }
 
-    // 1. Dedup: never a second message for one notification id.
+    // 1. The breakers and throttles of the endpoint and its host, before anything is taken: parking a throttled
+    //    endpoint's tasks costs no Redis round trip, so thousands of them cannot hold up other tenants' tasks.
+    let endpoint = Channels::destination_key(task);
+    let host = Channels::host_key(task);
+    if let Some((left, why)) = deps.breakers.blocked(&endpoint, &host, Instant::now()) {
+        let wait = left.max(Duration::from_secs(1));
+        return (
+            Next::Park {
+                wait,
+                why: why.reason(),
+            },
+            false,
+        );
+    }
+
+    // 2. Dedup: never a second message for one notification id.
     match deps.dedup.claim(id, token).await {
         Ok(Claim::Claimed) => {}
         Ok(Claim::AlreadySent) => return (Next::Duplicate, false),
@@ -343,17 +378,37 @@ async fn decide(ctx: &Ctx, task: &NotificationTask, before: u32, token: &str) ->
         }
     }
 
-    // From here on the task holds the lease: `settle` marks the id sent or releases it.
-    let host = Channels::host_key(task);
-    let probe = match deps.breakers.admit(&host, Instant::now()) {
+    // From here on the task holds the lease: `settle` marks the id sent or releases it. A probe taken here
+    // and then not sent is handed back, so that the endpoint's next task may probe at once.
+    let probe = match deps.breakers.admit(&endpoint, &host, Instant::now()) {
         Admission::Allow => false,
         Admission::Probe => true,
-        Admission::Reject(left) => {
-            let (wait, why) = (left.max(Duration::from_secs(1)), "circuit breaker open");
-            return (Next::Park { wait, why }, true);
+        Admission::Reject(left, why) => {
+            let wait = left.max(Duration::from_secs(1));
+            return (
+                Next::Park {
+                    wait,
+                    why: why.reason(),
+                },
+                true,
+            );
         }
     };
+    let park = |wait: Duration, why: &'static str| {
+        if probe {
+            deps.breakers.release_probe(&endpoint, &host, Instant::now());
+        }
+        (Next::Park { wait, why }, true)
+    };
 
+    // 3. The endpoint's share of its host (bulkhead): never waited for. A busy endpoint's task is parked at once
+    //    instead of holding a prefetch slot, so a slow endpoint delays only its own tasks.
+    let Some(endpoint_permit) = deps.bulkheads.try_endpoint(&endpoint) else {
+        let wait = Duration::from_millis(rand::rng().random_range(1_000..3_000));
+        return park(wait, "destination busy");
+    };
+
+    // 4. Rate limit of the destination (fleet-wide).
     match deps.limiter.acquire(task).await {
         Ok(Slot::Reserved(wait)) => {
             if !wait.is_zero() {
@@ -363,34 +418,41 @@ async fn decide(ctx: &Ctx, task: &NotificationTask, before: u32, token: &str) ->
         Ok(Slot::Later(wait)) => {
             // Spread: the tasks refused together would otherwise all come back together and be refused again.
             let spread = wait.mul_f64(rand::rng().random_range(1.0..1.5));
-            let (wait, why) = (spread.max(Duration::from_secs(1)), "rate limited");
-            return (Next::Park { wait, why }, true);
+            return park(spread.max(Duration::from_secs(1)), "rate limited");
         }
         Err(e) => {
             tracing::warn!(notification_id = %id, channel = %channel, error = %e, "rate limiter unavailable");
-            let (wait, why) = (Duration::from_secs(5), "rate limiter unavailable");
-            return (Next::Park { wait, why }, true);
+            return park(Duration::from_secs(5), "rate limiter unavailable");
         }
     }
 
-    // The bulkhead wait is bounded, so the dedup lease (longer than this wait plus one attempt) never runs
-    // out while the task still holds it.
-    let Ok(permit) = tokio::time::timeout(BULKHEAD_WAIT, deps.bulkheads.acquire(&host)).await else {
+    // 5. The host's bulkhead. The wait is bounded, so the dedup lease (longer than this wait plus one attempt)
+    //    never runs out while the task still holds it; an endpoint holds at most half the host's slots.
+    let Ok(host_permit) = tokio::time::timeout(BULKHEAD_WAIT, deps.bulkheads.acquire(&host)).await else {
         let wait = Duration::from_millis(rand::rng().random_range(1_000..3_000));
-        let why = "destination host busy";
-        return (Next::Park { wait, why }, true);
+        return park(wait, "destination host busy");
     };
     let result = deps.channels.deliver(task).await;
-    drop(permit);
-    let host_ok = !matches!(result, Err(DeliveryError::Transient { .. }));
-    match deps.breakers.record(&host, host_ok, Instant::now()) {
-        Some(Transition::Opened) => {
-            BreakerOpened { host: &host, probe }.emit();
+    // recorded before the slots are given back: the endpoint's next task already sees a Retry-After
+    let changes = deps
+        .breakers
+        .record(&endpoint, &host, outcome(&result), Instant::now());
+    drop(host_permit);
+    drop(endpoint_permit);
+    if changes.endpoint.is_some() || changes.host.is_some() {
+        let shown = redact_endpoint(task.channel, &task.endpoint);
+        for (scope, change) in [("endpoint", changes.endpoint), ("host", changes.host)] {
+            let target = if scope == "host" {
+                host.as_str()
+            } else {
+                shown.as_str()
+            };
+            match change {
+                Some(Transition::Opened) => BreakerOpened { scope, target, probe }.emit(),
+                Some(Transition::Closed) => BreakerClosed { scope, target }.emit(),
+                None => {}
+            }
         }
-        Some(Transition::Closed) => {
-            BreakerClosed { host: &host }.emit();
-        }
-        None => {}
     }
     let next = after_attempt(
         result.as_ref().err(),
@@ -596,6 +658,7 @@ mod tests {
         let transient = |retry_after| DeliveryError::Transient {
             reason: "HTTP 503 from hooks.test".into(),
             retry_after,
+            rate_limited: false,
         };
         let permanent = DeliveryError::Permanent {
             reason: "HTTP 404 from hooks.test".into(),

@@ -89,9 +89,13 @@ impl Reply {
     }
 }
 
+/// Which requests a routed reply answers.
+type Matcher = Arc<dyn Fn(&Request) -> bool + Send + Sync>;
+
 #[derive(Default)]
 struct Inner {
     requests: Vec<Request>,
+    routes: Vec<(Matcher, Reply)>,
     script: VecDeque<Reply>,
     default: Option<Reply>,
 }
@@ -112,7 +116,7 @@ async fn handle(
 ) -> Response {
     let reply = {
         let mut g = inner.lock().unwrap_or_else(|p| p.into_inner());
-        g.requests.push(Request {
+        let request = Request {
             method: method.to_string(),
             uri: uri.to_string(),
             headers: headers
@@ -121,9 +125,15 @@ async fn handle(
                 .collect(),
             body,
             at: Instant::now(),
-        });
-        g.script
-            .pop_front()
+        };
+        let routed = g
+            .routes
+            .iter()
+            .find(|(matches, _)| matches(&request))
+            .map(|(_, reply)| reply.clone());
+        g.requests.push(request);
+        routed
+            .or_else(|| g.script.pop_front())
             .or_else(|| g.default.clone())
             .unwrap_or_else(|| Reply::status(200).body("ok"))
     };
@@ -172,6 +182,12 @@ impl HttpSink {
     /// Queues replies used, in order, for the next requests.
     pub fn script(&self, replies: impl IntoIterator<Item = Reply>) {
         self.lock().script.extend(replies);
+    }
+
+    /// Answers every request for which `matches` is true with `reply`, before the script and the default (the
+    /// first matching route wins): e.g. one webhook path, or one PagerDuty routing key in the body.
+    pub fn route(&self, matches: impl Fn(&Request) -> bool + Send + Sync + 'static, reply: Reply) {
+        self.lock().routes.push((Arc::new(matches), reply));
     }
 
     /// The reply used once the script is empty (default 200 `ok`).

@@ -40,6 +40,12 @@ pub struct HttpOpts {
     /// messages carry signed action links (mute, explain) to its /a/… pages, and its host is accepted in Host.
     #[arg(long, env = "KLAXON_PUBLIC_URL", value_name = "URL", value_parser = crate::cli::public_url)]
     pub public_url: Option<klaxon_channels::PublicUrl>,
+    /// Reverse proxies whose X-Forwarded-For is believed, comma-separated addresses or CIDR networks (e.g.
+    /// 127.0.0.1 or 10.0.0.0/8). Only for a request whose TCP peer is one of them, its client (whose wrong tokens
+    /// are counted, and whom "loopback only" looks at) is the right-most X-Forwarded-For address that is not a
+    /// trusted proxy. Default: none (the TCP peer is the client).
+    #[arg(long, env = "KLAXON_TRUSTED_PROXIES", value_name = "ADDRS", value_parser = klaxon_api::proxy::TrustedProxies::parse)]
+    pub trusted_proxies: Option<klaxon_api::proxy::TrustedProxies>,
 }
 
 /// The evaluating side: consume events, count, publish notification tasks (`run`, `worker`).
@@ -95,7 +101,7 @@ pub struct DeliverOpts {
     /// is days.
     #[arg(long, env = "KLAXON_TRAIL_TTL_DAYS", default_value = "30d", value_parser = duration_days, value_name = "DURATION")]
     pub trail_ttl_days: Duration,
-    /// Concurrent deliveries per destination host (bulkhead).
+    /// Concurrent deliveries per destination host (bulkhead); one endpoint may use half of them.
     #[arg(long, env = "KLAXON_HOST_CONCURRENCY", default_value_t = 4)]
     pub host_concurrency: usize,
 }
@@ -120,10 +126,10 @@ pub struct RateOpts {
     pub rate_email: f64,
 }
 
-/// The circuit breaker per destination host, per process.
+/// The circuit breakers per destination endpoint (and host), per process.
 #[derive(Debug, Args)]
 pub struct BreakerOpts {
-    /// Sliding window of outcomes per host (a plain number is seconds).
+    /// Sliding window of outcomes per endpoint (a plain number is seconds).
     #[arg(long, env = "KLAXON_BREAKER_WINDOW", default_value = "30s", value_parser = duration_secs, value_name = "DURATION")]
     pub breaker_window: Duration,
     /// Outcomes in the window before it may open.

@@ -132,6 +132,7 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
         limits: plan.limits,
         token: plan.api.token,
         allowed_hosts: plan.http.allowed_hosts,
+        trusted_proxies: plan.http.trusted_proxies,
         redis: clients.redis.clone(),
         rule_store: clients.store.clone(),
         webhook_keys: plan.api.webhook_keys,

@@ -97,6 +97,8 @@ pub struct HttpPlan {
     pub addr: SocketAddr,
     /// `--allowed-hosts`, bound to the address.
     pub allowed_hosts: klaxon_api::guard::AllowedHosts,
+    /// `--trusted-proxies` (default: none).
+    pub trusted_proxies: klaxon_api::proxy::TrustedProxies,
     /// `--http-header-timeout`, `--http-max-connections`.
     pub limits: ServerLimits,
 }
@@ -166,6 +168,7 @@ impl Plan {
         let http = HttpPlan {
             addr: a.http.http_addr,
             allowed_hosts,
+            trusted_proxies: a.http.trusted_proxies.clone().unwrap_or_default(),
             limits: server_limits(&a.http)?,
         };
         let (action_key, action_links) =
@@ -212,7 +215,14 @@ impl Plan {
 
 /// `KLAXON_API_TOKEN`'s value as a secret; unset or blank is none.
 fn api_token(value: Option<String>) -> Option<Secret> {
-    value.filter(|t| !t.trim().is_empty()).map(Secret::new)
+    let token = value.filter(|t| !t.trim().is_empty()).map(Secret::new);
+    if let Some(problem) = token
+        .as_ref()
+        .and_then(|t| crate::cli::short_api_token(t.expose()))
+    {
+        tracing::warn!(problem = %problem, "KLAXON_API_TOKEN is short");
+    }
+    token
 }
 
 /// The HTTP server's limits, checked.
@@ -295,6 +305,7 @@ fn sender_plan(
             min_requests: b.breaker_min_requests,
             failure_ratio: b.breaker_failure_ratio,
             open_for: b.breaker_open,
+            host_min_endpoints: klaxon_engine::breaker::HOST_MIN_ENDPOINTS,
         },
         host_concurrency: d.host_concurrency,
     })

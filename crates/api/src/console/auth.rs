@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use super::view::{error_page, render, Template};
 use super::Console;
 use crate::throttle::{retry_after_secs, Attempt};
-use crate::{bearer, peer_ip, same_secret, MAX_BODY};
+use crate::{bearer, client_ip, same_secret, MAX_BODY};
 
 /// The session cookie's name.
 pub(crate) const COOKIE: &str = "klaxon_session";
@@ -162,7 +162,7 @@ impl Console {
     /// The request's access, or why it has none.
     fn access(&self, req: &Request) -> Result<Access, Denied> {
         let Some(token) = self.token() else {
-            return if is_loopback(req) {
+            return if is_loopback(&self.api, req) {
                 Ok(Access {
                     csrf: self.process_csrf.clone(),
                     session: false,
@@ -230,8 +230,8 @@ impl IntoResponse for Denied {
     }
 }
 
-fn is_loopback(req: &Request) -> bool {
-    peer_ip(req).is_some_and(|ip| ip.is_loopback())
+fn is_loopback(api: &crate::state::Api, req: &Request) -> bool {
+    client_ip(api, req).is_some_and(|ip| ip.is_loopback())
 }
 
 /// `response` with `Retry-After: <wait in whole seconds>`.
@@ -321,10 +321,13 @@ fn login_form(c: &Console, status: StatusCode, error: Option<&str>) -> Response 
 pub(super) async fn login(
     State(c): State<Arc<Console>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     Form(form): Form<LoginForm>,
 ) -> Response {
+    // The client: the peer, or behind a trusted proxy the address it forwarded.
+    let client = c.api.config().trusted_proxies.client(peer.ip(), &headers);
     let Some(token) = c.token() else {
-        return if peer.ip().is_loopback() {
+        return if client.is_loopback() {
             Redirect::to("/").into_response()
         } else {
             error_page(
@@ -342,12 +345,12 @@ pub(super) async fn login(
     match c
         .api
         .throttle()
-        .attempt(Some(peer.ip()), || same_secret(form.token.trim(), token))
+        .attempt(Some(client), || same_secret(form.token.trim(), token))
     {
         Attempt::Passed => {}
         Attempt::Failed => {
             tokio::time::sleep(LOGIN_FAILURE_DELAY).await;
-            tracing::info!(peer = %peer.ip(), "console login refused: wrong token");
+            tracing::info!(client = %client, "console login refused: wrong token");
             return login_form(&c, StatusCode::UNAUTHORIZED, Some("Wrong token."));
         }
         Attempt::Throttled(wait) => {
@@ -359,7 +362,7 @@ pub(super) async fn login(
         }
     }
     let (id, _) = c.sessions().create(Instant::now());
-    tracing::info!(peer = %peer.ip(), "console login");
+    tracing::info!(client = %client, "console login");
     let mut r = Redirect::to("/").into_response();
     if let Ok(v) = HeaderValue::from_str(&session_cookie(&id)) {
         r.headers_mut().insert(header::SET_COOKIE, v);

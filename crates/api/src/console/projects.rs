@@ -697,9 +697,15 @@ mod tests {
         let rule = json!({"_id": "5e3eef0679fa3700a0198a49", "isEnabled": true, "whatToReceive": "ONLY_NEW",
             "channels": {"webhook": {"isEnabled": true, "endpoint": endpoint},
                          "slack": {"isEnabled": true, "endpoint": "https://hooks.slack.com/services/x"}}});
-        let keys = SigningKeys::from_settings(Some(klaxon_channels::Secret::new("MASTERKEY")), None)
-            .expect("valid")
-            .expect("some");
+        let keys = SigningKeys::from_settings(
+            Some(klaxon_channels::Secret::new(
+                "MASTERKEY-0123456789abcdef0123456789",
+            )),
+            None,
+            None,
+        )
+        .expect("valid")
+        .expect("some");
         let page = |keys: Option<&SigningKeys>| {
             let mut view = rule_view(&rule, &klaxon_core::Limits::default());
             add_signing_secret(&mut view, &rule, p, keys);

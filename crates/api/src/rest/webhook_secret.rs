@@ -138,9 +138,13 @@ mod tests {
     const P: &str = "5e3eef0679fa3700a0198a49";
 
     fn keys(previous: Option<&str>) -> SigningKeys {
-        SigningKeys::from_settings(Some(Secret::new("MASTER")), previous.map(Secret::new))
-            .expect("valid")
-            .expect("some")
+        SigningKeys::from_settings(
+            Some(Secret::new("MASTER-0123456789abcdef0123456789abcdef")),
+            previous.map(Secret::new),
+            None,
+        )
+        .expect("valid")
+        .expect("some")
     }
 
     #[test]

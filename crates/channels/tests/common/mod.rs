@@ -9,7 +9,7 @@ use klaxon_core::{ChannelKind, NotificationEvent, NotificationTask, Reason, Wind
 
 /// Every secret the tests configure; none may ever show up in an error or a Debug output.
 pub const TOKEN: &str = "987654:SECRETTOKENabc";
-pub const HMAC_KEY: &str = "SECRETHMACkey";
+pub const HMAC_KEY: &str = "SECRETHMACkey-0123456789abcdef0123456789";
 pub const SMTP_PASSWORD: &str = "SECRETSMTPpw";
 pub const ENDPOINT_SECRET: &str = "SECRETPATHxyz";
 pub const ALL_SECRETS: [&str; 4] = [TOKEN, HMAC_KEY, SMTP_PASSWORD, ENDPOINT_SECRET];
@@ -23,7 +23,8 @@ pub fn config(telegram_api: &str) -> ChannelsConfig {
         telegram_bot_token: Some(Secret::new(TOKEN)),
         smtp_url: Secret::new(klaxon_testkit::smtp_url()),
         smtp_from: "klaxon-test@localhost".into(),
-        webhook_keys: SigningKeys::from_settings(Some(Secret::new(HMAC_KEY)), None).expect("valid keys"),
+        webhook_keys: SigningKeys::from_settings(Some(Secret::new(HMAC_KEY)), None, None)
+            .expect("valid keys"),
         allow_private_endpoints: true,
         connect_timeout: Duration::from_secs(2),
         request_timeout: Duration::from_secs(5),

@@ -1,0 +1,312 @@
+//! Tenant isolation on shared SaaS hosts, end to end (issue #30 item 1): the real `klaxon sender` delivers to
+//! local servers playing PagerDuty's Events API, Discord and a webhook receiver, where one tenant's endpoint is
+//! throttled (429 with `Retry-After`), failing (500) or slow, while another tenant's endpoint on the same host is
+//! fine. The other tenant's message must arrive within a few seconds (the contract's "Tenant safety"): breakers,
+//! throttles and bulkheads are per endpoint, and a host breaker opens only across many endpoints.
+//!
+//! Tasks are published straight to `<ns>.notify.<channel>` (what a worker would publish), the throttled tenant's
+//! many tasks first, so that the other tenant's task queues behind them.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{object_id, Env};
+use klaxon_broker::{Broker, Outgoing, QueueType, Topology};
+use klaxon_core::{ChannelKind, NotificationEvent, NotificationTask, Reason};
+use klaxon_testkit::{HttpSink, Reply};
+
+/// How long the other tenant's message may take: the contract's "a few seconds".
+const FEW_SECONDS: Duration = Duration::from_secs(5);
+/// Bound on waiting for the throttled tenant's first requests.
+const WAIT: Duration = Duration::from_secs(30);
+const KEY_A: &str = "TenantAroutingKey0123456789abcde";
+const KEY_B: &str = "TenantBroutingKey0123456789abcde";
+
+fn task(project: &str, channel: ChannelKind, endpoint: &str, id: String, n: usize) -> NotificationTask {
+    NotificationTask {
+        notification_id: id,
+        project_id: project.to_owned(),
+        project_name: None,
+        rule_id: "rule-1".into(),
+        channel,
+        endpoint: endpoint.to_owned(),
+        min_period_s: 0,
+        fired_at_ms: 1_700_000_000_000,
+        reason: Reason::New,
+        events: vec![NotificationEvent {
+            group_hash: format!("g{n}"),
+            title: format!("TypeError {n}"),
+            count: 1,
+            repetition_id: None,
+        }],
+        text: None,
+        send_at_ms: None,
+        severity: None,
+    }
+}
+
+/// `count` tasks of one tenant (`project`, `endpoint`), ids prefixed with `tag`.
+fn tenant(
+    env: &Env,
+    tag: &str,
+    project: &str,
+    channel: ChannelKind,
+    endpoint: &str,
+    count: usize,
+) -> Vec<NotificationTask> {
+    (0..count)
+        .map(|n| {
+            task(
+                project,
+                channel,
+                endpoint,
+                format!("{}-{tag}{n}", env.namespace),
+                n,
+            )
+        })
+        .collect()
+}
+
+/// Publishes tasks to their channel queues, in order, as a worker would.
+async fn publish(env: &Env, tasks: &[NotificationTask]) {
+    let broker = Broker::connect(&klaxon_testkit::amqp_url(), Duration::from_secs(5))
+        .await
+        .expect("amqp");
+    let publisher = broker.publisher().await.expect("publisher");
+    let topo = Topology::new(
+        &env.namespace,
+        &format!("{}.events", env.namespace),
+        QueueType::Classic,
+    );
+    publisher.declare(&topo).await.expect("declare");
+    let msgs: Vec<Outgoing> = tasks
+        .iter()
+        .map(|t| {
+            let mut m = Outgoing::json(topo.notify_queue(t.channel), serde_json::to_vec(t).expect("json"));
+            m.message_id = Some(t.notification_id.clone());
+            m
+        })
+        .collect();
+    publisher.publish_all(&msgs).await.expect("publish");
+    publisher.close().await;
+    broker.close().await;
+}
+
+/// Requests the sink got that `matches` picks.
+fn count(sink: &HttpSink, matches: impl Fn(&klaxon_testkit::Request) -> bool) -> usize {
+    sink.requests().iter().filter(|r| matches(r)).count()
+}
+
+/// Waits (bounded by `within`) until `matches` picks at least `n` requests; true if it did.
+async fn wait_for(
+    sink: &HttpSink,
+    n: usize,
+    within: Duration,
+    matches: impl Fn(&klaxon_testkit::Request) -> bool,
+) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if count(sink, &matches) >= n {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    count(sink, &matches) >= n
+}
+
+fn routing_key(r: &klaxon_testkit::Request) -> String {
+    r.json()["routing_key"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttled_pagerduty_routing_key_does_not_hold_another_tenants_page() {
+    let sink = HttpSink::start().await.expect("sink");
+    // PagerDuty's API throttles tenant A's routing key only, for 30 s; everyone else is accepted
+    sink.route(
+        |r| r.json()["routing_key"] == KEY_A,
+        Reply::status(429).header("Retry-After", "30").body(
+            r#"{"status":"throttle event","message":"Requests for this service are arriving too quickly."}"#,
+        ),
+    );
+    sink.set_default(
+        Reply::status(202).body(r#"{"status":"success","message":"Event processed","dedup_key":"k"}"#),
+    );
+    let env = Env::new().set("KLAXON_PAGERDUTY_API", &sink.url(""));
+    let mut k = env.spawn("sender", &[]);
+
+    let (project_a, project_b) = (object_id(), object_id());
+    // 40 by default; KLAXON_TEST_TENANT_A_TASKS=3000 measures how long thousands of A's tasks queued ahead of
+    // B's (and parked, since A is throttled) hold B's page up
+    let a_tasks: usize = std::env::var("KLAXON_TEST_TENANT_A_TASKS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(40);
+    publish(
+        &env,
+        &tenant(&env, "a", &project_a, ChannelKind::Pagerduty, KEY_A, a_tasks),
+    )
+    .await;
+    let is_a = |r: &klaxon_testkit::Request| routing_key(r) == KEY_A;
+    assert!(
+        wait_for(&sink, 1, WAIT, is_a).await,
+        "tenant A's first page; log:\n{}",
+        k.logs()
+    );
+    if a_tasks <= 100 {
+        // A's 429s have been answered and A's tasks are parked and coming back
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+
+    let sent = Instant::now();
+    publish(
+        &env,
+        &tenant(&env, "b", &project_b, ChannelKind::Pagerduty, KEY_B, 1),
+    )
+    .await;
+    let is_b = |r: &klaxon_testkit::Request| routing_key(r) == KEY_B;
+    let arrived = wait_for(&sink, 1, FEW_SECONDS, is_b).await;
+    eprintln!(
+        "{a_tasks} tasks of A: B's page arrived: {arrived}, {:?} after it was queued",
+        sent.elapsed()
+    );
+    assert!(
+        arrived,
+        "tenant B's page not delivered within {FEW_SECONDS:?} of being queued behind tenant A's throttled \
+         ones ({} requests for A so far); log:\n{}",
+        count(&sink, is_a),
+        k.logs()
+    );
+    let b = sink
+        .requests()
+        .into_iter()
+        .find(|r| is_b(r))
+        .expect("B's request");
+    assert_eq!(b.json()["payload"]["source"], project_b.as_str());
+    // A's Retry-After holds A's tasks back: a couple of requests in flight when the first 429 came, no more
+    assert!(
+        count(&sink, is_a) <= 4,
+        "A's Retry-After was not honoured: {} requests",
+        count(&sink, is_a)
+    );
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    assert!(
+        !k.logs().contains(KEY_A) && !k.logs().contains(KEY_B),
+        "a routing key reached the logs"
+    );
+    common::delete_queues(&env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttled_and_failing_discord_webhooks_do_not_hold_another_webhook_on_the_host() {
+    let sink = HttpSink::start().await.expect("sink");
+    // one stub host, three webhooks: A is rate limited for 30 s, C answers 500, B is fine
+    sink.route(
+        |r| r.uri.starts_with("/api/webhooks/1/"),
+        Reply::status(429)
+            .header("Retry-After", "30")
+            .body(r#"{"message": "You are being rate limited.", "retry_after": 30.0, "global": false}"#),
+    );
+    sink.route(|r| r.uri.starts_with("/api/webhooks/3/"), Reply::status(500));
+    sink.set_default(Reply::status(204));
+    let env = Env::new();
+    let mut k = env.spawn("sender", &["--retry-schedule", "1"]);
+
+    let (hook_a, hook_b, hook_c) = (
+        sink.url("/api/webhooks/1/tenant-a-token"),
+        sink.url("/api/webhooks/2/tenant-b-token"),
+        sink.url("/api/webhooks/3/tenant-c-token"),
+    );
+    let (project_a, project_b, project_c) = (object_id(), object_id(), object_id());
+    let mut first = tenant(&env, "a", &project_a, ChannelKind::Discord, &hook_a, 20);
+    first.extend(tenant(&env, "c", &project_c, ChannelKind::Discord, &hook_c, 20));
+    publish(&env, &first).await;
+    let is_a = |r: &klaxon_testkit::Request| r.uri.starts_with("/api/webhooks/1/");
+    let is_c = |r: &klaxon_testkit::Request| r.uri.starts_with("/api/webhooks/3/");
+    // C fails often enough to open a breaker (its own: 5 outcomes, half of them failures)
+    assert!(
+        wait_for(&sink, 5, WAIT, is_c).await && count(&sink, is_a) >= 1,
+        "A's and C's first messages; log:\n{}",
+        k.logs()
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    publish(
+        &env,
+        &tenant(&env, "b", &project_b, ChannelKind::Discord, &hook_b, 1),
+    )
+    .await;
+    let is_b = |r: &klaxon_testkit::Request| r.uri.starts_with("/api/webhooks/2/");
+    let arrived = wait_for(&sink, 1, FEW_SECONDS, is_b).await;
+    assert!(
+        arrived,
+        "webhook B's message not delivered within {FEW_SECONDS:?} while A is throttled ({} requests) and C \
+         fails ({} requests); log:\n{}",
+        count(&sink, is_a),
+        count(&sink, is_c),
+        k.logs()
+    );
+    assert!(
+        count(&sink, is_a) <= 4,
+        "A's retry_after was not honoured: {}",
+        count(&sink, is_a)
+    );
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    let logs = k.logs();
+    assert!(
+        !logs.contains("tenant-a-token") && !logs.contains("tenant-c-token"),
+        "an endpoint reached the logs"
+    );
+    common::delete_queues(&env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_webhook_does_not_fill_its_hosts_bulkhead() {
+    let sink = HttpSink::start().await.expect("sink");
+    // A's receiver takes 8 s to answer (under the 10 s request timeout); B on the same host answers at once
+    sink.route(
+        |r| r.uri.starts_with("/slow"),
+        Reply::status(200).delayed(Duration::from_secs(8)),
+    );
+    sink.set_default(Reply::status(200));
+    let env = Env::new();
+    let mut k = env.spawn("sender", &[]);
+
+    let (project_a, project_b) = (object_id(), object_id());
+    publish(
+        &env,
+        &tenant(
+            &env,
+            "a",
+            &project_a,
+            ChannelKind::Webhook,
+            &sink.url("/slow"),
+            12,
+        ),
+    )
+    .await;
+    let is_a = |r: &klaxon_testkit::Request| r.uri.starts_with("/slow");
+    assert!(
+        wait_for(&sink, 1, WAIT, is_a).await,
+        "A's first request; log:\n{}",
+        k.logs()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    publish(
+        &env,
+        &tenant(&env, "b", &project_b, ChannelKind::Webhook, &sink.url("/fast"), 1),
+    )
+    .await;
+    let is_b = |r: &klaxon_testkit::Request| r.uri.starts_with("/fast");
+    let arrived = wait_for(&sink, 1, FEW_SECONDS, is_b).await;
+    assert!(
+        arrived,
+        "B's webhook not delivered within {FEW_SECONDS:?} while A's receiver is slow ({} of A's requests \
+         open); log:\n{}",
+        count(&sink, is_a),
+        k.logs()
+    );
+    assert_eq!(k.terminate(Duration::from_secs(15)), Some(0));
+    common::delete_queues(&env).await;
+}
