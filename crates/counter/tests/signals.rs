@@ -314,11 +314,11 @@ async fn spike_random_walk(env: Env) {
             if let Outcome::Fired { signal, .. } = got {
                 assert_eq!(
                     *signal,
-                    Some(Signal::Spike {
-                        baseline_sum: sum,
-                        baseline_buckets: buckets,
+                    Some(Signal::Spike(Baseline {
+                        sum,
+                        buckets,
                         needed: s.needed(sum, buckets).unwrap_or(u64::MAX)
-                    }),
+                    })),
                     "{place}"
                 );
             }
