@@ -86,6 +86,10 @@ pub(super) enum Nav {
     Deliveries,
     /// The dead letters.
     Dead,
+    /// The invalid events.
+    Invalid,
+    /// A page of no section (an action link's): nothing lit.
+    None,
 }
 
 /// A page inside the layout (`base.html`): what the layout needs, and the page's own fields beside it.
