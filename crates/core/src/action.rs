@@ -429,7 +429,11 @@ mod tests {
         let mute = claim(Action::MuteGroup1h);
         assert_eq!(mute.group_hash.as_deref(), Some("11da"));
         assert_eq!(mute.expires_s, 1_000 + LINK_TTL_S);
-        assert_eq!(mute.title.as_deref(), Some("TypeError: x"), "the page shows the error");
+        assert_eq!(
+            mute.title.as_deref(),
+            Some("TypeError: x"),
+            "the page shows the error"
+        );
         let rule = claim(Action::MuteRule1h);
         assert_eq!(rule.group_hash, None, "a rule mute has no group");
         assert_eq!(rule.title, None, "nor a title");

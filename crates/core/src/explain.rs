@@ -263,7 +263,12 @@ pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> RuleVerdict {
         Window::Sliding => {
             if let Some(f) = peek.fired_at {
                 let reason = format!("fired at {}; quiet until {}", at(f), at(f + period));
-                return counts(Verdict::CoolingDown, reason, next.min(threshold), Some(f + period));
+                return counts(
+                    Verdict::CoolingDown,
+                    reason,
+                    next.min(threshold),
+                    Some(f + period),
+                );
             }
             // The scripts keep the newest `threshold` members, so the count saturates there.
             let next = next.min(threshold);

@@ -112,8 +112,9 @@ pub fn parse_import(text: &str) -> Result<Vec<ProjectNotifications>, RulesError>
         };
         let mut notifications = Vec::with_capacity(rules.len());
         for (j, rule) in rules.iter().enumerate() {
-            notifications
-                .push(rule_to_document(rule).map_err(|e| at(format!("rule #{}: {}", j + 1, strip_prefix(&e))))?);
+            notifications.push(
+                rule_to_document(rule).map_err(|e| at(format!("rule #{}: {}", j + 1, strip_prefix(&e))))?,
+            );
         }
         let mut ids: Vec<ObjectId> = notifications
             .iter()

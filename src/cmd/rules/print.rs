@@ -333,16 +333,7 @@ mod tests {
             ),
             (
                 json!({"_id": 7, "whatToReceive": 3}),
-                s(&[
-                    "p",
-                    "7",
-                    "no",
-                    "?",
-                    "-",
-                    "-",
-                    "-",
-                    "INVALID: rule has no `_id`",
-                ]),
+                s(&["p", "7", "no", "?", "-", "-", "-", "INVALID: rule has no `_id`"]),
             ),
             (
                 json!("not a rule"),
@@ -388,16 +379,7 @@ mod tests {
                 json!({"_id": id, "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 2,
                        "thresholdPeriod": 60_000,
                        "channels": {"webhook": {"isEnabled": true, "endpoint": "https://h.test/x"}}}),
-                s(&[
-                    "p",
-                    id,
-                    "yes",
-                    "SEEN_MORE 2/1m",
-                    "fixed",
-                    "webhook",
-                    "-",
-                    "ok",
-                ]),
+                s(&["p", id, "yes", "SEEN_MORE 2/1m", "fixed", "webhook", "-", "ok"]),
             ),
         ];
         for (rule, want) in cases {

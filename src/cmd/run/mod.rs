@@ -200,11 +200,13 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
     // The rule store once the worker has it (the sender's trail then writes through it at once).
     let mut store: Option<RuleStore> = None;
     if let (Some(w), Some(redis)) = (plan.worker, &redis) {
-        let Some(s) =
-            connect_with_retry(("mongodb", &global.mongo_url), &parts.readiness, &shutdown, || {
-                clients.store(global, plan.rule_defaults)
-            })
-            .await
+        let Some(s) = connect_with_retry(
+            ("mongodb", &global.mongo_url),
+            &parts.readiness,
+            &shutdown,
+            || clients.store(global, plan.rule_defaults),
+        )
+        .await
         else {
             return Ok(ExitCode::SUCCESS);
         };

@@ -32,10 +32,10 @@
 mod action;
 mod auth;
 mod dead;
-mod invalid;
 mod deliveries;
 mod edit;
 mod explain;
+mod invalid;
 mod mutes;
 mod projects;
 mod view;

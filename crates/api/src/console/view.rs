@@ -38,6 +38,10 @@ fn templates() -> &'static minijinja::Environment<'static> {
                 include_str!("../../templates/console/deliveries.html"),
             ),
             ("dead.html", include_str!("../../templates/console/dead.html")),
+            (
+                "invalid.html",
+                include_str!("../../templates/console/invalid.html"),
+            ),
             ("action.html", include_str!("../../templates/console/action.html")),
         ] {
             if let Err(e) = env.add_template(name, source) {

@@ -34,7 +34,8 @@ pub(crate) async fn ingest(
     for (i, item) in items.iter().enumerate() {
         // counted from 1, as people count
         let n = i + 1;
-        let bytes = serde_json::to_vec(item).map_err(|e| ApiError::bad_request(format!("event #{n}: {e}")))?;
+        let bytes =
+            serde_json::to_vec(item).map_err(|e| ApiError::bad_request(format!("event #{n}: {e}")))?;
         EventTask::parse(&bytes).map_err(|e| ApiError::bad_request(format!("event #{n}: {e}")))?;
         let mut m = Outgoing::json(queue.clone(), bytes);
         m.message_id = Some(format!("api-{batch}-{i}"));

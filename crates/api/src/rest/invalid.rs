@@ -212,7 +212,8 @@ pub(crate) async fn replay(
     if !body.is_object() {
         return Err(ApiError::bad_request("the body must be an object {\"ids\"?}"));
     }
-    let bad = || ApiError::bad_request("`ids` must be a list of strings (the ids `GET /api/v1/invalid` gives)");
+    let bad =
+        || ApiError::bad_request("`ids` must be a list of strings (the ids `GET /api/v1/invalid` gives)");
     let ids: Option<Vec<String>> = match body.get("ids") {
         None | Some(Value::Null) => None,
         Some(Value::Array(a)) => Some(

@@ -713,13 +713,10 @@ fn did_you_mean(key: &str, known: &'static [&'static str]) -> Option<&'static st
         return Some(to);
     }
     // Too short keys are one edit from too much (`id` from `_id` is fine: normalised they are equal).
-    known
-        .iter()
-        .copied()
-        .find(|candidate| {
-            let c = norm(candidate);
-            c == k || (k.len() >= 4 && within_one_edit(&k, &c))
-        })
+    known.iter().copied().find(|candidate| {
+        let c = norm(candidate);
+        c == k || (k.len() >= 4 && within_one_edit(&k, &c))
+    })
 }
 
 /// True when `a` and `b` differ by at most one insertion, deletion, substitution or swap of neighbours.
@@ -917,13 +914,17 @@ pub fn endpoint_problem(kind: ChannelKind, endpoint: &str) -> Option<(String, St
 /// A loopback, private or link-local address, or `localhost`: a receiver on the operator's own network.
 fn local_host(host: &url::Host<&str>) -> bool {
     match host {
-        url::Host::Domain(d) => d.eq_ignore_ascii_case("localhost") || d.to_ascii_lowercase().ends_with(".localhost"),
+        url::Host::Domain(d) => {
+            d.eq_ignore_ascii_case("localhost") || d.to_ascii_lowercase().ends_with(".localhost")
+        }
         url::Host::Ipv4(ip) => ip.is_loopback() || ip.is_private() || ip.is_link_local(),
         url::Host::Ipv6(ip) => {
             ip.is_loopback()
                 || (ip.segments()[0] & 0xfe00) == 0xfc00
                 || (ip.segments()[0] & 0xffc0) == 0xfe80
-                || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback() || v4.is_private())
+                || ip
+                    .to_ipv4_mapped()
+                    .is_some_and(|v4| v4.is_loopback() || v4.is_private())
         }
     }
 }
@@ -983,7 +984,11 @@ mod tests {
             ("isEnabled", json!("yes"), "`isEnabled` must be a boolean"),
             ("whatToReceive", json!(1), "unknown `whatToReceive` 1"),
             ("whatToReceive", json!(null), "unknown `whatToReceive` null"),
-            ("whatToReceive", json!("SEEN_MOAR"), "unknown `whatToReceive` \"SEEN_MOAR\""),
+            (
+                "whatToReceive",
+                json!("SEEN_MOAR"),
+                "unknown `whatToReceive` \"SEEN_MOAR\"",
+            ),
             (
                 "threshold",
                 json!("3"),
@@ -1336,7 +1341,8 @@ mod tests {
         assert!(
             problems
                 .iter()
-                .any(|p| p.message.contains("`channels.slack.endpont`") && p.message.contains("did you mean `endpoint`?")),
+                .any(|p| p.message.contains("`channels.slack.endpont`")
+                    && p.message.contains("did you mean `endpoint`?")),
             "{problems:?}"
         );
     }
