@@ -154,6 +154,10 @@ const GLOBALS_USED: &[(&str, &[&str])] = &[
     ),
     ("dead", &["namespace", "amqp_url", "events_queue", "log_format"]),
     (
+        "invalid",
+        &["namespace", "amqp_url", "events_queue", "log_format"],
+    ),
+    (
         "explain",
         &["namespace", "redis_url", "mongo_url", "mongo_db", "log_format"],
     ),

@@ -154,6 +154,11 @@ impl Fired {
         use crate::notification::Reason;
         use crate::text::duration_words;
         let n = self.count;
+        let (events, users) = if n == 1 {
+            ("event", "distinct user")
+        } else {
+            ("events", "distinct users")
+        };
         let window = |w: crate::rule::Window| match w {
             crate::rule::Window::Fixed => "fixed",
             crate::rule::Window::Sliding => "sliding",
@@ -165,7 +170,7 @@ impl Fired {
                 period_ms,
                 window: w,
             } => format!(
-                "{n} events in a {} window of {} reached the threshold of {threshold}",
+                "{n} {events} in a {} window of {} reached the threshold of {threshold}",
                 window(w),
                 duration_words(period_ms)
             ),
@@ -174,7 +179,7 @@ impl Fired {
                 period_ms,
                 window: w,
             } => format!(
-                "{n} distinct users in a {} window of {} reached the threshold of {threshold}",
+                "{n} {users} in a {} window of {} reached the threshold of {threshold}",
                 window(w),
                 duration_words(period_ms)
             ),
@@ -197,7 +202,7 @@ impl Fired {
                     )
                 };
                 format!(
-                    "{n} events in a bucket of {}, {baseline}: {needed} needed (the larger of threshold {threshold} \
+                    "{n} {events} in a bucket of {}, {baseline}: {needed} needed (the larger of threshold {threshold} \
                      and {}× the baseline)",
                     duration_words(period_ms),
                     f64::from(factor_milli) / 1000.0
@@ -219,7 +224,7 @@ impl Fired {
                 ),
             },
             Reason::Digest { min_period_s } => format!(
-                "{n} events gathered over {}",
+                "{n} {events} gathered over {}",
                 duration_words(min_period_s.saturating_mul(1000))
             ),
             Reason::Direct => "a direct notification".into(),

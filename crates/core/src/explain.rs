@@ -237,7 +237,9 @@ pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> RuleVerdict {
                     at(f),
                     at(ends)
                 );
-                return counts(Verdict::AlreadyNotified, reason, next, Some(ends));
+                // a fired window goes on counting events; a users window dropped its users and counts no more
+                let with_this = if users { peek.count } else { next };
+                return counts(Verdict::AlreadyNotified, reason, with_this, Some(ends));
             }
             // Fixed windows fire on the event that makes the count EQUAL the threshold (users: reach it).
             let fires = if users {
