@@ -75,6 +75,7 @@ async fn main() -> ExitCode {
         cli::Command::Publish(args) => cmd::publish::run(args, &global).await,
         cli::Command::Deliveries(args) => cmd::deliveries::run(args, &global).await,
         cli::Command::Dead(args) => cmd::dead::run(args, &global).await,
+        cli::Command::Invalid(args) => cmd::invalid::run(args, &global).await,
         cli::Command::Explain(args) => cmd::explain::run(args, &global).await,
         cli::Command::Mute(args) => cmd::mute::run(args, &global).await,
         cli::Command::TestNotify(args) => cmd::test_notify::run(args, &global).await,

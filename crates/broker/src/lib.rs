@@ -931,6 +931,22 @@ pub fn header(props: &BasicProperties, name: &str) -> Option<String> {
     }
 }
 
+/// `props` without the header `name` (a message put back where it was set aside from, without its reason).
+pub fn without_header(props: &BasicProperties, name: &str) -> BasicProperties {
+    match props.headers() {
+        Some(table) if table.inner().contains_key(name) => {
+            let kept: std::collections::BTreeMap<ShortString, AMQPValue> = table
+                .inner()
+                .iter()
+                .filter(|(k, _)| k.as_str() != name)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            props.clone().with_headers(FieldTable::from(kept))
+        }
+        _ => props.clone(),
+    }
+}
+
 /// A message moved aside untouched (same body and properties) with the reason in [`ERROR_HEADER`].
 pub fn set_aside(delivery: &Delivery, queue: String, reason: &str) -> Outgoing {
     Outgoing {
