@@ -108,7 +108,19 @@ struct Report {
 struct Sample {
     ticks: u64,
     task_ns: HashMap<u32, u64>,
-    switches: u64,
+    /// Voluntary + involuntary context switches of each thread.
+    task_switches: HashMap<u32, u64>,
+}
+
+impl Sample {
+    /// Context switches since `before`: every thread alive now, since `before` or since it started. A thread
+    /// that ended in between (an idle blocking-pool thread of tokio timing out) takes its own with it.
+    fn switches_since(&self, before: &Sample) -> u64 {
+        self.task_switches
+            .iter()
+            .map(|(t, n)| n.saturating_sub(before.task_switches.get(t).copied().unwrap_or(0)))
+            .sum()
+    }
 }
 
 fn tasks(pid: u32) -> anyhow::Result<Vec<u32>> {
@@ -126,7 +138,7 @@ fn tasks(pid: u32) -> anyhow::Result<Vec<u32>> {
 
 fn sample(pid: u32) -> anyhow::Result<Sample> {
     let mut task_ns = HashMap::new();
-    let mut switches = 0;
+    let mut task_switches = HashMap::new();
     for tid in tasks(pid)? {
         // a thread may end between the listing and the read: it then counts in neither
         if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")) {
@@ -135,7 +147,7 @@ fn sample(pid: u32) -> anyhow::Result<Sample> {
             }
         }
         if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")) {
-            switches += s
+            let n = s
                 .lines()
                 .filter_map(|l| {
                     l.strip_prefix("voluntary_ctxt_switches:")
@@ -143,30 +155,34 @@ fn sample(pid: u32) -> anyhow::Result<Sample> {
                 })
                 .filter_map(|v| v.trim().parse::<u64>().ok())
                 .sum::<u64>();
+            task_switches.insert(tid, n);
         }
     }
     Ok(Sample {
         ticks: proc_cpu_ticks(pid)?,
         task_ns,
-        switches,
+        task_switches,
     })
 }
 
-/// CPU seconds between two samples, and where they come from.
+/// CPU seconds between two samples, and where they come from: every thread's on-CPU time (ns) when every thread
+/// of `before` is still there, else the larger of that (threads that ended lose their part) and the process's
+/// utime + stime (10 ms ticks, ended threads included).
 fn cpu_between(before: &Sample, after: &Sample) -> (f64, &'static str) {
-    let kept = before.task_ns.keys().all(|t| after.task_ns.contains_key(t));
-    if kept {
-        let ns: u64 = after
-            .task_ns
-            .iter()
-            .map(|(t, a)| a.saturating_sub(before.task_ns.get(t).copied().unwrap_or(0)))
-            .sum();
-        (ns as f64 / 1e9, "schedstat")
+    let ns: u64 = after
+        .task_ns
+        .iter()
+        .map(|(t, a)| a.saturating_sub(before.task_ns.get(t).copied().unwrap_or(0)))
+        .sum();
+    let precise = ns as f64 / 1e9;
+    if before.task_ns.keys().all(|t| after.task_ns.contains_key(t)) {
+        return (precise, "schedstat");
+    }
+    let ticks = after.ticks.saturating_sub(before.ticks) as f64 / TICKS_PER_S;
+    if ticks > precise {
+        (ticks, "stat")
     } else {
-        (
-            after.ticks.saturating_sub(before.ticks) as f64 / TICKS_PER_S,
-            "stat",
-        )
+        (precise, "schedstat")
     }
 }
 
@@ -472,7 +488,7 @@ async fn paced(
     let ready = sample(pid)?;
     let startup = Startup {
         cpu_s: cpu_between(&spawned, &ready).0,
-        switches: ready.switches.saturating_sub(spawned.switches),
+        switches: ready.switches_since(&spawned),
     };
     let mut rows = Vec::new();
 
@@ -506,7 +522,7 @@ async fn paced(
             cpu_source,
             cpu_us_per_event: 0.0,
             cpu_pct: cpu_s / window * 100.0,
-            context_switches: after.switches.saturating_sub(before.switches),
+            context_switches: after.switches_since(&before),
             switches_per_event: 0.0,
             threads: threads(pid),
             probes_sent: 0,
@@ -592,7 +608,7 @@ async fn paced(
         };
         lat.sort_by(|a, b| a.total_cmp(b));
         let (cpu_s, cpu_source) = cpu_between(&before, &after);
-        let switches = after.switches.saturating_sub(before.switches);
+        let switches = after.switches_since(&before);
         let per = |v: f64| if events == 0 { 0.0 } else { v / events as f64 };
         rows.push(Row {
             load: format!("{rate}/s"),
@@ -683,10 +699,7 @@ async fn backlog(
         let events = consumed(&addr).await;
         let (cpu_s, cpu_source) = cpu_between(&before, &after);
         let cpu_s = (cpu_s - startup.cpu_s).max(0.0);
-        let switches = after
-            .switches
-            .saturating_sub(before.switches)
-            .saturating_sub(startup.switches);
+        let switches = after.switches_since(&before).saturating_sub(startup.switches);
         let per = |v: f64| if events == 0 { 0.0 } else { v / events as f64 };
         anyhow::Ok(Row {
             load: "backlog".to_owned(),
