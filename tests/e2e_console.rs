@@ -1159,3 +1159,170 @@ async fn in_a_real_browser_an_action_link_mutes_only_after_confirming() {
     assert!(!k.logs().contains(&key), "the key is never logged");
     common::delete_queues(&env).await;
 }
+
+/// The `action` and `csrf` of the form on an action page (the confirmation, or the Undo button).
+fn action_form(page: &str) -> Option<(String, String)> {
+    let at = page.find("<form method=\"post\" action=\"")?;
+    let form = &page[at..];
+    // the template escapes the value: `/` is `&#x2f;`
+    let action = form
+        .split("action=\"")
+        .nth(1)?
+        .split('"')
+        .next()?
+        .replace("&#x2f;", "/");
+    let csrf = form
+        .split("name=\"csrf\" value=\"")
+        .nth(1)?
+        .split('"')
+        .next()?
+        .to_owned();
+    Some((action, csrf))
+}
+
+/// A link does its action once (issue #30): a mute link confirmed, then undone (or its mute deleted through
+/// the API), then confirmed again mutes nothing, and its page says it was used; a second click while the mute
+/// lasts makes no second mute and offers Undo. Plain HTTP, as a visitor without a console login.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_action_link_mutes_once_even_after_undo_or_delete() {
+    let token = format!("tok-{}", object_id());
+    let key = format!("action-key-{}-{}", object_id(), object_id());
+    let port = common::free_port();
+    let public = format!("http://klaxon-public.localhost:{port}");
+    let env = Env::new()
+        .set("KLAXON_API_TOKEN", &token)
+        .set("KLAXON_ACTION_KEY", &key)
+        .set("KLAXON_PUBLIC_URL", &public);
+    let sink = HttpSink::start().await.expect("sink");
+    let project = object_id();
+    let rule = webhook_rule(&sink, json!({"threshold": 1}));
+    env.import(&json!([{"_id": project, "notifications": [rule]}]));
+    let k = env.spawn_at("run", &format!("127.0.0.1:{port}"), &[]);
+    let mut api = Browser::new(&k);
+    api.bearer = Some(token.clone());
+    let event =
+        json!({"projectId": project, "event": {"title": "Boom", "groupHash": "g-once", "isNew": false}});
+    let p = api
+        .send(api.http.post(format!("{}/api/v1/events", api.base)).json(&event))
+        .await;
+    assert_eq!(p.status, 202, "{}", p.body);
+    let delivered = sink.wait_for_count(1, Duration::from_secs(30)).await;
+    assert!(
+        !delivered.is_empty(),
+        "nothing delivered in 30 s; log:\n{}",
+        k.logs()
+    );
+    let body = delivered[0].json();
+    let link = |name: &str| -> String {
+        body["actions"]
+            .as_array()
+            .and_then(|a| a.iter().find(|a| a["action"] == name))
+            .and_then(|a| a["url"].as_str())
+            .unwrap_or_else(|| panic!("no {name} link in {body}"))
+            .to_owned()
+    };
+    let visitor = reqwest::Client::builder()
+        .redirect(Policy::none())
+        .resolve("klaxon-public.localhost", k.addr.parse().expect("addr"))
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client");
+    // GET the page, POST its form: (status, page after the POST)
+    let open = |url: String| {
+        let visitor = visitor.clone();
+        async move {
+            let r = visitor.get(&url).send().await.expect("GET");
+            let status = r.status().as_u16();
+            (status, r.text().await.expect("page"))
+        }
+    };
+    let post = |path: String, csrf: String| {
+        let visitor = visitor.clone();
+        let public = public.clone();
+        async move {
+            let r = visitor
+                .post(format!("{public}{path}"))
+                .form(&[("csrf", csrf)])
+                .send()
+                .await
+                .expect("POST");
+            let status = r.status().as_u16();
+            (status, r.text().await.expect("page"))
+        }
+    };
+    let path_of = |url: &str| url[public.len()..].to_owned();
+
+    // 1. Confirm → muted; Undo → no mute; confirm the same link again → nothing, "already used".
+    let mute_link = link("mute-group-1h");
+    let (status, page) = open(mute_link.clone()).await;
+    assert_eq!(status, 200, "{page}");
+    let (action, csrf) = action_form(&page).unwrap_or_else(|| panic!("no form: {page}"));
+    assert_eq!(action, path_of(&mute_link));
+    let (status, done) = post(action.clone(), csrf.clone()).await;
+    assert_eq!(status, 200, "{done}");
+    assert!(done.contains("Muted this rule"), "{done}");
+    assert_eq!(mutes_of(&api, &project).await.len(), 1);
+    let (undo, undo_csrf) = action_form(&done).unwrap_or_else(|| panic!("no Undo: {done}"));
+    let (status, undone) = post(undo, undo_csrf).await;
+    assert_eq!(status, 200, "{undone}");
+    assert!(undone.contains("The mute is removed"), "{undone}");
+    assert!(mutes_of(&api, &project).await.is_empty());
+    let (status, again) = post(action.clone(), csrf.clone()).await;
+    assert_eq!(status, 409, "a used link does nothing: {again}");
+    assert!(again.contains("already used"), "{again}");
+    assert!(
+        mutes_of(&api, &project).await.is_empty(),
+        "confirming a used link again mutes nothing; log:\n{}",
+        k.logs()
+    );
+    // its page says so too, and offers no confirmation any more
+    let (status, page) = open(mute_link.clone()).await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("already used") && !page.contains("id=\"confirm\""),
+        "{page}"
+    );
+
+    // 2. Confirm → muted; the mute deleted through the API; confirm again → nothing.
+    let rule_link = link("mute-rule-1h");
+    let (_, page) = open(rule_link.clone()).await;
+    let (action, csrf) = action_form(&page).unwrap_or_else(|| panic!("no form: {page}"));
+    let (status, done) = post(action.clone(), csrf.clone()).await;
+    assert_eq!(status, 200, "{done}");
+    let mutes = mutes_of(&api, &project).await;
+    assert_eq!(mutes.len(), 1, "{mutes:?}");
+    let mute_id = mutes[0]["muteId"].as_str().expect("muteId").to_owned();
+    let deleted = api
+        .send(
+            api.http
+                .delete(format!("{}/api/v1/projects/{project}/mutes/{mute_id}", api.base)),
+        )
+        .await;
+    assert_eq!(deleted.status, 204, "{}", deleted.body);
+    let (status, again) = post(action, csrf).await;
+    assert_eq!(status, 409, "{again}");
+    assert!(again.contains("already used"), "{again}");
+    assert!(
+        mutes_of(&api, &project).await.is_empty(),
+        "the deleted mute stays deleted"
+    );
+
+    // 3. A second click while the mute lasts: one mute, and the page offers its Undo.
+    let day_link = link("mute-group-24h");
+    let (_, page) = open(day_link).await;
+    let (action, csrf) = action_form(&page).unwrap_or_else(|| panic!("no form: {page}"));
+    let (first, _) = post(action.clone(), csrf.clone()).await;
+    let (second, page) = post(action, csrf).await;
+    assert_eq!((first, second), (200, 409), "{page}");
+    assert!(
+        page.contains("already used") && page.contains("id=\"undo\""),
+        "{page}"
+    );
+    assert_eq!(mutes_of(&api, &project).await.len(), 1);
+    let (undo, undo_csrf) = action_form(&page).expect("Undo");
+    let (status, _) = post(undo, undo_csrf).await;
+    assert_eq!(status, 200);
+    assert!(mutes_of(&api, &project).await.is_empty());
+    assert!(!k.logs().contains(&key), "the key is never logged");
+    common::delete_queues(&env).await;
+}

@@ -18,7 +18,7 @@ use klaxon_core::NotificationTask;
 use serde_json::{json, Value};
 
 use crate::http_client::{label, parse_http_endpoint, Answer};
-use crate::render::{cut, cut_escaped, escape_discord, escape_discord_bounded, MessageContext, View};
+use crate::render::{cut, cut_escaped, escape_discord, escape_discord_bounded, fit, MessageContext, View};
 use crate::slack::{lines, Piece};
 use crate::{Channels, Delivered, DeliveryError};
 
@@ -30,6 +30,8 @@ pub const DISCORD_DESCRIPTION_MAX: usize = 4096;
 pub const DISCORD_EMBEDS_MAX: usize = 10;
 /// Most characters across all embeds of a message (titles, descriptions, footers, field names and values).
 pub const DISCORD_TOTAL_MAX: usize = 6000;
+/// Most characters of the "Actions" embed's description: the links that fit, in order.
+const ACTIONS_MAX: usize = 2000;
 /// Groups shown as their own embed in a digest: the header, 8 groups and "and K more" make 10.
 const DIGEST_GROUP_EMBEDS: usize = DISCORD_EMBEDS_MAX - 2;
 
@@ -190,7 +192,6 @@ pub(crate) fn embeds(v: &View) -> Vec<Value> {
     if let Some(actions) = actions_embed(v) {
         out.push(actions);
     }
-    fit_total(&mut out);
     out
 }
 
@@ -201,17 +202,27 @@ fn actions_embed(v: &View) -> Option<Value> {
     if v.actions.is_empty() {
         return None;
     }
-    let links: Vec<String> = v
-        .actions
-        .iter()
-        .map(|a| format!("[{}]({})", a.label, discord_url(&a.url)))
-        .collect();
-    Some(json!({ "title": "Actions", "description": links.join("\n"), "color": colour(v.kind) }))
+    // links in order while they fit (a link is ~300 characters; one with a very long public URL and group
+    // hash can be ten times that): the rest of the message keeps its room
+    let mut description = String::new();
+    for a in &v.actions {
+        let link = format!("[{}]({})", a.label, discord_url(&a.url));
+        let len = description.chars().count() + usize::from(!description.is_empty()) + link.chars().count();
+        if len > ACTIONS_MAX {
+            break;
+        }
+        if !description.is_empty() {
+            description.push('\n');
+        }
+        description.push_str(&link);
+    }
+    (!description.is_empty())
+        .then(|| json!({ "title": "Actions", "description": description, "color": colour(v.kind) }))
 }
 
-/// Keeps the message within [`DISCORD_TOTAL_MAX`] and [`DISCORD_EMBEDS_MAX`]: the limits of titles and
-/// descriptions already bound it, this is the guard that makes it a guarantee (the first embed's description is
-/// shortened, then trailing embeds dropped).
+/// Keeps the message within [`DISCORD_TOTAL_MAX`] and [`DISCORD_EMBEDS_MAX`]: the bounds of titles and
+/// descriptions and the smallest room already keep it there, this is the guard that makes it a guarantee (the
+/// first embed's description is shortened, then trailing embeds dropped).
 fn fit_total(embeds: &mut Vec<Value>) {
     embeds.truncate(DISCORD_EMBEDS_MAX);
     let total = |es: &[Value]| es.iter().map(embed_chars).sum::<usize>();
@@ -225,6 +236,23 @@ fn fit_total(embeds: &mut Vec<Value>) {
     while total(embeds) > DISCORD_TOTAL_MAX && embeds.len() > 1 {
         embeds.remove(embeds.len() - 2);
     }
+}
+
+/// Discord's documented limits: at most 10 embeds, titles ≤ 256 characters, descriptions ≤ 4,096, footers
+/// ≤ 2,048, and ≤ 6,000 across them all.
+fn within_limits(embeds: &[Value]) -> bool {
+    let chars = |e: &Value, p: &str| {
+        e.pointer(p)
+            .and_then(Value::as_str)
+            .map_or(0, |s| s.chars().count())
+    };
+    embeds.len() <= DISCORD_EMBEDS_MAX
+        && embeds.iter().map(embed_chars).sum::<usize>() <= DISCORD_TOTAL_MAX
+        && embeds.iter().all(|e| {
+            chars(e, "/title") <= DISCORD_TITLE_MAX
+                && chars(e, "/description") <= DISCORD_DESCRIPTION_MAX
+                && chars(e, "/footer/text") <= 2048
+        })
 }
 
 /// Discord's own wait on 429: `{"retry_after": 1.5, …}` in seconds (a float), bounded to a day.
@@ -241,9 +269,15 @@ impl Channels {
         task: &NotificationTask,
         ctx: MessageContext<'_>,
     ) -> Result<String, DeliveryError> {
-        let view = self.inner.renderer.view(task, ctx);
+        let renderer = &self.inner.renderer;
+        let mut list = fit(
+            |room| Ok(embeds(&renderer.view_in(task, ctx, room))),
+            |list: &Vec<Value>| within_limits(list),
+        )?;
+        // the smallest room fits by construction; this guard makes it a guarantee
+        fit_total(&mut list);
         Ok(json!({
-            "embeds": embeds(&view),
+            "embeds": list,
             "allowed_mentions": {"parse": []},
         })
         .to_string())

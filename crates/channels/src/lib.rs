@@ -52,11 +52,13 @@ pub use discord::{DISCORD_DESCRIPTION_MAX, DISCORD_EMBEDS_MAX, DISCORD_TITLE_MAX
 pub use email::MAX_SUBJECT_CHARS;
 pub use error::{ChannelError, DeliveryError};
 pub use link::UrlTemplate;
-pub use pagerduty::PAGERDUTY_SUMMARY_MAX;
+pub use mattermost::LOOP_TEXT_MAX;
+pub use pagerduty::{PAGERDUTY_EVENT_MAX, PAGERDUTY_SUMMARY_MAX};
 pub use render::MessageContext;
 use secret::short_hash;
 pub use secret::{redact_endpoint, Secret};
-pub use teams::ADAPTIVE_CARD;
+pub use slack::{SLACK_BLOCKS_MAX, SLACK_TEXT_MAX};
+pub use teams::{ADAPTIVE_CARD, TEAMS_BODY_MAX};
 
 /// Delivery settings, validated once by [`Channels::new`]. `Debug` shows no secret.
 #[derive(Debug, Clone)]

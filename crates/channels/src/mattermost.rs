@@ -4,7 +4,11 @@
 
 use klaxon_core::NotificationTask;
 
-use crate::render::{MessageContext, LOOP};
+use crate::render::{fit, MessageContext, LOOP};
+
+/// Mattermost's limit for a post, in characters (its server's `MaxPostSize`, 16,383 since 5.0; Loop is a
+/// Mattermost fork): the webhook's `text` stays within it, escapes included.
+pub const LOOP_TEXT_MAX: usize = 16_383;
 use crate::{Channels, DeliveryError};
 
 impl Channels {
@@ -14,7 +18,11 @@ impl Channels {
         task: &NotificationTask,
         ctx: MessageContext<'_>,
     ) -> Result<String, DeliveryError> {
-        let text = self.inner.renderer.render_with(LOOP, task, ctx)?;
+        let renderer = &self.inner.renderer;
+        let text = fit(
+            |room| renderer.render_view(LOOP, &renderer.view_in(task, ctx, room)),
+            |text: &String| text.chars().count() <= LOOP_TEXT_MAX,
+        )?;
         Ok(serde_json::json!({ "text": text }).to_string())
     }
 }

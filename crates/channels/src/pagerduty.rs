@@ -17,11 +17,13 @@ use serde_json::{json, Value};
 use url::Url;
 
 use crate::http_client::label;
-use crate::render::{cut, MessageContext, View};
+use crate::render::{cut, fit, MessageContext, View};
 use crate::{Channels, Delivered, DeliveryError};
 
 /// Longest `payload.summary` PagerDuty accepts, in characters.
 pub const PAGERDUTY_SUMMARY_MAX: usize = 1024;
+/// The largest event PagerDuty accepts, in bytes (512 KB).
+pub const PAGERDUTY_EVENT_MAX: usize = 512 * 1024;
 
 /// The one-line summary of a notification.
 fn summary(v: &View) -> String {
@@ -102,8 +104,11 @@ impl Channels {
         task: &NotificationTask,
         ctx: MessageContext<'_>,
     ) -> Result<String, DeliveryError> {
-        let view = self.inner.renderer.view(task, ctx);
-        Ok(event(task, &view).to_string())
+        let renderer = &self.inner.renderer;
+        fit(
+            |room| Ok(event(task, &renderer.view_in(task, ctx, room)).to_string()),
+            |body: &String| body.len() <= PAGERDUTY_EVENT_MAX,
+        )
     }
 
     pub(crate) async fn deliver_pagerduty(

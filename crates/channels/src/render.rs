@@ -35,6 +35,91 @@ pub const DIGEST_TITLE_CHARS: usize = 300;
 pub const TELEGRAM_MAX: usize = 4096;
 /// Slack's limit for a section block's text.
 pub const SLACK_SECTION_MAX: usize = 3000;
+/// Longest rule id shown (footers), in characters: ids are ObjectIds, a document written elsewhere may hold more.
+const MAX_RULE_CHARS: usize = 100;
+
+/// How much of a notification a message shows: the bounds the view model cuts tenant text to. Every channel
+/// renders with [`ROOMS`]`[0]` (the documented bounds) and checks the exact payload against its own documented
+/// limit (after escaping, which can multiply a title's length: `<` is `&lt;` in HTML and `<` + a word joiner in
+/// Teams); a payload over it is rendered again with the next, smaller room ([`fit`]). The last room fits every
+/// channel's limit whatever the input (`tests/bounds.rs` proves it with hostile titles, names and URLs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Room {
+    /// Longest title of a single notification, in shown characters.
+    pub(crate) title: usize,
+    /// Longest title on a digest line.
+    pub(crate) digest_title: usize,
+    /// Most digest lines (the rest are "and K more").
+    pub(crate) groups: usize,
+    /// Longest project name.
+    pub(crate) project: usize,
+    /// Longest body of a direct notification.
+    pub(crate) text: usize,
+    /// Whether the events' links (`--event-url-template`) are shown.
+    pub(crate) links: bool,
+}
+
+/// The rooms a message is tried in, largest first. The first is what every message normally gets.
+pub(crate) const ROOMS: [Room; 5] = [
+    Room {
+        title: MAX_TITLE_CHARS,
+        digest_title: DIGEST_TITLE_CHARS,
+        groups: DIGEST_MAX_GROUPS,
+        project: klaxon_core::rule::MAX_PROJECT_NAME_CHARS,
+        text: 16 * 1024,
+        links: true,
+    },
+    Room {
+        title: 500,
+        digest_title: 150,
+        groups: DIGEST_MAX_GROUPS,
+        project: 200,
+        text: 6000,
+        links: true,
+    },
+    Room {
+        title: 250,
+        digest_title: 80,
+        groups: 10,
+        project: 100,
+        text: 2500,
+        links: true,
+    },
+    Room {
+        title: 200,
+        digest_title: 60,
+        groups: 10,
+        project: 100,
+        text: 1500,
+        links: false,
+    },
+    Room {
+        title: 100,
+        digest_title: 40,
+        groups: 5,
+        project: 60,
+        text: 700,
+        links: false,
+    },
+];
+
+/// The first of [`ROOMS`] whose rendering `build` makes a payload that `fits`; the last room's payload when
+/// none does (the property tests show the last always fits).
+pub(crate) fn fit<T>(
+    mut build: impl FnMut(Room) -> Result<T, DeliveryError>,
+    fits: impl Fn(&T) -> bool,
+) -> Result<T, DeliveryError> {
+    let (last, larger) = ROOMS
+        .split_last()
+        .unwrap_or_else(|| unreachable!("ROOMS is not empty"));
+    for room in larger {
+        let out = build(*room)?;
+        if fits(&out) {
+            return Ok(out);
+        }
+    }
+    build(*last)
+}
 
 pub(crate) const TELEGRAM: &str = "telegram.tg.html";
 pub(crate) const SLACK: &str = "slack.mrkdwn";
@@ -148,9 +233,18 @@ impl Renderer {
         self.render_with(template, task, MessageContext::default())
     }
 
-    /// The view model of a task (Slack's blocks are built from it directly).
-    pub(crate) fn view(&self, task: &NotificationTask, ctx: MessageContext<'_>) -> View {
-        view(task, ctx)
+    /// The view model of a task, cut to `room` (Slack's blocks, Discord's embeds, Teams' card and PagerDuty's
+    /// event are built from it directly).
+    pub(crate) fn view_in(&self, task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
+        view(task, ctx, room)
+    }
+
+    /// Renders one template from a view model.
+    pub(crate) fn render_view(&self, template: &str, view: &View) -> Result<String, DeliveryError> {
+        self.env
+            .get_template(template)
+            .and_then(|t| t.render(Value::from_serialize(view)))
+            .map_err(|e| DeliveryError::permanent(format!("rendering {template} failed: {e}")))
     }
 
     /// Renders one template for a task, with the project's name and event links when known.
@@ -160,11 +254,7 @@ impl Renderer {
         task: &NotificationTask,
         ctx: MessageContext<'_>,
     ) -> Result<String, DeliveryError> {
-        let view = view(task, ctx);
-        self.env
-            .get_template(template)
-            .and_then(|t| t.render(Value::from_serialize(&view)))
-            .map_err(|e| DeliveryError::permanent(format!("rendering {template} failed: {e}")))
+        self.render_view(template, &view(task, ctx, ROOMS[0]))
     }
 }
 
@@ -504,6 +594,18 @@ fn bounded_line(text: &str, max: usize) -> String {
     out
 }
 
+/// A direct notification's body: its lines kept, every hidden character shown ([`reveal`]), and at most `max`
+/// characters of that (then `…`).
+fn bounded_text(text: &str, max: usize) -> String {
+    let shown = reveal(text);
+    if shown.chars().count() <= max {
+        return shown.into_owned();
+    }
+    let mut out: String = shown.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
 /// "30 seconds", "1 minute", "5 minutes", "2 hours".
 pub fn human_duration(secs: u64) -> String {
     let (n, unit) = if secs >= 3600 && secs % 3600 == 0 {
@@ -601,7 +703,7 @@ fn window_name(window: Window) -> &'static str {
     }
 }
 
-fn view(task: &NotificationTask, ctx: MessageContext<'_>) -> View {
+fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
     let direct = matches!(task.reason, Reason::Direct);
     let digest = crate::action_links::is_digest(task);
     let (kind, window_secs, window_kind, threshold) = match task.reason {
@@ -639,28 +741,25 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>) -> View {
     };
     let link = |e: &klaxon_core::NotificationEvent| {
         ctx.links
+            .filter(|_| room.links)
             .and_then(|t| t.link(&task.project_id, &e.group_hash, e.repetition_id.as_deref()))
     };
-    let title_max = if digest {
-        DIGEST_TITLE_CHARS
-    } else {
-        MAX_TITLE_CHARS
-    };
+    let title_max = if digest { room.digest_title } else { room.title };
     let mut events: Vec<&klaxon_core::NotificationEvent> = task.events.iter().collect();
     if digest {
         // stable: equal counts keep the order the digest collected them in
         events.sort_by_key(|e| std::cmp::Reverse(e.count));
     }
-    let more = events.len().saturating_sub(DIGEST_MAX_GROUPS);
+    let more = events.len().saturating_sub(room.groups);
     View {
         kind,
         project: ctx
             .project_name
-            .map(|n| bounded_line(n, klaxon_core::rule::MAX_PROJECT_NAME_CHARS))
+            .map(|n| bounded_line(n, room.project))
             .filter(|n| !n.trim().is_empty())
             .unwrap_or_else(|| task.project_id.clone()),
         project_id: task.project_id.clone(),
-        rule: task.rule_id.clone(),
+        rule: bounded_line(&task.rule_id, MAX_RULE_CHARS),
         notification_id: task.notification_id.clone(),
         fired_at: task.fired_at_rfc3339(),
         window,
@@ -671,7 +770,7 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>) -> View {
         total: task.events.iter().map(|e| e.count).sum(),
         events: events
             .into_iter()
-            .take(DIGEST_MAX_GROUPS)
+            .take(room.groups)
             .map(|e| ViewEvent {
                 title: bounded_line(&e.title, title_max),
                 count: e.count,
@@ -684,12 +783,12 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>) -> View {
             .text
             .as_deref()
             .filter(|_| direct)
-            .map(|t| reveal(t).into_owned()),
+            .map(|t| bounded_text(t, room.text)),
         actions: if direct { Vec::new() } else { ctx.actions.to_vec() },
     }
 }
 
-fn utf16_len(s: &str) -> usize {
+pub(crate) fn utf16_len(s: &str) -> usize {
     s.chars().map(char::len_utf16).sum()
 }
 

@@ -15,7 +15,12 @@
 use klaxon_core::NotificationTask;
 use serde_json::{json, Value};
 
-use crate::render::{slack_literal, MessageContext, View, SLACK, SLACK_SECTION_MAX};
+use crate::render::{fit, slack_literal, MessageContext, View, SLACK, SLACK_SECTION_MAX};
+
+/// Slack's limit for a message's top-level `text`, in characters.
+pub const SLACK_TEXT_MAX: usize = 40_000;
+/// Slack's limit for the blocks of a message.
+pub const SLACK_BLOCKS_MAX: usize = 50;
 use crate::{Channels, DeliveryError};
 
 /// One piece of a line of a Slack message.
@@ -98,8 +103,9 @@ pub(crate) fn lines(v: &View) -> Vec<Vec<Piece>> {
     match v.kind {
         "direct" => {
             out.push(vec![tenant_bold(title)]);
-            if let Some(text) = &v.text {
-                out.push(vec![tenant(text)]);
+            // one line each: blocks split between lines, so a long body stays within the blocks' bound
+            for line in v.text.iter().flat_map(|t| t.split('\n')) {
+                out.push(vec![tenant(line)]);
             }
             return out;
         }
@@ -225,6 +231,20 @@ pub(crate) fn actions_block(v: &View) -> Option<Value> {
     Some(json!({"type": "actions", "elements": buttons}))
 }
 
+/// Slack's documented limits (`text` ≤ 40,000 characters, ≤ 50 blocks) and ours (a `rich_text` block shows at
+/// most [`SLACK_SECTION_MAX`] characters).
+fn within_limits(body: &Value) -> bool {
+    let chars = |v: &Value| v.as_str().map_or(0, |t| t.chars().count());
+    let blocks = body["blocks"].as_array().map_or(&[][..], Vec::as_slice);
+    chars(&body["text"]) <= SLACK_TEXT_MAX
+        && blocks.len() <= SLACK_BLOCKS_MAX
+        && blocks.iter().filter(|b| b["type"] == "rich_text").all(|b| {
+            b.pointer("/elements/0/elements")
+                .and_then(Value::as_array)
+                .is_some_and(|es| es.iter().map(|e| chars(&e["text"])).sum::<usize>() <= SLACK_SECTION_MAX)
+        })
+}
+
 fn rich_text(elements: Vec<Value>) -> Value {
     json!({
         "type": "rich_text",
@@ -240,18 +260,23 @@ impl Channels {
         ctx: MessageContext<'_>,
     ) -> Result<String, DeliveryError> {
         let renderer = &self.inner.renderer;
-        let text = renderer.render_with(SLACK, task, ctx)?;
-        let view = renderer.view(task, ctx);
-        let mut blocks = rich_text_blocks(&view);
-        if let Some(actions) = actions_block(&view) {
-            blocks.push(actions);
-        }
-        Ok(json!({
-            "text": text,
-            "blocks": blocks,
-            "unfurl_links": false,
-            "unfurl_media": false,
-        })
-        .to_string())
+        let body = fit(
+            |room| {
+                let view = renderer.view_in(task, ctx, room);
+                let text = renderer.render_view(SLACK, &view)?;
+                let mut blocks = rich_text_blocks(&view);
+                if let Some(actions) = actions_block(&view) {
+                    blocks.push(actions);
+                }
+                Ok(json!({
+                    "text": text,
+                    "blocks": blocks,
+                    "unfurl_links": false,
+                    "unfurl_media": false,
+                }))
+            },
+            within_limits,
+        )?;
+        Ok(body.to_string())
     }
 }

@@ -11,13 +11,16 @@
 use klaxon_core::NotificationTask;
 use serde_json::{json, Value};
 
-use crate::render::{teams_literal, MessageContext, View};
+use crate::render::{fit, teams_literal, MessageContext, View};
 use crate::slack::{lines, Piece};
 use crate::{Channels, DeliveryError};
 
 /// The Adaptive Card schema version the card uses: 1.4 has `RichTextBlock` and `TextRun.selectAction` and is
 /// what Teams renders on every client.
 const CARD_VERSION: &str = "1.4";
+/// The largest body posted, in bytes: Teams refuses a message over about 28 KB (Microsoft documents "28 KB" for
+/// a bot's or a webhook's message); this stays under both readings of it (28,000 and 28,672 bytes).
+pub const TEAMS_BODY_MAX: usize = 28_000;
 /// `attachments[0].contentType` of an Adaptive Card.
 pub const ADAPTIVE_CARD: &str = "application/vnd.microsoft.card.adaptive";
 
@@ -71,30 +74,38 @@ impl Channels {
         task: &NotificationTask,
         ctx: MessageContext<'_>,
     ) -> Result<String, DeliveryError> {
-        let view = self.inner.renderer.view(task, ctx);
-        // the action links (`--public-url`) as the card's buttons: each opens the console's confirmation page
-        let actions: Vec<Value> = view
-            .actions
-            .iter()
-            .map(|a| json!({"type": "Action.OpenUrl", "title": a.label, "url": a.url}))
-            .collect();
-        let mut card = json!({
-            "type": "message",
-            "attachments": [{
-                "contentType": ADAPTIVE_CARD,
-                "contentUrl": null,
-                "content": {
-                    "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
-                    "type": "AdaptiveCard",
-                    "version": CARD_VERSION,
-                    "body": card_body(&view),
-                    "msteams": {"width": "Full"},
-                },
-            }],
-        });
-        if !actions.is_empty() {
-            card["attachments"][0]["content"]["actions"] = Value::from(actions);
-        }
-        Ok(card.to_string())
+        let renderer = &self.inner.renderer;
+        fit(
+            |room| Ok(card(&renderer.view_in(task, ctx, room)).to_string()),
+            |body: &String| body.len() <= TEAMS_BODY_MAX,
+        )
     }
+}
+
+/// The message for a view: an Adaptive Card with the body's lines and the action links as buttons.
+fn card(view: &View) -> Value {
+    // the action links (`--public-url`) as the card's buttons: each opens the console's confirmation page
+    let actions: Vec<Value> = view
+        .actions
+        .iter()
+        .map(|a| json!({"type": "Action.OpenUrl", "title": a.label, "url": a.url}))
+        .collect();
+    let mut card = json!({
+        "type": "message",
+        "attachments": [{
+            "contentType": ADAPTIVE_CARD,
+            "contentUrl": null,
+            "content": {
+                "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+                "type": "AdaptiveCard",
+                "version": CARD_VERSION,
+                "body": card_body(view),
+                "msteams": {"width": "Full"},
+            },
+        }],
+    });
+    if !actions.is_empty() {
+        card["attachments"][0]["content"]["actions"] = Value::from(actions);
+    }
+    card
 }

@@ -8,7 +8,7 @@ use klaxon_core::NotificationTask;
 use url::Url;
 
 use crate::http_client::{body_detail, label, parse_http_endpoint, Answer};
-use crate::render::{split_html, MessageContext, TELEGRAM, TELEGRAM_MAX};
+use crate::render::{fit, split_html, utf16_len, MessageContext, TELEGRAM, TELEGRAM_MAX};
 use crate::{Channels, Delivered, DeliveryError};
 
 /// A chat id: an integer (users, groups, `-100…` channels) or a public `@channelusername`.
@@ -19,6 +19,19 @@ fn valid_chat_id(s: &str) -> bool {
         (4..=64).contains(&u.len()) && u.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
     });
     numeric || username
+}
+
+/// True when every `<` of `part` opens a tag that closes (`>`) within the part: a tag is never cut.
+fn tags_whole(part: &str) -> bool {
+    let mut rest = part;
+    while let Some(at) = rest.find('<') {
+        let after = &rest[at + 1..];
+        match after.find(['<', '>']) {
+            Some(end) if after.as_bytes()[end] == b'>' => rest = &after[end + 1..],
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// Telegram's own rate-limit hint: `{"parameters": {"retry_after": N}}` on 429.
@@ -56,8 +69,20 @@ impl Channels {
         task: &NotificationTask,
         ctx: MessageContext<'_>,
     ) -> Result<Vec<String>, DeliveryError> {
-        let text = self.inner.renderer.render_with(TELEGRAM, task, ctx)?;
-        Ok(split_html(&text, TELEGRAM_MAX))
+        // Split, never cut: a part over the limit can only come from one tag longer than a part (a link of an
+        // operator's very long template); the message is then rendered in a smaller room, without such links.
+        let renderer = &self.inner.renderer;
+        fit(
+            |room| {
+                let text = renderer.render_view(TELEGRAM, &renderer.view_in(task, ctx, room))?;
+                Ok(split_html(&text, TELEGRAM_MAX))
+            },
+            |parts: &Vec<String>| {
+                parts
+                    .iter()
+                    .all(|p| utf16_len(p) <= TELEGRAM_MAX && tags_whole(p))
+            },
+        )
     }
 
     pub(crate) async fn deliver_telegram(

@@ -7,6 +7,10 @@
 //! `lua/mutes_read.lua` never reads more than the limit of a project, whatever is stored (mutes written
 //! before the limit, or by a process with a higher one): the excess is counted ([`ReadMutes::unread`]), not
 //! read.
+//!
+//! A mute made by an action link records the link's use in the same script (`<ns>:link-used:{<project>}:<mute
+//! id>`, expiring with the link; [`Mutes::add_once`]): a link mutes once, and confirming it again after its mute
+//! was undone or deleted does nothing ([`Added::Used`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex};
@@ -45,6 +49,11 @@ pub enum Added {
     Full {
         /// Active mutes of the project.
         active: u64,
+    },
+    /// Refused: the action link was used already ([`Mutes::add_once`]); nothing was written.
+    Used {
+        /// When it was used, unix ms.
+        at_ms: i64,
     },
 }
 
@@ -93,28 +102,76 @@ impl Mutes {
         mute: &Mute,
         now_ms: Option<i64>,
     ) -> Result<Added, CounterError> {
+        self.store(project_id, mute, now_ms, None).await
+    }
+
+    /// [`Mutes::add`] for an action link whose mute is `mute` (its id derived from the link): stored only when
+    /// the link was never used, and the use is recorded in the same step, until `link_expires_ms`. A link used
+    /// before answers [`Added::Used`], also after its mute was undone or deleted; a refused mute
+    /// ([`Added::Full`]) does not use the link.
+    pub async fn add_once(
+        &self,
+        project_id: &str,
+        mute: &Mute,
+        now_ms: Option<i64>,
+        link_expires_ms: i64,
+    ) -> Result<Added, CounterError> {
+        self.store(project_id, mute, now_ms, Some(link_expires_ms)).await
+    }
+
+    /// When the action link whose mute id is `mute_id` was used (unix ms), if it was.
+    pub async fn link_used(&self, project_id: &str, mute_id: &str) -> Result<Option<i64>, CounterError> {
+        let used: Option<i64> = self.redis.clone().get(self.link_key(project_id, mute_id)).await?;
+        Ok(used)
+    }
+
+    fn link_key(&self, project_id: &str, mute_id: &str) -> String {
+        format!(
+            "{}:link-used:{{{}}}:{mute_id}",
+            self.namespace,
+            project_id.to_ascii_lowercase()
+        )
+    }
+
+    async fn store(
+        &self,
+        project_id: &str,
+        mute: &Mute,
+        now_ms: Option<i64>,
+        link_expires_ms: Option<i64>,
+    ) -> Result<Added, CounterError> {
         const SCRIPT: &str = "mute_add.lua";
         let value = serde_json::to_string(mute).map_err(|e| bad(SCRIPT, e.to_string()))?;
-        let reply: Value = ADD
-            .key(self.key(project_id))
-            .arg(now_arg(now_ms))
+        let mut call = ADD.key(self.key(project_id));
+        if link_expires_ms.is_some() {
+            // same `{project}` hash tag: one slot in a cluster
+            call.key(self.link_key(project_id, &mute.mute_id));
+        }
+        call.arg(now_arg(now_ms))
             .arg(&mute.mute_id)
             .arg(value)
             .arg(mute.until_ms)
-            .arg(self.limit)
-            .invoke_async(&mut self.redis.clone())
-            .await?;
+            .arg(self.limit);
+        if let Some(expires) = link_expires_ms {
+            call.arg(expires);
+        }
+        let reply: Value = call.invoke_async(&mut self.redis.clone()).await?;
         let Value::Array(items) = &reply else {
             return Err(bad(SCRIPT, format!("expected an array, got {reply:?}")));
         };
-        let [stored, active] = items.as_slice() else {
-            return Err(bad(SCRIPT, format!("expected 2 items, got {}", items.len())));
-        };
-        let active = u64::try_from(int(active, SCRIPT)?).unwrap_or(0);
-        Ok(match int(stored, SCRIPT)? {
-            1 => Added::Stored { active },
-            _ => Added::Full { active },
-        })
+        match items.as_slice() {
+            [stored, active] => {
+                let active = u64::try_from(int(active, SCRIPT)?).unwrap_or(0);
+                Ok(match int(stored, SCRIPT)? {
+                    1 => Added::Stored { active },
+                    _ => Added::Full { active },
+                })
+            }
+            [_, _, at] => Ok(Added::Used {
+                at_ms: int(at, SCRIPT)?,
+            }),
+            _ => Err(bad(SCRIPT, format!("expected 2 or 3 items, got {}", items.len()))),
+        }
     }
 
     /// The project's mutes still active at `now_ms` (at most [`Mutes::limit`] of them: [`ReadMutes::unread`]

@@ -1,6 +1,6 @@
 //! The Redis keys of one namespace, for `klaxon namespace delete`: every key Klaxon writes begins with
 //! `<ns>:` (counters `<ns>:{<project>:<rule>:<group>}:…`, digests `<ns>:{dg:…}:…`, dedup `<ns>:{dd:…}`, rate
-//! limits `<ns>:{rl:…}`, direct notifications `<ns>:{direct:…}`, mutes `<ns>:mutes:{<project>}`).
+//! limits `<ns>:{rl:…}`, direct notifications `<ns>:{direct:…}`, mutes `<ns>:mutes:{<project>}`, used action links `<ns>:link-used:{<project>}:<mute id>`).
 //!
 //! The separator is what keeps namespaces apart: `klaxon:*` never matches a key of `klaxon2`. A namespace whose
 //! own name begins with `<ns>:` would match, so namespace names should not contain `:`.

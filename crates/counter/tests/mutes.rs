@@ -151,3 +151,71 @@ async fn reads_are_bounded(env: Env) {
 async fn reads_are_bounded_whatever_is_stored() {
     on_both(reads_are_bounded).await;
 }
+
+/// An action link mutes once (issue #30): its use is recorded with its mute in one script, and outlives the
+/// mute (removed, or replaced) until the link expires; a refused mute does not use the link; concurrent
+/// confirmations of one link store one mute.
+async fn a_link_mutes_once(env: Env) {
+    let t = env.topology;
+    let mutes = Mutes::new(env.redis.clone(), &env.ns).with_limit(2);
+    let p = "5e3eef0679fa3700a0198a49";
+    let link_expires = NOW + 7 * 86_400_000;
+    let m = mute("link1", NOW + 3_600_000);
+    assert_eq!(mutes.link_used(p, "link1").await.expect("read"), None, "[{t}]");
+    let first = mutes.add_once(p, &m, Some(NOW), link_expires).await;
+    assert_eq!(first.expect("add"), Added::Stored { active: 1 }, "[{t}]");
+    assert_eq!(
+        mutes.link_used(p, "link1").await.expect("read"),
+        Some(NOW),
+        "[{t}]"
+    );
+    assert!(mutes.remove(p, "link1").await.expect("remove"), "[{t}]");
+    let again = mutes.add_once(p, &m, Some(NOW + 5), link_expires).await;
+    assert_eq!(
+        again.expect("add"),
+        Added::Used { at_ms: NOW },
+        "[{t}] undone, then confirmed again"
+    );
+    assert!(
+        mutes.list(p, NOW + 5).await.expect("list").mutes.is_empty(),
+        "[{t}]"
+    );
+    // the record expires with the link, not with the mute
+    let key = format!("{}:link-used:{{{p}}}:link1", env.ns);
+    let pexpiretime: i64 = env.query(redis::cmd("PEXPIRETIME").arg(&key)).await;
+    assert_eq!(pexpiretime, link_expires, "[{t}]");
+    // a full project refuses the mute and leaves the link unused
+    for id in ["a", "b"] {
+        add(&mutes, &env, p, &mute(id, NOW + 60_000)).await;
+    }
+    let full = mutes
+        .add_once(p, &mute("link2", NOW + 60_000), Some(NOW), link_expires)
+        .await;
+    assert_eq!(full.expect("add"), Added::Full { active: 2 }, "[{t}]");
+    assert_eq!(mutes.link_used(p, "link2").await.expect("read"), None, "[{t}]");
+    // concurrent confirmations of one link: one is stored, the others see it used
+    let q = "5e3eef0679fa3700a0198a4a";
+    let tries = (0..10).map(|_| {
+        let mutes = mutes.clone();
+        async move {
+            mutes
+                .add_once(q, &mute("link3", NOW + 60_000), Some(NOW), link_expires)
+                .await
+        }
+    });
+    let results = futures_util::future::join_all(tries).await;
+    let stored = results
+        .iter()
+        .filter(|r| matches!(r, Ok(Added::Stored { .. })))
+        .count();
+    let used = results
+        .iter()
+        .filter(|r| matches!(r, Ok(Added::Used { .. })))
+        .count();
+    assert_eq!((stored, used), (1, 9), "[{t}] {results:?}");
+}
+
+#[tokio::test]
+async fn an_action_link_mutes_once_even_after_its_mute_is_removed() {
+    on_both(a_link_mutes_once).await;
+}

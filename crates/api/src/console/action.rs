@@ -6,9 +6,11 @@
 //! carries it, and for how long — with a form. The form `POST`s back to the same URL with a CSRF value bound to
 //! the link (`ActionKey::form_token`; the visitor has no session to bind one to), past the console's guards
 //! (Host allowlist, cross-site `Origin` → 403). Confirming a mute makes it through the API's own mute function,
-//! with an id derived from the token (confirming twice replaces, never doubles), and answers "muted until …"
-//! with an Undo button: itself a signed action bound to that mute id, expiring when the mute does, confirmed
-//! by `POST` too. "Why did this fire?" is read-only: its `GET` shows the explain verdict of that rule for that
+//! with an id derived from the token, and answers "muted until …" with an Undo button: itself a signed action
+//! bound to that mute id, expiring when the mute does, confirmed by `POST` too. A link does its action once: the
+//! mute and the record of the link's use are written in one Redis step (`lua/mute_add.lua`), so confirming a
+//! used link again — after Undo, after the mute was deleted, or a second click — changes nothing and the page
+//! says when the link was used (`409`; its `GET` says so too, with the Undo button while the mute lasts). "Why did this fire?" is read-only: its `GET` shows the explain verdict of that rule for that
 //! group.
 //!
 //! Refusals are pages with a 4xx status and nothing that helps forging: 400 malformed, 403 bad signature,
@@ -30,6 +32,7 @@ use serde_json::{json, Value};
 use super::projects::{rule_view, RuleView};
 use super::view::{ms_human, render, Nav, PageError, Template};
 use super::Console;
+use crate::rest::mutes::LinkMute;
 use crate::Api;
 
 fn now_s() -> i64 {
@@ -228,6 +231,13 @@ pub(super) async fn show(
             "Remove the mute made from an alert's link: alerts of this rule are delivered again.".into(),
         ),
         mute => {
+            if let Some(at_ms) = c
+                .api
+                .link_used(&claim.project_id, &key.mute_id_for(&token))
+                .await?
+            {
+                return used(&c, key, &token, &claim, project, rule, at_ms, StatusCode::OK).await;
+            }
             let secs = mute.mute_secs().unwrap_or(3600);
             page(
                 &claim,
@@ -296,10 +306,37 @@ pub(super) async fn confirm(
             if let Some(g) = &claim.group_hash {
                 request["groupHash"] = Value::String(g.clone());
             }
-            let made = c
+            let made = match c
                 .api
-                .add_mute_as(&claim.project_id, &request, Some(key.mute_id_for(&token)))
-                .await?;
+                .add_link_mute(
+                    &claim.project_id,
+                    &request,
+                    key.mute_id_for(&token),
+                    claim.expires_s.saturating_mul(1000),
+                )
+                .await?
+            {
+                LinkMute::Made(m) => m,
+                LinkMute::Used { at_ms } => {
+                    tracing::info!(
+                        project_id = %claim.project_id,
+                        rule_id = %claim.rule_id,
+                        action = mute.as_str(),
+                        "action link: used already, nothing done"
+                    );
+                    return used(
+                        &c,
+                        key,
+                        &token,
+                        &claim,
+                        project,
+                        rule,
+                        at_ms,
+                        StatusCode::CONFLICT,
+                    )
+                    .await;
+                }
+            };
             tracing::info!(
                 project_id = %claim.project_id,
                 rule_id = %claim.rule_id,
@@ -307,13 +344,6 @@ pub(super) async fn confirm(
                 mute_id = %made.mute_id,
                 "action link: muted"
             );
-            let undo = Claim {
-                action: Action::Undo,
-                mute_id: Some(made.mute_id.clone()),
-                expires_s: made.until_ms.div_euclid(1000).saturating_add(1),
-                title: None,
-                ..claim.clone()
-            };
             let what = format!(
                 "Muted {} until {} ({}). Firings are counted but not delivered until then.",
                 mute_scope(&claim),
@@ -321,12 +351,57 @@ pub(super) async fn confirm(
                 klaxon_core::notification::rfc3339_ms(made.until_ms)
             );
             let mut p = page(&claim, project, rule, "done", what);
-            if let Ok(undo_token) = key.sign(&undo) {
-                p.form_csrf = Some(key.form_token(&undo_token));
-                p.form_action = Some(format!("/a/{undo_token}"));
-                p.button = "Undo";
-            }
+            undo_button(key, &claim, &made.mute_id, made.until_ms, &mut p);
             Ok(render(StatusCode::OK, &p))
         }
     }
+}
+
+/// The Undo button of the mute `mute_id` of a link, on `p`: a signed action bound to that mute, expiring when
+/// the mute does.
+fn undo_button(key: &ActionKey, claim: &Claim, mute_id: &str, until_ms: i64, p: &mut ActionPage) {
+    let undo = Claim {
+        action: Action::Undo,
+        mute_id: Some(mute_id.to_owned()),
+        expires_s: until_ms.div_euclid(1000).saturating_add(1),
+        title: None,
+        ..claim.clone()
+    };
+    if let Ok(undo_token) = key.sign(&undo) {
+        p.form_csrf = Some(key.form_token(&undo_token));
+        p.form_action = Some(format!("/a/{undo_token}"));
+        p.button = "Undo";
+    }
+}
+
+/// The page of a mute link used already (at `at_ms`): nothing is done again; while the mute it made lasts,
+/// its Undo button (a second click on "Confirm" still finds the way back).
+#[allow(clippy::too_many_arguments)]
+async fn used(
+    c: &Console,
+    key: &ActionKey,
+    token: &str,
+    claim: &Claim,
+    project: String,
+    rule: RuleView,
+    at_ms: i64,
+    status: StatusCode,
+) -> Result<Response, PageError> {
+    let mute_id = key.mute_id_for(token);
+    let (_, list) = c.api.active_mutes(&claim.project_id).await?;
+    let active = list.mutes.iter().find(|m| m.mute_id == mute_id);
+    let mut what = format!(
+        "This link was already used, at {} ({}): a link does its action once, so nothing was changed.",
+        ms_human(at_ms),
+        klaxon_core::notification::rfc3339_ms(at_ms)
+    );
+    match active {
+        Some(m) => what.push_str(&format!(" Its mute lasts until {}.", ms_human(m.until_ms))),
+        None => what.push_str(" Its mute has ended or was removed; mute again from the console if needed."),
+    }
+    let mut p = page(claim, project, rule, "used", what);
+    if let Some(m) = active {
+        undo_button(key, claim, &m.mute_id, m.until_ms, &mut p);
+    }
+    Ok(render(status, &p))
 }

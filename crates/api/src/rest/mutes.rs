@@ -11,7 +11,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use klaxon_core::mute::Mute;
 use klaxon_counter::mutes::Added;
-use klaxon_counter::WindowCounter;
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -161,6 +160,18 @@ pub(crate) async fn remove(
     }
 }
 
+/// What confirming an action link's mute did.
+#[derive(Debug, Clone)]
+pub(crate) enum LinkMute {
+    /// The mute was made.
+    Made(Mute),
+    /// The link was used before (unix ms): nothing was done.
+    Used {
+        /// When.
+        at_ms: i64,
+    },
+}
+
 impl Api {
     /// Validates a mute request made now (the Redis clock) for a project known to exist and stores it with a
     /// fresh id; `400` for a bad request, `409` when the project already has the limit of active mutes. The
@@ -169,8 +180,7 @@ impl Api {
         self.add_mute_as(project_id, request, None).await
     }
 
-    /// [`Api::add_mute`] with the mute's id given (`None`: a fresh random one). An action link gives the id it
-    /// derives from its token, so confirming one link twice replaces its mute instead of adding a second.
+    /// [`Api::add_mute`] with the mute's id given (`None`: a fresh random one).
     pub(crate) async fn add_mute_as(
         &self,
         project_id: &str,
@@ -180,29 +190,56 @@ impl Api {
         let (counter, now) = self.redis_now().await?;
         let mute_id = mute_id.unwrap_or_else(|| format!("{:016x}", rand::random::<u64>()));
         let mute = mute_from_request(request, now, mute_id).map_err(ApiError::bad_request)?;
-        self.store_mute(&counter, project_id, &mute, now).await?;
-        Ok(mute)
+        let added = self
+            .mutes(&counter)
+            .add(project_id, &mute, Some(now))
+            .await
+            .map_err(|e| ApiError::unavailable("Redis", e))?;
+        self.stored(project_id, added).map(|_| mute)
     }
 
-    /// Stores a mute made at `now` on `counter`'s Redis; `409` when the project already has the limit of active
-    /// mutes.
-    async fn store_mute(
+    /// The mute of an action link, made once: `mute_id` is derived from the link, and the link's use is
+    /// recorded with the mute in one step until `link_expires_ms`. A link used before makes nothing, also
+    /// after its mute was undone or deleted ([`LinkMute::Used`]); `409` when the project has the limit of
+    /// active mutes (the link stays unused).
+    pub(crate) async fn add_link_mute(
         &self,
-        counter: &WindowCounter,
         project_id: &str,
-        mute: &Mute,
-        now: i64,
-    ) -> Result<(), ApiError> {
-        let mutes = self.mutes(counter);
-        match mutes
-            .add(project_id, mute, Some(now))
+        request: &Value,
+        mute_id: String,
+        link_expires_ms: i64,
+    ) -> Result<LinkMute, ApiError> {
+        let (counter, now) = self.redis_now().await?;
+        let mute = mute_from_request(request, now, mute_id).map_err(ApiError::bad_request)?;
+        let added = self
+            .mutes(&counter)
+            .add_once(project_id, &mute, Some(now), link_expires_ms)
             .await
-            .map_err(|e| ApiError::unavailable("Redis", e))?
-        {
-            Added::Stored { .. } => Ok(()),
+            .map_err(|e| ApiError::unavailable("Redis", e))?;
+        Ok(match self.stored(project_id, added)? {
+            Some(at_ms) => LinkMute::Used { at_ms },
+            None => LinkMute::Made(mute),
+        })
+    }
+
+    /// When the action link whose mute id is `mute_id` was used (unix ms), if it was.
+    pub(crate) async fn link_used(&self, project_id: &str, mute_id: &str) -> Result<Option<i64>, ApiError> {
+        let (counter, _) = self.redis_now().await?;
+        self.mutes(&counter)
+            .link_used(project_id, mute_id)
+            .await
+            .map_err(|e| ApiError::unavailable("Redis", e))
+    }
+
+    /// The outcome of a mute write: `Ok(None)` stored, `Ok(Some(at))` a link used at `at`, `409` when the
+    /// project already has the limit of active mutes.
+    fn stored(&self, project_id: &str, added: Added) -> Result<Option<i64>, ApiError> {
+        match added {
+            Added::Stored { .. } => Ok(None),
+            Added::Used { at_ms } => Ok(Some(at_ms)),
             Added::Full { active } => Err(ApiError::new(
                 StatusCode::CONFLICT,
-                mutes_full(project_id, active, mutes.limit()),
+                mutes_full(project_id, active, self.config().limits.max_mutes),
             )),
         }
     }
