@@ -154,6 +154,10 @@ const GLOBALS_USED: &[(&str, &[&str])] = &[
     ),
     ("dead", &["namespace", "amqp_url", "events_queue", "log_format"]),
     (
+        "invalid",
+        &["namespace", "amqp_url", "events_queue", "log_format"],
+    ),
+    (
         "explain",
         &["namespace", "redis_url", "mongo_url", "mongo_db", "log_format"],
     ),
@@ -249,7 +253,7 @@ pub struct DeliveryOpts {
     #[arg(long, env = "KLAXON_SMTP_FROM", default_value = "klaxon@localhost")]
     pub smtp_from: String,
     /// Allow deliveries to loopback/private/link-local addresses.
-    #[arg(long, env = "KLAXON_ALLOW_PRIVATE_ENDPOINTS", default_value_t = false)]
+    #[arg(long, env = "KLAXON_ALLOW_PRIVATE_ENDPOINTS", value_parser = clap::builder::BoolishValueParser::new())]
     pub allow_private_endpoints: bool,
     /// Connect timeout for deliveries (a plain number is seconds).
     #[arg(long, env = "KLAXON_CONNECT_TIMEOUT", default_value = "5s", value_parser = duration_secs, value_name = "DURATION")]
@@ -409,6 +413,8 @@ pub enum Command {
     Deliveries(crate::cmd::deliveries::DeliveriesArgs),
     /// Inspect and replay the dead-letter queue.
     Dead(crate::cmd::dead::DeadArgs),
+    /// Inspect and replay invalid events (messages of the events queue that could not be read).
+    Invalid(crate::cmd::invalid::InvalidArgs),
     /// Say what each rule of a project would do with an event, and why (reads only).
     Explain(crate::cmd::explain::ExplainArgs),
     /// Mute a project's firings (fleet-wide, in Redis): add, list, rm.

@@ -58,9 +58,43 @@ fn init_tracing(format: &str, default: &str) {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// Tokio worker threads of the long-running processes (`run`, `worker`, `sender`) unless `TOKIO_WORKER_THREADS`
+/// says otherwise. Their work is a chain of hand-offs, not parallel CPU: each event wakes lapin's I/O thread, then
+/// a worker thread, then waits on Redis and the broker. With a worker per core (tokio's default) an idle worker is
+/// woken to steal at almost every hand-off, which is most of the process's context switches and CPU migrations
+/// at the rates people run (docs/benchmarks.md, `klaxon bench steady`).
+const SERVICE_WORKER_THREADS: usize = 1;
+
+/// The runtime of `command`: [`SERVICE_WORKER_THREADS`] workers for the long-running processes (or
+/// `TOKIO_WORKER_THREADS`, which tokio reads), tokio's default for the CLI commands.
+fn runtime(command: &cli::Command) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    let service = matches!(
+        command,
+        cli::Command::Run(_) | cli::Command::Worker(_) | cli::Command::Sender(_)
+    );
+    if service && std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+        builder.worker_threads(SERVICE_WORKER_THREADS);
+    }
+    builder.build()
+}
+
+fn main() -> ExitCode {
     let cli = cli::parse();
+    match runtime(&cli.command) {
+        Ok(rt) => rt.block_on(run(cli)),
+        Err(err) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "klaxon: error: cannot start the async runtime: {err}"
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: cli::Cli) -> ExitCode {
     init_tracing(&cli.global.log_format, default_filter(&cli.command));
     let global = cli.global;
     if let Err(err) = global.validate() {
@@ -75,6 +109,7 @@ async fn main() -> ExitCode {
         cli::Command::Publish(args) => cmd::publish::run(args, &global).await,
         cli::Command::Deliveries(args) => cmd::deliveries::run(args, &global).await,
         cli::Command::Dead(args) => cmd::dead::run(args, &global).await,
+        cli::Command::Invalid(args) => cmd::invalid::run(args, &global).await,
         cli::Command::Explain(args) => cmd::explain::run(args, &global).await,
         cli::Command::Mute(args) => cmd::mute::run(args, &global).await,
         cli::Command::TestNotify(args) => cmd::test_notify::run(args, &global).await,

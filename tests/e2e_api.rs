@@ -167,7 +167,7 @@ async fn events_are_validated_all_or_nothing_then_published_and_evaluated() {
     assert_eq!(st, 400, "{v}");
     let e = error_of(&v);
     assert!(
-        e.contains("event 1") && e.contains("groupHash"),
+        e.contains("event #2") && e.contains("groupHash"),
         "names the item and the reason: {e}"
     );
     let (st, v) = call(&k, "POST", "/api/v1/events", Some(&json!([])));

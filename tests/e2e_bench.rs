@@ -116,7 +116,50 @@ fn klaxon_bench_without_klaxon_bench_beside_it_says_what_to_install() {
     let (code, help, _) = bench_env().run(&["bench", "--help"]);
     assert_eq!(code, 0);
     assert!(
-        help.contains("Usage: klaxon-bench") && help.contains("pipeline") && help.contains("latency"),
+        help.contains("Usage: klaxon-bench")
+            && help.contains("pipeline")
+            && help.contains("latency")
+            && help.contains("steady"),
         "{help}"
     );
+}
+
+#[test]
+fn bench_steady_json_has_a_row_per_rate_idle_and_backlog_and_delivers_every_probe() {
+    let (code, out, err) = bench_env().run(&[
+        "bench",
+        "steady",
+        "--rates",
+        "100",
+        "--seconds",
+        "2",
+        "--idle-seconds",
+        "1",
+        "--backlog",
+        "200",
+        "--groups",
+        "20",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "bench steady failed:\n{out}\n{err}");
+    assert_quiet(&err);
+    let r: serde_json::Value = serde_json::from_str(&out).expect("stdout is one JSON document");
+    assert_eq!(r["rules"], 13, "{r}");
+    let rows = r["rows"].as_array().expect("rows");
+    let loads: Vec<&str> = rows.iter().filter_map(|row| row["load"].as_str()).collect();
+    assert_eq!(loads, ["idle", "100/s", "backlog"], "{r}");
+    let paced = &rows[1];
+    assert!(paced["events"].as_u64().unwrap_or(0) >= 200, "{paced}");
+    let probes = paced["probes_sent"].as_u64().unwrap_or(0);
+    assert!(probes >= 10, "one event in ten is a probe: {paced}");
+    assert_eq!(paced["probes_delivered"], probes, "{paced}");
+    for key in ["cpu_us_per_event", "switches_per_event"] {
+        assert!(paced[key].as_f64().unwrap_or(0.0) > 0.0, "{key} in {paced}");
+    }
+    assert!(paced["threads"].as_u64().unwrap_or(0) >= 2, "{paced}");
+    let p50 = paced["latency_p50_ms"].as_f64().unwrap_or(0.0);
+    let p99 = paced["latency_p99_ms"].as_f64().unwrap_or(0.0);
+    assert!(p50 > 0.0 && p50 <= p99, "{paced}");
+    assert_eq!(rows[2]["events"], 200, "the backlog is drained: {}", rows[2]);
+    assert!(rows[0]["threads"].as_u64().unwrap_or(0) >= 2, "{}", rows[0]);
 }

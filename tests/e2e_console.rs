@@ -1064,6 +1064,9 @@ async fn in_a_real_browser_an_action_link_mutes_only_after_confirming() {
         page.contains("Mute this error for 1 h") && page.contains("g-link"),
         "{page}"
     );
+    // the error's title (the group link carries it, escaped), and no section of the console lit
+    assert!(page.contains("Boom in &lt;checkout&gt;"), "{page}");
+    assert!(!page.contains("class=\"active\""), "{page}");
     assert!(
         !page.contains("hunter2") && !page.contains(&sink.url("")),
         "no endpoint: {page}"
@@ -1127,6 +1130,13 @@ async fn in_a_real_browser_an_action_link_mutes_only_after_confirming() {
         c.find(Id("confirm")).await?.click().await?;
         let done = wait_text(&c, "Muted this rule's alerts for the group g-link until").await;
         shot(&c, "action-done").await;
+        let what = c.find(Id("what")).await?.text().await?;
+        let day = what
+            .split("until ")
+            .nth(1)
+            .and_then(|t| t.get(..10))
+            .unwrap_or_else(|| panic!("until when: {what}"));
+        assert_eq!(what.matches(day).count(), 1, "the time once: {what}");
         let mutes = mutes_of(&api, &project).await;
         assert_eq!(mutes.len(), 1, "{mutes:?}\n{done}");
         assert_eq!(mutes[0]["groupHash"], "g-link");
@@ -1139,6 +1149,14 @@ async fn in_a_real_browser_an_action_link_mutes_only_after_confirming() {
         c.goto(&explain_link).await?;
         let text = wait_text(&c, "Why did this fire?").await;
         assert!(text.contains("Boom in <checkout>"), "{text}");
+        // that firing's numbers first, then the present
+        let fired = c.find(Id("fired")).await?.text().await?;
+        assert!(
+            fired.starts_with("Fired at ")
+                && fired.contains("1 event in a fixed window of 1 hour reached the threshold of 1"),
+            "{fired}"
+        );
+        assert!(text.contains("This firing") && text.contains("Now"), "{text}");
         assert!(
             text.contains("cooling_down") || text.contains("already_notified") || text.contains("counting"),
             "{text}"
@@ -1324,5 +1342,256 @@ async fn an_action_link_mutes_once_even_after_undo_or_delete() {
     assert_eq!(status, 200);
     assert!(mutes_of(&api, &project).await.is_empty());
     assert!(!k.logs().contains(&key), "the key is never logged");
+    common::delete_queues(&env).await;
+}
+
+/// What on the page is wider than the page: the document scrolling sideways, a table wider than its container,
+/// a cell whose content overflows it. Empty when everything fits.
+const OVERFLOWS: &str = r#"
+const vw = document.documentElement.clientWidth;
+const out = [];
+if (document.documentElement.scrollWidth > vw + 1) {
+  out.push(`the page scrolls sideways: ${document.documentElement.scrollWidth} px in ${vw} px`);
+}
+for (const t of document.querySelectorAll('table')) {
+  const r = t.getBoundingClientRect();
+  const box = t.parentElement.getBoundingClientRect();
+  if (r.right > vw + 1 || r.width > box.width + 1) {
+    out.push(`table#${t.id} is ${Math.round(r.width)} px wide in ${Math.round(box.width)} px (right edge ${Math.round(r.right)} of ${vw})`);
+  }
+  for (const c of t.querySelectorAll('td, th')) {
+    if (c.scrollWidth > c.clientWidth + 1) {
+      out.push(`a cell of table#${t.id} overflows (${c.scrollWidth} > ${c.clientWidth}): ${c.textContent.trim().slice(0, 60)}`);
+    }
+  }
+}
+return out;
+"#;
+
+/// The share of its table's width the column headed `header` has (0 when there is none).
+const COLUMN_SHARE: &str = r#"
+const [id, header] = arguments;
+const t = document.getElementById(id);
+if (!t) return 0;
+const th = [...t.querySelectorAll('th')].find(h => h.textContent.trim() === header);
+return th ? th.getBoundingClientRect().width / t.getBoundingClientRect().width : 0;
+"#;
+
+/// Fails the test with what overflows on the current page.
+async fn assert_fits(c: &fantoccini::Client, what: &str) {
+    let found = c.execute(OVERFLOWS, vec![]).await.expect("measure");
+    let found: Vec<String> = serde_json::from_value(found).unwrap_or_default();
+    shot(c, &format!("fits-{what}")).await;
+    assert!(
+        found.is_empty(),
+        "{what} is wider than its page:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The console's tables fit a 1280 px window with long ids, URLs, errors and bodies in them (the column that says
+/// the most keeps a fair share), and the action-link pages fit a 390 px phone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_real_browser_every_table_fits_its_page() {
+    use klaxon_broker::{Broker, Outgoing, QueueType, Topology};
+    use klaxon_core::action::{Action, ActionKey, Claim, Fired};
+    let Some(driver) = start_driver() else {
+        return;
+    };
+    let key = format!("action-key-{}-{}", object_id(), object_id());
+    let port = common::free_port();
+    let public = format!("http://127.0.0.1:{port}");
+    let env = Env::new()
+        .set("KLAXON_ACTION_KEY", &key)
+        .set("KLAXON_PUBLIC_URL", &public)
+        .set("KLAXON_MAX_ATTEMPTS", "1");
+    // The webhook refuses for good with a long answer: a dead letter with a long reason.
+    let sink = HttpSink::start().await.expect("sink");
+    let long_word = "x".repeat(300);
+    sink.set_default(klaxon_testkit::Reply::status(400).body(&format!(
+        "{{\"error\": \"invalid_payload\", \"detail\": \"{long_word}\"}}"
+    )));
+    let project = object_id();
+    let mut rule = webhook_rule(&sink, json!({"threshold": 1}));
+    rule["channels"]["webhook"]["endpoint"] = json!(sink.url(&format!(
+        "/hooks/{}/{}?secret=hunter2",
+        "a".repeat(80),
+        "b".repeat(80)
+    )));
+    let rule_id = rule["_id"].as_str().expect("id").to_owned();
+    env.import(&json!([{"_id": project, "notifications": [rule]}]));
+    let k = env.spawn_at("run", &format!("127.0.0.1:{port}"), &[]);
+    let group = format!("g-{}", "0123456789abcdef".repeat(8));
+    let title = format!("TypeError: Cannot read properties of undefined (reading '{long_word}') at checkout");
+    let api = Browser::new(&k);
+    let task = json!({"projectId": project, "event": {"title": title, "groupHash": group, "isNew": false}});
+    let p = api
+        .send(api.http.post(format!("{}/api/v1/events", api.base)).json(&task))
+        .await;
+    assert_eq!(p.status, 202, "{}", p.body);
+    // An invalid event with a long body, and trail records with long errors.
+    let topo = Topology::new(
+        &env.namespace,
+        &format!("{}.events", env.namespace),
+        QueueType::Classic,
+    );
+    let broker = Broker::connect(&klaxon_testkit::amqp_url(), Duration::from_secs(10))
+        .await
+        .expect("rabbitmq");
+    let publisher = broker.publisher().await.expect("publisher");
+    let body = format!(
+        "{{\"projectId\": \"{project}\", \"event\": {{\"title\": \"{}\"}}}}",
+        "y".repeat(3000)
+    );
+    publisher
+        .publish_all(&[Outgoing::json(topo.events_queue(), body.into_bytes())])
+        .await
+        .expect("publish");
+    {
+        use mongodb::bson::{doc, DateTime};
+        let client = mongodb::Client::with_uri_str(klaxon_testkit::mongo_url())
+            .await
+            .expect("mongo");
+        let coll = client
+            .database(&env.namespace)
+            .collection::<mongodb::bson::Document>("deliveries");
+        let now = DateTime::now().timestamp_millis();
+        let docs: Vec<_> = (0..5)
+            .map(|i| {
+                doc! {"notificationId": format!("{}-{i}", object_id()), "projectId": &project, "ruleId": &rule_id,
+                      "channel": "webhook", "destination": format!("https://hooks.example.com/{}", "z".repeat(120)),
+                      "attempts": 8i64, "status": "retrying",
+                      "lastError": format!("HTTP 503 from hooks.example.com: {long_word} {long_word}"),
+                      "firedAt": DateTime::from_millis(now - 1000 * i), "at": DateTime::from_millis(now - 1000 * i)}
+            })
+            .collect();
+        coll.insert_many(docs).await.expect("insert trail");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let dead: Value = serde_json::from_str(&api.get("/api/v1/dead").await.body).unwrap_or(Value::Null);
+        let invalid: Value =
+            serde_json::from_str(&api.get("/api/v1/invalid").await.body).unwrap_or(Value::Null);
+        if dead["dead"].as_array().is_some_and(|a| !a.is_empty())
+            && invalid["invalid"].as_array().is_some_and(|a| !a.is_empty())
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no dead letter and invalid event in 30 s: {dead} {invalid}; log:\n{}",
+            k.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let sign = ActionKey::new(&key).expect("key");
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let link = |action: Action| {
+        let mut claim =
+            Claim::for_message(action, &project, &rule_id, Some(&group), Some(&title), now_s).expect("claim");
+        if action == Action::Explain {
+            claim = claim.with_fired(Fired {
+                at_ms: now_s * 1000,
+                count: 1,
+                reason: klaxon_core::Reason::Threshold {
+                    threshold: 1,
+                    period_ms: 3_600_000,
+                    window: klaxon_core::rule::Window::Fixed,
+                },
+            });
+        }
+        format!("{public}/a/{}", sign.sign(&claim).expect("sign"))
+    };
+
+    let profile = tempfile::tempdir().expect("profile dir");
+    let c = chromium(&driver, profile.path()).await;
+    let base = format!("http://{}", k.addr);
+    let q = |s: &str| {
+        s.replace(' ', "+")
+            .replace('(', "%28")
+            .replace(')', "%29")
+            .replace('\'', "%27")
+    };
+    let result = async {
+        use fantoccini::Locator::Id;
+        for (name, path, table) in [
+            ("projects", "/".to_owned(), "projects"),
+            ("project", format!("/projects/{project}"), "rules"),
+            (
+                "explain",
+                format!(
+                    "/projects/{project}/explain?title={}&groupHash={group}",
+                    q(&title)
+                ),
+                "verdicts",
+            ),
+            (
+                "deliveries",
+                format!("/deliveries?project={project}"),
+                "deliveries",
+            ),
+            ("dead", "/dead".to_owned(), "dead"),
+            ("invalid", "/invalid".to_owned(), "invalid"),
+        ] {
+            c.goto(&format!("{base}{path}")).await?;
+            c.wait()
+                .at_most(Duration::from_secs(20))
+                .for_element(Id(table))
+                .await?;
+            assert_fits(&c, name).await;
+        }
+        // the column that says the most is not squeezed
+        for (page, table, header) in [
+            ("/dead", "dead", "Reason"),
+            (
+                &*format!("/deliveries?project={project}"),
+                "deliveries",
+                "Last error",
+            ),
+            ("/invalid", "invalid", "Body"),
+        ] {
+            c.goto(&format!("{base}{page}")).await?;
+            c.wait()
+                .at_most(Duration::from_secs(20))
+                .for_element(Id(table))
+                .await?;
+            let share = c
+                .execute(COLUMN_SHARE, vec![json!(table), json!(header)])
+                .await?
+                .as_f64()
+                .unwrap_or(0.0);
+            assert!(share >= 0.25, "`{header}` has {:.0} % of #{table}", share * 100.0);
+        }
+        // the pages of action links, on a phone
+        c.set_window_size(390, 844).await?;
+        c.goto(&link(Action::MuteGroup1h)).await?;
+        wait_text(&c, "Nothing happens until you press the button").await;
+        assert_fits(&c, "phone-mute").await;
+        c.find(Id("confirm")).await?.click().await?;
+        wait_text(&c, "Muted this rule's alerts").await;
+        assert_fits(&c, "phone-muted").await;
+        c.goto(&link(Action::Explain)).await?;
+        wait_text(&c, "This firing").await;
+        assert_fits(&c, "phone-explain").await;
+        c.goto(&link(Action::MuteRule1h)).await?;
+        wait_text(&c, "Nothing happens until you press the button").await;
+        assert_fits(&c, "phone-mute-rule").await;
+        Ok::<(), fantoccini::error::CmdError>(())
+    }
+    .await;
+    let _ = c.close().await;
+    drop(driver);
+    result.unwrap_or_else(|e| panic!("browser step failed: {e}; log:\n{}", k.logs()));
+    publisher.close().await;
+    broker.close().await;
+    if let Ok(client) = mongodb::Client::with_uri_str(klaxon_testkit::mongo_url()).await {
+        let _ = client
+            .database(&env.namespace)
+            .collection::<mongodb::bson::Document>("deliveries")
+            .delete_many(mongodb::bson::doc! {"projectId": &project})
+            .await;
+    }
     common::delete_queues(&env).await;
 }

@@ -378,7 +378,7 @@ async fn a_file_is_checked_and_dry_run_imported_before_anything_is_stored() {
     );
     assert!(
         check.stdout.contains(&format!(
-            "project {p} rule #2 (no _id: assigned when stored): [rule skipped] invalid regex"
+            "project {p} rule #3 (no _id: assigned when stored): [rule skipped] invalid regex"
         )),
         "a rule without an id is named by its place: {}",
         check.stdout
@@ -407,7 +407,7 @@ async fn a_file_is_checked_and_dry_run_imported_before_anything_is_stored() {
     assert_eq!(
         dry.stdout.trim(),
         format!(
-            "project {p}: would store 3 rule(s), replacing its stored rules: {good}, {bad}, #2 (no _id: assigned when stored)"
+            "project {p}: would store 3 rule(s), replacing its stored rules: {good}, {bad}, #3 (no _id: assigned when stored)"
         )
     );
     assert!(

@@ -14,10 +14,10 @@ use crate::cli::GlobalOpts;
 #[derive(Debug, Args)]
 #[command(
     disable_help_flag = true,
-    after_help = "Examples:\n  klaxon bench pipeline --events 20000 --queue-type both\n  klaxon bench latency --rate 5000\n  klaxon bench --help                                  # klaxon-bench's own help"
+    after_help = "Examples:\n  klaxon bench pipeline --events 20000 --queue-type both\n  klaxon bench latency --rate 5000\n  klaxon bench steady --rates 50,200,1000,5000\n  klaxon bench --help                                  # klaxon-bench's own help"
 )]
 pub struct BenchArgs {
-    /// The arguments of `klaxon-bench`: `pipeline …`, `latency …`, `--help`.
+    /// The arguments of `klaxon-bench`: `pipeline …`, `latency …`, `steady …`, `--help`.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0.., value_name = "ARGS")]
     pub args: Vec<OsString>,
 }

@@ -130,7 +130,7 @@ fn check(status: Status, name: impl Into<String>, detail: impl Into<String>) -> 
 }
 
 /// `host:port[,host:port…]` of a service URL, without scheme, credentials, path or query.
-fn endpoint(url: &str) -> String {
+pub(crate) fn endpoint(url: &str) -> String {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let authority = rest.split(['/', '?']).next().unwrap_or(rest);
     authority
@@ -143,11 +143,19 @@ fn endpoint(url: &str) -> String {
 pub async fn run(args: DoctorArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     let t = args.timeout;
     let limits = crate::cli::limits(Some(&args.limits), None)?;
+    // Shadow mode delivers nothing: the senders' services and settings are not checked.
+    let delivers = args.notify_output != Output::Shadow;
     let ((redis, handle), (rabbit, events), (mongo, survey), smtp) = tokio::join!(
         redis_checks(&global.redis_url, t),
         rabbit_checks(global, args.notify_output, t),
         mongo_checks(global, t, &limits),
-        smtp_check(&args.smtp_url, t),
+        async {
+            if delivers {
+                Some(smtp_check(&args.smtp_url, t).await)
+            } else {
+                None
+            }
+        },
     );
     // Klaxon's registered consumers of the events queue (and whether they took events lately), from Redis.
     let registered = match (&handle, &events) {
@@ -176,12 +184,20 @@ pub async fn run(args: DoctorArgs, global: &GlobalOpts) -> anyhow::Result<ExitCo
         let traffic = Traffic::of(events, registered.as_ref().and_then(|r| r.as_ref().ok()));
         checks.push(rules_check(global, survey, traffic, t));
     }
-    checks.push(smtp);
-    checks.push(telegram_check(&args.telegram_api));
-    checks.extend(action_links_check(args.public_url.as_deref()));
+    if delivers {
+        checks.extend(smtp);
+        checks.push(telegram_check(&args.telegram_api));
+        checks.extend(action_links_check(args.public_url.as_deref()));
+        checks.push(pagerduty_check(&args.pagerduty_api));
+    } else {
+        checks.push(check(
+            Status::Ok,
+            "senders",
+            "not checked: --output shadow records what would be sent and delivers nothing",
+        ));
+    }
     checks.extend(webhook_keys_check());
     checks.extend(api_token_check());
-    checks.push(pagerduty_check(&args.pagerduty_api));
 
     let format = args.output.format(Format::Json);
     let text = match format {
@@ -963,15 +979,22 @@ fn telegram_check(api: &str) -> Check {
     }
 }
 
-/// `--pagerduty-api` must be an http(s) URL with a host (the senders refuse to start otherwise); shown without
-/// credentials. Routing keys are per rule: `klaxon rules check` judges them.
+/// `--pagerduty-api` must be an http(s) URL with a host (the senders refuse to start otherwise); shown as the
+/// senders post to it (its path kept: `<api>/v2/enqueue`), without credentials or query. Routing keys are per
+/// rule: `klaxon rules check` judges them.
 fn pagerduty_check(api: &str) -> Check {
     match url::Url::parse(api.trim()) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => check(
-            Status::Ok,
-            "pagerduty",
-            format!("Events API {}://{}/v2/enqueue", u.scheme(), endpoint(api.trim())),
-        ),
+        Ok(mut u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.set_query(None);
+            u.set_fragment(None);
+            check(
+                Status::Ok,
+                "pagerduty",
+                format!("Events API {}/v2/enqueue", u.as_str().trim_end_matches('/')),
+            )
+        }
         _ => check(
             Status::Fail,
             "pagerduty",
@@ -993,6 +1016,9 @@ mod tests {
             ok.detail
         );
         assert_eq!(ok.detail, "Events API https://events.pagerduty.com/v2/enqueue");
+        // a base with a path (a relay, a test stub) keeps it, as the senders post to it
+        let relay = pagerduty_check("http://u:pw@127.0.0.1:8080/pd/?token=x");
+        assert_eq!(relay.detail, "Events API http://127.0.0.1:8080/pd/v2/enqueue");
         for bad in ["events.pagerduty.com", "ftp://x", ""] {
             assert!(pagerduty_check(bad).status == Status::Fail, "{bad}");
         }

@@ -69,7 +69,14 @@ pub async fn run(args: ExplainArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
         .context("cannot connect to MongoDB (--mongo-url / KLAXON_MONGO_URL)")?;
     let project = store.project(&args.project).await;
     store.close().await;
-    let project = project?.with_context(|| format!("unknown project {}", args.project))?;
+    let project = project?.with_context(|| {
+        format!(
+            "unknown project {}: it has no rules in MongoDB database `{}` (read from --mongo-db / \
+             KLAXON_MONGO_DB, default: the namespace); for Hawk's rules, pass --mongo-db with Hawk's database",
+            args.project,
+            global.mongo_db()
+        )
+    })?;
     let redis = RedisHandle::connect(&global.redis_url)
         .await
         .context("cannot connect to Redis (--redis-url / KLAXON_REDIS_URL)")?;
@@ -102,11 +109,13 @@ pub async fn run(args: ExplainArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
     output::emit(&output::list(
         format,
         &verdicts,
-        &["RULE", "VERDICT", "WOULD BE", "REASON"],
+        &["RULE", "VERDICT", "COUNT WITH THIS EVENT", "REASON"],
         |v| {
-            // the place this event would take (explain counts nothing), of the threshold
+            // one meaning in every verdict: the count with this event counted (explain counts nothing), of the
+            // threshold
             let count = match (v.count, v.threshold) {
-                (Some(c), Some(t)) => format!("#{c}/{t}"),
+                (Some(c), Some(t)) => format!("{c} of {t}"),
+                (Some(c), None) => c.to_string(),
                 _ => "-".into(),
             };
             vec![v.rule_id.clone(), v.verdict.to_string(), count, v.reason.clone()]

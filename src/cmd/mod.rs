@@ -6,6 +6,7 @@ pub mod dead;
 pub mod deliveries;
 pub mod doctor;
 pub mod explain;
+pub mod invalid;
 pub mod mute;
 pub mod namespace;
 pub mod notices;

@@ -177,7 +177,7 @@ struct AddArgs {
 #[derive(Debug, Args)]
 struct WriteArgs {
     /// Endpoints on loopback/private addresses are expected (no warning on stderr).
-    #[arg(long, env = "KLAXON_ALLOW_PRIVATE_ENDPOINTS", default_value_t = false)]
+    #[arg(long, env = "KLAXON_ALLOW_PRIVATE_ENDPOINTS", value_parser = clap::builder::BoolishValueParser::new())]
     allow_private_endpoints: bool,
     #[command(flatten, next_help_heading = "Limits per project")]
     limits: RuleLimitOpts,
@@ -417,10 +417,13 @@ async fn command(
         RulesCommand::Add(a) => {
             let rule = serde_json::to_value(add_rule.unwrap_or_default())?;
             let id = store.add_rule(&a.project, &rule, limits.max_rules).await?;
-            if !a.writes.allow_private_endpoints {
-                build::warn_private_endpoints(&a.project, &rule);
-            }
+            // The result first, then the warning about the rule as stored (its id is the store's).
+            let mut stored = rule.clone();
+            stored["_id"] = Value::String(id.clone());
             print::added(&a.project, &id, rule, a.json)?;
+            if !a.writes.allow_private_endpoints {
+                build::warn_private_endpoints(&a.project, &stored);
+            }
         }
         RulesCommand::List(a) => {
             let projects = stored_projects(store, a.project.as_deref()).await?;

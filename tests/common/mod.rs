@@ -101,6 +101,21 @@ impl Env {
         )
     }
 
+    /// [`Env::run`] with stdout and stderr into one stream, in the order they were written: (exit code, output).
+    pub fn run_merged(&self, args: &[&str]) -> (i32, String) {
+        let path = std::env::temp_dir().join(format!("{}-merged-{}.out", self.namespace, free_port()));
+        let file = std::fs::File::create(&path).expect("output file");
+        let status = self
+            .command(args)
+            .stdout(file.try_clone().expect("clone"))
+            .stderr(file)
+            .status()
+            .expect("run klaxon");
+        let out = std::fs::read_to_string(&path).unwrap_or_default();
+        let _ = std::fs::remove_file(&path);
+        (status.code().unwrap_or(-1), out)
+    }
+
     /// Runs a one-shot subcommand that must succeed.
     pub fn ok(&self, args: &[&str]) -> String {
         let (code, out, err) = self.run(args);
@@ -167,6 +182,13 @@ impl Env {
 
     /// [`Env::spawn`] with the HTTP server on `bind` (e.g. `0.0.0.0:<port>`); the test talks to it on loopback.
     pub fn spawn_at(&self, sub: &str, bind: &str, extra: &[&str]) -> Klaxon {
+        let k = self.start_at(sub, bind, extra);
+        k.wait_ready(Duration::from_secs(60));
+        k
+    }
+
+    /// [`Env::spawn_at`] without waiting for /readyz.
+    pub fn start_at(&self, sub: &str, bind: &str, extra: &[&str]) -> Klaxon {
         let port = bind.rsplit(':').next().unwrap_or_default();
         let addr = format!("127.0.0.1:{port}");
         let log = std::env::temp_dir().join(format!("{}-{sub}-{port}.log", self.namespace));
@@ -179,13 +201,11 @@ impl Env {
             .stderr(file)
             .spawn()
             .expect("spawn klaxon");
-        let k = Klaxon {
+        Klaxon {
             child: Some(child),
             addr,
             log,
-        };
-        k.wait_ready(Duration::from_secs(60));
-        k
+        }
     }
 }
 

@@ -14,9 +14,10 @@
 //!   rest/mutes.rs          GET|POST|DELETE …/projects/{id}/mutes ──▶ Redis
 //!   rest/notifications.rs  POST /api/v1/notifications ──▶ Redis (idempotency) ──▶ RabbitMQ (the senders' queues)
 //!   rest/deliveries.rs, rest/dead.rs, rest/webhook_secret.rs ── the trail (MongoDB), `<ns>.dead`, derived secrets
+//!   rest/invalid.rs        GET /api/v1/invalid, POST …/invalid/replay ──▶ `<ns>.events.invalid` ──▶ the events queue
 //!
 //!  browser ──▶ GET / (console/mod.rs): its own guard, session auth and CSRF; the same state and rest/ functions,
-//!              as HTML pages (console/{projects,mutes,edit,explain,deliveries,dead}.rs)
+//!              as HTML pages (console/{projects,mutes,edit,explain,deliveries,dead,invalid}.rs)
 //! ```
 //!
 //! Backing services are connected on first use, so the API answers (with 503) even while one is down, and
@@ -153,6 +154,8 @@ pub fn router(config: ApiConfig) -> Router {
         .route("/api/v1/deliveries", get(rest::deliveries::list))
         .route("/api/v1/dead", get(rest::dead::list))
         .route("/api/v1/dead/replay", post(rest::dead::replay))
+        .route("/api/v1/invalid", get(rest::invalid::list))
+        .route("/api/v1/invalid/replay", post(rest::invalid::replay))
         .route("/api/v1", get(not_found))
         .route("/api/v1/{*rest}", get(not_found).fallback(not_found))
         .method_not_allowed_fallback(method_not_allowed)

@@ -9,7 +9,7 @@
 //! firing (not after the send), so every retry of a notification carries the same links. Opening one shows a
 //! confirmation page on the console; nothing changes before the visitor confirms.
 
-use klaxon_core::action::{Action, ActionKey, Claim, LINK_TTL_S};
+use klaxon_core::action::{Action, ActionKey, Claim, Fired, LINK_TTL_S};
 use klaxon_core::{NotificationTask, Reason};
 use serde::Serialize;
 use url::Url;
@@ -125,7 +125,20 @@ impl ActionLinks {
                     first.map(|e| e.title.as_str()),
                     fired_at_s,
                 )?;
-                let token = self.key.sign(&claim).ok()?;
+                // "Why did this fire?" shows this firing's numbers, then what the rule would do now.
+                let fired = first.map(|e| Fired {
+                    at_ms: task.fired_at_ms,
+                    count: e.count,
+                    reason: task.reason,
+                });
+                let token = match fired {
+                    Some(f) if action == Action::Explain => self
+                        .key
+                        .sign(&claim.clone().with_fired(f))
+                        .or_else(|_| self.key.sign(&claim))
+                        .ok()?,
+                    _ => self.key.sign(&claim).ok()?,
+                };
                 Some(ActionLink {
                     action: action.as_str(),
                     label: action.label(),

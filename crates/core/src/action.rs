@@ -122,9 +122,107 @@ pub struct Claim {
     /// The mute an [`Action::Undo`] removes.
     #[serde(rename = "m", default, skip_serializing_if = "Option::is_none")]
     pub mute_id: Option<String>,
-    /// The event's title, for [`Action::Explain`] (the rule's filters read it), at most [`MAX_TITLE_CHARS`].
+    /// The event's title, for the actions on a group (explain: the rule's filters read it; a group mute's page
+    /// shows it), at most [`MAX_TITLE_CHARS`].
     #[serde(rename = "t", default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
+    /// The firing a "why did this fire?" link belongs to, with its numbers, so that its page shows that firing
+    /// and not only the present (signed with the rest: they cannot be altered).
+    #[serde(rename = "f", default, skip_serializing_if = "Option::is_none")]
+    pub fired: Option<Fired>,
+}
+
+/// A firing as its message saw it: when, the count it fired on and why (threshold, window, a spike's baseline, a
+/// reappearance's quiet).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fired {
+    /// When it fired, unix ms.
+    #[serde(rename = "at")]
+    pub at_ms: i64,
+    /// The group's count at the firing (events, or distinct users).
+    #[serde(rename = "n")]
+    pub count: u64,
+    /// Why it fired, with the rule's numbers at the time.
+    #[serde(rename = "why")]
+    pub reason: crate::notification::Reason,
+}
+
+impl Fired {
+    /// The firing in words, numbers only (no tenant text): "3 events in a fixed window of 1 minute reached the
+    /// threshold of 3".
+    pub fn words(&self) -> String {
+        use crate::notification::Reason;
+        use crate::text::duration_words;
+        let n = self.count;
+        let (events, users) = if n == 1 {
+            ("event", "distinct user")
+        } else {
+            ("events", "distinct users")
+        };
+        let window = |w: crate::rule::Window| match w {
+            crate::rule::Window::Fixed => "fixed",
+            crate::rule::Window::Sliding => "sliding",
+        };
+        match self.reason {
+            Reason::New => "a first occurrence (ONLY_NEW)".into(),
+            Reason::Threshold {
+                threshold,
+                period_ms,
+                window: w,
+            } => format!(
+                "{n} {events} in a {} window of {} reached the threshold of {threshold}",
+                window(w),
+                duration_words(period_ms)
+            ),
+            Reason::UniqueUsers {
+                threshold,
+                period_ms,
+                window: w,
+            } => format!(
+                "{n} {users} in a {} window of {} reached the threshold of {threshold}",
+                window(w),
+                duration_words(period_ms)
+            ),
+            Reason::Spike { spike, baseline } => {
+                let (buckets, needed, threshold) = (baseline.buckets, baseline.needed, spike.threshold);
+                let baseline = if buckets == 0 {
+                    "no baseline yet".to_owned()
+                } else {
+                    let mean = baseline.sum as f64 / buckets as f64;
+                    format!(
+                        "a baseline of {:.1} per bucket over {buckets} bucket(s)",
+                        (mean * 10.0).round() / 10.0
+                    )
+                };
+                format!(
+                    "{n} {events} in a bucket of {}, {baseline}: {needed} needed (the larger of threshold {threshold} \
+                     and {}× the baseline)",
+                    duration_words(spike.period_ms),
+                    spike.factor()
+                )
+            }
+            Reason::Reappeared {
+                quiet_period_ms,
+                last_seen_ms,
+            } => match last_seen_ms {
+                Some(seen) => format!(
+                    "seen again after {} without events (last seen at {}; quietPeriod {})",
+                    duration_words(u64::try_from(self.at_ms - seen).unwrap_or(0)),
+                    crate::notification::rfc3339_ms(seen),
+                    duration_words(quiet_period_ms)
+                ),
+                None => format!(
+                    "seen again after more than {} without events",
+                    duration_words(quiet_period_ms)
+                ),
+            },
+            Reason::Digest { min_period_s } => format!(
+                "{n} {events} gathered over {}",
+                duration_words(min_period_s.saturating_mul(1000))
+            ),
+            Reason::Direct => "a direct notification".into(),
+        }
+    }
 }
 
 impl Claim {
@@ -151,7 +249,8 @@ impl Claim {
         } else {
             None
         };
-        let title = (action == Action::Explain).then(|| {
+        // The group's title: explain reads it, a mute's confirmation page shows which error it silences.
+        let title = action.needs_group().then(|| {
             let t = title.unwrap_or_default();
             t.chars().take(MAX_TITLE_CHARS).collect::<String>()
         });
@@ -163,7 +262,16 @@ impl Claim {
             expires_s: fired_at_s.saturating_add(LINK_TTL_S),
             mute_id: None,
             title,
+            fired: None,
         })
+    }
+
+    /// The claim with the firing it belongs to, for [`Action::Explain`] (other actions ignore it).
+    pub fn with_fired(mut self, fired: Fired) -> Claim {
+        if self.action == Action::Explain {
+            self.fired = Some(fired);
+        }
+        self
     }
 }
 
@@ -319,9 +427,14 @@ mod tests {
         let mute = claim(Action::MuteGroup1h);
         assert_eq!(mute.group_hash.as_deref(), Some("11da"));
         assert_eq!(mute.expires_s, 1_000 + LINK_TTL_S);
-        assert_eq!(mute.title, None, "only explain carries the title");
+        assert_eq!(
+            mute.title.as_deref(),
+            Some("TypeError: x"),
+            "the page shows the error"
+        );
         let rule = claim(Action::MuteRule1h);
         assert_eq!(rule.group_hash, None, "a rule mute has no group");
+        assert_eq!(rule.title, None, "nor a title");
         assert_eq!(claim(Action::Explain).title.as_deref(), Some("TypeError: x"));
         let long = "é".repeat(500);
         let c = Claim::for_message(Action::Explain, P, R, Some("g"), Some(&long), 0).expect("claim");
@@ -347,6 +460,70 @@ mod tests {
         // ids are lowercased
         let up = Claim::for_message(Action::MuteRule1h, &P.to_uppercase(), R, None, None, 0).expect("claim");
         assert_eq!(up.project_id, P);
+    }
+
+    /// An explain link carries its firing's numbers, signed; other links do not.
+    #[test]
+    fn explain_links_carry_their_firing() {
+        use crate::notification::Reason;
+        let k = key();
+        let spike = Fired {
+            at_ms: 1_000_000,
+            count: 100,
+            reason: Reason::Spike {
+                spike: crate::kind::Spike {
+                    period_ms: 3_600_000,
+                    baseline_windows: 24,
+                    factor_milli: 5000,
+                    threshold: 10,
+                },
+                baseline: crate::kind::Baseline {
+                    sum: 480,
+                    buckets: 24,
+                    needed: 100,
+                },
+            },
+        };
+        let c = claim(Action::Explain).with_fired(spike.clone());
+        let token = k.sign(&c).expect("sign");
+        assert!(token.len() <= MAX_TOKEN_LEN);
+        let back = k.verify(&token, 1_000).expect("valid");
+        assert_eq!(back.fired.as_ref(), Some(&spike));
+        assert_eq!(
+            spike.words(),
+            "100 events in a bucket of 1 hour, a baseline of 20.0 per bucket over 24 bucket(s): 100 needed (the \
+             larger of threshold 10 and 5× the baseline)"
+        );
+        assert_eq!(claim(Action::MuteGroup1h).with_fired(spike).fired, None);
+        let cases = [
+            (Reason::New, 1, "a first occurrence (ONLY_NEW)"),
+            (
+                Reason::Threshold {
+                    threshold: 3,
+                    period_ms: 60_000,
+                    window: crate::rule::Window::Fixed,
+                },
+                3,
+                "3 events in a fixed window of 1 minute reached the threshold of 3",
+            ),
+            (
+                Reason::UniqueUsers {
+                    threshold: 50,
+                    period_ms: 3_600_000,
+                    window: crate::rule::Window::Sliding,
+                },
+                50,
+                "50 distinct users in a sliding window of 1 hour reached the threshold of 50",
+            ),
+        ];
+        for (reason, count, want) in cases {
+            let f = Fired {
+                at_ms: 0,
+                count,
+                reason,
+            };
+            assert_eq!(f.words(), want);
+        }
     }
 
     #[test]

@@ -79,7 +79,8 @@ pub struct RuleVerdict {
     pub verdict: Verdict,
     /// Why, in words.
     pub reason: String,
-    /// Events (or distinct users) in the window including this one, when the rule counts.
+    /// Events (or distinct users) in the window (bucket) with this event counted, when the rule counts: the
+    /// same meaning in every verdict, so "3" after two counted events, also once the window has fired.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub count: Option<u64>,
     /// The rule's threshold, when it counts.
@@ -236,7 +237,9 @@ pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> RuleVerdict {
                     at(f),
                     at(ends)
                 );
-                return counts(Verdict::AlreadyNotified, reason, peek.count, Some(ends));
+                // a fired window goes on counting events; a users window dropped its users and counts no more
+                let with_this = if users { peek.count } else { next };
+                return counts(Verdict::AlreadyNotified, reason, with_this, Some(ends));
             }
             // Fixed windows fire on the event that makes the count EQUAL the threshold (users: reach it).
             let fires = if users {
@@ -262,7 +265,12 @@ pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> RuleVerdict {
         Window::Sliding => {
             if let Some(f) = peek.fired_at {
                 let reason = format!("fired at {}; quiet until {}", at(f), at(f + period));
-                return counts(Verdict::CoolingDown, reason, peek.count, Some(f + period));
+                return counts(
+                    Verdict::CoolingDown,
+                    reason,
+                    next.min(threshold),
+                    Some(f + period),
+                );
             }
             // The scripts keep the newest `threshold` members, so the count saturates there.
             let next = next.min(threshold);
@@ -303,7 +311,7 @@ fn spiking(rule_id: &str, spike: crate::kind::Spike, peek: &Peek) -> RuleVerdict
             peek.count,
             at(ends)
         );
-        return verdict(Verdict::AlreadyNotified, reason, peek.count);
+        return verdict(Verdict::AlreadyNotified, reason, peek.count + 1);
     }
     let next = peek.count + 1;
     let Some(needed) = needed else {
@@ -588,7 +596,8 @@ mod tests {
             (
                 p(300, 480, 24, Some(80_000)),
                 Verdict::AlreadyNotified,
-                Some(300),
+                // the count with this event, as in every other verdict
+                Some(301),
                 Some(100),
             ),
         ];

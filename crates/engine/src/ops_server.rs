@@ -38,6 +38,8 @@ type Flags = Vec<(String, Arc<AtomicBool>)>;
 #[derive(Clone, Default)]
 pub struct Readiness {
     flags: Arc<std::sync::Mutex<Flags>>,
+    /// The service start-up is waiting for (`redis at 127.0.0.1:6379`), named by `/readyz`.
+    waiting: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl Readiness {
@@ -51,17 +53,32 @@ impl Readiness {
         flag
     }
 
-    /// The roles that are not ready; empty = ready. No role at all is not ready.
+    /// Says what start-up is waiting for (a service and its address, credentials left out), until `None`.
+    pub fn waiting_for(&self, what: Option<String>) {
+        *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) = what;
+    }
+
+    /// The roles that are not ready, after what start-up waits for (`waiting for redis at …`); empty = ready.
+    /// No role at all is not ready (`starting`).
     pub fn not_ready(&self) -> Vec<String> {
+        let waiting = self
+            .waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|w| format!("waiting for {w}"));
         let flags = self.flags.lock().unwrap_or_else(|p| p.into_inner());
-        if flags.is_empty() {
+        let mut out: Vec<String> = waiting.into_iter().collect();
+        if flags.is_empty() && out.is_empty() {
             return vec!["starting".into()];
         }
-        flags
-            .iter()
-            .filter(|(_, f)| !f.load(Ordering::Relaxed))
-            .map(|(n, _)| n.clone())
-            .collect()
+        out.extend(
+            flags
+                .iter()
+                .filter(|(_, f)| !f.load(Ordering::Relaxed))
+                .map(|(n, _)| n.clone()),
+        );
+        out
     }
 }
 

@@ -164,27 +164,28 @@ async fn consume_loop(
     presence: &Presence,
 ) -> Result<(), EngineError> {
     let config = &batches.deps.config;
+    // Did the last batch find more than its first delivery? Only then does waiting for more pay.
+    let mut dense = false;
     loop {
         let Some(first) = crate::next_or_shutdown(consumer, shutdown).await? else {
             return Ok(());
         };
         let started = Instant::now();
         let mut batch = vec![first];
-        // Let the batch fill for `batch_wait` without being woken per delivery, then take what has arrived:
-        // one wake-up per batch instead of one per delivery (each is a cross-thread hand-off from lapin's I/O
-        // thread).
-        if !config.batch_wait.is_zero() {
+        take_ready(consumer, &mut batch, config.batch_max)?;
+        // When deliveries come close together, let the batch fill for `batch_wait` without being woken per
+        // delivery, then take what has arrived: one wake-up per batch instead of one per delivery (each is a
+        // cross-thread hand-off from lapin's I/O thread). A lone event of a quiet stream is processed at once:
+        // the timer would cost a wake-up of its own and add its wait to the latency, for nothing to batch.
+        if dense && batch.len() < config.batch_max && !config.batch_wait.is_zero() {
             tokio::time::sleep(config.batch_wait).await;
+            take_ready(consumer, &mut batch, config.batch_max)?;
         }
-        while batch.len() < config.batch_max {
-            match consumer.next().now_or_never() {
-                Some(Some(d)) => batch.push(d?),
-                Some(None) | None => break,
-            }
-        }
+        dense = batch.len() > 1;
         let last_tag = batch.iter().map(|d| d.delivery_tag).max().unwrap_or(0);
         batches.process(&batch).await?;
-        consumer.ack_up_to(last_tag).await?;
+        // queued, not awaited: the next delivery is what this loop waits for (see `ack_up_to_queued`)
+        consumer.ack_up_to_queued(last_tag)?;
         presence.taken(batch.len() as u64);
         BatchAcked {
             events: batch.len(),
@@ -192,6 +193,17 @@ async fn consume_loop(
         }
         .emit();
     }
+}
+
+/// Moves the deliveries that have already arrived into `batch`, up to `max`, without waiting.
+fn take_ready(consumer: &mut Consumer, batch: &mut Vec<Delivery>, max: usize) -> Result<(), EngineError> {
+    while batch.len() < max {
+        match consumer.next().now_or_never() {
+            Some(Some(d)) => batch.push(d?),
+            Some(None) | None => break,
+        }
+    }
+    Ok(())
 }
 
 /// What every batch of one session works with: built once per session.

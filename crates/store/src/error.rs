@@ -51,7 +51,9 @@ impl RulesError {
     /// Classifies a driver error: server selection and I/O problems mean "unavailable".
     pub(crate) fn from_driver(op: &'static str, e: mongodb::error::Error) -> Self {
         use mongodb::error::ErrorKind;
-        let text = short(&e.to_string());
+        // The kind only: the error's own Display adds the labels, source and server response as Rust debug
+        // output (`RawDocumentBuf { data: "4f00…" }`), which no operator can read.
+        let text = short(&e.kind.to_string());
         match *e.kind {
             ErrorKind::ServerSelection { ref message, .. } => {
                 RulesError::Unavailable(format!("{op}: {}", server_selection(message)))

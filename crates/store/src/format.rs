@@ -96,7 +96,7 @@ pub fn parse_import(text: &str) -> Result<Vec<ProjectNotifications>, RulesError>
     };
     let mut out: Vec<ProjectNotifications> = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        let at = |msg: String| RulesError::InvalidInput(format!("item #{i}: {msg}"));
+        let at = |msg: String| RulesError::InvalidInput(format!("item #{}: {msg}", i + 1));
         let Some(obj) = item.as_object() else {
             return Err(at("expected an object with `_id` and `notifications`".into()));
         };
@@ -112,8 +112,9 @@ pub fn parse_import(text: &str) -> Result<Vec<ProjectNotifications>, RulesError>
         };
         let mut notifications = Vec::with_capacity(rules.len());
         for (j, rule) in rules.iter().enumerate() {
-            notifications
-                .push(rule_to_document(rule).map_err(|e| at(format!("rule #{j}: {}", strip_prefix(&e))))?);
+            notifications.push(
+                rule_to_document(rule).map_err(|e| at(format!("rule #{}: {}", j + 1, strip_prefix(&e))))?,
+            );
         }
         let mut ids: Vec<ObjectId> = notifications
             .iter()
@@ -268,11 +269,11 @@ mod tests {
             ),
             (
                 r#"[{"_id": "5e3eef0679fa3700a0198a49", "notifications": [{"_id": "nothex"}]}]"#,
-                "rule #0: invalid rule id",
+                "rule #1: invalid rule id",
             ),
             (
                 r#"[{"_id": "5e3eef0679fa3700a0198a49", "notifications": [1]}]"#,
-                "rule #0: a rule must be a JSON object",
+                "rule #1: a rule must be a JSON object",
             ),
             (
                 r#"[{"_id": "5e3eef0679fa3700a0198a49", "notifications": [{"uidAdded": "zz"}]}]"#,

@@ -99,9 +99,9 @@ struct Report {
 
 /// What the receiver saw.
 #[derive(Default)]
-struct Seen {
-    probes: Mutex<HashMap<u64, Instant>>,
-    load: AtomicU64,
+pub(crate) struct Seen {
+    pub(crate) probes: Mutex<HashMap<u64, Instant>>,
+    pub(crate) load: AtomicU64,
 }
 
 async fn probe_handler(
@@ -134,7 +134,10 @@ async fn load_handler(axum::extract::State(seen): axum::extract::State<Arc<Seen>
 }
 
 /// Starts the receiver on a free loopback port; returns its base URL.
-async fn receiver(seen: Arc<Seen>, stop: tokio_util::sync::CancellationToken) -> anyhow::Result<String> {
+pub(crate) async fn receiver(
+    seen: Arc<Seen>,
+    stop: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<String> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
     let app = axum::Router::new()
@@ -150,7 +153,7 @@ async fn receiver(seen: Arc<Seen>, stop: tokio_util::sync::CancellationToken) ->
 }
 
 /// `(VmRSS, VmHWM)` of `pid`, in bytes.
-fn proc_rss(pid: u32) -> anyhow::Result<(u64, u64)> {
+pub(crate) fn proc_rss(pid: u32) -> anyhow::Result<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).context("read /proc/<pid>/status")?;
     let field = |name: &str| {
         status
@@ -164,9 +167,9 @@ fn proc_rss(pid: u32) -> anyhow::Result<(u64, u64)> {
     Ok((field("VmRSS:"), field("VmHWM:")))
 }
 
-const MIB: f64 = 1024.0 * 1024.0;
+pub(crate) const MIB: f64 = 1024.0 * 1024.0;
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -263,7 +266,7 @@ async fn probes(
 }
 
 /// Sends SIGTERM and waits (bounded) for the child to exit; kills it after 10 s.
-async fn terminate(child: &mut tokio::process::Child) {
+pub(crate) async fn terminate(child: &mut tokio::process::Child) {
     if let Some(pid) = child.id() {
         let _ = tokio::process::Command::new("kill")
             .args(["-TERM", &pid.to_string()])

@@ -4,11 +4,14 @@
 //! - `klaxon-bench pipeline` ([`pipeline`]): a real `klaxon worker` child's events/s next to the raw broker rate.
 //! - `klaxon-bench latency` ([`latency`]): crossing → delivered under a steady load through a real `klaxon run`
 //!   child, and that child's peak memory.
+//! - `klaxon-bench steady` ([`steady`]): CPU and context switches per event, threads and crossing → delivered
+//!   latency of a real `klaxon run` child at paced rates, next to idle and a drained backlog.
 //!
 //! The children are the `klaxon` binary next to this one ([`klaxon_exe`]).
 
 mod latency;
 mod pipeline;
+mod steady;
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -20,6 +23,8 @@ const EXAMPLES: &str = "\
 Examples:
   klaxon bench pipeline --events 20000 --queue-type both     # or klaxon-bench pipeline …
   klaxon bench latency --rate 5000
+  klaxon bench steady --rates 50,200,1000,5000 --seconds 20
+  klaxon-bench steady --klaxon /path/to/an/older/klaxon   # the same rows for another build
   klaxon-bench pipeline --workers 2 --json";
 
 /// Measure throughput and cost side by side on this machine (also `klaxon bench`).

@@ -16,7 +16,7 @@ use clap::{Args, Subcommand};
 use klaxon_broker::{Broker, Outgoing, QueueType, Topology};
 use serde::Serialize;
 
-use crate::{latency, GlobalOpts};
+use crate::{latency, steady, GlobalOpts};
 
 #[derive(Debug, Subcommand)]
 pub enum BenchWhat {
@@ -24,6 +24,9 @@ pub enum BenchWhat {
     Pipeline(PipelineArgs),
     /// Crossing → delivered latency (p50/p99/max) under a steady load, and the peak RSS of the process.
     Latency(latency::LatencyArgs),
+    /// CPU per event, context switches per event, threads and crossing → delivered latency of one `klaxon run`
+    /// at paced rates, next to idle and a drained backlog.
+    Steady(steady::SteadyArgs),
 }
 
 #[derive(Debug, Args)]
@@ -111,6 +114,7 @@ pub async fn run(what: BenchWhat, global: &GlobalOpts) -> anyhow::Result<ExitCod
     match what {
         BenchWhat::Pipeline(p) => pipeline(p, global).await,
         BenchWhat::Latency(l) => latency::latency(l, global).await,
+        BenchWhat::Steady(s) => steady::steady(s, global).await,
     }
 }
 

@@ -198,7 +198,8 @@ pub(super) fn build_rule(a: &AddArgs, limits: &klaxon_core::Limits) -> anyhow::R
 }
 
 /// Says on stderr which endpoints of a rule just stored point to a loopback or private address (the senders
-/// refuse them unless `--allow-private-endpoints`). The rule is stored all the same.
+/// refuse them unless `--allow-private-endpoints`). The rule is stored all the same. `rule` carries its stored
+/// `_id`: without one, parsing would make up a new id and the warning would name a rule that does not exist.
 pub(super) fn warn_private_endpoints(project: &str, rule: &serde_json::Value) {
     let file = serde_json::json!([{"_id": project, "notifications": [rule]}]).to_string();
     if let Ok(projects) = parse_import(&file) {
@@ -241,7 +242,7 @@ pub(super) struct ImportFile {
     pub fatal: Vec<(ObjectId, RuleProblem)>,
     /// Problems that only limit a rule (e.g. Hawk's default rule with every channel off): stored, with a warning.
     pub warnings: Vec<(ObjectId, RuleProblem)>,
-    /// Ids given here to rules the file has none for → where the rule is in its project (`#2`: the third); the store
+    /// Ids given here to rules the file has none for → where the rule is in its project (`#3`: the third); the store
     /// assigns the real one.
     pub assigned: HashMap<String, String>,
 }
@@ -290,7 +291,7 @@ pub(super) fn read_file(file: &str, limits: &klaxon_core::Limits) -> anyhow::Res
                 .get("_id")
                 .is_some_and(|v| !v.is_null());
             if let (false, Ok(id)) = (given, doc.get_object_id("_id")) {
-                assigned.insert(id.to_hex(), format!("#{j}"));
+                assigned.insert(id.to_hex(), format!("#{}", j + 1));
             }
         }
     }

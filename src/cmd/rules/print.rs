@@ -200,7 +200,11 @@ fn row(project: &str, rule: &Value) -> [String; 8] {
     } else {
         "no"
     };
-    let window = raw.window.typed().cloned().unwrap_or_else(|| "fixed".into());
+    // Only SEEN_MORE (and Hawk's legacy ALL) counts in a window; SPIKE has buckets, ONLY_NEW and REAPPEARED none.
+    let window = match raw.what_to_receive.typed().map(String::as_str) {
+        Some("SEEN_MORE" | "ALL") => raw.window.typed().cloned().unwrap_or_else(|| "fixed".into()),
+        _ => "-".into(),
+    };
     let mut channels: Vec<String> = raw
         .channels
         .typed()
@@ -294,7 +298,7 @@ mod tests {
                     id,
                     "no",
                     "ONLY_NEW",
-                    "fixed",
+                    "-",
                     "-",
                     "-a",
                     "INVALID: `isEnabled` must be a boolean",
@@ -302,16 +306,7 @@ mod tests {
             ),
             (
                 json!({"_id": 7, "whatToReceive": 3}),
-                s(&[
-                    "p",
-                    "7",
-                    "no",
-                    "?",
-                    "fixed",
-                    "-",
-                    "-",
-                    "INVALID: rule has no `_id`",
-                ]),
+                s(&["p", "7", "no", "?", "-", "-", "-", "INVALID: rule has no `_id`"]),
             ),
             (
                 json!("not a rule"),
@@ -320,7 +315,7 @@ mod tests {
                     "<no id>",
                     "no",
                     "?",
-                    "fixed",
+                    "-",
                     "-",
                     "-",
                     "INVALID: rule is not an object",
@@ -333,11 +328,31 @@ mod tests {
                     id,
                     "yes",
                     "ONLY_NEW",
-                    "fixed",
+                    "-",
                     "-",
                     "-",
                     "warning: rule is enabled but has no usable channel, so it never notifies",
                 ]),
+            ),
+            (
+                json!({"_id": id, "isEnabled": true, "whatToReceive": "SPIKE", "thresholdPeriod": 3_600_000,
+                       "channels": {"webhook": {"isEnabled": true, "endpoint": "https://h.test/x"}}}),
+                s(&[
+                    "p",
+                    id,
+                    "yes",
+                    "SPIKE 5x/1h over 24 (min 10)",
+                    "-",
+                    "webhook",
+                    "-",
+                    "ok",
+                ]),
+            ),
+            (
+                json!({"_id": id, "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 2,
+                       "thresholdPeriod": 60_000,
+                       "channels": {"webhook": {"isEnabled": true, "endpoint": "https://h.test/x"}}}),
+                s(&["p", id, "yes", "SEEN_MORE 2/1m", "fixed", "webhook", "-", "ok"]),
             ),
         ];
         for (rule, want) in cases {

@@ -206,7 +206,7 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 pub struct ApiOpts {
     /// Accept direct notifications (POST /api/v1/notifications) to loopback/private/link-local addresses.
-    #[arg(long, env = "KLAXON_ALLOW_PRIVATE_ENDPOINTS", default_value_t = false)]
+    #[arg(long, env = "KLAXON_ALLOW_PRIVATE_ENDPOINTS", value_parser = clap::builder::BoolishValueParser::new())]
     pub allow_private_endpoints: bool,
 }
 

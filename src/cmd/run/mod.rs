@@ -82,9 +82,11 @@ struct Parts<'a> {
     tracker: TaskTracker,
 }
 
-/// Retries `connect` with a jittered, capped backoff until it succeeds or shutdown begins.
+/// Retries `connect` to `what` at `url` with a jittered, capped backoff until it succeeds or shutdown begins.
+/// While it fails, the log and `/readyz` (through `readiness`) name the service and its address.
 async fn connect_with_retry<T, E, F, Fut>(
-    what: &str,
+    (what, url): (&str, &str),
+    readiness: &Readiness,
     shutdown: &CancellationToken,
     mut connect: F,
 ) -> Option<T>
@@ -94,13 +96,20 @@ where
     Fut: std::future::Future<Output = Result<T, E>>,
 {
     let mut attempt = 0;
+    let address = service_address(url);
     loop {
         match connect().await {
-            Ok(v) => return Some(v),
+            Ok(v) => {
+                if attempt > 0 {
+                    readiness.waiting_for(None);
+                }
+                return Some(v);
+            }
             Err(e) => {
                 let wait = klaxon_broker::backoff(attempt, Duration::from_secs(30));
                 attempt += 1;
-                tracing::warn!(service = what, error = %e, retry_in_ms = wait.as_millis() as u64, "cannot connect; retrying");
+                readiness.waiting_for(Some(format!("{what} at {address}")));
+                tracing::warn!(service = what, address = %address, error = %e, retry_in_ms = wait.as_millis() as u64, "cannot connect; retrying");
                 tokio::select! {
                     _ = shutdown.cancelled() => return None,
                     _ = tokio::time::sleep(wait) => {}
@@ -108,6 +117,17 @@ where
             }
         }
     }
+}
+
+/// The host:port list of a service URL (`redis://:pw@10.0.0.5:6379/0` → `10.0.0.5:6379`; a Redis Cluster's
+/// URL list or a MongoDB seed list → `h1:7000,h2:7001`): what an operator needs to find it, without
+/// credentials, database or options.
+fn service_address(url: &str) -> String {
+    url.split(',')
+        .map(|part| klaxon_core::text::one_line(&super::doctor::endpoint(part.trim()), 100))
+        .filter(|h| !h.is_empty())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Validates the options into a [`Plan`], then runs it until SIGTERM/SIGINT.
@@ -167,7 +187,10 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
     // Both sides count, dedup or limit in Redis: connected before either starts.
     let mut redis = None;
     if plan.worker.is_some() || plan.sender.is_some() {
-        let Some(r) = connect_with_retry("redis", &shutdown, || clients.redis(&global.redis_url)).await
+        let Some(r) = connect_with_retry(("redis", &global.redis_url), &parts.readiness, &shutdown, || {
+            clients.redis(&global.redis_url)
+        })
+        .await
         else {
             return Ok(ExitCode::SUCCESS);
         };
@@ -178,8 +201,13 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
     // The rule store once the worker has it (the sender's trail then writes through it at once).
     let mut store: Option<RuleStore> = None;
     if let (Some(w), Some(redis)) = (plan.worker, &redis) {
-        let Some(s) =
-            connect_with_retry("mongodb", &shutdown, || clients.store(global, plan.rule_defaults)).await
+        let Some(s) = connect_with_retry(
+            ("mongodb", &global.mongo_url),
+            &parts.readiness,
+            &shutdown,
+            || clients.store(global, plan.rule_defaults),
+        )
+        .await
         else {
             return Ok(ExitCode::SUCCESS);
         };
@@ -316,8 +344,13 @@ fn start_senders(
             let clients = clients.clone();
             let global = global.clone();
             p.tracker.spawn(async move {
+                // deliveries never wait for the trail: logged, never a reason for /readyz
+                let unread = Readiness::default();
                 if let Some(store) =
-                    connect_with_retry("mongodb", &shutdown, || clients.store(&global, rule_defaults)).await
+                    connect_with_retry(("mongodb", &global.mongo_url), &unread, &shutdown, || {
+                        clients.store(&global, rule_defaults)
+                    })
+                    .await
                 {
                     let _ = store_tx.send(store);
                 }
@@ -371,5 +404,33 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::service_address;
+
+    #[test]
+    fn a_service_is_named_by_its_address_without_credentials() {
+        let cases = [
+            ("redis://127.0.0.1:6390/", "127.0.0.1:6390"),
+            ("redis://:s3cret@10.0.0.5:6379/0", "10.0.0.5:6379"),
+            ("rediss://user:s3cret@cache.internal:6380", "cache.internal:6380"),
+            (
+                "redis://127.0.0.1:7000,redis://127.0.0.1:7001",
+                "127.0.0.1:7000,127.0.0.1:7001",
+            ),
+            (
+                "mongodb://admin:p%40ss@h1:27017,h2:27017/hawk?replicaSet=rs0",
+                "h1:27017,h2:27017",
+            ),
+            ("mongodb://127.0.0.1:27017", "127.0.0.1:27017"),
+        ];
+        for (url, want) in cases {
+            let got = service_address(url);
+            assert_eq!(got, want, "{url}");
+            assert!(!got.contains("s3cret") && !got.contains("p%40ss"), "{got}");
+        }
     }
 }

@@ -137,6 +137,9 @@ struct ActionPage {
     link_expires: String,
     verdicts: Vec<RuleVerdict>,
     title_cut: bool,
+    /// "Why did this fire?": when the link's firing happened and its numbers, in words.
+    fired_at: Option<String>,
+    fired_words: Option<String>,
 }
 
 impl Template for ActionPage {
@@ -164,7 +167,7 @@ fn page(claim: &Claim, project: String, rule: RuleView, stage: &'static str, wha
         title: format!("{} · Klaxon action", claim.action.label()),
         csrf: "",
         session: false,
-        nav: Nav::Projects,
+        nav: Nav::None,
         project,
         project_id: claim.project_id.clone(),
         rule,
@@ -179,6 +182,8 @@ fn page(claim: &Claim, project: String, rule: RuleView, stage: &'static str, wha
         button: "",
         link_expires: ms_human(claim.expires_s.saturating_mul(1000)),
         verdicts: Vec::new(),
+        fired_at: claim.fired.as_ref().map(|f| ms_human(f.at_ms)),
+        fired_words: claim.fired.as_ref().map(klaxon_core::action::Fired::words),
         title_cut: claim
             .title
             .as_ref()
@@ -217,8 +222,15 @@ pub(super) async fn show(
                 project,
                 rule,
                 "explain",
-                "What this rule does with this error right now, and why (read only: nothing is counted or changed)."
-                    .into(),
+                if claim.fired.is_some() {
+                    "Why this rule fired, as the firing saw it; then what it would do with this error now (read \
+                     only: nothing is counted or changed)."
+                        .into()
+                } else {
+                    "What this rule does with this error right now, and why (read only: nothing is counted or \
+                     changed)."
+                        .into()
+                },
             );
             p.verdicts = verdicts;
             return Ok(render(StatusCode::OK, &p));
@@ -345,10 +357,9 @@ pub(super) async fn confirm(
                 "action link: muted"
             );
             let what = format!(
-                "Muted {} until {} ({}). Firings are counted but not delivered until then.",
+                "Muted {} until {}. Firings are counted but not delivered until then.",
                 mute_scope(&claim),
-                ms_human(made.until_ms),
-                klaxon_core::notification::rfc3339_ms(made.until_ms)
+                ms_human(made.until_ms)
             );
             let mut p = page(&claim, project, rule, "done", what);
             undo_button(key, &claim, &made.mute_id, made.until_ms, &mut p);

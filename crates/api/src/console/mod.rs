@@ -27,6 +27,7 @@
 //! | `explain.rs` | `/projects/{id}/explain` |
 //! | `deliveries.rs` | `/deliveries`: the trail, paged |
 //! | `dead.rs` | `/dead`, `/dead/replay` |
+//! | `invalid.rs` | `/invalid`, `/invalid/replay` |
 
 mod action;
 mod auth;
@@ -34,6 +35,7 @@ mod dead;
 mod deliveries;
 mod edit;
 mod explain;
+mod invalid;
 mod mutes;
 mod projects;
 mod view;
@@ -119,6 +121,8 @@ pub(crate) fn router(api: Api) -> Router {
         .route("/deliveries", get(deliveries::page))
         .route("/dead", get(dead::page))
         .route("/dead/replay", post(dead::replay))
+        .route("/invalid", get(invalid::page))
+        .route("/invalid/replay", post(invalid::replay))
         .route("/logout", post(auth::logout))
         .route_layer(middleware::from_fn_with_state(
             console.clone(),

@@ -38,6 +38,10 @@ fn templates() -> &'static minijinja::Environment<'static> {
                 include_str!("../../templates/console/deliveries.html"),
             ),
             ("dead.html", include_str!("../../templates/console/dead.html")),
+            (
+                "invalid.html",
+                include_str!("../../templates/console/invalid.html"),
+            ),
             ("action.html", include_str!("../../templates/console/action.html")),
         ] {
             if let Err(e) = env.add_template(name, source) {
@@ -86,6 +90,10 @@ pub(super) enum Nav {
     Deliveries,
     /// The dead letters.
     Dead,
+    /// The invalid events.
+    Invalid,
+    /// A page of no section (an action link's): nothing lit.
+    None,
 }
 
 /// A page inside the layout (`base.html`): what the layout needs, and the page's own fields beside it.

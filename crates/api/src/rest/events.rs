@@ -32,8 +32,11 @@ pub(crate) async fn ingest(
     let batch = format!("{:016x}", rand::random::<u64>());
     let mut messages = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        let bytes = serde_json::to_vec(item).map_err(|e| ApiError::bad_request(format!("event {i}: {e}")))?;
-        EventTask::parse(&bytes).map_err(|e| ApiError::bad_request(format!("event {i}: {e}")))?;
+        // counted from 1, as people count
+        let n = i + 1;
+        let bytes =
+            serde_json::to_vec(item).map_err(|e| ApiError::bad_request(format!("event #{n}: {e}")))?;
+        EventTask::parse(&bytes).map_err(|e| ApiError::bad_request(format!("event #{n}: {e}")))?;
         let mut m = Outgoing::json(queue.clone(), bytes);
         m.message_id = Some(format!("api-{batch}-{i}"));
         messages.push((m, Duration::ZERO));

@@ -50,7 +50,11 @@ impl Api {
         let Some(project) = store.project(project_id).await.map_err(ApiError::rules)? else {
             return Err(ApiError::new(
                 StatusCode::NOT_FOUND,
-                format!("unknown project {project_id}: it has no rules"),
+                format!(
+                    "unknown project {project_id}: it has no rules in MongoDB database `{}` (Klaxon reads \
+                     --mongo-db / KLAXON_MONGO_DB; for Hawk's rules, set it to Hawk's database)",
+                    self.config().mongo_db
+                ),
             ));
         };
         let (counter, mutes) = self.active_mutes(project_id).await?;

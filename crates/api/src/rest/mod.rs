@@ -11,6 +11,7 @@
 //! | [`notifications`] | `POST /notifications` | Redis (idempotency), RabbitMQ (the senders' queues) |
 //! | [`deliveries`] | `GET /deliveries` | MongoDB (the delivery trail) |
 //! | [`dead`] | `GET /dead`, `POST /dead/replay` | RabbitMQ (the dead-letter queue) |
+//! | [`invalid`] | `GET /invalid`, `POST /invalid/replay` | RabbitMQ (the queue of invalid events) |
 //! | [`webhook_secret`] | `GET /projects/{id}/webhook-secret`, `GET /webhook-secret` | none (derived) |
 //!
 //! What every write of tenant rules and mutes checks beyond validation (per-project limits, endpoints on
@@ -22,6 +23,7 @@ pub mod dead;
 pub mod deliveries;
 pub(crate) mod events;
 pub(crate) mod explain;
+pub mod invalid;
 pub mod mutes;
 pub mod notifications;
 pub mod rules;

@@ -87,7 +87,7 @@ pub enum WhatToReceive {
 /// The fields of a stored rule that the kinds read ([`WhatToReceive::read`]): the raw model lends them.
 pub(crate) struct KindFields<'a> {
     /// `whatToReceive`.
-    pub(crate) what_to_receive: Option<&'a str>,
+    pub(crate) what_to_receive: &'a Field<String>,
     /// `threshold`: SEEN_MORE's count, SPIKE's least count.
     pub(crate) threshold: &'a Field<u64>,
     /// `thresholdPeriod`: SEEN_MORE's window, SPIKE's bucket.
@@ -110,7 +110,7 @@ impl WhatToReceive {
         f: &KindFields<'_>,
         fatal: &dyn Fn(String, &str) -> RuleProblem,
     ) -> Result<WhatToReceive, RuleProblem> {
-        Ok(match f.what_to_receive {
+        Ok(match f.what_to_receive.typed().map(String::as_str) {
             Some(only_new::NAME) => WhatToReceive::OnlyNew,
             Some(seen_more::NAME) => {
                 let (threshold, period_ms) = seen_more::read(f.threshold, f.threshold_period, fatal)?;
@@ -130,9 +130,15 @@ impl WhatToReceive {
             Some(reappeared::NAME) => WhatToReceive::Reappeared {
                 quiet_period_ms: reappeared::read(f.quiet_period, fatal)?,
             },
-            other => {
+            _ if f.what_to_receive.is_missing() => {
                 return Err(fatal(
-                    format!("unknown `whatToReceive` {other:?}"),
+                    "rule has no `whatToReceive`".into(),
+                    "use \"ONLY_NEW\", \"SEEN_MORE\", \"SPIKE\" or \"REAPPEARED\"",
+                ))
+            }
+            _ => {
+                return Err(fatal(
+                    format!("unknown `whatToReceive` {}", f.what_to_receive.to_json()),
                     "use \"ONLY_NEW\", \"SEEN_MORE\", \"SPIKE\" or \"REAPPEARED\"",
                 ))
             }

@@ -290,7 +290,7 @@ impl RawRule {
         // The kind's own fields, defaults, limits and problems: `crate::kind`.
         let what = WhatToReceive::read(
             &KindFields {
-                what_to_receive: self.what_to_receive.typed().map(String::as_str),
+                what_to_receive: &self.what_to_receive,
                 threshold: &self.threshold,
                 threshold_period: &self.threshold_period,
                 baseline_windows: &self.baseline_windows,
@@ -361,6 +361,33 @@ impl RawRule {
             message,
             fix,
         };
+        // Unknown keys are kept (Hawk adds its own), but one a typo away from a key Klaxon reads is almost
+        // certainly that key misspelt: `"includng"` would otherwise pass and fire on every title.
+        for key in self.extra.keys() {
+            if let Some(known) = did_you_mean(key, RULE_KEYS) {
+                problems.push(warning(
+                    format!(
+                        "unknown key `{}` is ignored; did you mean `{known}`?",
+                        crate::text::one_line(key, 60)
+                    ),
+                    format!("rename `{}` to `{known}`", crate::text::one_line(key, 60)),
+                ));
+            }
+        }
+        for (key, ch) in self.channels.typed().into_iter().flat_map(|c| c.0.iter()) {
+            let Field::Typed(ch) = ch else { continue };
+            for field in ch.extra.keys() {
+                if let Some(known) = did_you_mean(field, CHANNEL_KEYS) {
+                    problems.push(warning(
+                        format!(
+                            "unknown key `channels.{key}.{}` is ignored; did you mean `{known}`?",
+                            crate::text::one_line(field, 60)
+                        ),
+                        format!("rename it to `channels.{key}.{known}`"),
+                    ));
+                }
+            }
+        }
         if let Some((message, fix)) = what.unique_users_warning().filter(|_| unique_users) {
             problems.push(warning(message, fix));
         }
@@ -472,6 +499,90 @@ impl RawRule {
     }
 }
 
+/// The keys of a rule document Klaxon reads (Hawk's and its own extensions), for "did you mean".
+pub const RULE_KEYS: &[&str] = &[
+    "_id",
+    "isEnabled",
+    "whatToReceive",
+    "threshold",
+    "thresholdPeriod",
+    "window",
+    "baselineWindows",
+    "factor",
+    "quietPeriod",
+    "uniqueUsers",
+    "including",
+    "includingCaseSensitive",
+    "excluding",
+    "includingPatterns",
+    "excludingPatterns",
+    "channels",
+];
+
+/// The keys of a channel Klaxon reads.
+const CHANNEL_KEYS: &[&str] = &["isEnabled", "endpoint", "minPeriod", "severity"];
+
+/// Keys people write for a known one that are not a typo of it.
+const ALIASES: &[(&str, &str)] = &[
+    ("patterns", "includingPatterns"),
+    ("pattern", "includingPatterns"),
+    ("regex", "includingPatterns"),
+    ("regexes", "includingPatterns"),
+    ("includePatterns", "includingPatterns"),
+    ("excludePatterns", "excludingPatterns"),
+    ("include", "including"),
+    ("exclude", "excluding"),
+];
+
+/// The known key `key` most likely stands for: one it spells the same but for case or `_`, one at most one
+/// edit (insertion, deletion, substitution or swap of neighbours) away, or a usual alias (`patterns`). `None`
+/// for a key that is known itself or is nothing like one (Hawk's `uidAdded`).
+fn did_you_mean(key: &str, known: &'static [&'static str]) -> Option<&'static str> {
+    if known.contains(&key) {
+        return None;
+    }
+    let norm = |s: &str| -> Vec<char> {
+        s.chars()
+            .filter(|c| *c != '_' && *c != '-')
+            .flat_map(char::to_lowercase)
+            .collect()
+    };
+    let k = norm(key);
+    if let Some((_, to)) = ALIASES
+        .iter()
+        .find(|(alias, to)| known.contains(to) && norm(alias) == k)
+    {
+        return Some(to);
+    }
+    // Too short keys are one edit from too much (`id` from `_id` is fine: normalised they are equal).
+    known.iter().copied().find(|candidate| {
+        let c = norm(candidate);
+        c == k || (k.len() >= 4 && within_one_edit(&k, &c))
+    })
+}
+
+/// True when `a` and `b` differ by at most one insertion, deletion, substitution or swap of neighbours.
+fn within_one_edit(a: &[char], b: &[char]) -> bool {
+    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    if long.len() - short.len() > 1 {
+        return false;
+    }
+    let prefix = short.iter().zip(long).take_while(|(x, y)| x == y).count();
+    if short.len() == long.len() {
+        if prefix == short.len() {
+            return true;
+        }
+        // a substitution, or a swap of neighbours
+        short[prefix + 1..] == long[prefix + 1..]
+            || (prefix + 1 < short.len()
+                && short[prefix] == long[prefix + 1]
+                && short[prefix + 1] == long[prefix]
+                && short[prefix + 2..] == long[prefix + 2..])
+    } else {
+        short[prefix..] == long[prefix + 1..]
+    }
+}
+
 /// A JSON value quoted in a problem: at most 100 characters on one line.
 fn klaxon_text(v: &Value) -> String {
     crate::text::one_line(&v.to_string(), 100)
@@ -510,11 +621,18 @@ pub fn endpoint_problem(kind: ChannelKind, endpoint: &str) -> Option<(String, St
             })
         }
         ChannelKind::Teams => {
-            let https =
-                url::Url::parse(endpoint).is_ok_and(|u| u.scheme() == "https" && u.host_str().is_some());
-            (!https).then(|| {
+            // Teams itself is https only; plain http is for a local receiver (a test stub, a relay), which the
+            // senders reach only with --allow-private-endpoints, as `test-notify` does.
+            let ok = url::Url::parse(endpoint).is_ok_and(|u| match u.scheme() {
+                "https" => u.host_str().is_some(),
+                "http" => u.host().is_some_and(|h| local_host(&h)),
+                _ => false,
+            });
+            (!ok).then(|| {
                 (
-                    "channel `teams` endpoint is not an https URL: Teams Workflows webhooks are https".to_owned(),
+                    "channel `teams` endpoint is not an https URL: Teams Workflows webhooks are https (plain http \
+                     only to a loopback or private address)"
+                        .to_owned(),
                     "create a Workflows webhook (\"Post to a channel when a webhook request is received\") and \
                      paste its https URL"
                         .to_owned(),
@@ -532,6 +650,24 @@ pub fn endpoint_problem(kind: ChannelKind, endpoint: &str) -> Option<(String, St
             })
         }
         _ => None,
+    }
+}
+
+/// A loopback, private or link-local address, or `localhost`: a receiver on the operator's own network.
+fn local_host(host: &url::Host<&str>) -> bool {
+    match host {
+        url::Host::Domain(d) => {
+            d.eq_ignore_ascii_case("localhost") || d.to_ascii_lowercase().ends_with(".localhost")
+        }
+        url::Host::Ipv4(ip) => ip.is_loopback() || ip.is_private() || ip.is_link_local(),
+        url::Host::Ipv6(ip) => {
+            ip.is_loopback()
+                || (ip.segments()[0] & 0xfe00) == 0xfc00
+                || (ip.segments()[0] & 0xffc0) == 0xfe80
+                || ip
+                    .to_ipv4_mapped()
+                    .is_some_and(|v4| v4.is_loopback() || v4.is_private())
+        }
     }
 }
 
@@ -588,8 +724,13 @@ mod tests {
     fn wrong_types_are_problems_not_read_failures() {
         let cases = [
             ("isEnabled", json!("yes"), "`isEnabled` must be a boolean"),
-            ("whatToReceive", json!(1), "unknown `whatToReceive` None"),
-            ("whatToReceive", json!(null), "unknown `whatToReceive` None"),
+            ("whatToReceive", json!(1), "unknown `whatToReceive` 1"),
+            ("whatToReceive", json!(null), "unknown `whatToReceive` null"),
+            (
+                "whatToReceive",
+                json!("SEEN_MOAR"),
+                "unknown `whatToReceive` \"SEEN_MOAR\"",
+            ),
             (
                 "threshold",
                 json!("3"),
@@ -850,6 +991,12 @@ mod tests {
                 true,
             ),
             (ChannelKind::Teams, "http://example.com/workflows/x", false),
+            (ChannelKind::Teams, "http://127.0.0.1:8080/teams", true),
+            (ChannelKind::Teams, "http://10.1.2.3/teams", true),
+            (ChannelKind::Teams, "http://localhost:9/teams", true),
+            (ChannelKind::Teams, "http://[::1]:9/teams", true),
+            (ChannelKind::Teams, "http://8.8.8.8/teams", false),
+            (ChannelKind::Teams, "ftp://127.0.0.1/teams", false),
             (ChannelKind::Pagerduty, "r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE", true),
             (ChannelKind::Pagerduty, "r3FPuDvNOTEDyQYCc7trBkymIFcy2Nk", false),
             (ChannelKind::Pagerduty, "r3FPuDvNOTEDyQYCc7trBkymIFcy2Nk-", false),
@@ -875,5 +1022,70 @@ mod tests {
                 assert!(!p.fatal && !p.fix.is_empty() && !p.message.contains(endpoint));
             }
         }
+    }
+
+    /// A key one edit from a known one is a warning naming the known key; other unknown keys stay silent.
+    #[test]
+    fn a_misspelt_key_is_a_warning_with_did_you_mean() {
+        let cases = [
+            ("includng", Some("including")),
+            ("inculding", Some("including")),
+            ("Including", Some("including")),
+            ("exluding", Some("excluding")),
+            ("treshold", Some("threshold")),
+            ("threshold_period", Some("thresholdPeriod")),
+            ("isEnable", Some("isEnabled")),
+            ("windows", Some("window")),
+            ("patterns", Some("includingPatterns")),
+            ("includingPattern", Some("includingPatterns")),
+            ("excludePatterns", Some("excludingPatterns")),
+            ("uidAdded", None),
+            ("custom", None),
+            ("id", Some("_id")),
+            ("x", None),
+        ];
+        for (key, want) in cases {
+            let mut doc = with("including", json!(["db"]));
+            doc[key] = json!(["database"]);
+            let (_, problems) = RawRule::from_value(&doc)
+                .expect("object")
+                .validate()
+                .expect("usable");
+            match want {
+                Some(known) => {
+                    assert_eq!(problems.len(), 1, "{key}: {problems:?}");
+                    let p = &problems[0];
+                    assert!(!p.fatal && !p.limit, "{key}: {p:?}");
+                    assert!(
+                        p.message.contains(&format!("did you mean `{known}`?"))
+                            && p.message.contains(&format!("`{key}`")),
+                        "{key}: {p}"
+                    );
+                    assert!(p.fix.contains(known), "{key}: {p}");
+                }
+                None => assert!(problems.is_empty(), "{key}: {problems:?}"),
+            }
+        }
+        // every known key is read by the model (none lands in `extra`)
+        for key in RULE_KEYS {
+            let raw = RawRule::from_value(&json!({ *key: null })).expect("object");
+            assert!(raw.extra.is_empty(), "{key} is not a field of RawRule");
+        }
+        // inside a channel too
+        let doc = with(
+            "channels",
+            json!({"slack": {"isEnabled": true, "endpont": "https://hooks.slack.com/x", "minPeriod": 0}}),
+        );
+        let problems = match RawRule::from_value(&doc).expect("object").validate() {
+            Ok((_, problems)) => problems,
+            Err(p) => vec![p],
+        };
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.message.contains("`channels.slack.endpont`")
+                    && p.message.contains("did you mean `endpoint`?")),
+            "{problems:?}"
+        );
     }
 }
