@@ -24,7 +24,7 @@
 //! - **Content-Type.** `application/json` cannot be sent cross-site without a CORS preflight, which Klaxon never
 //!   grants; every other type a form or a no-cors fetch can send is refused with 415.
 //!
-//! The decisions are pure functions of header values (table tests below); `lib.rs` and `console.rs` render a
+//! The decisions are pure functions of header values (table tests below); `lib.rs` and `console/mod.rs` render a
 //! [`Refusal`] in their own formats (JSON, HTML page).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

@@ -6,7 +6,8 @@
 //! ```text
 //! <events-queue>            ← producers (Hawk's grouper); consumed by workers
 //! <ns>.events.invalid       ← bodies that are not notifier tasks, untouched, reason in `x-klaxon-error`
-//! <ns>.notify.<channel>     ← notification tasks (email, telegram, slack, webhook); consumed by senders
+//! <ns>.notify.<channel>     ← notification tasks, one queue per channel (email, telegram, slack, webhook, loop,
+//!                             discord, teams, pagerduty); consumed by senders
 //! <ns>.dead                 ← notifications that could not be delivered, reason in `x-klaxon-error`
 //! <ns>.digest.flush         ← "close this digest window" messages, scheduled through the delay engine
 //! <ns>.delay.L0 … L19       ← the delay engine (see [`delay`]): every delayed message in Klaxon waits here

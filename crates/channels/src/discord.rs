@@ -18,7 +18,9 @@ use klaxon_core::NotificationTask;
 use serde_json::{json, Value};
 
 use crate::http_client::{label, parse_http_endpoint, Answer};
-use crate::render::{cut, cut_escaped, escape_discord, escape_discord_bounded, fit, MessageContext, View};
+use crate::render::{
+    cut, cut_escaped, escape_discord, escape_discord_bounded, fit, MessageContext, View, ViewKind,
+};
 use crate::slack::{lines, Piece};
 use crate::{Channels, Delivered, DeliveryError};
 
@@ -36,12 +38,12 @@ const ACTIONS_MAX: usize = 2000;
 const DIGEST_GROUP_EMBEDS: usize = DISCORD_EMBEDS_MAX - 2;
 
 /// Embed colours (the left bar): red for a new error, orange for a threshold, blue for a digest, grey otherwise.
-fn colour(kind: &str) -> u32 {
+fn colour(kind: ViewKind) -> u32 {
     match kind {
-        "new" | "reappeared" => 0x00ED_4245,
-        "threshold" | "users" | "spike" => 0x00F2_8C28,
-        "digest" => 0x0058_65F2,
-        _ => 0x0099_AAB5,
+        ViewKind::New | ViewKind::Reappeared => 0x00ED_4245,
+        ViewKind::Threshold | ViewKind::Users | ViewKind::Spike => 0x00F2_8C28,
+        ViewKind::Digest => 0x0058_65F2,
+        ViewKind::Direct => 0x0099_AAB5,
     }
 }
 
@@ -92,7 +94,7 @@ fn embed_chars(embed: &Value) -> usize {
 }
 
 /// One embed: a title, a description (omitted when empty), a colour, and optionally a link, footer and time.
-fn embed(title: String, description: String, kind: &str) -> Value {
+fn embed(title: String, description: String, kind: ViewKind) -> Value {
     let mut e = json!({ "title": title, "color": colour(kind) });
     if !description.is_empty() {
         e["description"] = Value::from(description);
@@ -114,7 +116,7 @@ pub(crate) fn embeds(v: &View) -> Vec<Value> {
         cut_escaped(&text, DISCORD_DESCRIPTION_MAX)
     };
     let mut out = match v.kind {
-        "direct" => {
+        ViewKind::Direct => {
             let text = v.text.as_deref().unwrap_or_default();
             vec![embed(
                 escape_discord_bounded(title, DISCORD_TITLE_MAX),
@@ -122,7 +124,7 @@ pub(crate) fn embeds(v: &View) -> Vec<Value> {
                 v.kind,
             )]
         }
-        "new" => {
+        ViewKind::New => {
             // lines: header, title, "First seen · link", footer
             let header = format!("New error in project {}", escape_discord(&v.project));
             let mut e = embed(cut_escaped(&header, DISCORD_TITLE_MAX), body(1, 3), v.kind);
@@ -131,7 +133,7 @@ pub(crate) fn embeds(v: &View) -> Vec<Value> {
             }
             vec![e]
         }
-        "threshold" | "users" | "spike" | "reappeared" => {
+        ViewKind::Threshold | ViewKind::Users | ViewKind::Spike | ViewKind::Reappeared => {
             // lines: title, "Seen … in project P" (or "Spike …", "Reappeared …"), link, footer
             let mut e = embed(
                 escape_discord_bounded(title, DISCORD_TITLE_MAX),
@@ -143,7 +145,7 @@ pub(crate) fn embeds(v: &View) -> Vec<Value> {
             }
             vec![e]
         }
-        _ => {
+        ViewKind::Digest => {
             let header = format!(
                 "{} errors in {} in {}",
                 v.total,
@@ -183,7 +185,7 @@ pub(crate) fn embeds(v: &View) -> Vec<Value> {
             out
         }
     };
-    if v.kind != "direct" {
+    if v.kind != ViewKind::Direct {
         if let Some(last) = out.last_mut() {
             last["footer"] = json!({ "text": cut(&footer, 2048) });
             last["timestamp"] = Value::from(v.fired_at.as_str());

@@ -3,7 +3,9 @@
 //!
 //! ```text
 //! NotificationTask ──Channels::deliver──▶ render (minijinja templates in templates/, escaped per channel)
-//!                                      ──▶ slack.rs / telegram.rs / webhook.rs ──▶ http.rs (one reqwest client)
+//!                                      ──▶ slack.rs / telegram.rs / webhook.rs / mattermost.rs (loop) /
+//!                                          discord.rs / teams.rs / pagerduty.rs ──▶ http_client.rs (one reqwest
+//!                                          client)
 //!                                      ──▶ email.rs ──▶ one pooled lettre SMTP transport
 //!                  ◀── Ok(Delivered) | Err(DeliveryError::Transient{reason, retry_after} | Permanent{reason})
 //! ```

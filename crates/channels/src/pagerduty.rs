@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use url::Url;
 
 use crate::http_client::label;
-use crate::render::{cut, fit, MessageContext, View};
+use crate::render::{cut, fit, MessageContext, View, ViewKind};
 use crate::{Channels, Delivered, DeliveryError};
 
 /// Longest `payload.summary` PagerDuty accepts, in characters.
@@ -29,13 +29,13 @@ pub const PAGERDUTY_EVENT_MAX: usize = 512 * 1024;
 fn summary(v: &View) -> String {
     let title = v.events.first().map(|e| e.title.as_str()).unwrap_or_default();
     let text = match v.kind {
-        "new" => format!("New error in {}: {title}", v.project),
-        "threshold" => format!("{title} (seen {} in {})", v.seen, v.project),
-        "users" => format!("{title} (seen by {} in {})", v.seen, v.project),
-        "spike" => format!("Spike in {}: {title} ({})", v.project, v.seen),
-        "reappeared" => format!("Reappeared in {}: {title} ({})", v.project, v.seen),
-        "direct" => title.to_owned(),
-        _ => format!("{} errors in {} in {}: {title}", v.total, v.project, v.window),
+        ViewKind::New => format!("New error in {}: {title}", v.project),
+        ViewKind::Threshold => format!("{title} (seen {} in {})", v.seen, v.project),
+        ViewKind::Users => format!("{title} (seen by {} in {})", v.seen, v.project),
+        ViewKind::Spike => format!("Spike in {}: {title} ({})", v.project, v.seen),
+        ViewKind::Reappeared => format!("Reappeared in {}: {title} ({})", v.project, v.seen),
+        ViewKind::Direct => title.to_owned(),
+        ViewKind::Digest => format!("{} errors in {} in {}: {title}", v.total, v.project, v.window),
     };
     cut(&text, PAGERDUTY_SUMMARY_MAX)
 }
@@ -59,7 +59,7 @@ pub(crate) fn event(task: &NotificationTask, v: &View) -> Value {
         "rule": v.rule,
         "notificationId": v.notification_id,
         "firedAt": v.fired_at,
-        "what": v.kind,
+        "what": v.kind.as_str(),
         "events": events,
     });
     if v.more > 0 {

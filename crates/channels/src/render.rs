@@ -150,11 +150,48 @@ pub(crate) struct ViewEvent {
     pub(crate) group_hash: String,
 }
 
+/// What a message is about: the rule kind that fired (SEEN_MORE split by what it counts), a digest or a direct
+/// notification. Channels switch on it; templates see its word (`new`, `threshold`, `users`, `spike`,
+/// `reappeared`, `digest`, `direct`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ViewKind {
+    /// ONLY_NEW.
+    New,
+    /// SEEN_MORE counting events.
+    Threshold,
+    /// SEEN_MORE counting distinct users.
+    Users,
+    /// SPIKE.
+    Spike,
+    /// REAPPEARED.
+    Reappeared,
+    /// A digest of several firings.
+    Digest,
+    /// A direct notification.
+    Direct,
+}
+
+impl ViewKind {
+    /// The word templates and PagerDuty's `custom_details.what` see.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ViewKind::New => "new",
+            ViewKind::Threshold => "threshold",
+            ViewKind::Users => "users",
+            ViewKind::Spike => "spike",
+            ViewKind::Reappeared => "reappeared",
+            ViewKind::Digest => "digest",
+            ViewKind::Direct => "direct",
+        }
+    }
+}
+
 /// What every template (and Slack's blocks) is rendered from. Tenant strings in it are revealed and bounded
 /// but not escaped: each channel escapes them its own way.
 #[derive(Serialize)]
 pub(crate) struct View {
-    pub(crate) kind: &'static str,
+    pub(crate) kind: ViewKind,
     pub(crate) project: String,
     pub(crate) project_id: String,
     pub(crate) rule: String,
@@ -649,50 +686,17 @@ fn times(n: u64, one: &str, many: &str) -> String {
     }
 }
 
-/// What a SPIKE or REAPPEARED firing saw, in words: "312 in the last hour, usually ~20 (15.6×)", "back after 12
-/// days quiet". Only numbers: no tenant text.
+/// What a SPIKE or REAPPEARED firing saw, in its kind's words ([`klaxon_core::Baseline::words`],
+/// [`klaxon_core::kind::reappeared::words`]): "312 in the last hour, usually ~20 (15.6×)", "back after 12 days
+/// quiet". Only numbers: no tenant text.
 fn signal_words(task: &NotificationTask, count: u64, window: &str) -> String {
     match task.reason {
-        Reason::Spike {
-            baseline_sum,
-            baseline_buckets,
-            ..
-        } => {
-            let mean = baseline_sum as f64 / baseline_buckets.max(1) as f64;
-            if mean <= 0.0 {
-                format!("{count} in {window}, usually none")
-            } else {
-                format!(
-                    "{count} in {window}, usually ~{} ({:.1}×)",
-                    one_decimal(mean),
-                    count as f64 / mean
-                )
-            }
-        }
+        Reason::Spike { baseline, .. } => baseline.words(count, window),
         Reason::Reappeared {
             quiet_period_ms,
             last_seen_ms,
-        } => match last_seen_ms {
-            Some(seen) => format!(
-                "back after {} quiet",
-                klaxon_core::text::duration_words(u64::try_from(task.fired_at_ms - seen).unwrap_or(0))
-            ),
-            None => format!(
-                "back after more than {} quiet",
-                klaxon_core::text::duration_words(quiet_period_ms)
-            ),
-        },
+        } => klaxon_core::kind::reappeared::words(quiet_period_ms, last_seen_ms, task.fired_at_ms),
         _ => String::new(),
-    }
-}
-
-/// "20" for a whole number, else one decimal: "20.5".
-fn one_decimal(x: f64) -> String {
-    let r = (x * 10.0).round() / 10.0;
-    if r.fract() == 0.0 {
-        format!("{r:.0}")
-    } else {
-        format!("{r:.1}")
     }
 }
 
@@ -711,30 +715,35 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
             threshold,
             period_ms,
             window,
-        } if !digest => ("threshold", period_ms / 1000, window_name(window), threshold),
+        } if !digest => (
+            ViewKind::Threshold,
+            period_ms / 1000,
+            window_name(window),
+            threshold,
+        ),
         Reason::UniqueUsers {
             threshold,
             period_ms,
             window,
-        } if !digest => ("users", period_ms / 1000, window_name(window), threshold),
-        Reason::New if !digest => ("new", 0, "", 0),
-        Reason::Spike {
-            period_ms, needed, ..
-        } if !digest => ("spike", period_ms / 1000, "", needed),
-        Reason::Reappeared { .. } if !digest => ("reappeared", 0, "", 0),
-        Reason::Digest { min_period_s } => ("digest", min_period_s, "", 0),
-        Reason::Direct => ("direct", 0, "", 0),
-        _ => ("digest", task.min_period_s, "", 0),
+        } if !digest => (ViewKind::Users, period_ms / 1000, window_name(window), threshold),
+        Reason::New if !digest => (ViewKind::New, 0, "", 0),
+        Reason::Spike { spike, baseline } if !digest => {
+            (ViewKind::Spike, spike.period_ms / 1000, "", baseline.needed)
+        }
+        Reason::Reappeared { .. } if !digest => (ViewKind::Reappeared, 0, "", 0),
+        Reason::Digest { min_period_s } => (ViewKind::Digest, min_period_s, "", 0),
+        Reason::Direct => (ViewKind::Direct, 0, "", 0),
+        _ => (ViewKind::Digest, task.min_period_s, "", 0),
     };
     let window = last_period(window_secs);
     let first_count = task.events.first().map_or(0, |e| e.count);
     let seen = match kind {
-        "new" => "first seen".to_owned(),
-        "direct" => String::new(),
-        "threshold" => format!("{} in {window}", times(first_count, "time", "times")),
-        "users" => format!("{} in {window}", times(first_count, "user", "users")),
-        "spike" | "reappeared" => signal_words(task, first_count, &window),
-        _ => format!(
+        ViewKind::New => "first seen".to_owned(),
+        ViewKind::Direct => String::new(),
+        ViewKind::Threshold => format!("{} in {window}", times(first_count, "time", "times")),
+        ViewKind::Users => format!("{} in {window}", times(first_count, "user", "users")),
+        ViewKind::Spike | ViewKind::Reappeared => signal_words(task, first_count, &window),
+        ViewKind::Digest => format!(
             "{} in {window}",
             times(task.events.iter().map(|e| e.count).sum(), "error", "errors")
         ),
@@ -1231,13 +1240,17 @@ mod tests {
     fn spike_and_reappeared_say_their_numbers() {
         let r = Renderer::new().expect("templates");
         let spike = |sum, buckets| Reason::Spike {
-            period_ms: 3_600_000,
-            baseline_windows: 24,
-            factor_milli: 5000,
-            threshold: 10,
-            baseline_sum: sum,
-            baseline_buckets: buckets,
-            needed: 100,
+            spike: klaxon_core::Spike {
+                period_ms: 3_600_000,
+                baseline_windows: 24,
+                factor_milli: 5000,
+                threshold: 10,
+            },
+            baseline: klaxon_core::Baseline {
+                sum,
+                buckets,
+                needed: 100,
+            },
         };
         let back = |last_seen_ms| Reason::Reappeared {
             quiet_period_ms: 7 * 86_400_000,

@@ -15,7 +15,7 @@
 use klaxon_core::NotificationTask;
 use serde_json::{json, Value};
 
-use crate::render::{fit, slack_literal, MessageContext, View, SLACK, SLACK_SECTION_MAX};
+use crate::render::{fit, slack_literal, MessageContext, View, ViewKind, SLACK, SLACK_SECTION_MAX};
 
 /// Slack's limit for a message's top-level `text`, in characters.
 pub const SLACK_TEXT_MAX: usize = 40_000;
@@ -101,7 +101,7 @@ pub(crate) fn lines(v: &View) -> Vec<Vec<Piece>> {
     };
     let mut out: Vec<Vec<Piece>> = Vec::new();
     match v.kind {
-        "direct" => {
+        ViewKind::Direct => {
             out.push(vec![tenant_bold(title)]);
             // one line each: blocks split between lines, so a long body stays within the blocks' bound
             for line in v.text.iter().flat_map(|t| t.split('\n')) {
@@ -109,7 +109,7 @@ pub(crate) fn lines(v: &View) -> Vec<Vec<Piece>> {
             }
             return out;
         }
-        "new" => {
+        ViewKind::New => {
             out.push(vec![
                 Piece::Bold("New error in project ".into()),
                 tenant_bold(&v.project),
@@ -122,9 +122,9 @@ pub(crate) fn lines(v: &View) -> Vec<Vec<Piece>> {
             }
             out.push(seen);
         }
-        "threshold" | "users" => {
+        ViewKind::Threshold | ViewKind::Users => {
             out.push(vec![tenant_bold(title)]);
-            let by = if v.kind == "users" { "by " } else { "" };
+            let by = if v.kind == ViewKind::Users { "by " } else { "" };
             out.push(vec![
                 Piece::Ours(format!(
                     "Seen {by}{} ({} window, threshold {}) in project ",
@@ -136,9 +136,13 @@ pub(crate) fn lines(v: &View) -> Vec<Vec<Piece>> {
                 out.push(vec![open_event(url)]);
             }
         }
-        "spike" | "reappeared" => {
+        ViewKind::Spike | ViewKind::Reappeared => {
             out.push(vec![tenant_bold(title)]);
-            let what = if v.kind == "spike" { "Spike" } else { "Reappeared" };
+            let what = if v.kind == ViewKind::Spike {
+                "Spike"
+            } else {
+                "Reappeared"
+            };
             out.push(vec![
                 Piece::Ours(format!("{what} in project ")),
                 tenant(&v.project),
@@ -148,7 +152,7 @@ pub(crate) fn lines(v: &View) -> Vec<Vec<Piece>> {
                 out.push(vec![open_event(url)]);
             }
         }
-        _ => {
+        ViewKind::Digest => {
             out.push(vec![
                 Piece::Bold(format!("{} errors in ", v.total)),
                 tenant_bold(&v.project),

@@ -367,24 +367,16 @@ pub fn webhook_body(task: &NotificationTask) -> Vec<u8> {
 /// The exact body POSTed for a task, with `projectName`, event `url`s and `actions` when the context has them.
 pub fn webhook_body_with(task: &NotificationTask, ctx: MessageContext<'_>) -> Vec<u8> {
     let (kind, spike, reappeared) = match task.reason {
-        Reason::Spike {
-            period_ms,
-            baseline_windows,
-            factor_milli,
-            threshold,
-            baseline_sum,
-            baseline_buckets,
-            needed,
-        } => (
+        Reason::Spike { spike, baseline } => (
             Some("spike"),
             Some(SpikeNumbers {
-                bucket_ms: period_ms,
-                baseline_windows,
-                factor: f64::from(factor_milli) / 1000.0,
-                threshold,
-                baseline: baseline_sum as f64 / baseline_buckets.max(1) as f64,
-                baseline_buckets,
-                needed,
+                bucket_ms: spike.period_ms,
+                baseline_windows: spike.baseline_windows,
+                factor: spike.factor(),
+                threshold: spike.threshold,
+                baseline: baseline.sum as f64 / baseline.buckets.max(1) as f64,
+                baseline_buckets: baseline.buckets,
+                needed: baseline.needed,
             }),
             None,
         ),
@@ -541,13 +533,17 @@ mod tests {
             serde_json::from_slice(&webhook_body(&task(reason))).expect("json")
         };
         let spike = body(Reason::Spike {
-            period_ms: 3_600_000,
-            baseline_windows: 24,
-            factor_milli: 5000,
-            threshold: 10,
-            baseline_sum: 480,
-            baseline_buckets: 24,
-            needed: 100,
+            spike: klaxon_core::Spike {
+                period_ms: 3_600_000,
+                baseline_windows: 24,
+                factor_milli: 5000,
+                threshold: 10,
+            },
+            baseline: klaxon_core::Baseline {
+                sum: 480,
+                buckets: 24,
+                needed: 100,
+            },
         });
         assert_eq!(spike["kind"], "spike");
         assert_eq!(

@@ -749,13 +749,17 @@ async fn pagerduty_events_follow_the_events_api() {
 async fn spike_and_reappeared_say_their_numbers_on_discord_teams_and_pagerduty() {
     let ch = channels();
     let spike = Reason::Spike {
-        period_ms: 3_600_000,
-        baseline_windows: 24,
-        factor_milli: 5000,
-        threshold: 10,
-        baseline_sum: 480,
-        baseline_buckets: 24,
-        needed: 100,
+        spike: klaxon_core::Spike {
+            period_ms: 3_600_000,
+            baseline_windows: 24,
+            factor_milli: 5000,
+            threshold: 10,
+        },
+        baseline: klaxon_core::Baseline {
+            sum: 480,
+            buckets: 24,
+            needed: 100,
+        },
     };
     let back = Reason::Reappeared {
         quiet_period_ms: 7 * 86_400_000,

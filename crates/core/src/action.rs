@@ -183,29 +183,22 @@ impl Fired {
                 window(w),
                 duration_words(period_ms)
             ),
-            Reason::Spike {
-                period_ms,
-                factor_milli,
-                threshold,
-                baseline_sum,
-                baseline_buckets,
-                needed,
-                ..
-            } => {
-                let baseline = if baseline_buckets == 0 {
+            Reason::Spike { spike, baseline } => {
+                let (buckets, needed, threshold) = (baseline.buckets, baseline.needed, spike.threshold);
+                let baseline = if buckets == 0 {
                     "no baseline yet".to_owned()
                 } else {
-                    let mean = baseline_sum as f64 / baseline_buckets as f64;
+                    let mean = baseline.sum as f64 / buckets as f64;
                     format!(
-                        "a baseline of {:.1} per bucket over {baseline_buckets} bucket(s)",
+                        "a baseline of {:.1} per bucket over {buckets} bucket(s)",
                         (mean * 10.0).round() / 10.0
                     )
                 };
                 format!(
                     "{n} {events} in a bucket of {}, {baseline}: {needed} needed (the larger of threshold {threshold} \
                      and {}× the baseline)",
-                    duration_words(period_ms),
-                    f64::from(factor_milli) / 1000.0
+                    duration_words(spike.period_ms),
+                    spike.factor()
                 )
             }
             Reason::Reappeared {
@@ -478,13 +471,17 @@ mod tests {
             at_ms: 1_000_000,
             count: 100,
             reason: Reason::Spike {
-                period_ms: 3_600_000,
-                baseline_windows: 24,
-                factor_milli: 5000,
-                threshold: 10,
-                baseline_sum: 480,
-                baseline_buckets: 24,
-                needed: 100,
+                spike: crate::kind::Spike {
+                    period_ms: 3_600_000,
+                    baseline_windows: 24,
+                    factor_milli: 5000,
+                    threshold: 10,
+                },
+                baseline: crate::kind::Baseline {
+                    sum: 480,
+                    buckets: 24,
+                    needed: 100,
+                },
             },
         };
         let c = claim(Action::Explain).with_fired(spike.clone());

@@ -17,8 +17,9 @@ use std::collections::BTreeMap;
 
 use crate::event::EventTask;
 use crate::filter::Title;
+use crate::kind::Signal;
 use crate::mute::{is_muted, Mute};
-use crate::notification::{Firing, NotificationTask, Signal};
+use crate::notification::{Firing, NotificationTask};
 use crate::rule::{CompiledRule, ProjectRules, Unevaluated, Want};
 
 /// One event of a batch: the parsed task and its idempotency key (the AMQP `message_id`), when it has one.

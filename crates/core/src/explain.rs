@@ -292,7 +292,7 @@ pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> RuleVerdict {
 
 /// A SPIKE rule's verdict (`lua/spike.lua`): the current bucket's count against `max(threshold, factor ×
 /// baseline)`, once per bucket.
-fn spiking(rule_id: &str, spike: crate::rule::Spike, peek: &Peek) -> RuleVerdict {
+fn spiking(rule_id: &str, spike: crate::kind::Spike, peek: &Peek) -> RuleVerdict {
     let at = rfc3339_ms;
     let period = spike.period_ms as i64;
     let ends = (spike.bucket(peek.now_ms) + 1) * period;
@@ -359,7 +359,8 @@ fn baseline_words(sum: u64, buckets: u64) -> String {
 /// `quietPeriod`.
 fn reappearing(rule_id: &str, quiet_ms: u64, armed_at_ms: i64, is_new: bool, peek: &Peek) -> RuleVerdict {
     // the script's decision, in the core's one function; the words say why
-    let fires = crate::rule::reappears(peek.last_seen, peek.now_ms, quiet_ms, armed_at_ms, is_new);
+    let fires =
+        crate::kind::reappeared::reappears(peek.last_seen, peek.now_ms, quiet_ms, armed_at_ms, is_new);
     let verdict = if fires {
         Verdict::WouldFire
     } else {

@@ -15,16 +15,23 @@
 //! [`explain`] answers "what would this event do?" with the same decision (`CompiledRule::decide`) and a
 //! reading of the counter's state ([`explain::Peek`]) into a [`Verdict`] per rule, counting nothing: the API,
 //! the console and `klaxon explain` print it.
+//!
+//! Each rule kind (`whatToReceive`) is one module of [`kind`]: its fields, defaults, limits and problems, what it
+//! asks the counter ([`rule::Want`]), its firing decision and its words. [`problem`] and [`field`] sit below the
+//! kinds, [`rule`] above them.
 #![deny(missing_docs)]
 
 pub mod action;
 pub mod evaluate;
 pub mod event;
 pub mod explain;
+pub mod field;
 pub mod filter;
+pub mod kind;
 pub mod limits;
 pub mod mute;
 pub mod notification;
+pub mod problem;
 pub mod rule;
 pub mod text;
 
@@ -32,9 +39,10 @@ pub use evaluate::{BatchEvent, Outcome};
 pub use event::{Event, EventTask, InvalidEvent};
 pub use explain::{Explanation, RuleVerdict, Verdict};
 pub use filter::{Case, FilterMiss, Title, TitleFilter};
+pub use kind::{Baseline, Kind, Signal};
 pub use limits::Limits;
 pub use notification::{
-    notification_id, DigestWindow, Firing, FiringTasks, NotificationEvent, NotificationTask, Reason, Signal,
+    notification_id, DigestWindow, Firing, FiringTasks, NotificationEvent, NotificationTask, Reason,
 };
 pub use rule::{
     parse_rule_value, parse_rule_value_with, rule_problems, ChannelConfig, ChannelKind, CompiledRule,

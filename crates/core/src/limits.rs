@@ -18,7 +18,7 @@
 
 use serde_json::Value;
 
-use crate::rule::RuleProblem;
+use crate::problem::RuleProblem;
 
 /// Default of `--max-rules-per-project`.
 pub const DEFAULT_MAX_RULES: usize = 100;

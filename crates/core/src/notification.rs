@@ -8,11 +8,16 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::event::EventTask;
-use crate::rule::{ChannelKind, CompiledRule, Severity, Want, Window};
+use crate::kind::{Baseline, Kind, Signal, Spike, Want, Window};
+use crate::rule::{ChannelKind, CompiledRule, Severity};
 
-/// Why a notification was produced.
+/// Why a notification was produced: for a rule's firing, what its kind asked ([`Want`]'s parameters) plus what
+/// the counter observed ([`Signal`]); or a digest, or a direct notification.
+///
+/// On the wire (the task JSON) every variant is one flat object tagged by `type`, as it always was
+/// (`{"type": "spike", "periodMs": …, "baselineSum": …}`): see `ReasonJson`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "type")]
+#[serde(from = "ReasonJson", into = "ReasonJson")]
 pub enum Reason {
     /// ONLY_NEW: a first occurrence.
     New,
@@ -38,29 +43,17 @@ pub enum Reason {
     /// SPIKE: the count of a bucket reached `max(threshold, factor × baseline)`. The events' `count` is the
     /// bucket's count at the firing.
     Spike {
-        /// The bucket length, ms.
-        period_ms: u64,
-        /// The rule's `baselineWindows`.
-        baseline_windows: u32,
-        /// The rule's `factor`, in thousandths.
-        factor_milli: u32,
-        /// The rule's least count that can fire.
-        threshold: u64,
-        /// The sum of the counts of the baseline's buckets at the firing.
-        baseline_sum: u64,
-        /// How many buckets the baseline had (fewer than `baseline_windows` for a young group; 0 in its
-        /// first bucket).
-        baseline_buckets: u64,
-        /// The count that fired: `max(threshold, ⌈factor × baseline⌉)`.
-        needed: u64,
+        /// What the rule asked: its bucket, baseline span, factor and least count.
+        spike: Spike,
+        /// What the counter observed: the bucket's baseline and the count it needed.
+        baseline: Baseline,
     },
     /// REAPPEARED: a group seen again after at least `quiet_period_ms` without events.
     Reappeared {
-        /// The rule's `quietPeriod`, ms.
+        /// What the rule asked: its `quietPeriod`, ms.
         quiet_period_ms: u64,
-        /// When the group was last seen before, unix ms; absent when its mark had expired (the quiet was then
-        /// longer than the mark lives, see docs/rules.md).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        /// What the counter observed: when the group was last seen before, unix ms; `None` when its mark had
+        /// expired (the quiet was then longer than the mark lives, see docs/rules.md).
         last_seen_ms: Option<i64>,
     },
     /// Several firings coalesced over the channel's `minPeriod`.
@@ -73,73 +66,12 @@ pub enum Reason {
     Direct,
 }
 
-/// What the counter said about a SPIKE or REAPPEARED firing beyond its count: the numbers that made it fire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Signal {
-    /// A SPIKE firing's baseline.
-    Spike {
-        /// The sum of the baseline buckets' counts.
-        baseline_sum: u64,
-        /// How many buckets the baseline had.
-        baseline_buckets: u64,
-        /// The count that fired.
-        needed: u64,
-    },
-    /// A REAPPEARED firing's previous sighting.
-    Reappeared {
-        /// When the group was last seen before, unix ms; `None` when its mark had expired.
-        last_seen_ms: Option<i64>,
-    },
-}
-
 impl Reason {
-    /// Why a rule that asked the counter for `want` fired, with what the counter said of the firing (the
-    /// baseline of a spike, the previous sighting of a reappearance).
+    /// Why a rule that asked the counter for `want` fired, with what the counter observed of the firing (the
+    /// baseline of a spike, the previous sighting of a reappearance). A spike the counter said nothing of reads
+    /// as a first bucket's ([`Baseline::unknown`]), a reappearance as one whose mark had expired.
     pub fn of_firing(want: Want, signal: Option<Signal>) -> Reason {
-        match (want, signal) {
-            (
-                Want::Spike(s),
-                Some(Signal::Spike {
-                    baseline_sum,
-                    baseline_buckets,
-                    needed,
-                }),
-            ) => Reason::Spike {
-                period_ms: s.period_ms,
-                baseline_windows: s.baseline_windows,
-                factor_milli: s.factor_milli,
-                threshold: s.threshold,
-                baseline_sum,
-                baseline_buckets,
-                needed,
-            },
-            (Want::Reappeared { quiet_period_ms, .. }, Some(Signal::Reappeared { last_seen_ms })) => {
-                Reason::Reappeared {
-                    quiet_period_ms,
-                    last_seen_ms,
-                }
-            }
-            (want, _) => Reason::of_want(want),
-        }
-    }
-
-    /// Why a rule that asked the counter for `want` fired (a spike without its baseline reads as a first
-    /// bucket's, a reappearance without its sighting as one whose mark had expired).
-    pub fn of_want(want: Want) -> Reason {
         match want {
-            Want::Spike(s) => Reason::Spike {
-                period_ms: s.period_ms,
-                baseline_windows: s.baseline_windows,
-                factor_milli: s.factor_milli,
-                threshold: s.threshold,
-                baseline_sum: 0,
-                baseline_buckets: 0,
-                needed: s.needed(0, 0).unwrap_or(s.threshold),
-            },
-            Want::Reappeared { quiet_period_ms, .. } => Reason::Reappeared {
-                quiet_period_ms,
-                last_seen_ms: None,
-            },
             Want::FirstSeen => Reason::New,
             Want::Count {
                 threshold,
@@ -159,19 +91,173 @@ impl Reason {
                 period_ms,
                 window,
             },
+            Want::Spike(spike) => Reason::Spike {
+                spike,
+                baseline: match signal {
+                    Some(Signal::Spike(baseline)) => baseline,
+                    _ => Baseline::unknown(&spike),
+                },
+            },
+            Want::Reappeared { quiet_period_ms, .. } => Reason::Reappeared {
+                quiet_period_ms,
+                last_seen_ms: match signal {
+                    Some(Signal::Reappeared { last_seen_ms }) => last_seen_ms,
+                    _ => None,
+                },
+            },
+        }
+    }
+
+    /// Why a rule that asked the counter for `want` fired, the counter having said nothing more.
+    pub fn of_want(want: Want) -> Reason {
+        Reason::of_firing(want, None)
+    }
+
+    /// The rule kind that fired; `None` for a digest or a direct notification.
+    pub fn kind(&self) -> Option<Kind> {
+        match self {
+            Reason::New => Some(Kind::OnlyNew),
+            Reason::Threshold { .. } | Reason::UniqueUsers { .. } => Some(Kind::SeenMore),
+            Reason::Spike { .. } => Some(Kind::Spike),
+            Reason::Reappeared { .. } => Some(Kind::Reappeared),
+            Reason::Digest { .. } | Reason::Direct => None,
         }
     }
 }
 
-/// The `window` label of a firing in the `klaxon_thresholds_crossed_total` metric: `first_seen` for ONLY_NEW,
-/// `spike` and `reappeared` for those kinds, else the rule's window (`fixed` or `sliding`, [`Window`]'s
-/// `Display`).
-pub fn window_label(want: Want) -> String {
-    match want {
-        Want::FirstSeen => "first_seen".to_owned(),
-        Want::Spike(_) => "spike".to_owned(),
-        Want::Reappeared { .. } => "reappeared".to_owned(),
-        Want::Count { window, .. } | Want::UniqueUsers { window, .. } => window.to_string(),
+/// [`Reason`] as the task JSON holds it: one flat object per variant, tagged by `type` (the format of every
+/// earlier version, which senders of another version read).
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "type")]
+enum ReasonJson {
+    New,
+    Threshold {
+        threshold: u64,
+        period_ms: u64,
+        window: Window,
+    },
+    UniqueUsers {
+        threshold: u64,
+        period_ms: u64,
+        window: Window,
+    },
+    Spike {
+        period_ms: u64,
+        baseline_windows: u32,
+        factor_milli: u32,
+        threshold: u64,
+        baseline_sum: u64,
+        baseline_buckets: u64,
+        needed: u64,
+    },
+    Reappeared {
+        quiet_period_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        last_seen_ms: Option<i64>,
+    },
+    Digest {
+        min_period_s: u64,
+    },
+    Direct,
+}
+
+impl From<Reason> for ReasonJson {
+    fn from(r: Reason) -> Self {
+        match r {
+            Reason::New => ReasonJson::New,
+            Reason::Threshold {
+                threshold,
+                period_ms,
+                window,
+            } => ReasonJson::Threshold {
+                threshold,
+                period_ms,
+                window,
+            },
+            Reason::UniqueUsers {
+                threshold,
+                period_ms,
+                window,
+            } => ReasonJson::UniqueUsers {
+                threshold,
+                period_ms,
+                window,
+            },
+            Reason::Spike { spike, baseline } => ReasonJson::Spike {
+                period_ms: spike.period_ms,
+                baseline_windows: spike.baseline_windows,
+                factor_milli: spike.factor_milli,
+                threshold: spike.threshold,
+                baseline_sum: baseline.sum,
+                baseline_buckets: baseline.buckets,
+                needed: baseline.needed,
+            },
+            Reason::Reappeared {
+                quiet_period_ms,
+                last_seen_ms,
+            } => ReasonJson::Reappeared {
+                quiet_period_ms,
+                last_seen_ms,
+            },
+            Reason::Digest { min_period_s } => ReasonJson::Digest { min_period_s },
+            Reason::Direct => ReasonJson::Direct,
+        }
+    }
+}
+
+impl From<ReasonJson> for Reason {
+    fn from(r: ReasonJson) -> Self {
+        match r {
+            ReasonJson::New => Reason::New,
+            ReasonJson::Threshold {
+                threshold,
+                period_ms,
+                window,
+            } => Reason::Threshold {
+                threshold,
+                period_ms,
+                window,
+            },
+            ReasonJson::UniqueUsers {
+                threshold,
+                period_ms,
+                window,
+            } => Reason::UniqueUsers {
+                threshold,
+                period_ms,
+                window,
+            },
+            ReasonJson::Spike {
+                period_ms,
+                baseline_windows,
+                factor_milli,
+                threshold,
+                baseline_sum,
+                baseline_buckets,
+                needed,
+            } => Reason::Spike {
+                spike: Spike {
+                    period_ms,
+                    baseline_windows,
+                    factor_milli,
+                    threshold,
+                },
+                baseline: Baseline {
+                    sum: baseline_sum,
+                    buckets: baseline_buckets,
+                    needed,
+                },
+            },
+            ReasonJson::Reappeared {
+                quiet_period_ms,
+                last_seen_ms,
+            } => Reason::Reappeared {
+                quiet_period_ms,
+                last_seen_ms,
+            },
+            ReasonJson::Digest { min_period_s } => Reason::Digest { min_period_s },
+            ReasonJson::Direct => Reason::Direct,
+        }
     }
 }
 
@@ -223,7 +309,7 @@ pub struct DigestWindow<'a> {
 pub struct FiringTasks {
     /// Why the rule fired.
     pub reason: Reason,
-    /// The firing's `window` metric label ([`window_label`]).
+    /// The firing's `window` metric label ([`Want::label`]).
     pub window: String,
     /// One task per channel of the rule, in the rule's channel order. Tasks of digest channels
     /// (`min_period_s > 0`) are among them: the caller routes them to the channel's digest.
@@ -346,7 +432,7 @@ impl NotificationTask {
             .collect();
         FiringTasks {
             reason,
-            window: window_label(f.want),
+            window: f.want.label(),
             tasks,
         }
     }
@@ -443,6 +529,88 @@ mod tests {
     use crate::event::Event;
     use crate::filter::TitleFilter;
     use crate::rule::{ChannelConfig, WhatToReceive};
+
+    /// The task JSON of every reason is the flat object of earlier versions (senders of another version read
+    /// it), and reads back to the same reason.
+    #[test]
+    fn reasons_on_the_wire() {
+        let spike = Spike {
+            period_ms: 3_600_000,
+            baseline_windows: 24,
+            factor_milli: 5000,
+            threshold: 10,
+        };
+        let cases = [
+            (Reason::New, r#"{"type":"new"}"#),
+            (
+                Reason::Threshold {
+                    threshold: 3,
+                    period_ms: 60000,
+                    window: Window::Sliding,
+                },
+                r#"{"type":"threshold","threshold":3,"periodMs":60000,"window":"sliding"}"#,
+            ),
+            (
+                Reason::UniqueUsers {
+                    threshold: 3,
+                    period_ms: 60000,
+                    window: Window::Fixed,
+                },
+                r#"{"type":"uniqueUsers","threshold":3,"periodMs":60000,"window":"fixed"}"#,
+            ),
+            (
+                Reason::Spike {
+                    spike,
+                    baseline: Baseline {
+                        sum: 480,
+                        buckets: 24,
+                        needed: 100,
+                    },
+                },
+                r#"{"type":"spike","periodMs":3600000,"baselineWindows":24,"factorMilli":5000,"threshold":10,"baselineSum":480,"baselineBuckets":24,"needed":100}"#,
+            ),
+            (
+                Reason::Reappeared {
+                    quiet_period_ms: 1000,
+                    last_seen_ms: Some(5),
+                },
+                r#"{"type":"reappeared","quietPeriodMs":1000,"lastSeenMs":5}"#,
+            ),
+            (
+                Reason::Reappeared {
+                    quiet_period_ms: 1000,
+                    last_seen_ms: None,
+                },
+                r#"{"type":"reappeared","quietPeriodMs":1000}"#,
+            ),
+            (
+                Reason::Digest { min_period_s: 60 },
+                r#"{"type":"digest","minPeriodS":60}"#,
+            ),
+            (Reason::Direct, r#"{"type":"direct"}"#),
+        ];
+        for (reason, json) in cases {
+            assert_eq!(serde_json::to_string(&reason).expect("json"), json);
+            assert_eq!(
+                serde_json::from_str::<Reason>(json).expect("reason"),
+                reason,
+                "{json}"
+            );
+        }
+        // what the kind asked plus what the counter observed; nothing observed reads as a first bucket's
+        assert_eq!(
+            Reason::of_firing(Want::Spike(spike), None),
+            Reason::Spike {
+                spike,
+                baseline: Baseline {
+                    sum: 0,
+                    buckets: 0,
+                    needed: 10
+                }
+            }
+        );
+        assert_eq!(Reason::of_want(Want::FirstSeen).kind(), Some(Kind::OnlyNew));
+    }
 
     fn rule(channels: &[(ChannelKind, &str, u64)]) -> CompiledRule {
         CompiledRule {
@@ -573,7 +741,7 @@ mod tests {
             let ctx = format!("{want:?} {channels:?}");
             assert_eq!(got.reason, reason, "{ctx}");
             assert_eq!(got.window, label, "{ctx}");
-            assert_eq!(window_label(want), label, "{ctx}");
+            assert_eq!(want.label(), label, "{ctx}");
             assert_eq!(Reason::of_want(want), reason, "{ctx}");
             let want_tasks: Vec<NotificationTask> = channels
                 .iter()

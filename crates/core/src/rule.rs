@@ -16,160 +16,19 @@ use crate::limits::Limits;
 
 mod raw;
 
-pub use raw::{endpoint_problem, Channels, Field, RawChannel, RawRule, RuleId};
+pub use crate::field::Field;
+pub use crate::kind::reappeared::{object_id_ms, reappears, DEFAULT_QUIET_PERIOD_MS, QUIET_PERIOD_MS};
+pub use crate::kind::seen_more::{LEGACY_ALL_PERIOD_MS, MAX_PERIOD_MS, MAX_THRESHOLD, MIN_PERIOD_MS};
+pub use crate::kind::spike::{
+    DEFAULT_BASELINE_WINDOWS, DEFAULT_FACTOR_MILLI, DEFAULT_SPIKE_THRESHOLD, MAX_SPIKE_PERIOD_MS,
+    SPIKE_FACTOR_MILLI, SPIKE_WINDOWS,
+};
+pub use crate::kind::{Kind, Skip, Spike, Want, WhatToReceive, Window};
+pub use crate::problem::{RuleProblem, MAX_PROBLEM_BYTES};
+pub use raw::{endpoint_problem, Channels, RawChannel, RawRule, RuleId};
 
-/// The smallest `thresholdPeriod` accepted, in milliseconds.
-pub const MIN_PERIOD_MS: u64 = 1000;
-/// The largest `thresholdPeriod` accepted (30 days): windows are kept in Redis for their whole length.
-pub const MAX_PERIOD_MS: u64 = 30 * 24 * 3600 * 1000;
-/// The largest `threshold` accepted: a sliding window keeps up to `threshold` members per (rule, group), so the
-/// threshold is a tenant's lever on Redis memory.
-pub const MAX_THRESHOLD: u64 = 1_000_000;
 /// The largest channel `minPeriod` accepted, in seconds (7 days): digest state lives in Redis that long.
 pub const MAX_MIN_PERIOD_S: u64 = 7 * 24 * 3600;
-/// Window used for legacy `whatToReceive: "ALL"` rules that carry no `thresholdPeriod`.
-pub const LEGACY_ALL_PERIOD_MS: u64 = 60_000;
-/// The largest SPIKE bucket (`thresholdPeriod`), in milliseconds: one day.
-pub const MAX_SPIKE_PERIOD_MS: u64 = 24 * 3600 * 1000;
-/// The fewest and most previous buckets a SPIKE baseline may span (`baselineWindows`): memory per
-/// (rule, group) is one field per bucket of the baseline.
-pub const SPIKE_WINDOWS: std::ops::RangeInclusive<u32> = 2..=168;
-/// `baselineWindows` when a SPIKE rule leaves it out.
-pub const DEFAULT_BASELINE_WINDOWS: u32 = 24;
-/// The smallest and largest SPIKE `factor`, in thousandths (1.5 … 100).
-pub const SPIKE_FACTOR_MILLI: std::ops::RangeInclusive<u32> = 1500..=100_000;
-/// `factor` when a SPIKE rule leaves it out (5×), in thousandths.
-pub const DEFAULT_FACTOR_MILLI: u32 = 5000;
-/// `threshold` when a SPIKE rule leaves it out: the least count of the current bucket that can fire.
-pub const DEFAULT_SPIKE_THRESHOLD: u64 = 10;
-/// The shortest and longest REAPPEARED `quietPeriod`, in milliseconds (1 s … 90 days).
-pub const QUIET_PERIOD_MS: std::ops::RangeInclusive<u64> = 1000..=90 * 24 * 3600 * 1000;
-/// `quietPeriod` when a REAPPEARED rule leaves it out: 7 days.
-pub const DEFAULT_QUIET_PERIOD_MS: u64 = 7 * 24 * 3600 * 1000;
-
-/// What a rule reacts to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WhatToReceive {
-    /// Only the first occurrence of a group (`isNew: true`).
-    OnlyNew,
-    /// Occurrences counted in a window; fires when the count reaches `threshold`.
-    SeenMore {
-        /// Count that fires the rule, ≥ 1.
-        threshold: u64,
-        /// Window length in milliseconds, ≥ 1000.
-        period_ms: u64,
-    },
-    /// Klaxon's SPIKE: the count of the current bucket reaches `max(threshold, factor × baseline)`, the
-    /// baseline being the mean count of the previous `baseline_windows` buckets of the group.
-    Spike(Spike),
-    /// Klaxon's REAPPEARED: a group is seen again after at least `quiet_period_ms` without events.
-    Reappeared {
-        /// The quiet that makes the next event a reappearance, ms.
-        quiet_period_ms: u64,
-    },
-}
-
-/// The parameters of a SPIKE rule (see [`WhatToReceive::Spike`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Spike {
-    /// The bucket length (`thresholdPeriod`), ms: 1 s … 1 day. Buckets are aligned on the epoch.
-    pub period_ms: u64,
-    /// How many previous buckets form the baseline (`baselineWindows`), 2 … 168.
-    pub baseline_windows: u32,
-    /// `factor` in thousandths (5× = 5000): integers keep "factor exactly met" exact.
-    pub factor_milli: u32,
-    /// The least count of the current bucket that can fire (`threshold`).
-    pub threshold: u64,
-}
-
-impl Spike {
-    /// The count the current bucket must reach to fire, given the sum of the counts of the baseline buckets and
-    /// how many buckets the baseline has: `max(threshold, ⌈factor × sum / buckets⌉)`. `None` without a baseline
-    /// (the group's first bucket, as far as the counter knows): a group with no usual volume cannot spike
-    /// above it. The same arithmetic as `lua/spike.lua`.
-    pub fn needed(&self, baseline_sum: u64, baseline_buckets: u64) -> Option<u64> {
-        if baseline_buckets == 0 {
-            return None;
-        }
-        let num = u128::from(self.factor_milli) * u128::from(baseline_sum);
-        let den = 1000 * u128::from(baseline_buckets);
-        let scaled = u64::try_from(num.div_ceil(den)).unwrap_or(u64::MAX);
-        Some(scaled.max(self.threshold))
-    }
-
-    /// The bucket `now_ms` falls in (buckets are aligned on the epoch).
-    pub fn bucket(&self, now_ms: i64) -> i64 {
-        now_ms.div_euclid(self.period_ms.max(1) as i64)
-    }
-
-    /// The baseline of bucket `cur` for a group whose first bucket is `origin`, from the buckets the counter
-    /// holds (`(bucket, count)`, in any order, the same bucket at most once): the sum of the counts of the
-    /// previous `baseline_windows` buckets and how many buckets that is. Buckets before the group's first one
-    /// are not part of it (a young group's baseline is the mean of the buckets it has had); buckets the
-    /// counter holds nothing for count as 0. The same reading as `lua/spike.lua`.
-    pub fn baseline(&self, origin: i64, cur: i64, held: impl IntoIterator<Item = (i64, u64)>) -> (u64, u64) {
-        let w = i64::from(self.baseline_windows);
-        let from = (cur - w).max(origin);
-        let sum = held
-            .into_iter()
-            .filter(|&(b, _)| b >= from && b < cur)
-            .map(|(_, c)| c)
-            .sum();
-        (sum, (cur - from).max(0) as u64)
-    }
-
-    /// `factor` as a number (5000 → 5.0).
-    pub fn factor(&self) -> f64 {
-        f64::from(self.factor_milli) / 1000.0
-    }
-}
-
-/// Whether a group's next event is a reappearance (`lua/reappeared.lua`'s decision): the group was last seen
-/// `quiet_period_ms` or longer ago; or the counter has no mark of it, the event is not a first occurrence
-/// (`isNew`: a group never seen is ONLY_NEW's business) and the rule has watched for at least
-/// `quiet_period_ms` (a mark lives longer than that, so a group seen since would have one).
-pub fn reappears(
-    last_seen: Option<i64>,
-    now_ms: i64,
-    quiet_period_ms: u64,
-    armed_at_ms: i64,
-    is_new: bool,
-) -> bool {
-    let quiet = i64::try_from(quiet_period_ms).unwrap_or(i64::MAX);
-    match last_seen {
-        Some(seen) => now_ms.saturating_sub(seen) >= quiet,
-        None => !is_new && now_ms.saturating_sub(armed_at_ms) >= quiet,
-    }
-}
-
-/// The time an ObjectId was made, in unix ms (its first four bytes are seconds), when `id` is one: a
-/// REAPPEARED rule watches groups from its creation on (see [`Want::Reappeared`]).
-pub fn object_id_ms(id: &str) -> Option<i64> {
-    if id.len() != 24 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    i64::from_str_radix(&id[..8], 16).ok().map(|s| s * 1000)
-}
-
-/// How occurrences are counted for `SEEN_MORE`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Window {
-    /// Hawk's window: starts at the first counted event and lasts `thresholdPeriod`.
-    #[default]
-    Fixed,
-    /// Trailing window of `thresholdPeriod` with a cooldown of the same length after a firing.
-    Sliding,
-}
-
-impl fmt::Display for Window {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Window::Fixed => "fixed",
-            Window::Sliding => "sliding",
-        })
-    }
-}
 
 /// A delivery channel Klaxon knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -303,48 +162,6 @@ impl fmt::Debug for ChannelConfig {
     }
 }
 
-/// Why a rule (or one of its parts) cannot be used, with a suggested fix.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RuleProblem {
-    /// The rule id when it could be read (none for a problem of the whole project, see `limit`).
-    pub rule_id: Option<String>,
-    /// True when the whole rule is skipped; false when only a part (a channel) is.
-    pub fatal: bool,
-    /// True when a per-project bound is crossed ([`crate::limits`]): too many rules in the project, too many
-    /// email recipients, keys MongoDB would read as operators or paths. Readers skip the excess; writes are
-    /// refused, even forced ones ([`RuleProblem::refuses_write`]).
-    #[serde(skip_serializing_if = "is_false")]
-    pub limit: bool,
-    /// What is wrong.
-    pub message: String,
-    /// How to fix it.
-    pub fix: String,
-}
-
-fn is_false(b: &bool) -> bool {
-    !*b
-}
-
-impl RuleProblem {
-    /// Whether a write (`klaxon rules import|add`, `PUT …/rules`, the console's editor) must refuse rules with
-    /// this problem: always when a bound is crossed, and for a rule the engine cannot use unless `force`.
-    pub fn refuses_write(&self, force: bool) -> bool {
-        self.limit || (self.fatal && !force)
-    }
-}
-
-impl fmt::Display for RuleProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.rule_id.as_deref() {
-            Some(id) => write!(f, "rule {id}: ")?,
-            // A bound of the whole project (too many rules) belongs to no rule.
-            None if self.limit => {}
-            None => f.write_str("rule <no id>: ")?,
-        }
-        write!(f, "{} (fix: {})", self.message, self.fix)
-    }
-}
-
 /// A validated rule, ready to evaluate events.
 #[derive(Debug, Clone)]
 pub struct CompiledRule {
@@ -364,61 +181,6 @@ pub struct CompiledRule {
     pub unique_users: bool,
 }
 
-/// What a rule asks the counter to do for one event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Want {
-    /// Fire once per (rule, group): the event is a first occurrence.
-    FirstSeen,
-    /// Count the event; fire when the window's count reaches `threshold`.
-    Count {
-        /// Count that fires.
-        threshold: u64,
-        /// Window length in ms.
-        period_ms: u64,
-        /// Fixed or sliding.
-        window: Window,
-    },
-    /// Count the event's user; fire when the number of distinct users in the window reaches `threshold`
-    /// (`uniqueUsers: true`). Only events with a user are wanted.
-    UniqueUsers {
-        /// Distinct users that fire.
-        threshold: u64,
-        /// Window length in ms.
-        period_ms: u64,
-        /// Fixed or sliding, with the same semantics as for events.
-        window: Window,
-    },
-    /// Count the event in the current bucket; fire once per bucket when the count reaches the spike's
-    /// [`Spike::needed`].
-    Spike(Spike),
-    /// Note that the group was seen; fire when it had been quiet for at least `quiet_period_ms`.
-    Reappeared {
-        /// The rule's `quietPeriod`, ms.
-        quiet_period_ms: u64,
-        /// Since when the rule watches groups (its ObjectId's time, unix ms; `i64::MAX`, never, when the id
-        /// is not an ObjectId). A group the counter has no mark for is known to have been quiet for
-        /// `quiet_period_ms` only when the rule has watched that long.
-        armed_at_ms: i64,
-        /// The event is a group's first occurrence (`isNew`): ONLY_NEW's business, never a reappearance.
-        is_new: bool,
-    },
-}
-
-/// Why a rule does not count an event (see [`CompiledRule::decide`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Skip {
-    /// `isEnabled: false`.
-    Disabled,
-    /// No enabled channel with an endpoint: nothing could be sent.
-    NoChannels,
-    /// An ONLY_NEW rule and an event that is not a first occurrence.
-    NotNew,
-    /// A `uniqueUsers` rule and an event without a user.
-    NoUser,
-    /// The title filters rejected the title.
-    Filtered(crate::filter::FilterMiss),
-}
-
 impl CompiledRule {
     /// Decides whether this rule is interested in the event (enabled, kind, filters). `title` must be
     /// `Title::new(&event.title)`, computed once per event.
@@ -435,32 +197,7 @@ impl CompiledRule {
         if self.channels.is_empty() {
             return Err(Skip::NoChannels);
         }
-        let want = match self.what {
-            WhatToReceive::OnlyNew if event.is_new => Want::FirstSeen,
-            WhatToReceive::OnlyNew => return Err(Skip::NotNew),
-            // Events without a user are not counted by a unique-users rule.
-            WhatToReceive::SeenMore { .. } if self.unique_users && event.user.is_none() => {
-                return Err(Skip::NoUser)
-            }
-            WhatToReceive::SeenMore { threshold, period_ms } if self.unique_users => Want::UniqueUsers {
-                threshold,
-                period_ms,
-                window: self.window,
-            },
-            WhatToReceive::SeenMore { threshold, period_ms } => Want::Count {
-                threshold,
-                period_ms,
-                window: self.window,
-            },
-            WhatToReceive::Spike(spike) => Want::Spike(spike),
-            WhatToReceive::Reappeared { quiet_period_ms } => Want::Reappeared {
-                quiet_period_ms,
-                // An id that is no ObjectId gives no creation time: the rule then never takes a group it has
-                // no mark for as quiet (the far future arms it never).
-                armed_at_ms: object_id_ms(&self.id).unwrap_or(i64::MAX),
-                is_new: event.is_new,
-            },
-        };
+        let want = self.what.want(&self.id, self.window, self.unique_users, event)?;
         self.filter.check(title).map_err(Skip::Filtered)?;
         Ok(want)
     }
@@ -504,21 +241,6 @@ pub fn rule_problems(value: &Value, limits: &Limits) -> Vec<RuleProblem> {
     };
     out.extend(crate::limits::key_problem(value));
     out
-}
-
-/// The longest [`RuleProblem`] message or fix, in bytes.
-pub const MAX_PROBLEM_BYTES: usize = crate::text::MAX_REASON_BYTES;
-
-impl RuleProblem {
-    pub(crate) fn bounded(mut self) -> Self {
-        if self.message.len() > MAX_PROBLEM_BYTES || self.message.contains(char::is_control) {
-            self.message = crate::text::one_line(&self.message, MAX_PROBLEM_BYTES);
-        }
-        if self.fix.len() > MAX_PROBLEM_BYTES || self.fix.contains(char::is_control) {
-            self.fix = crate::text::one_line(&self.fix, MAX_PROBLEM_BYTES);
-        }
-        self
-    }
 }
 
 /// Longest project name kept, in characters (Hawk's own limit is far below; this bounds what goes into

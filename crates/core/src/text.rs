@@ -129,6 +129,22 @@ pub fn duration_words(ms: u64) -> String {
     }
 }
 
+/// A period as a table shows it: "1d", "2h", "5m", "30s", "1500ms" (the largest unit that divides it).
+pub fn short_duration(ms: u64) -> String {
+    match ms {
+        m if m % 86_400_000 == 0 => format!("{}d", m / 86_400_000),
+        m if m % 3_600_000 == 0 => format!("{}h", m / 3_600_000),
+        m if m % 60_000 == 0 => format!("{}m", m / 60_000),
+        m if m % 1000 == 0 => format!("{}s", m / 1000),
+        m => format!("{m}ms"),
+    }
+}
+
+/// A period as the console shows it (humantime's): "1h", "7days", "1h 30m".
+pub fn compact_duration(ms: u64) -> String {
+    humantime::format_duration(std::time::Duration::from_millis(ms)).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

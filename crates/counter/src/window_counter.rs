@@ -9,7 +9,7 @@ use redis::cluster_routing::Slot;
 use redis::{Cmd, Script, Value};
 use sha2::{Digest, Sha256};
 
-use klaxon_core::{Signal, Window};
+use klaxon_core::{Baseline, Signal, Window};
 
 use crate::pipeline::{self, ScriptCall};
 use crate::script_io::{self, ms, now_arg};
@@ -554,11 +554,11 @@ fn decode(
             HitSpec::Spike(sp) => {
                 let tail = take(2)?;
                 let (sum, buckets) = (int_at(tail, 0)?.max(0) as u64, int_at(tail, 1)?.max(0) as u64);
-                Some(Signal::Spike {
-                    baseline_sum: sum,
-                    baseline_buckets: buckets,
+                Some(Signal::Spike(Baseline {
+                    sum,
+                    buckets,
                     needed: sp.needed(sum, buckets).unwrap_or(u64::MAX),
-                })
+                }))
             }
             HitSpec::Reappeared { .. } => Some(Signal::Reappeared {
                 last_seen_ms: (fired_count >= 0).then_some(fired_count),

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{on_both, Env};
-use klaxon_core::{Signal, Spike};
+use klaxon_core::{Baseline, Signal, Spike};
 use klaxon_counter::{reappeared_ttl_ms, Hit, HitSpec, Outcome};
 
 const T0: i64 = 1_700_000_000_000;
@@ -90,11 +90,11 @@ async fn spike_steady_then_burst(env: Env) {
             assert_eq!(*at_ms, T0 + 4 * B + 1, "[{t}]");
             assert_eq!(
                 *signal,
-                Some(Signal::Spike {
-                    baseline_sum: 8,
-                    baseline_buckets: 3,
+                Some(Signal::Spike(Baseline {
+                    sum: 8,
+                    buckets: 3,
                     needed: 14
-                }),
+                })),
                 "[{t}]"
             );
         }
@@ -314,11 +314,11 @@ async fn spike_random_walk(env: Env) {
             if let Outcome::Fired { signal, .. } = got {
                 assert_eq!(
                     *signal,
-                    Some(Signal::Spike {
-                        baseline_sum: sum,
-                        baseline_buckets: buckets,
+                    Some(Signal::Spike(Baseline {
+                        sum,
+                        buckets,
                         needed: s.needed(sum, buckets).unwrap_or(u64::MAX)
-                    }),
+                    })),
                     "{place}"
                 );
             }

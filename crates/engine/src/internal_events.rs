@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use klaxon_core::notification::{window_label, Firing, NotificationTask};
+use klaxon_core::notification::{Firing, NotificationTask};
 use klaxon_core::{ChannelKind, Unevaluated};
 
 fn millis(d: Duration) -> u64 {
@@ -89,7 +89,7 @@ pub(crate) struct ThresholdCrossed<'a> {
 
 impl ThresholdCrossed<'_> {
     pub fn emit(self) {
-        metrics::counter!("klaxon_thresholds_crossed_total", "window" => window_label(self.firing.want))
+        metrics::counter!("klaxon_thresholds_crossed_total", "window" => self.firing.want.label())
             .increment(1);
     }
 }

@@ -23,6 +23,7 @@ use mongodb::change_stream::event::OperationType;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::internal_events::{RulesLoadFailed, RulesStaleServed};
 use crate::{RuleStore, RulesError};
 
 /// Default time a project's rules are trusted before a reload.
@@ -226,7 +227,7 @@ impl RuleCache {
             Lookup::Fresh(v) => Ok(v),
             Lookup::Stale(v) => {
                 self.inner.stale_served.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("klaxon_rules_stale_served_total").increment(1);
+                RulesStaleServed.emit();
                 Ok(v)
             }
             Lookup::Miss(previous) => Err(previous),
@@ -285,7 +286,7 @@ impl RuleCache {
             }
             Err(e) => {
                 self.inner.load_errors.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("klaxon_rules_load_errors_total").increment(1);
+                RulesLoadFailed.emit();
                 st.last_error = Some((now, e.clone()));
                 st.fresh_until = Some(now + self.inner.error_retry);
                 match st.value.clone() {
@@ -293,7 +294,7 @@ impl RuleCache {
                         st.stale = true;
                         drop(st);
                         self.inner.stale_served.fetch_add(1, Ordering::Relaxed);
-                        metrics::counter!("klaxon_rules_stale_served_total").increment(1);
+                        RulesStaleServed.emit();
                         if !self.inner.degraded.swap(true, Ordering::Relaxed) {
                             tracing::warn!(
                                 project_id = %key,

@@ -30,6 +30,7 @@
 pub mod cache;
 mod error;
 pub mod format;
+mod internal_events;
 pub mod invalidation;
 pub mod mongo;
 pub mod store;

@@ -19,6 +19,7 @@ use mongodb::{Collection, Database, IndexModel};
 use serde_json::Value;
 
 use crate::format::{document_to_json, parse_object_id, rule_to_document, ProjectNotifications};
+use crate::internal_events::{RuleProblemReported, RulesQueried, RulesSkipped};
 use crate::mongo::{close_client, connect_database, SERVER_SELECTION_TIMEOUT};
 use crate::RulesError;
 
@@ -226,7 +227,7 @@ impl RuleStore {
             return Ok(None);
         };
         self.inner.queries.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("klaxon_rules_queries_total").increment(1);
+        RulesQueried.emit();
         let Some(doc) = self.find_project(oid).await? else {
             return Ok(None);
         };
@@ -234,9 +235,7 @@ impl RuleStore {
         let name = doc.get("name").cloned().map(Bson::into_relaxed_extjson);
         let rules = ProjectRules::from_notifications_with(notifications.as_ref(), limits, &self.defaults)
             .with_name(name.as_ref());
-        if rules.skipped > 0 {
-            metrics::counter!("klaxon_rules_skipped_total").increment(rules.skipped as u64);
-        }
+        RulesSkipped { rules: rules.skipped }.emit();
         if !rules.problems.is_empty() {
             self.report_problems(project_id, notifications.as_ref(), &rules, limits);
         }
@@ -275,20 +274,11 @@ impl RuleStore {
             let version = versions.get(rule_id).map(String::as_str).unwrap_or("");
             if reported.insert(fingerprint(&[project_id, rule_id, version, &p.message])) {
                 self.inner.problems_reported.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("klaxon_rules_problems_total").increment(1);
-                tracing::warn!(
+                RuleProblemReported {
                     project_id,
-                    rule_id = p.rule_id.as_deref().unwrap_or("<none>"),
-                    skipped = match (p.fatal, p.rule_id.is_some()) {
-                        (true, _) => "rule",
-                        (false, true) => "part",
-                        // a bound of the whole project: the rules past it
-                        (false, false) => "rules",
-                    },
-                    problem = %p.message,
-                    fix = %p.fix,
-                    "unusable rule configuration"
-                );
+                    problem: p,
+                }
+                .emit();
             }
         }
     }

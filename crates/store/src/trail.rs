@@ -27,6 +27,7 @@ use mongodb::{Collection, IndexModel};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::internal_events::{TrailInsertFailed, TrailRecordDropped};
 use crate::mongo::{close_client, connect_database, SERVER_SELECTION_TIMEOUT};
 use crate::{RuleStore, RulesError};
 
@@ -198,7 +199,7 @@ impl Trail {
     pub fn record(&self, record: Record) {
         if let Some(tx) = &self.tx {
             if tx.try_send(record).is_err() {
-                metrics::counter!("klaxon_trail_dropped_total").increment(1);
+                TrailRecordDropped.emit();
             }
         }
     }
@@ -239,15 +240,12 @@ async fn insert(coll: &Collection<Document>, record: &Record, logged_error: &mut
             *logged_error = false;
         }
         failed => {
-            metrics::counter!("klaxon_trail_errors_total").increment(1);
-            if !*logged_error {
-                *logged_error = true;
-                let error = match failed {
-                    Ok(Err(e)) => e.to_string(),
-                    _ => "timed out".to_owned(),
-                };
-                tracing::warn!(error = %error, "delivery trail: insert failed (further failures are only counted)");
-            }
+            let error = match failed {
+                Ok(Err(e)) => e.to_string(),
+                _ => "timed out".to_owned(),
+            };
+            let log = !std::mem::replace(logged_error, true);
+            TrailInsertFailed { error: &error, log }.emit();
         }
     }
 }

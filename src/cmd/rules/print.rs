@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use klaxon_core::rule::Field;
-use klaxon_core::{ChannelKind, Limits, RawRule, RuleProblem, WhatToReceive};
+use klaxon_core::{ChannelKind, Limits, RawRule, RuleProblem};
 use klaxon_store::format::{oids_to_hex, rule_problems};
 use klaxon_store::{export_json, ProjectNotifications};
 use mongodb::bson::oid::ObjectId;
@@ -159,16 +159,6 @@ fn rule_id_of(rule: &RawRule) -> String {
     }
 }
 
-fn period_text(ms: u64) -> String {
-    match ms {
-        m if m % 86_400_000 == 0 => format!("{}d", m / 86_400_000),
-        m if m % 3_600_000 == 0 => format!("{}h", m / 3_600_000),
-        m if m % 60_000 == 0 => format!("{}m", m / 60_000),
-        m if m % 1000 == 0 => format!("{}s", m / 1000),
-        m => format!("{m}ms"),
-    }
-}
-
 /// The strings of a list field; a list that also holds other values shows its strings.
 fn strings(field: &Field<Vec<String>>) -> Vec<String> {
     match field {
@@ -193,25 +183,7 @@ fn row(project: &str, rule: &Value) -> [String; 8] {
     };
     let (status, what) = match compiled {
         Ok((r, problems)) => {
-            let what = match r.what {
-                WhatToReceive::OnlyNew => "ONLY_NEW".to_owned(),
-                WhatToReceive::SeenMore { threshold, period_ms } if r.unique_users => {
-                    format!("SEEN_MORE {threshold} users/{}", period_text(period_ms))
-                }
-                WhatToReceive::SeenMore { threshold, period_ms } => {
-                    format!("SEEN_MORE {threshold}/{}", period_text(period_ms))
-                }
-                WhatToReceive::Spike(s) => format!(
-                    "SPIKE {}x/{} over {} (min {})",
-                    s.factor(),
-                    period_text(s.period_ms),
-                    s.baseline_windows,
-                    s.threshold
-                ),
-                WhatToReceive::Reappeared { quiet_period_ms } => {
-                    format!("REAPPEARED after {}", period_text(quiet_period_ms))
-                }
-            };
+            let what = r.what.summary(r.unique_users);
             let status = match problems.first() {
                 None => "ok".to_owned(),
                 Some(p) => format!("warning: {}", p.message),
@@ -287,6 +259,7 @@ fn row(project: &str, rule: &Value) -> [String; 8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use klaxon_core::text::short_duration as period_text;
 
     #[test]
     fn periods() {

@@ -373,7 +373,7 @@ pub(super) fn rule_view(rule: &Value, limits: &klaxon_core::Limits) -> RuleView 
         period: raw
             .threshold_period
             .typed()
-            .map(|ms| humantime::format_duration(Duration::from_millis(*ms)).to_string()),
+            .map(|ms| klaxon_core::text::compact_duration(*ms)),
         signal: signal_words(&raw),
         window: text(&raw.window).unwrap_or_else(|| "fixed".into()),
         unique_users: raw.unique_users.typed() == Some(&true),
@@ -386,27 +386,15 @@ pub(super) fn rule_view(rule: &Value, limits: &klaxon_core::Limits) -> RuleView 
     }
 }
 
-/// What a valid SPIKE or REAPPEARED rule watches for, in words: "5× its mean of the previous 24 buckets of 1h
-/// (at least 10)", "seen again after 7days quiet".
+/// What a valid SPIKE or REAPPEARED rule watches for, in its kind's words
+/// ([`klaxon_core::WhatToReceive::watches_for`]): "5× its mean of the previous 24 buckets of 1h (at least 10)",
+/// "seen again after 7days quiet".
 fn signal_words(raw: &RawRule) -> Option<String> {
-    let words = |ms: u64| humantime::format_duration(Duration::from_millis(ms)).to_string();
     let probe = RawRule {
         id: Field::Typed(RuleId::Hex("000000000000000000000000".into())),
         ..raw.clone()
     };
-    match probe.validate().ok()?.0.what {
-        klaxon_core::WhatToReceive::Spike(s) => Some(format!(
-            "{}× its mean of the previous {} buckets of {} (at least {})",
-            s.factor(),
-            s.baseline_windows,
-            words(s.period_ms),
-            s.threshold
-        )),
-        klaxon_core::WhatToReceive::Reappeared { quiet_period_ms } => {
-            Some(format!("seen again after {} quiet", words(quiet_period_ms)))
-        }
-        _ => None,
-    }
+    probe.validate().ok()?.0.what.watches_for()
 }
 
 /// Adds the webhook channel's Standard Webhooks signing secret to a rule's view (`signing_secret`, or

@@ -13,88 +13,12 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use super::{
-    ChannelConfig, ChannelKind, CompiledRule, RuleDefaults, RuleProblem, Severity, Spike, WhatToReceive,
-    Window, DEFAULT_BASELINE_WINDOWS, DEFAULT_FACTOR_MILLI, DEFAULT_QUIET_PERIOD_MS, DEFAULT_SPIKE_THRESHOLD,
-    LEGACY_ALL_PERIOD_MS, MAX_MIN_PERIOD_S, MAX_PERIOD_MS, MAX_SPIKE_PERIOD_MS, MAX_THRESHOLD, MIN_PERIOD_MS,
-    QUIET_PERIOD_MS, SPIKE_FACTOR_MILLI, SPIKE_WINDOWS,
-};
+use super::{ChannelConfig, ChannelKind, CompiledRule, RuleDefaults, Severity, MAX_MIN_PERIOD_S};
+use crate::field::Field;
 use crate::filter::{Case, TitleFilter};
+use crate::kind::{seen_more, KindFields, WhatToReceive};
 use crate::limits::{email_recipients, Limits};
-
-/// One field of a stored document as read: absent, of the expected type, or some other JSON value.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Field<T> {
-    /// Not in the document (never written back).
-    #[default]
-    #[serde(skip)]
-    Missing,
-    /// Of the expected type.
-    Typed(T),
-    /// Any other value, `null` included: validation reports it, writing the document back keeps it.
-    Other(Value),
-}
-
-impl<T> Field<T> {
-    /// True when the document has no such field (serde's `skip_serializing_if`).
-    pub fn is_missing(&self) -> bool {
-        matches!(self, Field::Missing)
-    }
-
-    /// The value when it has the expected type.
-    pub fn typed(&self) -> Option<&T> {
-        match self {
-            Field::Typed(t) => Some(t),
-            _ => None,
-        }
-    }
-
-    /// True when the field is absent or `null`: both mean "not set" in Hawk's documents.
-    fn is_unset(&self) -> bool {
-        matches!(self, Field::Missing | Field::Other(Value::Null))
-    }
-}
-
-impl<T: Serialize> Field<T> {
-    /// The field's JSON value as the document holds it (`null` when missing), for messages.
-    pub fn to_json(&self) -> Value {
-        match self {
-            Field::Missing => Value::Null,
-            Field::Typed(t) => serde_json::to_value(t).unwrap_or(Value::Null),
-            Field::Other(v) => v.clone(),
-        }
-    }
-}
-
-impl Field<u64> {
-    /// The value as a whole number, also when MongoDB wrote it as a double with no fraction or as extended
-    /// JSON (`{"$numberLong": "…"}`).
-    pub fn whole(&self) -> Option<u64> {
-        match self {
-            Field::Missing => None,
-            Field::Typed(n) => Some(*n),
-            Field::Other(v) => whole_number(v),
-        }
-    }
-}
-
-fn whole_number(v: &Value) -> Option<u64> {
-    match v {
-        Value::Number(n) => n.as_u64().or_else(|| {
-            n.as_f64()
-                .filter(|f| f.fract() == 0.0 && *f >= 0.0)
-                .map(|f| f as u64)
-        }),
-        // Relaxed extended JSON of an int64 that does not fit a double, or a canonical one.
-        Value::Object(m) => m
-            .get("$numberLong")
-            .or_else(|| m.get("$numberInt"))
-            .and_then(Value::as_str)
-            .and_then(|s| s.parse().ok()),
-        _ => None,
-    }
-}
+use crate::problem::RuleProblem;
 
 /// A rule id as stored: a 24-hex string (the import format) or an ObjectId in extended JSON
 /// (`{"$oid": "…"}`, how MongoDB documents read as JSON).
@@ -363,89 +287,19 @@ impl RawRule {
                 ))
             }
         };
-        let read_threshold = || -> Result<u64, RuleProblem> {
-            if self.threshold.is_missing() {
-                return Err(fatal(
-                    "SEEN_MORE rule has no `threshold`".into(),
-                    "set `threshold` to a whole number ≥ 1",
-                ));
-            }
-            match self.threshold.whole() {
-                Some(0) | None => Err(fatal(
-                    format!(
-                        "`threshold` must be a whole number ≥ 1, got {}",
-                        self.threshold.to_json()
-                    ),
-                    "set `threshold` to a whole number ≥ 1",
-                )),
-                Some(n) if n > MAX_THRESHOLD => Err(fatal(
-                    format!("`threshold` must be at most {MAX_THRESHOLD}, got {n}"),
-                    "set `threshold` to a whole number between 1 and 1000000",
-                )),
-                Some(n) => Ok(n),
-            }
-        };
-        let read_period = |default: Option<u64>| -> Result<u64, RuleProblem> {
-            if self.threshold_period.is_missing() {
-                return default.ok_or_else(|| {
-                    fatal(
-                        "SEEN_MORE rule has no `thresholdPeriod`".into(),
-                        "set `thresholdPeriod` in milliseconds, ≥ 1000",
-                    )
-                });
-            }
-            match self.threshold_period.whole() {
-                Some(ms) if (MIN_PERIOD_MS..=MAX_PERIOD_MS).contains(&ms) => Ok(ms),
-                _ => Err(fatal(
-                    format!(
-                        "`thresholdPeriod` must be milliseconds between {MIN_PERIOD_MS} and {MAX_PERIOD_MS}, got {}",
-                        self.threshold_period.to_json()
-                    ),
-                    "set `thresholdPeriod` in milliseconds, e.g. 3600000 for one hour",
-                )),
-            }
-        };
-        let what = match self.what_to_receive.typed().map(String::as_str) {
-            Some("ONLY_NEW") => WhatToReceive::OnlyNew,
-            Some("SEEN_MORE") => WhatToReceive::SeenMore {
-                threshold: read_threshold()?,
-                period_ms: read_period(None)?,
+        // The kind's own fields, defaults, limits and problems: `crate::kind`.
+        let what = WhatToReceive::read(
+            &KindFields {
+                what_to_receive: &self.what_to_receive,
+                threshold: &self.threshold,
+                threshold_period: &self.threshold_period,
+                baseline_windows: &self.baseline_windows,
+                factor: &self.factor,
+                quiet_period: &self.quiet_period,
             },
-            // Hawk's legacy "ALL": every occurrence is interesting. Klaxon treats it as SEEN_MORE with
-            // threshold 1, i.e. at most one notification per group per window (the rule's period, or one
-            // minute).
-            Some("ALL") => WhatToReceive::SeenMore {
-                threshold: 1,
-                period_ms: read_period(Some(LEGACY_ALL_PERIOD_MS))?,
-            },
-            Some("SPIKE") => WhatToReceive::Spike(self.spike(&fatal)?),
-            Some("REAPPEARED") => WhatToReceive::Reappeared {
-                quiet_period_ms: self.quiet(&fatal)?,
-            },
-            _ if self.what_to_receive.is_missing() => {
-                return Err(fatal(
-                    "rule has no `whatToReceive`".into(),
-                    "use \"ONLY_NEW\", \"SEEN_MORE\", \"SPIKE\" or \"REAPPEARED\"",
-                ))
-            }
-            _ => {
-                return Err(fatal(
-                    format!("unknown `whatToReceive` {}", self.what_to_receive.to_json()),
-                    "use \"ONLY_NEW\", \"SEEN_MORE\", \"SPIKE\" or \"REAPPEARED\"",
-                ))
-            }
-        };
-        let window = match &self.window {
-            Field::Typed(s) if s == "fixed" => Window::Fixed,
-            Field::Typed(s) if s == "sliding" => Window::Sliding,
-            f if f.is_unset() => Window::Fixed,
-            other => {
-                return Err(fatal(
-                    format!("unknown `window` {}", other.to_json()),
-                    "use \"fixed\" or \"sliding\" (or leave it out for fixed)",
-                ))
-            }
-        };
+            &fatal,
+        )?;
+        let window = seen_more::read_window(&self.window, &fatal)?;
         let unique_users =
             match &self.unique_users {
                 Field::Typed(b) => *b,
@@ -534,20 +388,8 @@ impl RawRule {
                 }
             }
         }
-        if unique_users && matches!(what, WhatToReceive::Spike(_) | WhatToReceive::Reappeared { .. }) {
-            problems.push(warning(
-                "`uniqueUsers` is not supported by SPIKE and REAPPEARED rules, which count events; it is ignored"
-                    .into(),
-                "remove `uniqueUsers`".into(),
-            ));
-        }
-        if unique_users && what == WhatToReceive::OnlyNew {
-            problems.push(warning(
-                "`uniqueUsers` counts distinct users toward a SEEN_MORE `threshold`; an ONLY_NEW rule \
-                 has no threshold, so it is ignored here"
-                    .into(),
-                "remove `uniqueUsers`, or make the rule SEEN_MORE with a `threshold` of users".into(),
-            ));
+        if let Some((message, fix)) = what.unique_users_warning().filter(|_| unique_users) {
+            problems.push(warning(message, fix));
         }
         let mut channels = Vec::new();
         for (key, ch) in self.channels.typed().into_iter().flat_map(Channels::enabled) {
@@ -738,106 +580,6 @@ fn within_one_edit(a: &[char], b: &[char]) -> bool {
                 && short[prefix + 2..] == long[prefix + 2..])
     } else {
         short[prefix..] == long[prefix + 1..]
-    }
-}
-
-impl RawRule {
-    /// Reads a SPIKE rule's bucket, baseline, factor and least count; `fatal` makes the problem.
-    fn spike(&self, fatal: &dyn Fn(String, &str) -> RuleProblem) -> Result<Spike, RuleProblem> {
-        let period_ms = match self.threshold_period.whole() {
-            _ if self.threshold_period.is_missing() => {
-                return Err(fatal(
-                    "SPIKE rule has no `thresholdPeriod` (the bucket)".into(),
-                    "set `thresholdPeriod` to the bucket in milliseconds, e.g. 3600000 for one hour",
-                ))
-            }
-            Some(ms) if (MIN_PERIOD_MS..=MAX_SPIKE_PERIOD_MS).contains(&ms) => ms,
-            _ => {
-                return Err(fatal(
-                    format!(
-                    "SPIKE `thresholdPeriod` (the bucket) must be milliseconds between {MIN_PERIOD_MS} and \
-                         {MAX_SPIKE_PERIOD_MS} (1 s … 1 day), got {}",
-                    self.threshold_period.to_json()
-                ),
-                    "set `thresholdPeriod` to the bucket in milliseconds, e.g. 3600000 for one hour",
-                ))
-            }
-        };
-        let baseline_windows = match self.baseline_windows.whole() {
-            _ if self.baseline_windows.is_unset() => DEFAULT_BASELINE_WINDOWS,
-            Some(n) if SPIKE_WINDOWS.contains(&u32::try_from(n).unwrap_or(u32::MAX)) => n as u32,
-            _ => return Err(fatal(
-                format!(
-                    "`baselineWindows` must be a whole number between {} and {}, got {}",
-                    SPIKE_WINDOWS.start(),
-                    SPIKE_WINDOWS.end(),
-                    self.baseline_windows.to_json()
-                ),
-                "set `baselineWindows` to how many previous buckets form the baseline (2 … 168), or leave \
-                     it out for 24",
-            )),
-        };
-        let factor_milli = match &self.factor {
-            f if f.is_unset() => DEFAULT_FACTOR_MILLI,
-            Field::Typed(x) if x.is_finite() => {
-                // thousandths: "factor exactly met" stays exact in integers, in Rust and in Lua alike
-                let milli = (x * 1000.0).round();
-                if (f64::from(*SPIKE_FACTOR_MILLI.start())..=f64::from(*SPIKE_FACTOR_MILLI.end()))
-                    .contains(&milli)
-                {
-                    milli as u32
-                } else {
-                    return Err(fatal(
-                        format!("`factor` must be between 1.5 and 100, got {x}"),
-                        "set `factor` to how many times its baseline a bucket must reach, e.g. 5, or leave it out \
-                         for 5",
-                    ));
-                }
-            }
-            other => return Err(fatal(
-                format!(
-                    "`factor` must be a number between 1.5 and 100, got {}",
-                    other.to_json()
-                ),
-                "set `factor` to how many times its baseline a bucket must reach, e.g. 5, or leave it out \
-                     for 5",
-            )),
-        };
-        let threshold = match self.threshold.whole() {
-            _ if self.threshold.is_unset() => DEFAULT_SPIKE_THRESHOLD,
-            Some(n) if (1..=MAX_THRESHOLD).contains(&n) => n,
-            _ => return Err(fatal(
-                format!(
-                    "SPIKE `threshold` (the least count that can fire) must be a whole number between 1 and \
-                         {MAX_THRESHOLD}, got {}",
-                    self.threshold.to_json()
-                ),
-                "set `threshold` to the least count of a bucket that can be a spike, or leave it out for 10",
-            )),
-        };
-        Ok(Spike {
-            period_ms,
-            baseline_windows,
-            factor_milli,
-            threshold,
-        })
-    }
-
-    /// Reads a REAPPEARED rule's `quietPeriod`.
-    fn quiet(&self, fatal: &dyn Fn(String, &str) -> RuleProblem) -> Result<u64, RuleProblem> {
-        match self.quiet_period.whole() {
-            _ if self.quiet_period.is_unset() => Ok(DEFAULT_QUIET_PERIOD_MS),
-            Some(ms) if QUIET_PERIOD_MS.contains(&ms) => Ok(ms),
-            _ => Err(fatal(
-                format!(
-                    "`quietPeriod` must be milliseconds between {} and {} (1 s … 90 days), got {}",
-                    QUIET_PERIOD_MS.start(),
-                    QUIET_PERIOD_MS.end(),
-                    self.quiet_period.to_json()
-                ),
-                "set `quietPeriod` in milliseconds, e.g. 604800000 for 7 days, or leave it out for 7 days",
-            )),
-        }
     }
 }
 
