@@ -63,7 +63,12 @@ fn init_tracing(format: &str, default: &str) {
 /// a worker thread, then waits on Redis and the broker. With a worker per core (tokio's default) an idle worker is
 /// woken to steal at almost every hand-off, which is most of the process's context switches and CPU migrations
 /// at the rates people run (docs/benchmarks.md, `klaxon bench steady`).
-const SERVICE_WORKER_THREADS: usize = 1;
+///
+/// Two, not one: with a single worker thread, `tests/e2e_failures.rs` (Redis stopped mid-stream) showed the worker
+/// never taking its redelivered events again until Redis was back — something on the reconnect path blocks the one
+/// thread it has. Until that is found, two threads keep the process live; still far fewer than one per core on a
+/// large machine.
+const SERVICE_WORKER_THREADS: usize = 2;
 
 /// The runtime of `command`: [`SERVICE_WORKER_THREADS`] workers for the long-running processes (or
 /// `TOKIO_WORKER_THREADS`, which tokio reads), tokio's default for the CLI commands.
