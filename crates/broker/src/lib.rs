@@ -642,23 +642,6 @@ impl Consumer {
             .map_err(amqp("basic.ack"))
     }
 
-    /// Acks every outstanding delivery up to and including `tag` without waiting for lapin's I/O thread to have
-    /// written the frame: the frame is queued on the channel, in order before anything sent on it later (its
-    /// close included). AMQP has no reply to an ack, so waiting only learns that the frame reached the socket,
-    /// at the cost of a wake-up of the caller by the I/O thread; a connection lost before the write is the same
-    /// as one lost just after it (the broker redelivers the batch). An error is the channel's state at the call.
-    pub fn ack_up_to_queued(&self, tag: u64) -> Result<(), BrokerError> {
-        use futures_util::FutureExt as _;
-        match self
-            .channel
-            .basic_ack(tag, BasicAckOptions { multiple: true })
-            .now_or_never()
-        {
-            Some(done) => done.map_err(amqp("basic.ack")),
-            None => Ok(()),
-        }
-    }
-
     /// Acks one delivery.
     pub async fn ack(&self, tag: u64) -> Result<(), BrokerError> {
         self.channel
