@@ -37,6 +37,7 @@ fn task(env: &Env, channel: ChannelKind, endpoint: &str, n: usize) -> Notificati
         }],
         text: None,
         send_at_ms: None,
+        alert: None,
         severity: None,
     }
 }

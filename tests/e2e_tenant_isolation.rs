@@ -42,6 +42,7 @@ fn task(project: &str, channel: ChannelKind, endpoint: &str, id: String, n: usiz
         }],
         text: None,
         send_at_ms: None,
+        alert: None,
         severity: None,
     }
 }

@@ -190,6 +190,7 @@ mod tests {
                 .collect(),
             text: None,
             send_at_ms: None,
+            alert: None,
         }
     }
 

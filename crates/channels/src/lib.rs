@@ -409,6 +409,7 @@ pub fn test_task_for(channel: ChannelKind, endpoint: &str, project_id: &str) -> 
         }],
         text: None,
         send_at_ms: None,
+        alert: None,
         severity: None,
     }
 }

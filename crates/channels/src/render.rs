@@ -961,6 +961,7 @@ mod tests {
                 .collect(),
             text: None,
             send_at_ms: None,
+            alert: None,
             severity: None,
         }
     }

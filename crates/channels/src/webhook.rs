@@ -528,6 +528,7 @@ mod tests {
             }],
             text: None,
             send_at_ms: None,
+            alert: None,
         };
         let body = |reason| -> serde_json::Value {
             serde_json::from_slice(&webhook_body(&task(reason))).expect("json")

@@ -156,6 +156,7 @@ fn task(channel: ChannelKind, case: &Case) -> NotificationTask {
         events,
         text: matches!(case.reason, 3).then(|| case.text.clone()),
         send_at_ms: None,
+        alert: None,
         severity: None,
     }
 }

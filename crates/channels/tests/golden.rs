@@ -85,6 +85,7 @@ fn task(channel: ChannelKind, reason: Reason, events: &[(&str, u64, Option<&str>
             .collect(),
         text: None,
         send_at_ms: None,
+        alert: None,
         severity: None,
     }
 }

@@ -221,6 +221,14 @@ impl Fired {
                 duration_words(min_period_s.saturating_mul(1000))
             ),
             Reason::Direct => "a direct notification".into(),
+            Reason::Resolved => "the alert resolved".into(),
+            Reason::Acknowledged => "the alert was acknowledged".into(),
+            Reason::Reminder { number, max } => {
+                format!("reminder {number} of {max} of an alert still firing")
+            }
+            Reason::Escalation { step, steps } => {
+                format!("escalation step {step} of {steps} of an alert still firing")
+            }
         }
     }
 }

@@ -22,6 +22,7 @@
 #![deny(missing_docs)]
 
 pub mod action;
+pub mod alert;
 pub mod evaluate;
 pub mod event;
 pub mod explain;

@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::alert::AlertRef;
 use crate::event::EventTask;
 use crate::kind::{Baseline, Kind, Signal, Spike, Want, Window};
 use crate::rule::{ChannelKind, CompiledRule, Severity};
@@ -64,6 +65,25 @@ pub enum Reason {
     /// A direct notification from `POST /api/v1/notifications`: the event's title is the message's title and
     /// [`NotificationTask::text`] its body.
     Direct,
+    /// An alert resolved ([`crate::alert`]); the task's [`NotificationTask::alert`] says which, since when, with
+    /// how many events and by what.
+    Resolved,
+    /// An alert was acknowledged; [`NotificationTask::alert`] says which and by whom.
+    Acknowledged,
+    /// A reminder of an alert still firing (`renotify`): the `number`-th of at most `max`.
+    Reminder {
+        /// 1 for the first reminder.
+        number: u32,
+        /// The rule's `renotify.max`.
+        max: u32,
+    },
+    /// An escalation step of an alert still firing (`escalation`): step `step` (1-based) of `steps`.
+    Escalation {
+        /// 1 for the first step.
+        step: u32,
+        /// How many steps the rule has.
+        steps: u32,
+    },
 }
 
 impl Reason {
@@ -120,8 +140,21 @@ impl Reason {
             Reason::Threshold { .. } | Reason::UniqueUsers { .. } => Some(Kind::SeenMore),
             Reason::Spike { .. } => Some(Kind::Spike),
             Reason::Reappeared { .. } => Some(Kind::Reappeared),
-            Reason::Digest { .. } | Reason::Direct => None,
+            Reason::Digest { .. }
+            | Reason::Direct
+            | Reason::Resolved
+            | Reason::Acknowledged
+            | Reason::Reminder { .. }
+            | Reason::Escalation { .. } => None,
         }
+    }
+
+    /// A message about an alert's life (resolved, acknowledged, a reminder, an escalation), not a firing.
+    pub fn is_lifecycle(&self) -> bool {
+        matches!(
+            self,
+            Reason::Resolved | Reason::Acknowledged | Reason::Reminder { .. } | Reason::Escalation { .. }
+        )
     }
 }
 
@@ -159,6 +192,16 @@ enum ReasonJson {
         min_period_s: u64,
     },
     Direct,
+    Resolved,
+    Acknowledged,
+    Reminder {
+        number: u32,
+        max: u32,
+    },
+    Escalation {
+        step: u32,
+        steps: u32,
+    },
 }
 
 impl From<Reason> for ReasonJson {
@@ -201,6 +244,10 @@ impl From<Reason> for ReasonJson {
             },
             Reason::Digest { min_period_s } => ReasonJson::Digest { min_period_s },
             Reason::Direct => ReasonJson::Direct,
+            Reason::Resolved => ReasonJson::Resolved,
+            Reason::Acknowledged => ReasonJson::Acknowledged,
+            Reason::Reminder { number, max } => ReasonJson::Reminder { number, max },
+            Reason::Escalation { step, steps } => ReasonJson::Escalation { step, steps },
         }
     }
 }
@@ -257,6 +304,10 @@ impl From<ReasonJson> for Reason {
             },
             ReasonJson::Digest { min_period_s } => Reason::Digest { min_period_s },
             ReasonJson::Direct => Reason::Direct,
+            ReasonJson::Resolved => Reason::Resolved,
+            ReasonJson::Acknowledged => Reason::Acknowledged,
+            ReasonJson::Reminder { number, max } => Reason::Reminder { number, max },
+            ReasonJson::Escalation { step, steps } => Reason::Escalation { step, steps },
         }
     }
 }
@@ -369,6 +420,10 @@ pub struct NotificationTask {
     /// from tasks of earlier versions (PagerDuty then gets `error`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub severity: Option<Severity>,
+    /// The alert this task opened or repeats (a firing) or is about (resolved, acknowledged, a reminder, an
+    /// escalation: [`crate::alert`]); absent from digests, direct notifications and tasks of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alert: Option<AlertRef>,
 }
 
 impl std::fmt::Debug for NotificationTask {
@@ -427,6 +482,7 @@ impl NotificationTask {
                 }],
                 text: None,
                 send_at_ms: None,
+                alert: None,
                 severity: ch.severity,
             })
             .collect();
@@ -471,6 +527,7 @@ impl NotificationTask {
             events,
             text: None,
             send_at_ms: None,
+            alert: None,
             severity: w.severity,
         }
     }
@@ -629,6 +686,7 @@ mod tests {
                 .collect(),
             filter: TitleFilter::default(),
             unique_users: false,
+            resolve_after_ms: 0,
         }
     }
 
@@ -763,6 +821,7 @@ mod tests {
                     }],
                     text: None,
                     send_at_ms: None,
+                    alert: None,
                     severity: None,
                 })
                 .collect();
@@ -912,6 +971,7 @@ mod tests {
             }],
             text: None,
             send_at_ms: None,
+            alert: None,
             severity: None,
         };
         let json = serde_json::to_string(&t).expect("serialize");

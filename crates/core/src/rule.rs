@@ -179,6 +179,9 @@ pub struct CompiledRule {
     pub filter: TitleFilter,
     /// SEEN_MORE counts distinct users (`uniqueUsers: true`) instead of events.
     pub unique_users: bool,
+    /// `resolveAfter`, ms: an alert of this rule resolves when its group has had no matching event for that
+    /// long; 0 = never by itself ([`crate::alert::read_resolve_after`] has the defaults).
+    pub resolve_after_ms: u64,
 }
 
 impl CompiledRule {

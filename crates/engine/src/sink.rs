@@ -199,6 +199,7 @@ mod tests {
                 .collect(),
             text: None,
             send_at_ms: None,
+            alert: None,
             severity: None,
         }
     }

@@ -251,6 +251,7 @@ impl DirectRequest {
             }],
             text: self.text.clone(),
             send_at_ms: self.send_at_ms,
+            alert: None,
             severity: None,
         }
     }

@@ -64,6 +64,7 @@ pub fn task(
             .collect(),
         text: None,
         send_at_ms: None,
+        alert: None,
         severity: None,
     }
 }

@@ -169,6 +169,9 @@ pub struct RawRule {
     /// REAPPEARED: the quiet, in ms, after which a group seen again fires (Klaxon extension).
     #[serde(default, skip_serializing_if = "Field::is_missing")]
     pub quiet_period: Field<u64>,
+    /// How long an alert waits without a matching event before it resolves, ms (Klaxon extension; 0 = never).
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub resolve_after: Field<u64>,
     /// SEEN_MORE counts distinct users (`event.user`) instead of events.
     #[serde(default, skip_serializing_if = "Field::is_missing")]
     pub unique_users: Field<bool>,
@@ -300,6 +303,7 @@ impl RawRule {
             &fatal,
         )?;
         let window = seen_more::read_window(&self.window, &fatal)?;
+        let resolve_after_ms = crate::alert::read_resolve_after(&self.resolve_after, &what, &fatal)?;
         let unique_users =
             match &self.unique_users {
                 Field::Typed(b) => *b,
@@ -493,6 +497,7 @@ impl RawRule {
                 channels,
                 filter,
                 unique_users,
+                resolve_after_ms,
             },
             problems,
         ))
@@ -510,6 +515,7 @@ pub const RULE_KEYS: &[&str] = &[
     "baselineWindows",
     "factor",
     "quietPeriod",
+    "resolveAfter",
     "uniqueUsers",
     "including",
     "includingCaseSensitive",
