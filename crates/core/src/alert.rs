@@ -414,23 +414,23 @@ mod tests {
         let rem1 = NotificationTask::for_alert(&a, ch, Reason::Reminder { number: 1, max: 3 }, 9_000);
         let rem2 = NotificationTask::for_alert(&a, ch, Reason::Reminder { number: 2, max: 3 }, 9_000);
         assert_ne!(rem1.notification_id, rem2.notification_id);
-        let r = r1.alert.as_ref().unwrap();
+        let r = r1.alert.as_ref().expect("an alert ref");
         assert_eq!(r.id, a.id);
         assert_eq!(
             r.firing_notification_id,
             notification_id("p", "r", "g", "1000", ChannelKind::Webhook)
         );
         // the task JSON carries the alert and the reason's type
-        let json = serde_json::to_value(&r1).unwrap();
+        let json = serde_json::to_value(&r1).expect("json");
         assert_eq!(json["reason"]["type"], "resolved");
         assert_eq!(json["alert"]["id"], a.id.as_str());
-        let back: NotificationTask = serde_json::from_value(json).unwrap();
+        let back: NotificationTask = serde_json::from_value(json).expect("a task");
         assert_eq!(back, r1);
     }
 
     #[test]
     fn the_view_has_the_contract_fields() {
-        let v = serde_json::to_value(alert().view()).unwrap();
+        let v = serde_json::to_value(alert().view()).expect("json");
         for k in [
             "id",
             "ruleId",
