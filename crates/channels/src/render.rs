@@ -150,9 +150,10 @@ pub(crate) struct ViewEvent {
     pub(crate) group_hash: String,
 }
 
-/// What a message is about: the rule kind that fired (SEEN_MORE split by what it counts), a digest or a direct
-/// notification. Channels switch on it; templates see its word (`new`, `threshold`, `users`, `spike`,
-/// `reappeared`, `digest`, `direct`).
+/// What a message is about: the rule kind that fired (SEEN_MORE split by what it counts), a digest, a direct
+/// notification, or a moment of an alert's life (resolved, acknowledged, a reminder, an escalation). Channels
+/// switch on it; templates see its word (`new`, `threshold`, `users`, `spike`, `reappeared`, `digest`, `direct`,
+/// `resolved`, `acknowledged`, `reminder`, `escalation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum ViewKind {
@@ -170,6 +171,14 @@ pub(crate) enum ViewKind {
     Digest,
     /// A direct notification.
     Direct,
+    /// An alert resolved.
+    Resolved,
+    /// An alert acknowledged.
+    Acknowledged,
+    /// A reminder of an alert still firing.
+    Reminder,
+    /// An escalation step of an alert still firing.
+    Escalation,
 }
 
 impl ViewKind {
@@ -183,6 +192,41 @@ impl ViewKind {
             ViewKind::Reappeared => "reappeared",
             ViewKind::Digest => "digest",
             ViewKind::Direct => "direct",
+            ViewKind::Resolved => "resolved",
+            ViewKind::Acknowledged => "acknowledged",
+            ViewKind::Reminder => "reminder",
+            ViewKind::Escalation => "escalation",
+        }
+    }
+
+    /// A message about an alert's life, not a firing.
+    pub(crate) fn is_lifecycle(self) -> bool {
+        matches!(
+            self,
+            ViewKind::Resolved | ViewKind::Acknowledged | ViewKind::Reminder | ViewKind::Escalation
+        )
+    }
+
+    /// The words a lifecycle message's headline (and email subject) starts with: `Resolved`, `Acknowledged`,
+    /// `Reminder`, `Escalated`; empty for the others.
+    pub(crate) fn headline(self) -> &'static str {
+        match self {
+            ViewKind::Resolved => "Resolved",
+            ViewKind::Acknowledged => "Acknowledged",
+            ViewKind::Reminder => "Reminder",
+            ViewKind::Escalation => "Escalated",
+            _ => "",
+        }
+    }
+
+    /// What the footer's time is: `fired` for a firing, the moment of the alert's life otherwise.
+    fn at_word(self) -> &'static str {
+        match self {
+            ViewKind::Resolved => "resolved",
+            ViewKind::Acknowledged => "acknowledged",
+            ViewKind::Reminder => "reminded",
+            ViewKind::Escalation => "escalated",
+            _ => "fired",
         }
     }
 }
@@ -209,6 +253,33 @@ pub(crate) struct View {
     pub(crate) text: Option<String>,
     /// The signed action links (ours: URLs we built, labels of our words).
     pub(crate) actions: Vec<ActionLink>,
+    /// The alert the task opened, repeats or is about (24 hex: ours), when it carries one.
+    pub(crate) alert_id: Option<String>,
+    /// A lifecycle message (resolved, acknowledged, reminder, escalation).
+    pub(crate) lifecycle: bool,
+    /// A lifecycle message's headline words ([`ViewKind::headline`]).
+    pub(crate) headline: &'static str,
+    /// What the footer's time is: `fired`, `resolved`, `acknowledged`, `reminded`, `escalated`.
+    pub(crate) at_word: &'static str,
+    /// A lifecycle message's status line is `status`, then `by` (tenant text: who acknowledged or resolved
+    /// it), then `status_end` — our words and numbers around the tenant's.
+    pub(crate) status: String,
+    /// Who acknowledged or resolved the alert by hand (revealed, one line, bounded; escaped by each channel).
+    pub(crate) by: Option<String>,
+    /// The end of a lifecycle message's status line.
+    pub(crate) status_end: String,
+}
+
+impl View {
+    /// The footer of Slack's, Discord's and Teams' messages: the rule and the time, and the alert a firing
+    /// opened (a lifecycle message names it in its body).
+    pub(crate) fn footer(&self) -> String {
+        let mut footer = format!("Rule {} · {} at {}", self.rule, self.at_word, self.fired_at);
+        if let Some(id) = self.alert_id.as_deref().filter(|_| !self.lifecycle) {
+            footer.push_str(&format!(" · alert {id}"));
+        }
+        footer
+    }
 }
 
 /// The template engine with every template loaded (they are compiled into the binary).
@@ -709,7 +780,7 @@ fn window_name(window: Window) -> &'static str {
 
 fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
     let direct = matches!(task.reason, Reason::Direct);
-    let digest = crate::action_links::is_digest(task);
+    let digest = !task.reason.is_lifecycle() && crate::action_links::is_digest(task);
     let (kind, window_secs, window_kind, threshold) = match task.reason {
         Reason::Threshold {
             threshold,
@@ -733,13 +804,22 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
         Reason::Reappeared { .. } if !digest => (ViewKind::Reappeared, 0, "", 0),
         Reason::Digest { min_period_s } => (ViewKind::Digest, min_period_s, "", 0),
         Reason::Direct => (ViewKind::Direct, 0, "", 0),
+        Reason::Resolved => (ViewKind::Resolved, 0, "", 0),
+        Reason::Acknowledged => (ViewKind::Acknowledged, 0, "", 0),
+        Reason::Reminder { .. } => (ViewKind::Reminder, 0, "", 0),
+        Reason::Escalation { .. } => (ViewKind::Escalation, 0, "", 0),
+        // several groups in a firing's task: shown as a digest
         _ => (ViewKind::Digest, task.min_period_s, "", 0),
     };
     let window = last_period(window_secs);
     let first_count = task.events.first().map_or(0, |e| e.count);
     let seen = match kind {
         ViewKind::New => "first seen".to_owned(),
-        ViewKind::Direct => String::new(),
+        ViewKind::Direct
+        | ViewKind::Resolved
+        | ViewKind::Acknowledged
+        | ViewKind::Reminder
+        | ViewKind::Escalation => String::new(),
         ViewKind::Threshold => format!("{} in {window}", times(first_count, "time", "times")),
         ViewKind::Users => format!("{} in {window}", times(first_count, "user", "users")),
         ViewKind::Spike | ViewKind::Reappeared => signal_words(task, first_count, &window),
@@ -760,6 +840,7 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
         events.sort_by_key(|e| std::cmp::Reverse(e.count));
     }
     let more = events.len().saturating_sub(room.groups);
+    let life = lifecycle_words(task, kind, room);
     View {
         kind,
         project: ctx
@@ -794,6 +875,126 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
             .filter(|_| direct)
             .map(|t| bounded_text(t, room.text)),
         actions: if direct { Vec::new() } else { ctx.actions.to_vec() },
+        alert_id: task
+            .alert
+            .as_ref()
+            .map(|a| a.id.clone())
+            .filter(|id| klaxon_core::alert::is_alert_id(id)),
+        lifecycle: kind.is_lifecycle(),
+        headline: kind.headline(),
+        at_word: kind.at_word(),
+        status: life.status,
+        by: life.by,
+        status_end: life.status_end,
+    }
+}
+
+/// Longest `by` shown (who acknowledged or resolved an alert by hand: an API token's label, `cli`, …), in
+/// shown characters.
+pub const MAX_BY_CHARS: usize = 200;
+
+/// A lifecycle message's status line, in three pieces (see [`View::status`]).
+#[derive(Default)]
+struct LifeWords {
+    status: String,
+    by: Option<String>,
+    status_end: String,
+}
+
+/// What a lifecycle message says of its alert: "Resolved after 2 h 14 min, 1,240 events · resolved by alice",
+/// "Acknowledged by alice · firing for 5 min, 12 events", "Still firing: reminder 1 of 3 · firing for 1 h,
+/// 40 events", "Escalated (step 1 of 2): still firing · firing for 30 min, 40 events". How long is the task's
+/// time minus the alert's opening; the events are the alert's. `timeout` (resolveAfter) and `event` (NO_EVENTS:
+/// the project's next event) are Klaxon resolving by itself; any other `by` is who did it, tenant text.
+fn lifecycle_words(task: &NotificationTask, kind: ViewKind, room: Room) -> LifeWords {
+    if !kind.is_lifecycle() {
+        return LifeWords::default();
+    }
+    let alert = task.alert.as_ref();
+    let events = alert.map_or_else(|| task.events.first().map_or(0, |e| e.count), |a| a.events);
+    let events = times_thousands(events, "event", "events");
+    let open = alert.map(|a| alert_duration(task.fired_at_ms.saturating_sub(a.opened_at_ms)));
+    let firing_for = match &open {
+        Some(d) => format!(" · firing for {d}, {events}"),
+        None => format!(" · {events}"),
+    };
+    let by = alert
+        .and_then(|a| a.by.as_deref())
+        .map(|b| bounded_line(b.trim(), room.project.min(MAX_BY_CHARS)))
+        .filter(|b| !b.trim().is_empty());
+    match task.reason {
+        Reason::Resolved => {
+            let mut status = match &open {
+                Some(d) => format!("Resolved after {d}, {events}"),
+                None => format!("Resolved, {events}"),
+            };
+            let by = match by.as_deref() {
+                Some("timeout") | Some("event") => {
+                    status.push_str(" · resolved automatically");
+                    None
+                }
+                Some(_) => {
+                    status.push_str(" · resolved by ");
+                    by
+                }
+                None => None,
+            };
+            LifeWords {
+                status,
+                by,
+                status_end: String::new(),
+            }
+        }
+        Reason::Acknowledged => LifeWords {
+            status: if by.is_some() {
+                "Acknowledged by ".into()
+            } else {
+                "Acknowledged".into()
+            },
+            by,
+            status_end: firing_for,
+        },
+        Reason::Reminder { number, max } => LifeWords {
+            status: format!("Still firing: reminder {number} of {max}{firing_for}"),
+            ..LifeWords::default()
+        },
+        Reason::Escalation { step, steps } => LifeWords {
+            status: format!("Escalated (step {step} of {steps}): still firing{firing_for}"),
+            ..LifeWords::default()
+        },
+        _ => LifeWords::default(),
+    }
+}
+
+/// `n` with a comma between thousands: `1,240`, `1,000,000`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn times_thousands(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", thousands(n), if n == 1 { one } else { many })
+}
+
+/// How long an alert was open, as a person says it, to the minute: `45 s`, `12 min`, `2 h 14 min`, `3 h`,
+/// `2 d 5 h`, `9 d`.
+pub fn alert_duration(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    let (d, h, m) = (s / 86_400, s % 86_400 / 3600, s % 3600 / 60);
+    match (d, h, m) {
+        (0, 0, 0) => format!("{s} s"),
+        (0, 0, m) => format!("{m} min"),
+        (0, h, 0) => format!("{h} h"),
+        (0, h, m) => format!("{h} h {m} min"),
+        (d, 0, _) => format!("{d} d"),
+        (d, h, _) => format!("{d} d {h} h"),
     }
 }
 
