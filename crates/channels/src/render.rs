@@ -262,7 +262,9 @@ pub(crate) struct View {
     /// What the footer's time is: `fired`, `resolved`, `acknowledged`, `reminded`, `escalated`.
     pub(crate) at_word: &'static str,
     /// A lifecycle message's status line is `status`, then `by` (tenant text: who acknowledged or resolved
-    /// it), then `status_end` — our words and numbers around the tenant's.
+    /// it), then `status_end` — our words and numbers around the tenant's. Templates print the two as they are
+    /// (`|safe`: no channel's escaping, so Loop's line-start rule does not mark a piece in mid-line): they
+    /// must only ever hold our words and numbers.
     pub(crate) status: String,
     /// Who acknowledged or resolved the alert by hand (revealed, one line, bounded; escaped by each channel).
     pub(crate) by: Option<String>,
