@@ -192,22 +192,45 @@ fn cases(channel: ChannelKind) -> Vec<(&'static str, NotificationTask)> {
                 None,
             ),
         ),
-        ("resolved", lifecycle(channel, Reason::Resolved, AlertState::Resolved, Some("timeout"))),
+        (
+            "resolved",
+            lifecycle(channel, Reason::Resolved, AlertState::Resolved, Some("timeout")),
+        ),
         (
             "resolved_by_hand",
-            lifecycle(channel, Reason::Resolved, AlertState::Resolved, Some("alice (API token)")),
+            lifecycle(
+                channel,
+                Reason::Resolved,
+                AlertState::Resolved,
+                Some("alice (API token)"),
+            ),
         ),
         (
             "acknowledged",
-            lifecycle(channel, Reason::Acknowledged, AlertState::Acknowledged, Some("cli")),
+            lifecycle(
+                channel,
+                Reason::Acknowledged,
+                AlertState::Acknowledged,
+                Some("cli"),
+            ),
         ),
         (
             "reminder",
-            lifecycle(channel, Reason::Reminder { number: 2, max: 3 }, AlertState::Firing, None),
+            lifecycle(
+                channel,
+                Reason::Reminder { number: 2, max: 3 },
+                AlertState::Firing,
+                None,
+            ),
         ),
         (
             "escalation",
-            lifecycle(channel, Reason::Escalation { step: 1, steps: 2 }, AlertState::Firing, None),
+            lifecycle(
+                channel,
+                Reason::Escalation { step: 1, steps: 2 },
+                AlertState::Firing,
+                None,
+            ),
         ),
         // who resolved it is tenant text (an API token's label): escaped like titles
         (
