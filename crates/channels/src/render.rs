@@ -1510,6 +1510,145 @@ mod tests {
     }
 
     #[test]
+    fn numbers_and_durations_of_an_alert() {
+        for (n, shown) in [
+            (0, "0"),
+            (7, "7"),
+            (999, "999"),
+            (1_000, "1,000"),
+            (1_240, "1,240"),
+            (12_345_678, "12,345,678"),
+            (u64::MAX, "18,446,744,073,709,551,615"),
+        ] {
+            assert_eq!(thousands(n), shown);
+        }
+        for (ms, shown) in [
+            (-5, "0 s"),
+            (45_000, "45 s"),
+            (60_000, "1 min"),
+            (12 * 60_000 + 59_999, "12 min"),
+            (3_600_000, "1 h"),
+            ((2 * 3600 + 14 * 60 + 5) * 1000, "2 h 14 min"),
+            (86_400_000, "1 d"),
+            ((2 * 86_400 + 5 * 3600 + 59 * 60) * 1000, "2 d 5 h"),
+            (i64::MAX, "106751991167 d 7 h"),
+        ] {
+            assert_eq!(alert_duration(ms), shown, "{ms}");
+        }
+    }
+
+    /// What each moment of an alert's life says, and what resolved it: Klaxon itself (`timeout`, `event`) or
+    /// someone (tenant text, escaped like titles).
+    #[test]
+    fn lifecycle_messages_say_what_happened_to_the_alert() {
+        let r = Renderer::new().expect("templates");
+        let alert = |by: Option<&str>| klaxon_core::alert::AlertRef {
+            id: "a1e2c3d4e5f60718293a4b5c".into(),
+            state: klaxon_core::alert::AlertState::Resolved,
+            opened_at_ms: 1_700_000_000_123 - (2 * 3600 + 14 * 60) * 1000,
+            events: 1_240,
+            by: by.map(str::to_owned),
+            firing_notification_id: "f1".into(),
+        };
+        let cases: [(Reason, Option<&str>, &str); 8] = [
+            (
+                Reason::Resolved,
+                Some("timeout"),
+                "Resolved after 2 h 14 min, 1,240 events · resolved automatically",
+            ),
+            (
+                Reason::Resolved,
+                Some("event"),
+                "Resolved after 2 h 14 min, 1,240 events · resolved automatically",
+            ),
+            (
+                Reason::Resolved,
+                Some("alice"),
+                "Resolved after 2 h 14 min, 1,240 events · resolved by alice",
+            ),
+            (Reason::Resolved, None, "Resolved after 2 h 14 min, 1,240 events\n"),
+            (
+                Reason::Acknowledged,
+                Some("cli"),
+                "Acknowledged by cli · firing for 2 h 14 min, 1,240 events",
+            ),
+            (
+                Reason::Acknowledged,
+                None,
+                "Acknowledged · firing for 2 h 14 min, 1,240 events",
+            ),
+            (
+                Reason::Reminder { number: 1, max: 3 },
+                None,
+                "Still firing: reminder 1 of 3 · firing for 2 h 14 min, 1,240 events",
+            ),
+            (
+                Reason::Escalation { step: 2, steps: 2 },
+                None,
+                "Escalated (step 2 of 2): still firing · firing for 2 h 14 min, 1,240 events",
+            ),
+        ];
+        for (reason, by, says) in cases {
+            let mut t = task(reason, vec![("Boom", 1_240)]);
+            t.alert = Some(alert(by));
+            for name in [TELEGRAM, SLACK, LOOP, EMAIL_TEXT] {
+                let out = r.render(name, &t).expect("render");
+                let out = if name == EMAIL_TEXT {
+                    out.replace(".\n", "\n")
+                } else {
+                    out
+                };
+                assert!(out.contains(says), "{name}: {out}");
+                assert!(
+                    out.contains("Alert a1e2c3d4e5f60718293a4b5c in project proj"),
+                    "{name}: names the alert: {out}"
+                );
+            }
+            let subject = r.render(EMAIL_SUBJECT, &t).expect("subject");
+            let head = reason_head(reason);
+            assert!(subject.starts_with(&format!("{head}: ")), "{subject}");
+        }
+        // `by` is tenant text: escaped per channel, on one line
+        let mut t = task(Reason::Acknowledged, vec![("Boom", 3)]);
+        t.alert = Some(alert(Some("<b>@here</b>\nx")));
+        let tg = r.render(TELEGRAM, &t).expect("tg");
+        assert!(tg.contains("Acknowledged by &lt;b&gt;@\u{2060}here&lt;/b&gt; x · firing"), "{tg}");
+        let md = r.render(LOOP, &t).expect("loop");
+        // (Loop escapes each value as if it started a line: a word joiner before its `<`)
+        assert!(
+            md.contains("Acknowledged by \u{2060}&lt;b&gt;@\u{2060}here&lt;/b&gt; x · firing"),
+            "{md}"
+        );
+        // a task without its alert still says what happened (and names no alert)
+        let mut t = task(Reason::Resolved, vec![("Boom", 3)]);
+        t.min_period_s = 0;
+        let out = r.render(TELEGRAM, &t).expect("tg");
+        assert!(out.contains("Resolved, 3 events\nIn project proj"), "{out}");
+        // a firing that opened an alert names it in its footer; one without, as before
+        let mut t = task(Reason::New, vec![("Boom", 1)]);
+        let before = r.render(TELEGRAM, &t).expect("tg");
+        t.alert = Some(alert(None));
+        let after = r.render(TELEGRAM, &t).expect("tg");
+        assert_eq!(
+            after.replace(" · alert a1e2c3d4e5f60718293a4b5c</i>", "</i>"),
+            before
+        );
+        assert_ne!(after, before);
+        // an alert id that is not ours is not shown
+        t.alert.as_mut().expect("alert").id = "<b>x</b>".into();
+        assert_eq!(r.render(TELEGRAM, &t).expect("tg"), before);
+    }
+
+    fn reason_head(reason: Reason) -> &'static str {
+        match reason {
+            Reason::Resolved => "Resolved",
+            Reason::Acknowledged => "Acknowledged",
+            Reason::Reminder { .. } => "Reminder",
+            _ => "Escalated",
+        }
+    }
+
+    #[test]
     fn titles_become_one_bounded_line() {
         assert_eq!(display_title("a\nb\tc"), "a b c");
         let long = display_title(&"x".repeat(5000));
