@@ -1566,7 +1566,11 @@ mod tests {
                 Some("alice"),
                 "Resolved after 2 h 14 min, 1,240 events · resolved by alice",
             ),
-            (Reason::Resolved, None, "Resolved after 2 h 14 min, 1,240 events\n"),
+            (
+                Reason::Resolved,
+                None,
+                "Resolved after 2 h 14 min, 1,240 events\n",
+            ),
             (
                 Reason::Acknowledged,
                 Some("cli"),
@@ -1612,7 +1616,10 @@ mod tests {
         let mut t = task(Reason::Acknowledged, vec![("Boom", 3)]);
         t.alert = Some(alert(Some("<b>@here</b>\nx")));
         let tg = r.render(TELEGRAM, &t).expect("tg");
-        assert!(tg.contains("Acknowledged by &lt;b&gt;@\u{2060}here&lt;/b&gt; x · firing"), "{tg}");
+        assert!(
+            tg.contains("Acknowledged by &lt;b&gt;@\u{2060}here&lt;/b&gt; x · firing"),
+            "{tg}"
+        );
         let md = r.render(LOOP, &t).expect("loop");
         // (Loop escapes each value as if it started a line: a word joiner before its `<`)
         assert!(
