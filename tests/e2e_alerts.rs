@@ -272,3 +272,55 @@ async fn an_alert_that_redis_lost_resolves_with_no_message() {
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;
 }
+
+/// `--output shadow` tracks alerts as usual and records the resolved messages in the trail like the firings,
+/// sending nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_mode_records_the_resolved_messages_and_sends_nothing() {
+    let (s, env) = stubs().await;
+    let env = env.set("KLAXON_OUTPUT", "shadow");
+    let project = object_id();
+    env.import(&rules(&project, &s.hook));
+    let mut k = env.spawn("run", &[]);
+    let title = format!("Shadow ({})", env.namespace);
+    env.publish(&project, &title, "g").count(2).ok();
+    k.wait_metric(
+        r#"klaxon_alerts_resolved_total{by="timeout"}"#,
+        1.0,
+        RESOLVE_AFTER + Duration::from_secs(15),
+    );
+    // the firing and the resolved message, on each channel
+    let records: Vec<Value> = klaxon_testkit::eventually_blocking(Duration::from_secs(10), || {
+        let out = env.ok(&[
+            "deliveries",
+            "list",
+            "--project",
+            &project,
+            "--status",
+            "shadow",
+            "-o",
+            "ndjson",
+        ]);
+        let r: Vec<Value> = out.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        (r.len() >= 4).then_some(r)
+    })
+    .unwrap_or_else(|| panic!("four shadow records; log:\n{}", k.logs()));
+    assert_eq!(records.len(), 4, "{records:?}");
+    let by = |ch: &str| records.iter().filter(|r| r["channel"] == ch).count();
+    assert_eq!((by("webhook"), by("pagerduty")), (2, 2), "{records:?}");
+    let mut ids: Vec<&str> = records
+        .iter()
+        .filter_map(|r| r["notificationId"].as_str())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 4, "a notification each: {records:?}");
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(
+        (s.hook.count(), s.pd.count()),
+        (0, 0),
+        "shadow mode sends nothing"
+    );
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}
