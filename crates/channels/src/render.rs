@@ -2,7 +2,10 @@
 //!
 //! One view model feeds every template, so all channels say the same thing: the project (its name when known,
 //! see [`MessageContext`]), rule, title(s), what happened in words ("first seen", "100 times in the last
-//! hour", "50 users in the last hour"), a link to the event (`--event-url-template`) and the firing time.
+//! hour", "50 users in the last hour"), a link to the event (`--event-url-template`) and the firing time. The
+//! messages of an alert's life (resolved, acknowledged, a reminder, an escalation) are
+//! views of the same model: the title after "Resolved: " (…), a status line of our words and numbers around who
+//! did it (tenant text, escaped like a title), and the alert they are about.
 //!
 //! **Tenant text is data, never markup.** Titles, project names and every other value come from tenants (a
 //! title is whatever an app threw). The engine applies one neutralising step to every value a template prints,
