@@ -348,6 +348,16 @@ impl NotificationTask {
     }
 }
 
+/// The tasks of one lifecycle message of `alert` (resolved, acknowledged, a reminder): one per channel that
+/// delivered its firing, in the rule's order. Sent at once, never through a digest.
+pub fn lifecycle_tasks(alert: &Alert, reason: Reason, at_ms: i64) -> Vec<NotificationTask> {
+    alert
+        .channels
+        .iter()
+        .map(|ch| NotificationTask::for_alert(alert, ch, reason, at_ms))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,6 +424,7 @@ mod tests {
         let rem1 = NotificationTask::for_alert(&a, ch, Reason::Reminder { number: 1, max: 3 }, 9_000);
         let rem2 = NotificationTask::for_alert(&a, ch, Reason::Reminder { number: 2, max: 3 }, 9_000);
         assert_ne!(rem1.notification_id, rem2.notification_id);
+        assert_eq!(lifecycle_tasks(&a, Reason::Resolved, 9_000), vec![r1.clone()]);
         let r = r1.alert.as_ref().expect("an alert ref");
         assert_eq!(r.id, a.id);
         assert_eq!(

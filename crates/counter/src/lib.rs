@@ -40,11 +40,14 @@
 //! * **Delivery.** [`Dedup`] (`lua/dedup_*.lua`: a notification id is delivered once) and [`Gcra`]
 //!   (`lua/gcra_reserve.lua`: fleet-wide rate limits) are the Redis half of the senders' pipeline; the
 //!   policy around them (which limits apply, what a busy claim or a far slot means) is the engine's.
+//! * **Alerts.** [`Alerts`] (`lua/alert_*.lua`, `lua/alerts_read.lua`) holds each (rule, group)'s alert: opened
+//!   once per firing across a fleet, counted while open, acknowledged and resolved in one atomic step each.
 //! * **Deployment checks.** [`eviction_policies`] reads `maxmemory-policy` from every primary (anything but
 //!   `noeviction` can delete Klaxon's keys); [`Consumers`] (`lua/consumers_*.lua`) registers Klaxon's consumers
 //!   of the events queue, so a consumer that is not Klaxon can be told apart by its count.
 #![deny(missing_docs)]
 
+pub mod alerts;
 pub mod consumers;
 pub mod dedup;
 pub mod digest;
@@ -60,6 +63,7 @@ mod redis_handle;
 mod script_io;
 mod window_counter;
 
+pub use alerts::{Alerts, Change, Opened, Touch};
 pub use consumers::{Consumers, Registered};
 pub use dedup::Dedup;
 pub use digest::{Append, Appended, Claim, DigestKey, Digests};

@@ -1,0 +1,58 @@
+-- alert_change.lua: one step of an alert's life, atomically: resolve (when `resolveAfter` has passed without
+-- events, or by hand, or on the project's next event for NO_EVENTS) or acknowledge. A resolved alert frees its
+-- (rule, group): the next firing opens a new alert. Answers the same for a replay, so a redelivered timer or a
+-- retried request finds what the first one did.
+--
+-- KEYS[1]  hash `<ns>:al:{<projectId>}:a:<alertId>` (fields: see alert_open.lua)
+-- ARGV[1]  now, unix ms ('' = the server's TIME)
+-- ARGV[2]  the key prefix `<ns>:al:{<projectId>}:`
+-- ARGV[3]  what: `due` (resolve when last + resolveAfter ≤ now: the timer), `resolve` (now, by ARGV[4]), `ack`
+-- ARGV[4]  by whom or what (`timeout` for `due`)
+-- ARGV[5]  how long a resolved alert is kept, ms
+-- ARGV[6]  the (rule, group)'s key suffix `<ruleId>:<group>` (its `cur:` key is prefix .. 'cur:' .. this)
+--
+-- Returns {code, …}: {0} not found; {1, HGETALL} done now; {2, HGETALL} already resolved; {3, dueMs} not due yet
+-- (`due` only: an event came since); {4, HGETALL} never resolves by itself (`due` with resolveAfter 0);
+-- {5, HGETALL} already acknowledged (`ack` only).
+--
+-- Complexity: O(1).
+local now = tonumber(ARGV[1])
+if now == nil then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local ak = KEYS[1]
+local st = redis.call('HGET', ak, 'state')
+if not st then
+  return {0}
+end
+if st == 'resolved' then
+  return {2, redis.call('HGETALL', ak)}
+end
+local what = ARGV[3]
+if what == 'ack' then
+  if st == 'acknowledged' then
+    return {5, redis.call('HGETALL', ak)}
+  end
+  redis.call('HSET', ak, 'state', 'acknowledged', 'ackAt', now, 'ackBy', ARGV[4])
+  return {1, redis.call('HGETALL', ak)}
+end
+if what == 'due' then
+  local after = tonumber(redis.call('HGET', ak, 'resolveAfter')) or 0
+  if after <= 0 then
+    return {4, redis.call('HGETALL', ak)}
+  end
+  local due = (tonumber(redis.call('HGET', ak, 'last')) or 0) + after
+  if now < due then
+    return {3, due}
+  end
+end
+redis.call('HSET', ak, 'state', 'resolved', 'resAt', now, 'resBy', ARGV[4])
+redis.call('PEXPIRE', ak, tonumber(ARGV[5]))
+local cur_key = ARGV[2] .. 'cur:' .. ARGV[6]
+local id = string.sub(ak, string.len(ARGV[2]) + 3)
+if redis.call('GET', cur_key) == id then
+  redis.call('DEL', cur_key)
+end
+redis.call('PEXPIRE', ARGV[2] .. 'idx', tonumber(ARGV[5]), 'GT')
+return {1, redis.call('HGETALL', ak)}

@@ -1,0 +1,442 @@
+//! Alerts in Redis: the state of every (rule, group)'s alert, opened by a firing, acknowledged, resolved
+//! (`klaxon_core::alert`). One slot per project (`<ns>:al:{<project>}:…`), so every step is one atomic script:
+//!
+//! | key | what |
+//! |---|---|
+//! | `<ns>:al:{<project>}:idx` | zset alert id → when it opened: the project's alerts, at most [`Alerts::limit`] |
+//! | `<ns>:al:{<project>}:cur:<rule>:<group>` | the id of the (rule, group)'s open alert |
+//! | `<ns>:al:{<project>}:a:<alertId>` | hash: the alert (its fixed part as JSON, then state, events, times, by whom) |
+//!
+//! * **Once across a fleet.** An alert's id derives from the firing that opened it (`klaxon_core::alert::alert_id`),
+//!   and `lua/alert_open.lua` opens it only when its (rule, group) has no open alert: the same firing on another
+//!   worker or redelivered finds it ([`Opened::Again`]), another firing while it is open repeats it
+//!   ([`Opened::Repeat`]). `lua/alert_change.lua` resolves or acknowledges in one step and answers a replay with
+//!   what the first call did, so a redelivered timer or a retried request publishes the same lifecycle messages
+//!   again (same notification ids: the senders deliver them once).
+//! * **Bounded.** A project keeps at most [`Alerts::limit`] alerts: the oldest resolved ones are forgotten first,
+//!   and when all are open no new one opens (the firing is still delivered: [`Opened::Full`]). A resolved alert
+//!   lives [`RESOLVED_RETENTION_MS`], an open one [`OPEN_RETENTION_MS`] past its last event (and its
+//!   `resolveAfter`), so every key expires.
+//! * **Counting.** [`Alerts::open_and_touch`] counts a batch's matching events into the open alerts of their
+//!   (rule, group)s (one call per project): `events` and the last event's time, which `resolveAfter` runs from.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use klaxon_core::alert::{
+    Alert, AlertChannel, AlertState, DEFAULT_MAX_ALERTS_PER_PROJECT, OPEN_RETENTION_MS, RESOLVED_RETENTION_MS,
+};
+use redis::{Script, Value};
+use serde::{Deserialize, Serialize};
+
+use crate::script_io::{bad, int, now_arg, text};
+use crate::{CounterError, RedisHandle};
+
+static OPEN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/alert_open.lua")));
+static TOUCH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/alert_touch.lua")));
+static CHANGE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/alert_change.lua")));
+static READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/alerts_read.lua")));
+
+/// The alerts of every project of a namespace. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Alerts {
+    redis: RedisHandle,
+    namespace: String,
+    limit: usize,
+}
+
+/// What [`Alerts::open_and_touch`] did with one firing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Opened {
+    /// A new alert opened.
+    New(Alert),
+    /// This firing's alert existed already (a redelivered event, another worker): publish as if new, the senders
+    /// drop what was sent.
+    Again(Alert),
+    /// Another firing's alert of the (rule, group) is open: this firing repeats it.
+    Repeat(Alert),
+    /// Not opened: the project keeps [`Alerts::limit`] alerts, all open. The firing is delivered without one.
+    Full,
+}
+
+impl Opened {
+    /// The alert the firing belongs to, if any.
+    pub fn alert(&self) -> Option<&Alert> {
+        match self {
+            Opened::New(a) | Opened::Again(a) | Opened::Repeat(a) => Some(a),
+            Opened::Full => None,
+        }
+    }
+}
+
+/// Events of one batch matching one (rule, group), counted into its open alert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Touch<'a> {
+    /// The project.
+    pub project_id: &'a str,
+    /// The rule.
+    pub rule_id: &'a str,
+    /// The group.
+    pub group: &'a str,
+    /// How many events.
+    pub events: u64,
+    /// The last of them, unix ms.
+    pub at_ms: i64,
+}
+
+/// What a resolve or an acknowledgement did ([`Alerts::resolve_due`], [`Alerts::resolve`],
+/// [`Alerts::acknowledge`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Done now: the alert as it is after.
+    Done(Alert),
+    /// It was resolved already (by this step before, or by another).
+    AlreadyResolved(Alert),
+    /// It was acknowledged already (acknowledge only).
+    AlreadyAcknowledged(Alert),
+    /// Not due yet (the timer only): an event came since; due at `at_ms`.
+    NotDue {
+        /// When `resolveAfter` runs out now, unix ms.
+        at_ms: i64,
+    },
+    /// It never resolves by itself (`resolveAfter: 0`; the timer only).
+    Never(Alert),
+    /// No such alert (never was, or expired).
+    NotFound,
+}
+
+/// The fixed part of an alert, stored as JSON in its hash (`fixed`): what never changes after it opened.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Fixed {
+    id: String,
+    project_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    project_name: Option<String>,
+    rule_id: String,
+    group: String,
+    title: String,
+    channels: Vec<AlertChannel>,
+}
+
+impl Alerts {
+    /// Alerts under `<namespace>:al:`, at most [`DEFAULT_MAX_ALERTS_PER_PROJECT`] per project.
+    pub fn new(redis: RedisHandle, namespace: &str) -> Self {
+        Alerts {
+            redis,
+            namespace: namespace.to_owned(),
+            limit: DEFAULT_MAX_ALERTS_PER_PROJECT,
+        }
+    }
+
+    /// At most `limit` (≥ 1) alerts per project.
+    pub fn with_limit(mut self, limit: usize) -> Self {
+        self.limit = limit.max(1);
+        self
+    }
+
+    /// The most alerts a project keeps.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// `<ns>:al:{<project>}:`: every key of the project's alerts starts so (one cluster slot).
+    fn prefix(&self, project_id: &str) -> String {
+        format!("{}:al:{{{}}}:", self.namespace, project_id.to_ascii_lowercase())
+    }
+
+    fn alert_key(&self, project_id: &str, alert_id: &str) -> String {
+        format!("{}a:{alert_id}", self.prefix(project_id))
+    }
+
+    fn cur_suffix(rule_id: &str, group: &str) -> String {
+        format!("{rule_id}:{group}")
+    }
+
+    /// Opens the alerts of `opens` (each as it would open: state firing, its firing token, channels, …), then
+    /// counts `touches` into the open alerts of their (rule, group)s. One answer per open, in order. `now_ms`:
+    /// the clock (`None`: Redis `TIME`).
+    pub async fn open_and_touch(
+        &self,
+        opens: &[Alert],
+        touches: &[Touch<'_>],
+        now_ms: Option<i64>,
+    ) -> Result<Vec<Opened>, CounterError> {
+        const SCRIPT: &str = "alert_open.lua";
+        let calls = opens.iter().map(|a| async move {
+            let fixed = Fixed {
+                id: a.id.clone(),
+                project_id: a.project_id.clone(),
+                project_name: a.project_name.clone(),
+                rule_id: a.rule_id.clone(),
+                group: a.group.clone(),
+                title: a.title.clone(),
+                channels: a.channels.clone(),
+            };
+            let fixed = serde_json::to_string(&fixed).map_err(|e| bad(SCRIPT, e.to_string()))?;
+            let prefix = self.prefix(&a.project_id);
+            let reply: Value = OPEN
+                .key(format!("{prefix}idx"))
+                .key(format!("{prefix}cur:{}", Self::cur_suffix(&a.rule_id, &a.group)))
+                .key(format!("{prefix}a:{}", a.id))
+                .arg(now_arg(now_ms))
+                .arg(&prefix)
+                .arg(&a.id)
+                .arg(&a.firing)
+                .arg(fixed)
+                .arg(self.limit)
+                .arg(a.fired_at_ms)
+                .arg(a.resolve_after_ms)
+                .arg(OPEN_RETENTION_MS)
+                .invoke_async(&mut self.redis.clone())
+                .await?;
+            let Value::Array(items) = &reply else {
+                return Err(bad(SCRIPT, format!("expected an array, got {reply:?}")));
+            };
+            let code = items.first().map(|v| int(v, SCRIPT)).transpose()?;
+            let alert = || match items.get(2) {
+                Some(fields) => decode(&a.project_id, fields, SCRIPT),
+                None => Err(bad(SCRIPT, "no alert in the reply")),
+            };
+            Ok(match code {
+                Some(0) => Opened::New(alert()?),
+                Some(1) => Opened::Again(alert()?),
+                Some(2) => Opened::Repeat(alert()?),
+                Some(3) => Opened::Full,
+                other => return Err(bad(SCRIPT, format!("unknown code {other:?}"))),
+            })
+        });
+        // Concurrent calls on the multiplexed connection: one round trip for the batch's firings.
+        let opened: Vec<Opened> = futures_util::future::try_join_all(calls).await?;
+        self.touch(touches).await?;
+        Ok(opened)
+    }
+
+    /// Counts `touches` into open alerts: one script call per project, coalesced by (rule, group).
+    async fn touch(&self, touches: &[Touch<'_>]) -> Result<u64, CounterError> {
+        const SCRIPT: &str = "alert_touch.lua";
+        // project → (rule, group) → (events, last at)
+        type Groups<'t> = BTreeMap<(&'t str, &'t str), (u64, i64)>;
+        let mut by_project: BTreeMap<&str, Groups<'_>> = BTreeMap::new();
+        for t in touches {
+            let e = by_project
+                .entry(t.project_id)
+                .or_default()
+                .entry((t.rule_id, t.group))
+                .or_insert((0, i64::MIN));
+            e.0 += t.events;
+            e.1 = e.1.max(t.at_ms);
+        }
+        let calls = by_project.into_iter().map(|(project, keys)| async move {
+            let prefix = self.prefix(project);
+            let mut call = TOUCH.prepare_invoke();
+            call.arg("").arg(&prefix).arg(OPEN_RETENTION_MS);
+            for ((rule, group), (n, at)) in keys {
+                call.key(format!("{prefix}cur:{}", Self::cur_suffix(rule, group)))
+                    .arg(n)
+                    .arg(at);
+            }
+            let reply: Value = call.invoke_async(&mut self.redis.clone()).await?;
+            int(&reply, SCRIPT).map(|n| u64::try_from(n).unwrap_or(0))
+        });
+        let touched: Vec<u64> = futures_util::future::try_join_all(calls).await?;
+        Ok(touched.into_iter().sum())
+    }
+
+    /// The `resolveAfter` timer of an alert: resolves it when its last matching event is `resolveAfter` ago,
+    /// by `timeout`.
+    pub async fn resolve_due(
+        &self,
+        project_id: &str,
+        alert_id: &str,
+        now_ms: Option<i64>,
+    ) -> Result<Change, CounterError> {
+        self.change(project_id, alert_id, "due", "timeout", now_ms).await
+    }
+
+    /// Resolves an alert now, by `by` (a person's or a token's name, `event` for NO_EVENTS).
+    pub async fn resolve(
+        &self,
+        project_id: &str,
+        alert_id: &str,
+        by: &str,
+        now_ms: Option<i64>,
+    ) -> Result<Change, CounterError> {
+        self.change(project_id, alert_id, "resolve", by, now_ms).await
+    }
+
+    /// Acknowledges an open alert, by `by`.
+    pub async fn acknowledge(
+        &self,
+        project_id: &str,
+        alert_id: &str,
+        by: &str,
+        now_ms: Option<i64>,
+    ) -> Result<Change, CounterError> {
+        self.change(project_id, alert_id, "ack", by, now_ms).await
+    }
+
+    async fn change(
+        &self,
+        project_id: &str,
+        alert_id: &str,
+        what: &str,
+        by: &str,
+        now_ms: Option<i64>,
+    ) -> Result<Change, CounterError> {
+        const SCRIPT: &str = "alert_change.lua";
+        // The (rule, group) of the alert names its `cur:` key; read first (the script checks the id it holds).
+        let Some(current) = self.get(project_id, alert_id).await? else {
+            return Ok(Change::NotFound);
+        };
+        let reply: Value = CHANGE
+            .key(self.alert_key(project_id, alert_id))
+            .arg(now_arg(now_ms))
+            .arg(self.prefix(project_id))
+            .arg(what)
+            .arg(by)
+            .arg(RESOLVED_RETENTION_MS)
+            .arg(Self::cur_suffix(&current.rule_id, &current.group))
+            .invoke_async(&mut self.redis.clone())
+            .await?;
+        let Value::Array(items) = &reply else {
+            return Err(bad(SCRIPT, format!("expected an array, got {reply:?}")));
+        };
+        let code = items.first().map(|v| int(v, SCRIPT)).transpose()?;
+        let alert = || match items.get(1) {
+            Some(fields) => decode(project_id, fields, SCRIPT),
+            None => Err(bad(SCRIPT, "no alert in the reply")),
+        };
+        Ok(match code {
+            Some(0) => Change::NotFound,
+            Some(1) => Change::Done(alert()?),
+            Some(2) => Change::AlreadyResolved(alert()?),
+            Some(3) => Change::NotDue {
+                at_ms: items.get(1).map(|v| int(v, SCRIPT)).transpose()?.unwrap_or(0),
+            },
+            Some(4) => Change::Never(alert()?),
+            Some(5) => Change::AlreadyAcknowledged(alert()?),
+            other => return Err(bad(SCRIPT, format!("unknown code {other:?}"))),
+        })
+    }
+
+    /// One alert, if it exists (and has not expired).
+    pub async fn get(&self, project_id: &str, alert_id: &str) -> Result<Option<Alert>, CounterError> {
+        let fields: Value = redis::cmd("HGETALL")
+            .arg(self.alert_key(project_id, alert_id))
+            .query_async(&mut self.redis.clone())
+            .await?;
+        match &fields {
+            Value::Array(items) if items.is_empty() => Ok(None),
+            Value::Map(items) if items.is_empty() => Ok(None),
+            _ => decode(project_id, &fields, "HGETALL").map(Some),
+        }
+    }
+
+    /// The open alert of a (rule, group), if one is open.
+    pub async fn current(
+        &self,
+        project_id: &str,
+        rule_id: &str,
+        group: &str,
+    ) -> Result<Option<Alert>, CounterError> {
+        let key = format!(
+            "{}cur:{}",
+            self.prefix(project_id),
+            Self::cur_suffix(rule_id, group)
+        );
+        let id: Option<String> = redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut self.redis.clone())
+            .await?;
+        match id {
+            Some(id) => Ok(self.get(project_id, &id).await?.filter(|a| a.state.is_open())),
+            None => Ok(None),
+        }
+    }
+
+    /// A project's alerts, newest first, at most `limit` (and at most [`Alerts::limit`]), of one state or all.
+    pub async fn list(
+        &self,
+        project_id: &str,
+        state: Option<AlertState>,
+        limit: usize,
+    ) -> Result<Vec<Alert>, CounterError> {
+        const SCRIPT: &str = "alerts_read.lua";
+        let prefix = self.prefix(project_id);
+        let reply: Value = READ
+            .key(format!("{prefix}idx"))
+            .arg(&prefix)
+            .arg(limit.clamp(1, self.limit))
+            .arg(state.map_or("", AlertState::as_str))
+            .invoke_async(&mut self.redis.clone())
+            .await?;
+        let Value::Array(items) = &reply else {
+            return Err(bad(SCRIPT, format!("expected an array, got {reply:?}")));
+        };
+        items
+            .iter()
+            .map(|fields| decode(project_id, fields, SCRIPT))
+            .collect()
+    }
+}
+
+/// An alert from its hash's fields (`HGETALL`: a flat array of field, value, or a RESP3 map).
+fn decode(project_id: &str, fields: &Value, script: &'static str) -> Result<Alert, CounterError> {
+    let mut map: BTreeMap<String, String> = BTreeMap::new();
+    match fields {
+        Value::Array(items) => {
+            for pair in items.chunks(2) {
+                if let [k, v] = pair {
+                    map.insert(text(k, script)?, text(v, script)?);
+                }
+            }
+        }
+        Value::Map(items) => {
+            for (k, v) in items {
+                map.insert(text(k, script)?, text(v, script)?);
+            }
+        }
+        other => return Err(bad(script, format!("expected an alert's fields, got {other:?}"))),
+    }
+    let fixed: Fixed = map
+        .get("fixed")
+        .and_then(|j| serde_json::from_str(j).ok())
+        .ok_or_else(|| {
+            bad(
+                script,
+                format!(
+                    "an alert without its fixed part: {:?}",
+                    map.keys().collect::<Vec<_>>()
+                ),
+            )
+        })?;
+    let num = |k: &str| map.get(k).and_then(|v| v.parse::<f64>().ok()).map(|f| f as i64);
+    let state = map
+        .get("state")
+        .and_then(|s| AlertState::parse(s))
+        .ok_or_else(|| bad(script, "an alert without a state"))?;
+    Ok(Alert {
+        id: fixed.id,
+        project_id: if fixed.project_id.is_empty() {
+            project_id.to_owned()
+        } else {
+            fixed.project_id
+        },
+        project_name: fixed.project_name,
+        rule_id: fixed.rule_id,
+        group: fixed.group,
+        title: fixed.title,
+        state,
+        firing: map.get("firing").cloned().unwrap_or_default(),
+        fired_at_ms: num("firedAt").unwrap_or(0),
+        acknowledged_at_ms: num("ackAt"),
+        acknowledged_by: map.get("ackBy").cloned(),
+        resolved_at_ms: num("resAt"),
+        resolved_by: map.get("resBy").cloned(),
+        events: num("events").map_or(0, |n| u64::try_from(n).unwrap_or(0)),
+        last_event_at_ms: num("last").unwrap_or(0),
+        resolve_after_ms: num("resolveAfter").map_or(0, |n| u64::try_from(n).unwrap_or(0)),
+        channels: fixed.channels,
+    })
+}
