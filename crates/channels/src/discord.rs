@@ -17,12 +17,14 @@ use std::time::Duration;
 use klaxon_core::NotificationTask;
 use serde_json::{json, Value};
 
-use crate::http_client::{label, parse_http_endpoint, Answer};
+use url::Url;
+
+use crate::http_client::{label, parse_http_endpoint, Answer, Request};
 use crate::render::{
-    cut, cut_escaped, escape_discord, escape_discord_bounded, fit, MessageContext, View, ViewKind,
+    cut, cut_escaped, escape_discord, escape_discord_bounded, fit, MessageContext, View, ViewKind, ROOMS,
 };
 use crate::slack::{lines, Piece};
-use crate::{Channels, Delivered, DeliveryError};
+use crate::{Channels, Delivered, DeliveryError, Edit, MessageRef};
 
 /// Longest embed title Discord accepts, in characters.
 pub const DISCORD_TITLE_MAX: usize = 256;
@@ -306,20 +308,149 @@ impl Channels {
         &self,
         task: &NotificationTask,
         ctx: MessageContext<'_>,
+        firing: Option<&MessageRef>,
     ) -> Result<Delivered, DeliveryError> {
         let endpoint = task.endpoint.as_str();
         let url = parse_http_endpoint(endpoint, "discord")?;
         let what = label("discord", &url);
         let body = self.discord_body(task, ctx)?;
         let secrets = [endpoint.trim()];
+        let edit = match firing {
+            Some(firing) => Some(self.edit_discord(task, ctx, &url, firing, &what, &secrets).await),
+            None => None,
+        };
+        if !Channels::opens_conversation(task) {
+            let answer = self
+                .inner
+                .http
+                .post(&url, "application/json", &[], body.into_bytes(), &what, &secrets)
+                .await?;
+            discord_check(&answer, &what, &secrets)?;
+            return Ok(Delivered {
+                edit,
+                ..Delivered::messages(1)
+            });
+        }
+        // an alert's first firing: `?wait=true` makes Discord answer with the message, whose id later edits use
+        let mut wait = url.clone();
+        wait.query_pairs_mut().append_pair("wait", "true");
         let answer = self
             .inner
             .http
-            .post(&url, "application/json", &[], body.into_bytes(), &what, &secrets)
+            .send(
+                &wait,
+                Request::json(reqwest::Method::POST),
+                body.clone().into_bytes(),
+                &what,
+                &secrets,
+            )
             .await?;
         discord_check(&answer, &what, &secrets)?;
-        Ok(Delivered { messages: 1 })
+        let sent = message_id(&answer.body).map(|message_id| MessageRef {
+            message_id,
+            destination: Channels::destination_key(task),
+            body: Some(body),
+        });
+        Ok(Delivered {
+            sent,
+            ..Delivered::messages(1)
+        })
     }
+
+    /// Edits the alert's firing message (`PATCH <webhook>/messages/<id>`, the webhook's query such as
+    /// `thread_id` kept) to show the state `task` reports; the outcome is only reported, never an error.
+    async fn edit_discord(
+        &self,
+        task: &NotificationTask,
+        ctx: MessageContext<'_>,
+        url: &Url,
+        firing: &MessageRef,
+        what: &str,
+        secrets: &[&str],
+    ) -> Edit {
+        let view = self.inner.renderer.view_in(task, ctx, ROOMS[0]);
+        let Some(body) = firing.body.as_deref().and_then(|b| edited_body(b, &view)) else {
+            tracing::debug!(notification_id = %task.notification_id, "discord: nothing to edit the firing message from");
+            return Edit::Failed;
+        };
+        let Some(target) = message_url(url, &firing.message_id) else {
+            return Edit::Failed;
+        };
+        let result = async {
+            let answer = self
+                .inner
+                .http
+                .send(
+                    &target,
+                    Request::json(reqwest::Method::PATCH),
+                    body.into_bytes(),
+                    what,
+                    secrets,
+                )
+                .await?;
+            discord_check(&answer, what, secrets)
+        }
+        .await;
+        match result {
+            Ok(()) => Edit::Edited,
+            Err(e) => {
+                tracing::info!(
+                    channel = "discord",
+                    notification_id = %task.notification_id,
+                    reason = e.reason(),
+                    "editing the alert's firing message failed; the message is sent all the same"
+                );
+                Edit::Failed
+            }
+        }
+    }
+}
+
+/// The webhook's `…/messages/<id>` URL (its query, e.g. `thread_id`, kept); None for an id that is not a
+/// Discord snowflake (digits), so nothing read back from Redis can change the path.
+fn message_url(webhook: &Url, message_id: &str) -> Option<Url> {
+    if message_id.is_empty() || message_id.len() > 20 || !message_id.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut url = webhook.clone();
+    url.path_segments_mut()
+        .ok()?
+        .pop_if_empty()
+        .push("messages")
+        .push(message_id);
+    Some(url)
+}
+
+/// The message id in Discord's `?wait=true` answer (`{"id": "1234…", …}`).
+fn message_id(body: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(body).ok()?;
+    let id = v.get("id")?.as_str()?;
+    (!id.is_empty() && id.len() <= 20 && id.bytes().all(|b| b.is_ascii_digit())).then(|| id.to_owned())
+}
+
+/// The firing message's request `firing` again, its first embed showing the state `view` (a lifecycle message)
+/// reports: the status line in bold above the description, in the state's colour, within Discord's limits.
+fn edited_body(firing: &str, view: &View) -> Option<String> {
+    let v: Value = serde_json::from_str(firing).ok()?;
+    let mut list: Vec<Value> = v.get("embeds")?.as_array()?.clone();
+    let first = list.first_mut()?;
+    let by = view.by.as_deref().map(escape_discord).unwrap_or_default();
+    let state = format!("**{}{by}{}**", view.status, view.status_end);
+    let state = cut_escaped(&state, DISCORD_DESCRIPTION_MAX / 2);
+    let old = first
+        .get("description")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let description = if old.is_empty() {
+        state
+    } else {
+        let room = DISCORD_DESCRIPTION_MAX - state.chars().count() - 1;
+        format!("{state}\n{}", cut_escaped(old, room))
+    };
+    first["description"] = Value::from(description);
+    first["color"] = Value::from(colour(view.kind));
+    fit_total(&mut list);
+    within_limits(&list).then(|| json!({ "embeds": list, "allowed_mentions": {"parse": []} }).to_string())
 }
 
 /// Classifies Discord's answer: 2xx delivered; 429 transient after the wait Discord asks for (the body's

@@ -246,7 +246,7 @@ impl Channels {
         // lettre's timeout bounds each command; this bounds the whole conversation.
         let overall = self.inner.cfg.connect_timeout + self.inner.cfg.request_timeout * 2;
         match tokio::time::timeout(overall, self.inner.smtp.send(message)).await {
-            Ok(Ok(_)) => Ok(Delivered { messages: 1 }),
+            Ok(Ok(_)) => Ok(Delivered::messages(1)),
             Ok(Err(e)) => Err(classify_smtp(&e, &secrets)),
             Err(_) => Err(DeliveryError::transient("email: SMTP conversation timed out")),
         }

@@ -11,6 +11,9 @@ use crate::{Delivered, DeliveryError};
 
 /// How much of an error response we read, for the reason string.
 const MAX_ERROR_BODY: usize = 4096;
+/// How much of an answer we read when its body is parsed (Discord's `?wait=true` message, Telegram's `result`,
+/// which echo the message we sent): more than the largest message either accepts, JSON-escaped.
+pub(crate) const MAX_ANSWER_BODY: usize = 128 * 1024;
 
 /// An HTTP answer, read and bounded.
 pub(crate) struct Answer {
@@ -32,6 +35,26 @@ impl Answer {
     /// failure in the body (Slack, Loop, webhooks, Hawk's notify-bot).
     pub(crate) fn check_body(&self, what: &str, secrets: &[&str]) -> Result<(), DeliveryError> {
         self.check(what, &body_detail(&self.body, secrets))
+    }
+}
+
+/// How one request is made: its method, content type, extra headers and how much of the answer is read.
+pub(crate) struct Request<'a> {
+    pub(crate) method: reqwest::Method,
+    pub(crate) content_type: &'a str,
+    pub(crate) headers: &'a [(&'a str, String)],
+    pub(crate) max_body: usize,
+}
+
+impl<'a> Request<'a> {
+    /// A JSON request whose answer is parsed (read up to [`MAX_ANSWER_BODY`]).
+    pub(crate) fn json(method: reqwest::Method) -> Self {
+        Request {
+            method,
+            content_type: "application/json",
+            headers: &[],
+            max_body: MAX_ANSWER_BODY,
+        }
     }
 }
 
@@ -92,10 +115,35 @@ impl Http {
         what: &str,
         secrets: &[&str],
     ) -> Result<Answer, DeliveryError> {
+        let request = Request {
+            method: reqwest::Method::POST,
+            content_type,
+            headers,
+            max_body: MAX_ERROR_BODY,
+        };
+        self.send(url, request, body, what, secrets).await
+    }
+
+    /// Sends `body` as `request` says (method, content type, headers) and reads at most `request.max_body` of
+    /// the answer: the one path every request takes, through the address check and the vetting resolver.
+    pub(crate) async fn send(
+        &self,
+        url: &Url,
+        request: Request<'_>,
+        body: Vec<u8>,
+        what: &str,
+        secrets: &[&str],
+    ) -> Result<Answer, DeliveryError> {
+        let Request {
+            method,
+            content_type,
+            headers,
+            max_body,
+        } = request;
         self.vet_literal(url, what)?;
         let mut req = self
             .client
-            .post(url.clone())
+            .request(method, url.clone())
             .header(reqwest::header::CONTENT_TYPE, content_type)
             .body(body);
         for (name, value) in headers {
@@ -109,15 +157,15 @@ impl Http {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| parse_retry_after(v, SystemTime::now()));
         let mut raw = Vec::new();
-        // The body only feeds the reason string: read a bounded prefix, and a failure to read it does not
-        // change the outcome the status already decided.
-        while raw.len() < MAX_ERROR_BODY {
+        // The body feeds the reason string (and, for answers we parse, a message id): read a bounded prefix, and
+        // a failure to read it does not change the outcome the status already decided.
+        while raw.len() < max_body {
             match resp.chunk().await {
                 Ok(Some(chunk)) => raw.extend_from_slice(&chunk),
                 Ok(None) | Err(_) => break,
             }
         }
-        raw.truncate(MAX_ERROR_BODY);
+        raw.truncate(max_body);
         Ok(Answer {
             status,
             retry_after,
@@ -154,7 +202,7 @@ impl Http {
         let body = body()?;
         self.post_json(&url, &[], body.into_bytes(), &what, &[endpoint])
             .await?;
-        Ok(Delivered { messages: 1 })
+        Ok(Delivered::messages(1))
     }
 }
 

@@ -116,10 +116,63 @@ pub struct Preview {
 }
 
 /// A successful delivery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivered {
     /// Messages sent: more than 1 when a long Telegram message was split.
     pub messages: usize,
+    /// The message an alert's first firing on a channel that keeps conversations sent
+    /// ([`Channels::opens_conversation`]), for the sender to remember; None otherwise, or when the answer did
+    /// not name it.
+    pub sent: Option<MessageRef>,
+    /// What became of the edit of the firing message, for a lifecycle message delivered in a conversation
+    /// ([`Channels::deliver_in`]); None when nothing was edited or tried.
+    pub edit: Option<Edit>,
+}
+
+impl Delivered {
+    /// `n` messages sent, nothing remembered or edited.
+    pub fn messages(n: usize) -> Self {
+        Delivered {
+            messages: n,
+            sent: None,
+            edit: None,
+        }
+    }
+}
+
+/// The firing message of an alert on a channel that can edit and reply (Discord webhooks, the Telegram Bot API):
+/// what the sender remembers after the firing and hands back with the alert's lifecycle messages. It holds no
+/// secret: the destination is [`Channels::destination_key`] (hashed), the body is the message as the channel
+/// showed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageRef {
+    /// The message id the channel answered (Discord's snowflake, Telegram's `message_id`).
+    pub message_id: String,
+    /// [`Channels::destination_key`] of the firing's task: a lifecycle message to another destination (an
+    /// escalation's own chat) is not put in this conversation.
+    pub destination: String,
+    /// The firing message as sent (Discord: the request's JSON; Telegram: the first part's HTML), what an edit
+    /// starts from; None when it was too large to keep.
+    pub body: Option<String>,
+}
+
+/// The outcome of editing an alert's firing message to show its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Edit {
+    /// The firing message now shows the alert's state.
+    Edited,
+    /// The edit failed (message deleted, 400/404, …): the lifecycle message was sent all the same.
+    Failed,
+}
+
+impl Edit {
+    /// The metric label: `edited` or `failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Edit::Edited => "edited",
+            Edit::Failed => "failed",
+        }
+    }
 }
 
 struct Inner {
@@ -268,8 +321,48 @@ impl Channels {
         }
     }
 
+    /// True when `task`'s channel can keep an alert as one conversation: Discord webhooks and Telegram chats
+    /// through the Bot API (not Hawk's notify-bot URLs).
+    pub fn keeps_conversation(task: &NotificationTask) -> bool {
+        match task.channel {
+            ChannelKind::Discord => true,
+            ChannelKind::Telegram => !task.endpoint.contains("://"),
+            _ => false,
+        }
+    }
+
+    /// True when delivering `task` starts an alert's conversation: the alert's first firing on a channel that
+    /// keeps conversations (its notification id is the alert's `firingNotificationId`). Its
+    /// [`Delivered::sent`] is then the message to remember.
+    pub fn opens_conversation(task: &NotificationTask) -> bool {
+        Self::keeps_conversation(task)
+            && !task.reason.is_lifecycle()
+            && task
+                .alert
+                .as_ref()
+                .is_some_and(|a| a.firing_notification_id == task.notification_id)
+    }
+
     /// Delivers one notification, one attempt. Logs the outcome with the redacted destination.
     pub async fn deliver(&self, task: &NotificationTask) -> Result<Delivered, DeliveryError> {
+        self.deliver_in(task, None).await
+    }
+
+    /// [`Channels::deliver`], in the conversation of `firing` (the alert's firing message, see
+    /// [`MessageRef`]) when `task` is a lifecycle message on a channel that keeps conversations: the firing
+    /// message is first edited to show the alert's state, then the lifecycle message is sent (a reply on
+    /// Telegram, a new message on Discord). An edit that fails never stops the lifecycle message. `firing` for
+    /// another destination, or for any other task, is ignored.
+    pub async fn deliver_in(
+        &self,
+        task: &NotificationTask,
+        firing: Option<&MessageRef>,
+    ) -> Result<Delivered, DeliveryError> {
+        let firing = firing.filter(|f| {
+            task.reason.is_lifecycle()
+                && Self::keeps_conversation(task)
+                && f.destination == Self::destination_key(task)
+        });
         let started = Instant::now();
         let actions = self.action_links(task);
         let ctx = self.context(task, &actions);
@@ -287,10 +380,10 @@ impl Channels {
                     let body = || self.loop_body(task, ctx);
                     self.inner.http.post_json_to_endpoint(task, body).await
                 }
-                ChannelKind::Telegram => self.deliver_telegram(task, ctx).await,
+                ChannelKind::Telegram => self.deliver_telegram(task, ctx, firing).await,
                 ChannelKind::Email => self.deliver_email(task, ctx).await,
                 ChannelKind::Webhook => self.deliver_webhook(task, ctx).await,
-                ChannelKind::Discord => self.deliver_discord(task, ctx).await,
+                ChannelKind::Discord => self.deliver_discord(task, ctx, firing).await,
                 // a Workflows webhook: one JSON POST to the endpoint, classified like Slack's
                 ChannelKind::Teams => {
                     let body = || self.teams_body(task, ctx);
@@ -306,6 +399,7 @@ impl Channels {
                 notification_id = %task.notification_id,
                 destination = %redact_endpoint(task.channel, &task.endpoint),
                 messages = d.messages,
+                edit = d.edit.map(Edit::as_str),
                 elapsed_ms,
                 "notification delivered"
             ),

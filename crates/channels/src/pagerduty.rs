@@ -190,6 +190,6 @@ impl Channels {
             .http
             .post_json(&url, &[], body.into_bytes(), &what, &[key])
             .await?;
-        Ok(Delivered { messages: 1 })
+        Ok(Delivered::messages(1))
     }
 }

@@ -7,9 +7,11 @@
 use klaxon_core::NotificationTask;
 use url::Url;
 
-use crate::http_client::{body_detail, label, parse_http_endpoint, Answer};
-use crate::render::{fit, split_html, utf16_len, MessageContext, TELEGRAM, TELEGRAM_MAX};
-use crate::{Channels, Delivered, DeliveryError};
+use crate::http_client::{body_detail, label, parse_http_endpoint, Answer, Request};
+use crate::render::{
+    escape_telegram, fit, split_html, utf16_len, MessageContext, View, ROOMS, TELEGRAM, TELEGRAM_MAX,
+};
+use crate::{Channels, Delivered, DeliveryError, Edit, MessageRef};
 
 /// A chat id: an integer (users, groups, `-100…` channels) or a public `@channelusername`.
 fn valid_chat_id(s: &str) -> bool {
@@ -62,6 +64,40 @@ pub(crate) fn send_message(chat_id: &str, text: &str) -> serde_json::Value {
     })
 }
 
+/// `message_id` as the Bot API takes it (a positive integer); None for anything else read back.
+fn bot_message_id(id: &str) -> Option<i64> {
+    id.parse::<i64>().ok().filter(|n| *n > 0)
+}
+
+/// The id of the message `sendMessage` answered (`{"ok": true, "result": {"message_id": 42, …}}`).
+fn sent_message_id(body: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    let id = v.pointer("/result/message_id")?.as_i64()?;
+    (id > 0).then(|| id.to_string())
+}
+
+/// The `editMessageText` body: the firing message's first part `firing` under a bold line with the state the
+/// lifecycle message's `view` reports, split (never cut through a tag) to Telegram's limit.
+fn edit_message(chat_id: &str, message_id: i64, firing: &str, view: &View) -> serde_json::Value {
+    let by = view.by.as_deref().map(escape_telegram).unwrap_or_default();
+    let text = format!("<b>{}{by}{}</b>\n{firing}", view.status, view.status_end);
+    let text = if utf16_len(&text) <= TELEGRAM_MAX {
+        text
+    } else {
+        split_html(&text, TELEGRAM_MAX)
+            .into_iter()
+            .next()
+            .unwrap_or_default()
+    };
+    serde_json::json!({
+        "chat_id": chat_id,
+        "message_id": message_id,
+        "text": text,
+        "parse_mode": "HTML",
+        "link_preview_options": {"is_disabled": true},
+    })
+}
+
 impl Channels {
     /// The message as Telegram receives it: balanced HTML parts of at most 4096 characters.
     pub(crate) fn telegram_parts(
@@ -89,6 +125,7 @@ impl Channels {
         &self,
         task: &NotificationTask,
         ctx: MessageContext<'_>,
+        firing: Option<&MessageRef>,
     ) -> Result<Delivered, DeliveryError> {
         let endpoint = task.endpoint.trim();
         let parts = self.telegram_parts(task, ctx)?;
@@ -108,17 +145,16 @@ impl Channels {
             .filter(|t| !t.expose().is_empty())
             .ok_or_else(|| DeliveryError::permanent("telegram: no bot token configured"))?;
         let secrets = [token.expose(), endpoint];
-        let url = Url::parse(&format!(
-            "{}/bot{}/sendMessage",
-            self.inner.telegram_api.as_str().trim_end_matches('/'),
-            token.expose()
-        ))
-        .map_err(|_| DeliveryError::permanent("telegram: bot token does not fit in a URL"))?;
-        let what = label("telegram", &url);
-        let request = |part: &str| {
-            let body = send_message(endpoint, part).to_string();
-            ("application/json", body.into_bytes())
+        let method_url = |method: &str| {
+            Url::parse(&format!(
+                "{}/bot{}/{method}",
+                self.inner.telegram_api.as_str().trim_end_matches('/'),
+                token.expose()
+            ))
+            .map_err(|_| DeliveryError::permanent("telegram: bot token does not fit in a URL"))
         };
+        let url = method_url("sendMessage")?;
+        let what = label("telegram", &url);
         let check = |answer: &Answer| {
             let detail = body_detail(&body_description(&answer.body), &secrets);
             answer.check(&what, &detail).map_err(|e| match e {
@@ -134,8 +170,81 @@ impl Channels {
                 permanent => permanent,
             })
         };
-        self.send_parts(&url, &what, &secrets, &parts, request, check)
-            .await
+        // a lifecycle message in the alert's conversation: the firing message shows the state, the message
+        // replies to it
+        let firing = firing.and_then(|f| Some((f, bot_message_id(&f.message_id)?)));
+        let mut edit = None;
+        if let Some((firing, message_id)) = firing {
+            let view = self.inner.renderer.view_in(task, ctx, ROOMS[0]);
+            edit = Some(match firing.body.as_deref() {
+                None => Edit::Failed,
+                Some(text) => {
+                    let body = edit_message(endpoint, message_id, text, &view).to_string();
+                    let edit_url = method_url("editMessageText")?;
+                    let result = async {
+                        let answer = self
+                            .inner
+                            .http
+                            .send(
+                                &edit_url,
+                                Request::json(reqwest::Method::POST),
+                                body.into_bytes(),
+                                &what,
+                                &secrets,
+                            )
+                            .await?;
+                        check(&answer)
+                    }
+                    .await;
+                    match result {
+                        Ok(()) => Edit::Edited,
+                        Err(e) => {
+                            tracing::info!(
+                                channel = "telegram",
+                                notification_id = %task.notification_id,
+                                reason = e.reason(),
+                                "editing the alert's firing message failed; the message is sent all the same"
+                            );
+                            Edit::Failed
+                        }
+                    }
+                }
+            });
+        }
+        let reply_to = firing.map(|(_, id)| id);
+        let request = |i: usize, part: &str| {
+            let mut body = send_message(endpoint, part);
+            if let (0, Some(id)) = (i, reply_to) {
+                body["reply_parameters"] =
+                    serde_json::json!({"message_id": id, "allow_sending_without_reply": true});
+            }
+            ("application/json", body.to_string().into_bytes())
+        };
+        let opens = Channels::opens_conversation(task);
+        let mut first = None;
+        let check_part = |i: usize, answer: &Answer| {
+            check(answer)?;
+            Ok((i == 0 && opens).then(|| sent_message_id(&answer.body)).flatten())
+        };
+        let delivered = self
+            .send_parts(&url, &what, &secrets, &parts, opens, request, |i, a| {
+                let id = check_part(i, a)?;
+                if id.is_some() {
+                    first = id;
+                }
+                Ok(())
+            })
+            .await?;
+        let sent = first.map(|message_id| MessageRef {
+            message_id,
+            destination: Channels::destination_key(task),
+            body: parts.first().cloned(),
+        });
+        Ok(Delivered {
+            sent,
+            edit,
+            ..delivered
+        })
     }
 
     /// Hawk's notify-bot: `POST <endpoint>` with a form `message=…&parse_mode=HTML&disable_web_page_preview=true`
@@ -149,7 +258,7 @@ impl Channels {
         let url = parse_http_endpoint(endpoint, "telegram")?;
         let what = label("telegram", &url);
         let secrets = [task.endpoint.as_str()];
-        let request = |part: &str| {
+        let request = |_: usize, part: &str| {
             let body = url::form_urlencoded::Serializer::new(String::new())
                 .append_pair("message", part)
                 .append_pair("parse_mode", "HTML")
@@ -157,39 +266,46 @@ impl Channels {
                 .finish();
             ("application/x-www-form-urlencoded", body.into_bytes())
         };
-        let check = |answer: &Answer| answer.check_body(&what, &secrets);
-        self.send_parts(&url, &what, &secrets, parts, request, check)
+        let check = |_: usize, answer: &Answer| answer.check_body(&what, &secrets);
+        self.send_parts(&url, &what, &secrets, parts, false, request, check)
             .await
     }
 
-    /// POSTs the parts of one message in order, one request each (`request` gives a part's content type and
-    /// body, `check` classifies the answer), and stops at the first failure, whose reason then says how many
-    /// parts went out.
+    /// POSTs the parts of one message in order, one request each (`request` gives part `i`'s content type and
+    /// body, `check` classifies its answer; `read_first`: the first answer is read whole, for its message id),
+    /// and stops at the first failure, whose reason then says how many parts went out.
+    #[allow(clippy::too_many_arguments)]
     async fn send_parts(
         &self,
         url: &Url,
         what: &str,
         secrets: &[&str],
         parts: &[String],
-        request: impl Fn(&str) -> (&'static str, Vec<u8>),
-        check: impl Fn(&Answer) -> Result<(), DeliveryError>,
+        read_first: bool,
+        request: impl Fn(usize, &str) -> (&'static str, Vec<u8>),
+        mut check: impl FnMut(usize, &Answer) -> Result<(), DeliveryError>,
     ) -> Result<Delivered, DeliveryError> {
         for (i, part) in parts.iter().enumerate() {
-            let (content_type, body) = request(part);
+            let (content_type, body) = request(i, part);
             let result = async {
-                let answer = self
-                    .inner
-                    .http
-                    .post(url, content_type, &[], body, what, secrets)
-                    .await?;
-                check(&answer)
+                let answer = if i == 0 && read_first {
+                    let req = Request {
+                        content_type,
+                        ..Request::json(reqwest::Method::POST)
+                    };
+                    self.inner.http.send(url, req, body, what, secrets).await?
+                } else {
+                    self.inner
+                        .http
+                        .post(url, content_type, &[], body, what, secrets)
+                        .await?
+                };
+                check(i, &answer)
             }
             .await;
             result.map_err(|e| after_parts(e, i, parts.len()))?;
         }
-        Ok(Delivered {
-            messages: parts.len(),
-        })
+        Ok(Delivered::messages(parts.len()))
     }
 }
 

@@ -540,7 +540,7 @@ impl Channels {
             .http
             .post_json(&url, &headers, body, &what, &secrets)
             .await?;
-        Ok(Delivered { messages: 1 })
+        Ok(Delivered::messages(1))
     }
 }
 

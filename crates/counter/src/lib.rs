@@ -42,6 +42,8 @@
 //!   policy around them (which limits apply, what a busy claim or a far slot means) is the engine's.
 //! * **Alerts.** [`Alerts`] (`lua/alert_*.lua`, `lua/alerts_read.lua`) holds each (rule, group)'s alert: opened
 //!   once per firing across a fleet, counted while open, acknowledged and resolved in one atomic step each.
+//!   [`Conversations`] keeps each alert's firing message on Discord and Telegram, which its lifecycle messages
+//!   edit and reply to.
 //! * **Deployment checks.** [`eviction_policies`] reads `maxmemory-policy` from every primary (anything but
 //!   `noeviction` can delete Klaxon's keys); [`Consumers`] (`lua/consumers_*.lua`) registers Klaxon's consumers
 //!   of the events queue, so a consumer that is not Klaxon can be told apart by its count.
@@ -49,6 +51,7 @@
 
 pub mod alerts;
 pub mod consumers;
+pub mod conversation;
 pub mod dedup;
 pub mod digest;
 mod error;
@@ -65,6 +68,7 @@ mod window_counter;
 
 pub use alerts::{Alerts, Change, Opened, Touch};
 pub use consumers::{Consumers, Registered};
+pub use conversation::{Conversation, Conversations};
 pub use dedup::Dedup;
 pub use digest::{Append, Appended, Claim, DigestKey, Digests};
 pub use error::CounterError;

@@ -527,6 +527,39 @@ impl BreakerClosed<'_> {
     }
 }
 
+/// A lifecycle message of an alert tried to edit the alert's firing message on a channel that keeps
+/// conversations (Discord, Telegram): `edited`, or `failed` (the message was sent all the same; the channel
+/// logged why). Counted per channel, never per tenant.
+pub(crate) struct ConversationEdited {
+    pub channel: ChannelKind,
+    pub outcome: &'static str,
+}
+
+impl ConversationEdited {
+    pub fn emit(self) {
+        metrics::counter!("klaxon_conversation_edits_total", "channel" => self.channel.as_str(), "outcome" => self.outcome)
+            .increment(1);
+    }
+}
+
+/// An alert's firing message could not be remembered (Redis failed): its lifecycle messages will be new
+/// messages, not edits and replies.
+pub(crate) struct ConversationNotKept<'a> {
+    pub id: &'a str,
+    pub channel: ChannelKind,
+    pub error: &'a klaxon_counter::CounterError,
+}
+
+impl ConversationNotKept<'_> {
+    pub fn emit(self) {
+        metrics::counter!("klaxon_redis_errors_total").increment(1);
+        tracing::warn!(
+            notification_id = %self.id, channel = %self.channel, error = %self.error,
+            "cannot remember the alert's firing message: its lifecycle messages will be new messages"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

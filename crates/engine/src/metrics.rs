@@ -197,6 +197,11 @@ pub const DESCRIBED: &[Described] = &[
         "Tasks parked in a delay queue (breaker open, rate limit, dedup lease)",
     ),
     counter(
+        "klaxon_conversation_edits_total",
+        &["channel", "outcome"],
+        "Edits of an alert's firing message by its lifecycle messages (Discord, Telegram): edited, failed",
+    ),
+    counter(
         "klaxon_trail_dropped_total",
         &[],
         "Delivery-trail records dropped (queue full)",

@@ -25,6 +25,12 @@
 //! ```
 //! Every outcome is also appended to the delivery trail ([`klaxon_store::trail`]), which never blocks a delivery.
 //!
+//! Conversations: an alert's first firing on Discord or Telegram (through the Bot API) leaves its message id in
+//! Redis ([`klaxon_counter::Conversations`]); the alert's lifecycle messages read it just before the host's
+//! bulkhead, and the channel edits the firing message to show the alert's state and then sends the lifecycle
+//! message (a reply on Telegram) inside the same slot, rate-limit reservation and breaker record as any
+//! delivery. A failed edit or a missing id only means a new message.
+//!
 //! The walk above only decides: it ends in one `Next` (delivered, duplicate, park, retry, dead), and one exit
 //! (`settle`) carries it out — releases the dedup lease unless delivered, logs, counts, records the trail and
 //! re-publishes — before the task is acked.
@@ -36,9 +42,10 @@ use std::time::{Duration, Instant};
 use klaxon_broker::{
     header, Consumer, Delivery, Outgoing, Publisher, Session, Topology, ATTEMPTS_HEADER, ERROR_HEADER,
 };
-use klaxon_channels::{redact_endpoint, Channels, DeliveryError};
+use klaxon_channels::{redact_endpoint, Channels, DeliveryError, MessageRef};
 use klaxon_core::{ChannelKind, NotificationTask};
 use klaxon_counter::dedup::{Claim, Dedup};
+use klaxon_counter::{Conversation, Conversations};
 use klaxon_store::trail::{now_ms, Record, Status, Trail};
 use rand::Rng;
 use tokio::task::JoinSet;
@@ -46,7 +53,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::breaker::{Admission, Breakers, Bulkheads, Outcome, Transition};
 use crate::internal_events::{
-    BreakerClosed, BreakerOpened, DeadLettered, Delivered, DeliveryParked, DeliveryRetried, DuplicateDropped,
+    BreakerClosed, BreakerOpened, ConversationEdited, ConversationNotKept, DeadLettered, Delivered,
+    DeliveryParked, DeliveryRetried, DuplicateDropped,
 };
 use crate::ratelimit::{RateLimiter, Slot};
 use crate::EngineError;
@@ -83,6 +91,8 @@ pub struct SenderDeps {
     pub bulkheads: Arc<Bulkheads>,
     /// The delivery trail.
     pub trail: Trail,
+    /// Each alert's firing message on Discord and Telegram, which its lifecycle messages edit and reply to.
+    pub conversations: Conversations,
 }
 
 /// Runs the deliver loop of one channel until `shutdown`, reconnecting after failures.
@@ -426,13 +436,17 @@ async fn decide(ctx: &Ctx, task: &NotificationTask, before: u32, token: &str) ->
         }
     }
 
+    // The alert's firing message, for a lifecycle message on a channel that keeps conversations: read before the
+    // host's slot is taken, so the round trip holds no slot; no message (or Redis failing) means a new message.
+    let firing = recall(deps, task).await;
+
     // 5. The host's bulkhead. The wait is bounded, so the dedup lease (longer than this wait plus one attempt)
     //    never runs out while the task still holds it; an endpoint holds at most half the host's slots.
     let Ok(host_permit) = tokio::time::timeout(BULKHEAD_WAIT, deps.bulkheads.acquire(&host)).await else {
         let wait = Duration::from_millis(rand::rng().random_range(1_000..3_000));
         return park(wait, "destination host busy");
     };
-    let result = deps.channels.deliver(task).await;
+    let result = deps.channels.deliver_in(task, firing.as_ref()).await;
     // recorded before the slots are given back: the endpoint's next task already sees a Retry-After
     let changes = deps
         .breakers
@@ -454,6 +468,18 @@ async fn decide(ctx: &Ctx, task: &NotificationTask, before: u32, token: &str) ->
             }
         }
     }
+    if let Ok(delivered) = &result {
+        if let Some(edit) = delivered.edit {
+            ConversationEdited {
+                channel,
+                outcome: edit.as_str(),
+            }
+            .emit();
+        }
+        if let Some(sent) = &delivered.sent {
+            remember(deps, task, sent).await;
+        }
+    }
     let next = after_attempt(
         result.as_ref().err(),
         before + 1,
@@ -462,6 +488,57 @@ async fn decide(ctx: &Ctx, task: &NotificationTask, before: u32, token: &str) ->
         jitter(),
     );
     (next, true)
+}
+
+/// The firing message of `task`'s alert, when `task` is a lifecycle message on a channel that keeps an alert as
+/// one conversation and the firing's message was remembered. A Redis failure is logged and means none: the
+/// lifecycle message is then a new message, never held back.
+async fn recall(deps: &SenderDeps, task: &NotificationTask) -> Option<MessageRef> {
+    let alert = task.alert.as_ref()?;
+    if !task.reason.is_lifecycle() || !Channels::keeps_conversation(task) {
+        return None;
+    }
+    match deps
+        .conversations
+        .recall(&task.project_id, &alert.id, task.channel)
+        .await
+    {
+        Ok(c) => c.map(|c| MessageRef {
+            message_id: c.message_id,
+            destination: c.destination,
+            body: c.body,
+        }),
+        Err(e) => {
+            tracing::warn!(notification_id = %task.notification_id, channel = %task.channel, error = %e,
+                "cannot read the alert's firing message: sending a new message");
+            None
+        }
+    }
+}
+
+/// Remembers the message an alert's first firing sent ([`Channels::opens_conversation`]); a failure is logged
+/// and counted, never a failed delivery (the message went out).
+async fn remember(deps: &SenderDeps, task: &NotificationTask, sent: &MessageRef) {
+    let Some(alert) = task.alert.as_ref().filter(|_| Channels::opens_conversation(task)) else {
+        return;
+    };
+    let conversation = Conversation {
+        message_id: sent.message_id.clone(),
+        destination: sent.destination.clone(),
+        body: sent.body.clone(),
+    };
+    if let Err(error) = deps
+        .conversations
+        .remember(&task.project_id, &alert.id, task.channel, &conversation)
+        .await
+    {
+        ConversationNotKept {
+            id: &task.notification_id,
+            channel: task.channel,
+            error: &error,
+        }
+        .emit();
+    }
 }
 
 /// Carries out `next` for the delivery (its `task`, None when the body is not one; `lease`, the dedup token

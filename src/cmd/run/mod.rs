@@ -394,6 +394,7 @@ fn start_senders(
         prefetch: send.prefetch,
         retry_schedule: send.retry_schedule,
         dedup: Dedup::new(redis.clone(), &global.namespace, send.dedup_ttl, send.dedup_lease),
+        conversations: klaxon_counter::Conversations::new(redis.clone(), &global.namespace),
         limiter: RateLimiter::new(redis, &global.namespace, send.rates, Duration::from_secs(1)),
         breakers: Arc::new(Breakers::new(send.breaker)),
         bulkheads: Arc::new(Bulkheads::new(send.host_concurrency)),
