@@ -10,6 +10,7 @@
 //!                             discord, teams, pagerduty); consumed by senders
 //! <ns>.dead                 ← notifications that could not be delivered, reason in `x-klaxon-error`
 //! <ns>.digest.flush         ← "close this digest window" messages, scheduled through the delay engine
+//! <ns>.alerts.timer         ← alert timers (`resolveAfter`) that are due, scheduled through the delay engine
 //! <ns>.delay.L0 … L19       ← the delay engine (see [`delay`]): every delayed message in Klaxon waits here
 //! ```
 //!

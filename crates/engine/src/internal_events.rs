@@ -253,6 +253,50 @@ impl NotificationShadowed<'_> {
     }
 }
 
+/// Why a message of an alert's life was not sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NotSent {
+    /// `--output hawk`: Hawk's senders know only firings.
+    HawkOutput,
+}
+
+impl NotSent {
+    /// The metric's `reason` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotSent::HawkOutput => "hawk_output",
+        }
+    }
+}
+
+/// A message of an alert's life (resolved, acknowledged, a reminder, an escalation) that was not sent: the alert
+/// is tracked as usual, its channels are not told.
+pub(crate) struct AlertMessageNotSent<'a> {
+    pub task: &'a NotificationTask,
+    pub reason: NotSent,
+}
+
+impl AlertMessageNotSent<'_> {
+    pub fn emit(self) {
+        let t = self.task;
+        metrics::counter!("klaxon_alert_messages_not_sent_total", "reason" => self.reason.as_str())
+            .increment(1);
+        let what = match t.reason {
+            klaxon_core::Reason::Resolved => "resolved",
+            klaxon_core::Reason::Acknowledged => "acknowledged",
+            klaxon_core::Reason::Reminder { .. } => "reminder",
+            klaxon_core::Reason::Escalation { .. } => "escalation",
+            _ => "firing",
+        };
+        tracing::info!(
+            notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
+            channel = %t.channel, alert = t.alert.as_ref().map_or("", |a| a.id.as_str()), what,
+            reason = self.reason.as_str(),
+            "alert message not sent: --output hawk publishes firings only (Hawk's senders know no other task)"
+        );
+    }
+}
+
 /// A firing counted but not delivered because a mute matched.
 pub(crate) struct FiringMuted<'a> {
     pub project: &'a str,
@@ -287,6 +331,82 @@ impl MutesSkipped<'_> {
             );
         } else {
             tracing::debug!(project = %self.project, unread = self.unread, "mutes over the limit not read");
+        }
+    }
+}
+
+/// A firing opened a new alert.
+pub(crate) struct AlertOpened<'a> {
+    pub alert: &'a klaxon_core::alert::Alert,
+}
+
+impl AlertOpened<'_> {
+    pub fn emit(self) {
+        let a = self.alert;
+        metrics::counter!("klaxon_alerts_opened_total").increment(1);
+        tracing::info!(
+            alert_id = %a.id, project = %a.project_id, rule = %a.rule_id, group = %a.group,
+            resolve_after_ms = a.resolve_after_ms, channels = a.channels.len(), "alert opened"
+        );
+    }
+}
+
+/// A firing delivered without an alert: its project keeps as many alerts as it may, all open. Counted every
+/// time, logged when `log` (once per project per interval).
+pub(crate) struct AlertNotOpened<'a> {
+    pub project: &'a str,
+    pub rule: &'a str,
+    pub limit: usize,
+    pub log: bool,
+}
+
+impl AlertNotOpened<'_> {
+    pub fn emit(self) {
+        metrics::counter!("klaxon_alerts_not_opened_total", "reason" => "project_full").increment(1);
+        if self.log {
+            tracing::warn!(
+                project = %self.project, rule = %self.rule, limit = self.limit,
+                "the project has as many open alerts as it may keep: the firing is delivered without an alert \
+                 (resolve some, or they resolve by themselves)"
+            );
+        }
+    }
+}
+
+/// An alert resolved (`by`: `timeout` for `resolveAfter`), its resolved messages published on `channels`
+/// channels.
+pub(crate) struct AlertResolved<'a> {
+    pub alert: &'a klaxon_core::alert::Alert,
+    pub by: &'static str,
+    pub channels: usize,
+}
+
+impl AlertResolved<'_> {
+    pub fn emit(self) {
+        let a = self.alert;
+        metrics::counter!("klaxon_alerts_resolved_total", "by" => self.by).increment(1);
+        tracing::info!(
+            alert_id = %a.id, project = %a.project_id, rule = %a.rule_id, by = self.by, events = a.events,
+            channels = self.channels, "alert resolved"
+        );
+    }
+}
+
+/// A due alert timer, handled: `outcome` is `resolved`, `already_resolved` (published again), `rescheduled`
+/// (an event came since), `never` (`resolveAfter: 0`), `not_found` or `invalid` (set aside).
+pub(crate) struct AlertTimer<'a> {
+    pub outcome: &'static str,
+    pub timer: Option<&'a crate::alerts::Timer>,
+}
+
+impl AlertTimer<'_> {
+    pub fn emit(self) {
+        metrics::counter!("klaxon_alert_timers_total", "outcome" => self.outcome).increment(1);
+        if let Some(t) = self.timer {
+            tracing::debug!(
+                alert_id = %t.alert_id, project = %t.project_id, what = t.what.as_str(), outcome = self.outcome,
+                "alert timer due"
+            );
         }
     }
 }
