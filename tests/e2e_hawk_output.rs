@@ -45,7 +45,7 @@ async fn take(consumer: &mut Consumer, project: &str, n: usize, within: Duration
         out.push(Task {
             body,
             at: Instant::now(),
-            persistent: *d.properties.delivery_mode() == Some(2),
+            persistent: d.properties.is_persistent(),
         });
     }
     out

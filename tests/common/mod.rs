@@ -389,13 +389,12 @@ pub async fn delete_queues(env: &Env) {
     else {
         return;
     };
-    let Ok(ch) = broker.channel().await else { return };
     let topo = klaxon_broker::Topology::new(
         &env.namespace,
         &format!("{}.events", env.namespace),
         klaxon_broker::QueueType::Classic,
     );
-    let _ = topo.delete(&ch).await;
+    let _ = broker.delete_topology(&topo).await;
     broker.close().await;
 }
 

@@ -38,7 +38,10 @@ use lapin::options::{BasicPublishOptions, ExchangeBindOptions, ExchangeDeclareOp
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, ExchangeKind};
 
-use crate::{amqp, declare_queue, BrokerError, Outgoing, Publisher};
+use crate::declare::declare_queue;
+use crate::error::amqp;
+use crate::publisher::check_confirm;
+use crate::{BrokerError, Outgoing, Publisher};
 
 /// Number of levels: delays up to `2^LEVELS − 1` seconds (about 12 days, more than the 7 days required).
 pub const LEVELS: u32 = 20;
@@ -121,9 +124,9 @@ impl DelayTopology {
 
     /// Deletes every queue and exchange of the engine (tests, benchmarks, decommissioning a namespace).
     /// Messages waiting in it are lost.
-    pub async fn delete(&self, channel: &Channel) -> Result<(), BrokerError> {
+    pub(crate) async fn delete(&self, channel: &Channel) -> Result<(), BrokerError> {
         for q in self.queues() {
-            crate::delete_queue(channel, &q).await?;
+            crate::declare::delete_queue(channel, &q).await?;
         }
         for x in self.exchanges() {
             channel
@@ -138,7 +141,7 @@ impl DelayTopology {
     }
 
     /// Declares every level, the deliver exchange and their bindings (idempotent).
-    pub async fn declare(&self, channel: &Channel) -> Result<(), BrokerError> {
+    pub(crate) async fn declare(&self, channel: &Channel) -> Result<(), BrokerError> {
         let durable = ExchangeDeclareOptions {
             durable: true,
             ..Default::default()
@@ -226,7 +229,7 @@ impl DelayTopology {
     }
 
     /// Makes `queue` (already declared) a destination of delayed messages (idempotent).
-    pub async fn bind(&self, channel: &Channel, queue: &str) -> Result<(), BrokerError> {
+    pub(crate) async fn bind(&self, channel: &Channel, queue: &str) -> Result<(), BrokerError> {
         let mut pattern = "*.".repeat(LEVELS as usize);
         pattern.push_str(queue);
         channel
@@ -249,8 +252,9 @@ fn is_death_header(name: &str) -> bool {
 
 impl Publisher {
     /// Publishes every `(message, delay)` through the delay engine, then waits for all confirms. Each message
-    /// reaches `message.queue` (which must be [bound](DelayTopology::bind)) not earlier than its delay, rounded
-    /// up to whole seconds (a zero delay passes straight through).
+    /// reaches `message.queue` (which must be bound to the engine: one of
+    /// [`Topology::delay_targets`](crate::Topology::delay_targets)) not earlier than its delay, rounded up to
+    /// whole seconds (a zero delay passes straight through).
     pub async fn publish_delayed(
         &self,
         delay: &DelayTopology,
@@ -291,7 +295,7 @@ impl Publisher {
             pending.push((confirm, &m.queue));
         }
         for (confirm, queue) in pending {
-            crate::check_confirm(confirm.await.map_err(amqp("publisher confirm"))?, queue)?;
+            check_confirm(confirm.await.map_err(amqp("publisher confirm"))?, queue)?;
         }
         Ok(())
     }

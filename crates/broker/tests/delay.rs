@@ -4,14 +4,16 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use klaxon_broker::{header, Broker, DelayTopology, Outgoing};
+use klaxon_broker::{header, Broker, DelayTopology, Outgoing, QueueType, Topology};
 use rand::Rng;
 
 const T: Duration = Duration::from_secs(10);
 
-/// A namespace's delay engine plus one bound destination queue; deleted on `cleanup`.
+/// A namespace's topology (its delay engine included) and one of its delay targets as the destination queue;
+/// deleted on `cleanup`.
 struct Setup {
     broker: Broker,
+    topology: Topology,
     delay: DelayTopology,
     queue: String,
 }
@@ -22,31 +24,32 @@ impl Setup {
         let broker = Broker::connect(&klaxon_testkit::amqp_url(), T)
             .await
             .expect("connect");
-        let ch = broker.channel().await.expect("channel");
-        let delay = DelayTopology::new(&ns);
-        delay.declare(&ch).await.expect("declare");
-        delay.declare(&ch).await.expect("declare again (idempotent)");
-        let queue = format!("{ns}.target");
-        ch.queue_declare(
-            queue.as_str().into(),
-            lapin::options::QueueDeclareOptions::durable(),
-            lapin::types::FieldTable::default(),
-        )
-        .await
-        .expect("declare target");
-        delay.bind(&ch, &queue).await.expect("bind");
-        Setup { broker, delay, queue }
+        let topology = Topology::new(&ns, &format!("{ns}.events"), QueueType::Classic);
+        let publisher = broker.publisher().await.expect("publisher");
+        publisher.declare(&topology).await.expect("declare");
+        publisher
+            .declare(&topology)
+            .await
+            .expect("declare again (idempotent)");
+        publisher.close().await;
+        let queue = topology.digest_flush_queue();
+        assert!(
+            topology.delay_targets().contains(&queue),
+            "bound to the delay engine"
+        );
+        Setup {
+            broker,
+            delay: topology.delay(),
+            topology,
+            queue,
+        }
     }
 
     async fn cleanup(self) {
-        let ch = self.broker.channel().await.expect("channel");
-        let _ = ch
-            .queue_delete(
-                self.queue.as_str().into(),
-                lapin::options::QueueDeleteOptions::default(),
-            )
-            .await;
-        self.delay.delete(&ch).await.expect("delete the delay engine");
+        self.broker
+            .delete_topology(&self.topology)
+            .await
+            .expect("delete the namespace, its delay engine included");
         self.broker.close().await;
     }
 }
@@ -83,7 +86,7 @@ async fn a_short_delay_is_not_blocked_by_a_long_one() {
     );
     assert!(took < Duration::from_secs(2), "at most 1 s late: {took:?}");
     assert_eq!(header(&d.properties, "x-klaxon-attempts").as_deref(), Some("3"));
-    assert_eq!(*d.properties.delivery_mode(), Some(2), "persistent end to end");
+    assert!(d.properties.is_persistent(), "persistent end to end");
 
     // Delaying the delivered message again keeps x-death bounded (stripped, then set by this pass only).
     let mut again = Outgoing::json(s.queue.clone(), d.data.clone());
@@ -100,19 +103,11 @@ async fn a_short_delay_is_not_blocked_by_a_long_one() {
         .expect("open")
         .expect("ok");
     assert_eq!(d2.data, b"short");
-    let deaths = match d2
-        .properties
-        .headers()
-        .as_ref()
-        .and_then(|h| h.inner().get("x-death"))
-    {
-        Some(lapin::types::AMQPValue::FieldArray(a)) => a.as_slice().to_vec(),
-        other => panic!("x-death expected, got {other:?}"),
-    };
     assert_eq!(
-        deaths.len(),
+        d2.properties.death_count(),
         1,
-        "only the level-0 pass of this delay is recorded: {deaths:?}"
+        "only the level-0 pass of this delay is recorded: {:?}",
+        d2.properties
     );
     consumer.ack(d2.delivery_tag).await.expect("ack");
 

@@ -379,7 +379,7 @@ fn parse(batch: &[Delivery], topology: &Topology) -> (Vec<BatchEvent>, Vec<Outgo
         match EventTask::parse(&d.data) {
             Ok(task) => events.push(BatchEvent {
                 task,
-                id: d.properties.message_id().as_ref().map(|s| s.as_str().to_owned()),
+                id: d.properties.message_id().map(str::to_owned),
             }),
             Err(reason) => {
                 EventInvalid {

@@ -1,0 +1,167 @@
+//! The names of one namespace's queues ([`Topology`]) and the type new ones are made with ([`QueueType`]);
+//! declaring and deleting them on a channel. The delay engine's own names live in [`crate::delay`].
+
+use klaxon_core::ChannelKind;
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::Channel;
+
+use crate::declare::{declare_queue, delete_queue};
+use crate::{BrokerError, DelayTopology};
+
+/// Classic or quorum queues (`--queue-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QueueType {
+    /// Classic durable queues.
+    #[default]
+    Classic,
+    /// Raft-replicated quorum queues (also fine on a single node).
+    Quorum,
+}
+
+impl std::str::FromStr for QueueType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "classic" => Ok(QueueType::Classic),
+            "quorum" => Ok(QueueType::Quorum),
+            other => Err(format!("unknown queue type `{other}`: use classic or quorum")),
+        }
+    }
+}
+
+impl QueueType {
+    /// `classic` or `quorum`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueType::Classic => "classic",
+            QueueType::Quorum => "quorum",
+        }
+    }
+
+    /// The declare arguments of a new queue of this type (`x-queue-type` for quorum queues; none for classic,
+    /// which is how other applications declare theirs).
+    pub(crate) fn arguments(self) -> FieldTable {
+        let mut args = FieldTable::default();
+        if self == QueueType::Quorum {
+            args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+        }
+        args
+    }
+}
+
+/// Queue names of one namespace.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    namespace: String,
+    events_queue: String,
+    queue_type: QueueType,
+}
+
+impl Topology {
+    /// Names for `namespace`, consuming events from `events_queue`.
+    pub fn new(namespace: &str, events_queue: &str, queue_type: QueueType) -> Self {
+        Topology {
+            namespace: namespace.to_owned(),
+            events_queue: events_queue.to_owned(),
+            queue_type,
+        }
+    }
+
+    /// The events queue.
+    pub fn events_queue(&self) -> &str {
+        &self.events_queue
+    }
+
+    /// `<ns>.events.invalid`.
+    pub fn invalid_queue(&self) -> String {
+        format!("{}.events.invalid", self.namespace)
+    }
+
+    /// `<ns>.notify.<channel>`.
+    pub fn notify_queue(&self, channel: ChannelKind) -> String {
+        format!("{}.notify.{}", self.namespace, channel.as_str())
+    }
+
+    /// `<ns>.dead`.
+    pub fn dead_queue(&self) -> String {
+        format!("{}.dead", self.namespace)
+    }
+
+    /// `<ns>.digest.flush`: digest windows due to be flushed (delayed messages).
+    pub fn digest_flush_queue(&self) -> String {
+        format!("{}.digest.flush", self.namespace)
+    }
+
+    /// `<ns>.alerts.timer`: alert timers (`resolveAfter`) that are due (delayed messages).
+    pub fn alerts_timer_queue(&self) -> String {
+        format!("{}.alerts.timer", self.namespace)
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The namespace's delay engine.
+    pub fn delay(&self) -> DelayTopology {
+        DelayTopology::new(&self.namespace)
+    }
+
+    /// Queues that receive delayed messages (bound to the delay engine): the notify queues, the digest
+    /// flush queue and the alert timer queue.
+    pub fn delay_targets(&self) -> Vec<String> {
+        let mut q: Vec<String> = ChannelKind::ALL.iter().map(|c| self.notify_queue(*c)).collect();
+        q.push(self.digest_flush_queue());
+        q.push(self.alerts_timer_queue());
+        q
+    }
+
+    /// Every queue of the namespace, in declaration order.
+    pub fn queues(&self) -> Vec<String> {
+        let mut q = vec![self.events_queue.clone(), self.invalid_queue(), self.dead_queue()];
+        q.extend(ChannelKind::ALL.iter().map(|c| self.notify_queue(*c)));
+        q.push(self.digest_flush_queue());
+        q.push(self.alerts_timer_queue());
+        q
+    }
+
+    /// The arguments of a queue this topology creates (`x-queue-type` for quorum queues).
+    pub(crate) fn arguments(&self) -> FieldTable {
+        self.queue_type.arguments()
+    }
+
+    /// The type of the queues this topology creates.
+    pub fn queue_type(&self) -> QueueType {
+        self.queue_type
+    }
+
+    /// Declares every queue with this topology's arguments (strictly: a queue that exists with other settings
+    /// fails with [`BrokerError::Incompatible`]), the delay engine, and binds the delay targets to it
+    /// (idempotent). Processes use [`Publisher::declare`](crate::Publisher::declare) instead, which uses
+    /// existing queues as they are.
+    pub(crate) async fn declare(&self, channel: &Channel) -> Result<(), BrokerError> {
+        for q in self.queues() {
+            declare_queue(channel, &q, self.arguments()).await?;
+        }
+        self.declare_delay(channel).await
+    }
+
+    /// The delay engine (always Klaxon's own, with its own arguments) and the delay targets' bindings.
+    pub(crate) async fn declare_delay(&self, channel: &Channel) -> Result<(), BrokerError> {
+        let delay = self.delay();
+        delay.declare(channel).await?;
+        for q in self.delay_targets() {
+            delay.bind(channel, &q).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes every queue and exchange of the namespace, the delay engine's included (tests, benchmarks,
+    /// decommissioning). Messages in them are lost.
+    pub(crate) async fn delete(&self, channel: &Channel) -> Result<(), BrokerError> {
+        for q in self.queues() {
+            delete_queue(channel, &q).await?;
+        }
+        self.delay().delete(channel).await
+    }
+}
