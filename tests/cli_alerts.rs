@@ -20,25 +20,47 @@ async fn alerts_are_listed_acknowledged_and_resolved_from_the_command_line() {
     for args in [
         vec!["alerts", "list", "--project", "nope"],
         vec!["alerts", "list", "--project", &project, "--state", "open"],
-        vec!["alerts", "ack", "--project", &project, "0123456789abcdef01234567", "--by", ""],
+        vec![
+            "alerts",
+            "ack",
+            "--project",
+            &project,
+            "0123456789abcdef01234567",
+            "--by",
+            "",
+        ],
     ] {
         let (code, out, err) = env.run(&args);
         assert_eq!(code, 2, "{args:?}: {out}{err}");
     }
     let (code, out, err) = env.run(&["alerts", "list", "--project", &project, "--state", "open"]);
-    assert!(err.contains("firing, acknowledged, resolved"), "{code} {out}{err}");
+    assert!(
+        err.contains("firing, acknowledged, resolved"),
+        "{code} {out}{err}"
+    );
 
     let (code, out, err) = env.run(&["alerts", "list", "--project", &project]);
     assert_eq!((code, out.as_str(), err.as_str()), (0, "no alerts\n", ""));
 
-    let a = common::open_alert(&env, &project, &rule, "g1", "Boom\tat checkout", vec![common::webhook_channel(&sink.url("/hook"))]).await;
+    let a = common::open_alert(
+        &env,
+        &project,
+        &rule,
+        "g1",
+        "Boom\tat checkout",
+        vec![common::webhook_channel(&sink.url("/hook"))],
+    )
+    .await;
 
     // The table, and the API's JSON shape.
     let (code, out, err) = env.run(&["alerts", "list", "--project", &project]);
     assert_eq!((code, err.as_str()), (0, ""), "{out}");
     assert!(out.starts_with("ALERT"), "{out}");
     let row = out.lines().nth(1).unwrap_or_default();
-    assert!(row.starts_with(&a.id) && row.contains("firing") && row.contains("Boom at checkout"), "{out}");
+    assert!(
+        row.starts_with(&a.id) && row.contains("firing") && row.contains("Boom at checkout"),
+        "{out}"
+    );
     let (code, out, _) = env.run(&["alerts", "list", "--project", &project, "-o", "json"]);
     assert_eq!(code, 0);
     let v: Value = serde_json::from_str(&out).expect("json");
@@ -54,18 +76,27 @@ async fn alerts_are_listed_acknowledged_and_resolved_from_the_command_line() {
     let sender = env.spawn("sender", &[]);
     sender.wait_ready(Duration::from_secs(30));
     let (code, out, err) = env.run(&["alerts", "ack", "--project", &project, &a.id, "--by", "ana"]);
-    assert_eq!((code, out.trim(), err.as_str()), (0, format!("acknowledged alert {} by ana", a.id).as_str(), ""));
+    assert_eq!(
+        (code, out.trim(), err.as_str()),
+        (0, format!("acknowledged alert {} by ana", a.id).as_str(), "")
+    );
     let got = sink.wait_for_count(1, Duration::from_secs(30)).await;
     assert_eq!(got.len(), 1, "{}", sender.logs());
     let ack = klaxon_core::alert::lifecycle_tasks(&a, klaxon_core::Reason::Acknowledged, 0);
-    assert_eq!(got[0].json()["notificationId"].as_str(), Some(ack[0].notification_id.as_str()));
+    assert_eq!(
+        got[0].json()["notificationId"].as_str(),
+        Some(ack[0].notification_id.as_str())
+    );
     let (code, _, err) = env.run(&["alerts", "ack", "--project", &project, &a.id]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("already acknowledged by ana"), "{err}");
 
     // Resolve, by $USER.
     let (code, out, err) = env.run(&["alerts", "resolve", "--project", &project, &a.id]);
-    assert_eq!((code, out.trim(), err.as_str()), (0, format!("resolved alert {} by zoe", a.id).as_str(), ""));
+    assert_eq!(
+        (code, out.trim(), err.as_str()),
+        (0, format!("resolved alert {} by zoe", a.id).as_str(), "")
+    );
     let got = sink.wait_for_count(2, Duration::from_secs(30)).await;
     assert_eq!(got.len(), 2, "{}", sender.logs());
     // Acknowledging a resolved alert says so.
@@ -75,7 +106,16 @@ async fn alerts_are_listed_acknowledged_and_resolved_from_the_command_line() {
     let (code, _, err) = env.run(&["alerts", "resolve", "--project", &project, &a.id]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("already resolved by zoe"), "{err}");
-    let (_, out, _) = env.run(&["alerts", "list", "--project", &project, "--state", "resolved", "-o", "json"]);
+    let (_, out, _) = env.run(&[
+        "alerts",
+        "list",
+        "--project",
+        &project,
+        "--state",
+        "resolved",
+        "-o",
+        "json",
+    ]);
     let v: Value = serde_json::from_str(&out).expect("json");
     assert_eq!(v["alerts"][0]["resolvedBy"], "zoe", "{v}");
     // the replays were dropped by the sender: still one delivery per change

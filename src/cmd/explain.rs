@@ -142,8 +142,13 @@ pub async fn run(args: ExplainArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
             .iter()
             .zip(&alerts)
             .filter_map(|(v, a)| {
-                a.as_ref()
-                    .map(|a| format!("rule {}: {}\n", v.rule_id, klaxon_api::rest::alerts::current_words(a)))
+                a.as_ref().map(|a| {
+                    format!(
+                        "rule {}: {}\n",
+                        v.rule_id,
+                        klaxon_api::rest::alerts::current_words(a)
+                    )
+                })
             })
             .collect();
         if !lines.is_empty() {

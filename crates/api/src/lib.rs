@@ -149,10 +149,7 @@ pub fn router(config: ApiConfig) -> Router {
             "/api/v1/projects/{project_id}/mutes/{mute_id}",
             delete(rest::mutes::remove),
         )
-        .route(
-            "/api/v1/projects/{project_id}/alerts",
-            get(rest::alerts::list),
-        )
+        .route("/api/v1/projects/{project_id}/alerts", get(rest::alerts::list))
         .route(
             "/api/v1/projects/{project_id}/alerts/{alert_id}/ack",
             post(rest::alerts::ack),

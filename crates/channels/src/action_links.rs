@@ -276,7 +276,14 @@ mod tests {
         let all = l.for_task(&t);
         assert_eq!(
             all.iter().map(|a| a.action).collect::<Vec<_>>(),
-            ["mute-group-1h", "mute-group-24h", "mute-rule-1h", "explain", "ack", "resolve"]
+            [
+                "mute-group-1h",
+                "mute-group-24h",
+                "mute-rule-1h",
+                "explain",
+                "ack",
+                "resolve"
+            ]
         );
         // the first four are the links of the same task without an alert, byte for byte
         assert_eq!(all[..4], l.for_task(&task(Reason::New, 1))[..]);
@@ -289,7 +296,10 @@ mod tests {
         }
         // a message of the alert's life carries no alert links
         t.reason = Reason::Resolved;
-        assert!(l.for_task(&t).iter().all(|a| a.action != "ack" && a.action != "resolve"));
+        assert!(l
+            .for_task(&t)
+            .iter()
+            .all(|a| a.action != "ack" && a.action != "resolve"));
     }
 
     #[test]

@@ -59,7 +59,8 @@ async fn claimed_alert(api: &Api, claim: &Claim) -> Result<klaxon_core::alert::A
     let gone = || {
         PageError(
             StatusCode::NOT_FOUND,
-            "The alert of this link no longer exists (resolved alerts are kept 7 days). Nothing was done.".into(),
+            "The alert of this link no longer exists (resolved alerts are kept 7 days). Nothing was done."
+                .into(),
         )
     };
     let id = claim.alert_id.as_deref().ok_or_else(gone)?;
@@ -328,7 +329,13 @@ pub(super) async fn show(
                 "Resolve it when you confirm: every channel that delivered its firing gets a resolved message; a \
                  later firing opens a new alert."
             };
-            page(&claim, project, rule, "confirm", format!("{} {then}", alert_words(&alert)))
+            page(
+                &claim,
+                project,
+                rule,
+                "confirm",
+                format!("{} {then}", alert_words(&alert)),
+            )
         }
         mute => {
             if let Some(at_ms) = c

@@ -93,9 +93,16 @@ pub(super) async fn page(
     Ok(render(StatusCode::OK, &access.page(Nav::Projects, &title, page)))
 }
 
-async fn change(c: &Console, project_id: &str, alert_id: &str, action: HandAction) -> Result<Response, PageError> {
+async fn change(
+    c: &Console,
+    project_id: &str,
+    alert_id: &str,
+    action: HandAction,
+) -> Result<Response, PageError> {
     let project_id = path_project(project_id)?;
-    c.api.change_alert(&project_id, alert_id, action, CONSOLE_BY).await?;
+    c.api
+        .change_alert(&project_id, alert_id, action, CONSOLE_BY)
+        .await?;
     Ok(Redirect::to(&format!("/projects/{project_id}/alerts?done={}", action.done())).into_response())
 }
 

@@ -116,10 +116,7 @@ pub(crate) fn router(api: Api) -> Router {
             post(projects::set_enabled),
         )
         .route("/projects/{project_id}/alerts", get(alerts::page))
-        .route(
-            "/projects/{project_id}/alerts/{alert_id}/ack",
-            post(alerts::ack),
-        )
+        .route("/projects/{project_id}/alerts/{alert_id}/ack", post(alerts::ack))
         .route(
             "/projects/{project_id}/alerts/{alert_id}/resolve",
             post(alerts::resolve),

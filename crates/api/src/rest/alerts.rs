@@ -173,7 +173,9 @@ pub fn messages(topology: &Topology, output: Output, tasks: &[NotificationTask])
         match output {
             Output::Klaxon => match klaxon_engine::sink::message(topology, output, task) {
                 Ok(m) => out.push(m),
-                Err(e) => tracing::error!(notification_id = %task.notification_id, error = %e, "cannot encode an alert message"),
+                Err(e) => {
+                    tracing::error!(notification_id = %task.notification_id, error = %e, "cannot encode an alert message")
+                }
             },
             Output::Hawk | Output::Shadow => tracing::info!(
                 notification_id = %task.notification_id,
@@ -253,7 +255,9 @@ pub async fn current_alerts(
     let mut out = Vec::with_capacity(rule_ids.len());
     for &rule_id in rule_ids {
         out.push(if klaxon_core::event::is_object_id(rule_id) {
-            alerts.current(project_id, &rule_id.to_ascii_lowercase(), group).await?
+            alerts
+                .current(project_id, &rule_id.to_ascii_lowercase(), group)
+                .await?
         } else {
             None
         });
@@ -286,7 +290,10 @@ pub fn current_words(a: &Alert) -> String {
         a.events
     );
     if let Some(by) = &a.acknowledged_by {
-        s.push_str(&format!(", acknowledged by {}", klaxon_core::text::one_line(by, MAX_BY_CHARS)));
+        s.push_str(&format!(
+            ", acknowledged by {}",
+            klaxon_core::text::one_line(by, MAX_BY_CHARS)
+        ));
     }
     match a.resolves_at_ms() {
         Some(at) => s.push_str(&format!(", resolves at {}", rfc3339_ms(at))),
@@ -330,7 +337,7 @@ impl Api {
         let rule_ids: Vec<&str> = verdicts.iter().map(|v| v.rule_id.as_str()).collect();
         current_alerts(&self.alerts().await?, project_id, group, &rule_ids)
             .await
-        .map_err(|e| ApiError::unavailable("Redis", e))
+            .map_err(|e| ApiError::unavailable("Redis", e))
     }
 
     /// Acknowledges or resolves an alert by `by` and publishes its lifecycle messages (again, for a replay):
@@ -354,7 +361,13 @@ impl Api {
         }
         match outcome {
             HandOutcome::Done(alert) => {
-                tracing::info!(alert_id, project_id, by, state = action.done(), "alert changed by hand");
+                tracing::info!(
+                    alert_id,
+                    project_id,
+                    by,
+                    state = action.done(),
+                    "alert changed by hand"
+                );
                 Ok(alert)
             }
             HandOutcome::Conflict { message, .. } => Err(ApiError::new(StatusCode::CONFLICT, message)),
@@ -470,7 +483,12 @@ mod tests {
         let id = "a".repeat(24);
         // (action, the counter's answer, conflict text or None for done/not found, tasks published)
         let cases: Vec<(HandAction, Change, Option<&str>, usize)> = vec![
-            (Acknowledge, Change::Done(alert(AlertState::Acknowledged)), None, 2),
+            (
+                Acknowledge,
+                Change::Done(alert(AlertState::Acknowledged)),
+                None,
+                2,
+            ),
             (Resolve, Change::Done(alert(AlertState::Resolved)), None, 2),
             (
                 Acknowledge,
@@ -511,7 +529,11 @@ mod tests {
 
     #[test]
     fn replays_publish_the_same_notification_ids() {
-        let done = outcome(HandAction::Resolve, "x", Change::Done(alert(AlertState::Resolved)));
+        let done = outcome(
+            HandAction::Resolve,
+            "x",
+            Change::Done(alert(AlertState::Resolved)),
+        );
         let again = outcome(
             HandAction::Resolve,
             "x",
@@ -529,14 +551,21 @@ mod tests {
     #[test]
     fn each_output_publishes_or_not() {
         let topology = Topology::new("ns", "ns.events", QueueType::Classic);
-        let tasks = outcome(HandAction::Resolve, "x", Change::Done(alert(AlertState::Resolved)))
-            .tasks(HandAction::Resolve);
+        let tasks = outcome(
+            HandAction::Resolve,
+            "x",
+            Change::Done(alert(AlertState::Resolved)),
+        )
+        .tasks(HandAction::Resolve);
         let m = messages(&topology, Output::Klaxon, &tasks);
         assert_eq!(
             m.iter().map(|m| m.queue.as_str()).collect::<Vec<_>>(),
             ["ns.notify.webhook", "ns.notify.pagerduty"]
         );
-        assert_eq!(m[0].message_id.as_deref(), Some(tasks[0].notification_id.as_str()));
+        assert_eq!(
+            m[0].message_id.as_deref(),
+            Some(tasks[0].notification_id.as_str())
+        );
         assert!(messages(&topology, Output::Hawk, &tasks).is_empty());
         assert!(messages(&topology, Output::Shadow, &tasks).is_empty());
     }
@@ -553,7 +582,11 @@ mod tests {
             b"nope",
             br#"{"by": "a\nb"}"#,
         ] {
-            assert!(by_from_body(bad, "api").is_err(), "{}", String::from_utf8_lossy(bad));
+            assert!(
+                by_from_body(bad, "api").is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
         }
         let long = format!(r#"{{"by": "{}"}}"#, "x".repeat(MAX_BY_CHARS + 1));
         assert!(by_from_body(long.as_bytes(), "api").is_err());
