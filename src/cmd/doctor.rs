@@ -12,7 +12,9 @@
 //! - **rabbitmq** and **queue <name>**: reachable; depth and consumers of the namespace's queues by passive
 //!   declare (a missing queue is a warning: a Klaxon process declares it when it starts). With `--output hawk`,
 //!   Hawk's `sender/<channel>` queues too: one without a consumer means Hawk's sender is not running and tasks
-//!   pile up (a warning).
+//!   pile up (a warning). And **alert messages**: with `--output hawk` alerts are tracked but only firings are
+//!   published (Hawk's senders know no other task), so resolves, acknowledgements, reminders and escalations
+//!   are not sent — said on a line of its own, so nobody waits for them.
 //! - **consumers**: the events queue's consumer count against the Klaxon workers registered in Redis
 //!   (`klaxon_counter::Consumers`): more consumers than workers means another application (Hawk's notifier?)
 //!   takes part of the stream, and thresholds are under-counted (a warning naming the count).
@@ -176,6 +178,7 @@ pub async fn run(args: DoctorArgs, global: &GlobalOpts) -> anyhow::Result<ExitCo
     let mut checks = Vec::new();
     checks.extend(redis);
     checks.extend(rabbit);
+    checks.extend(alert_messages_check(args.notify_output));
     if let Some(depth) = events {
         checks.push(consumers_check(global, depth, registered.as_ref()));
     }
@@ -519,6 +522,19 @@ async fn queue_check(
         check(Status::Ok, name, detail)
     };
     (c, Some(q))
+}
+
+/// With `--output hawk`, what happens to the messages of an alert's life: tracked, not sent.
+fn alert_messages_check(notify_output: Output) -> Option<Check> {
+    (notify_output == Output::Hawk).then(|| {
+        check(
+            Status::Ok,
+            "alert messages",
+            "--output hawk: alerts are tracked (API, CLI, console) but only firings are published; resolves, \
+             acknowledgements, reminders and escalations are not sent (Hawk's senders know no such task), only \
+             counted in klaxon_alert_messages_not_sent_total{reason=\"hawk_output\"}; --output klaxon sends them",
+        )
+    })
 }
 
 /// With `--output hawk`: Hawk's `sender/<channel>` queue has a consumer (Hawk's sender worker of that channel).
@@ -1006,6 +1022,19 @@ fn pagerduty_check(api: &str) -> Check {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hawk_output_says_alert_messages_are_not_sent() {
+        let c = alert_messages_check(Output::Hawk).expect("a line with --output hawk");
+        assert_eq!((c.status, c.name.as_str()), (Status::Ok, "alert messages"));
+        assert!(
+            c.detail.contains("resolves") && c.detail.contains("not sent"),
+            "{}",
+            c.detail
+        );
+        assert!(alert_messages_check(Output::Klaxon).is_none());
+        assert!(alert_messages_check(Output::Shadow).is_none());
+    }
 
     #[test]
     fn pagerduty_api_is_checked() {

@@ -3,9 +3,10 @@
 //! A message about one group carries four links, in this order: "Mute this error for 1 h", "… for 24 h",
 //! "Mute this rule for 1 h" and "Why did this fire?". A digest (several groups) carries only "Mute this rule for
 //! 1 h": four links per group would bury the list, and muting the rule is what a flood of groups calls for.
-//! Direct notifications (`POST /api/v1/notifications`) have no rule and carry none. A firing that opened (or
-//! repeats) an alert (`task.alert`) also carries "Acknowledge this alert" and "Resolve this alert" after those:
-//! their claims name the alert id.
+//! Direct notifications (`POST /api/v1/notifications`) have no rule and carry none, nor do the messages of an
+//! alert's life (resolved, acknowledged, reminders, escalations). A firing that opened (or repeats) an alert
+//! (`task.alert`) also carries "Acknowledge this alert" and "Resolve this alert" after those: their claims name
+//! the alert id.
 //!
 //! Each link is `<public URL>/a/<token>` ([`klaxon_core::action`]); it expires [`LINK_TTL_S`] after the
 //! firing (not after the send), so every retry of a notification carries the same links. Opening one shows a
@@ -109,7 +110,10 @@ impl ActionLinks {
     /// [`LINK_TTL_S`] after the firing. Empty for direct notifications and for ids that are not ObjectIds.
     pub fn for_task(&self, task: &NotificationTask) -> Vec<ActionLink> {
         let actions: &[Action] = match task.reason {
+            // an alert's resolve, acknowledgement, reminders and escalations: about the alert, not a firing to
+            // explain or mute
             Reason::Direct => &[],
+            r if r.is_lifecycle() => &[],
             _ if is_digest(task) => &[Action::MuteRule1h],
             _ => &Action::MESSAGE,
         };
@@ -176,14 +180,7 @@ impl ActionLinks {
 
 /// True when a task is a firing (not a direct notification, not a message of an alert's life).
 fn is_firing(task: &NotificationTask) -> bool {
-    !matches!(
-        task.reason,
-        Reason::Direct
-            | Reason::Resolved
-            | Reason::Acknowledged
-            | Reason::Reminder { .. }
-            | Reason::Escalation { .. }
-    )
+    !matches!(task.reason, Reason::Direct) && !task.reason.is_lifecycle()
 }
 
 /// True when a task's message lists several groups (the templates' "digest" kind).

@@ -37,13 +37,16 @@ const ACTIONS_MAX: usize = 2000;
 /// Groups shown as their own embed in a digest: the header, 8 groups and "and K more" make 10.
 const DIGEST_GROUP_EMBEDS: usize = DISCORD_EMBEDS_MAX - 2;
 
-/// Embed colours (the left bar): red for a new error, orange for a threshold, blue for a digest, grey otherwise.
+/// Embed colours (the left bar): red for a new error and an escalation, orange for a threshold and a reminder,
+/// blue for a digest, green for a resolve, yellow for an acknowledgement, grey otherwise.
 fn colour(kind: ViewKind) -> u32 {
     match kind {
-        ViewKind::New | ViewKind::Reappeared => 0x00ED_4245,
-        ViewKind::Threshold | ViewKind::Users | ViewKind::Spike => 0x00F2_8C28,
+        ViewKind::New | ViewKind::Reappeared | ViewKind::Escalation => 0x00ED_4245,
+        ViewKind::Threshold | ViewKind::Users | ViewKind::Spike | ViewKind::Reminder => 0x00F2_8C28,
         ViewKind::Digest => 0x0058_65F2,
         ViewKind::Direct => 0x0099_AAB5,
+        ViewKind::Resolved => 0x0057_F287,
+        ViewKind::Acknowledged => 0x00FE_E75C,
     }
 }
 
@@ -105,7 +108,7 @@ fn embed(title: String, description: String, kind: ViewKind) -> Value {
 /// The embeds of a message, from the view model every channel shares.
 pub(crate) fn embeds(v: &View) -> Vec<Value> {
     let title = v.events.first().map(|e| e.title.as_str()).unwrap_or_default();
-    let footer = format!("Rule {} · fired at {}", v.rule, v.fired_at);
+    let footer = v.footer();
     let all = lines(v);
     let body = |from: usize, to: usize| -> String {
         let text = all[from.min(all.len())..to.min(all.len())]
@@ -137,6 +140,20 @@ pub(crate) fn embeds(v: &View) -> Vec<Value> {
             // lines: title, "Seen … in project P" (or "Spike …", "Reappeared …"), link, footer
             let mut e = embed(
                 escape_discord_bounded(title, DISCORD_TITLE_MAX),
+                body(1, all.len().saturating_sub(1)),
+                v.kind,
+            );
+            if let Some(url) = &v.url {
+                e["url"] = Value::from(url.as_str());
+            }
+            vec![e]
+        }
+        ViewKind::Resolved | ViewKind::Acknowledged | ViewKind::Reminder | ViewKind::Escalation => {
+            // lines: "Resolved: title", the status, "Alert … in project P · Open event", footer
+            let prefix = format!("{}: ", v.headline);
+            let room = DISCORD_TITLE_MAX - prefix.chars().count();
+            let mut e = embed(
+                format!("{prefix}{}", escape_discord_bounded(title, room)),
                 body(1, all.len().saturating_sub(1)),
                 v.kind,
             );

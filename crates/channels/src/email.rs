@@ -109,6 +109,24 @@ fn recipients(endpoint: &str) -> Result<Vec<Mailbox>, DeliveryError> {
     Ok(out)
 }
 
+/// The `Message-ID` of the email of a notification: `<{notification id}@klaxon>` (the firing's id is what an
+/// alert's later messages reply to).
+pub fn message_id(notification_id: &str) -> String {
+    format!("<{notification_id}@klaxon>")
+}
+
+/// The `Message-ID` a lifecycle email (resolved, acknowledged, reminder, escalation) replies to: the email of
+/// the alert's firing on this channel (`In-Reply-To` and `References`), so mail clients show the alert as one
+/// thread. `None` for a firing, and for an id that is not a notification id of ours (ids are hex; anything
+/// else is not put in a header).
+pub fn replies_to(task: &NotificationTask) -> Option<String> {
+    let firing = &task.alert.as_ref()?.firing_notification_id;
+    let ours = !firing.is_empty()
+        && firing.len() <= 128
+        && firing.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    (task.reason.is_lifecycle() && ours).then(|| message_id(firing))
+}
+
 /// Header lines are folded to stay within this many octets (RFC 5322 section 2.1.1: "SHOULD be no more than 78
 /// characters", "MUST be no more than 998").
 const HEADER_LINE: usize = 78;
@@ -206,11 +224,16 @@ impl Channels {
             to.iter().map(|m| m.email.clone()).collect(),
         )
         .map_err(|e| DeliveryError::permanent(format!("email: {e}")))?;
-        let message = Message::builder()
+        let mut builder = Message::builder()
             .from(self.inner.from.clone())
             .raw_header(folded_to(&to)?)
             .subject(subject)
-            .message_id(Some(format!("<{}@klaxon>", task.notification_id)))
+            .message_id(Some(message_id(&task.notification_id)));
+        if let Some(firing) = replies_to(task) {
+            // an alert's life is one thread: its messages reply to the firing email
+            builder = builder.in_reply_to(firing.clone()).references(firing);
+        }
+        let message = builder
             .envelope(envelope)
             .multipart(MultiPart::alternative_plain_html(text, html))
             .map_err(|e| {

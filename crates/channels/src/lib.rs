@@ -51,7 +51,7 @@ use url::Url;
 
 pub use action_links::{ActionLink, ActionLinks, PublicUrl};
 pub use discord::{DISCORD_DESCRIPTION_MAX, DISCORD_EMBEDS_MAX, DISCORD_TITLE_MAX, DISCORD_TOTAL_MAX};
-pub use email::MAX_SUBJECT_CHARS;
+pub use email::{message_id as email_message_id, replies_to as email_replies_to, MAX_SUBJECT_CHARS};
 pub use error::{ChannelError, DeliveryError};
 pub use link::UrlTemplate;
 pub use mattermost::LOOP_TEXT_MAX;

@@ -3,7 +3,11 @@
 //! and scrubbed from every reason).
 //!
 //! The event's `dedup_key` is the notification id, so a delivery retried after a lost answer is one alert in
-//! PagerDuty, not two. `payload.severity` comes from the rule (`channels.pagerduty.severity`, default `error`),
+//! PagerDuty, not two. An alert's life follows it there: its resolve is a `resolve` event and its
+//! acknowledgement an `acknowledge` event (routing key, action and `dedup_key` only, as the Events API v2 asks),
+//! and its reminders and escalations are `trigger`s, all with the `dedup_key` of the alert's firing on this
+//! channel (`alert.firingNotificationId`), so they land on the PagerDuty alert the firing opened (a trigger on an
+//! open alert's key is added to it, not a new incident) and a later resolve closes it. `payload.severity` comes from the rule (`channels.pagerduty.severity`, default `error`),
 //! `payload.source` is the project's name (its id when unknown), `payload.summary` says what happened in one
 //! line of at most [`PAGERDUTY_SUMMARY_MAX`] characters, and `payload.custom_details` carries the events as data.
 //! PagerDuty shows all of it as plain text: tenant text is revealed and kept on one line like everywhere, and
@@ -12,7 +16,7 @@
 //! Answers: 202 accepted; 400 (invalid event or routing key) permanent; 429 transient (PagerDuty's rate limit,
 //! retried with backoff); 5xx transient.
 
-use klaxon_core::NotificationTask;
+use klaxon_core::{NotificationTask, Reason};
 use serde_json::{json, Value};
 use url::Url;
 
@@ -36,12 +40,57 @@ fn summary(v: &View) -> String {
         ViewKind::Reappeared => format!("Reappeared in {}: {title} ({})", v.project, v.seen),
         ViewKind::Direct => title.to_owned(),
         ViewKind::Digest => format!("{} errors in {} in {}: {title}", v.total, v.project, v.window),
+        ViewKind::Resolved | ViewKind::Acknowledged | ViewKind::Reminder | ViewKind::Escalation => format!(
+            "{}: {title} ({}{}{}, in {})",
+            v.headline,
+            v.status,
+            v.by.as_deref().unwrap_or_default(),
+            v.status_end,
+            v.project
+        ),
     };
     cut(&text, PAGERDUTY_SUMMARY_MAX)
 }
 
+/// Longest `dedup_key` the Events API accepts.
+const DEDUP_KEY_MAX: usize = 255;
+
+/// What an alert's lifecycle task is in PagerDuty: `resolve` or `acknowledge` (no payload), and the key of the
+/// alert's firing on this channel, which reminders and escalations (triggers) use too. `None` for a firing.
+fn lifecycle(task: &NotificationTask) -> Result<Option<(Option<&'static str>, &str)>, DeliveryError> {
+    if !task.reason.is_lifecycle() {
+        return Ok(None);
+    }
+    let key = task
+        .alert
+        .as_ref()
+        .map(|a| a.firing_notification_id.trim())
+        .filter(|k| !k.is_empty() && k.len() <= DEDUP_KEY_MAX)
+        .ok_or_else(|| {
+            DeliveryError::permanent(
+                "pagerduty: an alert's message without the alert's firing (no dedup_key)",
+            )
+        })?;
+    let action = match task.reason {
+        Reason::Resolved => Some("resolve"),
+        Reason::Acknowledged => Some("acknowledge"),
+        _ => None,
+    };
+    Ok(Some((action, key)))
+}
+
 /// The Events API v2 body for `task` (the routing key included).
-pub(crate) fn event(task: &NotificationTask, v: &View) -> Value {
+pub(crate) fn event(task: &NotificationTask, v: &View) -> Result<Value, DeliveryError> {
+    let life = lifecycle(task)?;
+    if let Some((Some(action), key)) = life {
+        // resolve and acknowledge: the Events API v2 takes no payload for them
+        return Ok(json!({
+            "routing_key": task.endpoint.trim(),
+            "event_action": action,
+            "dedup_key": key,
+        }));
+    }
+    let dedup_key = life.map_or(task.notification_id.as_str(), |(_, key)| key);
     let events: Vec<Value> = v
         .events
         .iter()
@@ -71,10 +120,13 @@ pub(crate) fn event(task: &NotificationTask, v: &View) -> Value {
     if let Some(text) = &v.text {
         details["text"] = Value::from(text.as_str());
     }
+    if let Some(id) = &v.alert_id {
+        details["alertId"] = Value::from(id.as_str());
+    }
     let mut body = json!({
         "routing_key": task.endpoint.trim(),
         "event_action": "trigger",
-        "dedup_key": task.notification_id,
+        "dedup_key": dedup_key,
         "client": "Klaxon",
         "payload": {
             "summary": summary(v),
@@ -94,7 +146,7 @@ pub(crate) fn event(task: &NotificationTask, v: &View) -> Value {
     if !links.is_empty() {
         body["links"] = Value::from(links);
     }
-    body
+    Ok(body)
 }
 
 impl Channels {
@@ -106,7 +158,7 @@ impl Channels {
     ) -> Result<String, DeliveryError> {
         let renderer = &self.inner.renderer;
         fit(
-            |room| Ok(event(task, &renderer.view_in(task, ctx, room)).to_string()),
+            |room| Ok(event(task, &renderer.view_in(task, ctx, room))?.to_string()),
             |body: &String| body.len() <= PAGERDUTY_EVENT_MAX,
         )
     }

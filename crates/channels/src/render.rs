@@ -2,7 +2,10 @@
 //!
 //! One view model feeds every template, so all channels say the same thing: the project (its name when known,
 //! see [`MessageContext`]), rule, title(s), what happened in words ("first seen", "100 times in the last
-//! hour", "50 users in the last hour"), a link to the event (`--event-url-template`) and the firing time.
+//! hour", "50 users in the last hour"), a link to the event (`--event-url-template`) and the firing time. The
+//! messages of an alert's life (resolved, acknowledged, a reminder, an escalation) are
+//! views of the same model: the title after "Resolved: " (…), a status line of our words and numbers around who
+//! did it (tenant text, escaped like a title), and the alert they are about.
 //!
 //! **Tenant text is data, never markup.** Titles, project names and every other value come from tenants (a
 //! title is whatever an app threw). The engine applies one neutralising step to every value a template prints,
@@ -150,9 +153,10 @@ pub(crate) struct ViewEvent {
     pub(crate) group_hash: String,
 }
 
-/// What a message is about: the rule kind that fired (SEEN_MORE split by what it counts), a digest or a direct
-/// notification. Channels switch on it; templates see its word (`new`, `threshold`, `users`, `spike`,
-/// `reappeared`, `digest`, `direct`).
+/// What a message is about: the rule kind that fired (SEEN_MORE split by what it counts), a digest, a direct
+/// notification, or a moment of an alert's life (resolved, acknowledged, a reminder, an escalation). Channels
+/// switch on it; templates see its word (`new`, `threshold`, `users`, `spike`, `reappeared`, `digest`, `direct`,
+/// `resolved`, `acknowledged`, `reminder`, `escalation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum ViewKind {
@@ -170,6 +174,14 @@ pub(crate) enum ViewKind {
     Digest,
     /// A direct notification.
     Direct,
+    /// An alert resolved.
+    Resolved,
+    /// An alert acknowledged.
+    Acknowledged,
+    /// A reminder of an alert still firing.
+    Reminder,
+    /// An escalation step of an alert still firing.
+    Escalation,
 }
 
 impl ViewKind {
@@ -183,6 +195,41 @@ impl ViewKind {
             ViewKind::Reappeared => "reappeared",
             ViewKind::Digest => "digest",
             ViewKind::Direct => "direct",
+            ViewKind::Resolved => "resolved",
+            ViewKind::Acknowledged => "acknowledged",
+            ViewKind::Reminder => "reminder",
+            ViewKind::Escalation => "escalation",
+        }
+    }
+
+    /// A message about an alert's life, not a firing.
+    pub(crate) fn is_lifecycle(self) -> bool {
+        matches!(
+            self,
+            ViewKind::Resolved | ViewKind::Acknowledged | ViewKind::Reminder | ViewKind::Escalation
+        )
+    }
+
+    /// The words a lifecycle message's headline (and email subject) starts with: `Resolved`, `Acknowledged`,
+    /// `Reminder`, `Escalated`; empty for the others.
+    pub(crate) fn headline(self) -> &'static str {
+        match self {
+            ViewKind::Resolved => "Resolved",
+            ViewKind::Acknowledged => "Acknowledged",
+            ViewKind::Reminder => "Reminder",
+            ViewKind::Escalation => "Escalated",
+            _ => "",
+        }
+    }
+
+    /// What the footer's time is: `fired` for a firing, the moment of the alert's life otherwise.
+    fn at_word(self) -> &'static str {
+        match self {
+            ViewKind::Resolved => "resolved",
+            ViewKind::Acknowledged => "acknowledged",
+            ViewKind::Reminder => "reminded",
+            ViewKind::Escalation => "escalated",
+            _ => "fired",
         }
     }
 }
@@ -209,6 +256,35 @@ pub(crate) struct View {
     pub(crate) text: Option<String>,
     /// The signed action links (ours: URLs we built, labels of our words).
     pub(crate) actions: Vec<ActionLink>,
+    /// The alert the task opened, repeats or is about (24 hex: ours), when it carries one.
+    pub(crate) alert_id: Option<String>,
+    /// A lifecycle message (resolved, acknowledged, reminder, escalation).
+    pub(crate) lifecycle: bool,
+    /// A lifecycle message's headline words ([`ViewKind::headline`]).
+    pub(crate) headline: &'static str,
+    /// What the footer's time is: `fired`, `resolved`, `acknowledged`, `reminded`, `escalated`.
+    pub(crate) at_word: &'static str,
+    /// A lifecycle message's status line is `status`, then `by` (tenant text: who acknowledged or resolved
+    /// it), then `status_end` — our words and numbers around the tenant's. Templates print the two as they are
+    /// (`|safe`: no channel's escaping, so Loop's line-start rule does not mark a piece in mid-line): they
+    /// must only ever hold our words and numbers.
+    pub(crate) status: String,
+    /// Who acknowledged or resolved the alert by hand (revealed, one line, bounded; escaped by each channel).
+    pub(crate) by: Option<String>,
+    /// The end of a lifecycle message's status line.
+    pub(crate) status_end: String,
+}
+
+impl View {
+    /// The footer of Slack's, Discord's and Teams' messages: the rule and the time, and the alert a firing
+    /// opened (a lifecycle message names it in its body).
+    pub(crate) fn footer(&self) -> String {
+        let mut footer = format!("Rule {} · {} at {}", self.rule, self.at_word, self.fired_at);
+        if let Some(id) = self.alert_id.as_deref().filter(|_| !self.lifecycle) {
+            footer.push_str(&format!(" · alert {id}"));
+        }
+        footer
+    }
 }
 
 /// The template engine with every template loaded (they are compiled into the binary).
@@ -709,7 +785,7 @@ fn window_name(window: Window) -> &'static str {
 
 fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
     let direct = matches!(task.reason, Reason::Direct);
-    let digest = crate::action_links::is_digest(task);
+    let digest = !task.reason.is_lifecycle() && crate::action_links::is_digest(task);
     let (kind, window_secs, window_kind, threshold) = match task.reason {
         Reason::Threshold {
             threshold,
@@ -733,13 +809,22 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
         Reason::Reappeared { .. } if !digest => (ViewKind::Reappeared, 0, "", 0),
         Reason::Digest { min_period_s } => (ViewKind::Digest, min_period_s, "", 0),
         Reason::Direct => (ViewKind::Direct, 0, "", 0),
+        Reason::Resolved => (ViewKind::Resolved, 0, "", 0),
+        Reason::Acknowledged => (ViewKind::Acknowledged, 0, "", 0),
+        Reason::Reminder { .. } => (ViewKind::Reminder, 0, "", 0),
+        Reason::Escalation { .. } => (ViewKind::Escalation, 0, "", 0),
+        // several groups in a firing's task: shown as a digest
         _ => (ViewKind::Digest, task.min_period_s, "", 0),
     };
     let window = last_period(window_secs);
     let first_count = task.events.first().map_or(0, |e| e.count);
     let seen = match kind {
         ViewKind::New => "first seen".to_owned(),
-        ViewKind::Direct => String::new(),
+        ViewKind::Direct
+        | ViewKind::Resolved
+        | ViewKind::Acknowledged
+        | ViewKind::Reminder
+        | ViewKind::Escalation => String::new(),
         ViewKind::Threshold => format!("{} in {window}", times(first_count, "time", "times")),
         ViewKind::Users => format!("{} in {window}", times(first_count, "user", "users")),
         ViewKind::Spike | ViewKind::Reappeared => signal_words(task, first_count, &window),
@@ -760,6 +845,7 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
         events.sort_by_key(|e| std::cmp::Reverse(e.count));
     }
     let more = events.len().saturating_sub(room.groups);
+    let life = lifecycle_words(task, kind, room);
     View {
         kind,
         project: ctx
@@ -794,6 +880,126 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
             .filter(|_| direct)
             .map(|t| bounded_text(t, room.text)),
         actions: if direct { Vec::new() } else { ctx.actions.to_vec() },
+        alert_id: task
+            .alert
+            .as_ref()
+            .map(|a| a.id.clone())
+            .filter(|id| klaxon_core::alert::is_alert_id(id)),
+        lifecycle: kind.is_lifecycle(),
+        headline: kind.headline(),
+        at_word: kind.at_word(),
+        status: life.status,
+        by: life.by,
+        status_end: life.status_end,
+    }
+}
+
+/// Longest `by` shown (who acknowledged or resolved an alert by hand: an API token's label, `cli`, …), in
+/// shown characters.
+pub const MAX_BY_CHARS: usize = 200;
+
+/// A lifecycle message's status line, in three pieces (see [`View::status`]).
+#[derive(Default)]
+struct LifeWords {
+    status: String,
+    by: Option<String>,
+    status_end: String,
+}
+
+/// What a lifecycle message says of its alert: "Resolved after 2 h 14 min, 1,240 events · resolved by alice",
+/// "Acknowledged by alice · firing for 5 min, 12 events", "Still firing: reminder 1 of 3 · firing for 1 h,
+/// 40 events", "Escalated (step 1 of 2): still firing · firing for 30 min, 40 events". How long is the task's
+/// time minus the alert's opening; the events are the alert's. `timeout` (resolveAfter) and `event` (NO_EVENTS:
+/// the project's next event) are Klaxon resolving by itself; any other `by` is who did it, tenant text.
+fn lifecycle_words(task: &NotificationTask, kind: ViewKind, room: Room) -> LifeWords {
+    if !kind.is_lifecycle() {
+        return LifeWords::default();
+    }
+    let alert = task.alert.as_ref();
+    let events = alert.map_or_else(|| task.events.first().map_or(0, |e| e.count), |a| a.events);
+    let events = times_thousands(events, "event", "events");
+    let open = alert.map(|a| alert_duration(task.fired_at_ms.saturating_sub(a.opened_at_ms)));
+    let firing_for = match &open {
+        Some(d) => format!(" · firing for {d}, {events}"),
+        None => format!(" · {events}"),
+    };
+    let by = alert
+        .and_then(|a| a.by.as_deref())
+        .map(|b| bounded_line(b.trim(), room.project.min(MAX_BY_CHARS)))
+        .filter(|b| !b.trim().is_empty());
+    match task.reason {
+        Reason::Resolved => {
+            let mut status = match &open {
+                Some(d) => format!("Resolved after {d}, {events}"),
+                None => format!("Resolved, {events}"),
+            };
+            let by = match by.as_deref() {
+                Some("timeout") | Some("event") => {
+                    status.push_str(" · resolved automatically");
+                    None
+                }
+                Some(_) => {
+                    status.push_str(" · resolved by ");
+                    by
+                }
+                None => None,
+            };
+            LifeWords {
+                status,
+                by,
+                status_end: String::new(),
+            }
+        }
+        Reason::Acknowledged => LifeWords {
+            status: if by.is_some() {
+                "Acknowledged by ".into()
+            } else {
+                "Acknowledged".into()
+            },
+            by,
+            status_end: firing_for,
+        },
+        Reason::Reminder { number, max } => LifeWords {
+            status: format!("Still firing: reminder {number} of {max}{firing_for}"),
+            ..LifeWords::default()
+        },
+        Reason::Escalation { step, steps } => LifeWords {
+            status: format!("Escalated (step {step} of {steps}): still firing{firing_for}"),
+            ..LifeWords::default()
+        },
+        _ => LifeWords::default(),
+    }
+}
+
+/// `n` with a comma between thousands: `1,240`, `1,000,000`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn times_thousands(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", thousands(n), if n == 1 { one } else { many })
+}
+
+/// How long an alert was open, as a person says it, to the minute: `45 s`, `12 min`, `2 h 14 min`, `3 h`,
+/// `2 d 5 h`, `9 d`.
+pub fn alert_duration(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    let (d, h, m) = (s / 86_400, s % 86_400 / 3600, s % 3600 / 60);
+    match (d, h, m) {
+        (0, 0, 0) => format!("{s} s"),
+        (0, 0, m) => format!("{m} min"),
+        (0, h, 0) => format!("{h} h"),
+        (0, h, m) => format!("{h} h {m} min"),
+        (d, 0, _) => format!("{d} d"),
+        (d, h, _) => format!("{d} d {h} h"),
     }
 }
 
@@ -1303,6 +1509,152 @@ mod tests {
                     assert!(!out.contains("<b>*x*</b>"), "{name}: the title is data: {out}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn numbers_and_durations_of_an_alert() {
+        for (n, shown) in [
+            (0, "0"),
+            (7, "7"),
+            (999, "999"),
+            (1_000, "1,000"),
+            (1_240, "1,240"),
+            (12_345_678, "12,345,678"),
+            (u64::MAX, "18,446,744,073,709,551,615"),
+        ] {
+            assert_eq!(thousands(n), shown);
+        }
+        for (ms, shown) in [
+            (-5, "0 s"),
+            (45_000, "45 s"),
+            (60_000, "1 min"),
+            (12 * 60_000 + 59_999, "12 min"),
+            (3_600_000, "1 h"),
+            ((2 * 3600 + 14 * 60 + 5) * 1000, "2 h 14 min"),
+            (86_400_000, "1 d"),
+            ((2 * 86_400 + 5 * 3600 + 59 * 60) * 1000, "2 d 5 h"),
+            (i64::MAX, "106751991167 d 7 h"),
+        ] {
+            assert_eq!(alert_duration(ms), shown, "{ms}");
+        }
+    }
+
+    /// What each moment of an alert's life says, and what resolved it: Klaxon itself (`timeout`, `event`) or
+    /// someone (tenant text, escaped like titles).
+    #[test]
+    fn lifecycle_messages_say_what_happened_to_the_alert() {
+        let r = Renderer::new().expect("templates");
+        let alert = |by: Option<&str>| klaxon_core::alert::AlertRef {
+            id: "a1e2c3d4e5f60718293a4b5c".into(),
+            state: klaxon_core::alert::AlertState::Resolved,
+            opened_at_ms: 1_700_000_000_123 - (2 * 3600 + 14 * 60) * 1000,
+            events: 1_240,
+            by: by.map(str::to_owned),
+            firing_notification_id: "f1".into(),
+        };
+        let cases: [(Reason, Option<&str>, &str); 8] = [
+            (
+                Reason::Resolved,
+                Some("timeout"),
+                "Resolved after 2 h 14 min, 1,240 events · resolved automatically",
+            ),
+            (
+                Reason::Resolved,
+                Some("event"),
+                "Resolved after 2 h 14 min, 1,240 events · resolved automatically",
+            ),
+            (
+                Reason::Resolved,
+                Some("alice"),
+                "Resolved after 2 h 14 min, 1,240 events · resolved by alice",
+            ),
+            (
+                Reason::Resolved,
+                None,
+                "Resolved after 2 h 14 min, 1,240 events\n",
+            ),
+            (
+                Reason::Acknowledged,
+                Some("cli"),
+                "Acknowledged by cli · firing for 2 h 14 min, 1,240 events",
+            ),
+            (
+                Reason::Acknowledged,
+                None,
+                "Acknowledged · firing for 2 h 14 min, 1,240 events",
+            ),
+            (
+                Reason::Reminder { number: 1, max: 3 },
+                None,
+                "Still firing: reminder 1 of 3 · firing for 2 h 14 min, 1,240 events",
+            ),
+            (
+                Reason::Escalation { step: 2, steps: 2 },
+                None,
+                "Escalated (step 2 of 2): still firing · firing for 2 h 14 min, 1,240 events",
+            ),
+        ];
+        for (reason, by, says) in cases {
+            let mut t = task(reason, vec![("Boom", 1_240)]);
+            t.alert = Some(alert(by));
+            for name in [TELEGRAM, SLACK, LOOP, EMAIL_TEXT] {
+                let out = r.render(name, &t).expect("render");
+                let out = if name == EMAIL_TEXT {
+                    out.replace(".\n", "\n")
+                } else {
+                    out
+                };
+                assert!(out.contains(says), "{name}: {out}");
+                assert!(
+                    out.contains("Alert a1e2c3d4e5f60718293a4b5c in project proj"),
+                    "{name}: names the alert: {out}"
+                );
+            }
+            let subject = r.render(EMAIL_SUBJECT, &t).expect("subject");
+            let head = reason_head(reason);
+            assert!(subject.starts_with(&format!("{head}: ")), "{subject}");
+        }
+        // `by` is tenant text: escaped per channel, on one line
+        let mut t = task(Reason::Acknowledged, vec![("Boom", 3)]);
+        t.alert = Some(alert(Some("<b>@here</b>\nx")));
+        let tg = r.render(TELEGRAM, &t).expect("tg");
+        assert!(
+            tg.contains("Acknowledged by &lt;b&gt;@\u{2060}here&lt;/b&gt; x · firing"),
+            "{tg}"
+        );
+        let md = r.render(LOOP, &t).expect("loop");
+        // (Loop escapes each value as if it started a line: a word joiner before its `<`)
+        assert!(
+            md.contains("Acknowledged by \u{2060}&lt;b&gt;@\u{2060}here&lt;/b&gt; x · firing"),
+            "{md}"
+        );
+        // a task without its alert still says what happened (and names no alert)
+        let mut t = task(Reason::Resolved, vec![("Boom", 3)]);
+        t.min_period_s = 0;
+        let out = r.render(TELEGRAM, &t).expect("tg");
+        assert!(out.contains("Resolved, 3 events\nIn project proj"), "{out}");
+        // a firing that opened an alert names it in its footer; one without, as before
+        let mut t = task(Reason::New, vec![("Boom", 1)]);
+        let before = r.render(TELEGRAM, &t).expect("tg");
+        t.alert = Some(alert(None));
+        let after = r.render(TELEGRAM, &t).expect("tg");
+        assert_eq!(
+            after.replace(" · alert a1e2c3d4e5f60718293a4b5c</i>", "</i>"),
+            before
+        );
+        assert_ne!(after, before);
+        // an alert id that is not ours is not shown
+        t.alert.as_mut().expect("alert").id = "<b>x</b>".into();
+        assert_eq!(r.render(TELEGRAM, &t).expect("tg"), before);
+    }
+
+    fn reason_head(reason: Reason) -> &'static str {
+        match reason {
+            Reason::Resolved => "Resolved",
+            Reason::Acknowledged => "Acknowledged",
+            Reason::Reminder { .. } => "Reminder",
+            _ => "Escalated",
         }
     }
 

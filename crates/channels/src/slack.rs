@@ -93,12 +93,7 @@ pub(crate) fn lines(v: &View) -> Vec<Vec<Piece>> {
         label: "Open event".into(),
         tenant_label: false,
     };
-    let footer = || {
-        vec![Piece::Italic(format!(
-            "Rule {} · fired at {}",
-            v.rule, v.fired_at
-        ))]
-    };
+    let footer = || vec![Piece::Italic(v.footer())];
     let mut out: Vec<Vec<Piece>> = Vec::new();
     match v.kind {
         ViewKind::Direct => {
@@ -151,6 +146,27 @@ pub(crate) fn lines(v: &View) -> Vec<Vec<Piece>> {
             if let Some(url) = &v.url {
                 out.push(vec![open_event(url)]);
             }
+        }
+        ViewKind::Resolved | ViewKind::Acknowledged | ViewKind::Reminder | ViewKind::Escalation => {
+            out.push(vec![Piece::Bold(format!("{}: ", v.headline)), tenant_bold(title)]);
+            let mut status = vec![Piece::Ours(v.status.clone())];
+            if let Some(by) = &v.by {
+                status.push(tenant(by));
+            }
+            status.push(Piece::Ours(v.status_end.clone()));
+            out.push(status);
+            let mut alert = vec![
+                Piece::Ours(match &v.alert_id {
+                    Some(id) => format!("Alert {id} in project "),
+                    None => "In project ".into(),
+                }),
+                tenant(&v.project),
+            ];
+            if let Some(url) = &v.url {
+                alert.push(Piece::Ours(" · ".into()));
+                alert.push(open_event(url));
+            }
+            out.push(alert);
         }
         ViewKind::Digest => {
             out.push(vec![

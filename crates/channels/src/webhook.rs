@@ -311,9 +311,22 @@ struct WebhookBody<'a> {
     project_name: Option<&'a str>,
     channel: &'static str,
     fired_at: String,
-    /// `spike` or `reappeared` for those rule kinds (docs/webhook.md); absent for the others.
+    /// The alert the notification opened, repeats or is about, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    alert_id: Option<&'a str>,
+    /// `spike` or `reappeared` for those rule kinds, `resolved`, `acknowledged`, `reminder` or `escalation`
+    /// for a message of an alert's life (docs/webhook.md); absent for the others.
     #[serde(skip_serializing_if = "Option::is_none")]
     kind: Option<&'static str>,
+    /// A message of an alert's life: the alert as it was then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    alert: Option<AlertNumbers<'a>>,
+    /// A reminder: which one, of how many.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reminder: Option<ReminderNumbers>,
+    /// An escalation: which step, of how many.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    escalation: Option<EscalationNumbers>,
     /// SPIKE: the numbers that made it fire.
     #[serde(skip_serializing_if = "Option::is_none")]
     spike: Option<SpikeNumbers>,
@@ -349,6 +362,29 @@ struct ReappearedNumbers {
     last_seen_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     quiet_for_ms: Option<u64>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AlertNumbers<'a> {
+    state: klaxon_core::alert::AlertState,
+    opened_at: String,
+    open_for_ms: u64,
+    events: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    by: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct ReminderNumbers {
+    number: u32,
+    max: u32,
+}
+
+#[derive(Serialize)]
+struct EscalationNumbers {
+    step: u32,
+    steps: u32,
 }
 
 #[derive(Serialize)]
@@ -392,8 +428,23 @@ pub fn webhook_body_with(task: &NotificationTask, ctx: MessageContext<'_>) -> Ve
                 quiet_for_ms: last_seen_ms.and_then(|s| u64::try_from(task.fired_at_ms - s).ok()),
             }),
         ),
+        Reason::Resolved => (Some("resolved"), None, None),
+        Reason::Acknowledged => (Some("acknowledged"), None, None),
+        Reason::Reminder { .. } => (Some("reminder"), None, None),
+        Reason::Escalation { .. } => (Some("escalation"), None, None),
         _ => (None, None, None),
     };
+    let alert = task
+        .alert
+        .as_ref()
+        .filter(|_| task.reason.is_lifecycle())
+        .map(|a| AlertNumbers {
+            state: a.state,
+            opened_at: klaxon_core::notification::rfc3339_ms(a.opened_at_ms),
+            open_for_ms: u64::try_from(task.fired_at_ms.saturating_sub(a.opened_at_ms)).unwrap_or(0),
+            events: a.events,
+            by: a.by.as_deref(),
+        });
     let body = WebhookBody {
         notification_id: &task.notification_id,
         project_id: &task.project_id,
@@ -401,7 +452,17 @@ pub fn webhook_body_with(task: &NotificationTask, ctx: MessageContext<'_>) -> Ve
         project_name: ctx.project_name,
         channel: "webhook",
         fired_at: task.fired_at_rfc3339(),
+        alert_id: task.alert.as_ref().map(|a| a.id.as_str()),
         kind,
+        alert,
+        reminder: match task.reason {
+            Reason::Reminder { number, max } => Some(ReminderNumbers { number, max }),
+            _ => None,
+        },
+        escalation: match task.reason {
+            Reason::Escalation { step, steps } => Some(EscalationNumbers { step, steps }),
+            _ => None,
+        },
         spike,
         reappeared,
         events: task

@@ -14,6 +14,7 @@ use klaxon_channels::{
     PAGERDUTY_SUMMARY_MAX, SLACK_BLOCKS_MAX, SLACK_TEXT_MAX, TEAMS_BODY_MAX,
 };
 use klaxon_core::action::ActionKey;
+use klaxon_core::alert::{AlertRef, AlertState};
 use klaxon_core::{ChannelKind, NotificationEvent, NotificationTask, Reason, Window};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -110,6 +111,76 @@ fn cases() -> BoxedStrategy<Case> {
         .boxed()
 }
 
+/// A message of an alert's life (resolved, acknowledged, a reminder, an escalation): one group, whose title,
+/// group hash and project name are hostile, and a hostile `by` (who resolved or acknowledged it: an API token's
+/// label, tenant text). The alert id and the firing's notification id are Klaxon's own.
+#[derive(Debug, Clone)]
+struct LifeCase {
+    reason: u8,
+    event: (String, String, u64),
+    project_name: Option<String>,
+    by: Option<String>,
+    open_for_ms: i64,
+}
+
+fn life_cases() -> BoxedStrategy<LifeCase> {
+    (
+        0u8..4,
+        (hostile(2000), hostile(120), 1u64..u64::MAX),
+        prop::option::of(hostile(400)),
+        prop::option::of(hostile(2000)),
+        0i64..100 * 86_400_000,
+    )
+        .prop_map(|(reason, event, project_name, by, open_for_ms)| LifeCase {
+            reason,
+            event,
+            project_name,
+            by,
+            open_for_ms,
+        })
+        .boxed()
+}
+
+fn life_task(channel: ChannelKind, case: &LifeCase) -> NotificationTask {
+    let (reason, state) = match case.reason {
+        0 => (Reason::Resolved, AlertState::Resolved),
+        1 => (Reason::Acknowledged, AlertState::Acknowledged),
+        2 => (
+            Reason::Reminder {
+                number: u32::MAX,
+                max: u32::MAX,
+            },
+            AlertState::Firing,
+        ),
+        _ => (
+            Reason::Escalation {
+                step: u32::MAX,
+                steps: u32::MAX,
+            },
+            AlertState::Firing,
+        ),
+    };
+    let (title, group, events) = &case.event;
+    let base = Case {
+        reason: 0,
+        events: vec![(title.clone(), group.clone(), None, *events)],
+        project_name: case.project_name.clone(),
+        text: String::new(),
+    };
+    let mut t = task(channel, &base);
+    t.reason = reason;
+    t.min_period_s = 0;
+    t.alert = Some(AlertRef {
+        id: "a1e2c3d4e5f60718293a4b5c".into(),
+        state,
+        opened_at_ms: t.fired_at_ms - case.open_for_ms,
+        events: *events,
+        by: case.by.clone(),
+        firing_notification_id: "f1f2f3f4f5f6f7f8f9f0e1e2e3e4e5e6".into(),
+    });
+    t
+}
+
 fn task(channel: ChannelKind, case: &Case) -> NotificationTask {
     let reason = match case.reason {
         0 => Reason::New,
@@ -186,7 +257,8 @@ fn for_all(channel: ChannelKind, check: impl Fn(&NotificationTask, &Preview, boo
             failure_persistence: None,
             ..Config::default()
         };
-        let mut runner = TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+        let mut runner =
+            TestRunner::new_with_rng(config.clone(), TestRng::deterministic_rng(RngAlgorithm::ChaCha));
         runner
             .run(&cases(), |case| {
                 let t = task(channel, &case);
@@ -195,6 +267,16 @@ fn for_all(channel: ChannelKind, check: impl Fn(&NotificationTask, &Preview, boo
                 Ok(())
             })
             .unwrap_or_else(|e| panic!("{channel}: {e}"));
+        // The messages of an alert's life, in a run of their own (the firings' cases above stay the same).
+        let mut runner = TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+        runner
+            .run(&life_cases(), |case| {
+                let t = life_task(channel, &case);
+                let p = ch.preview(&t).expect("renders");
+                check(&t, &p, hawk);
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("{channel}, lifecycle: {e}"));
     }
 }
 
@@ -349,6 +431,14 @@ fn loop_stays_within_mattermosts_post_limit_for_any_input() {
 fn webhook_carries_every_title_untouched_for_any_input() {
     for_all(ChannelKind::Webhook, |t, p, _| {
         let body = json(&p.bodies[0]);
+        if let Some(alert) = &t.alert {
+            assert_eq!(body["alertId"].as_str(), Some(alert.id.as_str()));
+            assert_eq!(
+                body["alert"]["by"].as_str(),
+                alert.by.as_deref(),
+                "data: by untouched"
+            );
+        }
         let events = body["events"].as_array().expect("events");
         assert_eq!(events.len(), t.events.len(), "data: nothing is cut");
         for (e, want) in events.iter().zip(&t.events) {
@@ -361,7 +451,11 @@ fn webhook_carries_every_title_untouched_for_any_input() {
             .map(|e| e.title.len() + e.group_hash.len() + e.repetition_id.as_ref().map_or(0, String::len))
             .sum::<usize>()
             + t.text.as_ref().map_or(0, String::len)
-            + t.project_name.as_ref().map_or(0, String::len);
+            + t.project_name.as_ref().map_or(0, String::len)
+            + t.alert
+                .as_ref()
+                .and_then(|a| a.by.as_ref())
+                .map_or(0, String::len);
         assert!(p.bodies[0].len() <= 6 * data + 2000 * t.events.len() + 32 * 1024);
     });
 }
@@ -402,10 +496,20 @@ fn teams_stays_within_28_kb_for_any_input() {
 
 #[test]
 fn pagerduty_stays_within_its_limits_for_any_input() {
-    for_all(ChannelKind::Pagerduty, |_, p, _| {
+    for_all(ChannelKind::Pagerduty, |t, p, _| {
         assert!(p.bodies[0].len() <= PAGERDUTY_EVENT_MAX);
         let body = json(&p.bodies[0]);
         assert!(chars(&body["payload"]["summary"]) <= PAGERDUTY_SUMMARY_MAX);
+        assert!(chars(&body["dedup_key"]) <= 255);
+        let action = match t.reason {
+            Reason::Resolved => "resolve",
+            Reason::Acknowledged => "acknowledge",
+            _ => "trigger",
+        };
+        assert_eq!(body["event_action"], action);
+        if action != "trigger" {
+            assert!(body.get("payload").is_none(), "no payload for {action}");
+        }
     });
 }
 

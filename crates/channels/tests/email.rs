@@ -341,3 +341,58 @@ async fn smtp_connection_refused_is_transient_and_bad_address_permanent() {
         .expect_err("bad address");
     assert!(!err.is_transient(), "{err:?}");
 }
+
+/// An alert's life is one email thread: the resolve (and the acknowledgement, reminders, escalations) reply to
+/// the firing email — `In-Reply-To` and `References` carry the firing's `Message-ID` — each with its own
+/// `Message-ID`, and a subject that starts with what happened.
+#[tokio::test]
+async fn lifecycle_emails_reply_to_the_firing_email() {
+    use klaxon_core::alert::{AlertRef, AlertState};
+    let ch = channels(config("http://127.0.0.1:1"));
+    let to = "oncall@example.test";
+    let resolved = alert(ChannelKind::Email, to, AlertState::Resolved, Some("timeout"));
+    // the firing, as the engine sends it: its notification id is the one the alert's messages reply to
+    let mut firing = task(ChannelKind::Email, to, threshold(), &[(&resolved.title, 100)]);
+    firing.notification_id = resolved.firing_notification_id(ChannelKind::Email);
+    firing.alert = Some(AlertRef::of_firing(&resolved, ChannelKind::Email));
+    ch.deliver(&firing).await.expect("firing delivered");
+    let raw = wait_for_mail(&firing.notification_id).await;
+    let first = mailparse::parse_mail(raw.as_bytes()).expect("parse");
+    let firing_id = first.headers.get_first_value("Message-ID").expect("message id");
+    assert_eq!(firing_id, format!("<{}@klaxon>", firing.notification_id));
+    assert!(first.headers.get_first_value("In-Reply-To").is_none());
+    assert!(part_body(&first, "text/plain").contains(&format!("alert {}", resolved.id)));
+
+    for (reason, head) in [
+        (Reason::Resolved, "Resolved: "),
+        (Reason::Acknowledged, "Acknowledged: "),
+        (Reason::Reminder { number: 1, max: 3 }, "Reminder: "),
+        (Reason::Escalation { step: 1, steps: 1 }, "Escalated: "),
+    ] {
+        let t = lifecycle_task(&resolved, reason);
+        ch.deliver(&t).await.expect("delivered");
+        let raw = wait_for_mail(&t.notification_id).await;
+        let mail = mailparse::parse_mail(raw.as_bytes()).expect("parse");
+        let header = |name: &str| mail.headers.get_first_value(name).unwrap_or_default();
+        assert_eq!(header("In-Reply-To"), firing_id, "{head}");
+        assert_eq!(header("References"), firing_id, "{head}");
+        assert_eq!(header("Message-ID"), format!("<{}@klaxon>", t.notification_id));
+        assert_ne!(header("Message-ID"), firing_id);
+        let subject = header("Subject");
+        assert!(
+            subject.starts_with(head) && subject.contains(&resolved.title),
+            "{subject}"
+        );
+        let text = part_body(&mail, "text/plain");
+        assert!(
+            text.contains(&format!("Alert {} in project Acme", resolved.id)),
+            "{text}"
+        );
+        if reason == Reason::Resolved {
+            assert!(
+                text.contains("Resolved after 2 h 14 min, 1,240 events · resolved automatically."),
+                "{text}"
+            );
+        }
+    }
+}

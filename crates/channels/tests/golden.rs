@@ -12,6 +12,7 @@ use std::path::PathBuf;
 
 use klaxon_channels::{ActionLinks, Channels, Preview, PublicUrl, MAX_SUBJECT_CHARS};
 use klaxon_core::action::{Action, ActionKey};
+use klaxon_core::alert::{AlertRef, AlertState};
 use klaxon_core::{ChannelKind, NotificationEvent, NotificationTask, Reason, Window};
 
 const HAWK_GARAGE: &str =
@@ -174,7 +175,98 @@ fn cases(channel: ChannelKind) -> Vec<(&'static str, NotificationTask)> {
                 ],
             ),
         ),
+        // a firing that opened an alert: it names the alert (the lifecycle messages below are about it)
+        (
+            "threshold_alert",
+            with_alert(
+                task(
+                    channel,
+                    Reason::Threshold {
+                        threshold: 100,
+                        period_ms: 3_600_000,
+                        window: Window::Fixed,
+                    },
+                    &[(title, 100, Some("6a1b2c3d4e5f60718293a4b5"))],
+                ),
+                AlertState::Firing,
+                None,
+            ),
+        ),
+        (
+            "resolved",
+            lifecycle(channel, Reason::Resolved, AlertState::Resolved, Some("timeout")),
+        ),
+        (
+            "resolved_by_hand",
+            lifecycle(
+                channel,
+                Reason::Resolved,
+                AlertState::Resolved,
+                Some("alice (API token)"),
+            ),
+        ),
+        (
+            "acknowledged",
+            lifecycle(
+                channel,
+                Reason::Acknowledged,
+                AlertState::Acknowledged,
+                Some("cli"),
+            ),
+        ),
+        (
+            "reminder",
+            lifecycle(
+                channel,
+                Reason::Reminder { number: 2, max: 3 },
+                AlertState::Firing,
+                None,
+            ),
+        ),
+        (
+            "escalation",
+            lifecycle(
+                channel,
+                Reason::Escalation { step: 1, steps: 2 },
+                AlertState::Firing,
+                None,
+            ),
+        ),
+        // who resolved it is tenant text (an API token's label): escaped like titles
+        (
+            "hostile_resolved",
+            with_alert(
+                task(channel, Reason::Resolved, &[(HOSTILE, 1_240, None)]),
+                AlertState::Resolved,
+                Some(HOSTILE),
+            ),
+        ),
     ]
+}
+
+/// The alert of the lifecycle cases: opened 2 h 14 min 5 s before the task's time, 1,240 events.
+const ALERT_ID: &str = "a1e2c3d4e5f60718293a4b5c";
+const OPENED_AT_MS: i64 = 1_700_000_000_123 - (2 * 3600 + 14 * 60 + 5) * 1000;
+/// The notification id of the alert's firing on the channel (PagerDuty's `dedup_key`, the email's Message-ID).
+const FIRING_ID: &str = "f1f2f3f4f5f6f7f8f9f0e1e2e3e4e5e6";
+
+fn with_alert(mut t: NotificationTask, state: AlertState, by: Option<&str>) -> NotificationTask {
+    t.min_period_s = 0;
+    t.alert = Some(AlertRef {
+        id: ALERT_ID.into(),
+        state,
+        opened_at_ms: OPENED_AT_MS,
+        events: 1_240,
+        by: by.map(str::to_owned),
+        firing_notification_id: FIRING_ID.into(),
+    });
+    t
+}
+
+/// A lifecycle task as `NotificationTask::for_alert` makes it: one event, the alert's title and events.
+fn lifecycle(channel: ChannelKind, reason: Reason, state: AlertState, by: Option<&str>) -> NotificationTask {
+    let title = "TypeError: Cannot read properties of undefined (reading 'id') <App> & \"more\"";
+    with_alert(task(channel, reason, &[(title, 1_240, None)]), state, by)
 }
 
 /// The project name a case is shown with.
@@ -244,7 +336,7 @@ async fn every_channel_matches_its_golden_files() {
     for channel in CHANNELS {
         for (case, t) in cases(channel) {
             let rendered = preview(&ch, &t, Some(name_for(case)));
-            let got = if channel == ChannelKind::Webhook {
+            let mut got = if channel == ChannelKind::Webhook {
                 // data for machines: carried exactly, bidi characters included (JSON shows them escaped)
                 as_text(&rendered)
                     .replace('\u{202E}', "\\u202e")
@@ -252,6 +344,12 @@ async fn every_channel_matches_its_golden_files() {
             } else {
                 visible(&as_text(&rendered))
             };
+            if channel == ChannelKind::Email {
+                // an alert's later emails reply to its firing's (the headers besides the subject)
+                if let Some(firing) = klaxon_channels::email_replies_to(&t) {
+                    got.insert_str(0, &format!("=== In-Reply-To, References\n{firing}\n"));
+                }
+            }
             let path = golden_dir().join(channel.as_str()).join(format!("{case}.txt"));
             if bless {
                 std::fs::create_dir_all(path.parent().expect("dir")).expect("mkdir");

@@ -806,3 +806,140 @@ async fn hostile_titles_are_neutralised_on_every_http_channel() {
     // webhook: the data as it came
     assert_eq!(body("/webhook")["events"][0]["title"], title);
 }
+
+/// PagerDuty follows the alert: its resolve and acknowledgement are `resolve` and `acknowledge` events with the
+/// firing's `dedup_key` and no payload (Events API v2); a reminder is a `trigger` on the same key.
+#[tokio::test]
+async fn pagerduty_resolves_and_acknowledges_the_firings_alert() {
+    use klaxon_core::alert::AlertState;
+    let sink = HttpSink::start().await.expect("sink");
+    sink.set_default(Reply::status(202).body(r#"{"status":"success","dedup_key":"x"}"#));
+    let ch = channels(config(&sink.url("")));
+    let key = format!("{ENDPOINT_SECRET}0123456789abcdefghijklmnop")[..32].to_owned();
+    let resolved = alert(
+        ChannelKind::Pagerduty,
+        &key,
+        AlertState::Resolved,
+        Some("timeout"),
+    );
+    let firing_key = resolved.firing_notification_id(ChannelKind::Pagerduty);
+    let acked = alert(
+        ChannelKind::Pagerduty,
+        &key,
+        AlertState::Acknowledged,
+        Some("cli"),
+    );
+    let tasks = [
+        lifecycle_task(&resolved, Reason::Resolved),
+        lifecycle_task(&acked, Reason::Acknowledged),
+        lifecycle_task(&resolved, Reason::Reminder { number: 1, max: 2 }),
+    ];
+    for t in &tasks {
+        ch.deliver(t).await.expect("delivered");
+    }
+    let reqs = sink.wait_for_count(3, WAIT).await;
+    assert!(reqs.iter().all(|r| r.uri == "/v2/enqueue"));
+    assert_eq!(
+        reqs[0].json(),
+        serde_json::json!({"routing_key": key, "event_action": "resolve", "dedup_key": firing_key})
+    );
+    assert_eq!(
+        reqs[1].json(),
+        serde_json::json!({"routing_key": key, "event_action": "acknowledge",
+            "dedup_key": acked.firing_notification_id(ChannelKind::Pagerduty)})
+    );
+    let reminder = reqs[2].json();
+    assert_eq!(reminder["event_action"], "trigger");
+    assert_eq!(
+        reminder["dedup_key"],
+        firing_key.as_str(),
+        "the firing's alert, not a new one"
+    );
+    let summary = reminder["payload"]["summary"].as_str().expect("summary");
+    assert!(
+        summary.starts_with(&format!("Reminder: {}", resolved.title)) && summary.contains("reminder 1 of 2"),
+        "{summary}"
+    );
+    assert_eq!(
+        reminder["payload"]["custom_details"]["alertId"],
+        resolved.id.as_str()
+    );
+    // without its alert a lifecycle task cannot name the PagerDuty alert: permanent, nothing sent
+    let mut orphan = tasks[0].clone();
+    orphan.alert = None;
+    let err = ch.deliver(&orphan).await.expect_err("no dedup_key");
+    assert!(!err.is_transient(), "{err}");
+    assert_secret_free(&err);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(sink.requests().len(), 3);
+}
+
+/// Webhook bodies name the alert (`alertId`) on firings and lifecycle messages, and say what happened
+/// (`kind`, `alert`, `reminder`, `escalation`); a firing without an alert is unchanged.
+#[tokio::test]
+async fn webhook_bodies_carry_the_alert_and_its_kind() {
+    use klaxon_core::alert::{AlertRef, AlertState};
+    let sink = HttpSink::start().await.expect("sink");
+    let ch = channels(config("http://127.0.0.1:1"));
+    let endpoint = sink.url("/hook");
+    let resolved = alert(
+        ChannelKind::Webhook,
+        &endpoint,
+        AlertState::Resolved,
+        Some("alice"),
+    );
+    let mut firing = task(ChannelKind::Webhook, &endpoint, threshold(), &[("boom", 100)]);
+    firing.alert = Some(AlertRef::of_firing(&resolved, ChannelKind::Webhook));
+    let plain = task(ChannelKind::Webhook, &endpoint, threshold(), &[("boom", 100)]);
+    let tasks = [
+        firing,
+        plain,
+        lifecycle_task(&resolved, Reason::Resolved),
+        lifecycle_task(&resolved, Reason::Acknowledged),
+        lifecycle_task(&resolved, Reason::Reminder { number: 2, max: 3 }),
+        lifecycle_task(&resolved, Reason::Escalation { step: 1, steps: 2 }),
+    ];
+    for t in &tasks {
+        ch.deliver(t).await.expect("delivered");
+    }
+    let reqs = sink.wait_for_count(tasks.len(), WAIT).await;
+    let bodies: Vec<serde_json::Value> = reqs.iter().map(|r| r.json()).collect();
+    assert_eq!(bodies[0]["alertId"], resolved.id.as_str());
+    assert!(
+        bodies[0].get("kind").is_none() && bodies[0].get("alert").is_none(),
+        "{}",
+        bodies[0]
+    );
+    for absent in ["alertId", "kind", "alert", "reminder", "escalation"] {
+        assert!(bodies[1].get(absent).is_none(), "{absent}: {}", bodies[1]);
+    }
+    let kinds: Vec<&str> = bodies[2..]
+        .iter()
+        .map(|b| b["kind"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(kinds, ["resolved", "acknowledged", "reminder", "escalation"]);
+    for ((b, r), t) in bodies[2..].iter().zip(&reqs[2..]).zip(&tasks[2..]) {
+        assert_eq!(b["alertId"], resolved.id.as_str());
+        assert_eq!(b["notificationId"], t.notification_id.as_str());
+        assert_eq!(r.header("webhook-id"), Some(t.notification_id.as_str()));
+    }
+    assert_eq!(
+        bodies[2]["alert"],
+        serde_json::json!({"state": "resolved", "openedAt": "2023-11-14T19:59:20.123Z",
+            "openForMs": 8_040_000, "events": 1240, "by": "alice"})
+    );
+    assert_eq!(bodies[2]["events"][0]["title"], resolved.title.as_str());
+    assert_eq!(bodies[4]["reminder"], serde_json::json!({"number": 2, "max": 3}));
+    assert_eq!(
+        bodies[5]["escalation"],
+        serde_json::json!({"step": 1, "steps": 2})
+    );
+    // each lifecycle message is its own notification (receivers deduplicate on the id)
+    let mut ids: Vec<&str> = bodies
+        .iter()
+        .filter_map(|b| b["notificationId"].as_str())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), bodies.len());
+}

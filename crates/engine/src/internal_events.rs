@@ -253,6 +253,50 @@ impl NotificationShadowed<'_> {
     }
 }
 
+/// Why a message of an alert's life was not sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NotSent {
+    /// `--output hawk`: Hawk's senders know only firings.
+    HawkOutput,
+}
+
+impl NotSent {
+    /// The metric's `reason` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotSent::HawkOutput => "hawk_output",
+        }
+    }
+}
+
+/// A message of an alert's life (resolved, acknowledged, a reminder, an escalation) that was not sent: the alert
+/// is tracked as usual, its channels are not told.
+pub(crate) struct AlertMessageNotSent<'a> {
+    pub task: &'a NotificationTask,
+    pub reason: NotSent,
+}
+
+impl AlertMessageNotSent<'_> {
+    pub fn emit(self) {
+        let t = self.task;
+        metrics::counter!("klaxon_alert_messages_not_sent_total", "reason" => self.reason.as_str())
+            .increment(1);
+        let what = match t.reason {
+            klaxon_core::Reason::Resolved => "resolved",
+            klaxon_core::Reason::Acknowledged => "acknowledged",
+            klaxon_core::Reason::Reminder { .. } => "reminder",
+            klaxon_core::Reason::Escalation { .. } => "escalation",
+            _ => "firing",
+        };
+        tracing::info!(
+            notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
+            channel = %t.channel, alert = t.alert.as_ref().map_or("", |a| a.id.as_str()), what,
+            reason = self.reason.as_str(),
+            "alert message not sent: --output hawk publishes firings only (Hawk's senders know no other task)"
+        );
+    }
+}
+
 /// A firing counted but not delivered because a mute matched.
 pub(crate) struct FiringMuted<'a> {
     pub project: &'a str,

@@ -129,6 +129,11 @@ pub const DESCRIBED: &[Described] = &[
         "Notifications shadow mode recorded instead of publishing (--output shadow)",
     ),
     counter(
+        "klaxon_alert_messages_not_sent_total",
+        &["reason"],
+        "Messages of an alert's life (resolved, acknowledged, reminder, escalation) not sent: hawk_output",
+    ),
+    counter(
         "klaxon_deliveries_total",
         &["channel", "outcome"],
         "Delivery attempts by channel and outcome",

@@ -26,7 +26,7 @@ use klaxon_core::ChannelKind;
 use klaxon_store::trail::{now_ms, Record, Status, Trail};
 use serde_json::{json, Map, Value};
 
-use crate::internal_events::NotificationShadowed;
+use crate::internal_events::{AlertMessageNotSent, NotSent, NotificationShadowed};
 use crate::EngineError;
 
 /// Which queues notifications go to (`--output`, `KLAXON_OUTPUT`).
@@ -121,7 +121,10 @@ pub fn hawk_task(task: &NotificationTask) -> Value {
 }
 
 /// Sends `task` on its way in `output`'s manner: a message to publish (returned, for the caller to publish with
-/// the rest of its batch), or in shadow mode a trail record and a count, and `None`.
+/// the rest of its batch), or in shadow mode a trail record and a count, and `None`. With `--output hawk`, a
+/// message of an alert's life (resolved, acknowledged, a reminder, an escalation) is not published — Hawk's
+/// senders know only firings (`event`, `several-events`) and would send it as a new firing — but counted and
+/// logged as not sent, and `None`.
 pub(crate) fn dispatch(
     topology: &Topology,
     output: Output,
@@ -131,6 +134,14 @@ pub(crate) fn dispatch(
     if output == Output::Shadow {
         NotificationShadowed { task }.emit();
         trail.record(shadow_record(task, now_ms()));
+        return Ok(None);
+    }
+    if output == Output::Hawk && task.reason.is_lifecycle() {
+        AlertMessageNotSent {
+            task,
+            reason: NotSent::HawkOutput,
+        }
+        .emit();
         return Ok(None);
     }
     message(topology, output, task).map(Some)
@@ -268,6 +279,69 @@ mod tests {
         let klaxon = message(&topology, Output::Klaxon, &t).expect("message");
         let back: NotificationTask = serde_json::from_slice(&klaxon.body).expect("a task");
         assert_eq!(back, t);
+    }
+
+    /// `--output hawk` publishes firings only: a message of an alert's life is not put in Hawk's queue (Hawk's
+    /// sender would send it as a new firing), and is counted as not sent. Klaxon's output publishes it like a
+    /// firing, and shadow mode records it in the trail like a firing.
+    #[test]
+    fn hawk_output_publishes_no_lifecycle_message_and_counts_it() {
+        use klaxon_core::alert::{AlertRef, AlertState};
+        let topology = Topology::new("ns", "ns.events", QueueType::Classic);
+        let lifecycle = |reason| NotificationTask {
+            reason,
+            alert: Some(AlertRef {
+                id: "a1e2c3d4e5f60718293a4b5c".into(),
+                state: AlertState::Resolved,
+                opened_at_ms: 1_699_999_000_000,
+                events: 12,
+                by: Some("timeout".into()),
+                firing_notification_id: "f1".into(),
+            }),
+            ..task(1)
+        };
+        let reasons = [
+            Reason::Resolved,
+            Reason::Acknowledged,
+            Reason::Reminder { number: 1, max: 2 },
+            Reason::Escalation { step: 1, steps: 1 },
+        ];
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            for reason in reasons {
+                let t = lifecycle(reason);
+                assert!(
+                    dispatch(&topology, Output::Hawk, &Trail::disabled(), &t)
+                        .expect("dispatch")
+                        .is_none(),
+                    "{reason:?}"
+                );
+                let klaxon = dispatch(&topology, Output::Klaxon, &Trail::disabled(), &t)
+                    .expect("dispatch")
+                    .expect("published");
+                assert_eq!(klaxon.queue, "ns.notify.slack");
+                let back: NotificationTask = serde_json::from_slice(&klaxon.body).expect("a task");
+                assert_eq!(back, t);
+                assert!(dispatch(&topology, Output::Shadow, &Trail::disabled(), &t)
+                    .expect("dispatch")
+                    .is_none());
+            }
+            // a firing that carries its alert is still published to Hawk
+            let mut firing = lifecycle(Reason::New);
+            firing.alert.as_mut().expect("alert").state = AlertState::Firing;
+            let sent = dispatch(&topology, Output::Hawk, &Trail::disabled(), &firing).expect("dispatch");
+            assert_eq!(sent.map(|m| m.queue), Some("sender/slack".to_owned()));
+        });
+        let text = handle.render();
+        assert_eq!(
+            crate::metrics::series_value(
+                &text,
+                "klaxon_alert_messages_not_sent_total{reason=\"hawk_output\"}"
+            ),
+            Some(4.0),
+            "{text}"
+        );
     }
 
     #[test]

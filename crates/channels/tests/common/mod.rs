@@ -84,3 +84,51 @@ pub fn assert_secret_free(err: &DeliveryError) {
         assert!(!shown.contains(secret), "secret leaked: {shown}");
     }
 }
+
+/// An alert as the counter stores it: opened by a firing 2 h 14 min before `at_ms` (1,240 events), in `state`,
+/// `by` who acknowledged or resolved it, delivered on `channel` to `endpoint`.
+pub fn alert(
+    channel: ChannelKind,
+    endpoint: &str,
+    state: klaxon_core::alert::AlertState,
+    by: Option<&str>,
+) -> klaxon_core::alert::Alert {
+    use klaxon_core::alert::{alert_id, Alert, AlertChannel, AlertState};
+    let ns = klaxon_testkit::unique_namespace();
+    let (project, rule, group, firing) = (
+        format!("proj-{ns}"),
+        format!("rule-{ns}"),
+        format!("g0-{ns}"),
+        "1700000000000".to_owned(),
+    );
+    let at_ms = 1_700_000_000_123_i64;
+    let opened = at_ms - (2 * 3600 + 14 * 60) * 1000;
+    Alert {
+        id: alert_id(&project, &rule, &group, &firing),
+        project_id: project,
+        project_name: Some("Acme".into()),
+        rule_id: rule,
+        group,
+        title: format!("TypeError {ns}"),
+        state,
+        firing,
+        fired_at_ms: opened,
+        acknowledged_at_ms: (state != AlertState::Firing).then_some(at_ms),
+        acknowledged_by: (state == AlertState::Acknowledged).then(|| by.unwrap_or_default().to_owned()),
+        resolved_at_ms: (state == AlertState::Resolved).then_some(at_ms),
+        resolved_by: (state == AlertState::Resolved).then(|| by.unwrap_or_default().to_owned()),
+        events: 1_240,
+        last_event_at_ms: at_ms - 60_000,
+        resolve_after_ms: 3_600_000,
+        channels: vec![AlertChannel {
+            channel,
+            endpoint: endpoint.to_owned(),
+            severity: None,
+        }],
+    }
+}
+
+/// The lifecycle task of `alert` on its first channel, at the alert's resolve time, as the engine makes it.
+pub fn lifecycle_task(alert: &klaxon_core::alert::Alert, reason: Reason) -> NotificationTask {
+    NotificationTask::for_alert(alert, &alert.channels[0], reason, 1_700_000_000_123)
+}
