@@ -1559,6 +1559,19 @@ async fn alerts_are_listed_acknowledged_and_resolved_by_hand_each_message_delive
     );
     assert_eq!(st, 400, "{v}");
 
+    // The write routes' guards: a cross-site request and a body that is not JSON change nothing.
+    let ack_a = format!("{base}/{}/ack", a.id);
+    let (st, v) = http(&k.addr, "POST", &ack_a, &[("Sec-Fetch-Site", "cross-site")], None);
+    assert_eq!(st, 403, "{v}");
+    let (st, v) = http(
+        &k.addr,
+        "POST",
+        &ack_a,
+        &[("Content-Type", "text/plain")],
+        Some(b"{}"),
+    );
+    assert_eq!(st, 415, "{v}");
+
     // Acknowledge: 200 with the alert, and "Acknowledged by ana" delivered to the firing's channel.
     let (st, v) = call(
         &k,
