@@ -165,8 +165,9 @@ pub async fn hand_change(
 }
 
 /// The messages that carry `tasks` to the senders in `output`'s manner: Klaxon's `<ns>.notify.<channel>`
-/// queues; with `--output hawk` none (Hawk's senders know only firings: each task is logged as not sent);
-/// with `--output shadow` none (each is logged as what would have been sent).
+/// queues; with `--output hawk` none (Hawk's senders know only firings: each task is counted in
+/// `klaxon_alert_messages_not_sent_total{reason="hawk_output"}` and logged as not sent, as the worker does);
+/// with `--output shadow` none (each is logged as what would have been sent; not recorded in the trail).
 pub fn messages(topology: &Topology, output: Output, tasks: &[NotificationTask]) -> Vec<Outgoing> {
     let mut out = Vec::with_capacity(tasks.len());
     for task in tasks {
@@ -177,14 +178,21 @@ pub fn messages(topology: &Topology, output: Output, tasks: &[NotificationTask])
                     tracing::error!(notification_id = %task.notification_id, error = %e, "cannot encode an alert message")
                 }
             },
-            Output::Hawk | Output::Shadow => tracing::info!(
+            Output::Hawk | Output::Shadow => {
+                if output == Output::Hawk {
+                    // the worker's count of the same thing (klaxon-engine's `sink::dispatch`)
+                    metrics::counter!("klaxon_alert_messages_not_sent_total", "reason" => "hawk_output")
+                        .increment(1);
+                }
+                tracing::info!(
                 notification_id = %task.notification_id,
                 alert_id = task.alert.as_ref().map_or("", |a| a.id.as_str()),
                 channel = %task.channel,
                 output = output.as_str(),
-                "alert message not sent: --output {} publishes firings only",
-                output.as_str()
-            ),
+                    "alert message not sent: --output {} publishes firings only",
+                    output.as_str()
+                )
+            }
         }
     }
     out
