@@ -235,6 +235,11 @@ impl Topology {
         format!("{}.digest.flush", self.namespace)
     }
 
+    /// `<ns>.alerts.timer`: alert timers (`resolveAfter`) that are due (delayed messages).
+    pub fn alerts_timer_queue(&self) -> String {
+        format!("{}.alerts.timer", self.namespace)
+    }
+
     /// The namespace.
     pub fn namespace(&self) -> &str {
         &self.namespace
@@ -245,11 +250,12 @@ impl Topology {
         DelayTopology::new(&self.namespace)
     }
 
-    /// Queues that receive delayed messages (bound to the delay engine): the notify queues and the digest
-    /// flush queue.
+    /// Queues that receive delayed messages (bound to the delay engine): the notify queues, the digest
+    /// flush queue and the alert timer queue.
     pub fn delay_targets(&self) -> Vec<String> {
         let mut q: Vec<String> = ChannelKind::ALL.iter().map(|c| self.notify_queue(*c)).collect();
         q.push(self.digest_flush_queue());
+        q.push(self.alerts_timer_queue());
         q
     }
 
@@ -258,6 +264,7 @@ impl Topology {
         let mut q = vec![self.events_queue.clone(), self.invalid_queue(), self.dead_queue()];
         q.extend(ChannelKind::ALL.iter().map(|c| self.notify_queue(*c)));
         q.push(self.digest_flush_queue());
+        q.push(self.alerts_timer_queue());
         q
     }
 

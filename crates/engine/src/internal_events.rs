@@ -335,6 +335,82 @@ impl MutesSkipped<'_> {
     }
 }
 
+/// A firing opened a new alert.
+pub(crate) struct AlertOpened<'a> {
+    pub alert: &'a klaxon_core::alert::Alert,
+}
+
+impl AlertOpened<'_> {
+    pub fn emit(self) {
+        let a = self.alert;
+        metrics::counter!("klaxon_alerts_opened_total").increment(1);
+        tracing::info!(
+            alert_id = %a.id, project = %a.project_id, rule = %a.rule_id, group = %a.group,
+            resolve_after_ms = a.resolve_after_ms, channels = a.channels.len(), "alert opened"
+        );
+    }
+}
+
+/// A firing delivered without an alert: its project keeps as many alerts as it may, all open. Counted every
+/// time, logged when `log` (once per project per interval).
+pub(crate) struct AlertNotOpened<'a> {
+    pub project: &'a str,
+    pub rule: &'a str,
+    pub limit: usize,
+    pub log: bool,
+}
+
+impl AlertNotOpened<'_> {
+    pub fn emit(self) {
+        metrics::counter!("klaxon_alerts_not_opened_total", "reason" => "project_full").increment(1);
+        if self.log {
+            tracing::warn!(
+                project = %self.project, rule = %self.rule, limit = self.limit,
+                "the project has as many open alerts as it may keep: the firing is delivered without an alert \
+                 (resolve some, or they resolve by themselves)"
+            );
+        }
+    }
+}
+
+/// An alert resolved (`by`: `timeout` for `resolveAfter`), its resolved messages published on `channels`
+/// channels.
+pub(crate) struct AlertResolved<'a> {
+    pub alert: &'a klaxon_core::alert::Alert,
+    pub by: &'static str,
+    pub channels: usize,
+}
+
+impl AlertResolved<'_> {
+    pub fn emit(self) {
+        let a = self.alert;
+        metrics::counter!("klaxon_alerts_resolved_total", "by" => self.by).increment(1);
+        tracing::info!(
+            alert_id = %a.id, project = %a.project_id, rule = %a.rule_id, by = self.by, events = a.events,
+            channels = self.channels, "alert resolved"
+        );
+    }
+}
+
+/// A due alert timer, handled: `outcome` is `resolved`, `already_resolved` (published again), `rescheduled`
+/// (an event came since), `never` (`resolveAfter: 0`), `not_found` or `invalid` (set aside).
+pub(crate) struct AlertTimer<'a> {
+    pub outcome: &'static str,
+    pub timer: Option<&'a crate::alerts::Timer>,
+}
+
+impl AlertTimer<'_> {
+    pub fn emit(self) {
+        metrics::counter!("klaxon_alert_timers_total", "outcome" => self.outcome).increment(1);
+        if let Some(t) = self.timer {
+            tracing::debug!(
+                alert_id = %t.alert_id, project = %t.project_id, what = t.what.as_str(), outcome = self.outcome,
+                "alert timer due"
+            );
+        }
+    }
+}
+
 /// A notification sent after `attempts` attempts.
 pub(crate) struct Delivered<'a> {
     pub id: &'a str,

@@ -13,7 +13,9 @@
 //! Cargo feature `fault-injection` (off by default; tests only): adds `digest::Faults` to the digest loop's
 //! deps (`DigestDeps::faults`) so an end-to-end test can make the flush loop abort between claim and publish.
 //! The `klaxon` binary forwards it as its own `fault-injection` feature and only then reads
-//! `KLAXON_TEST_CRASH_AFTER_CLAIM`; `scripts/test` turns it on for the tests. A build without it has neither the
+//! `KLAXON_TEST_CRASH_AFTER_CLAIM`; `scripts/test` turns it on for the tests. Likewise `alerts::Faults`
+//! (`TimerDeps::faults`, `KLAXON_TEST_CRASH_AFTER_RESOLVE`) makes the alert timer loop abort between a resolve
+//! and the publishing of its resolved messages. A build without it has neither the
 //! field, nor the check, nor the variable's name.
 //!
 //! The sender's delivery pipeline (see [`sender`]) is built from small parts: [`klaxon_counter::Dedup`] (a
@@ -23,6 +25,7 @@
 //! in the background). Every wait longer than a second goes through the broker's delay engine.
 #![deny(missing_docs)]
 
+pub mod alerts;
 pub mod breaker;
 pub mod consumers;
 pub mod digest;

@@ -118,6 +118,22 @@ pub const DESCRIBED: &[Described] = &[
         &[],
         "Firings counted but not delivered because a mute matched",
     ),
+    counter("klaxon_alerts_opened_total", &[], "Alerts opened by firings"),
+    counter(
+        "klaxon_alerts_resolved_total",
+        &["by"],
+        "Alerts resolved: by timeout (resolveAfter without events) or by hand",
+    ),
+    counter(
+        "klaxon_alerts_not_opened_total",
+        &["reason"],
+        "Firings delivered without an alert: project_full (the project keeps as many alerts as it may, all open)",
+    ),
+    counter(
+        "klaxon_alert_timers_total",
+        &["outcome"],
+        "Due alert timers by outcome: resolved, already_resolved, rescheduled, never, not_found, invalid",
+    ),
     counter(
         "klaxon_notifications_published_total",
         &["channel"],
@@ -246,6 +262,10 @@ fn describe_and_register() {
     for reason in klaxon_core::Unevaluated::ALL {
         metrics::counter!("klaxon_events_unmatched_total", "reason" => reason.as_str()).absolute(0);
     }
+    for by in ["timeout", "hand"] {
+        metrics::counter!("klaxon_alerts_resolved_total", "by" => by).absolute(0);
+    }
+    metrics::counter!("klaxon_alerts_not_opened_total", "reason" => "project_full").absolute(0);
 }
 
 /// The process's metrics recorder: renders `/metrics` and sets the readiness gauge.

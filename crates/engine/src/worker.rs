@@ -10,13 +10,17 @@
 //! 5. read the **mutes** of the projects that fired (one round trip, none without firings);
 //! 6. **route** ([`evaluate::route`], pure): muted firings aside, a notification task per channel of each other
 //!    firing, sent now or through the channel's digest (`minPeriod > 0`);
-//! 7. append the digest firings in **one** round trip ([`crate::digest`]): the first of a quiet channel is sent
+//! 7. **alerts** ([`crate::alerts`]): open the alert of each crossed firing and count every matched pair into the
+//!    open alert of its (rule, group) (one round trip for the opens, one for the touches, none without matches);
+//!    each firing task then carries its alert, and a newly opened alert with `resolveAfter` gets a resolve timer;
+//! 8. append the digest firings in **one** round trip ([`crate::digest`]): the first of a quiet channel is sent
 //!    now, the one that opens a window schedules its flush;
-//! 8. **publish** the tasks (persistent, publisher confirms) in `--output`'s shape — or in shadow mode record them in
-//!    the trail instead ([`crate::sink::dispatch`]);
-//! 9. **ack** the whole batch with one multiple-ack — only now, when every outcome is durable.
+//! 9. **publish** the digest flushes and alert timers (delay engine), then the tasks (persistent, publisher
+//!    confirms) in `--output`'s shape — or in shadow mode record them in the trail instead
+//!    ([`crate::sink::dispatch`]);
+//! 10. **ack** the whole batch with one multiple-ack — only now, when every outcome is durable.
 //!
-//! Any failure in 2–8 ends the session without acking: the connection closes, RabbitMQ hands the batch back,
+//! Any failure in 2–9 ends the session without acking: the connection closes, RabbitMQ hands the batch back,
 //! and the loop reconnects with a jittered, capped backoff.
 //!
 //! Each session registers the worker in Redis before it consumes and unregisters after it stopped, and beats
@@ -43,7 +47,7 @@ use crate::internal_events::{
     MutesSkipped, NotificationPublished, RedisFailed, RuleFired, RulesMatched, RulesUnavailable,
     ThresholdCrossed, UNMATCHED_LOG_INTERVAL, UNMATCHED_LOG_KEYS,
 };
-use crate::{digest, sink, EngineError};
+use crate::{alerts, digest, sink, EngineError};
 
 /// Tuning of the evaluate loop.
 #[derive(Debug, Clone)]
@@ -86,23 +90,36 @@ pub struct WorkerDeps {
     pub output: sink::Output,
     /// Where shadow mode records what it would have sent ([`Trail::disabled`] for the other outputs).
     pub trail: Trail,
+    /// Alerts in Redis: the firings open them, the matched events keep them open.
+    pub alerts: klaxon_counter::Alerts,
 }
 
 /// Runs the evaluate loop until `shutdown`, reconnecting after failures.
 pub async fn run(deps: WorkerDeps, ready: Arc<AtomicBool>, shutdown: CancellationToken) {
     // which projects' unmatched events were logged lately: kept across sessions
     let unmatched = Arc::new(LogOnce::new(UNMATCHED_LOG_INTERVAL, UNMATCHED_LOG_KEYS));
+    // which projects' "too many open alerts" were logged lately: kept across sessions
+    let alerts_full = Arc::new(LogOnce::new(UNMATCHED_LOG_INTERVAL, UNMATCHED_LOG_KEYS));
     crate::supervise("worker", ready, shutdown, |ready, shutdown| {
         let deps = deps.clone();
-        let unmatched = unmatched.clone();
-        async move { session(&deps, &unmatched, ready, shutdown).await }
+        let logs = Logs {
+            unmatched: unmatched.clone(),
+            alerts_full: alerts_full.clone(),
+        };
+        async move { session(&deps, &logs, ready, shutdown).await }
     })
     .await;
 }
 
+/// What the worker logs at most once per project per interval, kept across sessions.
+struct Logs {
+    unmatched: Arc<LogOnce>,
+    alerts_full: Arc<LogOnce>,
+}
+
 async fn session(
     deps: &WorkerDeps,
-    unmatched: &LogOnce,
+    logs: &Logs,
     ready: Arc<AtomicBool>,
     shutdown: CancellationToken,
 ) -> Result<(), EngineError> {
@@ -141,7 +158,8 @@ async fn session(
     );
     let batches = Batches {
         deps,
-        unmatched,
+        unmatched: &logs.unmatched,
+        alerts_full: &logs.alerts_full,
         publisher: &publisher,
         digests: Digests::new(deps.counter.redis().clone(), deps.topology.namespace()),
     };
@@ -207,6 +225,8 @@ struct Batches<'a> {
     deps: &'a WorkerDeps,
     /// Which projects' unmatched events were logged lately (kept across sessions).
     unmatched: &'a LogOnce,
+    /// Which projects' "no alert opened: too many open" were logged lately (kept across sessions).
+    alerts_full: &'a LogOnce,
     publisher: &'a Publisher,
     digests: Digests,
 }
@@ -223,13 +243,39 @@ impl Batches<'_> {
         let outcomes = self.count(&plan.matches).await?;
         let firings = evaluate::firings(&plan.matches, &outcomes);
         let mutes = self.mutes(&evaluate::firing_projects(&firings)).await?;
-        let routed = evaluate::route(&firings, |p| mutes.get(p).map_or(&[][..], |m| &m.mutes[..]));
+        let mut routed = evaluate::route(&firings, |p| mutes.get(p).map_or(&[][..], |m| &m.mutes[..]));
         report_routed(&routed);
+        let timers = self.open_alerts(&plan.matches, &outcomes, &mut routed).await?;
         let appended = self.append_digests(&routed.digest).await?;
         for task in routed.now.iter().chain(&appended.send_now) {
             self.send(task, &mut out)?;
         }
-        self.publish(&appended.flushes, &out).await
+        let mut delayed = appended.flushes;
+        delayed.extend(timers);
+        self.publish(&delayed, &out).await
+    }
+
+    /// Opens the alerts of the crossed (not muted) firings and counts every matched pair into the open alert of
+    /// its (rule, group); sets `alert` on every firing task (digest ones too). Returns the resolve timers of the
+    /// alerts opened now (or again, for a redelivered batch).
+    async fn open_alerts(
+        &self,
+        matches: &[Match<'_>],
+        outcomes: &[Outcome],
+        routed: &mut Routed<'_>,
+    ) -> Result<Vec<(Outgoing, Duration)>, EngineError> {
+        let now_ms = klaxon_store::trail::now_ms();
+        let touches = alerts::touches(matches, outcomes, now_ms);
+        alerts::open_for_batch(
+            &self.deps.alerts,
+            &self.deps.topology,
+            self.alerts_full,
+            &routed.crossed,
+            &touches,
+            routed.now.iter_mut().chain(routed.digest.iter_mut()),
+            now_ms,
+        )
+        .await
     }
 
     /// The rules of every project of the batch: cached, one query per project at most, all at once.
@@ -308,11 +354,12 @@ impl Batches<'_> {
         Ok(())
     }
 
-    /// Schedules the digest windows the batch opened, then publishes its messages, with confirms.
-    async fn publish(&self, flushes: &[(Outgoing, Duration)], out: &[Outgoing]) -> Result<(), EngineError> {
-        if !flushes.is_empty() {
+    /// Schedules the digest windows and alert timers the batch opened, then publishes its messages, with
+    /// confirms.
+    async fn publish(&self, delayed: &[(Outgoing, Duration)], out: &[Outgoing]) -> Result<(), EngineError> {
+        if !delayed.is_empty() {
             self.publisher
-                .publish_delayed(&self.deps.topology.delay(), flushes)
+                .publish_delayed(&self.deps.topology.delay(), delayed)
                 .await
                 .inspect_err(broker_failed)?;
         }

@@ -247,7 +247,7 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
 }
 
 /// Starts the evaluating side on the process's Redis handle and rule store: the worker, the digest flusher,
-/// the Redis probe, the rule cache's invalidation and, in shadow mode, the delivery trail.
+/// the alert timer loop, the Redis probe, the rule cache's invalidation and, in shadow mode, the delivery trail.
 fn start_worker(
     p: &Parts<'_>,
     w: WorkerPlan,
@@ -302,6 +302,21 @@ fn start_worker(
         config: w.config,
         output: w.output,
         trail: trail.clone(),
+        alerts: klaxon_counter::Alerts::new(redis.clone(), &global.namespace),
+    };
+    let timer_deps = klaxon_engine::alerts::TimerDeps {
+        amqp_url: global.amqp_url.clone(),
+        topology: p.topology.clone(),
+        alerts: klaxon_counter::Alerts::new(redis.clone(), &global.namespace),
+        prefetch: 16,
+        output: w.output,
+        trail: trail.clone(),
+        // test builds only: the end-to-end crash-between-resolve-and-publish test sets the variable
+        #[cfg(feature = "fault-injection")]
+        faults: klaxon_engine::alerts::Faults {
+            crash_after_resolve: std::env::var(klaxon_engine::alerts::CRASH_AFTER_RESOLVE_ENV)
+                .is_ok_and(|v| v == "1"),
+        },
     };
     let digest_deps = klaxon_engine::digest::DigestDeps {
         amqp_url: global.amqp_url.clone(),
@@ -323,6 +338,12 @@ fn start_worker(
     p.tracker.spawn(klaxon_engine::digest::run(
         digest_deps,
         p.readiness.role("digest"),
+        shutdown.clone(),
+    ));
+    // resolves alerts whose resolveAfter ran out (timers through the delay engine), next to the digest flusher
+    p.tracker.spawn(klaxon_engine::alerts::run(
+        timer_deps,
+        p.readiness.role("alerts"),
         shutdown.clone(),
     ));
 }

@@ -1,0 +1,663 @@
+//! Alerts in the engine: the worker opens them and counts events into them, the timer loop resolves them
+//! (`klaxon_core::alert` is the model, `klaxon_counter::alerts` the state in Redis).
+//!
+//! ```text
+//! worker batch: route ──▶ crossed firings (not muted) ──▶ Alerts::open_and_touch ──▶ tasks carry `alert`
+//!               (every matched (event, rule) pair is a Touch)        │  (one round trip for the opens, one for
+//!                                                                     │   the touches)
+//!               a new alert with resolveAfter > 0 ──▶ timer message ──delay engine──▶ <ns>.alerts.timer
+//!                 (due at last event + resolveAfter)
+//! timer loop: Alerts::resolve_due ──NotDue{at}──▶ the timer again, due at `at`
+//!                                 ──Done / AlreadyResolved──▶ lifecycle tasks (Reason::Resolved), one per channel
+//!                                    that delivered the firing ──publish, confirmed──▶ ack the timer
+//!                                 ──Never / NotFound──▶ ack
+//! ```
+//!
+//! * **Once.** An alert's id derives from its firing (`alert_id`), so a redelivered batch or another worker
+//!   finds the same alert (`Opened::Again`) and schedules its timer again: two timers of one alert are harmless,
+//!   the second finds it resolved and publishes the same tasks, whose notification ids depend only on (alert,
+//!   "resolved", channel), so the senders deliver each once. The timer is acked only after the resolved tasks
+//!   were confirmed: a crash in between brings the timer back, `resolve_due` answers `AlreadyResolved`, and the
+//!   same tasks are published again.
+//! * **Muted rules still resolve.** A muted firing opens no alert, but an alert opened before the mute resolves
+//!   as usual: the timer loop never reads mutes.
+//! * **Bounded.** A timer message is small JSON (at most [`TIMER_MAX_BYTES`]); anything else in the queue is set
+//!   aside to `<ns>.dead` with the reason, never retried, never a reason to stop the loop.
+//!
+//! Fault injection (cargo feature `fault-injection`, tests only): [`Faults::crash_after_resolve`] aborts the
+//! process right after `resolve_due` answered `Done`, before publishing (the kill-between-resolve-and-publish
+//! test). Without the feature the field and the check do not exist.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use klaxon_broker::{set_aside, Consumer, Delivery, Outgoing, Publisher, Session, Topology};
+use klaxon_core::alert::{alert_id, is_alert_id, lifecycle_tasks, Alert, AlertChannel, AlertRef, AlertState};
+use klaxon_core::evaluate::Match;
+use klaxon_core::notification::{notification_id, Firing, NotificationTask};
+use klaxon_core::{Outcome, Reason};
+use klaxon_counter::{Alerts, Change, Opened, Touch};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::internal_events::{
+    AlertNotOpened, AlertOpened, AlertResolved, AlertTimer, LogOnce, NotificationPublished, RedisFailed,
+};
+use crate::{sink, EngineError};
+
+/// The environment variable the binary reads into [`Faults::crash_after_resolve`] when built with the
+/// `fault-injection` feature (see the module docs).
+#[cfg(feature = "fault-injection")]
+pub const CRASH_AFTER_RESOLVE_ENV: &str = "KLAXON_TEST_CRASH_AFTER_RESOLVE";
+
+/// Faults a test can inject into the timer loop (feature `fault-injection`; never in production builds).
+#[cfg(feature = "fault-injection")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// Abort the process right after a timer resolved an alert, before its resolved messages are published.
+    pub crash_after_resolve: bool,
+}
+
+/// The largest timer message the loop reads; a longer body is set aside unread.
+pub const TIMER_MAX_BYTES: usize = 1_024;
+
+/// The longest project id a timer may name (project ids are 24 hex characters; this leaves room, not abuse).
+const PROJECT_ID_MAX: usize = 128;
+
+/// What a timer asks for when it is due. An enum so that reminders and escalations can be added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimerWhat {
+    /// Resolve the alert if its `resolveAfter` ran out without events (`Alerts::resolve_due`).
+    Resolve,
+}
+
+impl TimerWhat {
+    /// Its name in the timer message (`what`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimerWhat::Resolve => "resolve",
+        }
+    }
+
+    fn parse(s: &str) -> Option<TimerWhat> {
+        [TimerWhat::Resolve].into_iter().find(|w| w.as_str() == s)
+    }
+}
+
+/// One alert timer: `{"projectId", "alertId", "what"}` in `<ns>.alerts.timer`, through the delay engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timer {
+    /// The project.
+    pub project_id: String,
+    /// The alert.
+    pub alert_id: String,
+    /// What is due.
+    pub what: TimerWhat,
+}
+
+impl Timer {
+    /// The resolve timer of `alert`.
+    pub fn resolve(alert: &Alert) -> Timer {
+        Timer {
+            project_id: alert.project_id.clone(),
+            alert_id: alert.id.clone(),
+            what: TimerWhat::Resolve,
+        }
+    }
+
+    fn to_json(&self) -> Vec<u8> {
+        json!({"projectId": self.project_id, "alertId": self.alert_id, "what": self.what.as_str()})
+            .to_string()
+            .into_bytes()
+    }
+
+    /// Reads a timer message; the reason when it is not one.
+    pub fn parse(body: &[u8]) -> Result<Timer, String> {
+        if body.len() > TIMER_MAX_BYTES {
+            return Err(format!("{} bytes, more than {TIMER_MAX_BYTES}", body.len()));
+        }
+        let v: Value = serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
+        let s = |k: &str| {
+            v.get(k)
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("missing string `{k}`"))
+        };
+        let project_id = s("projectId")?;
+        if project_id.is_empty()
+            || project_id.len() > PROJECT_ID_MAX
+            || project_id.chars().any(char::is_control)
+        {
+            return Err("`projectId` is empty, too long or has control characters".into());
+        }
+        let alert_id = s("alertId")?;
+        if !is_alert_id(alert_id) {
+            return Err("`alertId` is not an alert id (24 lowercase hex characters)".into());
+        }
+        let what = s("what")?;
+        let what = TimerWhat::parse(what).ok_or_else(|| "unknown `what` (expected `resolve`)".to_owned())?;
+        Ok(Timer {
+            project_id: project_id.to_owned(),
+            alert_id: alert_id.to_owned(),
+            what,
+        })
+    }
+
+    /// The message of this timer (its `message_id` names the alert and what is due).
+    pub fn message(&self, topology: &Topology) -> Outgoing {
+        let mut msg = Outgoing::json(topology.alerts_timer_queue(), self.to_json());
+        msg.message_id = Some(format!("alert-timer:{}:{}", self.alert_id, self.what.as_str()));
+        msg
+    }
+
+    /// The message of this timer and how long it waits to be due at `due_ms` (unix ms), seen at `now_ms`.
+    pub fn scheduled(&self, topology: &Topology, due_ms: i64, now_ms: i64) -> (Outgoing, Duration) {
+        let wait = u64::try_from(due_ms.saturating_sub(now_ms)).unwrap_or(0);
+        (self.message(topology), Duration::from_millis(wait))
+    }
+}
+
+/// The alert a crossed (not muted) firing opens, as it would open: state firing, no events yet (its own event is
+/// counted by its [`Touch`]), the rule's channels (every channel the firing is routed to, digest channels too).
+pub fn alert_of(f: &Firing<'_>) -> Alert {
+    let (project, rule, event) = (&f.task.project_id, f.rule, &f.task.event);
+    Alert {
+        id: alert_id(project, &rule.id, &event.group_hash, f.firing),
+        project_id: project.clone(),
+        project_name: f.project_name.map(str::to_owned),
+        rule_id: rule.id.clone(),
+        group: event.group_hash.clone(),
+        title: event.title.clone(),
+        state: AlertState::Firing,
+        firing: f.firing.to_owned(),
+        fired_at_ms: f.at_ms,
+        acknowledged_at_ms: None,
+        acknowledged_by: None,
+        resolved_at_ms: None,
+        resolved_by: None,
+        events: 0,
+        last_event_at_ms: f.at_ms,
+        resolve_after_ms: rule.resolve_after_ms,
+        channels: rule
+            .channels
+            .iter()
+            .map(|ch| AlertChannel {
+                channel: ch.kind,
+                endpoint: ch.endpoint.clone(),
+                severity: ch.severity,
+            })
+            .collect(),
+    }
+}
+
+/// Every matched (event, rule) pair of a batch as a [`Touch`] of one event: it keeps the (rule, group)'s open
+/// alert from resolving. A pair that fired is at its firing's time (Redis clock), the others at `now_ms` (this
+/// process's clock: a skew between workers moves a resolve by at most that skew).
+pub fn touches<'a>(matches: &[Match<'a>], outcomes: &[Outcome], now_ms: i64) -> Vec<Touch<'a>> {
+    matches
+        .iter()
+        .zip(outcomes)
+        .map(|(m, o)| Touch {
+            project_id: &m.event.task.project_id,
+            rule_id: &m.rule.id,
+            group: &m.event.task.event.group_hash,
+            events: 1,
+            at_ms: match o {
+                Outcome::Fired { at_ms, .. } => *at_ms,
+                Outcome::Counted { .. } => now_ms,
+            },
+        })
+        .collect()
+}
+
+/// What the alerts' answers mean for a batch, pure: each firing task gets the alert its firing opened or repeats
+/// (`task.alert`), and every alert that opened now (or again, for a redelivered batch) with a `resolveAfter`
+/// gets a resolve timer, due `resolveAfter` after its last event.
+pub(crate) struct AfterOpen {
+    /// Resolve timers to publish through the delay engine, with their delays.
+    pub timers: Vec<(Outgoing, Duration)>,
+    /// The firings no alert opened for: the project keeps as many alerts as it may, all open.
+    pub full: Vec<Alert>,
+    /// Alerts opened now.
+    pub opened: usize,
+}
+
+/// Sets `alert` on the tasks of `firings` (each with its `opened` answer, in order) and says which timers to
+/// schedule.
+pub(crate) fn after_open<'t>(
+    topology: &Topology,
+    answers: impl IntoIterator<Item = (Alert, Opened)>,
+    tasks: impl IntoIterator<Item = &'t mut NotificationTask>,
+    now_ms: i64,
+) -> AfterOpen {
+    let mut out = AfterOpen {
+        timers: Vec::new(),
+        full: Vec::new(),
+        opened: 0,
+    };
+    // a firing task's notification id → the alert of its firing
+    let mut by_task: HashMap<String, Alert> = HashMap::new();
+    for (wanted, answer) in answers {
+        let schedule = match &answer {
+            Opened::New(_) => {
+                out.opened += 1;
+                true
+            }
+            Opened::Again(_) => true,
+            Opened::Repeat(_) => false,
+            Opened::Full => {
+                out.full.push(wanted);
+                continue;
+            }
+        };
+        let Some(alert) = answer.alert() else { continue };
+        if schedule && alert.resolve_after_ms > 0 {
+            let due = alert
+                .last_event_at_ms
+                .saturating_add(alert.resolve_after_ms as i64);
+            out.timers
+                .push(Timer::resolve(alert).scheduled(topology, due, now_ms));
+        }
+        for ch in &wanted.channels {
+            let id = notification_id(
+                &wanted.project_id,
+                &wanted.rule_id,
+                &wanted.group,
+                &wanted.firing,
+                ch.channel,
+            );
+            by_task.insert(id, alert.clone());
+        }
+    }
+    for task in tasks {
+        if let Some(alert) = by_task.get(&task.notification_id) {
+            task.alert = Some(AlertRef::of_firing(alert, task.channel));
+        }
+    }
+    out
+}
+
+/// What the alert timer loop needs.
+#[derive(Clone)]
+pub struct TimerDeps {
+    /// RabbitMQ URL.
+    pub amqp_url: String,
+    /// Queue names.
+    pub topology: Topology,
+    /// Alert state in Redis.
+    pub alerts: Alerts,
+    /// Unacked timer messages.
+    pub prefetch: u16,
+    /// Where resolved messages go (`--output`).
+    pub output: sink::Output,
+    /// Where shadow mode records what it would have sent ([`klaxon_store::Trail::disabled`] otherwise).
+    pub trail: klaxon_store::Trail,
+    /// Injected faults (tests only).
+    #[cfg(feature = "fault-injection")]
+    pub faults: Faults,
+}
+
+/// Runs the alert timer loop until `shutdown`, reconnecting after failures.
+pub async fn run(deps: TimerDeps, ready: Arc<AtomicBool>, shutdown: CancellationToken) {
+    #[cfg(feature = "fault-injection")]
+    if deps.faults.crash_after_resolve {
+        tracing::warn!(
+            env = CRASH_AFTER_RESOLVE_ENV,
+            "test hook on: the process aborts after its first resolve"
+        );
+    }
+    crate::supervise("alerts", ready, shutdown, |ready, shutdown| {
+        let deps = deps.clone();
+        async move { session(&deps, ready, shutdown).await }
+    })
+    .await;
+}
+
+async fn session(
+    deps: &TimerDeps,
+    ready: Arc<AtomicBool>,
+    shutdown: CancellationToken,
+) -> Result<(), EngineError> {
+    let Session { broker, publisher } =
+        Session::open(&deps.amqp_url, crate::CONNECT_TIMEOUT, "alerts", &deps.topology).await?;
+    sink::declare(&publisher, deps.output).await?;
+    let queue = deps.topology.alerts_timer_queue();
+    let mut consumer = broker
+        .consume(&queue, deps.prefetch, &klaxon_broker::process_label("alerts"))
+        .await?;
+    ready.store(true, Ordering::Relaxed);
+    tracing::info!(queue = %queue, "alert timers consuming");
+    let result = consume_loop(deps, &mut consumer, &publisher, &shutdown).await;
+    ready.store(false, Ordering::Relaxed);
+    consumer.close().await;
+    publisher.close().await;
+    broker.close().await;
+    result
+}
+
+async fn consume_loop(
+    deps: &TimerDeps,
+    consumer: &mut Consumer,
+    publisher: &Publisher,
+    shutdown: &CancellationToken,
+) -> Result<(), EngineError> {
+    loop {
+        let Some(delivery) = crate::next_or_shutdown(consumer, shutdown).await? else {
+            return Ok(());
+        };
+        due(deps, publisher, &delivery).await?;
+        consumer.ack(delivery.delivery_tag).await?;
+    }
+}
+
+/// Handles one due timer; returns once its outcome is durable (then the caller acks it).
+async fn due(deps: &TimerDeps, publisher: &Publisher, delivery: &Delivery) -> Result<(), EngineError> {
+    let timer = match Timer::parse(&delivery.data) {
+        Ok(t) => t,
+        Err(reason) => {
+            let reason = format!("not an alert timer: {reason}");
+            AlertTimer {
+                outcome: "invalid",
+                timer: None,
+            }
+            .emit();
+            tracing::warn!(reason = %reason, bytes = delivery.data.len(), "alert timer set aside");
+            publisher
+                .publish_all(&[set_aside(delivery, deps.topology.dead_queue(), &reason)])
+                .await?;
+            return Ok(());
+        }
+    };
+    let change = match timer.what {
+        TimerWhat::Resolve => deps
+            .alerts
+            .resolve_due(&timer.project_id, &timer.alert_id, None)
+            .await
+            .inspect_err(|_| RedisFailed.emit())?,
+    };
+    let (outcome, alert) = match change {
+        Change::NotDue { at_ms } => {
+            let next = timer.scheduled(&deps.topology, at_ms, klaxon_store::trail::now_ms());
+            AlertTimer {
+                outcome: "rescheduled",
+                timer: Some(&timer),
+            }
+            .emit();
+            publisher.publish_delayed(&deps.topology.delay(), &[next]).await?;
+            return Ok(());
+        }
+        Change::Done(alert) => {
+            #[cfg(feature = "fault-injection")]
+            if deps.faults.crash_after_resolve {
+                tracing::error!(
+                    env = CRASH_AFTER_RESOLVE_ENV,
+                    "test hook: aborting between resolve and publish"
+                );
+                std::process::abort();
+            }
+            ("resolved", alert)
+        }
+        Change::AlreadyResolved(alert) => ("already_resolved", alert),
+        // `resolveAfter: 0` (an acknowledgement is never the timer's answer; counted alike)
+        Change::Never(_) | Change::AlreadyAcknowledged(_) => {
+            AlertTimer {
+                outcome: "never",
+                timer: Some(&timer),
+            }
+            .emit();
+            return Ok(());
+        }
+        // expired, or never was (its project's alerts were deleted, Redis restarted empty)
+        Change::NotFound => {
+            AlertTimer {
+                outcome: "not_found",
+                timer: Some(&timer),
+            }
+            .emit();
+            return Ok(());
+        }
+    };
+    // Resolved now or before (a redelivered timer, or a resolve by hand): the same tasks, the same ids, so the
+    // senders deliver each once.
+    let at_ms = alert.resolved_at_ms.unwrap_or_else(klaxon_store::trail::now_ms);
+    let tasks = lifecycle_tasks(&alert, Reason::Resolved, at_ms);
+    let mut out = Vec::with_capacity(tasks.len());
+    for task in &tasks {
+        // shadow mode: recorded (and counted) by dispatch instead of published
+        if let Some(msg) = sink::dispatch(&deps.topology, deps.output, &deps.trail, task)? {
+            NotificationPublished { task }.emit();
+            out.push(msg);
+        }
+    }
+    if !out.is_empty() {
+        publisher.publish_all(&out).await?;
+    }
+    AlertTimer {
+        outcome,
+        timer: Some(&timer),
+    }
+    .emit();
+    if outcome == "resolved" {
+        AlertResolved {
+            alert: &alert,
+            by: "timeout",
+            channels: tasks.len(),
+        }
+        .emit();
+    }
+    Ok(())
+}
+
+/// The worker's side: opens the alerts of a batch's crossed firings and counts its matched events into open
+/// alerts (one Redis round trip for the opens, one for the touches; none without matches), sets `alert` on the
+/// firing tasks, and returns the resolve timers to schedule.
+pub(crate) async fn open_for_batch<'t>(
+    alerts: &Alerts,
+    topology: &Topology,
+    full_log: &LogOnce,
+    crossed: &[Firing<'_>],
+    touches: &[Touch<'_>],
+    tasks: impl IntoIterator<Item = &'t mut NotificationTask>,
+    now_ms: i64,
+) -> Result<Vec<(Outgoing, Duration)>, EngineError> {
+    if crossed.is_empty() && touches.is_empty() {
+        return Ok(Vec::new());
+    }
+    let wanted: Vec<Alert> = crossed.iter().map(alert_of).collect();
+    let answers = alerts
+        .open_and_touch(&wanted, touches, None)
+        .await
+        .inspect_err(|_| RedisFailed.emit())?;
+    for a in answers.iter().filter_map(|o| match o {
+        Opened::New(a) => Some(a),
+        _ => None,
+    }) {
+        AlertOpened { alert: a }.emit();
+    }
+    let after = after_open(topology, wanted.into_iter().zip(answers), tasks, now_ms);
+    let now = Instant::now();
+    for a in &after.full {
+        AlertNotOpened {
+            project: &a.project_id,
+            rule: &a.rule_id,
+            limit: alerts.limit(),
+            log: full_log.should_log(&a.project_id, now),
+        }
+        .emit();
+    }
+    Ok(after.timers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use klaxon_broker::QueueType;
+    use klaxon_core::ChannelKind;
+
+    fn alert(id_firing: &str, resolve_after_ms: u64) -> Alert {
+        Alert {
+            id: alert_id("p", "r", "g", id_firing),
+            project_id: "p".into(),
+            project_name: None,
+            rule_id: "r".into(),
+            group: "g".into(),
+            title: "t".into(),
+            state: AlertState::Firing,
+            firing: id_firing.into(),
+            fired_at_ms: 10_000,
+            acknowledged_at_ms: None,
+            acknowledged_by: None,
+            resolved_at_ms: None,
+            resolved_by: None,
+            events: 0,
+            last_event_at_ms: 10_000,
+            resolve_after_ms,
+            channels: vec![
+                AlertChannel {
+                    channel: ChannelKind::Webhook,
+                    endpoint: "https://example.test/h".into(),
+                    severity: None,
+                },
+                AlertChannel {
+                    channel: ChannelKind::Pagerduty,
+                    endpoint: "key".into(),
+                    severity: None,
+                },
+            ],
+        }
+    }
+
+    fn task(firing: &str, channel: ChannelKind) -> NotificationTask {
+        let a = alert(firing, 0);
+        let ch = a
+            .channels
+            .iter()
+            .find(|c| c.channel == channel)
+            .cloned()
+            .expect("a channel of the alert");
+        let mut t = NotificationTask::for_alert(&a, &ch, Reason::Resolved, 0);
+        t.notification_id = notification_id("p", "r", "g", firing, channel);
+        t.alert = None;
+        t
+    }
+
+    #[test]
+    fn timer_messages_round_trip_and_bad_ones_are_refused() {
+        let topology = Topology::new("ns", "ns.events", QueueType::Classic);
+        let t = Timer::resolve(&alert("1000", 5_000));
+        let msg = t.message(&topology);
+        assert_eq!(msg.queue, "ns.alerts.timer");
+        assert_eq!(Timer::parse(&msg.body), Ok(t.clone()));
+        let id = t.alert_id.clone();
+        let long = format!(
+            r#"{{"projectId":"{}","alertId":"{id}","what":"resolve"}}"#,
+            "p".repeat(2_000)
+        );
+        let control = format!(r#"{{"projectId":"p\n","alertId":"{id}","what":"resolve"}}"#);
+        let bad = [
+            "nope".to_owned(),
+            r#"{"projectId":"p"}"#.to_owned(),
+            format!(r#"{{"projectId":"p","alertId":"{id}","what":"escalate"}}"#),
+            r#"{"projectId":"p","alertId":"../../etc","what":"resolve"}"#.to_owned(),
+            format!(r#"{{"projectId":"","alertId":"{id}","what":"resolve"}}"#),
+            control,
+            long,
+        ];
+        for body in bad {
+            assert!(Timer::parse(body.as_bytes()).is_err(), "{body}");
+        }
+        // a timer due in the past is due at once; one in the future waits the difference
+        assert_eq!(t.scheduled(&topology, 1_000, 5_000).1, Duration::ZERO);
+        assert_eq!(
+            t.scheduled(&topology, 7_500, 5_000).1,
+            Duration::from_millis(2_500)
+        );
+    }
+
+    /// What the alerts' answers make of a batch: which tasks carry which alert, which timers are scheduled.
+    #[test]
+    fn after_open_table() {
+        let topology = Topology::new("ns", "ns.events", QueueType::Classic);
+        let (a, b) = (alert("1000", 5_000), alert("2000", 0));
+        let mut repeated = alert("500", 5_000);
+        repeated.last_event_at_ms = 12_000;
+        // (answers as (wanted, opened), timers' delays in ms, full, opened now, alert id on the tasks of firing
+        // "1000" and of firing "2000")
+        type Case = (
+            Vec<(Alert, Opened)>,
+            Vec<u64>,
+            usize,
+            usize,
+            Option<String>,
+            Option<String>,
+        );
+        let cases: Vec<Case> = vec![
+            (vec![], vec![], 0, 0, None, None),
+            // a new alert with resolveAfter: a timer due 5 s after its last event; one without: none
+            (
+                vec![
+                    (a.clone(), Opened::New(a.clone())),
+                    (b.clone(), Opened::New(b.clone())),
+                ],
+                vec![4_000],
+                0,
+                2,
+                Some(a.id.clone()),
+                Some(b.id.clone()),
+            ),
+            // the same firing again (a redelivered batch): the timer again, nothing opened now
+            (
+                vec![(a.clone(), Opened::Again(a.clone()))],
+                vec![4_000],
+                0,
+                0,
+                Some(a.id.clone()),
+                None,
+            ),
+            // another firing while an alert is open: its tasks carry the open alert, whose timer runs already
+            (
+                vec![(a.clone(), Opened::Repeat(repeated.clone()))],
+                vec![],
+                0,
+                0,
+                Some(repeated.id.clone()),
+                None,
+            ),
+            // the project is full: delivered without an alert
+            (vec![(a.clone(), Opened::Full)], vec![], 1, 0, None, None),
+        ];
+        for (answers, delays, full, opened, on_a, on_b) in cases {
+            let mut tasks = vec![
+                task("1000", ChannelKind::Webhook),
+                task("1000", ChannelKind::Pagerduty),
+                task("2000", ChannelKind::Webhook),
+            ];
+            let got = after_open(&topology, answers.clone(), tasks.iter_mut(), 11_000);
+            let waits: Vec<u64> = got.timers.iter().map(|(_, d)| d.as_millis() as u64).collect();
+            assert_eq!(waits, delays, "{answers:?}");
+            assert_eq!((got.full.len(), got.opened), (full, opened), "{answers:?}");
+            let ids: Vec<Option<String>> = tasks
+                .iter()
+                .map(|t| t.alert.as_ref().map(|r| r.id.clone()))
+                .collect();
+            assert_eq!(ids, vec![on_a.clone(), on_a.clone(), on_b.clone()], "{answers:?}");
+            for t in &tasks {
+                if let Some(r) = &t.alert {
+                    // the alert's first firing on this channel: PagerDuty's dedup_key, the email to reply to
+                    let firing = if r.id == repeated.id { "500" } else { &r.id[..0] };
+                    let want = if firing.is_empty() {
+                        t.notification_id.clone()
+                    } else {
+                        notification_id("p", "r", "g", firing, t.channel)
+                    };
+                    assert_eq!(r.firing_notification_id, want);
+                    assert_eq!(r.state, AlertState::Firing);
+                }
+            }
+            for (msg, _) in &got.timers {
+                assert_eq!(Timer::parse(&msg.body).map(|t| t.alert_id), Ok(a.id.clone()));
+            }
+        }
+    }
+}

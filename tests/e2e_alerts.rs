@@ -1,0 +1,326 @@
+//! Alerts end to end (#33): the real `klaxon` binary, Redis, RabbitMQ's delay engine, a webhook receiver and a
+//! local PagerDuty. A firing opens an alert; when its group has had no matching event for `resolveAfter`, the
+//! alert resolves by itself and every channel that delivered the firing gets exactly one resolved message —
+//! also while the rule is muted, and across a crash between the resolve and its publishing.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{object_id, Env};
+use klaxon_testkit::http_sink::{Reply, Request};
+use klaxon_testkit::HttpSink;
+use serde_json::{json, Value};
+
+/// After the expected messages, keep listening this long for a (wrong) extra one.
+const QUIET: Duration = Duration::from_secs(3);
+/// The rules' `resolveAfter`.
+const RESOLVE_AFTER: Duration = Duration::from_secs(3);
+const ROUTING_KEY: &str = "R0uT1nGkEyAlerts0000000000000000";
+
+/// A webhook receiver and a PagerDuty stub (202 like the Events API), and an environment pointed at them.
+struct Stubs {
+    hook: HttpSink,
+    pd: HttpSink,
+}
+
+async fn stubs() -> (Stubs, Env) {
+    let hook = HttpSink::start().await.expect("sink");
+    let pd = HttpSink::start().await.expect("sink");
+    pd.set_default(
+        Reply::status(202).body(r#"{"status":"success","message":"Event processed","dedup_key":"k"}"#),
+    );
+    let env = Env::new().set("KLAXON_PAGERDUTY_API", &pd.url(""));
+    (Stubs { hook, pd }, env)
+}
+
+/// A SEEN_MORE rule: 2 events in a minute fire (once per window), `resolveAfter` 3 s, webhook + PagerDuty.
+fn rules(project: &str, hook: &HttpSink) -> Value {
+    json!([{
+        "_id": project,
+        "notifications": [{
+            "isEnabled": true,
+            "whatToReceive": "SEEN_MORE",
+            "including": [], "excluding": [],
+            "threshold": 2, "thresholdPeriod": 60_000,
+            "resolveAfter": RESOLVE_AFTER.as_millis() as u64,
+            "channels": {
+                "webhook": {"isEnabled": true, "endpoint": hook.url("/hook"), "minPeriod": 0},
+                "pagerduty": {"isEnabled": true, "endpoint": ROUTING_KEY, "minPeriod": 0}
+            }
+        }]
+    }])
+}
+
+/// The firing on both channels: (webhook body, PagerDuty event).
+async fn firing(s: &Stubs, logs: impl Fn() -> String) -> (Value, Value) {
+    let hooks = s.hook.wait_for_count(1, Duration::from_secs(15)).await;
+    assert_eq!(hooks.len(), 1, "the firing's webhook; log:\n{}", logs());
+    let pds = s.pd.wait_for_count(1, Duration::from_secs(15)).await;
+    assert_eq!(pds.len(), 1, "the firing's PagerDuty trigger; log:\n{}", logs());
+    let (hook, pd) = (hooks[0].json(), pds[0].json());
+    assert!(hook.get("kind").is_none(), "a firing has no kind: {hook}");
+    let alert_id = hook["alertId"].as_str().unwrap_or_default();
+    assert_eq!(alert_id.len(), 24, "the firing names its alert: {hook}");
+    assert_eq!(pd["event_action"], "trigger", "{pd}");
+    assert!(pd["dedup_key"].as_str().is_some_and(|k| !k.is_empty()), "{pd}");
+    (hook, pd)
+}
+
+/// The resolved messages (the second request of each stub), checked against the firing's.
+async fn resolved(s: &Stubs, fired: &(Value, Value), logs: impl Fn() -> String) -> (Request, Request) {
+    let within = RESOLVE_AFTER + Duration::from_secs(15);
+    let hooks = s.hook.wait_for_count(2, within).await;
+    assert_eq!(hooks.len(), 2, "one resolved webhook; log:\n{}", logs());
+    let pds = s.pd.wait_for_count(2, within).await;
+    assert_eq!(pds.len(), 2, "one PagerDuty resolve; log:\n{}", logs());
+    let (hook, pd) = (hooks[1].json(), pds[1].json());
+    assert_eq!(hook["kind"], "resolved", "{hook}");
+    assert_eq!(hook["alertId"], fired.0["alertId"], "the firing's alert: {hook}");
+    assert_eq!(pd["event_action"], "resolve", "{pd}");
+    assert_eq!(
+        pd["dedup_key"], fired.1["dedup_key"],
+        "the firing's dedup_key: {pd}"
+    );
+    assert_eq!(pd["routing_key"], ROUTING_KEY);
+    // exactly one per channel
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(s.hook.count(), 2, "one resolved webhook only; log:\n{}", logs());
+    assert_eq!(s.pd.count(), 2, "one PagerDuty resolve only; log:\n{}", logs());
+    (hooks[1].clone(), pds[1].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alert_resolves_by_itself_once_on_every_channel_that_delivered_its_firing() {
+    let (s, env) = stubs().await;
+    let project = object_id();
+    env.import(&rules(&project, &s.hook));
+    let mut k = env.spawn("run", &[]);
+    let title = format!("Timeout ({})", env.namespace);
+    env.publish(&project, &title, "g").count(2).ok();
+    let fired = firing(&s, || k.logs()).await;
+    let fired_at = s.hook.requests()[0].at;
+    let (hook, _) = resolved(&s, &fired, || k.logs()).await;
+    let after = hook.at.duration_since(fired_at);
+    assert!(
+        after >= RESOLVE_AFTER - Duration::from_millis(200) && after < RESOLVE_AFTER + Duration::from_secs(5),
+        "resolved resolveAfter after the last event: {after:?}"
+    );
+    eprintln!(
+        "measured: resolved message {after:?} after the firing message (resolveAfter {RESOLVE_AFTER:?})"
+    );
+    k.wait_metric("klaxon_alerts_opened_total", 1.0, Duration::from_secs(5));
+    assert_eq!(k.metric(r#"klaxon_alerts_resolved_total{by="timeout"}"#), 1.0);
+    assert_eq!(k.metric(r#"klaxon_alert_timers_total{outcome="resolved"}"#), 1.0);
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_muted_rule_still_resolves_what_was_delivered_and_a_muted_firing_opens_no_alert() {
+    let (s, env) = stubs().await;
+    let project = object_id();
+    env.import(&rules(&project, &s.hook));
+    let mut k = env.spawn("run", &[]);
+    let title = format!("DbError ({})", env.namespace);
+    env.publish(&project, &title, "g").count(2).ok();
+    let fired = firing(&s, || k.logs()).await;
+    // the whole project muted right after the firing was delivered
+    env.ok(&["mute", "add", "--project", &project, "--for", "1h"]);
+    // a firing of another group while muted: counted, not delivered, no alert (so nothing resolves for it)
+    env.publish(&project, &title, "muted").count(2).ok();
+    k.wait_metric("klaxon_firings_muted_total", 1.0, Duration::from_secs(10));
+    resolved(&s, &fired, || k.logs()).await;
+    assert_eq!(k.metric("klaxon_alerts_opened_total"), 1.0);
+    assert_eq!(k.metric(r#"klaxon_alerts_resolved_total{by="timeout"}"#), 1.0);
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_that_keep_coming_postpone_the_resolve() {
+    let (s, env) = stubs().await;
+    let project = object_id();
+    env.import(&rules(&project, &s.hook));
+    let mut k = env.spawn("run", &[]);
+    let title = format!("Slow ({})", env.namespace);
+    env.publish(&project, &title, "g").count(2).ok();
+    let fired = firing(&s, || k.logs()).await;
+    // one matching event a second for 5 s: longer than resolveAfter, never a gap as long
+    let mut last = Instant::now();
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        last = Instant::now();
+        env.publish(&project, &title, "g").ok();
+        assert_eq!(
+            s.hook.count(),
+            1,
+            "not resolved while events come; log:\n{}",
+            k.logs()
+        );
+    }
+    k.wait_acked(7, Duration::from_secs(10));
+    let (hook, _) = resolved(&s, &fired, || k.logs()).await;
+    let after = hook.at.duration_since(last);
+    assert!(
+        after >= RESOLVE_AFTER - Duration::from_millis(200),
+        "resolved resolveAfter after the last event, not before: {after:?}"
+    );
+    eprintln!("measured: resolved message {after:?} after the last event was published");
+    // the alert counted the events while it was open (the firing's own included)
+    assert!(
+        hook.json()["alert"]["events"].as_u64().unwrap_or(0) >= 6,
+        "{}",
+        hook.json()
+    );
+    assert!(k.metric(r#"klaxon_alert_timers_total{outcome="rescheduled"}"#) >= 1.0);
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}
+
+// Needs the binary's test-only fault injection (`scripts/test` builds the tests with it).
+#[cfg(feature = "fault-injection")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_between_the_resolve_and_its_publishing_still_delivers_the_resolved_message_once() {
+    let (s, env) = stubs().await;
+    let project = object_id();
+    env.import(&rules(&project, &s.hook));
+    let mut sender = env.spawn("sender", &[]);
+    let mut crashing = env
+        .clone()
+        .set("KLAXON_TEST_CRASH_AFTER_RESOLVE", "1")
+        .spawn("worker", &[]);
+    let title = format!("Panic ({})", env.namespace);
+    env.publish(&project, &title, "g").count(2).ok();
+    let fired = firing(&s, || crashing.logs()).await;
+
+    // resolveAfter later the timer resolves the alert in Redis, and the worker aborts before publishing
+    let died = klaxon_testkit::wait_for(RESOLVE_AFTER + Duration::from_secs(15), || {
+        let up = crashing.get("/healthz").is_some();
+        async move { (!up).then_some(()) }
+    })
+    .await;
+    assert!(
+        died.is_some(),
+        "the test hook must abort the worker; log:\n{}",
+        crashing.logs()
+    );
+    assert!(
+        crashing.logs().contains("aborting between resolve and publish"),
+        "{}",
+        crashing.logs()
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        s.hook.count(),
+        1,
+        "nothing resolved was published before the crash"
+    );
+    assert_eq!(s.pd.count(), 1);
+    crashing.kill();
+
+    // the timer comes back to a healthy worker: the alert is resolved already, its messages go out, once
+    let mut healthy = env.spawn("worker", &[]);
+    resolved(&s, &fired, || healthy.logs()).await;
+    assert_eq!(
+        healthy.metric(r#"klaxon_alert_timers_total{outcome="already_resolved"}"#),
+        1.0
+    );
+    assert_eq!(healthy.terminate(Duration::from_secs(10)), Some(0));
+    assert_eq!(sender.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}
+
+/// The window of risk, measured: Redis holds the alerts, so an alert Redis lost (restarted empty, no
+/// persistence) cannot resolve: its timer finds nothing (`not_found`) and no resolved message is sent. Here the
+/// project's alert keys are deleted between the firing and the resolve, as a restart without AOF would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alert_that_redis_lost_resolves_with_no_message() {
+    let (s, env) = stubs().await;
+    let project = object_id();
+    env.import(&rules(&project, &s.hook));
+    let mut k = env.spawn("run", &[]);
+    let title = format!("Lost ({})", env.namespace);
+    env.publish(&project, &title, "g").count(2).ok();
+    firing(&s, || k.logs()).await;
+    k.wait_metric("klaxon_alerts_opened_total", 1.0, Duration::from_secs(5));
+    let client = redis::Client::open(klaxon_testkit::redis_url()).expect("redis url");
+    let mut conn = client.get_multiplexed_async_connection().await.expect("redis");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:al:{{{project}}}:*", env.namespace))
+        .query_async(&mut conn)
+        .await
+        .expect("KEYS");
+    assert!(keys.len() >= 3, "the alert's keys (idx, cur, a): {keys:?}");
+    let _: i64 = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut conn)
+        .await
+        .expect("DEL");
+    k.wait_metric(
+        r#"klaxon_alert_timers_total{outcome="not_found"}"#,
+        1.0,
+        RESOLVE_AFTER + Duration::from_secs(15),
+    );
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(s.hook.count(), 1, "no resolved message for an alert Redis lost");
+    assert_eq!(
+        s.pd.count(),
+        1,
+        "the PagerDuty incident stays open (resolve it there or by hand)"
+    );
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}
+
+/// `--output shadow` tracks alerts as usual and records the resolved messages in the trail like the firings,
+/// sending nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_mode_records_the_resolved_messages_and_sends_nothing() {
+    let (s, env) = stubs().await;
+    let env = env.set("KLAXON_OUTPUT", "shadow");
+    let project = object_id();
+    env.import(&rules(&project, &s.hook));
+    let mut k = env.spawn("run", &[]);
+    let title = format!("Shadow ({})", env.namespace);
+    env.publish(&project, &title, "g").count(2).ok();
+    k.wait_metric(
+        r#"klaxon_alerts_resolved_total{by="timeout"}"#,
+        1.0,
+        RESOLVE_AFTER + Duration::from_secs(15),
+    );
+    // the firing and the resolved message, on each channel
+    let records: Vec<Value> = klaxon_testkit::eventually_blocking(Duration::from_secs(10), || {
+        let out = env.ok(&[
+            "deliveries",
+            "list",
+            "--project",
+            &project,
+            "--status",
+            "shadow",
+            "-o",
+            "ndjson",
+        ]);
+        let r: Vec<Value> = out.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        (r.len() >= 4).then_some(r)
+    })
+    .unwrap_or_else(|| panic!("four shadow records; log:\n{}", k.logs()));
+    assert_eq!(records.len(), 4, "{records:?}");
+    let by = |ch: &str| records.iter().filter(|r| r["channel"] == ch).count();
+    assert_eq!((by("webhook"), by("pagerduty")), (2, 2), "{records:?}");
+    let mut ids: Vec<&str> = records
+        .iter()
+        .filter_map(|r| r["notificationId"].as_str())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 4, "a notification each: {records:?}");
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(
+        (s.hook.count(), s.pd.count()),
+        (0, 0),
+        "shadow mode sends nothing"
+    );
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}
