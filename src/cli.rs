@@ -162,6 +162,10 @@ const GLOBALS_USED: &[(&str, &[&str])] = &[
         &["namespace", "redis_url", "mongo_url", "mongo_db", "log_format"],
     ),
     ("mute", &["namespace", "redis_url", "log_format"]),
+    (
+        "alerts",
+        &["namespace", "amqp_url", "redis_url", "events_queue", "log_format"],
+    ),
     ("bench", &["amqp_url", "redis_url", "mongo_url", "log_format"]),
     ("test-notify", &["log_format"]),
     ("probe", &[]),
@@ -419,6 +423,8 @@ pub enum Command {
     Explain(crate::cmd::explain::ExplainArgs),
     /// Mute a project's firings (fleet-wide, in Redis): add, list, rm.
     Mute(crate::cmd::mute::MuteArgs),
+    /// A project's alerts (fleet-wide, in Redis): list, ack, resolve.
+    Alerts(crate::cmd::alerts::AlertsArgs),
     /// Send a real test notification through one channel.
     TestNotify(crate::cmd::test_notify::TestNotifyArgs),
     /// Webhook signing: `webhook secret` prints a project's signing secret for one endpoint.

@@ -87,6 +87,16 @@ fn help_names_variables_without_values_and_each_command_shows_only_the_globals_i
         (&["test-notify"], &["--log-format"]),
         (&["mute", "add"], &["--namespace", "--redis-url", "--log-format"]),
         (
+            &["alerts", "ack"],
+            &[
+                "--namespace",
+                "--amqp-url",
+                "--redis-url",
+                "--events-queue",
+                "--log-format",
+            ],
+        ),
+        (
             &["rules", "list"],
             &["--namespace", "--mongo-url", "--mongo-db", "--log-format"],
         ),

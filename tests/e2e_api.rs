@@ -1481,3 +1481,204 @@ async fn x_forwarded_for_is_honoured_only_from_a_trusted_proxy() {
         "the peer's own budget, named by the proxy"
     );
 }
+
+/// The alert lifecycle by hand (docs/api.md, "Alerts"): list by state, acknowledge, resolve, each change's
+/// lifecycle message delivered once to the channel that delivered the firing, and every refusal with its
+/// status and reason — a replay of a resolve publishes the same message again, which the senders do not
+/// deliver twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alerts_are_listed_acknowledged_and_resolved_by_hand_each_message_delivered_once() {
+    let env = Env::new();
+    let sink = HttpSink::start().await.expect("sink");
+    let project = object_id();
+    let rule = rule(&sink, &[]);
+    let rule_id = rule["_id"].as_str().expect("id").to_owned();
+    env.import(&json!([{"_id": project, "notifications": [rule]}]));
+    let k = env.spawn("run", &[]);
+    k.wait_ready(Duration::from_secs(30));
+    let channels = vec![common::webhook_channel(&sink.url("/hook"))];
+    let a = common::open_alert(
+        &env,
+        &project,
+        &rule_id,
+        "g1",
+        "<b>Boom</b> & co",
+        channels.clone(),
+    )
+    .await;
+    let b = common::open_alert(&env, &project, &rule_id, "g2", "Other", channels).await;
+    let base = format!("/api/v1/projects/{project}/alerts");
+
+    // Listed newest first, by state; a wrong state names the allowed ones.
+    let (st, v) = call(&k, "GET", &base, None);
+    assert_eq!(st, 200, "{v}");
+    let ids: Vec<&str> = v["alerts"]
+        .as_array()
+        .expect("alerts")
+        .iter()
+        .filter_map(|x| x["id"].as_str())
+        .collect();
+    assert_eq!(ids, [b.id.as_str(), a.id.as_str()], "{v}");
+    let first = &v["alerts"][1];
+    for (k, want) in [
+        ("ruleId", json!(rule_id)),
+        ("group", json!("g1")),
+        ("title", json!("<b>Boom</b> & co")),
+        ("state", json!("firing")),
+        ("acknowledgedAt", Value::Null),
+        ("resolvedAt", Value::Null),
+        ("events", json!(a.events)),
+    ] {
+        assert_eq!(first[k], want, "{k} in {first}");
+    }
+    assert!(first["firedAt"].is_string(), "{first}");
+    let (st, v) = call(&k, "GET", &format!("{base}?state=open"), None);
+    assert_eq!(st, 400, "{v}");
+    assert!(error_of(&v).contains("firing, acknowledged, resolved"), "{v}");
+    let (st, v) = call(&k, "GET", &format!("{base}?state=resolved"), None);
+    assert_eq!((st, v["alerts"].as_array().map(Vec::len)), (200, Some(0)), "{v}");
+    let (st, v) = call(&k, "GET", &format!("{base}?limit=1"), None);
+    assert_eq!((st, v["alerts"].as_array().map(Vec::len)), (200, Some(1)), "{v}");
+
+    // Unknown and malformed ids: 404, nothing sent.
+    for id in [
+        "0123456789abcdef01234567",
+        "../../etc",
+        "0123456789ABCDEF01234567",
+    ] {
+        let (st, v) = call(&k, "POST", &format!("{base}/{id}/ack"), None);
+        assert_eq!(st, 404, "{id}: {v}");
+        error_of(&v);
+    }
+    // A bad `by`: 400.
+    let (st, v) = call(
+        &k,
+        "POST",
+        &format!("{base}/{}/ack", a.id),
+        Some(&json!({"by": 7})),
+    );
+    assert_eq!(st, 400, "{v}");
+
+    // The write routes' guards: a cross-site request and a body that is not JSON change nothing.
+    let ack_a = format!("{base}/{}/ack", a.id);
+    let (st, v) = http(&k.addr, "POST", &ack_a, &[("Sec-Fetch-Site", "cross-site")], None);
+    assert_eq!(st, 403, "{v}");
+    let (st, v) = http(
+        &k.addr,
+        "POST",
+        &ack_a,
+        &[("Content-Type", "text/plain")],
+        Some(b"{}"),
+    );
+    assert_eq!(st, 415, "{v}");
+
+    // Acknowledge: 200 with the alert, and "Acknowledged by ana" delivered to the firing's channel.
+    let (st, v) = call(
+        &k,
+        "POST",
+        &format!("{base}/{}/ack", a.id),
+        Some(&json!({"by": "ana"})),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        (v["state"].as_str(), v["acknowledgedBy"].as_str()),
+        (Some("acknowledged"), Some("ana")),
+        "{v}"
+    );
+    assert!(v["acknowledgedAt"].is_string(), "{v}");
+    let ack_ids: Vec<String> = klaxon_core::alert::lifecycle_tasks(&a, klaxon_core::Reason::Acknowledged, 0)
+        .into_iter()
+        .map(|t| t.notification_id)
+        .collect();
+    let got = sink.wait_for_count(1, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 1, "{}", k.logs());
+    assert_eq!(
+        got[0].json()["notificationId"].as_str(),
+        Some(ack_ids[0].as_str()),
+        "{}",
+        got[0].text()
+    );
+    // A second acknowledge: 409 naming who; the same message again, not delivered twice.
+    let (st, v) = call(
+        &k,
+        "POST",
+        &format!("{base}/{}/ack", a.id),
+        Some(&json!({"by": "bob"})),
+    );
+    assert_eq!(st, 409, "{v}");
+    assert!(error_of(&v).contains("already acknowledged by ana"), "{v}");
+
+    // Resolve (no body: by `api`): 200, resolved message delivered.
+    let (st, v) = call(&k, "POST", &format!("{base}/{}/resolve", a.id), None);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        (v["state"].as_str(), v["resolvedBy"].as_str()),
+        (Some("resolved"), Some("api")),
+        "{v}"
+    );
+    let resolved_id = klaxon_core::alert::lifecycle_tasks(&a, klaxon_core::Reason::Resolved, 0)[0]
+        .notification_id
+        .clone();
+    let got = sink.wait_for_count(2, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 2, "{}", k.logs());
+    assert_eq!(
+        got[1].json()["notificationId"].as_str(),
+        Some(resolved_id.as_str()),
+        "{}",
+        got[1].text()
+    );
+    // Resolve again: 409, its message published again and dropped by the senders; ack of a resolved alert: 409.
+    let (st, v) = call(&k, "POST", &format!("{base}/{}/resolve", a.id), None);
+    assert_eq!(st, 409, "{v}");
+    assert!(error_of(&v).contains("already resolved by api"), "{v}");
+    let (st, v) = call(&k, "POST", &format!("{base}/{}/ack", a.id), None);
+    assert_eq!(st, 409, "{v}");
+    assert!(error_of(&v).contains("is resolved by api"), "{v}");
+    // both replays (the second acknowledge, the second resolve) reached the sender and were dropped there
+    k.wait_metric(
+        "klaxon_deliveries_total{channel=\"webhook\",outcome=\"duplicate\"}",
+        2.0,
+        Duration::from_secs(30),
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        sink.count(),
+        2,
+        "one delivery per change: {:?}",
+        sink.requests().iter().map(|r| r.text()).collect::<Vec<_>>()
+    );
+
+    // The lists follow.
+    let (_, v) = call(&k, "GET", &format!("{base}?state=resolved"), None);
+    assert_eq!(v["alerts"][0]["id"].as_str(), Some(a.id.as_str()), "{v}");
+    assert_eq!(v["alerts"].as_array().map(Vec::len), Some(1), "{v}");
+    let (_, v) = call(&k, "GET", &format!("{base}?state=firing"), None);
+    assert_eq!(v["alerts"][0]["id"].as_str(), Some(b.id.as_str()), "{v}");
+
+    // Explain shows the (rule, group)'s open alert, and none once it resolved.
+    let explain = format!("/api/v1/projects/{project}/explain");
+    let (_, v) = call(
+        &k,
+        "POST",
+        &explain,
+        Some(&json!({"title": "Other", "groupHash": "g2"})),
+    );
+    let alert = &v["rules"][0]["alert"];
+    assert_eq!(
+        (alert["id"].as_str(), alert["state"].as_str()),
+        (Some(b.id.as_str()), Some("firing")),
+        "{v}"
+    );
+    assert_eq!(
+        alert["resolvesAt"],
+        Value::Null,
+        "resolveAfter 0: by hand only: {v}"
+    );
+    let (_, v) = call(
+        &k,
+        "POST",
+        &explain,
+        Some(&json!({"title": "Boom", "groupHash": "g1"})),
+    );
+    assert!(v["rules"][0].get("alert").is_none(), "{v}");
+}

@@ -1595,3 +1595,196 @@ async fn in_a_real_browser_every_table_fits_its_page() {
     }
     common::delete_queues(&env).await;
 }
+
+/// The alerts page (docs/console.md): open and resolved alerts with hostile titles escaped, Acknowledge and
+/// Resolve behind the CSRF rule, each change delivered once to the firing's channel; and the `ack` and `resolve`
+/// action links: a `GET` changes nothing, the confirmed `POST` does it once, a used link does nothing again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alerts_are_acknowledged_and_resolved_from_the_page_and_by_action_links_once() {
+    use klaxon_core::action::{Action, ActionKey, Claim};
+    let key = format!("action-key-{}-{}", object_id(), object_id());
+    let port = common::free_port();
+    let public = format!("http://klaxon-public.localhost:{port}");
+    let env = Env::new()
+        .set("KLAXON_ACTION_KEY", &key)
+        .set("KLAXON_PUBLIC_URL", &public);
+    let sink = HttpSink::start().await.expect("sink");
+    let project = object_id();
+    let rule = webhook_rule(&sink, json!({}));
+    let rule_id = rule["_id"].as_str().expect("id").to_owned();
+    env.import(&json!([{"_id": project, "notifications": [rule]}]));
+    let k = env.spawn_at("run", &format!("127.0.0.1:{port}"), &[]);
+    k.wait_ready(Duration::from_secs(30));
+    let hostile = "<script>alert(1)</script> & \"x\"";
+    let ch = vec![common::webhook_channel(&sink.url("/hook"))];
+    let a = common::open_alert(&env, &project, &rule_id, "g-a", hostile, ch.clone()).await;
+    let b = Browser::new(&k);
+    let alerts = format!("/projects/{project}/alerts");
+
+    // Linked from the project page; the title escaped.
+    let p = b.get(&format!("/projects/{project}")).await;
+    assert!(
+        p.body.contains(&format!("href=\"/projects/{project}/alerts\"")),
+        "{}",
+        p.body
+    );
+    let p = b.get(&alerts).await;
+    assert_eq!(p.status, 200, "{}", p.body);
+    assert!(p.body.contains(&a.id) && p.body.contains("firing"), "{}", p.body);
+    assert!(p.body.contains("&lt;script&gt;alert(1)&lt;"), "{}", p.body);
+    assert!(!p.body.contains("<script>alert(1)"), "{}", p.body);
+    assert!(p.body.contains("Acknowledge</button>"), "{}", p.body);
+    let csrf = p.csrf();
+
+    // Without the CSRF value: 403, nothing changed.
+    let ack = format!("{alerts}/{}/ack", a.id);
+    let p = b.post(&ack, &[]).await;
+    assert_eq!(p.status, 403, "{}", p.body);
+    let p = b.post(&ack, &[("csrf", &csrf)]).await;
+    assert_eq!(
+        (p.status, p.header("location")),
+        (303, format!("{alerts}?done=acknowledged").as_str()),
+        "{}",
+        p.body
+    );
+    let p = b.get(&alerts).await;
+    assert!(
+        p.body.contains("by console") && !p.body.contains("Acknowledge</button>"),
+        "{}",
+        p.body
+    );
+    assert_eq!(
+        sink.wait_for_count(1, Duration::from_secs(30)).await.len(),
+        1,
+        "{}",
+        k.logs()
+    );
+    let resolve = format!("{alerts}/{}/resolve", a.id);
+    let p = b.post(&resolve, &[("csrf", &csrf)]).await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    assert_eq!(
+        sink.wait_for_count(2, Duration::from_secs(30)).await.len(),
+        2,
+        "{}",
+        k.logs()
+    );
+    let p = b.post(&resolve, &[("csrf", &csrf)]).await;
+    assert_eq!(p.status, 409, "{}", p.body);
+    assert!(p.body.contains("already resolved by console"), "{}", p.body);
+    let p = b.get(&alerts).await;
+    assert!(
+        p.body.contains("No open alerts") && p.body.contains("resolved-alerts"),
+        "{}",
+        p.body
+    );
+    let p = b
+        .post(
+            &format!("{alerts}/0123456789abcdef01234567/ack"),
+            &[("csrf", &csrf)],
+        )
+        .await;
+    assert_eq!(p.status, 404, "{}", p.body);
+
+    // Action links on a second alert: what a firing's message carries (crates/channels/src/action_links.rs).
+    let c = common::open_alert(&env, &project, &rule_id, "g-c", hostile, ch).await;
+    let signer = ActionKey::new(&key).expect("key");
+    let link = |action| {
+        let claim = Claim::for_alert(
+            action,
+            &project,
+            &rule_id,
+            &c.id,
+            Some(hostile),
+            c.fired_at_ms / 1000,
+        )
+        .expect("claim");
+        format!("/a/{}", signer.sign(&claim).expect("sign"))
+    };
+    let visitor = reqwest::Client::builder()
+        .redirect(Policy::none())
+        .resolve("klaxon-public.localhost", k.addr.parse().expect("addr"))
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client");
+    let open = |path: String| {
+        let (visitor, public) = (visitor.clone(), public.clone());
+        async move {
+            let r = visitor.get(format!("{public}{path}")).send().await.expect("GET");
+            (r.status().as_u16(), r.text().await.expect("page"))
+        }
+    };
+    let post = |path: String, csrf: String| {
+        let (visitor, public) = (visitor.clone(), public.clone());
+        async move {
+            let r = visitor
+                .post(format!("{public}{path}"))
+                .form(&[("csrf", csrf)])
+                .send()
+                .await
+                .expect("POST");
+            (r.status().as_u16(), r.text().await.expect("page"))
+        }
+    };
+    let ack_link = link(Action::Ack);
+    let (status, page) = open(ack_link.clone()).await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("is firing") && page.contains("id=\"confirm\""),
+        "{page}"
+    );
+    assert!(!page.contains("<script>alert(1)"), "{page}");
+    assert!(
+        alert_row(&b, &alerts, &c.id).await.contains(">firing<"),
+        "a GET changes nothing"
+    );
+    let (action, form_csrf) = action_form(&page).unwrap_or_else(|| panic!("no form: {page}"));
+    let (status, done) = post(action.clone(), form_csrf.clone()).await;
+    assert_eq!(status, 200, "{done}");
+    assert!(done.contains("acknowledged by link"), "{done}");
+    let (status, again) = post(action, form_csrf).await;
+    assert_eq!(status, 409, "a used link does nothing: {again}");
+    assert!(
+        again.contains("acknowledged by link") && again.contains("Nothing was changed"),
+        "{again}"
+    );
+    let resolve_link = link(Action::Resolve);
+    let (_, page) = open(resolve_link.clone()).await;
+    let (action, form_csrf) = action_form(&page).unwrap_or_else(|| panic!("no form: {page}"));
+    let (status, done) = post(action.clone(), form_csrf.clone()).await;
+    assert_eq!(status, 200, "{done}");
+    assert!(done.contains("resolved by link"), "{done}");
+    let (status, _) = post(action, form_csrf).await;
+    assert_eq!(status, 409);
+    let (status, page) = open(resolve_link).await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("Nothing to do") && !page.contains("id=\"confirm\""),
+        "{page}"
+    );
+    // a wrong form value: 403
+    let (status, _) = post(ack_link, "00".into()).await;
+    assert_eq!(status, 403);
+    // two changes of each alert: four deliveries, the replays dropped by the sender
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        sink.wait_for_count(4, Duration::from_secs(30)).await.len(),
+        4,
+        "{}",
+        k.logs()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(sink.count(), 4);
+    common::delete_queues(&env).await;
+}
+
+/// The row of alert `id` on the alerts page `path`.
+async fn alert_row(b: &Browser, path: &str, id: &str) -> String {
+    let p = b.get(path).await;
+    let row = p
+        .body
+        .split(&format!("id=\"alert-{id}\""))
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
+    row.split("</tr>").next().unwrap_or_default().to_owned()
+}

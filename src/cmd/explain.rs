@@ -96,9 +96,18 @@ pub async fn run(args: ExplainArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
         &event,
     );
     let verdicts = counter.explain(&project.project_id, explanation, &mutes).await?;
+    // each (rule, group)'s open alert, as the API's explain shows it
+    let rule_ids: Vec<&str> = verdicts.iter().map(|v| v.rule_id.as_str()).collect();
+    let alerts = klaxon_api::rest::alerts::current_alerts(
+        &klaxon_counter::Alerts::new(counter.redis().clone(), &global.namespace),
+        &project.project_id,
+        &event.group_hash,
+        &rule_ids,
+    )
+    .await?;
     let format = args.output.format(Format::Json);
     if format == Format::Json {
-        let rules: Vec<_> = verdicts.iter().map(|v| v.to_json()).collect();
+        let rules = klaxon_api::rest::alerts::verdicts_json(&verdicts, &alerts);
         output::emit(&format!(
             "{}\n",
             serde_json::to_string_pretty(&json!({ "rules": rules }))?
@@ -106,6 +115,7 @@ pub async fn run(args: ExplainArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
         return Ok(ExitCode::SUCCESS);
     }
     let empty = format!("project {} has no rules", args.project);
+    let with_alerts = klaxon_api::rest::alerts::verdicts_json(&verdicts, &alerts);
     output::emit(&output::list(
         format,
         &verdicts,
@@ -120,8 +130,30 @@ pub async fn run(args: ExplainArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
             };
             vec![v.rule_id.clone(), v.verdict.to_string(), count, v.reason.clone()]
         },
-        |v| v.to_json(),
+        |v| {
+            let i = verdicts.iter().position(|x| std::ptr::eq(x, v)).unwrap_or(0);
+            with_alerts.get(i).cloned().unwrap_or_else(|| v.to_json())
+        },
         &empty,
     ))?;
+    // below the table: the open alert of each (rule, group) that has one
+    if format == Format::Table {
+        let lines: String = verdicts
+            .iter()
+            .zip(&alerts)
+            .filter_map(|(v, a)| {
+                a.as_ref().map(|a| {
+                    format!(
+                        "rule {}: {}\n",
+                        v.rule_id,
+                        klaxon_api::rest::alerts::current_words(a)
+                    )
+                })
+            })
+            .collect();
+        if !lines.is_empty() {
+            output::emit(&format!("\n{lines}"))?;
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -441,3 +441,63 @@ pub fn reference_hmac_sha256(key: &[u8], msg: &[u8]) -> Vec<u8> {
     let inner = Sha256::digest([pad(0x36).as_slice(), msg].concat());
     Sha256::digest([pad(0x5c).as_slice(), inner.as_slice()].concat()).to_vec()
 }
+
+/// Opens a `firing` alert of (project, rule, group) in `env`'s namespace straight in Redis, as a worker's firing
+/// does (`klaxon_counter::Alerts::open_and_touch`), with `channels` as the channels that delivered its firing;
+/// `resolveAfter` 0 (only a hand resolves it). Each call is another firing: a fresh alert once the last one of
+/// its (rule, group) is resolved.
+pub async fn open_alert(
+    env: &Env,
+    project: &str,
+    rule: &str,
+    group: &str,
+    title: &str,
+    channels: Vec<klaxon_core::alert::AlertChannel>,
+) -> klaxon_core::alert::Alert {
+    use klaxon_core::alert::{alert_id, Alert, AlertState};
+    let redis = klaxon_counter::RedisHandle::connect(&klaxon_testkit::redis_url())
+        .await
+        .expect("redis");
+    let alerts = klaxon_counter::Alerts::new(redis, &env.namespace);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .expect("clock");
+    let firing = format!("{now}-{}", rand::random::<u32>());
+    let alert = Alert {
+        id: alert_id(project, rule, group, &firing),
+        project_id: project.to_owned(),
+        project_name: None,
+        rule_id: rule.to_owned(),
+        group: group.to_owned(),
+        title: title.to_owned(),
+        state: AlertState::Firing,
+        firing,
+        fired_at_ms: now,
+        acknowledged_at_ms: None,
+        acknowledged_by: None,
+        resolved_at_ms: None,
+        resolved_by: None,
+        events: 1,
+        last_event_at_ms: now,
+        resolve_after_ms: 0,
+        channels,
+    };
+    let opened = alerts
+        .open_and_touch(std::slice::from_ref(&alert), &[], None)
+        .await
+        .expect("open the alert");
+    match opened.into_iter().next() {
+        Some(klaxon_counter::Opened::New(a)) => a,
+        other => panic!("the alert did not open: {other:?}"),
+    }
+}
+
+/// A webhook channel to `url`, as an alert's channel.
+pub fn webhook_channel(url: &str) -> klaxon_core::alert::AlertChannel {
+    klaxon_core::alert::AlertChannel {
+        channel: klaxon_core::ChannelKind::Webhook,
+        endpoint: url.to_owned(),
+        severity: None,
+    }
+}

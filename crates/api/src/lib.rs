@@ -12,6 +12,7 @@
 //!                                               └──▶ klaxon_store::invalidation: Redis PUBLISH ──▶ every process
 //!   rest/explain.rs        POST …/projects/{id}/explain ── klaxon_core::explain + the counters' peek (reads only)
 //!   rest/mutes.rs          GET|POST|DELETE …/projects/{id}/mutes ──▶ Redis
+//!   rest/alerts.rs         GET …/projects/{id}/alerts, POST …/alerts/{alertId}/ack|resolve ──▶ Redis ──▶ RabbitMQ
 //!   rest/notifications.rs  POST /api/v1/notifications ──▶ Redis (idempotency) ──▶ RabbitMQ (the senders' queues)
 //!   rest/deliveries.rs, rest/dead.rs, rest/webhook_secret.rs ── the trail (MongoDB), `<ns>.dead`, derived secrets
 //!   rest/invalid.rs        GET /api/v1/invalid, POST …/invalid/replay ──▶ `<ns>.events.invalid` ──▶ the events queue
@@ -100,6 +101,9 @@ pub struct ApiConfig {
     /// `KLAXON_ACTION_KEY`: the console serves the signed action links of messages (`/a/<token>`) only when
     /// set; `None`: those pages say that action links are off.
     pub action_key: Option<klaxon_core::action::ActionKey>,
+    /// The worker's `--output`: how acknowledging or resolving an alert by hand publishes its lifecycle
+    /// messages (`klaxon` to the senders' queues; `hawk` and `shadow` publish none, as the worker does).
+    pub output: klaxon_engine::sink::Output,
     /// `--trusted-proxies`: only when a request's TCP peer is one of them is its client read from
     /// `X-Forwarded-For` (see [`proxy`]); default none.
     pub trusted_proxies: proxy::TrustedProxies,
@@ -144,6 +148,15 @@ pub fn router(config: ApiConfig) -> Router {
         .route(
             "/api/v1/projects/{project_id}/mutes/{mute_id}",
             delete(rest::mutes::remove),
+        )
+        .route("/api/v1/projects/{project_id}/alerts", get(rest::alerts::list))
+        .route(
+            "/api/v1/projects/{project_id}/alerts/{alert_id}/ack",
+            post(rest::alerts::ack),
+        )
+        .route(
+            "/api/v1/projects/{project_id}/alerts/{alert_id}/resolve",
+            post(rest::alerts::resolve),
         )
         .route("/api/v1/notifications", post(rest::notifications::send))
         .route(

@@ -4,7 +4,9 @@
 //! "Mute this rule for 1 h" and "Why did this fire?". A digest (several groups) carries only "Mute this rule for
 //! 1 h": four links per group would bury the list, and muting the rule is what a flood of groups calls for.
 //! Direct notifications (`POST /api/v1/notifications`) have no rule and carry none, nor do the messages of an
-//! alert's life (resolved, acknowledged, reminders, escalations).
+//! alert's life (resolved, acknowledged, reminders, escalations). A firing that opened (or repeats) an alert
+//! (`task.alert`) also carries "Acknowledge this alert" and "Resolve this alert" after those: their claims name
+//! the alert id.
 //!
 //! Each link is `<public URL>/a/<token>` ([`klaxon_core::action`]); it expires [`LINK_TTL_S`] after the
 //! firing (not after the send), so every retry of a notification carries the same links. Opening one shows a
@@ -24,7 +26,8 @@ pub const MAX_PUBLIC_URL_LEN: usize = 512;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ActionLink {
-    /// `mute-group-1h`, `mute-group-24h`, `mute-rule-1h` or `explain`.
+    /// `mute-group-1h`, `mute-group-24h`, `mute-rule-1h`, `explain`, and for a firing of an alert `ack` and
+    /// `resolve`.
     pub action: &'static str,
     /// The words shown ("Mute this error for 1 h").
     pub label: &'static str,
@@ -118,7 +121,7 @@ impl ActionLinks {
         let fired_at_s = task.fired_at_ms.div_euclid(1000);
         let expires_at =
             klaxon_core::notification::rfc3339_ms(fired_at_s.saturating_add(LINK_TTL_S).saturating_mul(1000));
-        actions
+        let mut links: Vec<ActionLink> = actions
             .iter()
             .filter_map(|&action| {
                 let claim = Claim::for_message(
@@ -150,8 +153,34 @@ impl ActionLinks {
                     expires_at: expires_at.clone(),
                 })
             })
-            .collect()
+            .collect();
+        // A firing of an alert: acknowledge and resolve it (not a lifecycle message: it is about the alert).
+        if let Some(alert) = task.alert.as_ref().filter(|_| is_firing(task)) {
+            links.extend(Action::ALERT.iter().filter_map(|&action| {
+                let claim = Claim::for_alert(
+                    action,
+                    &task.project_id,
+                    &task.rule_id,
+                    &alert.id,
+                    first.map(|e| e.title.as_str()),
+                    fired_at_s,
+                )?;
+                let token = self.key.sign(&claim).ok()?;
+                Some(ActionLink {
+                    action: action.as_str(),
+                    label: action.label(),
+                    url: self.url.action_url(&token),
+                    expires_at: expires_at.clone(),
+                })
+            }));
+        }
+        links
     }
+}
+
+/// True when a task is a firing (not a direct notification, not a message of an alert's life).
+fn is_firing(task: &NotificationTask) -> bool {
+    !matches!(task.reason, Reason::Direct) && !task.reason.is_lifecycle()
 }
 
 /// True when a task's message lists several groups (the templates' "digest" kind).
@@ -225,6 +254,49 @@ mod tests {
         assert!(l.for_task(&test).is_empty());
         // the same task, the same links (every retry)
         assert_eq!(one, l.for_task(&task(Reason::New, 1)));
+    }
+
+    #[test]
+    fn a_firing_of_an_alert_also_links_to_ack_and_resolve_it() {
+        use klaxon_core::alert::{AlertRef, AlertState};
+        let l = links();
+        let id = klaxon_core::alert::alert_id("p", "r", "g0", "1");
+        let mut t = task(Reason::New, 1);
+        t.alert = Some(AlertRef {
+            id: id.clone(),
+            state: AlertState::Firing,
+            opened_at_ms: t.fired_at_ms,
+            events: 1,
+            by: None,
+            firing_notification_id: "n".into(),
+        });
+        let all = l.for_task(&t);
+        assert_eq!(
+            all.iter().map(|a| a.action).collect::<Vec<_>>(),
+            [
+                "mute-group-1h",
+                "mute-group-24h",
+                "mute-rule-1h",
+                "explain",
+                "ack",
+                "resolve"
+            ]
+        );
+        // the first four are the links of the same task without an alert, byte for byte
+        assert_eq!(all[..4], l.for_task(&task(Reason::New, 1))[..]);
+        let key = ActionKey::new("0123456789abcdef0123456789abcdef").expect("key");
+        for link in &all[4..] {
+            let token = link.url.rsplit('/').next().expect("token");
+            let claim = key.verify(token, 1_700_000_000).expect("valid");
+            assert_eq!(claim.alert_id.as_deref(), Some(id.as_str()));
+            assert_eq!(claim.action.as_str(), link.action);
+        }
+        // a message of the alert's life carries no alert links
+        t.reason = Reason::Resolved;
+        assert!(l
+            .for_task(&t)
+            .iter()
+            .all(|a| a.action != "ack" && a.action != "resolve"));
     }
 
     #[test]

@@ -53,6 +53,12 @@ pub enum Action {
     /// Remove the mute a link made (the claim's `mute_id`).
     #[serde(rename = "undo")]
     Undo,
+    /// Acknowledge the alert the claim names (`alert_id`): "I'm on it".
+    #[serde(rename = "ack")]
+    Ack,
+    /// Resolve the alert the claim names (`alert_id`) by hand.
+    #[serde(rename = "resolve")]
+    Resolve,
 }
 
 impl Action {
@@ -64,6 +70,9 @@ impl Action {
         Action::Explain,
     ];
 
+    /// The links a firing that opened (or repeats) an alert carries after [`Action::MESSAGE`]'s, in order.
+    pub const ALERT: [Action; 2] = [Action::Ack, Action::Resolve];
+
     /// The name used in webhook payloads and the docs (`mute-group-1h`, …).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -72,6 +81,8 @@ impl Action {
             Action::MuteRule1h => "mute-rule-1h",
             Action::Explain => "explain",
             Action::Undo => "undo",
+            Action::Ack => "ack",
+            Action::Resolve => "resolve",
         }
     }
 
@@ -83,6 +94,8 @@ impl Action {
             Action::MuteRule1h => "Mute this rule for 1 h",
             Action::Explain => "Why did this fire?",
             Action::Undo => "Undo",
+            Action::Ack => "Acknowledge this alert",
+            Action::Resolve => "Resolve this alert",
         }
     }
 
@@ -91,13 +104,18 @@ impl Action {
         match self {
             Action::MuteGroup1h | Action::MuteRule1h => Some(3600),
             Action::MuteGroup24h => Some(24 * 3600),
-            Action::Explain | Action::Undo => None,
+            Action::Explain | Action::Undo | Action::Ack | Action::Resolve => None,
         }
     }
 
     /// True when the action needs a group (a group mute, explain).
     pub fn needs_group(self) -> bool {
         matches!(self, Action::MuteGroup1h | Action::MuteGroup24h | Action::Explain)
+    }
+
+    /// True for the actions on an alert (the claim's `alert_id`): [`Action::Ack`], [`Action::Resolve`].
+    pub fn on_alert(self) -> bool {
+        matches!(self, Action::Ack | Action::Resolve)
     }
 }
 
@@ -130,6 +148,9 @@ pub struct Claim {
     /// and not only the present (signed with the rest: they cannot be altered).
     #[serde(rename = "f", default, skip_serializing_if = "Option::is_none")]
     pub fired: Option<Fired>,
+    /// The alert an [`Action::Ack`] or [`Action::Resolve`] acts on (`klaxon_core::alert::alert_id`).
+    #[serde(rename = "al", default, skip_serializing_if = "Option::is_none")]
+    pub alert_id: Option<String>,
 }
 
 /// A firing as its message saw it: when, the count it fired on and why (threshold, window, a spike's baseline, a
@@ -271,6 +292,38 @@ impl Claim {
             mute_id: None,
             title,
             fired: None,
+            alert_id: None,
+        })
+    }
+
+    /// The claim of an alert link ([`Action::Ack`], [`Action::Resolve`]) of a firing's message: the alert
+    /// `alert_id` of `rule_id`, with the group's title for the confirmation page, valid for [`LINK_TTL_S`]
+    /// after `fired_at_s`. `None` for another action, ids that are not ObjectIds or a malformed alert id.
+    pub fn for_alert(
+        action: Action,
+        project_id: &str,
+        rule_id: &str,
+        alert_id: &str,
+        title: Option<&str>,
+        fired_at_s: i64,
+    ) -> Option<Claim> {
+        if !action.on_alert()
+            || !crate::event::is_object_id(project_id)
+            || !crate::event::is_object_id(rule_id)
+            || !crate::alert::is_alert_id(alert_id)
+        {
+            return None;
+        }
+        Some(Claim {
+            project_id: project_id.to_ascii_lowercase(),
+            rule_id: rule_id.to_ascii_lowercase(),
+            group_hash: None,
+            action,
+            expires_s: fired_at_s.saturating_add(LINK_TTL_S),
+            mute_id: None,
+            title: title.map(|t| t.chars().take(MAX_TITLE_CHARS).collect()),
+            fired: None,
+            alert_id: Some(alert_id.to_owned()),
         })
     }
 
@@ -631,6 +684,29 @@ mod tests {
         assert_eq!(k.mute_id_for(&a), k.mute_id_for(&a), "one link, one mute");
         assert_ne!(k.mute_id_for(&a), k.mute_id_for(&b));
         assert_eq!(k.mute_id_for(&a).len(), 16);
+    }
+
+    #[test]
+    fn alert_links_name_their_alert() {
+        let k = key();
+        let id = crate::alert::alert_id(P, R, "11da", "1000");
+        for a in Action::ALERT {
+            let c = Claim::for_alert(a, P, R, &id, Some("TypeError: x"), 1_000).expect("claim");
+            assert_eq!(c.alert_id.as_deref(), Some(id.as_str()));
+            assert_eq!(c.expires_s, 1_000 + LINK_TTL_S);
+            let t = k.sign(&c).expect("sign");
+            assert_eq!(k.verify(&t, 1_000), Ok(c));
+            assert!(a.on_alert() && a.mute_secs().is_none() && !a.needs_group());
+        }
+        assert_eq!(Action::Ack.as_str(), "ack");
+        assert_eq!(Action::Resolve.as_str(), "resolve");
+        assert!(Claim::for_alert(Action::MuteGroup1h, P, R, &id, None, 0).is_none());
+        assert!(Claim::for_alert(Action::Ack, P, R, "../x", None, 0).is_none());
+        assert!(Claim::for_alert(Action::Ack, "p", R, &id, None, 0).is_none());
+        // a claim of before the alert links reads as before (no `al`)
+        let old = claim(Action::MuteGroup1h);
+        assert_eq!(old.alert_id, None);
+        assert!(!serde_json::to_string(&old).expect("json").contains("\"al\""));
     }
 
     #[test]

@@ -158,6 +158,10 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
         webhook_keys: plan.api.webhook_keys,
         rule_defaults: plan.rule_defaults,
         action_key: plan.api.action_key,
+        output: plan
+            .worker
+            .as_ref()
+            .map_or(klaxon_engine::sink::Output::Klaxon, |w| w.output),
     });
     let http = klaxon_engine::ops_server::serve(
         http_addr,

@@ -13,6 +13,12 @@
 //! says when the link was used (`409`; its `GET` says so too, with the Undo button while the mute lasts). "Why did this fire?" is read-only: its `GET` shows the explain verdict of that rule for that
 //! group.
 //!
+//! "Acknowledge this alert" and "Resolve this alert" (on a firing of an alert) name the alert in their claim: the
+//! `GET` shows the alert (or that it is acknowledged or resolved already), the confirmed `POST` acknowledges or
+//! resolves it through the API's own [`Api::change_alert`] (by `link`), which publishes the lifecycle messages. A
+//! used link does nothing when confirmed again: the alert is acknowledged or resolved already (`409`, saying by
+//! whom and when), and the same lifecycle messages (same notification ids) are not delivered twice.
+//!
 //! Refusals are pages with a 4xx status and nothing that helps forging: 400 malformed, 403 bad signature,
 //! 410 expired, 404 when action links are off here (no `KLAXON_ACTION_KEY`) or the rule is gone.
 
@@ -32,8 +38,72 @@ use serde_json::{json, Value};
 use super::projects::{rule_view, RuleView};
 use super::view::{ms_human, render, Nav, PageError, Template};
 use super::Console;
+use crate::rest::alerts::HandAction;
 use crate::rest::mutes::LinkMute;
-use crate::Api;
+use crate::{Api, ApiError};
+
+/// `by` of an alert acknowledged or resolved through an action link.
+const LINK_BY: &str = "link";
+
+/// The hand action of an alert link.
+fn hand_action(action: Action) -> HandAction {
+    if action == Action::Ack {
+        HandAction::Acknowledge
+    } else {
+        HandAction::Resolve
+    }
+}
+
+/// The alert of an alert link's claim, as it is now (404 page when it is gone).
+async fn claimed_alert(api: &Api, claim: &Claim) -> Result<klaxon_core::alert::Alert, PageError> {
+    let gone = || {
+        PageError(
+            StatusCode::NOT_FOUND,
+            "The alert of this link no longer exists (resolved alerts are kept 7 days). Nothing was done."
+                .into(),
+        )
+    };
+    let id = claim.alert_id.as_deref().ok_or_else(gone)?;
+    if !klaxon_core::alert::is_alert_id(id) {
+        return Err(gone());
+    }
+    api.alerts()
+        .await?
+        .get(&claim.project_id, id)
+        .await
+        .map_err(|e| ApiError::unavailable("Redis", e))?
+        .ok_or_else(gone)
+}
+
+/// What an alert is now, in words: "firing since …, N events", "acknowledged by X at …", "resolved by X at …".
+fn alert_words(a: &klaxon_core::alert::Alert) -> String {
+    let by = |who: &Option<String>, at: Option<i64>| {
+        format!(
+            "{}{}",
+            who.as_deref().map(|w| format!(" by {w}")).unwrap_or_default(),
+            at.map(|t| format!(" at {}", ms_human(t))).unwrap_or_default()
+        )
+    };
+    match a.state {
+        klaxon_core::alert::AlertState::Firing => format!(
+            "Alert {} is firing since {} ({} events).",
+            a.id,
+            ms_human(a.fired_at_ms),
+            a.events
+        ),
+        klaxon_core::alert::AlertState::Acknowledged => format!(
+            "Alert {} is acknowledged{} ({} events).",
+            a.id,
+            by(&a.acknowledged_by, a.acknowledged_at_ms),
+            a.events
+        ),
+        klaxon_core::alert::AlertState::Resolved => format!(
+            "Alert {} is resolved{}.",
+            a.id,
+            by(&a.resolved_by, a.resolved_at_ms)
+        ),
+    }
+}
 
 fn now_s() -> i64 {
     SystemTime::now()
@@ -242,6 +312,31 @@ pub(super) async fn show(
             "confirm",
             "Remove the mute made from an alert's link: alerts of this rule are delivered again.".into(),
         ),
+        Action::Ack | Action::Resolve => {
+            let alert = claimed_alert(&c.api, &claim).await?;
+            let done = match claim.action {
+                Action::Ack => !matches!(alert.state, klaxon_core::alert::AlertState::Firing),
+                _ => !alert.state.is_open(),
+            };
+            if done {
+                let what = format!("{} Nothing to do.", alert_words(&alert));
+                return Ok(render(StatusCode::OK, &page(&claim, project, rule, "used", what)));
+            }
+            let then = if claim.action == Action::Ack {
+                "Acknowledge it when you confirm: its reminders and escalation stop, and its channels are told who \
+                 is on it."
+            } else {
+                "Resolve it when you confirm: every channel that delivered its firing gets a resolved message; a \
+                 later firing opens a new alert."
+            };
+            page(
+                &claim,
+                project,
+                rule,
+                "confirm",
+                format!("{} {then}", alert_words(&alert)),
+            )
+        }
         mute => {
             if let Some(at_ms) = c
                 .api
@@ -264,10 +359,11 @@ pub(super) async fn show(
             )
         }
     };
-    p.button = if claim.action == Action::Undo {
-        "Remove the mute"
-    } else {
-        "Confirm: mute"
+    p.button = match claim.action {
+        Action::Undo => "Remove the mute",
+        Action::Ack => "Confirm: acknowledge",
+        Action::Resolve => "Confirm: resolve",
+        _ => "Confirm: mute",
     };
     p.form_csrf = Some(key.form_token(&token));
     p.form_action = Some(format!("/a/{token}"));
@@ -311,6 +407,32 @@ pub(super) async fn confirm(
             };
             tracing::info!(project_id = %claim.project_id, rule_id = %claim.rule_id, removed, "action link: mute undone");
             Ok(render(StatusCode::OK, &page(&claim, project, rule, "done", what)))
+        }
+        Action::Ack | Action::Resolve => {
+            let alert_id = claim.alert_id.clone().unwrap_or_default();
+            match c
+                .api
+                .change_alert(&claim.project_id, &alert_id, hand_action(claim.action), LINK_BY)
+                .await
+            {
+                Ok(alert) => {
+                    tracing::info!(project_id = %claim.project_id, alert_id = %alert.id, action = claim.action.as_str(), "action link: alert changed");
+                    let what = format!("Done. {} Its channels are told.", alert_words(&alert));
+                    Ok(render(StatusCode::OK, &page(&claim, project, rule, "done", what)))
+                }
+                // Used already (or changed by someone else): nothing is done again.
+                Err(e) if e.status == StatusCode::CONFLICT => {
+                    let alert = claimed_alert(&c.api, &claim).await?;
+                    let what = format!("{} Nothing was changed.", alert_words(&alert));
+                    Ok(render(StatusCode::CONFLICT, &page(&claim, project, rule, "used", what)))
+                }
+                Err(e) if e.status == StatusCode::NOT_FOUND => Err(PageError(
+                    StatusCode::NOT_FOUND,
+                    "The alert of this link no longer exists (resolved alerts are kept 7 days). Nothing was done."
+                        .into(),
+                )),
+                Err(e) => Err(e.into()),
+            }
         }
         mute => {
             let secs = mute.mute_secs().unwrap_or(3600);

@@ -49,13 +49,18 @@ pub(super) async fn page(
         match EventTask::parse(task.as_bytes()) {
             Err(e) => error = Some(e.to_string()),
             Ok(task) => {
-                verdicts = c
+                let found = c.api.explain_event(&project_id, &task.event).await?;
+                let alerts = c
                     .api
-                    .explain_event(&project_id, &task.event)
-                    .await?
+                    .explain_alerts(&project_id, &task.event.group_hash, &found)
+                    .await?;
+                verdicts = found
                     .into_iter()
-                    .map(|v| VerdictRow {
+                    .zip(alerts)
+                    .map(|(v, a)| VerdictRow {
                         window_ends_at_shown: v.window_ends_at.map(ms_human),
+                        alert_id: a.as_ref().map(|a| a.id.clone()),
+                        alert: a.as_ref().map(crate::rest::alerts::current_words),
                         verdict: v,
                     })
                     .collect();
@@ -107,4 +112,7 @@ struct VerdictRow {
     #[serde(flatten)]
     verdict: RuleVerdict,
     window_ends_at_shown: Option<String>,
+    /// The (rule, group)'s open alert, in words, and its id.
+    alert: Option<String>,
+    alert_id: Option<String>,
 }

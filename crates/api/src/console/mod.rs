@@ -23,6 +23,7 @@
 //! | `view.rs` | the templates, the layout every page shares, error pages |
 //! | `projects.rs` | `/` (projects, queues, the last hour), `/projects?id=`, `/projects/{id}`, enable/disable |
 //! | `mutes.rs` | the project page's mute forms (the API's own mute functions) |
+//! | `alerts.rs` | `/projects/{id}/alerts`: open and recently resolved alerts, Acknowledge and Resolve |
 //! | `edit.rs` | `/projects/{id}/edit`: the rules as JSON, endpoints hidden, saved like `PUT …/rules` |
 //! | `explain.rs` | `/projects/{id}/explain` |
 //! | `deliveries.rs` | `/deliveries`: the trail, paged |
@@ -30,6 +31,7 @@
 //! | `invalid.rs` | `/invalid`, `/invalid/replay` |
 
 mod action;
+mod alerts;
 mod auth;
 mod dead;
 mod deliveries;
@@ -112,6 +114,12 @@ pub(crate) fn router(api: Api) -> Router {
         .route(
             "/projects/{project_id}/rules/{rule_id}/enabled",
             post(projects::set_enabled),
+        )
+        .route("/projects/{project_id}/alerts", get(alerts::page))
+        .route("/projects/{project_id}/alerts/{alert_id}/ack", post(alerts::ack))
+        .route(
+            "/projects/{project_id}/alerts/{alert_id}/resolve",
+            post(alerts::resolve),
         )
         .route("/projects/{project_id}/mutes", post(mutes::add))
         .route(

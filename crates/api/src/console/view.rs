@@ -43,6 +43,7 @@ fn templates() -> &'static minijinja::Environment<'static> {
                 include_str!("../../templates/console/invalid.html"),
             ),
             ("action.html", include_str!("../../templates/console/action.html")),
+            ("alerts.html", include_str!("../../templates/console/alerts.html")),
         ] {
             if let Err(e) = env.add_template(name, source) {
                 tracing::error!(template = name, error = %e, "console template does not compile");

@@ -16,7 +16,7 @@ use crate::error::{json_body, json_response};
 use crate::{Api, ApiError};
 
 /// `POST /api/v1/projects/{id}/explain` → `{"rules": [{"ruleId", "verdict", "reason", "count"?, "threshold"?,
-/// "windowEndsAt"?}]}`.
+/// "windowEndsAt"?, "alert"?}]}`; `alert` is the (rule, group)'s open alert (`rest::alerts::current_json`).
 pub(crate) async fn explain(
     State(api): State<Api>,
     Path(project_id): Path<String>,
@@ -35,7 +35,13 @@ pub(crate) async fn explain(
         .map_err(|e| ApiError::bad_request(e.to_string()))?
         .event;
     let verdicts = api.explain_event(&project_id, &event).await?;
-    Ok(json_response(StatusCode::OK, &json!({ "rules": verdicts })))
+    let alerts = api
+        .explain_alerts(&project_id, &event.group_hash, &verdicts)
+        .await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({ "rules": super::alerts::verdicts_json(&verdicts, &alerts) }),
+    ))
 }
 
 impl Api {

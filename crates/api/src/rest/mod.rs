@@ -8,6 +8,7 @@
 //! | [`rules`] | `GET`/`PUT /projects/{id}/rules` | MongoDB, then Redis pub/sub (invalidation) |
 //! | [`explain`] | `POST /projects/{id}/explain` | MongoDB (rules), Redis (state, mutes): reads only |
 //! | [`mutes`] | `GET`/`POST /projects/{id}/mutes`, `DELETE …/mutes/{muteId}` | Redis |
+//! | [`alerts`] | `GET /projects/{id}/alerts`, `POST …/alerts/{alertId}/ack`, `…/resolve` | Redis, RabbitMQ |
 //! | [`notifications`] | `POST /notifications` | Redis (idempotency), RabbitMQ (the senders' queues) |
 //! | [`deliveries`] | `GET /deliveries` | MongoDB (the delivery trail) |
 //! | [`dead`] | `GET /dead`, `POST /dead/replay` | RabbitMQ (the dead-letter queue) |
@@ -19,6 +20,7 @@
 //! [`notifications::check_direct_recipients`]); the API, the console and the CLI all call the same function, so
 //! they refuse and warn alike.
 
+pub mod alerts;
 pub mod dead;
 pub mod deliveries;
 pub(crate) mod events;

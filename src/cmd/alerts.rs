@@ -1,0 +1,195 @@
+//! `klaxon alerts list|ack|resolve`: a project's alerts from the command line, straight on Redis (the alerts)
+//! and RabbitMQ (the lifecycle messages of an ack or a resolve), through the API's own functions
+//! (`klaxon_api::rest::alerts`), so the CLI refuses, answers and publishes as `POST …/alerts/{id}/ack` does.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use klaxon_api::rest::alerts::{self as api_alerts, HandAction, HandOutcome};
+use klaxon_broker::{Session, Topology};
+use klaxon_core::alert::{Alert, DEFAULT_MAX_ALERTS_PER_PROJECT};
+use klaxon_counter::{Alerts, RedisHandle};
+
+use crate::cli::GlobalOpts;
+use crate::exit::{ensure_usage, usage};
+use crate::output::{self, Format, OutputArgs};
+
+/// How long connecting to RabbitMQ may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Options of `klaxon alerts`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Examples:
+  klaxon alerts list --project 5e3eef0679fa3700a0198a49
+  klaxon alerts list --project 5e3eef0679fa3700a0198a49 --state firing -o json
+  klaxon alerts ack --project 5e3eef0679fa3700a0198a49 0f1e2d3c4b5a69788796a5b4
+  klaxon alerts resolve --project 5e3eef0679fa3700a0198a49 0f1e2d3c4b5a69788796a5b4 --by ana")]
+pub struct AlertsArgs {
+    #[command(subcommand)]
+    pub command: AlertsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AlertsCommand {
+    /// List a project's alerts, newest first (firing, acknowledged, recently resolved).
+    #[command(after_help = "\
+Examples:
+  klaxon alerts list --project 5e3eef0679fa3700a0198a49
+  klaxon alerts list --project 5e3eef0679fa3700a0198a49 --state resolved -o json")]
+    List(ListArgs),
+    /// Acknowledge an alert ("I'm on it"): reminders and escalation stop, PagerDuty is acknowledged.
+    #[command(after_help = "\
+Examples:
+  klaxon alerts ack --project 5e3eef0679fa3700a0198a49 0f1e2d3c4b5a69788796a5b4 --by ana")]
+    Ack(ChangeArgs),
+    /// Resolve an alert by hand: every channel that delivered its firing gets a resolved message.
+    #[command(after_help = "\
+Examples:
+  klaxon alerts resolve --project 5e3eef0679fa3700a0198a49 0f1e2d3c4b5a69788796a5b4")]
+    Resolve(ChangeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// The project (24-hex id).
+    #[arg(long)]
+    pub project: String,
+    /// Only alerts in this state: firing, acknowledged or resolved.
+    #[arg(long)]
+    pub state: Option<String>,
+    /// At most this many alerts.
+    #[arg(long, default_value_t = api_alerts::DEFAULT_LIST_LIMIT)]
+    pub limit: usize,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ChangeArgs {
+    /// The project (24-hex id).
+    #[arg(long)]
+    pub project: String,
+    /// The alert id (24 hex characters, as `klaxon alerts list` shows it).
+    pub alert_id: String,
+    /// Who does it, shown in the messages (default: $USER, or `cli`).
+    #[arg(long)]
+    pub by: Option<String>,
+    /// Where the worker puts notifications (`--output` of `klaxon run`/`worker`): with `hawk` or `shadow` the
+    /// lifecycle messages are not published, as the worker does not publish them either.
+    #[arg(long, env = "KLAXON_OUTPUT", default_value = "klaxon")]
+    pub output: klaxon_engine::sink::Output,
+    /// Queue type used if the namespace's queues must be declared.
+    #[arg(long, env = "KLAXON_QUEUE_TYPE", default_value = "classic")]
+    pub queue_type: klaxon_broker::QueueType,
+}
+
+fn check_project(p: &str) -> anyhow::Result<()> {
+    ensure_usage!(
+        klaxon_core::event::is_object_id(p),
+        "--project must be a 24-hex-digit ObjectId"
+    );
+    Ok(())
+}
+
+/// `by` when `--by` is not given: `$USER`, or `cli`.
+fn default_by() -> String {
+    std::env::var("USER")
+        .ok()
+        .and_then(|u| api_alerts::check_by(&u).ok())
+        .unwrap_or_else(|| "cli".to_owned())
+}
+
+fn row(a: &Alert) -> Vec<String> {
+    let v = a.view();
+    vec![
+        v.id,
+        v.state.to_string(),
+        v.fired_at,
+        v.events.to_string(),
+        v.rule_id,
+        v.group,
+        klaxon_core::text::one_line(&v.title, 80),
+    ]
+}
+
+pub async fn run(args: AlertsArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
+    // Wrong flags are reported before anything connects.
+    let project = match &args.command {
+        AlertsCommand::List(a) => &a.project,
+        AlertsCommand::Ack(a) | AlertsCommand::Resolve(a) => &a.project,
+    };
+    check_project(project)?;
+    let project = project.to_ascii_lowercase();
+    let by = match &args.command {
+        AlertsCommand::Ack(a) | AlertsCommand::Resolve(a) => match &a.by {
+            Some(b) => api_alerts::check_by(b).map_err(|e| usage(e.replace("`by`", "--by")))?,
+            None => default_by(),
+        },
+        AlertsCommand::List(_) => String::new(),
+    };
+    let state = match &args.command {
+        AlertsCommand::List(a) => a
+            .state
+            .as_deref()
+            .map(api_alerts::parse_state)
+            .transpose()
+            .map_err(|e| usage(e.replace("`state`", "--state")))?,
+        _ => None,
+    };
+    if let AlertsCommand::List(a) = &args.command {
+        ensure_usage!(
+            (1..=DEFAULT_MAX_ALERTS_PER_PROJECT).contains(&a.limit),
+            "--limit must be from 1 to {DEFAULT_MAX_ALERTS_PER_PROJECT}"
+        );
+    }
+    let redis = RedisHandle::connect(&global.redis_url)
+        .await
+        .context("cannot connect to Redis (--redis-url / KLAXON_REDIS_URL)")?;
+    let alerts = Alerts::new(redis, &global.namespace);
+    let (change, action) = match args.command {
+        AlertsCommand::List(a) => {
+            let list = alerts.list(&project, state, a.limit).await?;
+            let text = match a.output.format(Format::Json) {
+                Format::Json => format!("{:#}\n", api_alerts::list_json(&list)),
+                Format::Ndjson => list
+                    .iter()
+                    .map(|x| format!("{}\n", serde_json::to_string(&x.view()).unwrap_or_default()))
+                    .collect(),
+                Format::Table if list.is_empty() => "no alerts\n".to_owned(),
+                Format::Table => output::table(
+                    Some(&["ALERT", "STATE", "FIRED", "EVENTS", "RULE", "GROUP", "TITLE"]),
+                    &list.iter().map(row).collect::<Vec<_>>(),
+                ),
+            };
+            output::emit(&text)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        AlertsCommand::Ack(a) => (a, HandAction::Acknowledge),
+        AlertsCommand::Resolve(a) => (a, HandAction::Resolve),
+    };
+    let outcome = api_alerts::hand_change(&alerts, &project, &change.alert_id, action, &by).await?;
+    let topology = Topology::new(&global.namespace, &global.events_queue(), change.queue_type);
+    let messages = api_alerts::messages(&topology, change.output, &outcome.tasks(action));
+    if !messages.is_empty() {
+        let session = Session::open(&global.amqp_url, CONNECT_TIMEOUT, "cli", &topology)
+            .await
+            .context("cannot connect to RabbitMQ (--amqp-url / KLAXON_AMQP_URL)")?;
+        let published = session.publisher.publish_all(&messages).await;
+        session.close().await;
+        published.context("the alert changed, but its messages were not published: run the command again")?;
+    }
+    match outcome {
+        HandOutcome::Done(alert) => {
+            println!("{} alert {} by {by}", action.done(), alert.id);
+            Ok(ExitCode::SUCCESS)
+        }
+        HandOutcome::Conflict { message, .. } => anyhow::bail!("{message}"),
+        HandOutcome::NotFound => anyhow::bail!(
+            "no alert `{}` in project {project} (see `klaxon alerts list --project {project}`)",
+            klaxon_core::text::one_line(&change.alert_id, 48)
+        ),
+    }
+}
