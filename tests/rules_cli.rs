@@ -427,3 +427,157 @@ async fn a_file_is_checked_and_dry_run_imported_before_anything_is_stored() {
     // nothing was stored by any of them
     assert_eq!(klaxon(&env, &["list", "--project", &p], None).await.code, 1);
 }
+
+/// The on-call flags (`--resolve-after`, `--renotify`, `--quiet-hours`, `--quiet-hours-bypass`) and `--no-events`
+/// store the documented fields, `rules list` shows them in the rule's cell, and `rules check` reports a stored
+/// rule's on-call problems with their fixes.
+#[tokio::test]
+async fn on_call_flags_are_stored_listed_and_checked() {
+    let env = env();
+    let p = ObjectId::new().to_hex();
+    let key = "r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE";
+    let added = json_of(
+        &klaxon(
+            &env,
+            &[
+                "add",
+                "--project",
+                &p,
+                "--seen-more",
+                "100/5m",
+                "--pagerduty",
+                key,
+                "--slack",
+                "https://hooks.slack.test/SECRET",
+                "--resolve-after",
+                "1h",
+                "--renotify",
+                "30m/3",
+                "--quiet-hours",
+                "mon-fri 22:00-07:00 Europe/Berlin",
+                "--quiet-hours",
+                "sat,sun 00:00-24:00 UTC",
+                "--quiet-hours-bypass",
+                "pagerduty",
+                "--json",
+            ],
+            None,
+        )
+        .await,
+    );
+    let rule = &added["rule"];
+    assert_eq!(rule["resolveAfter"], 3_600_000);
+    assert_eq!(rule["renotify"], json!({"every": 1_800_000, "max": 3}));
+    assert_eq!(
+        rule["quietHours"],
+        json!([
+            {"days": ["mon", "tue", "wed", "thu", "fri"], "from": "22:00", "to": "07:00", "timezone": "Europe/Berlin"},
+            {"days": ["sat", "sun"], "from": "00:00", "to": "24:00", "timezone": "UTC"}
+        ])
+    );
+    assert_eq!(rule["quietHoursBypass"], json!(["pagerduty"]));
+    let no_events = json_of(
+        &klaxon(
+            &env,
+            &[
+                "add",
+                "--project",
+                &p,
+                "--no-events",
+                "2h",
+                "--pagerduty",
+                key,
+                "--json",
+            ],
+            None,
+        )
+        .await,
+    );
+    assert_eq!(no_events["rule"]["whatToReceive"], "NO_EVENTS");
+    assert_eq!(no_events["rule"]["quietPeriod"], 7_200_000);
+
+    let table = klaxon(&env, &["list", "--project", &p], None).await;
+    let text = ok(&table);
+    for cell in [
+        "SEEN_MORE 100/5m; resolve after 1h; renotify every 30m, 3 times; quiet mon-fri 22:00-07:00 Europe/Berlin, \
+         sat,sun 00:00-24:00 UTC (bypass pagerduty)",
+        "NO_EVENTS for 2h",
+    ] {
+        assert!(text.contains(cell), "{cell} in:\n{text}");
+    }
+    assert!(!text.contains("SECRET") && !text.contains(key), "{text}");
+    assert!(ok(&klaxon(&env, &["check", "--project", &p], None).await).contains("no problems"));
+
+    // refused before anything is written: the flag's parser, or the core's problem with its fix
+    let q = ObjectId::new().to_hex();
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["--seen-more", "5/1h", "--renotify", "30m"],
+            "expected EVERY/MAX",
+        ),
+        (
+            &["--seen-more", "5/1h", "--renotify", "30m/101"],
+            "`renotify.max` must be a whole number between 1 and 100",
+        ),
+        (
+            &[
+                "--seen-more",
+                "5/1h",
+                "--quiet-hours",
+                "mon 22:00-07:00 Europe/Berln",
+            ],
+            "is not a time zone Klaxon knows (fix: set an IANA",
+        ),
+        (
+            &["--seen-more", "5/1h", "--quiet-hours", "someday 22:00-07:00 UTC"],
+            "unknown day",
+        ),
+        (
+            &["--seen-more", "5/1h", "--quiet-hours-bypass", "pagerduty"],
+            "--quiet-hours",
+        ),
+        (&["--no-events", "1s"], "(10 s … 30 days)"),
+    ];
+    for (extra, want) in cases {
+        let mut args = vec!["add", "--project", q.as_str(), "--pagerduty", key];
+        args.extend_from_slice(extra);
+        let o = klaxon(&env, &args, None).await;
+        assert_ne!(o.code, 0, "{args:?} should fail");
+        assert!(
+            o.stderr.contains(want),
+            "{args:?}: {} should mention {want}",
+            o.stderr
+        );
+    }
+    assert_eq!(
+        klaxon(&env, &["list", "--project", &q], None).await.code,
+        1,
+        "nothing was stored"
+    );
+
+    // a stored rule with on-call problems (forced in): `rules check` names each with its fix
+    let file = json!([{"_id": q, "notifications": [
+        {"_id": ObjectId::new().to_hex(), "isEnabled": true, "whatToReceive": "ONLY_NEW", "resolveAfter": 500,
+         "channels": {"pagerduty": {"isEnabled": true, "endpoint": key, "minPeriod": 0}}},
+        {"_id": ObjectId::new().to_hex(), "isEnabled": true, "whatToReceive": "ONLY_NEW",
+         "escalation": [{"after": 600000, "channels": {}}, {"after": 60000, "channels": {}}],
+         "channels": {"pagerduty": {"isEnabled": true, "endpoint": key, "minPeriod": 0}}},
+        {"_id": ObjectId::new().to_hex(), "isEnabled": true, "whatToReceive": "ONLY_NEW",
+         "quietHours": [{"days": ["mon"], "from": "22:00", "to": "22:00", "timezone": "UTC"}],
+         "channels": {"pagerduty": {"isEnabled": true, "endpoint": key, "minPeriod": 0}}}
+    ]}])
+    .to_string();
+    ok(&klaxon(&env, &["import", "--file", "-", "--force"], Some(&file)).await);
+    let check = klaxon(&env, &["check", "--project", &q], None).await;
+    assert_eq!(check.code, 1, "{}", check.stdout);
+    for want in [
+        "`resolveAfter` must be 0 (never) or milliseconds between 1000",
+        "set `resolveAfter` in milliseconds",
+        "escalation step 2 has `after` 60000, not later than step 1's 600000",
+        "order the steps by `after`",
+        "`quietHours[0]` goes from 22:00 to 22:00: a window that never ends",
+        "span midnight",
+    ] {
+        assert!(check.stdout.contains(want), "{want} in:\n{}", check.stdout);
+    }
+}

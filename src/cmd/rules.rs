@@ -42,7 +42,10 @@ Examples:
   klaxon rules add --project 5e3eef0679fa3700a0198a49 --seen-more 100/1h --window sliding --telegram -100123 --min-period 1m
   klaxon rules add --project 5e3eef0679fa3700a0198a49 --seen-more 50/1h --unique-users --webhook https://alerts.example.com/k --including db,timeout
   klaxon rules add --project 5e3eef0679fa3700a0198a49 --seen-more 500/5m --pagerduty $ROUTING_KEY --severity critical
-  klaxon rules add --project 5e3eef0679fa3700a0198a49 --only-new --discord https://discord.com/api/webhooks/123/abc")]
+  klaxon rules add --project 5e3eef0679fa3700a0198a49 --only-new --discord https://discord.com/api/webhooks/123/abc
+  klaxon rules add --project 5e3eef0679fa3700a0198a49 --seen-more 100/5m --slack $SLACK_URL --pagerduty $ROUTING_KEY \\
+    --resolve-after 1h --renotify 30m/3 --quiet-hours \"mon-fri 22:00-07:00 Europe/Berlin\" --quiet-hours-bypass pagerduty
+  klaxon rules add --project 5e3eef0679fa3700a0198a49 --no-events 1h --pagerduty $ROUTING_KEY")]
     Add(Box<AddArgs>),
     /// List stored rules with their status.
     #[command(after_help = "\
@@ -91,7 +94,7 @@ Examples:
 }
 
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("kind").required(true).args(["seen_more", "only_new", "spike", "reappeared"])))]
+#[command(group(ArgGroup::new("kind").required(true).args(["seen_more", "only_new", "spike", "reappeared", "no_events"])))]
 #[command(group(ArgGroup::new("channel").required(true).multiple(true).args(["slack", "telegram", "email", "webhook", "discord", "teams", "pagerduty"])))]
 struct AddArgs {
     /// Project id (24 hex characters).
@@ -116,6 +119,27 @@ struct AddArgs {
     /// REAPPEARED: fire when a group is seen again after QUIET without events, e.g. `7d`, `12h`.
     #[arg(long, value_name = "QUIET")]
     reappeared: Option<String>,
+    /// NO_EVENTS: fire when the project sends no event at all for QUIET (its events stopped arriving), e.g.
+    /// `1h`, `30m` (10 s … 30 days); the alert resolves on the project's next event.
+    #[arg(long, value_name = "QUIET")]
+    no_events: Option<String>,
+    /// How long an alert waits without a matching event before it resolves, e.g. `1h`; `0` or `never` = only by
+    /// hand [default: the window for SEEN_MORE and SPIKE, never for the others].
+    #[arg(long, value_name = "DURATION")]
+    resolve_after: Option<String>,
+    /// Remind while an alert is firing (not acknowledged, not resolved): every EVERY, at most MAX times, e.g.
+    /// `30m/3`.
+    #[arg(long, value_name = "EVERY/MAX")]
+    renotify: Option<String>,
+    /// Hold firings inside a local-time window, sent as one message when it ends: `DAYS FROM-TO TIMEZONE`, e.g.
+    /// "mon-fri 22:00-07:00 Europe/Berlin", "sat,sun 00:00-24:00 UTC" (TO before FROM spans midnight; DAYS are
+    /// the days a window starts on, `daily` for all). Repeatable.
+    #[arg(long, value_name = "DAYS FROM-TO TZ")]
+    quiet_hours: Vec<String>,
+    /// A channel that is never held by --quiet-hours, e.g. `pagerduty`. Repeatable.
+    #[arg(long, requires = "quiet_hours", value_name = "CHANNEL",
+          value_parser = ["email", "telegram", "slack", "webhook", "loop", "discord", "teams", "pagerduty"])]
+    quiet_hours_bypass: Vec<String>,
     /// How SEEN_MORE counts [default: fixed].
     #[arg(long, value_parser = ["fixed", "sliding"])]
     window: Option<String>,

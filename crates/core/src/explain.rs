@@ -172,6 +172,18 @@ pub fn skipped(rule_id: &str, skip: Skip, rule: &CompiledRule) -> RuleVerdict {
             "a uniqueUsers rule and the event has no user: it is not counted".into(),
         ),
         Skip::Filtered(miss) => (Verdict::Filtered, rule.filter.describe(miss)),
+        // The event is not counted per group, but it is not ignored either: it restarts the project's silence.
+        Skip::ProjectWide => (
+            Verdict::Counting,
+            match rule.what {
+                crate::WhatToReceive::NoEvents { quiet_period_ms } => format!(
+                    "a NO_EVENTS rule: any event of the project restarts its {} of silence; it fires only when \
+                     the project's events stop for that long",
+                    crate::text::compact_duration(quiet_period_ms)
+                ),
+                _ => "the rule watches the project, not groups: any event of the project restarts it".into(),
+            },
+        ),
     };
     RuleVerdict::new(rule_id, verdict, reason)
 }
@@ -774,6 +786,40 @@ mod tests {
 
     /// A whole project: the rules that need no counter are decided at once, the others in order from the
     /// peeks; past the rule limit `invalid`, a matching mute `muted`.
+    /// A NO_EVENTS rule asks the counter nothing: it is not among the counting rules, and its verdict says the
+    /// event restarts the project's silence.
+    #[test]
+    fn no_events_rules_count_nothing() {
+        let id = "5e3eef0679fa3700a0198a47";
+        let notifications = [json!({"_id": id, "isEnabled": true, "whatToReceive": "NO_EVENTS",
+            "quietPeriod": 3_600_000,
+            "channels": {"webhook": {"isEnabled": true, "endpoint": "https://h.example/x"}}})];
+        let event = Event {
+            title: "TypeError".into(),
+            group_hash: "g1".into(),
+            is_new: false,
+            repetition_id: None,
+            timestamp: None,
+            user: None,
+        };
+        let e = Explanation::new(
+            &notifications,
+            &Limits::default(),
+            &RuleDefaults::default(),
+            &event,
+        );
+        assert_eq!(e.counting().count(), 0);
+        let verdicts = e.finish(&[], &[]);
+        assert_eq!(verdicts.len(), 1);
+        assert_eq!(verdicts[0].verdict, Verdict::Counting);
+        assert!(
+            verdicts[0].reason.contains("NO_EVENTS") && verdicts[0].reason.contains("1h of silence"),
+            "{}",
+            verdicts[0].reason
+        );
+        assert_eq!(verdicts[0].count, None);
+    }
+
     #[test]
     fn explanations_keep_the_rules_order() {
         let rule = |id: &str, extra: Value| {

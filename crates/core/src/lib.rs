@@ -18,7 +18,9 @@
 //!
 //! Each rule kind (`whatToReceive`) is one module of [`kind`]: its fields, defaults, limits and problems, what it
 //! asks the counter ([`rule::Want`]), its firing decision and its words. [`problem`] and [`field`] sit below the
-//! kinds, [`rule`] above them.
+//! kinds, [`rule`] above them. A rule's on-call fields (`renotify`, `escalation`, `quietHours`) and the schedule
+//! decisions the engine takes with them (when a reminder or a step is due, until when a firing is held) are
+//! [`oncall`].
 #![deny(missing_docs)]
 
 pub mod action;
@@ -32,6 +34,7 @@ pub mod kind;
 pub mod limits;
 pub mod mute;
 pub mod notification;
+pub mod oncall;
 pub mod problem;
 pub mod rule;
 pub mod text;
@@ -45,6 +48,7 @@ pub use limits::Limits;
 pub use notification::{
     notification_id, DigestWindow, Firing, FiringTasks, NotificationEvent, NotificationTask, Reason,
 };
+pub use oncall::{EscalationStep, QuietHours, QuietWindow, Renotify};
 pub use rule::{
     parse_rule_value, parse_rule_value_with, rule_problems, ChannelConfig, ChannelKind, CompiledRule,
     ProjectRules, RawRule, RuleDefaults, RuleProblem, Severity, Skip, Spike, Unevaluated, Want,

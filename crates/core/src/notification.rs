@@ -687,6 +687,9 @@ mod tests {
             filter: TitleFilter::default(),
             unique_users: false,
             resolve_after_ms: 0,
+            renotify: None,
+            escalation: Vec::new(),
+            quiet_hours: Default::default(),
         }
     }
 

@@ -13,6 +13,7 @@ use serde_json::Value;
 use crate::event::Event;
 use crate::filter::{Case, Title, TitleFilter};
 use crate::limits::Limits;
+use crate::oncall::{EscalationStep, QuietHours, Renotify};
 
 mod raw;
 
@@ -182,6 +183,12 @@ pub struct CompiledRule {
     /// `resolveAfter`, ms: an alert of this rule resolves when its group has had no matching event for that
     /// long; 0 = never by itself ([`crate::alert::read_resolve_after`] has the defaults).
     pub resolve_after_ms: u64,
+    /// `renotify`: reminders while an alert is `firing` ([`crate::oncall`]).
+    pub renotify: Option<Renotify>,
+    /// `escalation`: steps by ascending `after` ([`crate::oncall::next_escalation`]).
+    pub escalation: Vec<EscalationStep>,
+    /// `quietHours` and `quietHoursBypass`: when firings are held ([`QuietHours::window_at`]); empty = never.
+    pub quiet_hours: QuietHours,
 }
 
 impl CompiledRule {
@@ -189,6 +196,43 @@ impl CompiledRule {
     /// `Title::new(&event.title)`, computed once per event.
     pub fn wants(&self, event: &Event, title: &Title<'_>) -> Option<Want> {
         self.decide(event, title).ok()
+    }
+
+    /// The rule in a table cell (`klaxon rules list`): its kind's [`WhatToReceive::summary`], then what it sets of
+    /// its alerts' life, each part after a `; `: `resolveAfter` when it is not the kind's default, `renotify`,
+    /// `escalation` and `quietHours`. E.g. "SEEN_MORE 100/1h; renotify every 30m, 3 times; escalate 15m→pagerduty;
+    /// quiet mon-fri 22:00-07:00 Europe/Berlin (bypass pagerduty)".
+    pub fn summary(&self) -> String {
+        let mut parts = vec![self.what.summary(self.unique_users)];
+        if self.resolve_after_ms != crate::alert::default_resolve_after_ms(&self.what) {
+            parts.push(match self.resolve_after_ms {
+                0 => "resolved by hand".to_owned(),
+                ms => format!("resolve after {}", crate::text::short_duration(ms)),
+            });
+        }
+        if let Some(r) = &self.renotify {
+            parts.push(format!("renotify {}", r.summary()));
+        }
+        if !self.escalation.is_empty() {
+            let steps: Vec<String> = self
+                .escalation
+                .iter()
+                .map(|s| {
+                    let chs: Vec<&str> = s.channels.iter().map(|c| c.kind.as_str()).collect();
+                    let chs = if chs.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        chs.join(",")
+                    };
+                    format!("{}→{chs}", crate::text::short_duration(s.after_ms))
+                })
+                .collect();
+            parts.push(format!("escalate {}", steps.join(" ")));
+        }
+        if !self.quiet_hours.is_empty() {
+            parts.push(format!("quiet {}", self.quiet_hours.summary()));
+        }
+        parts.join("; ")
     }
 
     /// [`CompiledRule::wants`] with the reason when the rule does not count the event: the one decision the
@@ -1053,6 +1097,22 @@ mod decide_tests {
                 rule(json!({"excludingPatterns": ["^a", "o{2}"]})),
                 ev("Boom", false, None),
                 Err(Skip::Filtered(FilterMiss::ExcludedPattern(1))),
+            ),
+            // NO_EVENTS never asks the counter, whatever the event (new or not, a title its filters would refuse)
+            (
+                rule(json!({"whatToReceive": "NO_EVENTS", "quietPeriod": 3_600_000})),
+                ev("Boom", true, None),
+                Err(Skip::ProjectWide),
+            ),
+            (
+                rule(json!({"whatToReceive": "NO_EVENTS", "quietPeriod": 3_600_000, "including": ["x"]})),
+                ev("Boom", false, Some("u1")),
+                Err(Skip::ProjectWide),
+            ),
+            (
+                rule(json!({"whatToReceive": "NO_EVENTS", "quietPeriod": 3_600_000, "isEnabled": false})),
+                ev("Boom", false, None),
+                Err(Skip::Disabled),
             ),
         ];
         for (i, (rule, event, expected)) in cases.iter().enumerate() {

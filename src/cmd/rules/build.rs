@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::io::Read as _;
 
 use anyhow::{bail, Context as _};
+use klaxon_core::oncall::{RawQuietWindow, RawRenotify, WEEKDAYS};
 use klaxon_core::rule::{Channels, Field, RawChannel, RuleId};
 use klaxon_core::{RawRule, RuleProblem};
 use klaxon_store::{parse_import, ProjectNotifications};
@@ -89,6 +90,90 @@ pub(super) fn parse_spike(s: &str) -> anyhow::Result<(f64, u64)> {
     Ok((factor, bucket))
 }
 
+/// Parses `--resolve-after`: a period (`1h`), or `0` / `never` for an alert resolved only by hand.
+pub(super) fn parse_resolve_after(s: &str) -> anyhow::Result<u64> {
+    match s.trim() {
+        "0" | "never" => Ok(0),
+        p => parse_period_ms(p)
+            .with_context(|| format!("--resolve-after {s:?}: expected a period (e.g. 1h) or never")),
+    }
+}
+
+/// Parses `--renotify EVERY/MAX` (`30m/3`) into `renotify`.
+pub(super) fn parse_renotify(s: &str) -> anyhow::Result<RawRenotify> {
+    let Some((every, max)) = s.split_once('/') else {
+        bail!("--renotify {s:?}: expected EVERY/MAX, e.g. 30m/3 (every 30 minutes, at most 3 times)");
+    };
+    let every = parse_period_ms(every).with_context(|| format!("--renotify {s:?}"))?;
+    let max: u64 = max
+        .trim()
+        .parse()
+        .with_context(|| format!("--renotify {s:?}: MAX must be a whole number, e.g. 3"))?;
+    Ok(RawRenotify {
+        every: Field::Typed(every),
+        max: Field::Typed(max),
+        ..RawRenotify::default()
+    })
+}
+
+/// Parses one `--quiet-hours` value, `DAYS FROM-TO TIMEZONE` ("mon-fri 22:00-07:00 Europe/Berlin"; DAYS a
+/// comma-separated list of days and ranges, `daily`, or left out for every day), into a window of `quietHours`.
+/// The times and the time zone are checked by the core, with the rule.
+pub(super) fn parse_quiet_hours(s: &str) -> anyhow::Result<RawQuietWindow> {
+    const FORMAT: &str = "expected DAYS FROM-TO TIMEZONE, e.g. \"mon-fri 22:00-07:00 Europe/Berlin\"";
+    let parts: Vec<&str> = s.split_whitespace().collect();
+    let (days, times, tz) = match parts.as_slice() {
+        [days, times, tz] => (Some(*days), *times, *tz),
+        [times, tz] => (None, *times, *tz),
+        _ => bail!("--quiet-hours {s:?}: {FORMAT}"),
+    };
+    let Some((from, to)) = times.split_once('-') else {
+        bail!("--quiet-hours {s:?}: {times:?} is not FROM-TO (e.g. 22:00-07:00); {FORMAT}");
+    };
+    let days = match days {
+        None | Some("daily") => None,
+        Some(spec) => Some(parse_days(spec).with_context(|| format!("--quiet-hours {s:?}"))?),
+    };
+    Ok(RawQuietWindow {
+        days: days.map_or(Field::Missing, Field::Typed),
+        from: Field::Typed(from.to_owned()),
+        to: Field::Typed(to.to_owned()),
+        timezone: Field::Typed(tz.to_owned()),
+        ..RawQuietWindow::default()
+    })
+}
+
+/// `mon-fri`, `sat,sun`, `mon,wed-fri`, `fri-mon` (a range may wrap past Sunday) → the days in week order.
+fn parse_days(spec: &str) -> anyhow::Result<Vec<String>> {
+    let day = |d: &str| {
+        klaxon_core::oncall::weekday(d)
+            .with_context(|| format!("unknown day {d:?}: use mon, tue, wed, thu, fri, sat, sun or daily"))
+    };
+    let mut on = [false; 7];
+    for item in spec.split(',') {
+        match item.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (day(a)?, day(b)?);
+                let mut d = a;
+                loop {
+                    on[d] = true;
+                    if d == b {
+                        break;
+                    }
+                    d = (d + 1) % 7;
+                }
+            }
+            None => on[day(item)?] = true,
+        }
+    }
+    Ok(WEEKDAYS
+        .iter()
+        .zip(on)
+        .filter(|(_, on)| *on)
+        .map(|(d, _)| (*d).to_owned())
+        .collect())
+}
+
 fn clean(list: &[String]) -> Vec<String> {
     list.iter()
         .map(|w| w.trim().to_owned())
@@ -143,8 +228,30 @@ pub(super) fn build_rule(a: &AddArgs, limits: &klaxon_core::Limits) -> anyhow::R
         rule.what_to_receive = Field::Typed("REAPPEARED".into());
         rule.quiet_period = Field::Typed(quiet);
     }
+    if let Some(q) = &a.no_events {
+        let quiet = parse_period_ms(q).with_context(|| format!("--no-events {q:?}"))?;
+        rule.what_to_receive = Field::Typed("NO_EVENTS".into());
+        rule.quiet_period = Field::Typed(quiet);
+    }
     if let Some(w) = &a.window {
         rule.window = Field::Typed(w.clone());
+    }
+    if let Some(r) = &a.resolve_after {
+        rule.resolve_after = Field::Typed(parse_resolve_after(r)?);
+    }
+    if let Some(r) = &a.renotify {
+        rule.renotify = Field::Typed(parse_renotify(r)?);
+    }
+    if !a.quiet_hours.is_empty() {
+        let windows = a
+            .quiet_hours
+            .iter()
+            .map(|q| parse_quiet_hours(q).map(Field::Typed))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        rule.quiet_hours = Field::Typed(windows);
+    }
+    if !a.quiet_hours_bypass.is_empty() {
+        rule.quiet_hours_bypass = Field::Typed(a.quiet_hours_bypass.clone());
     }
     if a.unique_users {
         rule.unique_users = Field::Typed(true);
@@ -376,6 +483,11 @@ mod tests {
             baseline_windows: None,
             spike_threshold: None,
             reappeared: None,
+            no_events: None,
+            resolve_after: None,
+            renotify: None,
+            quiet_hours: Vec::new(),
+            quiet_hours_bypass: Vec::new(),
             window: None,
             unique_users: false,
             slack: None,
@@ -545,6 +657,173 @@ mod tests {
                 e.to_string().contains(says) && e.to_string().contains("fix:"),
                 "{e}"
             );
+        }
+    }
+
+    /// The on-call flags and NO_EVENTS build the documented fields, in the model's order.
+    #[test]
+    fn on_call_flags_build_documents_the_core_accepts() {
+        let pd = Some("r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE".to_owned());
+        let on_call = AddArgs {
+            only_new: false,
+            seen_more: Some("100/5m".into()),
+            pagerduty: pd.clone(),
+            resolve_after: Some("1h".into()),
+            renotify: Some("30m/3".into()),
+            quiet_hours: vec![
+                "mon-fri 22:00-07:00 Europe/Berlin".into(),
+                "sat,sun 00:00-24:00 UTC".into(),
+                "21:00-23:00 America/New_York".into(),
+            ],
+            quiet_hours_bypass: vec!["pagerduty".into()],
+            ..add_args()
+        };
+        let no_events = AddArgs {
+            only_new: false,
+            no_events: Some("1h".into()),
+            pagerduty: pd.clone(),
+            ..add_args()
+        };
+        let never = AddArgs {
+            resolve_after: Some("never".into()),
+            pagerduty: pd.clone(),
+            ..add_args()
+        };
+        let cases = [
+            (
+                on_call,
+                r#"{"isEnabled":true,"whatToReceive":"SEEN_MORE","threshold":100,"thresholdPeriod":300000,"resolveAfter":3600000,"renotify":{"every":1800000,"max":3},"quietHours":[{"days":["mon","tue","wed","thu","fri"],"from":"22:00","to":"07:00","timezone":"Europe/Berlin"},{"days":["sat","sun"],"from":"00:00","to":"24:00","timezone":"UTC"},{"from":"21:00","to":"23:00","timezone":"America/New_York"}],"quietHoursBypass":["pagerduty"],"including":[],"excluding":[],"channels":{"pagerduty":{"isEnabled":true,"endpoint":"r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE","minPeriod":0}}}"#,
+            ),
+            (
+                no_events,
+                r#"{"isEnabled":true,"whatToReceive":"NO_EVENTS","quietPeriod":3600000,"including":[],"excluding":[],"channels":{"pagerduty":{"isEnabled":true,"endpoint":"r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE","minPeriod":0}}}"#,
+            ),
+            (
+                never,
+                r#"{"isEnabled":true,"whatToReceive":"ONLY_NEW","resolveAfter":0,"including":[],"excluding":[],"channels":{"pagerduty":{"isEnabled":true,"endpoint":"r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE","minPeriod":0}}}"#,
+            ),
+        ];
+        for (args, want) in cases {
+            let rule = build_rule(&args, &klaxon_core::Limits::default()).expect("valid flags");
+            assert_eq!(serde_json::to_value(&rule).expect("json").to_string(), want);
+        }
+        // days: lists, ranges, a range past Sunday
+        for (spec, want) in [
+            ("mon-fri", vec!["mon", "tue", "wed", "thu", "fri"]),
+            ("fri-mon", vec!["mon", "fri", "sat", "sun"]),
+            ("sun,mon,wed-thu", vec!["mon", "wed", "thu", "sun"]),
+            ("Saturday", vec!["sat"]),
+        ] {
+            assert_eq!(parse_days(spec).expect(spec), want, "{spec}");
+        }
+        // refused: by the flag's own parser, or with the core's problem and fix
+        let hook = Some("https://alerts.example.com/k".to_owned());
+        for (args, says) in [
+            (
+                AddArgs {
+                    renotify: Some("30m".into()),
+                    ..add_args()
+                },
+                "expected EVERY/MAX",
+            ),
+            (
+                AddArgs {
+                    renotify: Some("30m/0".into()),
+                    webhook: hook.clone(),
+                    ..add_args()
+                },
+                "`renotify.max` must be a whole number between 1 and 100, got 0 (fix:",
+            ),
+            (
+                AddArgs {
+                    renotify: Some("500ms/3".into()),
+                    webhook: hook.clone(),
+                    ..add_args()
+                },
+                "`renotify.every` must be milliseconds between 1000",
+            ),
+            (
+                AddArgs {
+                    resolve_after: Some("91d".into()),
+                    webhook: hook.clone(),
+                    ..add_args()
+                },
+                "`resolveAfter` must be 0 (never) or milliseconds between 1000 and 7776000000",
+            ),
+            (
+                AddArgs {
+                    resolve_after: Some("soon".into()),
+                    ..add_args()
+                },
+                "--resolve-after \"soon\"",
+            ),
+            (
+                AddArgs {
+                    quiet_hours: vec!["mon-fri 22:00 Europe/Berlin".into()],
+                    ..add_args()
+                },
+                "is not FROM-TO",
+            ),
+            (
+                AddArgs {
+                    quiet_hours: vec!["weekdays 22:00-07:00 Europe/Berlin".into()],
+                    ..add_args()
+                },
+                "unknown day \"weekdays\"",
+            ),
+            (
+                AddArgs {
+                    quiet_hours: vec!["22:00-07:00".into()],
+                    ..add_args()
+                },
+                "expected DAYS FROM-TO TIMEZONE",
+            ),
+            (
+                AddArgs {
+                    quiet_hours: vec!["mon 22:00-07:00 Mars/Olympus".into()],
+                    webhook: hook.clone(),
+                    ..add_args()
+                },
+                "`quietHours[0].timezone` \"Mars/Olympus\" is not a time zone Klaxon knows (fix: set an IANA",
+            ),
+            (
+                AddArgs {
+                    quiet_hours: vec!["mon 10pm-07:00 UTC".into()],
+                    webhook: hook.clone(),
+                    ..add_args()
+                },
+                "`quietHours[0].from` must be a 24-hour time",
+            ),
+            (
+                AddArgs {
+                    quiet_hours: vec!["mon 22:00-22:00 UTC".into()],
+                    webhook: hook.clone(),
+                    ..add_args()
+                },
+                "a window that never ends",
+            ),
+            (
+                AddArgs {
+                    only_new: false,
+                    no_events: Some("5s".into()),
+                    webhook: hook.clone(),
+                    ..add_args()
+                },
+                "(10 s … 30 days), got 5000",
+            ),
+            (
+                AddArgs {
+                    only_new: false,
+                    no_events: Some("1h".into()),
+                    including: vec!["db".into()],
+                    webhook: hook.clone(),
+                    ..add_args()
+                },
+                "ignored by a NO_EVENTS rule",
+            ),
+        ] {
+            let e = build_rule(&args, &klaxon_core::Limits::default()).expect_err(says);
+            assert!(format!("{e:#}").contains(says), "{e:#}\nshould say: {says}");
         }
     }
 

@@ -183,7 +183,8 @@ fn row(project: &str, rule: &Value) -> [String; 8] {
     };
     let (status, what) = match compiled {
         Ok((r, problems)) => {
-            let what = r.what.summary(r.unique_users);
+            // The kind, then what the rule sets of its alerts' life (resolveAfter, renotify, escalation, quiet hours).
+            let what = r.summary();
             let status = match problems.first() {
                 None => "ok".to_owned(),
                 Some(p) => format!("warning: {}", p.message),

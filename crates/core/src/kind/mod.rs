@@ -1,9 +1,10 @@
 //! The rule kinds, one module each: [`only_new`], [`seen_more`] (and Hawk's legacy `ALL`), [`spike`],
-//! [`reappeared`]. A kind's module holds everything about it that is not I/O:
+//! [`reappeared`], [`no_events`]. A kind's module holds everything about it that is not I/O:
 //!
 //! - its part of the rule check: the fields it reads, their defaults and limits, the problems and their fixes
 //!   (`read`, called by [`crate::rule::RawRule::validate`]);
-//! - what it asks the counter for each event it wants ([`Want`], from `want`);
+//! - what it asks the counter for each event it wants ([`Want`], from `want`); a kind that watches the whole
+//!   project instead of groups ([`no_events`]) asks nothing and answers [`Skip::ProjectWide`];
 //! - the firing decision `explain` reads the counter's state with ([`Spike::needed`], [`reappeared::reappears`]);
 //! - the rule and its firings in words (`summary` for `klaxon rules list`, `watches_for` for the console,
 //!   `words` for the messages).
@@ -14,6 +15,7 @@
 //! The modules sit above [`crate::field`] and [`crate::problem`] and below [`crate::rule`]: a kind knows the
 //! fields it reads and the problems it reports, never the raw document or the compiled rule.
 
+pub mod no_events;
 pub mod only_new;
 pub mod reappeared;
 pub mod seen_more;
@@ -39,11 +41,19 @@ pub enum Kind {
     Spike,
     /// `REAPPEARED` ([`reappeared`]).
     Reappeared,
+    /// `NO_EVENTS` ([`no_events`]).
+    NoEvents,
 }
 
 impl Kind {
     /// Every kind, in a stable order.
-    pub const ALL: [Kind; 4] = [Kind::OnlyNew, Kind::SeenMore, Kind::Spike, Kind::Reappeared];
+    pub const ALL: [Kind; 5] = [
+        Kind::OnlyNew,
+        Kind::SeenMore,
+        Kind::Spike,
+        Kind::Reappeared,
+        Kind::NoEvents,
+    ];
 
     /// The kind's name in `whatToReceive`.
     pub fn as_str(self) -> &'static str {
@@ -52,6 +62,7 @@ impl Kind {
             Kind::SeenMore => seen_more::NAME,
             Kind::Spike => spike::NAME,
             Kind::Reappeared => reappeared::NAME,
+            Kind::NoEvents => no_events::NAME,
         }
     }
 }
@@ -82,6 +93,11 @@ pub enum WhatToReceive {
         /// The quiet that makes the next event a reappearance, ms.
         quiet_period_ms: u64,
     },
+    /// Klaxon's NO_EVENTS: the project sent no event at all for `quiet_period_ms`.
+    NoEvents {
+        /// The silence that fires the rule, ms.
+        quiet_period_ms: u64,
+    },
 }
 
 /// The fields of a stored rule that the kinds read ([`WhatToReceive::read`]): the raw model lends them.
@@ -96,13 +112,16 @@ pub(crate) struct KindFields<'a> {
     pub(crate) baseline_windows: &'a Field<u64>,
     /// SPIKE's `factor`.
     pub(crate) factor: &'a Field<f64>,
-    /// REAPPEARED's `quietPeriod`.
+    /// REAPPEARED's and NO_EVENTS' `quietPeriod`.
     pub(crate) quiet_period: &'a Field<u64>,
 }
 
 /// Why `uniqueUsers` means nothing to the kinds that count events only.
 const EVENTS_ONLY: &str =
     "`uniqueUsers` is not supported by SPIKE and REAPPEARED rules, which count events; it is ignored";
+
+/// The names `whatToReceive` takes, for the fix of a missing or unknown one.
+const KIND_NAMES_FIX: &str = "use \"ONLY_NEW\", \"SEEN_MORE\", \"SPIKE\", \"REAPPEARED\" or \"NO_EVENTS\"";
 
 impl WhatToReceive {
     /// Reads the kind and its parameters from a stored rule's fields; `fatal` makes the problem.
@@ -130,16 +149,16 @@ impl WhatToReceive {
             Some(reappeared::NAME) => WhatToReceive::Reappeared {
                 quiet_period_ms: reappeared::read(f.quiet_period, fatal)?,
             },
+            Some(no_events::NAME) => WhatToReceive::NoEvents {
+                quiet_period_ms: no_events::read(f.quiet_period, fatal)?,
+            },
             _ if f.what_to_receive.is_missing() => {
-                return Err(fatal(
-                    "rule has no `whatToReceive`".into(),
-                    "use \"ONLY_NEW\", \"SEEN_MORE\", \"SPIKE\" or \"REAPPEARED\"",
-                ))
+                return Err(fatal("rule has no `whatToReceive`".into(), KIND_NAMES_FIX))
             }
             _ => {
                 return Err(fatal(
                     format!("unknown `whatToReceive` {}", f.what_to_receive.to_json()),
-                    "use \"ONLY_NEW\", \"SEEN_MORE\", \"SPIKE\" or \"REAPPEARED\"",
+                    KIND_NAMES_FIX,
                 ))
             }
         })
@@ -152,6 +171,7 @@ impl WhatToReceive {
             WhatToReceive::SeenMore { .. } => Kind::SeenMore,
             WhatToReceive::Spike(_) => Kind::Spike,
             WhatToReceive::Reappeared { .. } => Kind::Reappeared,
+            WhatToReceive::NoEvents { .. } => Kind::NoEvents,
         }
     }
 
@@ -163,6 +183,12 @@ impl WhatToReceive {
             WhatToReceive::Spike(_) | WhatToReceive::Reappeared { .. } => {
                 Some((EVENTS_ONLY.into(), "remove `uniqueUsers`".into()))
             }
+            WhatToReceive::NoEvents { .. } => Some((
+                "`uniqueUsers` means nothing to a NO_EVENTS rule, which watches whether the project sends any \
+                 event; it is ignored"
+                    .into(),
+                "remove `uniqueUsers`".into(),
+            )),
         }
     }
 
@@ -184,11 +210,12 @@ impl WhatToReceive {
             WhatToReceive::Reappeared { quiet_period_ms } => {
                 Ok(reappeared::want(quiet_period_ms, rule_id, event))
             }
+            WhatToReceive::NoEvents { .. } => no_events::want(),
         }
     }
 
     /// The rule in a table cell (`klaxon rules list`): "ONLY_NEW", "SEEN_MORE 100/1h", "SEEN_MORE 5
-    /// users/10m", "SPIKE 5x/1h over 24 (min 10)", "REAPPEARED after 7d".
+    /// users/10m", "SPIKE 5x/1h over 24 (min 10)", "REAPPEARED after 7d", "NO_EVENTS for 1h".
     pub fn summary(&self, unique_users: bool) -> String {
         match self {
             WhatToReceive::OnlyNew => only_new::NAME.to_owned(),
@@ -197,16 +224,18 @@ impl WhatToReceive {
             }
             WhatToReceive::Spike(s) => s.summary(),
             WhatToReceive::Reappeared { quiet_period_ms } => reappeared::summary(*quiet_period_ms),
+            WhatToReceive::NoEvents { quiet_period_ms } => no_events::summary(*quiet_period_ms),
         }
     }
 
-    /// What a SPIKE or REAPPEARED rule watches for, in a sentence (the console; the other kinds show their
-    /// threshold and period instead): "5× its mean of the previous 24 buckets of 1h (at least 10)", "seen
-    /// again after 7days quiet".
+    /// What a SPIKE, REAPPEARED or NO_EVENTS rule watches for, in a sentence (the console; the other kinds
+    /// show their threshold and period instead): "5× its mean of the previous 24 buckets of 1h (at least 10)",
+    /// "seen again after 7days quiet", "no event from the project for 1h".
     pub fn watches_for(&self) -> Option<String> {
         match self {
             WhatToReceive::Spike(s) => Some(s.watches_for()),
             WhatToReceive::Reappeared { quiet_period_ms } => Some(reappeared::watches_for(*quiet_period_ms)),
+            WhatToReceive::NoEvents { quiet_period_ms } => Some(no_events::watches_for(*quiet_period_ms)),
             WhatToReceive::OnlyNew | WhatToReceive::SeenMore { .. } => None,
         }
     }
@@ -301,4 +330,8 @@ pub enum Skip {
     NoUser,
     /// The title filters rejected the title.
     Filtered(crate::filter::FilterMiss),
+    /// A NO_EVENTS rule ([`no_events`]): it watches the project as a whole, so nothing is counted per group and
+    /// the counter is never asked; every event of the project restarts its silence, which the engine notes once
+    /// per project.
+    ProjectWide,
 }

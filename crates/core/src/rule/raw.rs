@@ -18,6 +18,7 @@ use crate::field::Field;
 use crate::filter::{Case, TitleFilter};
 use crate::kind::{seen_more, KindFields, WhatToReceive};
 use crate::limits::{email_recipients, Limits};
+use crate::oncall::{OnCallFields, RawEscalationStep, RawQuietWindow, RawRenotify};
 use crate::problem::RuleProblem;
 
 /// A rule id as stored: a 24-hex string (the import format) or an ObjectId in extended JSON
@@ -172,6 +173,18 @@ pub struct RawRule {
     /// How long an alert waits without a matching event before it resolves, ms (Klaxon extension; 0 = never).
     #[serde(default, skip_serializing_if = "Field::is_missing")]
     pub resolve_after: Field<u64>,
+    /// Reminders of a firing alert: `{"every": ms, "max": n}` (Klaxon extension, [`crate::oncall`]).
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub renotify: Field<RawRenotify>,
+    /// Escalation steps: `[{"after": ms, "channels": {…}}]` (Klaxon extension, [`crate::oncall`]).
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub escalation: Field<Vec<Field<RawEscalationStep>>>,
+    /// Quiet windows: `[{"days", "from", "to", "timezone"}]` (Klaxon extension, [`crate::oncall`]).
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub quiet_hours: Field<Vec<Field<RawQuietWindow>>>,
+    /// Channels never held by `quietHours` (Klaxon extension).
+    #[serde(default, skip_serializing_if = "Field::is_missing")]
+    pub quiet_hours_bypass: Field<Vec<String>>,
     /// SEEN_MORE counts distinct users (`event.user`) instead of events.
     #[serde(default, skip_serializing_if = "Field::is_missing")]
     pub unique_users: Field<bool>,
@@ -378,108 +391,74 @@ impl RawRule {
                 ));
             }
         }
-        for (key, ch) in self.channels.typed().into_iter().flat_map(|c| c.0.iter()) {
-            let Field::Typed(ch) = ch else { continue };
-            for field in ch.extra.keys() {
-                if let Some(known) = did_you_mean(field, CHANNEL_KEYS) {
-                    problems.push(warning(
-                        format!(
-                            "unknown key `channels.{key}.{}` is ignored; did you mean `{known}`?",
-                            crate::text::one_line(field, 60)
-                        ),
-                        format!("rename it to `channels.{key}.{known}`"),
-                    ));
-                }
-            }
-        }
         if let Some((message, fix)) = what.unique_users_warning().filter(|_| unique_users) {
             problems.push(warning(message, fix));
         }
-        let mut channels = Vec::new();
-        for (key, ch) in self.channels.typed().into_iter().flat_map(Channels::enabled) {
-            // Channels Klaxon does not deliver (Hawk's `webPush`, `desktopPush`: Hawk has no sender for them
-            // either) are left alone; `klaxon rules check` lists them as ignored (`ignored_channels`).
-            let Some(kind) = ChannelKind::parse(key) else {
-                continue;
-            };
-            let endpoint = ch.endpoint.typed().map(String::as_str).unwrap_or("").trim();
-            if endpoint.is_empty() {
+        // NO_EVENTS watches whether the project sends anything at all: what narrows or ends a group's alert means
+        // nothing to it (its alert resolves on the project's next event).
+        let mut resolve_after_ms = resolve_after_ms;
+        if let crate::kind::WhatToReceive::NoEvents { .. } = what {
+            if resolve_after_ms > 0 {
                 problems.push(warning(
-                    format!("channel `{key}` is enabled but has no endpoint; it is skipped"),
-                    format!("set `channels.{key}.endpoint` or disable the channel"),
+                    "`resolveAfter` is ignored by a NO_EVENTS rule: its alert resolves when the project's next \
+                     event arrives"
+                        .into(),
+                    "remove `resolveAfter`".into(),
                 ));
-                continue;
+                resolve_after_ms = 0;
             }
-            let min_period_s = if ch.min_period.is_unset() {
-                0
-            } else {
-                let v = ch.min_period.to_json();
-                match ch.min_period.whole() {
-                    Some(n) if n > MAX_MIN_PERIOD_S => {
-                        return Err(fatal(
-                            format!(
-                                "channel `{key}` has `minPeriod` {v}, over the limit of {MAX_MIN_PERIOD_S} s (7 days)"
-                            ),
-                            "set `minPeriod` to whole seconds between 0 and 604800",
-                        ))
-                    }
-                    Some(n) => n,
-                    None => {
-                        problems.push(warning(
-                            format!("channel `{key}` has `minPeriod` {v}, not whole seconds; digests are off"),
-                            format!("set `channels.{key}.minPeriod` to whole seconds ≥ 0"),
-                        ));
-                        0
-                    }
-                }
-            };
-            let endpoint = match kind {
-                ChannelKind::Email => {
-                    let recipients: Vec<&str> = email_recipients(endpoint).collect();
-                    match limits.recipients_problem(&id, recipients.len()) {
-                        Some(p) => {
-                            problems.push(p);
-                            recipients[..limits.max_email_recipients].join(",")
-                        }
-                        None => endpoint.to_owned(),
-                    }
-                }
-                _ => endpoint.to_owned(),
-            };
-            if let Some((message, fix)) = endpoint_problem(kind, &endpoint) {
-                problems.push(warning(message, fix));
+            if [&including, &excluding, &including_patterns, &excluding_patterns]
+                .iter()
+                .any(|l| !l.is_empty())
+            {
+                problems.push(warning(
+                    "title filters (`including`, `excluding`, `includingPatterns`, `excludingPatterns`) are \
+                     ignored by a NO_EVENTS rule: any event of the project counts"
+                        .into(),
+                    "remove the filters, or use a SEEN_MORE rule to watch some titles".into(),
+                ));
             }
-            let severity = if kind == ChannelKind::Pagerduty {
-                Some(match ch.extra.get("severity") {
-                    None | Some(Value::Null) => Severity::default(),
-                    Some(v) => match v.as_str().and_then(Severity::parse) {
-                        Some(s) => s,
-                        None => {
-                            problems.push(warning(
-                                format!(
-                                    "channel `pagerduty` has `severity` {}, not one of critical, error, warning, \
-                                     info; `error` is used",
-                                    klaxon_text(v)
-                                ),
-                                "set `channels.pagerduty.severity` to \"critical\", \"error\", \"warning\" or \
-                                 \"info\" (or leave it out for error)"
-                                    .into(),
-                            ));
-                            Severity::default()
-                        }
-                    },
-                })
-            } else {
-                None
-            };
-            channels.push(ChannelConfig {
-                kind,
-                endpoint,
-                min_period_s,
-                severity,
-            });
         }
-        channels.sort_by_key(|c| c.kind);
+        let empty = Channels::default();
+        let channels = read_channels(
+            self.channels.typed().unwrap_or(&empty),
+            "channels",
+            &Scope {
+                id: &id,
+                limits,
+                fatal: &fatal,
+                warning: &warning,
+            },
+            &mut problems,
+        )?;
+        let channels_at = |chs: &Channels, path: &str, problems: &mut Vec<RuleProblem>| {
+            read_channels(
+                chs,
+                path,
+                &Scope {
+                    id: &id,
+                    limits,
+                    fatal: &fatal,
+                    warning: &warning,
+                },
+                problems,
+            )
+        };
+        let on_call = crate::oncall::read(
+            &OnCallFields {
+                renotify: &self.renotify,
+                escalation: &self.escalation,
+                quiet_hours: &self.quiet_hours,
+                quiet_hours_bypass: &self.quiet_hours_bypass,
+            },
+            &crate::oncall::Reader {
+                fatal: &fatal,
+                warning: &warning,
+                channels: &channels_at,
+                did_you_mean: &did_you_mean,
+            },
+            &mut problems,
+        )?;
         if enabled && channels.is_empty() {
             problems.push(warning(
                 "rule is enabled but has no usable channel, so it never notifies".into(),
@@ -498,10 +477,142 @@ impl RawRule {
                 filter,
                 unique_users,
                 resolve_after_ms,
+                renotify: on_call.renotify,
+                escalation: on_call.escalation,
+                quiet_hours: on_call.quiet_hours,
             },
             problems,
         ))
     }
+}
+
+/// What [`read_channels`] needs from the rule being read.
+struct Scope<'a> {
+    id: &'a str,
+    limits: &'a Limits,
+    fatal: &'a dyn Fn(String, &str) -> RuleProblem,
+    warning: &'a dyn Fn(String, String) -> RuleProblem,
+}
+
+/// Reads a channels object (the rule's `channels`, or an escalation step's, at `path`): its enabled channels
+/// Klaxon delivers, sorted by kind, each checked the same way wherever it is (endpoint present and of its
+/// service's shape, `minPeriod`, the email recipients' limit, PagerDuty's `severity`). Warnings go to `problems`;
+/// a `minPeriod` over the limit is fatal. Problems about a step's channels name the step's path.
+fn read_channels(
+    chs: &Channels,
+    path: &str,
+    scope: &Scope<'_>,
+    problems: &mut Vec<RuleProblem>,
+) -> Result<Vec<ChannelConfig>, RuleProblem> {
+    let (fatal, warning) = (scope.fatal, scope.warning);
+    // The rule's own channels keep the words they always had; a step's say where they are.
+    let at = if path == "channels" {
+        String::new()
+    } else {
+        format!("`{path}`: ")
+    };
+    for (key, ch) in &chs.0 {
+        let Field::Typed(ch) = ch else { continue };
+        for field in ch.extra.keys() {
+            if let Some(known) = did_you_mean(field, CHANNEL_KEYS) {
+                problems.push(warning(
+                    format!(
+                        "unknown key `{path}.{key}.{}` is ignored; did you mean `{known}`?",
+                        crate::text::one_line(field, 60)
+                    ),
+                    format!("rename it to `{path}.{key}.{known}`"),
+                ));
+            }
+        }
+    }
+    let mut channels = Vec::new();
+    for (key, ch) in chs.enabled() {
+        // Channels Klaxon does not deliver (Hawk's `webPush`, `desktopPush`: Hawk has no sender for them
+        // either) are left alone; `klaxon rules check` lists them as ignored (`ignored_channels`).
+        let Some(kind) = ChannelKind::parse(key) else {
+            continue;
+        };
+        let endpoint = ch.endpoint.typed().map(String::as_str).unwrap_or("").trim();
+        if endpoint.is_empty() {
+            problems.push(warning(
+                format!("{at}channel `{key}` is enabled but has no endpoint; it is skipped"),
+                format!("set `{path}.{key}.endpoint` or disable the channel"),
+            ));
+            continue;
+        }
+        let min_period_s = if ch.min_period.is_unset() {
+            0
+        } else {
+            let v = ch.min_period.to_json();
+            match ch.min_period.whole() {
+                Some(n) if n > MAX_MIN_PERIOD_S => {
+                    return Err(fatal(
+                        format!(
+                            "{at}channel `{key}` has `minPeriod` {v}, over the limit of {MAX_MIN_PERIOD_S} s (7 days)"
+                        ),
+                        "set `minPeriod` to whole seconds between 0 and 604800",
+                    ))
+                }
+                Some(n) => n,
+                None => {
+                    problems.push(warning(
+                        format!("{at}channel `{key}` has `minPeriod` {v}, not whole seconds; digests are off"),
+                        format!("set `{path}.{key}.minPeriod` to whole seconds ≥ 0"),
+                    ));
+                    0
+                }
+            }
+        };
+        let endpoint = match kind {
+            ChannelKind::Email => {
+                let recipients: Vec<&str> = email_recipients(endpoint).collect();
+                match scope.limits.recipients_problem(scope.id, recipients.len()) {
+                    Some(mut p) => {
+                        p.message = format!("{at}{}", p.message);
+                        problems.push(p);
+                        recipients[..scope.limits.max_email_recipients].join(",")
+                    }
+                    None => endpoint.to_owned(),
+                }
+            }
+            _ => endpoint.to_owned(),
+        };
+        if let Some((message, fix)) = endpoint_problem(kind, &endpoint) {
+            problems.push(warning(format!("{at}{message}"), fix));
+        }
+        let severity = if kind == ChannelKind::Pagerduty {
+            Some(match ch.extra.get("severity") {
+                None | Some(Value::Null) => Severity::default(),
+                Some(v) => match v.as_str().and_then(Severity::parse) {
+                    Some(s) => s,
+                    None => {
+                        problems.push(warning(
+                            format!(
+                                "{at}channel `pagerduty` has `severity` {}, not one of critical, error, warning, \
+                                 info; `error` is used",
+                                klaxon_text(v)
+                            ),
+                            format!(
+                                "set `{path}.pagerduty.severity` to \"critical\", \"error\", \"warning\" or \
+                                 \"info\" (or leave it out for error)"
+                            ),
+                        ));
+                        Severity::default()
+                    }
+                },
+            })
+        } else {
+            None
+        };
+        channels.push(ChannelConfig {
+            kind,
+            endpoint,
+            min_period_s,
+            severity,
+        });
+    }
+    channels.sort_by_key(|c| c.kind);
+    Ok(channels)
 }
 
 /// The keys of a rule document Klaxon reads (Hawk's and its own extensions), for "did you mean".
@@ -516,6 +627,10 @@ pub const RULE_KEYS: &[&str] = &[
     "factor",
     "quietPeriod",
     "resolveAfter",
+    "renotify",
+    "escalation",
+    "quietHours",
+    "quietHoursBypass",
     "uniqueUsers",
     "including",
     "includingCaseSensitive",
@@ -543,7 +658,7 @@ const ALIASES: &[(&str, &str)] = &[
 /// The known key `key` most likely stands for: one it spells the same but for case or `_`, one at most one
 /// edit (insertion, deletion, substitution or swap of neighbours) away, or a usual alias (`patterns`). `None`
 /// for a key that is known itself or is nothing like one (Hawk's `uidAdded`).
-fn did_you_mean(key: &str, known: &'static [&'static str]) -> Option<&'static str> {
+pub(crate) fn did_you_mean(key: &str, known: &'static [&'static str]) -> Option<&'static str> {
     if known.contains(&key) {
         return None;
     }
@@ -1028,6 +1143,166 @@ mod tests {
                 assert!(!p.fatal && !p.fix.is_empty() && !p.message.contains(endpoint));
             }
         }
+    }
+
+    /// `resolveAfter`: 0 (never) or 1 s … 90 days; left out, the kind's default; NO_EVENTS ignores it (warning).
+    #[test]
+    fn resolve_after_values() {
+        let kind = |what: &str| match what {
+            "SEEN_MORE" => json!({"whatToReceive": "SEEN_MORE", "threshold": 3, "thresholdPeriod": 60000}),
+            "SPIKE" => json!({"whatToReceive": "SPIKE", "thresholdPeriod": 3_600_000}),
+            "ONLY_NEW" => json!({"whatToReceive": "ONLY_NEW"}),
+            "REAPPEARED" => json!({"whatToReceive": "REAPPEARED"}),
+            _ => json!({"whatToReceive": "NO_EVENTS", "quietPeriod": 600_000}),
+        };
+        // (kind, resolveAfter (null: left out), Ok(ms, warned) or Err(what the message says))
+        type Case = (&'static str, Value, Result<(u64, bool), &'static str>);
+        let cases: Vec<Case> = vec![
+            ("SEEN_MORE", Value::Null, Ok((60000, false))),
+            ("SPIKE", Value::Null, Ok((3_600_000, false))),
+            ("ONLY_NEW", Value::Null, Ok((0, false))),
+            ("REAPPEARED", Value::Null, Ok((0, false))),
+            ("NO_EVENTS", Value::Null, Ok((0, false))),
+            ("SEEN_MORE", json!(0), Ok((0, false))),
+            ("ONLY_NEW", json!(1000), Ok((1000, false))),
+            ("ONLY_NEW", json!(7_776_000_000u64), Ok((7_776_000_000, false))),
+            ("SEEN_MORE", json!(3_600_000.0), Ok((3_600_000, false))),
+            (
+                "SEEN_MORE",
+                json!({"$numberLong": "3600000"}),
+                Ok((3_600_000, false)),
+            ),
+            ("NO_EVENTS", json!(3_600_000), Ok((0, true))),
+            ("NO_EVENTS", json!(0), Ok((0, false))),
+            ("SEEN_MORE", json!(999), Err("got 999")),
+            ("SEEN_MORE", json!(7_776_000_001u64), Err("got 7776000001")),
+            ("ONLY_NEW", json!(-1), Err("got -1")),
+            ("ONLY_NEW", json!("1h"), Err("got \"1h\"")),
+            ("ONLY_NEW", json!(1.5), Err("got 1.5")),
+            ("NO_EVENTS", json!(500), Err("got 500")),
+        ];
+        for (what, value, want) in cases {
+            let mut doc = kind(what);
+            doc["_id"] = json!(ID);
+            doc["isEnabled"] = json!(true);
+            doc["channels"] = slack();
+            if !value.is_null() {
+                doc["resolveAfter"] = value.clone();
+            }
+            let raw = RawRule::from_value(&doc).expect("object");
+            match (raw.validate(), want) {
+                (Ok((rule, problems)), Ok((ms, warned))) => {
+                    assert_eq!(rule.resolve_after_ms, ms, "{what} {value}");
+                    assert_eq!(
+                        problems
+                            .iter()
+                            .any(|p| p.message.contains("`resolveAfter` is ignored")),
+                        warned,
+                        "{what} {value}: {problems:?}"
+                    );
+                }
+                (Err(p), Err(says)) => {
+                    assert!(p.fatal, "{p}");
+                    assert!(
+                        p.message.starts_with(
+                            "`resolveAfter` must be 0 (never) or milliseconds between 1000 and 7776000000 (1 s … 90 \
+                             days)"
+                        ) && p.message.contains(says),
+                        "{what} {value}: {p}"
+                    );
+                    assert!(p.fix.contains("set `resolveAfter` in milliseconds"), "{p}");
+                    // `rules check` reports the same problem
+                    let problems = crate::rule::rule_problems(&doc, &Limits::default());
+                    assert_eq!(problems, vec![p]);
+                }
+                (got, want) => panic!("{what} {value}: {got:?}, wanted {want:?}"),
+            }
+            assert_eq!(serde_json::to_value(&raw).expect("json"), doc);
+        }
+    }
+
+    /// NO_EVENTS: `quietPeriod` required (10 s … 30 days); what narrows a group's events is ignored, with warnings.
+    #[test]
+    fn no_events_rules() {
+        let doc = |extra: Value| {
+            let mut d =
+                json!({"_id": ID, "isEnabled": true, "whatToReceive": "NO_EVENTS", "channels": slack()});
+            for (k, v) in extra.as_object().expect("object") {
+                d[k] = v.clone();
+            }
+            d
+        };
+        let (rule, problems) = RawRule::from_value(&doc(json!({"quietPeriod": 3_600_000})))
+            .expect("object")
+            .validate()
+            .expect("usable");
+        assert_eq!(
+            rule.what,
+            WhatToReceive::NoEvents {
+                quiet_period_ms: 3_600_000
+            }
+        );
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(rule.summary(), "NO_EVENTS for 1h");
+        assert_eq!(
+            rule.what.watches_for().as_deref(),
+            Some("no event from the project for 1h")
+        );
+        // (fields, fatal: what the message says; or a warning)
+        let cases = [
+            (json!({}), true, "a NO_EVENTS rule needs `quietPeriod`"),
+            (
+                json!({"quietPeriod": 9999}),
+                true,
+                "between 10000 and 2592000000 (10 s … 30 days), got 9999",
+            ),
+            (
+                json!({"quietPeriod": 2_592_000_001u64}),
+                true,
+                "(10 s … 30 days), got 2592000001",
+            ),
+            (
+                json!({"quietPeriod": 60000, "including": ["db"]}),
+                false,
+                "title filters",
+            ),
+            (
+                json!({"quietPeriod": 60000, "excludingPatterns": ["x"]}),
+                false,
+                "ignored by a NO_EVENTS rule",
+            ),
+            (
+                json!({"quietPeriod": 60000, "uniqueUsers": true}),
+                false,
+                "`uniqueUsers` means nothing to a NO_EVENTS rule",
+            ),
+            (
+                json!({"quietPeriod": 60000, "resolveAfter": 60000}),
+                false,
+                "`resolveAfter` is ignored by a NO_EVENTS rule",
+            ),
+        ];
+        for (fields, fatal, says) in cases {
+            let problems = match RawRule::from_value(&doc(fields.clone()))
+                .expect("object")
+                .validate()
+            {
+                Ok((_, problems)) => problems,
+                Err(p) => vec![p],
+            };
+            assert!(
+                problems
+                    .iter()
+                    .any(|p| p.fatal == fatal && p.message.contains(says) && !p.fix.is_empty()),
+                "{fields}: {problems:?}"
+            );
+        }
+        // an unknown kind's fix names NO_EVENTS
+        let p = RawRule::from_value(&with("whatToReceive", json!("NO_EVENT")))
+            .expect("object")
+            .validate()
+            .expect_err("unknown");
+        assert!(p.fix.contains("\"NO_EVENTS\""), "{p}");
     }
 
     /// A key one edit from a known one is a warning naming the known key; other unknown keys stay silent.
