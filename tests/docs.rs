@@ -1022,3 +1022,37 @@ fn the_readme_quickstart_runs_as_written_to_an_email_and_a_passing_doctor() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(common::delete_queues(&env));
 }
+
+/// Every JSON example of docs/rules.md's alert and on-call sections (`resolveAfter` … `NO_EVENTS`) is a rule the
+/// core accepts without a problem, and each section has one.
+#[test]
+fn on_call_examples_are_rules_the_core_accepts() {
+    let doc = std::fs::read_to_string(root().join("docs/rules.md")).expect("docs/rules.md");
+    let start = doc
+        .find("## `resolveAfter`")
+        .expect("docs/rules.md: the resolveAfter section");
+    let end = doc[start..]
+        .find("## Title filters")
+        .map(|i| start + i)
+        .expect("the sections end");
+    let part = &doc[start..end];
+    let mut seen = Vec::new();
+    for block in part.split("```json\n").skip(1) {
+        let json = block.split("```").next().expect("a closed block");
+        let mut rule: Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"));
+        rule["_id"] = Value::String("5e3eef0679fa3700a0198a4a".into());
+        let (compiled, problems) =
+            klaxon_core::parse_rule_value(&rule).unwrap_or_else(|p| panic!("{p}: {json}"));
+        assert!(problems.is_empty(), "{problems:?}: {json}");
+        seen.push(compiled.summary());
+    }
+    for part in [
+        "resolve after 1h",
+        "renotify every 30m, 3 times",
+        "escalate 15m→pagerduty 1h→email",
+        "quiet mon-fri 22:00-07:00 Europe/Berlin",
+        "NO_EVENTS for 1h",
+    ] {
+        assert!(seen.iter().any(|s| s.contains(part)), "{part} in {seen:?}");
+    }
+}

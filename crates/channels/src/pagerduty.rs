@@ -5,7 +5,7 @@
 //! The event's `dedup_key` is the notification id, so a delivery retried after a lost answer is one alert in
 //! PagerDuty, not two. An alert's life follows it there: its resolve is a `resolve` event and its
 //! acknowledgement an `acknowledge` event (routing key, action and `dedup_key` only, as the Events API v2 asks),
-//! and its reminders and escalations are `trigger`s, all with the `dedup_key` of the alert's firing on this
+//! and its reminders and escalations (and a later firing while it is still open) are `trigger`s, all with the `dedup_key` of the alert's firing on this
 //! channel (`alert.firingNotificationId`), so they land on the PagerDuty alert the firing opened (a trigger on an
 //! open alert's key is added to it, not a new incident) and a later resolve closes it. `payload.severity` comes from the rule (`channels.pagerduty.severity`, default `error`),
 //! `payload.source` is the project's name (its id when unknown), `payload.summary` says what happened in one
@@ -90,7 +90,14 @@ pub(crate) fn event(task: &NotificationTask, v: &View) -> Result<Value, Delivery
             "dedup_key": key,
         }));
     }
-    let dedup_key = life.map_or(task.notification_id.as_str(), |(_, key)| key);
+    // A firing that repeats an open alert (a later window crossing while it is still open) joins the incident
+    // the alert's first firing opened, so the alert's resolve closes both.
+    let repeat_of = task
+        .alert
+        .as_ref()
+        .map(|a| a.firing_notification_id.trim())
+        .filter(|k| !k.is_empty() && k.len() <= DEDUP_KEY_MAX);
+    let dedup_key = life.map_or(repeat_of.unwrap_or(task.notification_id.as_str()), |(_, key)| key);
     let events: Vec<Value> = v
         .events
         .iter()

@@ -386,9 +386,9 @@ pub(super) fn rule_view(rule: &Value, limits: &klaxon_core::Limits) -> RuleView 
     }
 }
 
-/// What a valid SPIKE or REAPPEARED rule watches for, in its kind's words
+/// What a valid SPIKE, REAPPEARED or NO_EVENTS rule watches for, in its kind's words
 /// ([`klaxon_core::WhatToReceive::watches_for`]): "5× its mean of the previous 24 buckets of 1h (at least 10)",
-/// "seen again after 7days quiet".
+/// "seen again after 7days quiet", "no event from the project for 1h".
 fn signal_words(raw: &RawRule) -> Option<String> {
     let probe = RawRule {
         id: Field::Typed(RuleId::Hex("000000000000000000000000".into())),
@@ -557,7 +557,7 @@ pub(super) async fn set_enabled(
 mod tests {
 
     #[test]
-    fn spike_and_reappeared_rules_say_what_they_watch_for() {
+    fn spike_reappeared_and_no_events_rules_say_what_they_watch_for() {
         let limits = klaxon_core::Limits::default();
         let hook = json!({"webhook": {"isEnabled": true, "endpoint": "https://h.example/x", "minPeriod": 0}});
         let cases = [
@@ -570,6 +570,16 @@ mod tests {
                 json!({"_id": "5e3eef0679fa3700a0198a49", "isEnabled": true, "whatToReceive": "REAPPEARED",
                     "channels": hook}),
                 Some("seen again after 7days quiet"),
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a49", "isEnabled": true, "whatToReceive": "NO_EVENTS",
+                    "quietPeriod": 3_600_000, "channels": hook}),
+                Some("no event from the project for 1h"),
+            ),
+            (
+                json!({"_id": "5e3eef0679fa3700a0198a49", "isEnabled": true, "whatToReceive": "NO_EVENTS",
+                    "channels": hook}),
+                None,
             ),
             (
                 json!({"_id": "5e3eef0679fa3700a0198a49", "isEnabled": true, "whatToReceive": "SPIKE",
