@@ -422,11 +422,12 @@ pub(crate) struct OnCallTimer<'a> {
 
 impl OnCallTimer<'_> {
     pub fn emit(self) {
-        let name = match self.timer.what {
-            crate::alerts::TimerWhat::Escalate { .. } => "klaxon_alert_escalations_total",
-            _ => "klaxon_alert_reminders_total",
-        };
-        metrics::counter!(name, "outcome" => self.outcome).increment(1);
+        match self.timer.what {
+            crate::alerts::TimerWhat::Escalate { .. } => {
+                metrics::counter!("klaxon_alert_escalations_total", "outcome" => self.outcome).increment(1)
+            }
+            _ => metrics::counter!("klaxon_alert_reminders_total", "outcome" => self.outcome).increment(1),
+        }
         let t = self.timer;
         let level_info = self.outcome == "sent" || self.outcome == "rule_gone";
         if level_info {
