@@ -37,13 +37,17 @@ use klaxon_broker::{set_aside, Consumer, Delivery, Outgoing, Publisher, Session,
 use klaxon_core::alert::{alert_id, is_alert_id, lifecycle_tasks, Alert, AlertChannel, AlertRef, AlertState};
 use klaxon_core::evaluate::Match;
 use klaxon_core::notification::{notification_id, Firing, NotificationTask};
-use klaxon_core::{Outcome, Reason};
+use klaxon_core::oncall::{
+    next_escalation, EscalationStep, Renotify, MAX_ESCALATION_STEPS, RENOTIFY_EVERY_MS, RENOTIFY_MAX,
+};
+use klaxon_core::{CompiledRule, Outcome, Reason};
 use klaxon_counter::{Alerts, Change, Opened, Touch};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::internal_events::{
-    AlertNotOpened, AlertOpened, AlertResolved, AlertTimer, LogOnce, NotificationPublished, RedisFailed,
+    AlertNotOpened, AlertOpened, AlertResolved, AlertTimer, LogOnce, NotificationPublished, OnCallTimer,
+    RedisFailed, RulesUnavailable,
 };
 use crate::{sink, EngineError};
 
@@ -66,11 +70,26 @@ pub const TIMER_MAX_BYTES: usize = 1_024;
 /// The longest project id a timer may name (project ids are 24 hex characters; this leaves room, not abuse).
 const PROJECT_ID_MAX: usize = 128;
 
-/// What a timer asks for when it is due. An enum so that reminders and escalations can be added.
+/// What a timer asks for when it is due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimerWhat {
     /// Resolve the alert if its `resolveAfter` ran out without events (`Alerts::resolve_due`).
     Resolve,
+    /// Reminder `number` of at most `max` (`renotify`, as the rule said when the alert opened), if the alert is
+    /// still `firing`; then the next one, `every_ms` later.
+    Remind {
+        /// 1 for the first reminder.
+        number: u32,
+        /// `renotify.every`.
+        every_ms: u64,
+        /// `renotify.max`.
+        max: u32,
+    },
+    /// Escalation step `step` (1-based) if the alert is still `firing`; its channels come from the rule.
+    Escalate {
+        /// 1 for the first step.
+        step: u32,
+    },
 }
 
 impl TimerWhat {
@@ -78,15 +97,14 @@ impl TimerWhat {
     pub fn as_str(self) -> &'static str {
         match self {
             TimerWhat::Resolve => "resolve",
+            TimerWhat::Remind { .. } => "remind",
+            TimerWhat::Escalate { .. } => "escalate",
         }
-    }
-
-    fn parse(s: &str) -> Option<TimerWhat> {
-        [TimerWhat::Resolve].into_iter().find(|w| w.as_str() == s)
     }
 }
 
-/// One alert timer: `{"projectId", "alertId", "what"}` in `<ns>.alerts.timer`, through the delay engine.
+/// One alert timer: `{"projectId", "alertId", "what"}` in `<ns>.alerts.timer`, through the delay engine; a
+/// reminder adds `"n"`, `"every"` and `"max"`, an escalation `"step"`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Timer {
     /// The project.
@@ -100,17 +118,34 @@ pub struct Timer {
 impl Timer {
     /// The resolve timer of `alert`.
     pub fn resolve(alert: &Alert) -> Timer {
+        Timer::of(alert, TimerWhat::Resolve)
+    }
+
+    fn of(alert: &Alert, what: TimerWhat) -> Timer {
         Timer {
             project_id: alert.project_id.clone(),
             alert_id: alert.id.clone(),
-            what: TimerWhat::Resolve,
+            what,
         }
     }
 
     fn to_json(&self) -> Vec<u8> {
-        json!({"projectId": self.project_id, "alertId": self.alert_id, "what": self.what.as_str()})
-            .to_string()
-            .into_bytes()
+        let mut v =
+            json!({"projectId": self.project_id, "alertId": self.alert_id, "what": self.what.as_str()});
+        match self.what {
+            TimerWhat::Resolve => {}
+            TimerWhat::Remind {
+                number,
+                every_ms,
+                max,
+            } => {
+                v["n"] = json!(number);
+                v["every"] = json!(every_ms);
+                v["max"] = json!(max);
+            }
+            TimerWhat::Escalate { step } => v["step"] = json!(step),
+        }
+        v.to_string().into_bytes()
     }
 
     /// Reads a timer message; the reason when it is not one.
@@ -124,6 +159,12 @@ impl Timer {
                 .and_then(Value::as_str)
                 .ok_or_else(|| format!("missing string `{k}`"))
         };
+        let n = |k: &str, range: std::ops::RangeInclusive<u64>| {
+            v.get(k)
+                .and_then(Value::as_u64)
+                .filter(|n| range.contains(n))
+                .ok_or_else(|| format!("`{k}` is missing or not in {}..={}", range.start(), range.end()))
+        };
         let project_id = s("projectId")?;
         if project_id.is_empty()
             || project_id.len() > PROJECT_ID_MAX
@@ -135,8 +176,21 @@ impl Timer {
         if !is_alert_id(alert_id) {
             return Err("`alertId` is not an alert id (24 lowercase hex characters)".into());
         }
-        let what = s("what")?;
-        let what = TimerWhat::parse(what).ok_or_else(|| "unknown `what` (expected `resolve`)".to_owned())?;
+        let what = match s("what")? {
+            "resolve" => TimerWhat::Resolve,
+            "remind" => {
+                let max = n("max", RENOTIFY_MAX)?;
+                TimerWhat::Remind {
+                    number: n("n", 1..=max)? as u32,
+                    every_ms: n("every", RENOTIFY_EVERY_MS)?,
+                    max: max as u32,
+                }
+            }
+            "escalate" => TimerWhat::Escalate {
+                step: n("step", 1..=MAX_ESCALATION_STEPS as u64)? as u32,
+            },
+            _ => return Err("unknown `what` (expected `resolve`, `remind` or `escalate`)".to_owned()),
+        };
         Ok(Timer {
             project_id: project_id.to_owned(),
             alert_id: alert_id.to_owned(),
@@ -147,7 +201,12 @@ impl Timer {
     /// The message of this timer (its `message_id` names the alert and what is due).
     pub fn message(&self, topology: &Topology) -> Outgoing {
         let mut msg = Outgoing::json(topology.alerts_timer_queue(), self.to_json());
-        msg.message_id = Some(format!("alert-timer:{}:{}", self.alert_id, self.what.as_str()));
+        let what = match self.what {
+            TimerWhat::Resolve => "resolve".to_owned(),
+            TimerWhat::Remind { number, .. } => format!("remind:{number}"),
+            TimerWhat::Escalate { step } => format!("escalate:{step}"),
+        };
+        msg.message_id = Some(format!("alert-timer:{}:{what}", self.alert_id));
         msg
     }
 
@@ -155,6 +214,116 @@ impl Timer {
     pub fn scheduled(&self, topology: &Topology, due_ms: i64, now_ms: i64) -> (Outgoing, Duration) {
         let wait = u64::try_from(due_ms.saturating_sub(now_ms)).unwrap_or(0);
         (self.message(topology), Duration::from_millis(wait))
+    }
+
+    /// The first reminder timer of `alert` under `renotify`, and when it is due (opened + every).
+    pub fn first_reminder(alert: &Alert, renotify: &Renotify) -> Option<(Timer, i64)> {
+        Timer::reminder(alert, renotify, 0)
+    }
+
+    /// The reminder after `sent` reminders of `alert`, and when it is due; `None` once `max` were sent.
+    fn reminder(alert: &Alert, renotify: &Renotify, sent: u32) -> Option<(Timer, i64)> {
+        let (number, at) = renotify.next(alert.fired_at_ms, sent)?;
+        let what = TimerWhat::Remind {
+            number,
+            every_ms: renotify.every_ms,
+            max: renotify.max,
+        };
+        Some((Timer::of(alert, what), at))
+    }
+
+    /// The escalation timer after `sent` steps of `steps` of `alert`, and when it is due; `None` after the last.
+    pub fn escalation(alert: &Alert, steps: &[EscalationStep], sent: usize) -> Option<(Timer, i64)> {
+        let (i, at) = next_escalation(steps, alert.fired_at_ms, sent)?;
+        let what = TimerWhat::Escalate {
+            step: u32::try_from(i + 1).ok()?,
+        };
+        Some((Timer::of(alert, what), at))
+    }
+}
+
+/// What a rule says, when its alert opens, about the reminders and escalations to come: carried to
+/// [`after_open`] next to the alert (the alert itself keeps no on-call fields).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OnCall {
+    /// `renotify`.
+    pub renotify: Option<Renotify>,
+    /// `escalation` (only their `after` matters at open; a step's channels are read from the rule when due).
+    pub escalation: Vec<EscalationStep>,
+}
+
+impl OnCall {
+    /// The on-call fields of `rule`.
+    pub fn of(rule: &CompiledRule) -> OnCall {
+        OnCall {
+            renotify: rule.renotify,
+            escalation: rule.escalation.clone(),
+        }
+    }
+
+    /// The timers an alert opened now starts: its first reminder and its first escalation step.
+    fn first_timers(&self, alert: &Alert) -> Vec<(Timer, i64)> {
+        let reminder = self
+            .renotify
+            .as_ref()
+            .and_then(|r| Timer::first_reminder(alert, r));
+        let step = Timer::escalation(alert, &self.escalation, 0);
+        reminder.into_iter().chain(step).collect()
+    }
+}
+
+/// What a due reminder or escalation does with the alert it names (read just now), pure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum OnCallDue {
+    /// The alert is still `firing`: send (`remind` or `escalate`), then schedule the next timer if any.
+    Send { next: Option<(Timer, i64)> },
+    /// Acknowledged, resolved or gone: the chain ends here. The outcome to count.
+    Stop(&'static str),
+}
+
+/// The decision of a due reminder `timer` (`Remind`) for `alert`.
+pub(crate) fn reminder_due(timer: &Timer, alert: Option<&Alert>) -> OnCallDue {
+    let TimerWhat::Remind {
+        number,
+        every_ms,
+        max,
+    } = timer.what
+    else {
+        return OnCallDue::Stop("invalid");
+    };
+    match alert {
+        None => OnCallDue::Stop("not_found"),
+        Some(a) if a.state == AlertState::Firing => {
+            let renotify = Renotify { every_ms, max };
+            OnCallDue::Send {
+                next: Timer::reminder(a, &renotify, number),
+            }
+        }
+        Some(a) if a.state == AlertState::Acknowledged => OnCallDue::Stop("acknowledged"),
+        Some(_) => OnCallDue::Stop("resolved"),
+    }
+}
+
+/// The decision of a due escalation `timer` (`Escalate`) for `alert`, with the rule's steps now (`None`: the
+/// rule was deleted since, or lost its escalation: stop).
+pub(crate) fn escalation_due(
+    timer: &Timer,
+    alert: Option<&Alert>,
+    steps: Option<&[EscalationStep]>,
+) -> OnCallDue {
+    let TimerWhat::Escalate { step } = timer.what else {
+        return OnCallDue::Stop("invalid");
+    };
+    match alert {
+        None => OnCallDue::Stop("not_found"),
+        Some(a) if a.state == AlertState::Acknowledged => OnCallDue::Stop("acknowledged"),
+        Some(a) if a.state != AlertState::Firing => OnCallDue::Stop("resolved"),
+        Some(a) => match steps {
+            Some(steps) if (step as usize) <= steps.len() => OnCallDue::Send {
+                next: Timer::escalation(a, steps, step as usize),
+            },
+            _ => OnCallDue::Stop("rule_gone"),
+        },
     }
 }
 
@@ -227,7 +396,7 @@ pub(crate) struct AfterOpen {
 /// schedule.
 pub(crate) fn after_open<'t>(
     topology: &Topology,
-    answers: impl IntoIterator<Item = (Alert, Opened)>,
+    answers: impl IntoIterator<Item = (Alert, Opened, OnCall)>,
     tasks: impl IntoIterator<Item = &'t mut NotificationTask>,
     now_ms: i64,
 ) -> AfterOpen {
@@ -238,7 +407,7 @@ pub(crate) fn after_open<'t>(
     };
     // a firing task's notification id → the alert of its firing
     let mut by_task: HashMap<String, Alert> = HashMap::new();
-    for (wanted, answer) in answers {
+    for (wanted, answer, oncall) in answers {
         let schedule = match &answer {
             Opened::New(_) => {
                 out.opened += 1;
@@ -258,6 +427,11 @@ pub(crate) fn after_open<'t>(
                 .saturating_add(alert.resolve_after_ms as i64);
             out.timers
                 .push(Timer::resolve(alert).scheduled(topology, due, now_ms));
+        }
+        if schedule {
+            for (timer, due) in oncall.first_timers(alert) {
+                out.timers.push(timer.scheduled(topology, due, now_ms));
+            }
         }
         for ch in &wanted.channels {
             let id = notification_id(
@@ -287,6 +461,8 @@ pub struct TimerDeps {
     pub topology: Topology,
     /// Alert state in Redis.
     pub alerts: Alerts,
+    /// Rules, cached: an escalation step's channels are read from the rule when the step is due.
+    pub rules: klaxon_store::RuleCache,
     /// Unacked timer messages.
     pub prefetch: u16,
     /// Where resolved messages go (`--output`).
@@ -369,13 +545,14 @@ async fn due(deps: &TimerDeps, publisher: &Publisher, delivery: &Delivery) -> Re
             return Ok(());
         }
     };
-    let change = match timer.what {
-        TimerWhat::Resolve => deps
-            .alerts
-            .resolve_due(&timer.project_id, &timer.alert_id, None)
-            .await
-            .inspect_err(|_| RedisFailed.emit())?,
-    };
+    if timer.what != TimerWhat::Resolve {
+        return on_call_due(deps, publisher, &timer).await;
+    }
+    let change = deps
+        .alerts
+        .resolve_due(&timer.project_id, &timer.alert_id, None)
+        .await
+        .inspect_err(|_| RedisFailed.emit())?;
     let (outcome, alert) = match change {
         Change::NotDue { at_ms } => {
             let next = timer.scheduled(&deps.topology, at_ms, klaxon_store::trail::now_ms());
@@ -449,6 +626,113 @@ async fn due(deps: &TimerDeps, publisher: &Publisher, delivery: &Delivery) -> Re
     Ok(())
 }
 
+/// Handles one due reminder or escalation: reads the alert (and, for an escalation, the rule's steps through the
+/// rule cache); if it is still `firing`, publishes the messages (ids from (alert, reminder n / step, channel): a
+/// redelivered timer or a second chain sends nothing twice), then schedules the next timer; otherwise the chain
+/// ends. Returns once that is durable.
+async fn on_call_due(deps: &TimerDeps, publisher: &Publisher, timer: &Timer) -> Result<(), EngineError> {
+    let alert = deps
+        .alerts
+        .get(&timer.project_id, &timer.alert_id)
+        .await
+        .inspect_err(|_| RedisFailed.emit())?;
+    let now_ms = klaxon_store::trail::now_ms();
+    let (decision, tasks) = match (timer.what, &alert) {
+        (TimerWhat::Remind { number, max, .. }, _) => {
+            let d = reminder_due(timer, alert.as_ref());
+            let tasks = match (&d, &alert) {
+                (OnCallDue::Send { .. }, Some(a)) => {
+                    lifecycle_tasks(a, Reason::Reminder { number, max }, now_ms)
+                }
+                _ => Vec::new(),
+            };
+            (d, tasks)
+        }
+        (TimerWhat::Escalate { step }, Some(a)) if a.state == AlertState::Firing => {
+            let rules = deps
+                .rules
+                .get(&timer.project_id)
+                .await
+                .inspect_err(|_| RulesUnavailable.emit())?;
+            // a rule deleted or switched off since stops its escalation
+            let steps = rules
+                .rules
+                .iter()
+                .find(|r| r.id == a.rule_id && r.enabled)
+                .map(|r| &r.escalation[..]);
+            let d = escalation_due(timer, Some(a), steps);
+            let tasks = match (&d, steps) {
+                (OnCallDue::Send { .. }, Some(steps)) => escalation_tasks(a, steps, step, now_ms),
+                _ => Vec::new(),
+            };
+            (d, tasks)
+        }
+        (TimerWhat::Escalate { .. }, _) => (escalation_due(timer, alert.as_ref(), None), Vec::new()),
+        (TimerWhat::Resolve, _) => return Ok(()),
+    };
+    let next = match decision {
+        OnCallDue::Stop(outcome) => {
+            OnCallTimer {
+                timer,
+                outcome,
+                channels: 0,
+            }
+            .emit();
+            return Ok(());
+        }
+        OnCallDue::Send { next } => next,
+    };
+    let mut out = Vec::with_capacity(tasks.len());
+    for task in &tasks {
+        if let Some(msg) = sink::dispatch(&deps.topology, deps.output, &deps.trail, task)? {
+            NotificationPublished { task }.emit();
+            out.push(msg);
+        }
+    }
+    if !out.is_empty() {
+        publisher.publish_all(&out).await?;
+    }
+    if let Some((next, due)) = next {
+        let msg = next.scheduled(&deps.topology, due, now_ms);
+        publisher.publish_delayed(&deps.topology.delay(), &[msg]).await?;
+    }
+    OnCallTimer {
+        timer,
+        outcome: "sent",
+        channels: tasks.len(),
+    }
+    .emit();
+    Ok(())
+}
+
+/// The tasks of escalation step `step` (1-based) of `alert`: one per channel of that step, sent at once like
+/// any lifecycle message (through the same senders: SSRF guard, caps, rate limits, dead letters).
+pub(crate) fn escalation_tasks(
+    alert: &Alert,
+    steps: &[EscalationStep],
+    step: u32,
+    at_ms: i64,
+) -> Vec<NotificationTask> {
+    let Some(s) = (step as usize).checked_sub(1).and_then(|i| steps.get(i)) else {
+        return Vec::new();
+    };
+    let reason = Reason::Escalation {
+        step,
+        steps: steps.len() as u32,
+    };
+    s.channels
+        .iter()
+        .map(|ch| {
+            let channel = AlertChannel {
+                channel: ch.kind,
+                endpoint: ch.endpoint.clone(),
+                severity: ch.severity,
+            };
+            NotificationTask::for_alert(alert, &channel, reason, at_ms)
+        })
+        .collect()
+}
+
 /// The worker's side: opens the alerts of a batch's crossed firings and counts its matched events into open
 /// alerts (one Redis round trip for the opens, one for the touches; none without matches), sets `alert` on the
 /// firing tasks, and returns the resolve timers to schedule.
@@ -475,7 +759,13 @@ pub(crate) async fn open_for_batch<'t>(
     }) {
         AlertOpened { alert: a }.emit();
     }
-    let after = after_open(topology, wanted.into_iter().zip(answers), tasks, now_ms);
+    let oncall = crossed.iter().map(|f| OnCall::of(f.rule));
+    let answers = wanted
+        .into_iter()
+        .zip(answers)
+        .zip(oncall)
+        .map(|((w, a), o)| (w, a, o));
+    let after = after_open(topology, answers, tasks, now_ms);
     let now = Instant::now();
     for a in &after.full {
         AlertNotOpened {
@@ -633,7 +923,10 @@ mod tests {
                 task("1000", ChannelKind::Pagerduty),
                 task("2000", ChannelKind::Webhook),
             ];
-            let got = after_open(&topology, answers.clone(), tasks.iter_mut(), 11_000);
+            let with_oncall = answers
+                .iter()
+                .map(|(w, o)| (w.clone(), o.clone(), OnCall::default()));
+            let got = after_open(&topology, with_oncall, tasks.iter_mut(), 11_000);
             let waits: Vec<u64> = got.timers.iter().map(|(_, d)| d.as_millis() as u64).collect();
             assert_eq!(waits, delays, "{answers:?}");
             assert_eq!((got.full.len(), got.opened), (full, opened), "{answers:?}");
@@ -658,6 +951,208 @@ mod tests {
             for (msg, _) in &got.timers {
                 assert_eq!(Timer::parse(&msg.body).map(|t| t.alert_id), Ok(a.id.clone()));
             }
+        }
+    }
+
+    fn step(after_ms: u64, url: &str) -> EscalationStep {
+        EscalationStep {
+            after_ms,
+            channels: vec![klaxon_core::ChannelConfig {
+                kind: ChannelKind::Webhook,
+                endpoint: url.into(),
+                min_period_s: 0,
+                severity: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn on_call_timers_round_trip_and_bad_ones_are_refused() {
+        let topology = Topology::new("ns", "ns.events", QueueType::Classic);
+        let a = alert("1000", 0);
+        let renotify = Renotify {
+            every_ms: 60_000,
+            max: 3,
+        };
+        let (rem, due) = Timer::first_reminder(&a, &renotify).expect("a first reminder");
+        assert_eq!(due, 10_000 + 60_000);
+        assert_eq!(
+            rem.what,
+            TimerWhat::Remind {
+                number: 1,
+                every_ms: 60_000,
+                max: 3
+            }
+        );
+        let steps = [step(5_000, "https://a.test"), step(9_000, "https://b.test")];
+        let (esc, due) = Timer::escalation(&a, &steps, 1).expect("step 2");
+        assert_eq!((esc.what, due), (TimerWhat::Escalate { step: 2 }, 19_000));
+        assert!(Timer::escalation(&a, &steps, 2).is_none());
+        for t in [&rem, &esc] {
+            let msg = t.message(&topology);
+            assert_eq!(Timer::parse(&msg.body).as_ref(), Ok(t));
+        }
+        // distinct message ids per reminder / step
+        assert_ne!(
+            rem.message(&topology).message_id,
+            Timer::reminder(&a, &renotify, 1)
+                .expect("2")
+                .0
+                .message(&topology)
+                .message_id
+        );
+        let id = &a.id;
+        let bad = [
+            // n past max, n 0, every below 1 s, max over 100, missing fields, step 0 and 6, strings
+            format!(r#"{{"projectId":"p","alertId":"{id}","what":"remind","n":4,"every":60000,"max":3}}"#),
+            format!(r#"{{"projectId":"p","alertId":"{id}","what":"remind","n":0,"every":60000,"max":3}}"#),
+            format!(r#"{{"projectId":"p","alertId":"{id}","what":"remind","n":1,"every":999,"max":3}}"#),
+            format!(r#"{{"projectId":"p","alertId":"{id}","what":"remind","n":1,"every":60000,"max":101}}"#),
+            format!(r#"{{"projectId":"p","alertId":"{id}","what":"remind","n":1}}"#),
+            format!(r#"{{"projectId":"p","alertId":"{id}","what":"escalate","step":0}}"#),
+            format!(r#"{{"projectId":"p","alertId":"{id}","what":"escalate","step":6}}"#),
+            format!(r#"{{"projectId":"p","alertId":"{id}","what":"escalate","step":"1"}}"#),
+            format!(r#"{{"projectId":"p","alertId":"{id}","what":"escalate"}}"#),
+        ];
+        for body in bad {
+            assert!(Timer::parse(body.as_bytes()).is_err(), "{body}");
+        }
+    }
+
+    /// What a due reminder or escalation does, by the alert's state (and the rule's steps now).
+    #[test]
+    fn on_call_decisions() {
+        let firing = alert("1000", 0);
+        let mut acked = firing.clone();
+        acked.state = AlertState::Acknowledged;
+        let mut resolved = firing.clone();
+        resolved.state = AlertState::Resolved;
+        let remind = |number| Timer {
+            project_id: "p".into(),
+            alert_id: firing.id.clone(),
+            what: TimerWhat::Remind {
+                number,
+                every_ms: 1_000,
+                max: 2,
+            },
+        };
+        // reminder 1 of 2: send, then reminder 2 at opened + 2 s; reminder 2: send, no next
+        match reminder_due(&remind(1), Some(&firing)) {
+            OnCallDue::Send { next: Some((t, at)) } => {
+                assert_eq!(at, 12_000);
+                assert!(matches!(t.what, TimerWhat::Remind { number: 2, .. }));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            reminder_due(&remind(2), Some(&firing)),
+            OnCallDue::Send { next: None }
+        );
+        assert_eq!(
+            reminder_due(&remind(1), Some(&acked)),
+            OnCallDue::Stop("acknowledged")
+        );
+        assert_eq!(
+            reminder_due(&remind(1), Some(&resolved)),
+            OnCallDue::Stop("resolved")
+        );
+        assert_eq!(reminder_due(&remind(1), None), OnCallDue::Stop("not_found"));
+
+        let steps = [step(5_000, "https://a.test"), step(9_000, "https://b.test")];
+        let esc = |step| Timer {
+            what: TimerWhat::Escalate { step },
+            ..remind(1)
+        };
+        match escalation_due(&esc(1), Some(&firing), Some(&steps)) {
+            OnCallDue::Send { next: Some((t, at)) } => {
+                assert_eq!((t.what, at), (TimerWhat::Escalate { step: 2 }, 19_000));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            escalation_due(&esc(2), Some(&firing), Some(&steps)),
+            OnCallDue::Send { next: None }
+        );
+        // the rule lost the step, or is gone: stop
+        assert_eq!(
+            escalation_due(&esc(2), Some(&firing), Some(&steps[..1])),
+            OnCallDue::Stop("rule_gone")
+        );
+        assert_eq!(
+            escalation_due(&esc(1), Some(&firing), None),
+            OnCallDue::Stop("rule_gone")
+        );
+        assert_eq!(
+            escalation_due(&esc(1), Some(&acked), Some(&steps)),
+            OnCallDue::Stop("acknowledged")
+        );
+        assert_eq!(
+            escalation_due(&esc(1), Some(&resolved), Some(&steps)),
+            OnCallDue::Stop("resolved")
+        );
+        assert_eq!(
+            escalation_due(&esc(1), None, Some(&steps)),
+            OnCallDue::Stop("not_found")
+        );
+
+        // a step's tasks: its own channels, ids per (alert, step, channel), reason escalation step/steps
+        let t2 = escalation_tasks(&firing, &steps, 2, 20_000);
+        assert_eq!(t2.len(), 1);
+        assert_eq!(t2[0].endpoint, "https://b.test");
+        assert_eq!(t2[0].reason, Reason::Escalation { step: 2, steps: 2 });
+        assert_eq!(
+            t2[0].alert.as_ref().map(|r| r.id.clone()),
+            Some(firing.id.clone())
+        );
+        assert_eq!(
+            escalation_tasks(&firing, &steps, 2, 99_000)[0].notification_id,
+            t2[0].notification_id
+        );
+        assert_ne!(
+            escalation_tasks(&firing, &steps, 1, 20_000)[0].notification_id,
+            t2[0].notification_id
+        );
+        assert!(escalation_tasks(&firing, &steps, 3, 20_000).is_empty());
+    }
+
+    /// An alert opened now (or again) starts its first reminder and first escalation step; a repeat starts none.
+    #[test]
+    fn after_open_starts_on_call_timers() {
+        let topology = Topology::new("ns", "ns.events", QueueType::Classic);
+        let a = alert("1000", 0);
+        let oncall = OnCall {
+            renotify: Some(Renotify {
+                every_ms: 2_000,
+                max: 2,
+            }),
+            escalation: vec![step(5_000, "https://a.test")],
+        };
+        for (answer, want) in [
+            (
+                Opened::New(a.clone()),
+                vec![("remind", 1_000u64), ("escalate", 4_000)],
+            ),
+            (
+                Opened::Again(a.clone()),
+                vec![("remind", 1_000), ("escalate", 4_000)],
+            ),
+            (Opened::Repeat(a.clone()), vec![]),
+        ] {
+            let got = after_open(
+                &topology,
+                [(a.clone(), answer, oncall.clone())],
+                std::iter::empty(),
+                11_000,
+            );
+            let got: Vec<(&'static str, u64)> = got
+                .timers
+                .iter()
+                .map(|(m, d)| {
+                    let t = Timer::parse(&m.body).expect("a timer");
+                    (t.what.as_str(), d.as_millis() as u64)
+                })
+                .collect();
+            assert_eq!(got, want);
         }
     }
 }

@@ -411,6 +411,39 @@ impl AlertTimer<'_> {
     }
 }
 
+/// A due reminder or escalation timer, handled: `outcome` is `sent` (its messages published, the next timer
+/// scheduled), `acknowledged`, `resolved`, `not_found` (the chain ends), or, for an escalation, `rule_gone` (the
+/// rule was deleted or disabled since, or lost the step). No tenant labels.
+pub(crate) struct OnCallTimer<'a> {
+    pub timer: &'a crate::alerts::Timer,
+    pub outcome: &'static str,
+    pub channels: usize,
+}
+
+impl OnCallTimer<'_> {
+    pub fn emit(self) {
+        match self.timer.what {
+            crate::alerts::TimerWhat::Escalate { .. } => {
+                metrics::counter!("klaxon_alert_escalations_total", "outcome" => self.outcome).increment(1)
+            }
+            _ => metrics::counter!("klaxon_alert_reminders_total", "outcome" => self.outcome).increment(1),
+        }
+        let t = self.timer;
+        let level_info = self.outcome == "sent" || self.outcome == "rule_gone";
+        if level_info {
+            tracing::info!(
+                alert_id = %t.alert_id, project = %t.project_id, what = ?t.what, outcome = self.outcome,
+                channels = self.channels, "alert on-call timer"
+            );
+        } else {
+            tracing::debug!(
+                alert_id = %t.alert_id, project = %t.project_id, what = ?t.what, outcome = self.outcome,
+                "alert on-call timer"
+            );
+        }
+    }
+}
+
 /// A notification sent after `attempts` attempts.
 pub(crate) struct Delivered<'a> {
     pub id: &'a str,

@@ -135,6 +135,16 @@ pub const DESCRIBED: &[Described] = &[
         "Due alert timers by outcome: resolved, already_resolved, rescheduled, never, not_found, invalid",
     ),
     counter(
+        "klaxon_alert_reminders_total",
+        &["outcome"],
+        "Due reminder timers (renotify) by outcome: sent, acknowledged, resolved, not_found (the last three end the chain)",
+    ),
+    counter(
+        "klaxon_alert_escalations_total",
+        &["outcome"],
+        "Due escalation steps by outcome: sent, acknowledged, resolved, not_found, rule_gone (deleted or disabled since)",
+    ),
+    counter(
         "klaxon_notifications_published_total",
         &["channel"],
         "Notification tasks published to sender queues",
