@@ -49,7 +49,8 @@ async fn discord_gets_embeds_that_ping_nobody_and_a_429_is_waited_out() {
     );
     assert_eq!(got[0].json(), got[1].json(), "the same message");
     let body = got[1].json();
-    assert_eq!(got[1].uri, "/api/webhooks/123456789/discord-token");
+    // the alert's first firing asks for the message (`?wait=true`), so the alert's later messages can edit it
+    assert_eq!(got[1].uri, "/api/webhooks/123456789/discord-token?wait=true");
     assert_eq!(body["allowed_mentions"], json!({"parse": []}));
     let embed = &body["embeds"][0];
     let shown = format!("{} {}", embed["title"], embed["description"]);
