@@ -29,11 +29,11 @@
 //! test). Without the feature the field and the check do not exist.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use klaxon_broker::{set_aside, Consumer, Delivery, Outgoing, Publisher, Session, Topology};
+use klaxon_broker::{set_aside, Delivery, Outgoing, Publisher, Topology};
 use klaxon_core::alert::{alert_id, is_alert_id, lifecycle_tasks, Alert, AlertChannel, AlertRef, AlertState};
 use klaxon_core::evaluate::Match;
 use klaxon_core::notification::{notification_id, Firing, NotificationTask};
@@ -495,35 +495,24 @@ async fn session(
     ready: Arc<AtomicBool>,
     shutdown: CancellationToken,
 ) -> Result<(), EngineError> {
-    let Session { broker, publisher } =
-        Session::open(&deps.amqp_url, crate::CONNECT_TIMEOUT, "alerts", &deps.topology).await?;
-    sink::declare(&publisher, deps.output).await?;
-    let queue = deps.topology.alerts_timer_queue();
-    let mut consumer = broker
-        .consume(&queue, deps.prefetch, &klaxon_broker::process_label("alerts"))
-        .await?;
-    ready.store(true, Ordering::Relaxed);
-    tracing::info!(queue = %queue, "alert timers consuming");
-    let result = consume_loop(deps, &mut consumer, &publisher, &shutdown).await;
-    ready.store(false, Ordering::Relaxed);
-    consumer.close().await;
-    publisher.close().await;
-    broker.close().await;
-    result
+    let queue = crate::EachQueue {
+        role: "alerts",
+        amqp_url: &deps.amqp_url,
+        topology: &deps.topology,
+        queue: deps.topology.alerts_timer_queue(),
+        prefetch: deps.prefetch,
+        output: deps.output,
+    };
+    crate::consume_each(queue, ready, shutdown, deps).await
 }
 
-async fn consume_loop(
-    deps: &TimerDeps,
-    consumer: &mut Consumer,
-    publisher: &Publisher,
-    shutdown: &CancellationToken,
-) -> Result<(), EngineError> {
-    loop {
-        let Some(delivery) = crate::next_or_shutdown(consumer, shutdown).await? else {
-            return Ok(());
-        };
-        due(deps, publisher, &delivery).await?;
-        consumer.ack(delivery.delivery_tag).await?;
+impl crate::HandleEach for TimerDeps {
+    fn handle<'a>(
+        &'a self,
+        publisher: &'a Publisher,
+        delivery: &'a Delivery,
+    ) -> impl std::future::Future<Output = Result<(), EngineError>> + Send + 'a {
+        due(self, publisher, delivery)
     }
 }
 

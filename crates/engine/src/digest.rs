@@ -29,11 +29,11 @@
 //! loop abort the process right after a successful claim, before publishing (used by the
 //! kill-between-claim-and-publish test). Without the feature the field and the check do not exist.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use klaxon_broker::{set_aside, Consumer, Delivery, Outgoing, Publisher, Session, Topology};
+use klaxon_broker::{set_aside, Delivery, Outgoing, Publisher, Topology};
 use klaxon_core::notification::{notification_id, DigestWindow, NotificationTask};
 use klaxon_core::{ChannelKind, NotificationEvent};
 use klaxon_counter::{Append, Claim, DigestKey, Digests};
@@ -290,35 +290,24 @@ async fn session(
     ready: Arc<AtomicBool>,
     shutdown: CancellationToken,
 ) -> Result<(), EngineError> {
-    let Session { broker, publisher } =
-        Session::open(&deps.amqp_url, crate::CONNECT_TIMEOUT, "digest", &deps.topology).await?;
-    sink::declare(&publisher, deps.output).await?;
-    let queue = deps.topology.digest_flush_queue();
-    let mut consumer = broker
-        .consume(&queue, deps.prefetch, &klaxon_broker::process_label("digest"))
-        .await?;
-    ready.store(true, Ordering::Relaxed);
-    tracing::info!(queue = %queue, "digest flusher consuming");
-    let result = consume_loop(deps, &mut consumer, &publisher, &shutdown).await;
-    ready.store(false, Ordering::Relaxed);
-    consumer.close().await;
-    publisher.close().await;
-    broker.close().await;
-    result
+    let queue = crate::EachQueue {
+        role: "digest",
+        amqp_url: &deps.amqp_url,
+        topology: &deps.topology,
+        queue: deps.topology.digest_flush_queue(),
+        prefetch: deps.prefetch,
+        output: deps.output,
+    };
+    crate::consume_each(queue, ready, shutdown, deps).await
 }
 
-async fn consume_loop(
-    deps: &DigestDeps,
-    consumer: &mut Consumer,
-    publisher: &Publisher,
-    shutdown: &CancellationToken,
-) -> Result<(), EngineError> {
-    loop {
-        let Some(delivery) = crate::next_or_shutdown(consumer, shutdown).await? else {
-            return Ok(());
-        };
-        flush(deps, publisher, &delivery).await?;
-        consumer.ack(delivery.delivery_tag).await?;
+impl crate::HandleEach for DigestDeps {
+    fn handle<'a>(
+        &'a self,
+        publisher: &'a Publisher,
+        delivery: &'a Delivery,
+    ) -> impl std::future::Future<Output = Result<(), EngineError>> + Send + 'a {
+        flush(self, publisher, delivery)
     }
 }
 

@@ -86,6 +86,66 @@ pub(crate) async fn next_or_shutdown(
     }
 }
 
+/// Where a one-message-at-a-time loop (digest flushes, alert timers) consumes: its role, queue and prefetch, and
+/// what its publisher must declare.
+pub(crate) struct EachQueue<'a> {
+    /// The loop's role (`digest`, `alerts`): connection name and consumer label.
+    pub role: &'static str,
+    /// RabbitMQ URL.
+    pub amqp_url: &'a str,
+    /// Queue names.
+    pub topology: &'a klaxon_broker::Topology,
+    /// The queue consumed.
+    pub queue: String,
+    /// Unacked deliveries at once.
+    pub prefetch: u16,
+    /// `--output`, declared on the publisher.
+    pub output: sink::Output,
+}
+
+/// What a [`consume_each`] loop does with one message: returns once its outcome is durable.
+pub(crate) trait HandleEach: Sync {
+    /// Handles `delivery`, publishing with `publisher`.
+    fn handle<'a>(
+        &'a self,
+        publisher: &'a klaxon_broker::Publisher,
+        delivery: &'a klaxon_broker::Delivery,
+    ) -> impl Future<Output = Result<(), EngineError>> + Send + 'a;
+}
+
+/// One session of a loop that handles its queue one message at a time: `handler` returns once the message's
+/// outcome is durable, then it is acked; an error ends the session unacked (the caller's `supervise` reconnects).
+pub(crate) async fn consume_each(
+    q: EachQueue<'_>,
+    ready: Arc<AtomicBool>,
+    shutdown: CancellationToken,
+    handler: &impl HandleEach,
+) -> Result<(), EngineError> {
+    let klaxon_broker::Session { broker, publisher } =
+        klaxon_broker::Session::open(q.amqp_url, CONNECT_TIMEOUT, q.role, q.topology).await?;
+    sink::declare(&publisher, q.output).await?;
+    let mut consumer = broker
+        .consume(&q.queue, q.prefetch, &klaxon_broker::process_label(q.role))
+        .await?;
+    ready.store(true, Ordering::Relaxed);
+    tracing::info!(queue = %q.queue, role = q.role, "consuming");
+    let result = async {
+        loop {
+            let Some(delivery) = next_or_shutdown(&mut consumer, &shutdown).await? else {
+                return Ok(());
+            };
+            handler.handle(&publisher, &delivery).await?;
+            consumer.ack(delivery.delivery_tag).await?;
+        }
+    }
+    .await;
+    ready.store(false, Ordering::Relaxed);
+    consumer.close().await;
+    publisher.close().await;
+    broker.close().await;
+    result
+}
+
 /// Runs `session` again and again until `shutdown`, with a jittered, capped backoff after failures.
 pub(crate) async fn supervise<F, Fut>(
     role: &str,
