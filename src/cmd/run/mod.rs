@@ -309,6 +309,7 @@ fn start_worker(
         topology: p.topology.clone(),
         alerts: klaxon_counter::Alerts::new(redis.clone(), &global.namespace),
         rules: deps.rules.clone(),
+        mutes: deps.mutes.clone(),
         prefetch: 16,
         output: w.output,
         trail: trail.clone(),
