@@ -677,10 +677,10 @@ impl OnCallStatus {
                     at(*when)
                 ),
                 None if self.acknowledged => format!(
-                    "escalation: stopped by the acknowledgement after {} of {} steps",
+                    "escalation: stopped by the acknowledgement after {} of {}",
                     e.sent, e.steps
                 ),
-                None => format!("escalation: all {} steps sent", e.steps),
+                None => format!("escalation: {} of {} sent, none left", e.sent, e.steps),
             });
         }
         if let Some(q) = &self.quiet {
@@ -1324,7 +1324,7 @@ mod tests {
                 esc(2, None),
                 vec![
                     "reminders: 3 of 3 sent, none left",
-                    "escalation: all 2 steps sent",
+                    "escalation: 2 of 2 sent, none left",
                     "not in quiet hours now",
                 ],
             ),
@@ -1336,7 +1336,7 @@ mod tests {
                 esc(1, None),
                 vec![
                     "reminders: stopped by the acknowledgement after 1 of 3",
-                    "escalation: stopped by the acknowledgement after 1 of 2 steps",
+                    "escalation: stopped by the acknowledgement after 1 of 2",
                     "not in quiet hours now",
                 ],
             ),
