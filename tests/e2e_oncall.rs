@@ -511,3 +511,66 @@ async fn explain_shows_reminders_left_the_next_step_and_quiet_hours() {
     drop(k);
     common::delete_queues(&env).await;
 }
+
+/// A worker dies (abort, as a `kill -9`) right after publishing a reminder's messages, before scheduling the next
+/// reminder and acking the timer: RabbitMQ gives the timer to a surviving worker, which publishes the same
+/// messages again (the same notification ids: the sender delivers them once) and goes on with the chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_dying_between_a_reminder_and_its_next_timer_repeats_and_loses_nothing() {
+    let hook = HttpSink::start().await.expect("sink");
+    let env = Env::new();
+    let project = object_id();
+    env.import(&rule(
+        &project,
+        &hook,
+        json!({"renotify": {"every": 2_000, "max": 3}}),
+    ));
+    let mut sender = env.spawn("sender", &[]);
+    let crashing = env
+        .clone()
+        .set("KLAXON_TEST_CRASH_AFTER_REMIND", "1")
+        .spawn("worker", &[]);
+    let title = format!("Crash ({})", env.namespace);
+    env.publish(&project, &title, "g").count(2).ok();
+    firing(&hook, || crashing.logs()).await;
+    // reminder 1 is due 2 s after the alert opened: the worker publishes it and aborts
+    let died = klaxon_testkit::wait_for(Duration::from_secs(20), || {
+        let up = crashing.get("/healthz").is_some();
+        async move { (!up).then_some(()) }
+    })
+    .await;
+    assert!(
+        died.is_some(),
+        "the worker should have aborted; log:\n{}",
+        crashing.logs()
+    );
+    // the survivors (started only now, so the timer was surely the dead one's)
+    let fleet: Vec<common::Klaxon> = (0..2).map(|_| env.spawn("worker", &[])).collect();
+    let got = hook.wait_for_count(4, Duration::from_secs(30)).await;
+    assert_eq!(
+        got.len(),
+        4,
+        "firing + 3 reminders; logs:\n{}\n{}",
+        crashing.logs(),
+        fleet_logs(&fleet)
+    );
+    // the copy the dead worker published is dropped by the sender, never delivered twice
+    sender.wait_metric(
+        r#"klaxon_deliveries_total{channel="webhook",outcome="duplicate"}"#,
+        1.0,
+        Duration::from_secs(20),
+    );
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(hook.count(), 4, "nothing twice; logs:\n{}", fleet_logs(&fleet));
+    assert_eq!(distinct_ids(&hook), 4);
+    assert_eq!(
+        fleet_metric(&fleet, r#"klaxon_alert_reminders_total{outcome="sent"}"#),
+        3.0,
+        "the redelivered reminder 1, then 2 and 3"
+    );
+    for mut k in fleet {
+        assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    }
+    assert_eq!(sender.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}

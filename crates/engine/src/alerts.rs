@@ -20,13 +20,16 @@
 //!   were confirmed: a crash in between brings the timer back, `resolve_due` answers `AlreadyResolved`, and the
 //!   same tasks are published again.
 //! * **Muted rules still resolve.** A muted firing opens no alert, but an alert opened before the mute resolves
-//!   as usual: the timer loop never reads mutes.
+//!   as usual: a resolve timer never reads mutes. A due reminder or escalation step does: a mute that matches
+//!   the alert silences it (nothing sent, the chain goes on; [`OnCallDue::under_mute`]).
 //! * **Bounded.** A timer message is small JSON (at most [`TIMER_MAX_BYTES`]); anything else in the queue is set
 //!   aside to `<ns>.dead` with the reason, never retried, never a reason to stop the loop.
 //!
 //! Fault injection (cargo feature `fault-injection`, tests only): [`Faults::crash_after_resolve`] aborts the
 //! process right after `resolve_due` answered `Done`, before publishing (the kill-between-resolve-and-publish
-//! test). Without the feature the field and the check do not exist.
+//! test); [`Faults::crash_after_remind`] aborts it right after a reminder's messages were published, before the
+//! next reminder is scheduled and the timer acked (the reminder-timer-redelivered test). Without the feature
+//! the fields and the checks do not exist.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
@@ -56,12 +59,19 @@ use crate::{sink, EngineError};
 #[cfg(feature = "fault-injection")]
 pub const CRASH_AFTER_RESOLVE_ENV: &str = "KLAXON_TEST_CRASH_AFTER_RESOLVE";
 
+/// The environment variable the binary reads into [`Faults::crash_after_remind`] (feature `fault-injection`).
+#[cfg(feature = "fault-injection")]
+pub const CRASH_AFTER_REMIND_ENV: &str = "KLAXON_TEST_CRASH_AFTER_REMIND";
+
 /// Faults a test can inject into the timer loop (feature `fault-injection`; never in production builds).
 #[cfg(feature = "fault-injection")]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Faults {
     /// Abort the process right after a timer resolved an alert, before its resolved messages are published.
     pub crash_after_resolve: bool,
+    /// Abort the process right after a reminder's messages were published, before the next reminder is
+    /// scheduled and the timer acked.
+    pub crash_after_remind: bool,
 }
 
 /// The largest timer message the loop reads; a longer body is set aside unread.
@@ -500,6 +510,13 @@ pub async fn run(deps: TimerDeps, ready: Arc<AtomicBool>, shutdown: Cancellation
             "test hook on: the process aborts after its first resolve"
         );
     }
+    #[cfg(feature = "fault-injection")]
+    if deps.faults.crash_after_remind {
+        tracing::warn!(
+            env = CRASH_AFTER_REMIND_ENV,
+            "test hook on: the process aborts after its first reminder's messages"
+        );
+    }
     crate::supervise("alerts", ready, shutdown, |ready, shutdown| {
         let deps = deps.clone();
         async move { session(&deps, ready, shutdown).await }
@@ -718,6 +735,14 @@ async fn on_call_due(deps: &TimerDeps, publisher: &Publisher, timer: &Timer) -> 
     }
     if !out.is_empty() {
         publisher.publish_all(&out).await?;
+    }
+    #[cfg(feature = "fault-injection")]
+    if deps.faults.crash_after_remind && matches!(timer.what, TimerWhat::Remind { .. }) {
+        tracing::error!(
+            env = CRASH_AFTER_REMIND_ENV,
+            "test hook: aborting between a reminder's messages and its next timer"
+        );
+        std::process::abort();
     }
     if let Some((next, due)) = next {
         let msg = next.scheduled(&deps.topology, due, now_ms);

@@ -318,6 +318,8 @@ fn start_worker(
         faults: klaxon_engine::alerts::Faults {
             crash_after_resolve: std::env::var(klaxon_engine::alerts::CRASH_AFTER_RESOLVE_ENV)
                 .is_ok_and(|v| v == "1"),
+            crash_after_remind: std::env::var(klaxon_engine::alerts::CRASH_AFTER_REMIND_ENV)
+                .is_ok_and(|v| v == "1"),
         },
     };
     let digest_deps = klaxon_engine::digest::DigestDeps {
