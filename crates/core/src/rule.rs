@@ -214,20 +214,10 @@ impl CompiledRule {
             parts.push(format!("renotify {}", r.summary()));
         }
         if !self.escalation.is_empty() {
-            let steps: Vec<String> = self
-                .escalation
-                .iter()
-                .map(|s| {
-                    let chs: Vec<&str> = s.channels.iter().map(|c| c.kind.as_str()).collect();
-                    let chs = if chs.is_empty() {
-                        "-".to_owned()
-                    } else {
-                        chs.join(",")
-                    };
-                    format!("{}→{chs}", crate::text::short_duration(s.after_ms))
-                })
-                .collect();
-            parts.push(format!("escalate {}", steps.join(" ")));
+            parts.push(format!(
+                "escalate {}",
+                crate::oncall::escalation_summary(&self.escalation)
+            ));
         }
         if !self.quiet_hours.is_empty() {
             parts.push(format!("quiet {}", self.quiet_hours.summary()));

@@ -67,12 +67,14 @@ impl WindowCounter {
                 }
             })
             .collect();
+        // one clock for every verdict, also for the rules that count nothing (their on-call state)
+        let now = self.server_time_ms().await?;
         let peeks = if hits.is_empty() {
             Vec::new()
         } else {
-            self.peek(&hits, None).await?
+            self.peek(&hits, Some(now)).await?
         };
-        Ok(explanation.finish(&peeks, mutes))
+        Ok(explanation.finish_at(&peeks, mutes, now))
     }
 
     async fn query<'a>(

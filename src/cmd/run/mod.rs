@@ -282,6 +282,7 @@ fn start_worker(
         topology: p.topology.clone(),
         alerts: klaxon_counter::Alerts::new(redis.clone(), &global.namespace),
         rules: deps.rules.clone(),
+        mutes: deps.mutes.clone(),
         prefetch: 16,
         output: w.output,
         trail: trail.clone(),
@@ -289,6 +290,8 @@ fn start_worker(
         #[cfg(feature = "fault-injection")]
         faults: klaxon_engine::alerts::Faults {
             crash_after_resolve: std::env::var(klaxon_engine::alerts::CRASH_AFTER_RESOLVE_ENV)
+                .is_ok_and(|v| v == "1"),
+            crash_after_remind: std::env::var(klaxon_engine::alerts::CRASH_AFTER_REMIND_ENV)
                 .is_ok_and(|v| v == "1"),
         },
     };

@@ -273,19 +273,31 @@ pub async fn current_alerts(
     Ok(out)
 }
 
-/// Explain's verdicts as JSON, each with `"alert"` ([`current_json`]) when its (rule, group) has an open alert.
+/// Explain's verdicts as JSON, each with `"alert"` ([`current_json`]) when its (rule, group) has an open alert,
+/// and `"onCall"` ([`klaxon_core::oncall::OnCallStatus::to_json`]) when the rule sets on-call fields: its
+/// reminders and escalation (with an open alert), its quiet hours.
 pub fn verdicts_json(verdicts: &[klaxon_core::RuleVerdict], alerts: &[Option<Alert>]) -> Vec<Value> {
     verdicts
         .iter()
         .enumerate()
         .map(|(i, v)| {
             let mut j = v.to_json();
-            if let Some(Some(a)) = alerts.get(i) {
+            let alert = alerts.get(i).and_then(Option::as_ref);
+            if let Some(a) = alert {
                 j["alert"] = current_json(a);
+            }
+            if let Some(on_call) = v.on_call(alert) {
+                j["onCall"] = on_call.to_json();
             }
             j
         })
         .collect()
+}
+
+/// Explain's on-call lines of a verdict for a table or a page: "reminders: 1 of 2 sent, …", "escalation: …",
+/// "in quiet hours until …" (empty when the rule sets no on-call field).
+pub fn on_call_words(verdict: &klaxon_core::RuleVerdict, alert: Option<&Alert>) -> Vec<String> {
+    verdict.on_call(alert).map(|s| s.words()).unwrap_or_default()
 }
 
 /// One line about a rule's open alert for a table: "alert 0f1e… firing since …, 3 events, resolves at …".
