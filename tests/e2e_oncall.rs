@@ -243,7 +243,7 @@ async fn a_fleet_of_three_reminds_max_times_and_escalates_once() {
     let fleet: Vec<common::Klaxon> = (0..3).map(|_| env.spawn("run", &[])).collect();
     let title = format!("Fleet ({})", env.namespace);
     env.publish(&project, &title, "g").count(2).ok();
-    let fired = firing(&hook, || fleet_logs(&fleet)).await;
+    let fired = common::firing_webhook(&hook, || fleet_logs(&fleet)).await;
     let got = hook.wait_for_count(3, Duration::from_secs(20)).await;
     assert_eq!(got.len(), 3, "two reminders; logs:\n{}", fleet_logs(&fleet));
     let got = esc.wait_for_count(1, Duration::from_secs(20)).await;
@@ -300,7 +300,7 @@ async fn kill_9_while_timers_are_pending_loses_and_repeats_nothing() {
     let mut fleet: Vec<common::Klaxon> = (0..3).map(|_| env.spawn("run", &[])).collect();
     let title = format!("Killed ({})", env.namespace);
     env.publish(&project, &title, "g").count(2).ok();
-    firing(&hook, || fleet_logs(&fleet)).await;
+    common::firing_webhook(&hook, || fleet_logs(&fleet)).await;
     // the opener's timers are in the delay queue now: kill it
     let opener = fleet
         .iter()
@@ -364,7 +364,7 @@ async fn a_muted_alert_is_neither_reminded_nor_escalated_but_still_resolves() {
     let mut k = env.spawn("run", &[]);
     let title = format!("Muted ({})", env.namespace);
     env.publish(&project, &title, "g").count(2).ok();
-    firing(&hook, || k.logs()).await;
+    common::firing_webhook(&hook, || k.logs()).await;
     env.ok(&[
         "mute",
         "add",
@@ -427,7 +427,7 @@ async fn explain_shows_reminders_left_the_next_step_and_quiet_hours() {
     let k = env.spawn("run", &[]);
     let title = format!("Explained ({})", env.namespace);
     env.publish(&project, &title, "g").count(2).ok();
-    let fired = firing(&hook, || k.logs()).await;
+    let fired = common::firing_webhook(&hook, || k.logs()).await;
 
     let check = |on_call: &Value, from: &str| {
         assert_eq!(on_call["reminders"]["sent"], 0, "{from}: {on_call}");
@@ -540,7 +540,7 @@ async fn a_worker_dying_between_a_reminder_and_its_next_timer_repeats_and_loses_
         .spawn("worker", &[]);
     let title = format!("Crash ({})", env.namespace);
     env.publish(&project, &title, "g").count(2).ok();
-    firing(&hook, || crashing.logs()).await;
+    common::firing_webhook(&hook, || crashing.logs()).await;
     // reminder 1 is due 2 s after the alert opened: the worker publishes it and aborts
     let died = klaxon_testkit::wait_for(Duration::from_secs(20), || {
         let up = crashing.get("/healthz").is_some();
