@@ -3,6 +3,7 @@
 mod cli;
 mod cmd;
 mod exit;
+mod global;
 mod log_filter;
 mod output;
 

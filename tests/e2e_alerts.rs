@@ -54,14 +54,10 @@ fn rules(project: &str, hook: &HttpSink) -> Value {
 
 /// The firing on both channels: (webhook body, PagerDuty event).
 async fn firing(s: &Stubs, logs: impl Fn() -> String) -> (Value, Value) {
-    let hooks = s.hook.wait_for_count(1, Duration::from_secs(15)).await;
-    assert_eq!(hooks.len(), 1, "the firing's webhook; log:\n{}", logs());
+    let hook = common::firing_webhook(&s.hook, &logs).await;
     let pds = s.pd.wait_for_count(1, Duration::from_secs(15)).await;
     assert_eq!(pds.len(), 1, "the firing's PagerDuty trigger; log:\n{}", logs());
-    let (hook, pd) = (hooks[0].json(), pds[0].json());
-    assert!(hook.get("kind").is_none(), "a firing has no kind: {hook}");
-    let alert_id = hook["alertId"].as_str().unwrap_or_default();
-    assert_eq!(alert_id.len(), 24, "the firing names its alert: {hook}");
+    let pd = pds[0].json();
     assert_eq!(pd["event_action"], "trigger", "{pd}");
     assert!(pd["dedup_key"].as_str().is_some_and(|k| !k.is_empty()), "{pd}");
     (hook, pd)
@@ -195,21 +191,12 @@ async fn a_crash_between_the_resolve_and_its_publishing_still_delivers_the_resol
     let fired = firing(&s, || crashing.logs()).await;
 
     // resolveAfter later the timer resolves the alert in Redis, and the worker aborts before publishing
-    let died = klaxon_testkit::wait_for(RESOLVE_AFTER + Duration::from_secs(15), || {
-        let up = crashing.get("/healthz").is_some();
-        async move { (!up).then_some(()) }
-    })
+    common::wait_for_abort(
+        &crashing,
+        RESOLVE_AFTER + Duration::from_secs(15),
+        "aborting between resolve and publish",
+    )
     .await;
-    assert!(
-        died.is_some(),
-        "the test hook must abort the worker; log:\n{}",
-        crashing.logs()
-    );
-    assert!(
-        crashing.logs().contains("aborting between resolve and publish"),
-        "{}",
-        crashing.logs()
-    );
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
         s.hook.count(),
@@ -290,21 +277,7 @@ async fn shadow_mode_records_the_resolved_messages_and_sends_nothing() {
         RESOLVE_AFTER + Duration::from_secs(15),
     );
     // the firing and the resolved message, on each channel
-    let records: Vec<Value> = klaxon_testkit::eventually_blocking(Duration::from_secs(10), || {
-        let out = env.ok(&[
-            "deliveries",
-            "list",
-            "--project",
-            &project,
-            "--status",
-            "shadow",
-            "-o",
-            "ndjson",
-        ]);
-        let r: Vec<Value> = out.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-        (r.len() >= 4).then_some(r)
-    })
-    .unwrap_or_else(|| panic!("four shadow records; log:\n{}", k.logs()));
+    let records = common::shadow_records(&env, &project, 4, Duration::from_secs(10), || k.logs());
     assert_eq!(records.len(), 4, "{records:?}");
     let by = |ch: &str| records.iter().filter(|r| r["channel"] == ch).count();
     assert_eq!((by("webhook"), by("pagerduty")), (2, 2), "{records:?}");

@@ -183,21 +183,12 @@ async fn a_flusher_killed_between_claim_and_publish_still_delivers_the_digest_on
     burst(&env, &project, &title, "k", 5);
 
     // the first firing is published at once; the worker then claims the window and aborts before publishing it
-    let died = klaxon_testkit::wait_for(Duration::from_secs(15), || {
-        let up = crashing.get("/healthz").is_some();
-        async move { (!up).then_some(()) }
-    })
+    common::wait_for_abort(
+        &crashing,
+        Duration::from_secs(15),
+        "aborting between claim and publish",
+    )
     .await;
-    assert!(
-        died.is_some(),
-        "the test hook must abort the worker; log:\n{}",
-        crashing.logs()
-    );
-    assert!(
-        crashing.logs().contains("aborting between claim and publish"),
-        "{}",
-        crashing.logs()
-    );
     let lead = slack.wait_for_count(1, Duration::from_secs(10)).await;
     assert_eq!(lead.len(), 1, "the first message went out before the crash");
     tokio::time::sleep(Duration::from_secs(1)).await;

@@ -33,14 +33,32 @@ fn rule(project: &str, hook: &HttpSink, extra: Value) -> Value {
     json!([{"_id": project, "notifications": [r]}])
 }
 
-/// The firing's webhook body (the first request of `hook`).
-async fn firing(hook: &HttpSink, logs: impl Fn() -> String) -> Value {
-    let got = hook.wait_for_count(1, Duration::from_secs(15)).await;
-    assert_eq!(got.len(), 1, "the firing's webhook; log:\n{}", logs());
-    let body = got[0].json();
-    assert!(body.get("kind").is_none(), "a firing has no kind: {body}");
-    assert_eq!(body["alertId"].as_str().map(str::len), Some(24), "{body}");
-    body
+/// One project with `rule(…, extra)` under a `run` process, two events of group `g` titled `title` published,
+/// and the alert's firing on the webhook.
+struct Fired {
+    hook: HttpSink,
+    env: Env,
+    project: String,
+    k: common::Klaxon,
+    body: Value,
+}
+
+async fn fired(title: &str, extra: Value) -> Fired {
+    let hook = HttpSink::start().await.expect("sink");
+    let env = Env::new();
+    let project = object_id();
+    env.import(&rule(&project, &hook, extra));
+    let k = env.spawn("run", &[]);
+    let title = format!("{title} ({})", env.namespace);
+    env.publish(&project, &title, "g").count(2).ok();
+    let body = common::firing_webhook(&hook, || k.logs()).await;
+    Fired {
+        hook,
+        env,
+        project,
+        k,
+        body,
+    }
 }
 
 async fn acknowledge(env: &Env, project: &str, alert_id: &str) {
@@ -57,18 +75,13 @@ async fn acknowledge(env: &Env, project: &str, alert_id: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_firing_alert_is_reminded_every_second_at_most_twice() {
-    let hook = HttpSink::start().await.expect("sink");
-    let env = Env::new();
-    let project = object_id();
-    env.import(&rule(
-        &project,
-        &hook,
-        json!({"renotify": {"every": 1_000, "max": 2}}),
-    ));
-    let mut k = env.spawn("run", &[]);
-    let title = format!("Timeout ({})", env.namespace);
-    env.publish(&project, &title, "g").count(2).ok();
-    let fired = firing(&hook, || k.logs()).await;
+    let Fired {
+        hook,
+        env,
+        mut k,
+        body: fired,
+        ..
+    } = fired("Timeout", json!({"renotify": {"every": 1_000, "max": 2}})).await;
     let got = hook.wait_for_count(3, Duration::from_secs(15)).await;
     assert_eq!(got.len(), 3, "two reminders; log:\n{}", k.logs());
     for (i, r) in got[1..].iter().enumerate() {
@@ -94,18 +107,13 @@ async fn a_firing_alert_is_reminded_every_second_at_most_twice() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acknowledged_alert_is_not_reminded() {
-    let hook = HttpSink::start().await.expect("sink");
-    let env = Env::new();
-    let project = object_id();
-    env.import(&rule(
-        &project,
-        &hook,
-        json!({"renotify": {"every": 2_000, "max": 3}}),
-    ));
-    let mut k = env.spawn("run", &[]);
-    let title = format!("Acked ({})", env.namespace);
-    env.publish(&project, &title, "g").count(2).ok();
-    let fired = firing(&hook, || k.logs()).await;
+    let Fired {
+        hook,
+        env,
+        project,
+        mut k,
+        body: fired,
+    } = fired("Acked", json!({"renotify": {"every": 2_000, "max": 3}})).await;
     acknowledge(&env, &project, fired["alertId"].as_str().unwrap_or_default()).await;
     // the first reminder was due 2 s after the alert opened: it finds the alert acknowledged and ends the chain
     k.wait_metric(
@@ -149,8 +157,8 @@ async fn an_unacknowledged_alert_escalates_once_and_an_acknowledged_one_does_not
     let title = format!("Down ({})", env.namespace);
     env.publish(&a, &title, "g").count(2).ok();
     env.publish(&b, &title, "g").count(2).ok();
-    let fired_a = firing(&hook_a, || k.logs()).await;
-    let fired_b = firing(&hook_b, || k.logs()).await;
+    let fired_a = common::firing_webhook(&hook_a, || k.logs()).await;
+    let fired_b = common::firing_webhook(&hook_b, || k.logs()).await;
     acknowledge(&env, &b, fired_b["alertId"].as_str().unwrap_or_default()).await;
 
     let got = esc_a.wait_for_count(1, Duration::from_secs(15)).await;
@@ -235,7 +243,7 @@ async fn a_fleet_of_three_reminds_max_times_and_escalates_once() {
     let fleet: Vec<common::Klaxon> = (0..3).map(|_| env.spawn("run", &[])).collect();
     let title = format!("Fleet ({})", env.namespace);
     env.publish(&project, &title, "g").count(2).ok();
-    let fired = firing(&hook, || fleet_logs(&fleet)).await;
+    let fired = common::firing_webhook(&hook, || fleet_logs(&fleet)).await;
     let got = hook.wait_for_count(3, Duration::from_secs(20)).await;
     assert_eq!(got.len(), 3, "two reminders; logs:\n{}", fleet_logs(&fleet));
     let got = esc.wait_for_count(1, Duration::from_secs(20)).await;
@@ -292,7 +300,7 @@ async fn kill_9_while_timers_are_pending_loses_and_repeats_nothing() {
     let mut fleet: Vec<common::Klaxon> = (0..3).map(|_| env.spawn("run", &[])).collect();
     let title = format!("Killed ({})", env.namespace);
     env.publish(&project, &title, "g").count(2).ok();
-    firing(&hook, || fleet_logs(&fleet)).await;
+    common::firing_webhook(&hook, || fleet_logs(&fleet)).await;
     // the opener's timers are in the delay queue now: kill it
     let opener = fleet
         .iter()
@@ -356,7 +364,7 @@ async fn a_muted_alert_is_neither_reminded_nor_escalated_but_still_resolves() {
     let mut k = env.spawn("run", &[]);
     let title = format!("Muted ({})", env.namespace);
     env.publish(&project, &title, "g").count(2).ok();
-    firing(&hook, || k.logs()).await;
+    common::firing_webhook(&hook, || k.logs()).await;
     env.ok(&[
         "mute",
         "add",
@@ -419,7 +427,7 @@ async fn explain_shows_reminders_left_the_next_step_and_quiet_hours() {
     let k = env.spawn("run", &[]);
     let title = format!("Explained ({})", env.namespace);
     env.publish(&project, &title, "g").count(2).ok();
-    let fired = firing(&hook, || k.logs()).await;
+    let fired = common::firing_webhook(&hook, || k.logs()).await;
 
     let check = |on_call: &Value, from: &str| {
         assert_eq!(on_call["reminders"]["sent"], 0, "{from}: {on_call}");
@@ -532,7 +540,7 @@ async fn a_worker_dying_between_a_reminder_and_its_next_timer_repeats_and_loses_
         .spawn("worker", &[]);
     let title = format!("Crash ({})", env.namespace);
     env.publish(&project, &title, "g").count(2).ok();
-    firing(&hook, || crashing.logs()).await;
+    common::firing_webhook(&hook, || crashing.logs()).await;
     // reminder 1 is due 2 s after the alert opened: the worker publishes it and aborts
     let died = klaxon_testkit::wait_for(Duration::from_secs(20), || {
         let up = crashing.get("/healthz").is_some();

@@ -69,21 +69,7 @@ async fn shadow_records_the_leading_edge_then_the_digest_and_publishes_nothing()
     );
 
     // the trail: 3 email + 2 webhook records, status shadow, the webhook digest the last one
-    let records: Vec<Value> = klaxon_testkit::eventually_blocking(T, || {
-        let out = env.ok(&[
-            "deliveries",
-            "list",
-            "--project",
-            &project,
-            "--status",
-            "shadow",
-            "-o",
-            "ndjson",
-        ]);
-        let r: Vec<Value> = out.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-        (r.len() >= 5).then_some(r)
-    })
-    .unwrap_or_else(|| panic!("five shadow records; log:\n{}", k.logs()));
+    let records = common::shadow_records(&env, &project, 5, T, || k.logs());
     assert_eq!(records.len(), 5, "{records:?}");
     let by = |ch: &str| records.iter().filter(|r| r["channel"] == ch).count();
     assert_eq!((by("email"), by("webhook")), (3, 2), "{records:?}");

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Args;
-use klaxon_core::{EventTask, Explanation};
+use klaxon_core::{Event, Explanation};
 use klaxon_counter::{RedisHandle, WindowCounter};
 use klaxon_store::RuleStore;
 use serde_json::json;
@@ -55,14 +55,12 @@ pub struct ExplainArgs {
 }
 
 pub async fn run(args: ExplainArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
-    let mut event = json!({"title": args.title, "groupHash": args.group, "isNew": args.new});
-    if let Some(u) = &args.user {
-        event["user"] = json!(u);
+    // Validated exactly like an event on the queue (and like the API's explain).
+    if !klaxon_core::event::is_object_id(&args.project) {
+        return Err(usage("field `projectId` must be a 24-hex-digit ObjectId"));
     }
-    let task = json!({"projectId": args.project, "event": event}).to_string();
-    let event = EventTask::parse(task.as_bytes())
-        .map_err(|e| usage(e.to_string()))?
-        .event;
+    let event = Event::from_fields(&args.title, &args.group, args.new, args.user.as_deref())
+        .map_err(|e| usage(e.to_string()))?;
     let limits = crate::cli::limits(Some(&args.rule_limits), Some(&args.mute_limits))?;
     let store = RuleStore::connect(&global.mongo_url, &global.mongo_db())
         .await

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
+use klaxon_api::rest::mutes::{MuteEnd, MuteRequest};
 use klaxon_counter::{Mutes, RedisHandle, WindowCounter};
-use serde_json::json;
 
 use crate::cli::{duration_secs, GlobalOpts, MuteLimitOpts};
 use crate::exit::{ensure_usage, usage};
@@ -119,16 +119,19 @@ pub async fn run(args: MuteArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode
     let mutes = Mutes::new(redis, &global.namespace).with_limit(limits.max_mutes);
     match args.command {
         MuteCommand::Add(a) => {
-            let mut req = json!({"ruleId": a.rule, "groupHash": a.group});
-            if let Some(u) = a.until {
-                req["until"] = json!(u);
-            }
-            if let Some(f) = a.for_ {
-                req["for"] = json!(f.as_secs());
-            }
+            let end = match (a.until, a.for_) {
+                (Some(u), _) => MuteEnd::Until(u),
+                (None, Some(f)) => MuteEnd::For(f.as_secs()),
+                (None, None) => return Err(usage("give `until` (RFC 3339) or `for` (seconds)")),
+            };
+            let req = MuteRequest {
+                rule_id: a.rule,
+                group_hash: a.group,
+                end,
+            };
             let id = format!("{:016x}", rand::random::<u64>());
             // What the API would answer 400 to: the flags' values are wrong.
-            let mute = klaxon_api::rest::mutes::mute_from_request(&req, now, id).map_err(usage)?;
+            let mute = req.to_mute(now, id).map_err(usage)?;
             // Over the project's limit: exit 1 with what to do (the API answers 409).
             if let klaxon_counter::mutes::Added::Full { active } =
                 mutes.add(&a.project, &mute, Some(now)).await?

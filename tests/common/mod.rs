@@ -511,3 +511,60 @@ pub fn webhook_channel(url: &str) -> klaxon_core::alert::AlertChannel {
         severity: None,
     }
 }
+
+/// The delivery trail's records of `project` with status `shadow` (`klaxon deliveries list -o ndjson`), once
+/// there are at least `n` of them (within `within`; the panic shows `logs`).
+pub fn shadow_records(
+    env: &Env,
+    project: &str,
+    n: usize,
+    within: Duration,
+    logs: impl Fn() -> String,
+) -> Vec<serde_json::Value> {
+    klaxon_testkit::eventually_blocking(within, || {
+        let out = env.ok(&[
+            "deliveries",
+            "list",
+            "--project",
+            project,
+            "--status",
+            "shadow",
+            "-o",
+            "ndjson",
+        ]);
+        let r: Vec<serde_json::Value> = out.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        (r.len() >= n).then_some(r)
+    })
+    .unwrap_or_else(|| panic!("{n} shadow records; log:\n{}", logs()))
+}
+
+/// Waits (at most `within`) until the binary's test-only fault injection aborted `k`, which logs `said` as it
+/// does.
+pub async fn wait_for_abort(k: &Klaxon, within: Duration, said: &str) {
+    let died = klaxon_testkit::wait_for(within, || {
+        let up = k.get("/healthz").is_some();
+        async move { (!up).then_some(()) }
+    })
+    .await;
+    assert!(
+        died.is_some(),
+        "the test hook must abort the worker; log:\n{}",
+        k.logs()
+    );
+    assert!(k.logs().contains(said), "{}", k.logs());
+}
+
+/// The webhook body of an alert's firing: the first request of `hook` (within 15 s), which names its alert and
+/// has no `kind`.
+pub async fn firing_webhook(hook: &klaxon_testkit::HttpSink, logs: impl Fn() -> String) -> serde_json::Value {
+    let got = hook.wait_for_count(1, Duration::from_secs(15)).await;
+    assert_eq!(got.len(), 1, "the firing's webhook; log:\n{}", logs());
+    let body = got[0].json();
+    assert!(body.get("kind").is_none(), "a firing has no kind: {body}");
+    assert_eq!(
+        body["alertId"].as_str().map(str::len),
+        Some(24),
+        "the firing names its alert: {body}"
+    );
+    body
+}

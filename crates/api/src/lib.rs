@@ -1,7 +1,8 @@
 //! Klaxon's HTTP API (the contract's "HTTP API and console") and the browser console, mounted beside
 //! `/metrics` on `--http-addr`. This file is the router and the layers around it; the handlers are in
 //! [`rest`] (one file per resource) and `console/` (server-rendered pages), over one shared state (`state.rs`:
-//! the backing services' clients, each connected on first use).
+//! the process's clients of Redis and MongoDB, [`klaxon_engine::clients::Clients`], and the API's own RabbitMQ
+//! session).
 //!
 //! ```text
 //!  client ──▶ guard (Host, cross-site) ──▶ auth (Bearer token, or loopback only; wrong tokens throttled per client)
@@ -18,7 +19,8 @@
 //!   rest/invalid.rs        GET /api/v1/invalid, POST …/invalid/replay ──▶ `<ns>.events.invalid` ──▶ the events queue
 //!
 //!  browser ──▶ GET / (console/mod.rs): its own guard, session auth and CSRF; the same state and rest/ functions,
-//!              as HTML pages (console/{projects,mutes,edit,explain,deliveries,dead,invalid}.rs)
+//!              as HTML pages (console/{projects,mutes,alerts,edit,explain,deliveries,dead,invalid}.rs; the
+//!              action links of messages in console/action.rs, sign-in in console/auth.rs)
 //! ```
 //!
 //! Backing services are connected on first use, so the API answers (with 503) even while one is down, and
@@ -36,7 +38,6 @@ mod state;
 mod throttle;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -46,8 +47,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::Router;
 use klaxon_broker::QueueType;
-use klaxon_store::RuleStore;
-use tokio::sync::OnceCell;
 
 pub use error::ApiError;
 use state::Api;
@@ -63,14 +62,11 @@ pub const HANDLER_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct ApiConfig {
     /// The namespace (queues, Redis keys).
     pub namespace: String,
-    /// RabbitMQ URL.
+    /// RabbitMQ URL: the API keeps one connection of its own for all its requests and console pages.
     pub amqp_url: String,
-    /// Redis URL (a comma-separated list = Redis Cluster).
-    pub redis_url: String,
-    /// MongoDB URL.
-    pub mongo_url: String,
-    /// MongoDB database.
-    pub mongo_db: String,
+    /// The process's Redis and MongoDB clients, shared with its other parts (each connected once, on first
+    /// use: the API answers 503 while one is down).
+    pub clients: klaxon_engine::clients::Clients,
     /// The events queue `POST /api/v1/events` publishes to.
     pub events_queue: String,
     /// Queue type used when the events queue has to be declared.
@@ -87,17 +83,9 @@ pub struct ApiConfig {
     /// `--allowed-hosts`: the host names the API and the console answer to, besides `localhost` and IP
     /// addresses (anything else: 421).
     pub allowed_hosts: guard::AllowedHosts,
-    /// The Redis handle, connected on first use to `redis_url`. Share the cell with the rest of the process so
-    /// that it has one Redis client; a fresh one when nothing else uses it.
-    pub redis: Arc<OnceCell<klaxon_counter::RedisHandle>>,
-    /// The rule store (rules and the delivery trail), connected on first use to `mongo_url`. Share the cell
-    /// with the rest of the process so that it has one MongoDB client; a fresh one when nothing else uses it.
-    pub rule_store: Arc<OnceCell<RuleStore>>,
     /// The webhook master keys (`KLAXON_WEBHOOK_SECRET`, `…_PREVIOUS`): the API and the console show each
     /// (project, endpoint)'s signing secret derived from them. `None`: webhooks are unsigned.
     pub webhook_keys: Option<klaxon_channels::webhook::SigningKeys>,
-    /// The process's defaults for what rules leave unset (`--including-case`), for a store this API connects.
-    pub rule_defaults: klaxon_core::RuleDefaults,
     /// `KLAXON_ACTION_KEY`: the console serves the signed action links of messages (`/a/<token>`) only when
     /// set; `None`: those pages say that action links are off.
     pub action_key: Option<klaxon_core::action::ActionKey>,

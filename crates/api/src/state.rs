@@ -1,5 +1,6 @@
-//! The API's state: the configuration and the backing services' clients, each connected on first use (so the
-//! API answers, with 503, even while one is down), shared by the REST handlers and the console.
+//! The API's state: the configuration, the process's Redis and MongoDB clients (each connected on first use, so
+//! the API answers, with 503, even while one is down) and the API's own RabbitMQ session, shared by the REST
+//! handlers and the console.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,8 +20,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 struct Inner {
     config: ApiConfig,
-    store: Arc<OnceCell<RuleStore>>,
-    redis: Arc<OnceCell<RedisHandle>>,
     /// The API's one RabbitMQ session, for every request and console page (reopened when it broke).
     amqp: Mutex<Option<Session>>,
     trail: OnceCell<TrailReader>,
@@ -36,8 +35,6 @@ impl Api {
     /// The state of a router over `config`: nothing is connected yet.
     pub(crate) fn new(config: ApiConfig) -> Self {
         Api(Arc::new(Inner {
-            store: config.rule_store.clone(),
-            redis: config.redis.clone(),
             config,
             amqp: Mutex::new(None),
             trail: OnceCell::new(),
@@ -60,24 +57,17 @@ impl Api {
         self.rule_store().await.map_err(ApiError::rules)
     }
 
-    /// The rule store (connected on first use): the API's one MongoDB client, for rules and the trail.
+    /// The rule store (connected on first use): the process's one MongoDB client, for rules and the trail.
     pub(crate) async fn rule_store(&self) -> Result<&RuleStore, RulesError> {
-        let c = &self.0.config;
-        self.0
-            .store
-            .get_or_try_init(|| async {
-                RuleStore::connect(&c.mongo_url, &c.mongo_db)
-                    .await
-                    .map(|s| s.with_rule_defaults(c.rule_defaults))
-            })
-            .await
+        self.0.config.clients.store().await
     }
 
     /// The Redis handle (connected on first use).
     pub(crate) async fn redis(&self) -> Result<RedisHandle, ApiError> {
         self.0
-            .redis
-            .get_or_try_init(|| RedisHandle::connect(&self.0.config.redis_url))
+            .config
+            .clients
+            .redis()
             .await
             .cloned()
             .map_err(|e| ApiError::unavailable("Redis", e))

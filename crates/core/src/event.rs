@@ -170,6 +170,47 @@ impl EventTask {
         let ev = wire
             .event
             .ok_or_else(|| InvalidEvent("missing required field `event`".to_owned()))?;
+        Ok(EventTask {
+            project_id,
+            event: Event::from_wire(ev)?,
+        })
+    }
+}
+
+impl Event {
+    /// The `event` object of a notifier task on its own (explain's request body), validated exactly as
+    /// [`EventTask::parse`] validates it on the queue; the reason of a refusal is bounded the same way.
+    pub fn from_json(event: serde_json::Value) -> Result<Self, InvalidEvent> {
+        let wire: WireEvent = serde_json::from_value(event).map_err(|e| {
+            InvalidEvent(crate::text::reason(&format!(
+                "body is not a valid notifier task: {}",
+                crate::text::one_line(&e.to_string(), 160)
+            )))
+        })?;
+        Self::from_wire(wire).map_err(|e| InvalidEvent(crate::text::reason(&e.0)))
+    }
+
+    /// An event given field by field (explain's form and flags), validated as [`Event::from_json`] validates
+    /// `{"title", "groupHash", "isNew", "user"?}`.
+    pub fn from_fields(
+        title: &str,
+        group_hash: &str,
+        is_new: bool,
+        user: Option<&str>,
+    ) -> Result<Self, InvalidEvent> {
+        use serde_json::Value as Json;
+        let wire = WireEvent {
+            title: Some(Json::String(title.to_owned())),
+            group_hash: Some(Json::String(group_hash.to_owned())),
+            is_new: Some(Json::Bool(is_new)),
+            repetition_id: None,
+            timestamp: None,
+            user: user.map(|u| Json::String(u.to_owned())),
+        };
+        Self::from_wire(wire).map_err(|e| InvalidEvent(crate::text::reason(&e.0)))
+    }
+
+    fn from_wire(ev: WireEvent) -> Result<Self, InvalidEvent> {
         let title = required_string(ev.title, "event.title")?;
         let group_hash = required_string(ev.group_hash, "event.groupHash")?;
         use serde_json::Value as Json;
@@ -191,16 +232,13 @@ impl EventTask {
             Json::Number(n) => Ok(n.as_f64()),
             other => Err(other),
         })?;
-        Ok(EventTask {
-            project_id,
-            event: Event {
-                title,
-                group_hash,
-                is_new,
-                repetition_id,
-                timestamp,
-                user: user_of(ev.user),
-            },
+        Ok(Event {
+            title,
+            group_hash,
+            is_new,
+            repetition_id,
+            timestamp,
+            user: user_of(ev.user),
         })
     }
 }
@@ -241,6 +279,47 @@ mod tests {
         assert_eq!(t.event.group_hash, "11da");
         assert!(t.event.is_new);
         assert_eq!(t.event.repetition_id, None);
+    }
+
+    #[test]
+    fn an_event_alone_is_validated_as_on_the_queue() {
+        let cases = [
+            serde_json::json!({"title": "TypeError: x", "groupHash": "11da", "isNew": true, "user": {"id": "u1"}}),
+            serde_json::json!({"title": "T", "groupHash": "g"}),
+            serde_json::json!({"title": "", "groupHash": "g"}),
+            serde_json::json!({"title": "T", "groupHash": 7}),
+            serde_json::json!({"title": "T", "groupHash": "g", "isNew": "yes"}),
+            serde_json::json!({"groupHash": "g"}),
+        ];
+        for event in cases {
+            let task = serde_json::json!({"projectId": P, "event": event}).to_string();
+            let queued = EventTask::parse(task.as_bytes()).map(|t| t.event);
+            assert_eq!(Event::from_json(event.clone()), queued, "{event}");
+        }
+        let by_fields = Event::from_fields("TypeError: x", "11da", true, Some(" u1 ")).expect("valid");
+        assert_eq!(
+            (
+                by_fields.title.as_str(),
+                by_fields.group_hash.as_str(),
+                by_fields.is_new
+            ),
+            ("TypeError: x", "11da", true)
+        );
+        assert_eq!(by_fields.user.as_deref(), Some("u1"));
+        assert_eq!(
+            Event::from_fields("T", "g", false, Some("  "))
+                .expect("valid")
+                .user,
+            None
+        );
+        assert_eq!(
+            Event::from_fields("", "g", false, None),
+            Err(InvalidEvent("field `event.title` must not be empty".into()))
+        );
+        assert_eq!(
+            Event::from_fields("T", "", false, None),
+            Err(InvalidEvent("field `event.groupHash` must not be empty".into()))
+        );
     }
 
     #[test]

@@ -40,6 +40,7 @@
 //! * **Delivery.** [`Dedup`] (`lua/dedup_*.lua`: a notification id is delivered once) and [`Gcra`]
 //!   (`lua/gcra_reserve.lua`: fleet-wide rate limits) are the Redis half of the senders' pipeline; the
 //!   policy around them (which limits apply, what a busy claim or a far slot means) is the engine's.
+//!   [`DirectKeys`] (`direct.rs`) are the idempotency keys of the API's direct notifications.
 //! * **Alerts.** [`Alerts`] (`lua/alert_*.lua`, `lua/alerts_read.lua`) holds each (rule, group)'s alert: opened
 //!   once per firing across a fleet, counted while open, acknowledged and resolved in one atomic step each.
 //!   [`Conversations`] keeps each alert's firing message on Discord and Telegram, which its lifecycle messages
@@ -54,6 +55,7 @@ pub mod consumers;
 pub mod conversation;
 pub mod dedup;
 pub mod digest;
+pub mod direct;
 mod error;
 pub mod eviction;
 pub mod gcra;
@@ -71,6 +73,7 @@ pub use consumers::{Consumers, Registered};
 pub use conversation::{Conversation, Conversations};
 pub use dedup::Dedup;
 pub use digest::{Append, Appended, Claim, DigestKey, Digests, HeldClaim, HeldEntry, Hold};
+pub use direct::DirectKeys;
 pub use error::CounterError;
 pub use eviction::{eviction_policies, EvictionPolicies, NodePolicy, PolicySource, NO_EVICTION};
 pub use gcra::{Gcra, Slot};

@@ -37,7 +37,7 @@ use klaxon_broker::{set_aside, Delivery, Outgoing, Publisher, Topology};
 use klaxon_core::notification::{notification_id, DigestWindow, NotificationTask};
 use klaxon_core::{ChannelKind, NotificationEvent};
 use klaxon_counter::{Append, Claim, DigestKey, Digests};
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::internal_events::{DigestPublished, RedisFailed};
@@ -77,22 +77,56 @@ pub struct DigestDeps {
 }
 
 /// A due-window message: which digest, and which window of it; or which quiet-hours hold (`held`), due at
-/// `window_start_ms` (the quiet window's end).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `window_start_ms` (the quiet window's end). On the wire, JSON in this field order:
+/// `{"projectId", "ruleId", "channel", "endpoint", "minPeriodS", "windowStartMs", "projectName"?, "severity"?,
+/// "held"?}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct Flush {
     pub(crate) project_id: String,
-    /// The project's name from the firing that opened the window (absent in flush messages of earlier versions).
-    pub(crate) project_name: Option<String>,
     pub(crate) rule_id: String,
     pub(crate) channel: ChannelKind,
     pub(crate) endpoint: String,
+    /// Positive for a digest window ([`Flush::parse`] refuses 0); a hold's channel may have no digest period.
     pub(crate) min_period_s: u64,
-    /// The channel's severity (PagerDuty; absent in flush messages of earlier versions).
-    pub(crate) severity: Option<klaxon_core::Severity>,
     pub(crate) window_start_ms: i64,
+    /// The project's name from the firing that opened the window (absent in flush messages of earlier versions;
+    /// anything but a string reads as absent).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_string"
+    )]
+    pub(crate) project_name: Option<String>,
+    /// The channel's severity (PagerDuty; absent in flush messages of earlier versions; a value this version does
+    /// not know reads as absent).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_severity"
+    )]
+    pub(crate) severity: Option<klaxon_core::Severity>,
     /// A quiet-hours hold (`"held": true`) rather than a digest window: claimed with `claim_held` when due at
     /// `window_start_ms`, released as one [`NotificationTask::for_held`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) held: bool,
+}
+
+/// An optional string that is absent when it is not one.
+fn lenient_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(match Option::<serde_json::Value>::deserialize(d)? {
+        Some(serde_json::Value::String(s)) => Some(s),
+        _ => None,
+    })
+}
+
+/// An optional severity that is absent when it is not one this version knows.
+fn lenient_severity<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<klaxon_core::Severity>, D::Error> {
+    Ok(lenient_string(d)?
+        .as_deref()
+        .and_then(klaxon_core::Severity::parse))
 }
 
 impl Flush {
@@ -120,62 +154,16 @@ impl Flush {
     }
 
     fn to_json(&self) -> Vec<u8> {
-        let mut v = json!({
-            "projectId": self.project_id,
-            "ruleId": self.rule_id,
-            "channel": self.channel.as_str(),
-            "endpoint": self.endpoint,
-            "minPeriodS": self.min_period_s,
-            "windowStartMs": self.window_start_ms,
-        });
-        if let Some(name) = &self.project_name {
-            v["projectName"] = Value::from(name.as_str());
-        }
-        if let Some(severity) = self.severity {
-            v["severity"] = Value::from(severity.as_str());
-        }
-        if self.held {
-            v["held"] = Value::Bool(true);
-        }
-        v.to_string().into_bytes()
+        // A struct of strings and numbers always encodes.
+        serde_json::to_vec(self).unwrap_or_default()
     }
 
     fn parse(body: &[u8]) -> Result<Self, String> {
-        let v: Value = serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
-        let s = |k: &str| {
-            v.get(k)
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-                .ok_or_else(|| format!("missing string `{k}`"))
-        };
-        let channel = s("channel")?;
-        let channel = ChannelKind::ALL
-            .into_iter()
-            .find(|c| c.as_str() == channel)
-            .ok_or_else(|| format!("unknown channel `{channel}`"))?;
-        let held = v.get("held").and_then(Value::as_bool).unwrap_or(false);
-        Ok(Flush {
-            held,
-            project_id: s("projectId")?,
-            project_name: s("projectName").ok(),
-            rule_id: s("ruleId")?,
-            channel,
-            endpoint: s("endpoint")?,
-            severity: s("severity")
-                .ok()
-                .as_deref()
-                .and_then(klaxon_core::Severity::parse),
-            // a hold's channel may have no digest period
-            min_period_s: v
-                .get("minPeriodS")
-                .and_then(Value::as_u64)
-                .filter(|p| *p > 0 || held)
-                .ok_or("missing positive `minPeriodS`")?,
-            window_start_ms: v
-                .get("windowStartMs")
-                .and_then(Value::as_i64)
-                .ok_or("missing `windowStartMs`")?,
-        })
+        let f: Flush = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+        if f.min_period_s == 0 && !f.held {
+            return Err("missing positive `minPeriodS`".into());
+        }
+        Ok(f)
     }
 
     /// The message that flushes this window (or releases this hold), delayed by `wait`.
@@ -420,6 +408,28 @@ mod tests {
     fn flush_messages_round_trip() {
         let f = flush();
         assert_eq!(Flush::parse(&f.to_json()), Ok(f.clone()));
+        // the exact bytes on the wire (flush messages wait in the delay queues across versions)
+        let wire = r#"{"projectId":"p","ruleId":"r","channel":"telegram","endpoint":"123","minPeriodS":60,"windowStartMs":1700000000000,"projectName":"Acme"}"#;
+        assert_eq!(String::from_utf8(f.to_json()).expect("utf-8"), wire);
+        assert_eq!(Flush::parse(wire.as_bytes()), Ok(f.clone()));
+        let paged = Flush {
+            channel: ChannelKind::Pagerduty,
+            project_name: None,
+            severity: Some(klaxon_core::Severity::Critical),
+            ..flush()
+        };
+        let wire = r#"{"projectId":"p","ruleId":"r","channel":"pagerduty","endpoint":"123","minPeriodS":60,"windowStartMs":1700000000000,"severity":"critical"}"#;
+        assert_eq!(String::from_utf8(paged.to_json()).expect("utf-8"), wire);
+        assert_eq!(Flush::parse(wire.as_bytes()), Ok(paged));
+        // what this version does not know reads as absent
+        let newer = br#"{"projectId":"p","ruleId":"r","channel":"telegram","endpoint":"123","minPeriodS":60,"windowStartMs":1700000000000,"projectName":7,"severity":"fatal","more":1}"#;
+        assert_eq!(
+            Flush::parse(newer),
+            Ok(Flush {
+                project_name: None,
+                ..flush()
+            })
+        );
         // the window's digest shows the name of the project
         assert_eq!(f.task(1, vec![]).project_name.as_deref(), Some("Acme"));
         // a flush message of an earlier version has no name: its digest shows the id
@@ -433,7 +443,7 @@ mod tests {
             }
         );
         assert_eq!(parsed.task(1, vec![]).project_name, None);
-        for bad in [&b"nope"[..], br#"{"projectId":"p"}"#, br#"{"projectId":"p","ruleId":"r","channel":"fax","endpoint":"","minPeriodS":1,"windowStartMs":1}"#] {
+        for bad in [&b"nope"[..], br#"{"projectId":"p"}"#, br#"{"projectId":"p","ruleId":"r","channel":"fax","endpoint":"","minPeriodS":1,"windowStartMs":1}"#, br#"{"projectId":"p","ruleId":"r","channel":"email","endpoint":"","minPeriodS":0,"windowStartMs":1}"#] {
             assert!(Flush::parse(bad).is_err());
         }
     }

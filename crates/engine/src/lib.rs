@@ -28,6 +28,7 @@
 
 pub mod alerts;
 pub mod breaker;
+pub mod clients;
 pub mod consumers;
 pub mod digest;
 mod internal_events;

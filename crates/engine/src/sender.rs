@@ -31,9 +31,9 @@
 //! message (a reply on Telegram) inside the same slot, rate-limit reservation and breaker record as any
 //! delivery. A failed edit or a missing id only means a new message.
 //!
-//! The walk above only decides: it ends in one `Next` (delivered, duplicate, park, retry, dead), and one exit
-//! (`settle`) carries it out — releases the dedup lease unless delivered, logs, counts, records the trail and
-//! re-publishes — before the task is acked.
+//! The walk above (`attempt_delivery`) makes at most one delivery attempt and ends in one `Next` (delivered,
+//! duplicate, park, retry, dead); one exit (`settle`) carries it out — releases the dedup lease unless delivered,
+//! logs, counts, records the trail and re-publishes — before the task is acked.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -271,8 +271,8 @@ fn outcome<T>(result: &Result<T, DeliveryError>) -> Outcome {
     }
 }
 
-/// What becomes of a task: decided by [`decide`] (and [`after_attempt`] once it was tried), carried out by
-/// [`settle`], the one exit (lease, log, metric, trail, re-publish; the caller then acks).
+/// What becomes of a task: the outcome of [`attempt_delivery`] (through [`after_attempt`] once it was tried),
+/// carried out by [`settle`], the one exit (lease, log, metric, trail, re-publish; the caller then acks).
 #[derive(Debug, Clone, PartialEq)]
 enum Next {
     /// Sent after `attempts` attempts: mark the id delivered.
@@ -337,13 +337,14 @@ async fn handle(ctx: &Ctx, delivery: &Delivery) -> Result<(), EngineError> {
         }
     };
     let token = token();
-    let (next, leased) = decide(ctx, &task, before, &token).await;
+    let (next, leased) = attempt_delivery(ctx, &task, before, &token).await;
     settle(ctx, delivery, Some(&task), leased.then_some(&token), next).await
 }
 
-/// Walks the task through the pipeline (see the module docs) up to the first step that decides; true with
-/// the decision when the task still holds the dedup lease `token`.
-async fn decide(ctx: &Ctx, task: &NotificationTask, before: u32, token: &str) -> (Next, bool) {
+/// One delivery attempt of `task`: walks it through the pipeline (see the module docs) and delivers it when no
+/// step before stops it (scheduled for later, a breaker, dedup, the endpoint's share, the rate limit, the host's
+/// bulkhead). Returns what becomes of the task, and true when it still holds the dedup lease `token`.
+async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token: &str) -> (Next, bool) {
     let deps = &ctx.deps;
     let channel = ctx.channel;
     let id = task.notification_id.as_str();

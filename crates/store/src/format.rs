@@ -89,6 +89,11 @@ pub fn rule_to_document(rule: &Value) -> Result<Document, RulesError> {
 pub fn parse_import(text: &str) -> Result<Vec<ProjectNotifications>, RulesError> {
     let value: Value =
         serde_json::from_str(text).map_err(|e| RulesError::InvalidInput(format!("not valid JSON: {e}")))?;
+    import_from_json(&value)
+}
+
+/// [`parse_import`] of a file already read as JSON (the API's `PUT …/rules` body).
+pub fn import_from_json(value: &Value) -> Result<Vec<ProjectNotifications>, RulesError> {
     let Value::Array(items) = value else {
         return Err(RulesError::InvalidInput(
             "expected a JSON array of {\"_id\": \"<projectId>\", \"notifications\": [...]}".into(),

@@ -38,7 +38,7 @@ pub mod trail;
 
 pub use cache::{InvalidationMode, RuleCache, DEFAULT_TTL};
 pub use error::RulesError;
-pub use format::{export_json, parse_import, ProjectNotifications};
+pub use format::{export_json, import_from_json, parse_import, ProjectNotifications};
 pub use mongo::check_url;
 pub use store::{RuleStore, StoredProject};
 pub use trail::{Trail, TrailReader};

@@ -13,11 +13,19 @@ mod latency;
 mod pipeline;
 mod steady;
 
+// `klaxon`'s own global options, the same file (`klaxon bench` passes its values on as the variables); the benches
+// use the services' URLs and the log format, not the namespace options.
+#[allow(dead_code)]
+#[path = "../../global.rs"]
+mod global;
+
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser};
+use clap::{CommandFactory, FromArgMatches, Parser};
+
+pub use global::GlobalOpts;
 
 const EXAMPLES: &str = "\
 Examples:
@@ -40,48 +48,6 @@ struct Cli {
     global: GlobalOpts,
     #[command(subcommand)]
     what: pipeline::BenchWhat,
-}
-
-/// The service URLs the benches use (`klaxon bench` passes its own as the variables).
-#[derive(Debug, Args)]
-pub struct GlobalOpts {
-    /// RabbitMQ URL.
-    #[arg(
-        long,
-        env = "KLAXON_AMQP_URL",
-        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f",
-        global = true,
-        hide_env_values = true
-    )]
-    pub amqp_url: String,
-    /// Redis URL.
-    #[arg(
-        long,
-        env = "KLAXON_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379/",
-        global = true,
-        hide_env_values = true
-    )]
-    pub redis_url: String,
-    /// MongoDB URL.
-    #[arg(
-        long,
-        env = "KLAXON_MONGO_URL",
-        default_value = "mongodb://127.0.0.1:27017",
-        global = true,
-        hide_env_values = true
-    )]
-    pub mongo_url: String,
-    /// Log format.
-    #[arg(
-        long,
-        env = "KLAXON_LOG_FORMAT",
-        default_value = "text",
-        value_parser = ["text", "json"],
-        global = true,
-        hide_env_values = true
-    )]
-    pub log_format: String,
 }
 
 /// The `klaxon` binary the benches start as children: the one next to this binary.
@@ -143,7 +109,12 @@ fn init_tracing(format: &str) {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // The benches make a namespace per run: klaxon's namespace options are accepted (scripts that pass them
+    // everywhere keep working) but not shown.
+    let command = ["namespace", "mongo_db", "events_queue"]
+        .into_iter()
+        .fold(Cli::command(), |c, id| c.mut_arg(id, |a| a.hide(true)));
+    let cli = Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
     init_tracing(&cli.global.log_format);
     match pipeline::run(cli.what, &cli.global).await {
         Ok(code) => code,

@@ -2,11 +2,11 @@
 //!
 //! Three steps: [`args`] is the command line (clap structures only); [`plan::Plan::from_args`] validates every
 //! option into typed configurations before anything connects (a wrong value exits 2); [`run`] starts the HTTP
-//! server and the parts the plan names on one set of clients: one Redis handle and one MongoDB client, shared
-//! by the worker, the digest flusher, the senders and the API, each connected once by whichever part needs it
-//! first. Every RabbitMQ loop (worker, digest flusher, one sender per channel) owns its connection, because it
-//! reconnects on its own after a failure (`klaxon_engine::supervise`); they open it the same way, through
-//! `klaxon_broker::Session::open`. The API keeps one connection for all its requests and console pages.
+//! server and the parts the plan names on one set of clients ([`klaxon_engine::clients::Clients`]): one Redis
+//! handle and one MongoDB client, shared by the worker, the digest flusher, the senders and the API, each
+//! connected once by whichever part needs it first. Every RabbitMQ loop (worker, digest flusher, one sender per
+//! channel) owns its connection, because it reconnects on its own after a failure (`klaxon_engine::supervise`);
+//! they open it the same way, through `klaxon_broker::Session::open`. The API keeps one connection for all its requests and console pages.
 
 mod args;
 mod plan;
@@ -20,12 +20,12 @@ use klaxon_broker::Topology;
 use klaxon_core::ChannelKind;
 use klaxon_counter::{Dedup, RedisHandle, WindowCounter};
 use klaxon_engine::breaker::{Breakers, Bulkheads};
+use klaxon_engine::clients::Clients;
 use klaxon_engine::metrics::Metrics;
 use klaxon_engine::ops_server::Readiness;
 use klaxon_engine::ratelimit::RateLimiter;
 use klaxon_engine::{sender, worker};
 use klaxon_store::{RuleCache, RuleStore, Trail};
-use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -38,40 +38,6 @@ use crate::cli::GlobalOpts;
 const DRAIN_DEADLINE: Duration = Duration::from_secs(8);
 /// How long after SIGTERM/SIGINT open HTTP requests may still run (counted from the signal, not after the drain).
 const HTTP_DEADLINE: Duration = Duration::from_millis(9_000);
-
-/// The process's clients of Redis and MongoDB: each connected once, by whichever part (worker, sender, API)
-/// needs it first, and shared by all.
-#[derive(Clone, Default)]
-struct Clients {
-    redis: Arc<OnceCell<RedisHandle>>,
-    store: Arc<OnceCell<RuleStore>>,
-}
-
-impl Clients {
-    /// The Redis handle (a connection manager: it reconnects by itself after a failure).
-    async fn redis(&self, url: &str) -> Result<RedisHandle, klaxon_counter::CounterError> {
-        self.redis
-            .get_or_try_init(|| RedisHandle::connect(url))
-            .await
-            .cloned()
-    }
-
-    /// The rule store, the process's one MongoDB client (rules and the delivery trail).
-    async fn store(
-        &self,
-        global: &GlobalOpts,
-        defaults: klaxon_core::RuleDefaults,
-    ) -> Result<RuleStore, klaxon_store::RulesError> {
-        self.store
-            .get_or_try_init(|| async {
-                RuleStore::connect(&global.mongo_url, &global.mongo_db())
-                    .await
-                    .map(|s| s.with_rule_defaults(defaults))
-            })
-            .await
-            .cloned()
-    }
-}
 
 /// What every part of a started process shares.
 struct Parts<'a> {
@@ -138,7 +104,12 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
     let shutdown = CancellationToken::new();
     let metrics = Metrics::install();
     let readiness = Readiness::default();
-    let clients = Clients::default();
+    let clients = Clients::new(
+        &global.redis_url,
+        &global.mongo_url,
+        &global.mongo_db(),
+        plan.rule_defaults,
+    );
     let api_token = plan.api.token.clone();
     let tracker = TaskTracker::new();
     let output = plan
@@ -149,9 +120,7 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
     let api = klaxon_api::router(klaxon_api::ApiConfig {
         namespace: global.namespace.clone(),
         amqp_url: global.amqp_url.clone(),
-        redis_url: global.redis_url.clone(),
-        mongo_url: global.mongo_url.clone(),
-        mongo_db: global.mongo_db(),
+        clients: clients.clone(),
         events_queue: global.events_queue(),
         queue_type: plan.queue_type,
         allow_private_endpoints: plan.api.allow_private_endpoints,
@@ -159,10 +128,7 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
         token: plan.api.token,
         allowed_hosts: plan.http.allowed_hosts,
         trusted_proxies: plan.http.trusted_proxies,
-        redis: clients.redis.clone(),
-        rule_store: clients.store.clone(),
         webhook_keys: plan.api.webhook_keys,
-        rule_defaults: plan.rule_defaults,
         action_key: plan.api.action_key,
         output,
         shadow_trail: shadow_trail.clone(),
@@ -195,9 +161,13 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
     // Both sides count, dedup or limit in Redis: connected before either starts.
     let mut redis = None;
     if plan.worker.is_some() || plan.sender.is_some() {
-        let Some(r) = connect_with_retry(("redis", &global.redis_url), &parts.readiness, &shutdown, || {
-            clients.redis(&global.redis_url)
-        })
+        let clients = &clients;
+        let Some(r) = connect_with_retry(
+            ("redis", &global.redis_url),
+            &parts.readiness,
+            &shutdown,
+            || async move { clients.redis().await.cloned() },
+        )
         .await
         else {
             return Ok(ExitCode::SUCCESS);
@@ -213,7 +183,10 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
             ("mongodb", &global.mongo_url),
             &parts.readiness,
             &shutdown,
-            || clients.store(global, plan.rule_defaults),
+            || {
+                let clients = &clients;
+                async move { clients.store().await.cloned() }
+            },
         )
         .await
         else {
@@ -223,7 +196,7 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
         start_worker(&parts, w, plan.limits, redis.clone(), s, shadow_trail);
     }
     if let (Some(send), Some(redis)) = (plan.sender, redis) {
-        start_senders(&parts, send, &clients, store, plan.rule_defaults, redis);
+        start_senders(&parts, send, &clients, store, redis);
     }
     let Parts { tracker, .. } = parts;
     tracker.close();
@@ -262,11 +235,11 @@ fn shadow_trail(
     if output != klaxon_engine::sink::Output::Shadow {
         return Trail::disabled();
     }
-    let (cell, stop) = (clients.store.clone(), shutdown.clone());
+    let (clients, stop) = (clients.clone(), shutdown.clone());
     let store = async move {
         // the worker connects the store (with retries); the trail waits for it, bounded by shutdown
         loop {
-            if let Some(store) = cell.get() {
+            if let Some(store) = clients.connected_store() {
                 return Some(store.clone());
             }
             tokio::select! {
@@ -384,7 +357,6 @@ fn start_senders(
     send: SenderPlan,
     clients: &Clients,
     store: Option<RuleStore>,
-    rule_defaults: klaxon_core::RuleDefaults,
     redis: RedisHandle,
 ) {
     let (global, shutdown) = (p.global, &p.shutdown);
@@ -402,7 +374,8 @@ fn start_senders(
                 let unread = Readiness::default();
                 if let Some(store) =
                     connect_with_retry(("mongodb", &global.mongo_url), &unread, &shutdown, || {
-                        clients.store(&global, rule_defaults)
+                        let clients = &clients;
+                        async move { clients.store().await.cloned() }
                     })
                     .await
                 {

@@ -33,13 +33,12 @@ use klaxon_core::action::{Action, ActionError, ActionKey, Claim};
 use klaxon_core::event::Event;
 use klaxon_core::RuleVerdict;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 
 use super::projects::{rule_view, RuleView};
 use super::view::{ms_human, render, Nav, PageError, Template};
 use super::Console;
 use crate::rest::alerts::HandAction;
-use crate::rest::mutes::LinkMute;
+use crate::rest::mutes::{LinkMute, MuteEnd, MuteRequest};
 use crate::{Api, ApiError};
 
 /// `by` of an alert acknowledged or resolved through an action link.
@@ -436,10 +435,11 @@ pub(super) async fn confirm(
         }
         mute => {
             let secs = mute.mute_secs().unwrap_or(3600);
-            let mut request = json!({"ruleId": claim.rule_id, "for": secs});
-            if let Some(g) = &claim.group_hash {
-                request["groupHash"] = Value::String(g.clone());
-            }
+            let request = MuteRequest {
+                rule_id: Some(claim.rule_id.clone()),
+                group_hash: claim.group_hash.clone(),
+                end: MuteEnd::For(secs),
+            };
             let made = match c
                 .api
                 .add_link_mute(

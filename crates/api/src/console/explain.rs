@@ -7,9 +7,8 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Extension;
-use klaxon_core::{EventTask, RuleVerdict};
+use klaxon_core::{Event, RuleVerdict};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use super::auth::Access;
 use super::view::{ms_human, render, Nav, PageError, Template};
@@ -39,20 +38,15 @@ pub(super) async fn page(
     let mut error = None;
     let mut verdicts = Vec::new();
     if asked {
-        let mut event =
-            json!({"title": ask.title, "groupHash": ask.group_hash, "isNew": ask.is_new.is_some()});
-        if !ask.user.trim().is_empty() {
-            event["user"] = json!(ask.user.trim());
-        }
+        let user = Some(ask.user.trim()).filter(|u| !u.is_empty());
         // Validated exactly like an event on the queue (and like the API's explain).
-        let task = json!({"projectId": project_id, "event": event}).to_string();
-        match EventTask::parse(task.as_bytes()) {
+        match Event::from_fields(&ask.title, &ask.group_hash, ask.is_new.is_some(), user) {
             Err(e) => error = Some(e.to_string()),
-            Ok(task) => {
-                let found = c.api.explain_event(&project_id, &task.event).await?;
+            Ok(event) => {
+                let found = c.api.explain_event(&project_id, &event).await?;
                 let alerts = c
                     .api
-                    .explain_alerts(&project_id, &task.event.group_hash, &found)
+                    .explain_alerts(&project_id, &event.group_hash, &found)
                     .await?;
                 verdicts = found
                     .into_iter()

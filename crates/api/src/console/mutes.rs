@@ -8,11 +8,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
 
 use super::view::{ms_human, project_path, PageError};
 use super::Console;
-use crate::rest::mutes::MuteView;
+use crate::rest::mutes::{MuteEnd, MuteRequest, MuteView};
 use crate::{Api, ApiError};
 
 /// One active mute as the project page lists it: the API's form, and its end for a table.
@@ -51,28 +50,24 @@ pub(super) struct MuteForm {
 }
 
 /// The API's mute request from the form: `duration` like `2h` (or `until`, RFC 3339).
-fn mute_request(form: &MuteForm) -> Result<Value, String> {
-    let mut req = Map::new();
-    if !form.rule_id.trim().is_empty() {
-        req.insert("ruleId".into(), json!(form.rule_id.trim()));
-    }
-    if !form.group_hash.trim().is_empty() {
-        req.insert("groupHash".into(), json!(form.group_hash.trim()));
-    }
-    match (form.duration.trim(), form.until.trim()) {
+fn mute_request(form: &MuteForm) -> Result<MuteRequest, String> {
+    let given = |s: &str| Some(s.trim().to_owned()).filter(|s| !s.is_empty());
+    let end = match (form.duration.trim(), form.until.trim()) {
         ("", "") => return Err("give a duration (like 2h or 30m) or an until time".into()),
         (d, "") => {
             let secs = humantime::parse_duration(d)
                 .map_err(|e| format!("the duration `{d}` is not one like 2h or 30m ({e})"))?
                 .as_secs();
-            req.insert("for".into(), json!(secs));
+            MuteEnd::For(secs)
         }
-        ("", u) => {
-            req.insert("until".into(), json!(u));
-        }
+        ("", u) => MuteEnd::Until(u.to_owned()),
         _ => return Err("give a duration or an until time, not both".into()),
-    }
-    Ok(Value::Object(req))
+    };
+    Ok(MuteRequest {
+        rule_id: given(&form.rule_id),
+        group_hash: given(&form.group_hash),
+        end,
+    })
 }
 
 /// `POST /projects/{id}/mutes`.
@@ -115,13 +110,15 @@ mod tests {
             duration: d.into(),
             until: u.into(),
         };
-        assert_eq!(
-            mute_request(&form("2h", "")),
-            Ok(json!({"groupHash": "g1", "for": 7200}))
-        );
+        let request = |end| MuteRequest {
+            rule_id: None,
+            group_hash: Some("g1".into()),
+            end,
+        };
+        assert_eq!(mute_request(&form("2h", "")), Ok(request(MuteEnd::For(7200))));
         assert_eq!(
             mute_request(&form("", "2030-01-01T00:00:00Z")),
-            Ok(json!({"groupHash": "g1", "until": "2030-01-01T00:00:00Z"}))
+            Ok(request(MuteEnd::Until("2030-01-01T00:00:00Z".into())))
         );
         assert!(mute_request(&form("", "")).is_err());
         assert!(mute_request(&form("2h", "2030-01-01T00:00:00Z")).is_err());

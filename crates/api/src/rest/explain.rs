@@ -8,7 +8,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use klaxon_core::{Event, EventTask, Explanation, RuleVerdict};
+use klaxon_core::event::MAX_BODY_BYTES;
+use klaxon_core::{Event, Explanation, RuleVerdict};
 use serde_json::json;
 
 use super::check_project_id;
@@ -23,17 +24,20 @@ pub(crate) async fn explain(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     check_project_id(&project_id)?;
+    let len = body.as_ref().map_or(0, Bytes::len);
     let body = json_body(body)?;
     if !body.is_object() {
         return Err(ApiError::bad_request(
             "the body must be an object {\"title\", \"groupHash\", \"isNew\"?, \"user\"?}",
         ));
     }
-    // Validated exactly like an event on the queue.
-    let task = json!({"projectId": project_id, "event": body}).to_string();
-    let event = EventTask::parse(task.as_bytes())
-        .map_err(|e| ApiError::bad_request(e.to_string()))?
-        .event;
+    // Validated exactly like an event on the queue, under the queue's size bound.
+    if len > MAX_BODY_BYTES {
+        return Err(ApiError::bad_request(format!(
+            "body is {len} bytes, over the {MAX_BODY_BYTES}-byte limit"
+        )));
+    }
+    let event = Event::from_json(body).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let verdicts = api.explain_event(&project_id, &event).await?;
     let alerts = api
         .explain_alerts(&project_id, &event.group_hash, &verdicts)
@@ -59,7 +63,7 @@ impl Api {
                 format!(
                     "unknown project {project_id}: it has no rules in MongoDB database `{}` (Klaxon reads \
                      --mongo-db / KLAXON_MONGO_DB; for Hawk's rules, set it to Hawk's database)",
-                    self.config().mongo_db
+                    self.config().clients.mongo_db()
                 ),
             ));
         };

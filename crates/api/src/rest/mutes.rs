@@ -28,52 +28,119 @@ pub fn parse_rfc3339_ms(s: &str) -> Result<i64, String> {
         .map_err(|e| format!("`until` is not an RFC 3339 time ({e})"))
 }
 
-/// Validates a mute request made at `now_ms`, giving it `mute_id`.
-pub fn mute_from_request(body: &Value, now_ms: i64, mute_id: String) -> Result<Mute, String> {
-    let obj = body
-        .as_object()
-        .ok_or("the body must be an object {\"ruleId\"?, \"groupHash\"?, \"until\" | \"for\"}")?;
-    let text = |field: &str| -> Result<Option<String>, String> {
-        match obj.get(field) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) if !s.trim().is_empty() && s.len() <= 256 => Ok(Some(s.trim().to_owned())),
-            Some(_) => Err(format!(
-                "`{field}` must be a non-empty string of at most 256 bytes"
-            )),
-        }
-    };
-    let rule_id = text("ruleId")?;
+/// When a requested mute ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MuteEnd {
+    /// `until`: an RFC 3339 time.
+    Until(String),
+    /// `for`: this many seconds from now (≥ 1).
+    For(u64),
+}
+
+/// A mute request: `{"ruleId"?, "groupHash"?, "until" (RFC 3339) | "for" (seconds)}` as the API reads it
+/// ([`MuteRequest::from_json`]), or built by the console's forms, the action links and `klaxon mute add`.
+/// [`MuteRequest::to_mute`] validates it into a [`Mute`] on the Redis clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MuteRequest {
+    /// Only this rule (a 24-hex ObjectId).
+    pub rule_id: Option<String>,
+    /// Only this group.
+    pub group_hash: Option<String>,
+    /// When it ends.
+    pub end: MuteEnd,
+}
+
+/// A `ruleId` or `groupHash`: trimmed, non-empty, at most 256 bytes.
+fn mute_text(field: &str, value: Option<&str>) -> Result<Option<String>, String> {
+    match value {
+        None => Ok(None),
+        Some(s) if !s.trim().is_empty() && s.len() <= 256 => Ok(Some(s.trim().to_owned())),
+        Some(_) => Err(format!(
+            "`{field}` must be a non-empty string of at most 256 bytes"
+        )),
+    }
+}
+
+/// A `ruleId`: [`mute_text`], and an ObjectId.
+fn mute_rule_id(value: Option<&str>) -> Result<Option<String>, String> {
+    let rule_id = mute_text("ruleId", value)?;
     if let Some(r) = &rule_id {
         if !klaxon_core::event::is_object_id(r) {
             return Err("`ruleId` must be a 24-hex-digit ObjectId".into());
         }
     }
-    let group_hash = text("groupHash")?;
-    let until_ms = match (obj.get("until"), obj.get("for")) {
-        (Some(Value::String(u)), None) => parse_rfc3339_ms(u)?,
-        (None, Some(f)) => {
-            let secs = f
-                .as_u64()
-                .filter(|s| *s >= 1)
-                .ok_or("`for` must be a whole number of seconds ≥ 1")?;
-            now_ms.saturating_add((secs.min(i64::MAX as u64 / 1000) as i64).saturating_mul(1000))
+    Ok(rule_id)
+}
+
+/// `for`: a whole number of seconds ≥ 1.
+fn mute_secs(secs: Option<u64>) -> Result<u64, String> {
+    secs.filter(|s| *s >= 1)
+        .ok_or_else(|| "`for` must be a whole number of seconds ≥ 1".to_owned())
+}
+
+impl MuteRequest {
+    /// Reads the API's request body, refusing what is not a request (every field checked in the order
+    /// [`MuteRequest::to_mute`] checks them).
+    pub fn from_json(body: &Value) -> Result<Self, String> {
+        let obj = body
+            .as_object()
+            .ok_or("the body must be an object {\"ruleId\"?, \"groupHash\"?, \"until\" | \"for\"}")?;
+        let text = |field: &str| -> Result<Option<String>, String> {
+            match obj.get(field) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(_) => Err(format!(
+                    "`{field}` must be a non-empty string of at most 256 bytes"
+                )),
+            }
+        };
+        let rule_id = text("ruleId")?;
+        mute_rule_id(rule_id.as_deref())?;
+        let group_hash = text("groupHash")?;
+        mute_text("groupHash", group_hash.as_deref())?;
+        let end = match (obj.get("until"), obj.get("for")) {
+            (Some(Value::String(u)), None) => MuteEnd::Until(u.clone()),
+            (None, Some(f)) => MuteEnd::For(mute_secs(f.as_u64())?),
+            (Some(_), Some(_)) => return Err("give `until` or `for`, not both".into()),
+            (Some(_), None) => return Err("`until` must be an RFC 3339 time string".into()),
+            (None, None) => return Err("give `until` (RFC 3339) or `for` (seconds)".into()),
+        };
+        Ok(MuteRequest {
+            rule_id,
+            group_hash,
+            end,
+        })
+    }
+
+    /// Validates the request made at `now_ms`, giving the mute `mute_id`.
+    pub fn to_mute(&self, now_ms: i64, mute_id: String) -> Result<Mute, String> {
+        let rule_id = mute_rule_id(self.rule_id.as_deref())?;
+        let group_hash = mute_text("groupHash", self.group_hash.as_deref())?;
+        let until_ms = match &self.end {
+            MuteEnd::Until(u) => parse_rfc3339_ms(u)?,
+            MuteEnd::For(secs) => {
+                let secs = mute_secs(Some(*secs))?;
+                now_ms.saturating_add((secs.min(i64::MAX as u64 / 1000) as i64).saturating_mul(1000))
+            }
+        };
+        if until_ms <= now_ms {
+            return Err("`until` is in the past".into());
         }
-        (Some(_), Some(_)) => return Err("give `until` or `for`, not both".into()),
-        (Some(_), None) => return Err("`until` must be an RFC 3339 time string".into()),
-        (None, None) => return Err("give `until` (RFC 3339) or `for` (seconds)".into()),
-    };
-    if until_ms <= now_ms {
-        return Err("`until` is in the past".into());
+        if until_ms - now_ms > MAX_MUTE_MS {
+            return Err("a mute may last at most 366 days".into());
+        }
+        Ok(Mute {
+            mute_id,
+            rule_id: rule_id.map(|r| r.to_ascii_lowercase()),
+            group_hash,
+            until_ms,
+        })
     }
-    if until_ms - now_ms > MAX_MUTE_MS {
-        return Err("a mute may last at most 366 days".into());
-    }
-    Ok(Mute {
-        mute_id,
-        rule_id: rule_id.map(|r| r.to_ascii_lowercase()),
-        group_hash,
-        until_ms,
-    })
+}
+
+/// Validates the API's mute request body made at `now_ms`, giving it `mute_id`.
+pub fn mute_from_request(body: &Value, now_ms: i64, mute_id: String) -> Result<Mute, String> {
+    MuteRequest::from_json(body)?.to_mute(now_ms, mute_id)
 }
 
 /// A mute as the API lists it: `{"muteId", "until" (RFC 3339), "ruleId"?, "groupHash"?}`.
@@ -125,7 +192,8 @@ pub(crate) async fn add(
 ) -> Result<Response, ApiError> {
     let body = json_body(body)?;
     api.known_project(&project_id).await?;
-    let mute = api.add_mute(&project_id, &body).await?;
+    let request = MuteRequest::from_json(&body).map_err(ApiError::bad_request)?;
+    let mute = api.add_mute(&project_id, &request).await?;
     let v = MuteView::from(&mute);
     Ok(json_response(
         StatusCode::CREATED,
@@ -176,7 +244,7 @@ impl Api {
     /// Validates a mute request made now (the Redis clock) for a project known to exist and stores it with a
     /// fresh id; `400` for a bad request, `409` when the project already has the limit of active mutes. The
     /// API's and the console's mute forms both come here.
-    pub(crate) async fn add_mute(&self, project_id: &str, request: &Value) -> Result<Mute, ApiError> {
+    pub(crate) async fn add_mute(&self, project_id: &str, request: &MuteRequest) -> Result<Mute, ApiError> {
         self.add_mute_as(project_id, request, None).await
     }
 
@@ -184,12 +252,12 @@ impl Api {
     pub(crate) async fn add_mute_as(
         &self,
         project_id: &str,
-        request: &Value,
+        request: &MuteRequest,
         mute_id: Option<String>,
     ) -> Result<Mute, ApiError> {
         let (counter, now) = self.redis_now().await?;
         let mute_id = mute_id.unwrap_or_else(|| format!("{:016x}", rand::random::<u64>()));
-        let mute = mute_from_request(request, now, mute_id).map_err(ApiError::bad_request)?;
+        let mute = request.to_mute(now, mute_id).map_err(ApiError::bad_request)?;
         let added = self
             .mutes(&counter)
             .add(project_id, &mute, Some(now))
@@ -205,12 +273,12 @@ impl Api {
     pub(crate) async fn add_link_mute(
         &self,
         project_id: &str,
-        request: &Value,
+        request: &MuteRequest,
         mute_id: String,
         link_expires_ms: i64,
     ) -> Result<LinkMute, ApiError> {
         let (counter, now) = self.redis_now().await?;
-        let mute = mute_from_request(request, now, mute_id).map_err(ApiError::bad_request)?;
+        let mute = request.to_mute(now, mute_id).map_err(ApiError::bad_request)?;
         let added = self
             .mutes(&counter)
             .add_once(project_id, &mute, Some(now), link_expires_ms)

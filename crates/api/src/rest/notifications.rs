@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! {"channel", "endpoint", "title", "text"?, "sendAt"?, "idempotencyKey"?, "projectId"?}
-//!   ──▶ validate (this module) ──▶ idempotency record in Redis `<ns>:{direct:<id>}` (pending → queued)
+//!   ──▶ validate (this module) ──▶ idempotency record in Redis `<ns>:{direct:<id>}` (pending → queued,
+//!       `klaxon_counter::direct`)
 //!   ──▶ NotificationTask (reason `direct`) ──▶ <ns>.notify.<channel>, through the delay engine when sendAt is later
 //!   ──▶ the senders: dedup on notificationId, breaker, rate limit, retries, dead letters — like any firing
 //! ```
@@ -25,6 +26,7 @@ use axum::response::Response;
 use klaxon_broker::{Outgoing, Topology};
 use klaxon_core::notification::{direct_notification_id, rfc3339_ms};
 use klaxon_core::{ChannelKind, Limits, NotificationEvent, NotificationTask, Reason};
+use klaxon_counter::direct::{DirectKeys, KeyState};
 use serde_json::{json, Value};
 
 use crate::error::{json_body, json_response};
@@ -40,8 +42,6 @@ pub const MAX_ENDPOINT_BYTES: usize = 2048;
 pub const MAX_KEY_CHARS: usize = 256;
 /// Latest `sendAt` accepted, counted from now.
 pub const MAX_SCHEDULE_MS: i64 = 366 * 24 * 3600 * 1000;
-/// How long an idempotency key is remembered after its `sendAt` (as long as the senders' default dedup TTL).
-pub const KEY_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
 /// The rule id direct notifications carry (in the trail, the webhook body, dead letters).
 pub const DIRECT_RULE_ID: &str = "api";
 
@@ -263,49 +263,6 @@ impl DirectRequest {
     }
 }
 
-/// The state of an idempotency key in Redis: `<state>:<sendAtMs>`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyState {
-    /// Recorded, not known to be published yet (a retry publishes again; the senders deduplicate).
-    Pending(i64),
-    /// Published with confirms: a repeat only answers.
-    Queued(i64),
-}
-
-impl KeyState {
-    /// The stored form.
-    pub fn encode(self) -> String {
-        match self {
-            KeyState::Pending(ms) => format!("pending:{ms}"),
-            KeyState::Queued(ms) => format!("queued:{ms}"),
-        }
-    }
-
-    /// Parses the stored form.
-    pub fn decode(s: &str) -> Option<Self> {
-        let (state, ms) = s.split_once(':')?;
-        let ms = ms.parse().ok()?;
-        match state {
-            "pending" => Some(KeyState::Pending(ms)),
-            "queued" => Some(KeyState::Queued(ms)),
-            _ => None,
-        }
-    }
-}
-
-/// The Redis key remembering an idempotency key's notification.
-pub fn key_of(namespace: &str, notification_id: &str) -> String {
-    format!("{namespace}:{{direct:{notification_id}}}")
-}
-
-/// How long the record lives: until `KEY_RETENTION_MS` after the send time.
-pub fn key_ttl_ms(send_at_ms: i64, now_ms: i64) -> i64 {
-    send_at_ms
-        .saturating_sub(now_ms)
-        .max(0)
-        .saturating_add(KEY_RETENTION_MS)
-}
-
 /// The answer's `sendAt`.
 pub fn send_at_text(ms: i64) -> String {
     rfc3339_ms(ms)
@@ -338,39 +295,25 @@ pub(crate) async fn send(
         .map_err(ApiError::bad_request)?;
     let id = request.notification_id(|| format!("{:032x}", rand::random::<u128>()));
     let mut send_at = request.send_at_ms.unwrap_or(now);
-    let mut redis = counter.redis().clone();
-    let unavailable = |e: redis::RedisError| ApiError::unavailable("Redis", e);
-    let record = key_of(&api.config().namespace, &id);
+    let keys = DirectKeys::new(counter.redis().clone(), &api.config().namespace);
     if request.idempotency_key.is_some() {
-        let fresh: Option<String> = redis::cmd("SET")
-            .arg(&record)
-            .arg(KeyState::Pending(send_at).encode())
-            .arg("NX")
-            .arg("PX")
-            .arg(key_ttl_ms(send_at, now))
-            .query_async(&mut redis)
+        match keys
+            .record(&id, send_at, now)
             .await
-            .map_err(unavailable)?;
-        if fresh.is_none() {
-            let stored: Option<String> = redis::cmd("GET")
-                .arg(&record)
-                .query_async(&mut redis)
-                .await
-                .map_err(unavailable)?;
-            match stored.as_deref().and_then(KeyState::decode) {
-                // Queued already: the same answer, nothing enqueued twice.
-                Some(KeyState::Queued(at)) => {
-                    return Ok(json_response(
-                        StatusCode::ACCEPTED,
-                        &json!({"notificationId": id, "sendAt": send_at_text(at)}),
-                    ));
-                }
-                // The first request may have died before publishing: publish again, at its time (the
-                // senders deliver one id once).
-                Some(KeyState::Pending(at)) => send_at = at,
-                // Gone in between (expired): go on as a fresh request.
-                None => {}
+            .map_err(|e| ApiError::unavailable("Redis", e))?
+        {
+            // Queued already: the same answer, nothing enqueued twice.
+            Some(KeyState::Queued(at)) => {
+                return Ok(json_response(
+                    StatusCode::ACCEPTED,
+                    &json!({"notificationId": id, "sendAt": send_at_text(at)}),
+                ));
             }
+            // The first request may have died before publishing: publish again, at its time (the senders
+            // deliver one id once).
+            Some(KeyState::Pending(at)) => send_at = at,
+            // Recorded now (or the earlier record expired in between): a fresh request.
+            None => {}
         }
     }
     let mut task = request.task(id.clone(), now);
@@ -391,14 +334,7 @@ pub(crate) async fn send(
     let wait = Duration::from_millis(u64::try_from(send_at - now).unwrap_or(0)).min(klaxon_broker::MAX_DELAY);
     api.publish(&[(message, wait)]).await?;
     if request.idempotency_key.is_some() {
-        let marked: Result<Option<String>, _> = redis::cmd("SET")
-            .arg(&record)
-            .arg(KeyState::Queued(send_at).encode())
-            .arg("XX")
-            .arg("KEEPTTL")
-            .query_async(&mut redis)
-            .await;
-        if let Err(e) = marked {
+        if let Err(e) = keys.mark_queued(&id, send_at).await {
             // A repeat of this request publishes once more; the senders still deliver it once.
             tracing::warn!(notification_id = %id, error = %e, "direct notification queued, but its key was not marked");
         }
@@ -557,18 +493,6 @@ mod tests {
         );
         let without = ok(json!({"channel": "slack", "endpoint": "https://h.example/x", "title": "T"}));
         assert_eq!(without.notification_id(|| "fresh".into()), "fresh");
-    }
-
-    #[test]
-    fn key_states_round_trip() {
-        for s in [KeyState::Pending(5), KeyState::Queued(1_800_000_000_000)] {
-            assert_eq!(KeyState::decode(&s.encode()), Some(s));
-        }
-        assert_eq!(KeyState::decode("other:5"), None);
-        assert_eq!(KeyState::decode("queued:x"), None);
-        assert_eq!(key_ttl_ms(NOW, NOW), KEY_RETENTION_MS);
-        assert_eq!(key_ttl_ms(NOW + 10, NOW), KEY_RETENTION_MS + 10);
-        assert_eq!(key_of("ns", "abc"), "ns:{direct:abc}");
     }
 
     #[test]

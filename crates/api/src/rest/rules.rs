@@ -169,8 +169,8 @@ impl Api {
             }
         }
         obj.insert("_id".into(), Value::String(project_id.to_ascii_lowercase()));
-        let text = Value::Array(vec![body]).to_string();
-        let projects = klaxon_store::parse_import(&text).map_err(|e| ApiError::bad_request(e.to_string()))?;
+        let projects = klaxon_store::import_from_json(&Value::Array(vec![body]))
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
         // Like `klaxon rules import`: what the engine cannot use refuses the request unless forced, a limit
         // always; a rule that is valid but cannot notify yet is stored, with a warning.
         let (problems, mut warnings): (Vec<_>, Vec<_>) =
