@@ -31,6 +31,7 @@ pub mod consumers;
 pub mod digest;
 mod internal_events;
 pub mod metrics;
+pub mod no_events;
 pub mod ops_server;
 pub mod ratelimit;
 pub mod sender;

@@ -122,9 +122,10 @@ pub fn hawk_task(task: &NotificationTask) -> Value {
 
 /// Sends `task` on its way in `output`'s manner: a message to publish (returned, for the caller to publish with
 /// the rest of its batch), or in shadow mode a trail record and a count, and `None`. With `--output hawk`, a
-/// message of an alert's life (resolved, acknowledged, a reminder, an escalation) is not published — Hawk's
-/// senders know only firings (`event`, `several-events`) and would send it as a new firing — but counted and
-/// logged as not sent, and `None`.
+/// message of an alert's life (resolved, acknowledged, a reminder, an escalation) or a NO_EVENTS firing (about
+/// the project, no event group) is not published — Hawk's senders know only firings of event groups (`event`,
+/// `several-events`) and would send it as a new firing, or fail to find its group — but counted and logged as
+/// not sent, and `None`.
 pub(crate) fn dispatch(
     topology: &Topology,
     output: Output,
@@ -136,7 +137,7 @@ pub(crate) fn dispatch(
         trail.record(shadow_record(task, now_ms()));
         return Ok(None);
     }
-    if output == Output::Hawk && task.reason.is_lifecycle() {
+    if output == Output::Hawk && !task.reason.hawk_can_send() {
         AlertMessageNotSent {
             task,
             reason: NotSent::HawkOutput,
