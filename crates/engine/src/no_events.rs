@@ -224,6 +224,36 @@ pub(crate) async fn settle(no_events: &NoEvents, settle: &[(String, String, i64)
     }
 }
 
+/// A project's rules were just stored through Klaxon (API, CLI, console): each watched NO_EVENTS rule of a
+/// project that has sent no event yet starts its clock now (the contract's "at its storing"; a second storing
+/// does not restart it), and a rule with a pending timer keeps it (moved earlier when its `quietPeriod` shrank).
+/// Returns the timers to publish through the delay engine; none for a project without watched rules.
+pub async fn arm(
+    no_events: &NoEvents,
+    topology: &Topology,
+    project_id: &str,
+    rules: &ProjectRules,
+) -> Result<Vec<(Outgoing, Duration)>, EngineError> {
+    let watched = vec![(project_id, watched_of(rules))];
+    if watched[0].1.is_empty() {
+        return Ok(Vec::new());
+    }
+    let seen = no_events.seen(&watched, SeenBy::Armed, None).await?;
+    let now_ms = klaxon_store::trail::now_ms();
+    Ok(seen
+        .into_iter()
+        .flat_map(|s| s.schedule)
+        .map(|(rule_id, due_ms)| {
+            SilenceTimer {
+                project_id: project_id.to_owned(),
+                rule_id,
+                due_ms,
+            }
+            .scheduled(topology, now_ms)
+        })
+        .collect())
+}
+
 /// What the timer loop needs for NO_EVENTS beside the alert timers' dependencies.
 #[derive(Clone)]
 pub struct SilenceDeps {
