@@ -179,6 +179,7 @@ pub async fn run(args: DoctorArgs, global: &GlobalOpts) -> anyhow::Result<ExitCo
     checks.extend(redis);
     checks.extend(rabbit);
     checks.extend(alert_messages_check(args.notify_output));
+    checks.extend(no_events_check(args.notify_output));
     if let Some(depth) = events {
         checks.push(consumers_check(global, depth, registered.as_ref()));
     }
@@ -533,6 +534,21 @@ fn alert_messages_check(notify_output: Output) -> Option<Check> {
             "--output hawk: alerts are tracked (API, CLI, console) but only firings are published; resolves, \
              acknowledgements, reminders and escalations are not sent (Hawk's senders know no such task), only \
              counted in klaxon_alert_messages_not_sent_total{reason=\"hawk_output\"}; --output klaxon sends them",
+        )
+    })
+}
+
+/// With `--output hawk` (a cut-over from Hawk's notifier): how to know when Hawk's grouper stops sending, and
+/// what NO_EVENTS firings do in this output.
+fn no_events_check(notify_output: Output) -> Option<Check> {
+    (notify_output == Output::Hawk).then(|| {
+        check(
+            Status::Ok,
+            "no events",
+            "to know when Hawk's grouper stops sending (the cut-over's blind spot), give busy projects a NO_EVENTS \
+             rule (`klaxon rules add --project P --no-events 1h …`); with --output hawk its firings open alerts \
+             (`klaxon alerts list`, klaxon_no_events_timers_total{outcome=\"fired\"}) but are not published: Hawk's \
+             senders know only event groups",
         )
     })
 }
@@ -1034,6 +1050,13 @@ mod tests {
         );
         assert!(alert_messages_check(Output::Klaxon).is_none());
         assert!(alert_messages_check(Output::Shadow).is_none());
+        let c = no_events_check(Output::Hawk).expect("a line with --output hawk");
+        assert!(
+            c.detail.contains("NO_EVENTS") && c.detail.contains("grouper"),
+            "{}",
+            c.detail
+        );
+        assert!(no_events_check(Output::Klaxon).is_none());
     }
 
     #[test]

@@ -72,7 +72,18 @@ impl WindowCounter {
         } else {
             self.peek(&hits, None).await?
         };
-        Ok(explanation.finish(&peeks, mutes))
+        // NO_EVENTS rules: the project's last event, one HGET (none without such a rule)
+        let silences = explanation.silences().to_vec();
+        let last = if silences.is_empty() {
+            None
+        } else {
+            crate::NoEvents::new(self.redis().clone(), self.namespace())
+                .last_event(project_id)
+                .await?
+        };
+        let mut verdicts = explanation.finish(&peeks, mutes);
+        klaxon_core::explain::with_last_event(&mut verdicts, &silences, last);
+        Ok(verdicts)
     }
 
     async fn query<'a>(

@@ -595,36 +595,6 @@ impl ConversationNotKept<'_> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn log_once_per_key_per_interval_with_bounded_memory() {
-        let t0 = Instant::now();
-        let s = |n: u64| t0 + Duration::from_secs(n);
-        let log = LogOnce::new(Duration::from_secs(10), 2);
-        // (key, seconds after t0, logged?)
-        let cases = [
-            ("a", 0, true),
-            ("a", 1, false),
-            ("b", 2, true),
-            ("a", 9, false),
-            // full (a, b) and nothing expired: a third key is counted, not logged
-            ("c", 9, false),
-            ("a", 10, true),
-            // a's interval restarted at 10, b's (logged at 2) has passed: c takes b's place
-            ("c", 12, true),
-            ("b", 13, false),
-            ("b", 22, true),
-        ];
-        for (key, at, want) in cases {
-            assert_eq!(log.should_log(key, s(at)), want, "{key} at {at}s");
-            assert!(log.len() <= 2);
-        }
-    }
-}
-
 /// A due NO_EVENTS timer, handled: `outcome` is `fired` (the rule's silence fired, its tasks published),
 /// `muted` (fired, a mute matched: nothing delivered, no alert), `rescheduled` (events came: the timer again at
 /// the last event + `quietPeriod`), `stale` (a duplicate or an old timer: nothing to do), `rule_gone` (the rule
@@ -662,5 +632,35 @@ impl NoEventsSeen {
     pub fn emit(self) {
         metrics::counter!("klaxon_no_events_seen_total").increment(self.projects as u64);
         metrics::counter!("klaxon_no_events_timers_scheduled_total").increment(self.timers as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_once_per_key_per_interval_with_bounded_memory() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let log = LogOnce::new(Duration::from_secs(10), 2);
+        // (key, seconds after t0, logged?)
+        let cases = [
+            ("a", 0, true),
+            ("a", 1, false),
+            ("b", 2, true),
+            ("a", 9, false),
+            // full (a, b) and nothing expired: a third key is counted, not logged
+            ("c", 9, false),
+            ("a", 10, true),
+            // a's interval restarted at 10, b's (logged at 2) has passed: c takes b's place
+            ("c", 12, true),
+            ("b", 13, false),
+            ("b", 22, true),
+        ];
+        for (key, at, want) in cases {
+            assert_eq!(log.should_log(key, s(at)), want, "{key} at {at}s");
+            assert!(log.len() <= 2);
+        }
     }
 }
