@@ -1788,3 +1788,170 @@ async fn alert_row(b: &Browser, path: &str, id: &str) -> String {
         .to_owned();
     row.split("</tr>").next().unwrap_or_default().to_owned()
 }
+
+/// The text of the page's `<textarea id="rules">`, unescaped.
+fn textarea(body: &str) -> String {
+    let start = body.find("id=\"rules\"").expect("the textarea");
+    let start = start + body[start..].find('>').expect("its tag's end") + 1;
+    let end = start + body[start..].find("</textarea>").expect("its end");
+    let mut out = String::new();
+    let mut rest = &body[start..end];
+    while let Some(i) = rest.find('&') {
+        out.push_str(&rest[..i]);
+        let Some(semi) = rest[i..].find(';') else {
+            out.push_str(&rest[i..]);
+            rest = "";
+            break;
+        };
+        let entity = &rest[i + 1..i + semi];
+        let ch = match entity {
+            "quot" => Some('"'),
+            "amp" => Some('&'),
+            "lt" => Some('<'),
+            "gt" => Some('>'),
+            e if e.starts_with("#x") => u32::from_str_radix(&e[2..], 16).ok().and_then(char::from_u32),
+            e if e.starts_with('#') => e[1..].parse().ok().and_then(char::from_u32),
+            _ => None,
+        };
+        match ch {
+            Some(c) => out.push(c),
+            None => out.push_str(&rest[i..=i + semi]),
+        }
+        rest = &rest[i + semi + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The project page shows a rule's alert life in the core's words; the editor sets and clears `resolveAfter`,
+/// `renotify`, `escalation`, `quietHours` and `quietHoursBypass` (validated like `rules check`, problems shown and
+/// escaped, CSRF required), and never shows an escalation step's endpoint (a PagerDuty routing key).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rule_editor_sets_and_clears_on_call_fields_and_the_rule_view_shows_them() {
+    let env = Env::new();
+    let sink = HttpSink::start().await.expect("sink");
+    let project = object_id();
+    let routing_key = "R0UTINGKEYabcdefABCDEF0123456789";
+    let rule = webhook_rule(
+        &sink,
+        json!({"renotify": {"every": 1_800_000, "max": 3},
+               "escalation": [{"after": 900_000, "channels": {"pagerduty": {"isEnabled": true, "endpoint": routing_key, "minPeriod": 0}}}]}),
+    );
+    env.import(&json!([{"_id": project, "notifications": [rule]}]));
+    let k = env.spawn("run", &[]);
+    let b = Browser::new(&k);
+    let api = |path: String| {
+        let b = &b;
+        async move {
+            let p = b.get(&path).await;
+            let v: Value = serde_json::from_str(&p.body).unwrap_or_default();
+            v
+        }
+    };
+    let page = b.get(&format!("/projects/{project}")).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    for words in [
+        "reminders: every 30m, 3 times",
+        "escalation: 15m→pagerduty",
+        "resolves: after 1h without events",
+    ] {
+        assert!(page.body.contains(words), "{words}: {}", page.body);
+    }
+    assert!(!page.body.contains("quiet hours:"), "{}", page.body);
+    let csrf = page.csrf();
+
+    // The editor hides the step's routing key; saving it unchanged with new on-call fields keeps it.
+    let edit = format!("/projects/{project}/edit");
+    let shown = b.get(&edit).await;
+    assert_eq!(shown.status, 200);
+    assert!(!shown.body.contains(routing_key), "{}", shown.body);
+    assert!(!shown.body.contains("hunter2"), "{}", shown.body);
+    let mut rules: Value = serde_json::from_str(&textarea(&shown.body)).expect("the textarea's JSON");
+    let r = &mut rules["notifications"][0];
+    r["resolveAfter"] = json!(7_200_000);
+    r["renotify"] = json!({"every": 600_000, "max": 2});
+    r["quietHours"] = json!([{"days": ["mon", "tue", "wed", "thu", "fri"], "from": "22:00", "to": "07:00",
+                              "timezone": "Europe/Berlin"}]);
+    r["quietHoursBypass"] = json!(["pagerduty"]);
+    let text = serde_json::to_string_pretty(&rules).expect("json");
+    let p = b.post(&edit, &[("rules", &text)]).await;
+    assert_eq!(p.status, 403, "no CSRF token: {}", p.body);
+    let p = b.post(&edit, &[("csrf", &csrf), ("rules", &text)]).await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let stored = api(format!("/api/v1/projects/{project}/rules")).await;
+    let s = &stored["notifications"][0];
+    assert_eq!(
+        s["escalation"][0]["channels"]["pagerduty"]["endpoint"], routing_key,
+        "{stored}"
+    );
+    assert_eq!(s["quietHours"][0]["timezone"], "Europe/Berlin", "{stored}");
+    assert_eq!(s["renotify"]["max"], 2, "{stored}");
+    let page = b.get(&format!("/projects/{project}")).await;
+    for words in [
+        "reminders: every 10m, 2 times",
+        // minijinja escapes `/` too
+        "quiet hours: mon-fri 22:00-07:00 Europe&#x2f;Berlin (bypass pagerduty)",
+        "resolves: after 2h without events",
+    ] {
+        assert!(page.body.contains(words), "{words}: {}", page.body);
+    }
+
+    // A bad window and bad steps are refused with the rule check's problems, escaped; the text is kept.
+    let mut bad = rules.clone();
+    bad["notifications"][0]["quietHours"][0]["timezone"] = json!("Europe/<b>Berln");
+    let bad_text = serde_json::to_string_pretty(&bad).expect("json");
+    let p = b.post(&edit, &[("csrf", &csrf), ("rules", &bad_text)]).await;
+    assert_eq!(p.status, 400, "{}", p.body);
+    assert!(p.body.contains("is not a time zone Klaxon knows"), "{}", p.body);
+    assert!(!p.body.contains("<b>"), "escaped: {}", p.body);
+    let mut bad = rules.clone();
+    bad["notifications"][0]["escalation"] = json!([
+        {"after": 600_000, "channels": {"webhook": {"isEnabled": true, "endpoint": sink.url("/a"), "minPeriod": 0}}},
+        {"after": 60_000, "channels": {"webhook": {"isEnabled": true, "endpoint": sink.url("/b"), "minPeriod": 0}}}
+    ]);
+    let bad_text = serde_json::to_string_pretty(&bad).expect("json");
+    let p = b.post(&edit, &[("csrf", &csrf), ("rules", &bad_text)]).await;
+    assert_eq!(p.status, 400, "{}", p.body);
+    assert!(p.body.contains("order the steps by"), "{}", p.body);
+
+    // Cleared: the fields are gone from the store and from the page.
+    let mut cleared = rules.clone();
+    if let Some(r) = cleared["notifications"][0].as_object_mut() {
+        for k in [
+            "resolveAfter",
+            "renotify",
+            "escalation",
+            "quietHours",
+            "quietHoursBypass",
+        ] {
+            r.remove(k);
+        }
+    }
+    let text = serde_json::to_string_pretty(&cleared).expect("json");
+    let p = b.post(&edit, &[("csrf", &csrf), ("rules", &text)]).await;
+    assert_eq!(p.status, 303, "{}", p.body);
+    let stored = api(format!("/api/v1/projects/{project}/rules")).await;
+    let s = &stored["notifications"][0];
+    for k in [
+        "resolveAfter",
+        "renotify",
+        "escalation",
+        "quietHours",
+        "quietHoursBypass",
+    ] {
+        assert!(s.get(k).is_none(), "{k}: {stored}");
+    }
+    let page = b.get(&format!("/projects/{project}")).await;
+    assert!(
+        !page.body.contains("reminders:") && !page.body.contains("quiet hours:"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("resolves: after 1h without events"),
+        "the default: {}",
+        page.body
+    );
+    drop(k);
+    common::delete_queues(&env).await;
+}

@@ -186,3 +186,391 @@ async fn an_unacknowledged_alert_escalates_once_and_an_acknowledged_one_does_not
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;
 }
+
+/// The sum of `series` over the processes of a fleet (the killed ones count 0: their counters died with them).
+fn fleet_metric(fleet: &[common::Klaxon], series: &str) -> f64 {
+    fleet.iter().map(|k| k.metric(series)).sum()
+}
+
+fn fleet_logs(fleet: &[common::Klaxon]) -> String {
+    fleet
+        .iter()
+        .map(|k| format!("--- {} ---\n{}", k.addr, k.logs()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The webhook bodies' notification ids, each once: a repeat would be a second delivery of one notification.
+fn distinct_ids(hook: &HttpSink) -> usize {
+    let ids: std::collections::HashSet<String> = hook
+        .requests()
+        .iter()
+        .map(|r| r.json()["notificationId"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    ids.len()
+}
+
+/// An escalation step to `esc` after `after` ms.
+fn one_step(esc: &HttpSink, after: u64) -> Value {
+    json!([{"after": after, "channels": {
+        "webhook": {"isEnabled": true, "endpoint": esc.url("/escalated"), "minPeriod": 0}
+    }}])
+}
+
+/// Three `klaxon run` processes share the timer queue: each reminder and the escalation step is delivered by one
+/// of them, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_of_three_reminds_max_times_and_escalates_once() {
+    let (hook, esc) = (
+        HttpSink::start().await.expect("sink"),
+        HttpSink::start().await.expect("sink"),
+    );
+    let env = Env::new();
+    let project = object_id();
+    env.import(&rule(
+        &project,
+        &hook,
+        json!({"renotify": {"every": 1_000, "max": 2}, "escalation": one_step(&esc, 2_000)}),
+    ));
+    let fleet: Vec<common::Klaxon> = (0..3).map(|_| env.spawn("run", &[])).collect();
+    let title = format!("Fleet ({})", env.namespace);
+    env.publish(&project, &title, "g").count(2).ok();
+    let fired = firing(&hook, || fleet_logs(&fleet)).await;
+    let got = hook.wait_for_count(3, Duration::from_secs(20)).await;
+    assert_eq!(got.len(), 3, "two reminders; logs:\n{}", fleet_logs(&fleet));
+    let got = esc.wait_for_count(1, Duration::from_secs(20)).await;
+    assert_eq!(got.len(), 1, "one step; logs:\n{}", fleet_logs(&fleet));
+    assert_eq!(got[0].json()["alertId"], fired["alertId"]);
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(
+        hook.count(),
+        3,
+        "firing + max reminders; logs:\n{}",
+        fleet_logs(&fleet)
+    );
+    assert_eq!(esc.count(), 1, "escalated once; logs:\n{}", fleet_logs(&fleet));
+    assert_eq!((distinct_ids(&hook), distinct_ids(&esc)), (3, 1));
+    for r in &hook.requests()[1..] {
+        assert_eq!(r.json()["kind"], "reminder");
+    }
+    assert_eq!(
+        fleet_metric(&fleet, r#"klaxon_alert_reminders_total{outcome="sent"}"#),
+        2.0,
+        "each reminder timer handled once across the fleet"
+    );
+    assert_eq!(
+        fleet_metric(&fleet, r#"klaxon_alert_escalations_total{outcome="sent"}"#),
+        1.0
+    );
+    let handled: Vec<f64> = fleet
+        .iter()
+        .map(|k| k.metric(r#"klaxon_alert_reminders_total{outcome="sent"}"#))
+        .collect();
+    eprintln!("measured: reminders handled per process {handled:?}");
+    for mut k in fleet {
+        assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    }
+    common::delete_queues(&env).await;
+}
+
+/// `kill -9` of the process that opened the alert while its reminders and escalation wait in the delay engine
+/// (RabbitMQ holds them, not the process), and of the one that sent the first reminder: the survivors send the
+/// rest, nothing is lost or sent twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_while_timers_are_pending_loses_and_repeats_nothing() {
+    let (hook, esc) = (
+        HttpSink::start().await.expect("sink"),
+        HttpSink::start().await.expect("sink"),
+    );
+    let env = Env::new();
+    let project = object_id();
+    env.import(&rule(
+        &project,
+        &hook,
+        json!({"renotify": {"every": 2_000, "max": 3}, "escalation": one_step(&esc, 3_000)}),
+    ));
+    let mut fleet: Vec<common::Klaxon> = (0..3).map(|_| env.spawn("run", &[])).collect();
+    let title = format!("Killed ({})", env.namespace);
+    env.publish(&project, &title, "g").count(2).ok();
+    firing(&hook, || fleet_logs(&fleet)).await;
+    // the opener's timers are in the delay queue now: kill it
+    let opener = fleet
+        .iter()
+        .position(|k| k.metric("klaxon_alerts_opened_total") >= 1.0)
+        .unwrap_or(0);
+    fleet[opener].kill();
+    eprintln!("killed the opener ({})", fleet[opener].addr);
+    let got = hook.wait_for_count(2, Duration::from_secs(20)).await;
+    assert_eq!(got.len(), 2, "the first reminder; logs:\n{}", fleet_logs(&fleet));
+    // let its sender mark it delivered, then kill the survivor that sent it (one process stays)
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    if let Some(sender) = fleet
+        .iter()
+        .position(|k| k.metric(r#"klaxon_alert_reminders_total{outcome="sent"}"#) >= 1.0)
+    {
+        fleet[sender].kill();
+        eprintln!("killed the first reminder's sender ({})", fleet[sender].addr);
+    }
+    let got = hook.wait_for_count(4, Duration::from_secs(30)).await;
+    assert_eq!(
+        got.len(),
+        4,
+        "firing + 3 reminders; logs:\n{}",
+        fleet_logs(&fleet)
+    );
+    let got = esc.wait_for_count(1, Duration::from_secs(20)).await;
+    assert_eq!(got.len(), 1, "the step; logs:\n{}", fleet_logs(&fleet));
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(hook.count(), 4, "nothing twice; logs:\n{}", fleet_logs(&fleet));
+    assert_eq!(esc.count(), 1, "escalated once; logs:\n{}", fleet_logs(&fleet));
+    assert_eq!((distinct_ids(&hook), distinct_ids(&esc)), (4, 1));
+    let numbers: Vec<Value> = hook.requests()[1..]
+        .iter()
+        .map(|r| r.json()["kind"].clone())
+        .collect();
+    assert!(numbers.iter().all(|k| k == "reminder"), "{numbers:?}");
+    for k in fleet.iter_mut() {
+        k.terminate(Duration::from_secs(10));
+    }
+    common::delete_queues(&env).await;
+}
+
+/// The design call (docs/rules.md "Mutes and on-call"): a mute silences an alert's reminders and escalation
+/// like its firings (the chain goes on, nothing is sent, nothing made up later), and never keeps its resolve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_muted_alert_is_neither_reminded_nor_escalated_but_still_resolves() {
+    let (hook, esc) = (
+        HttpSink::start().await.expect("sink"),
+        HttpSink::start().await.expect("sink"),
+    );
+    let env = Env::new();
+    let (project, rule_id) = (object_id(), object_id());
+    let rules = rule(
+        &project,
+        &hook,
+        // the mute lands well before the first reminder (3 s), even on a busy machine
+        json!({"_id": rule_id, "resolveAfter": 9_000, "renotify": {"every": 3_000, "max": 2},
+               "escalation": one_step(&esc, 4_500)}),
+    );
+    env.import(&rules);
+    let mut k = env.spawn("run", &[]);
+    let title = format!("Muted ({})", env.namespace);
+    env.publish(&project, &title, "g").count(2).ok();
+    firing(&hook, || k.logs()).await;
+    env.ok(&[
+        "mute",
+        "add",
+        "--project",
+        &project,
+        "--rule",
+        &rule_id,
+        "--for",
+        "1h",
+    ]);
+    k.wait_metric(
+        r#"klaxon_alert_reminders_total{outcome="muted"}"#,
+        2.0,
+        Duration::from_secs(15),
+    );
+    k.wait_metric(
+        r#"klaxon_alert_escalations_total{outcome="muted"}"#,
+        1.0,
+        Duration::from_secs(15),
+    );
+    // resolveAfter 9 s after the last event: the resolve comes through the mute
+    let got = hook.wait_for_count(2, Duration::from_secs(20)).await;
+    assert_eq!(got.len(), 2, "the resolve; log:\n{}", k.logs());
+    assert_eq!(got[1].json()["kind"], "resolved", "{}", got[1].json());
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(hook.count(), 2, "firing + resolved only; log:\n{}", k.logs());
+    assert_eq!(
+        esc.count(),
+        0,
+        "a muted alert does not escalate; log:\n{}",
+        k.logs()
+    );
+    assert_eq!(k.metric(r#"klaxon_alert_reminders_total{outcome="sent"}"#), 0.0);
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}
+
+/// `klaxon explain`, the API's explain and the console's explain page show where an open alert's reminders and
+/// escalation stand and whether the rule is in quiet hours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_shows_reminders_left_the_next_step_and_quiet_hours() {
+    let (hook, esc) = (
+        HttpSink::start().await.expect("sink"),
+        HttpSink::start().await.expect("sink"),
+    );
+    let env = Env::new();
+    let project = object_id();
+    // a quiet window that is not now (two to three hours from now, UTC), so the firing is not held
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let hhmm = |secs: u64| format!("{:02}:{:02}", (secs / 3600) % 24, (secs / 60) % 60);
+    env.import(&rule(
+        &project,
+        &hook,
+        json!({"renotify": {"every": 600_000, "max": 2}, "escalation": one_step(&esc, 1_200_000),
+               "quietHours": [{"from": hhmm(now + 7_200), "to": hhmm(now + 10_800), "timezone": "UTC"}],
+               "quietHoursBypass": ["pagerduty"]}),
+    ));
+    let k = env.spawn("run", &[]);
+    let title = format!("Explained ({})", env.namespace);
+    env.publish(&project, &title, "g").count(2).ok();
+    let fired = firing(&hook, || k.logs()).await;
+
+    let check = |on_call: &Value, from: &str| {
+        assert_eq!(on_call["reminders"]["sent"], 0, "{from}: {on_call}");
+        assert_eq!(on_call["reminders"]["max"], 2, "{from}: {on_call}");
+        assert_eq!(on_call["reminders"]["every"], 600_000, "{from}: {on_call}");
+        assert!(on_call["reminders"]["nextAt"].is_string(), "{from}: {on_call}");
+        assert_eq!(on_call["escalation"]["nextStep"], 1, "{from}: {on_call}");
+        assert_eq!(on_call["escalation"]["steps"], 1, "{from}: {on_call}");
+        assert_eq!(
+            on_call["escalation"]["nextChannels"],
+            json!(["webhook"]),
+            "{from}: {on_call}"
+        );
+        assert_eq!(on_call["quietHours"]["quiet"], false, "{from}: {on_call}");
+        assert_eq!(
+            on_call["quietHours"]["bypass"],
+            json!(["pagerduty"]),
+            "{from}: {on_call}"
+        );
+    };
+    // the CLI, as JSON and as a table
+    let out = env.ok(&[
+        "explain",
+        "--project",
+        &project,
+        "--title",
+        &title,
+        "--group",
+        "g",
+        "-o",
+        "json",
+    ]);
+    let v: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["rules"][0]["alert"]["id"], fired["alertId"], "{v}");
+    check(&v["rules"][0]["onCall"], "cli");
+    let table = env.ok(&[
+        "explain",
+        "--project",
+        &project,
+        "--title",
+        &title,
+        "--group",
+        "g",
+    ]);
+    assert!(table.contains("reminders: 0 of 2 sent, the next at"), "{table}");
+    assert!(table.contains("escalation: step 1 of 1 (webhook) at"), "{table}");
+    assert!(table.contains("not in quiet hours now"), "{table}");
+    // the API
+    let r = reqwest::Client::new()
+        .post(format!("http://{}/api/v1/projects/{project}/explain", k.addr))
+        .json(&json!({"title": title, "groupHash": "g"}))
+        .send()
+        .await
+        .expect("explain");
+    assert_eq!(r.status().as_u16(), 200);
+    let v: Value = r.json().await.expect("json");
+    check(&v["rules"][0]["onCall"], "api");
+    // the console's page
+    let page = reqwest::get(format!(
+        "http://{}/projects/{project}/explain?title=x&groupHash=g",
+        k.addr
+    ))
+    .await
+    .expect("page")
+    .text()
+    .await
+    .unwrap_or_default();
+    assert!(page.contains("reminders: 0 of 2 sent, the next at"), "{page}");
+    assert!(page.contains("escalation: step 1 of 1 (webhook) at"), "{page}");
+    // another group has no open alert: quiet hours only
+    let out = env.ok(&[
+        "explain",
+        "--project",
+        &project,
+        "--title",
+        &title,
+        "--group",
+        "other",
+        "-o",
+        "json",
+    ]);
+    let v: Value = serde_json::from_str(&out).expect("json");
+    let on_call = &v["rules"][0]["onCall"];
+    assert!(
+        on_call.get("reminders").is_none() && on_call.get("escalation").is_none(),
+        "{v}"
+    );
+    assert_eq!(on_call["quietHours"]["quiet"], false, "{v}");
+    drop(k);
+    common::delete_queues(&env).await;
+}
+
+/// A worker dies (abort, as a `kill -9`) right after publishing a reminder's messages, before scheduling the next
+/// reminder and acking the timer: RabbitMQ gives the timer to a surviving worker, which publishes the same
+/// messages again (the same notification ids: the sender delivers them once) and goes on with the chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_dying_between_a_reminder_and_its_next_timer_repeats_and_loses_nothing() {
+    let hook = HttpSink::start().await.expect("sink");
+    let env = Env::new();
+    let project = object_id();
+    env.import(&rule(
+        &project,
+        &hook,
+        json!({"renotify": {"every": 2_000, "max": 3}}),
+    ));
+    let mut sender = env.spawn("sender", &[]);
+    let crashing = env
+        .clone()
+        .set("KLAXON_TEST_CRASH_AFTER_REMIND", "1")
+        .spawn("worker", &[]);
+    let title = format!("Crash ({})", env.namespace);
+    env.publish(&project, &title, "g").count(2).ok();
+    firing(&hook, || crashing.logs()).await;
+    // reminder 1 is due 2 s after the alert opened: the worker publishes it and aborts
+    let died = klaxon_testkit::wait_for(Duration::from_secs(20), || {
+        let up = crashing.get("/healthz").is_some();
+        async move { (!up).then_some(()) }
+    })
+    .await;
+    assert!(
+        died.is_some(),
+        "the worker should have aborted; log:\n{}",
+        crashing.logs()
+    );
+    // the survivors (started only now, so the timer was surely the dead one's)
+    let fleet: Vec<common::Klaxon> = (0..2).map(|_| env.spawn("worker", &[])).collect();
+    let got = hook.wait_for_count(4, Duration::from_secs(30)).await;
+    assert_eq!(
+        got.len(),
+        4,
+        "firing + 3 reminders; logs:\n{}\n{}",
+        crashing.logs(),
+        fleet_logs(&fleet)
+    );
+    // the copy the dead worker published is dropped by the sender, never delivered twice
+    sender.wait_metric(
+        r#"klaxon_deliveries_total{channel="webhook",outcome="duplicate"}"#,
+        1.0,
+        Duration::from_secs(20),
+    );
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(hook.count(), 4, "nothing twice; logs:\n{}", fleet_logs(&fleet));
+    assert_eq!(distinct_ids(&hook), 4);
+    assert_eq!(
+        fleet_metric(&fleet, r#"klaxon_alert_reminders_total{outcome="sent"}"#),
+        3.0,
+        "the redelivered reminder 1, then 2 and 3"
+    );
+    for mut k in fleet {
+        assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    }
+    assert_eq!(sender.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}

@@ -136,19 +136,21 @@ pub async fn run(args: ExplainArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
         },
         &empty,
     ))?;
-    // below the table: the open alert of each (rule, group) that has one
+    // below the table: the open alert of each (rule, group) that has one, and where the rule's reminders,
+    // escalation and quiet hours stand
     if format == Format::Table {
         let lines: String = verdicts
             .iter()
             .zip(&alerts)
-            .filter_map(|(v, a)| {
-                a.as_ref().map(|a| {
-                    format!(
-                        "rule {}: {}\n",
-                        v.rule_id,
-                        klaxon_api::rest::alerts::current_words(a)
-                    )
-                })
+            .flat_map(|(v, a)| {
+                let alert = a
+                    .as_ref()
+                    .map(klaxon_api::rest::alerts::current_words)
+                    .into_iter();
+                alert
+                    .chain(klaxon_api::rest::alerts::on_call_words(v, a.as_ref()))
+                    .map(|line| format!("rule {}: {line}\n", v.rule_id))
+                    .collect::<Vec<_>>()
             })
             .collect();
         if !lines.is_empty() {

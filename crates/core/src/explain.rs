@@ -21,6 +21,7 @@ use serde_json::Value;
 use crate::filter::Title;
 use crate::mute::Mute;
 use crate::notification::rfc3339_ms;
+use crate::oncall::{OnCallRule, OnCallStatus};
 use crate::rule::{parse_rule_value_with, CompiledRule, RawRule, RuleDefaults, Skip, Want, Window};
 use crate::{Event, Limits};
 
@@ -89,6 +90,13 @@ pub struct RuleVerdict {
     /// When the window (or cooldown) ends, unix ms; RFC 3339 in JSON.
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "rfc3339")]
     pub window_ends_at: Option<i64>,
+    /// The rule's on-call fields, when it sets any (not serialized: with the (rule, group)'s open alert they
+    /// make [`RuleVerdict::on_call`], the API's `"onCall"`).
+    #[serde(skip)]
+    pub on_call_rule: Option<OnCallRule>,
+    /// When the verdict was read, unix ms (the Redis clock; [`Explanation::finish_at`]).
+    #[serde(skip)]
+    pub at_ms: Option<i64>,
 }
 
 fn rfc3339<S: Serializer>(ms: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
@@ -107,7 +115,17 @@ impl RuleVerdict {
             count: None,
             threshold: None,
             window_ends_at: None,
+            on_call_rule: None,
+            at_ms: None,
         }
+    }
+
+    /// Where the rule's on-call fields stand for its open `alert` of the event's group (`None`: none open) at
+    /// the verdict's time: reminders left, the next escalation step, quiet hours ([`OnCallRule::status`]).
+    /// `None` when the rule sets no on-call field or the verdict has no time.
+    pub fn on_call(&self, alert: Option<&crate::alert::Alert>) -> Option<OnCallStatus> {
+        let rule = self.on_call_rule.as_ref()?;
+        Some(rule.status(alert, self.at_ms?)).filter(|s| !s.is_empty())
     }
 
     /// The JSON form (the API's, `klaxon explain --output json`).
@@ -429,7 +447,11 @@ enum Slot {
     /// Decided without the counter.
     Decided(RuleVerdict),
     /// Counts the event: decided from the counter's state.
-    Counts { rule_id: String, want: Want },
+    Counts {
+        rule_id: String,
+        want: Want,
+        on_call_rule: Option<OnCallRule>,
+    },
 }
 
 /// The explanation of one event against a project's stored rules, before and after the counter's state is
@@ -465,10 +487,14 @@ impl Explanation {
                         silences.push((rule.id.clone(), quiet));
                     }
                     match rule.decide(event, &title) {
-                        Err(skip) => Slot::Decided(skipped(&rule.id, skip, &rule)),
+                        Err(skip) => Slot::Decided(RuleVerdict {
+                            on_call_rule: OnCallRule::of(&rule),
+                            ..skipped(&rule.id, skip, &rule)
+                        }),
                         Ok(want) => Slot::Counts {
                             rule_id: rule.id.clone(),
                             want,
+                            on_call_rule: OnCallRule::of(&rule),
                         },
                     }
                 }
@@ -516,7 +542,7 @@ impl Explanation {
     /// state [`Explanation::finish`] needs.
     pub fn counting(&self) -> impl Iterator<Item = (&str, Want)> + '_ {
         self.slots.iter().filter_map(|s| match s {
-            Slot::Counts { rule_id, want } => Some((rule_id.as_str(), *want)),
+            Slot::Counts { rule_id, want, .. } => Some((rule_id.as_str(), *want)),
             Slot::Decided(_) => None,
         })
     }
@@ -525,15 +551,33 @@ impl Explanation {
     /// [`Explanation::counting`] (in that order). A rule that counts the event while one of `mutes` matches
     /// it is `muted` (counted, not delivered).
     pub fn finish(self, peeks: &[Peek], mutes: &[Mute]) -> Vec<RuleVerdict> {
+        let now_ms = peeks.first().map(|p| p.now_ms);
+        self.finish_inner(peeks, mutes, now_ms)
+    }
+
+    /// [`Explanation::finish`], the verdicts read at `now_ms` (the clock of the peeks): each verdict carries
+    /// it, for where its rule's on-call fields stand then ([`RuleVerdict::on_call`]).
+    pub fn finish_at(self, peeks: &[Peek], mutes: &[Mute], now_ms: i64) -> Vec<RuleVerdict> {
+        self.finish_inner(peeks, mutes, Some(now_ms))
+    }
+
+    fn finish_inner(self, peeks: &[Peek], mutes: &[Mute], now_ms: Option<i64>) -> Vec<RuleVerdict> {
         let mut peeks = peeks.iter();
         let group = self.group_hash;
         self.slots
             .into_iter()
             .filter_map(|slot| match slot {
                 Slot::Decided(v) => Some(v),
-                Slot::Counts { rule_id, want } => {
+                Slot::Counts {
+                    rule_id,
+                    want,
+                    on_call_rule,
+                } => {
                     let peek = peeks.next()?;
-                    let v = counted(&rule_id, want, peek);
+                    let v = RuleVerdict {
+                        on_call_rule,
+                        ..counted(&rule_id, want, peek)
+                    };
                     Some(
                         match mutes.iter().find(|m| m.matches(&rule_id, &group, peek.now_ms)) {
                             Some(m) => v.muted_by(m),
@@ -542,6 +586,7 @@ impl Explanation {
                     )
                 }
             })
+            .map(|v| RuleVerdict { at_ms: now_ms, ..v })
             .collect()
     }
 }
@@ -884,6 +929,69 @@ mod tests {
             verdicts[0].reason
         );
         assert_eq!(verdicts[0].count, None);
+    }
+
+    /// Every verdict of a rule with on-call fields carries them and the clock it was read at, counting or not:
+    /// the on-call state is the rule's, whatever the event.
+    #[test]
+    fn verdicts_carry_the_rules_on_call_fields_and_the_clock() {
+        let rule = |id: &str, extra: Value| {
+            let mut r = json!({"_id": id, "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 2,
+                "thresholdPeriod": 60_000, "channels": {"webhook": {"isEnabled": true, "endpoint": "https://h.example/x"}}});
+            for (k, v) in extra.as_object().into_iter().flatten() {
+                r[k] = v.clone();
+            }
+            r
+        };
+        let quiet = json!({"quietHours": [{"from": "00:00", "to": "12:00", "timezone": "UTC"}],
+            "renotify": {"every": 60_000, "max": 2}});
+        let notifications = [
+            rule("5e3eef0679fa3700a0198a41", quiet.clone()),
+            rule(
+                "5e3eef0679fa3700a0198a42",
+                json!({"including": ["nope"], "quietHours": quiet["quietHours"]}),
+            ),
+            rule("5e3eef0679fa3700a0198a43", json!({})),
+        ];
+        let event = Event {
+            title: "TypeError".into(),
+            group_hash: "g1".into(),
+            is_new: false,
+            repetition_id: None,
+            timestamp: None,
+            user: None,
+        };
+        let e = Explanation::new(
+            &notifications,
+            &Limits::default(),
+            &RuleDefaults::default(),
+            &event,
+        );
+        let now = 86_400_000 + 3_600_000; // 1970-01-02T01:00Z, inside the window
+        let peek = Peek {
+            now_ms: now,
+            ..Peek::default()
+        };
+        let v = e.finish_at(&[peek.clone(), peek], &[], now);
+        assert_eq!(v.len(), 3);
+        assert_eq!(v[1].verdict, Verdict::Filtered);
+        for (i, has) in [(0, true), (1, true), (2, false)] {
+            assert_eq!(v[i].at_ms, Some(now), "{i}");
+            assert_eq!(v[i].on_call_rule.is_some(), has, "{i}");
+            // no open alert: quiet hours only, no reminders
+            let st = v[i].on_call(None);
+            assert_eq!(st.is_some(), has, "{i}");
+            if let Some(st) = st {
+                assert_eq!(st.reminders, None);
+                assert_eq!(
+                    st.quiet.and_then(|q| q.until_ms),
+                    Some(86_400_000 + 43_200_000),
+                    "{i}"
+                );
+            }
+        }
+        // not serialized: the API adds `onCall` with the alert
+        assert!(v[0].to_json().get("onCallRule").is_none() && v[0].to_json().get("atMs").is_none());
     }
 
     #[test]

@@ -178,6 +178,40 @@ pub fn next_escalation(steps: &[EscalationStep], opened_at_ms: i64, sent: usize)
     steps.get(sent).map(|s| (sent, s.due_at(opened_at_ms)))
 }
 
+impl EscalationStep {
+    /// The step's channel names, "webhook,pagerduty" ("-" for none).
+    pub fn channel_names(&self) -> String {
+        if self.channels.is_empty() {
+            return "-".to_owned();
+        }
+        let names: Vec<&str> = self.channels.iter().map(|c| c.kind.as_str()).collect();
+        names.join(",")
+    }
+}
+
+/// "15m→pagerduty 1h→email,slack" (`klaxon rules list`, the console's rule view).
+pub fn escalation_summary(steps: &[EscalationStep]) -> String {
+    steps
+        .iter()
+        .map(|s| {
+            format!(
+                "{}→{}",
+                crate::text::short_duration(s.after_ms),
+                s.channel_names()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `resolveAfter` in words: "after 1h without events", "by hand only" (`0`).
+pub fn resolve_after_summary(resolve_after_ms: u64) -> String {
+    match resolve_after_ms {
+        0 => "by hand only".to_owned(),
+        ms => format!("after {} without events", crate::text::short_duration(ms)),
+    }
+}
+
 /// A local time of day, minutes since midnight: 0 (`00:00`) … 1440 (`24:00`, only as a window's end).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ClockTime(u16);
@@ -231,7 +265,7 @@ pub fn weekday(name: &str) -> Option<usize> {
 }
 
 /// One quiet window: from `from` to `to` local time in `timezone`, starting on `days`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QuietWindow {
     /// The days the window starts on, Monday (0) to Sunday (6).
     pub days: [bool; 7],
@@ -317,7 +351,7 @@ impl QuietWindow {
 }
 
 /// `quietHours` and `quietHoursBypass`: when firings are held, and which channels are never held.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QuietHours {
     /// The windows; none = never quiet.
     pub windows: Vec<QuietWindow>,
@@ -429,6 +463,240 @@ pub fn days_summary(days: &[bool; 7]) -> String {
         i += 1;
     }
     parts.join(",")
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Where an open alert stands (explain)
+
+/// A rule's on-call fields as `explain` carries them beside a verdict: enough to say where an open alert's
+/// reminders and escalation stand and whether the rule is in quiet hours ([`OnCallRule::status`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OnCallRule {
+    /// `renotify`.
+    pub renotify: Option<Renotify>,
+    /// `escalation`.
+    pub escalation: Vec<EscalationStep>,
+    /// `quietHours` and `quietHoursBypass`.
+    pub quiet_hours: QuietHours,
+}
+
+/// Where an open alert's reminders stand at a moment ([`OnCallRule::status`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reminders {
+    /// Reminders due so far by the schedule (sent, or silenced by a mute), 0 … `max`.
+    pub sent: u32,
+    /// `renotify.max`.
+    pub max: u32,
+    /// `renotify.every`, ms.
+    pub every_ms: u64,
+    /// When the next one is due, unix ms; `None` when all were sent or the alert was acknowledged.
+    pub next_at_ms: Option<i64>,
+}
+
+/// Where an open alert's escalation stands at a moment ([`OnCallRule::status`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Escalation {
+    /// Steps due so far by the schedule (sent, or silenced by a mute).
+    pub sent: usize,
+    /// How many steps the rule has.
+    pub steps: usize,
+    /// The next step: its number (1-based), when it is due (unix ms) and its channels ("pagerduty,email");
+    /// `None` after the last step or once the alert was acknowledged.
+    pub next: Option<(usize, i64, String)>,
+}
+
+/// Whether the rule is in quiet hours at a moment, and until when ([`QuietHours::window_at`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quiet {
+    /// The end of the quiet (unix ms), `None` when the rule is not in quiet hours.
+    pub until_ms: Option<i64>,
+    /// The channels never held (`quietHoursBypass`).
+    pub bypass: Vec<ChannelKind>,
+}
+
+/// A rule's on-call state at a moment: what `explain` shows (`"onCall"`), pure.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OnCallStatus {
+    /// The open alert was acknowledged: reminders and escalation stopped.
+    pub acknowledged: bool,
+    /// Reminders of the open alert (`renotify` and an open alert).
+    pub reminders: Option<Reminders>,
+    /// Escalation of the open alert (`escalation` and an open alert).
+    pub escalation: Option<Escalation>,
+    /// Quiet hours (`quietHours`), with or without an alert.
+    pub quiet: Option<Quiet>,
+}
+
+impl OnCallRule {
+    /// The on-call fields of `rule`; `None` when it sets none of them.
+    pub fn of(rule: &crate::CompiledRule) -> Option<OnCallRule> {
+        let on_call = OnCallRule {
+            renotify: rule.renotify,
+            escalation: rule.escalation.clone(),
+            quiet_hours: rule.quiet_hours.clone(),
+        };
+        (on_call != OnCallRule::default()).then_some(on_call)
+    }
+
+    /// Where things stand at `now_ms` for the rule's open `alert` (`None`: no open alert; a resolved one counts
+    /// as none). Reminders and steps go by the schedule the engine keeps: reminder n at opened + n × every,
+    /// step k at opened + its `after`; an acknowledgement stops both where they were at its time.
+    pub fn status(&self, alert: Option<&crate::alert::Alert>, now_ms: i64) -> OnCallStatus {
+        use crate::alert::AlertState;
+        let quiet = (!self.quiet_hours.is_empty()).then(|| Quiet {
+            until_ms: self.quiet_hours.window_at(now_ms),
+            bypass: self.quiet_hours.bypass.clone(),
+        });
+        let Some(alert) = alert.filter(|a| a.state.is_open()) else {
+            return OnCallStatus {
+                quiet,
+                ..OnCallStatus::default()
+            };
+        };
+        let firing = alert.state == AlertState::Firing;
+        // the moment the schedule stopped: now while firing, the acknowledgement otherwise
+        let until = if firing {
+            now_ms
+        } else {
+            alert.acknowledged_at_ms.unwrap_or(now_ms).min(now_ms)
+        };
+        let opened = alert.fired_at_ms;
+        let reminders = self.renotify.map(|r| {
+            let sent = (1..=r.max)
+                .take_while(|n| r.due_at(opened, *n).is_some_and(|at| at <= until))
+                .count() as u32;
+            Reminders {
+                sent,
+                max: r.max,
+                every_ms: r.every_ms,
+                next_at_ms: if firing {
+                    r.next(opened, sent).map(|(_, at)| at)
+                } else {
+                    None
+                },
+            }
+        });
+        let escalation = (!self.escalation.is_empty()).then(|| {
+            let sent = self
+                .escalation
+                .iter()
+                .take_while(|s| s.due_at(opened) <= until)
+                .count();
+            let next = if firing {
+                next_escalation(&self.escalation, opened, sent)
+                    .map(|(i, at)| (i + 1, at, self.escalation[i].channel_names()))
+            } else {
+                None
+            };
+            Escalation {
+                sent,
+                steps: self.escalation.len(),
+                next,
+            }
+        });
+        OnCallStatus {
+            acknowledged: alert.state == AlertState::Acknowledged,
+            reminders,
+            escalation,
+            quiet,
+        }
+    }
+}
+
+impl OnCallStatus {
+    /// True when there is nothing to show (the rule sets no quiet hours and has no open alert to remind of or
+    /// escalate).
+    pub fn is_empty(&self) -> bool {
+        self.reminders.is_none() && self.escalation.is_none() && self.quiet.is_none()
+    }
+
+    /// The API's `"onCall"` (documented in docs/api.md): `{"reminders"?: {"sent", "max", "every", "nextAt"},
+    /// "escalation"?: {"sent", "steps", "nextStep", "nextAt", "nextChannels"}, "quietHours"?: {"quiet",
+    /// "until", "bypass"}}`, times in RFC 3339, `null` when there is none.
+    pub fn to_json(&self) -> Value {
+        let at =
+            |ms: Option<i64>| ms.map_or(Value::Null, |ms| Value::from(crate::notification::rfc3339_ms(ms)));
+        let mut out = Map::new();
+        if let Some(r) = &self.reminders {
+            out.insert(
+                "reminders".into(),
+                serde_json::json!({"sent": r.sent, "max": r.max, "every": r.every_ms, "nextAt": at(r.next_at_ms)}),
+            );
+        }
+        if let Some(e) = &self.escalation {
+            let (step, when, channels) = match &e.next {
+                Some((step, when, channels)) => (
+                    Value::from(*step),
+                    at(Some(*when)),
+                    Value::from(channels.split(',').filter(|c| *c != "-").collect::<Vec<_>>()),
+                ),
+                None => (Value::Null, Value::Null, Value::Null),
+            };
+            out.insert(
+                "escalation".into(),
+                serde_json::json!({"sent": e.sent, "steps": e.steps, "nextStep": step, "nextAt": when,
+                    "nextChannels": channels}),
+            );
+        }
+        if let Some(q) = &self.quiet {
+            let bypass: Vec<&str> = q.bypass.iter().map(|c| c.as_str()).collect();
+            out.insert(
+                "quietHours".into(),
+                serde_json::json!({"quiet": q.until_ms.is_some(), "until": at(q.until_ms), "bypass": bypass}),
+            );
+        }
+        Value::Object(out)
+    }
+
+    /// The same in words, one line per part: "reminders: 1 of 2 sent, the next at …", "escalation: step 2 of 3
+    /// (pagerduty) at …", "in quiet hours until … (pagerduty not held)" (`klaxon explain`, the console).
+    pub fn words(&self) -> Vec<String> {
+        let at = crate::notification::rfc3339_ms;
+        let mut out = Vec::new();
+        if let Some(r) = &self.reminders {
+            out.push(match r.next_at_ms {
+                Some(next) => format!(
+                    "reminders: {} of {} sent, the next at {} (every {})",
+                    r.sent,
+                    r.max,
+                    at(next),
+                    crate::text::short_duration(r.every_ms)
+                ),
+                None if self.acknowledged => format!(
+                    "reminders: stopped by the acknowledgement after {} of {}",
+                    r.sent, r.max
+                ),
+                None => format!("reminders: {} of {} sent, none left", r.sent, r.max),
+            });
+        }
+        if let Some(e) = &self.escalation {
+            out.push(match &e.next {
+                Some((step, when, channels)) => format!(
+                    "escalation: step {step} of {} ({channels}) at {}",
+                    e.steps,
+                    at(*when)
+                ),
+                None if self.acknowledged => format!(
+                    "escalation: stopped by the acknowledgement after {} of {}",
+                    e.sent, e.steps
+                ),
+                None => format!("escalation: {} of {} sent, none left", e.sent, e.steps),
+            });
+        }
+        if let Some(q) = &self.quiet {
+            let bypass = if q.bypass.is_empty() {
+                String::new()
+            } else {
+                let names: Vec<&str> = q.bypass.iter().map(|c| c.as_str()).collect();
+                format!(" ({} not held)", names.join(", "))
+            };
+            out.push(match q.until_ms {
+                Some(until) => format!("in quiet hours until {}{bypass}: firings are held", at(until)),
+                None => "not in quiet hours now".to_owned(),
+            });
+        }
+        out
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -952,6 +1220,201 @@ mod tests {
         }
         assert_eq!(next_escalation(&[], opened, 0), None);
         assert_eq!(step(u64::MAX).due_at(opened), i64::MAX);
+    }
+
+    /// Explain's on-call status: reminders and steps by the schedule, stopped by an acknowledgement, quiet
+    /// hours with or without an alert, nothing for a resolved alert.
+    #[test]
+    fn on_call_status_table() {
+        use crate::alert::{Alert, AlertState};
+        let ch = |kind| ChannelConfig {
+            kind,
+            endpoint: "x".into(),
+            min_period_s: 0,
+            severity: None,
+        };
+        let rule = OnCallRule {
+            renotify: Some(Renotify {
+                every_ms: 30 * M as u64,
+                max: 3,
+            }),
+            escalation: vec![
+                EscalationStep {
+                    after_ms: 15 * M as u64,
+                    channels: vec![ch(ChannelKind::Webhook)],
+                },
+                EscalationStep {
+                    after_ms: H as u64,
+                    channels: vec![ch(ChannelKind::Email), ch(ChannelKind::Pagerduty)],
+                },
+            ],
+            quiet_hours: quiet(&[("daily", "22:00", "07:00", "Europe/Berlin")]),
+        };
+        let opened = ms("2026-11-25T10:00:00Z"); // 11:00 in Berlin: not quiet
+        let alert = |state, acked: Option<i64>| Alert {
+            id: "0123456789abcdef01234567".into(),
+            project_id: "p".into(),
+            project_name: None,
+            rule_id: ID.into(),
+            group: "g".into(),
+            title: "t".into(),
+            state,
+            firing: "f".into(),
+            fired_at_ms: opened,
+            acknowledged_at_ms: acked,
+            acknowledged_by: acked.map(|_| "ann".into()),
+            resolved_at_ms: None,
+            resolved_by: None,
+            events: 2,
+            last_event_at_ms: opened,
+            resolve_after_ms: 0,
+            channels: Vec::new(),
+        };
+        let firing = alert(AlertState::Firing, None);
+        let acked = alert(AlertState::Acknowledged, Some(opened + 40 * M));
+        let resolved = alert(AlertState::Resolved, None);
+        let not_quiet = Some(Quiet {
+            until_ms: None,
+            bypass: vec![ChannelKind::Pagerduty],
+        });
+        let rem = |sent, next_at_ms| {
+            Some(Reminders {
+                sent,
+                max: 3,
+                every_ms: 30 * M as u64,
+                next_at_ms,
+            })
+        };
+        let esc = |sent, next: Option<(usize, i64, &str)>| {
+            Some(Escalation {
+                sent,
+                steps: 2,
+                next: next.map(|(n, at, c)| (n, at, c.to_owned())),
+            })
+        };
+        // (alert, now, reminders, escalation, words)
+        let cases = vec![
+            (
+                Some(&firing),
+                opened + 10 * M,
+                rem(0, Some(opened + 30 * M)),
+                esc(0, Some((1, opened + 15 * M, "webhook"))),
+                vec![
+                    "reminders: 0 of 3 sent, the next at 2026-11-25T10:30:00Z (every 30m)",
+                    "escalation: step 1 of 2 (webhook) at 2026-11-25T10:15:00Z",
+                    "not in quiet hours now",
+                ],
+            ),
+            // exactly due counts as sent
+            (
+                Some(&firing),
+                opened + 30 * M,
+                rem(1, Some(opened + 60 * M)),
+                esc(1, Some((2, opened + H, "email,pagerduty"))),
+                vec![
+                    "reminders: 1 of 3 sent, the next at 2026-11-25T11:00:00Z (every 30m)",
+                    "escalation: step 2 of 2 (email,pagerduty) at 2026-11-25T11:00:00Z",
+                    "not in quiet hours now",
+                ],
+            ),
+            (
+                Some(&firing),
+                opened + 5 * H,
+                rem(3, None),
+                esc(2, None),
+                vec![
+                    "reminders: 3 of 3 sent, none left",
+                    "escalation: 2 of 2 sent, none left",
+                    "not in quiet hours now",
+                ],
+            ),
+            // acknowledged at +40m: one reminder and one step before it, none after
+            (
+                Some(&acked),
+                opened + 5 * H,
+                rem(1, None),
+                esc(1, None),
+                vec![
+                    "reminders: stopped by the acknowledgement after 1 of 3",
+                    "escalation: stopped by the acknowledgement after 1 of 2",
+                    "not in quiet hours now",
+                ],
+            ),
+            (
+                Some(&resolved),
+                opened + 10 * M,
+                None,
+                None,
+                vec!["not in quiet hours now"],
+            ),
+            (None, opened + 10 * M, None, None, vec!["not in quiet hours now"]),
+        ];
+        for (alert, now, reminders, escalation, words) in cases {
+            let st = rule.status(alert, now);
+            let what = format!("{:?} at {now}", alert.map(|a| a.state));
+            assert_eq!(st.reminders, reminders, "{what}");
+            assert_eq!(st.escalation, escalation, "{what}");
+            assert_eq!(st.quiet, not_quiet, "{what}");
+            assert_eq!(st.words(), words, "{what}");
+        }
+        // 23:30 in Berlin: quiet until 07:00 Berlin (06:00 UTC); no alert, quiet hours only
+        let st = rule.status(None, ms("2026-11-25T22:30:00Z"));
+        assert_eq!(
+            st.quiet.as_ref().and_then(|q| q.until_ms),
+            Some(ms("2026-11-26T06:00:00Z"))
+        );
+        assert_eq!(
+            st.words(),
+            vec!["in quiet hours until 2026-11-26T06:00:00Z (pagerduty not held): firings are held"]
+        );
+        assert_eq!(
+            st.to_json(),
+            json!({"quietHours": {"quiet": true, "until": "2026-11-26T06:00:00Z", "bypass": ["pagerduty"]}})
+        );
+        let st = rule.status(Some(&firing), opened + 30 * M);
+        assert_eq!(
+            st.to_json(),
+            json!({
+                "reminders": {"sent": 1, "max": 3, "every": 1_800_000, "nextAt": "2026-11-25T11:00:00Z"},
+                "escalation": {"sent": 1, "steps": 2, "nextStep": 2, "nextAt": "2026-11-25T11:00:00Z",
+                    "nextChannels": ["email", "pagerduty"]},
+                "quietHours": {"quiet": false, "until": null, "bypass": ["pagerduty"]}
+            })
+        );
+        let st = rule.status(Some(&acked), opened + 5 * H);
+        assert_eq!(st.to_json()["reminders"]["nextAt"], Value::Null);
+        assert_eq!(st.to_json()["escalation"]["nextStep"], Value::Null);
+        // a rule without on-call fields has nothing to show
+        assert!(OnCallRule::default().status(Some(&firing), opened).is_empty());
+        assert!(OnCallRule::default()
+            .status(Some(&firing), opened)
+            .words()
+            .is_empty());
+    }
+
+    #[test]
+    fn summaries_in_words() {
+        let step = |after_ms, kinds: &[ChannelKind]| EscalationStep {
+            after_ms,
+            channels: kinds
+                .iter()
+                .map(|k| ChannelConfig {
+                    kind: *k,
+                    endpoint: "x".into(),
+                    min_period_s: 0,
+                    severity: None,
+                })
+                .collect(),
+        };
+        let steps = [
+            step(15 * M as u64, &[ChannelKind::Pagerduty]),
+            step(H as u64, &[ChannelKind::Email, ChannelKind::Slack]),
+            step(2 * H as u64, &[]),
+        ];
+        assert_eq!(escalation_summary(&steps), "15m→pagerduty 1h→email,slack 2h→-");
+        assert_eq!(escalation_summary(&[]), "");
+        assert_eq!(resolve_after_summary(0), "by hand only");
+        assert_eq!(resolve_after_summary(3_600_000), "after 1h without events");
     }
 
     #[test]

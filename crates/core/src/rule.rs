@@ -26,7 +26,7 @@ pub use crate::kind::spike::{
 };
 pub use crate::kind::{Kind, Skip, Spike, Want, WhatToReceive, Window};
 pub use crate::problem::{RuleProblem, MAX_PROBLEM_BYTES};
-pub use raw::{endpoint_problem, Channels, RawChannel, RawRule, RuleId};
+pub use raw::{endpoint_problem, is_slack_channel_id, Channels, RawChannel, RawRule, RuleId};
 
 /// The largest channel `minPeriod` accepted, in seconds (7 days): digest state lives in Redis that long.
 pub const MAX_MIN_PERIOD_S: u64 = 7 * 24 * 3600;
@@ -214,20 +214,10 @@ impl CompiledRule {
             parts.push(format!("renotify {}", r.summary()));
         }
         if !self.escalation.is_empty() {
-            let steps: Vec<String> = self
-                .escalation
-                .iter()
-                .map(|s| {
-                    let chs: Vec<&str> = s.channels.iter().map(|c| c.kind.as_str()).collect();
-                    let chs = if chs.is_empty() {
-                        "-".to_owned()
-                    } else {
-                        chs.join(",")
-                    };
-                    format!("{}→{chs}", crate::text::short_duration(s.after_ms))
-                })
-                .collect();
-            parts.push(format!("escalate {}", steps.join(" ")));
+            parts.push(format!(
+                "escalate {}",
+                crate::oncall::escalation_summary(&self.escalation)
+            ));
         }
         if !self.quiet_hours.is_empty() {
             parts.push(format!("quiet {}", self.quiet_hours.summary()));

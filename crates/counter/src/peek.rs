@@ -67,10 +67,12 @@ impl WindowCounter {
                 }
             })
             .collect();
+        // one clock for every verdict, also for the rules that count nothing (their on-call state)
+        let now = self.server_time_ms().await?;
         let peeks = if hits.is_empty() {
             Vec::new()
         } else {
-            self.peek(&hits, None).await?
+            self.peek(&hits, Some(now)).await?
         };
         // NO_EVENTS rules: the project's last event, one HGET (none without such a rule)
         let silences = explanation.silences().to_vec();
@@ -81,7 +83,7 @@ impl WindowCounter {
                 .last_event(project_id)
                 .await?
         };
-        let mut verdicts = explanation.finish(&peeks, mutes);
+        let mut verdicts = explanation.finish_at(&peeks, mutes, now);
         klaxon_core::explain::with_last_event(&mut verdicts, &silences, last);
         Ok(verdicts)
     }

@@ -21,13 +21,16 @@
 //!   were confirmed: a crash in between brings the timer back, `resolve_due` answers `AlreadyResolved`, and the
 //!   same tasks are published again.
 //! * **Muted rules still resolve.** A muted firing opens no alert, but an alert opened before the mute resolves
-//!   as usual: the timer loop never reads mutes.
+//!   as usual: a resolve timer never reads mutes. A due reminder or escalation step does: a mute that matches
+//!   the alert silences it (nothing sent, the chain goes on; [`OnCallDue::under_mute`]).
 //! * **Bounded.** A timer message is small JSON (at most [`TIMER_MAX_BYTES`]); anything else in the queue is set
 //!   aside to `<ns>.dead` with the reason, never retried, never a reason to stop the loop.
 //!
 //! Fault injection (cargo feature `fault-injection`, tests only): [`Faults::crash_after_resolve`] aborts the
 //! process right after `resolve_due` answered `Done`, before publishing (the kill-between-resolve-and-publish
-//! test). Without the feature the field and the check do not exist.
+//! test); [`Faults::crash_after_remind`] aborts it right after a reminder's messages were published, before the
+//! next reminder is scheduled and the timer acked (the reminder-timer-redelivered test). Without the feature
+//! the fields and the checks do not exist.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
@@ -57,12 +60,19 @@ use crate::{sink, EngineError};
 #[cfg(feature = "fault-injection")]
 pub const CRASH_AFTER_RESOLVE_ENV: &str = "KLAXON_TEST_CRASH_AFTER_RESOLVE";
 
+/// The environment variable the binary reads into [`Faults::crash_after_remind`] (feature `fault-injection`).
+#[cfg(feature = "fault-injection")]
+pub const CRASH_AFTER_REMIND_ENV: &str = "KLAXON_TEST_CRASH_AFTER_REMIND";
+
 /// Faults a test can inject into the timer loop (feature `fault-injection`; never in production builds).
 #[cfg(feature = "fault-injection")]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Faults {
     /// Abort the process right after a timer resolved an alert, before its resolved messages are published.
     pub crash_after_resolve: bool,
+    /// Abort the process right after a reminder's messages were published, before the next reminder is
+    /// scheduled and the timer acked.
+    pub crash_after_remind: bool,
 }
 
 /// The largest timer message the loop reads; a longer body is set aside unread.
@@ -278,8 +288,23 @@ impl OnCall {
 pub(crate) enum OnCallDue {
     /// The alert is still `firing`: send (`remind` or `escalate`), then schedule the next timer if any.
     Send { next: Option<(Timer, i64)> },
+    /// The alert is still `firing` but a mute matches its (rule, group) now: nothing is sent (and nothing
+    /// later: a silenced reminder or step is not made up for), the chain goes on with the next timer.
+    Muted { next: Option<(Timer, i64)> },
     /// Acknowledged, resolved or gone: the chain ends here. The outcome to count.
     Stop(&'static str),
+}
+
+impl OnCallDue {
+    /// The decision under the mutes: a reminder or step that would be sent while a mute matches the alert's
+    /// (rule, group) is silenced, like a firing (the design call in docs/rules.md "Mutes and on-call"); a
+    /// stop stays a stop. Resolves never ask: a mute never keeps the resolve of what people saw.
+    pub(crate) fn under_mute(self, muted: bool) -> OnCallDue {
+        match self {
+            OnCallDue::Send { next } if muted => OnCallDue::Muted { next },
+            other => other,
+        }
+    }
 }
 
 /// The decision of a due reminder `timer` (`Remind`) for `alert`.
@@ -464,6 +489,8 @@ pub struct TimerDeps {
     pub alerts: Alerts,
     /// Rules, cached: an escalation step's channels are read from the rule when the step is due.
     pub rules: klaxon_store::RuleCache,
+    /// Mutes: a due reminder or step of a muted (rule, group) is silenced ([`OnCallDue::under_mute`]).
+    pub mutes: klaxon_counter::Mutes,
     /// Unacked timer messages.
     pub prefetch: u16,
     /// Where resolved messages go (`--output`).
@@ -484,6 +511,13 @@ pub async fn run(deps: TimerDeps, ready: Arc<AtomicBool>, shutdown: Cancellation
         tracing::warn!(
             env = CRASH_AFTER_RESOLVE_ENV,
             "test hook on: the process aborts after its first resolve"
+        );
+    }
+    #[cfg(feature = "fault-injection")]
+    if deps.faults.crash_after_remind {
+        tracing::warn!(
+            env = CRASH_AFTER_REMIND_ENV,
+            "test hook on: the process aborts after its first reminder's messages"
         );
     }
     crate::supervise("alerts", ready, shutdown, |ready, shutdown| {
@@ -679,11 +713,32 @@ async fn on_call_due(deps: &TimerDeps, publisher: &Publisher, timer: &Timer) -> 
         (TimerWhat::Escalate { .. }, _) => (escalation_due(timer, alert.as_ref(), None), Vec::new()),
         (TimerWhat::Resolve, _) => return Ok(()),
     };
+    // a mute silences what would be sent (one read of the project's mutes, only then)
+    let decision = match (&decision, &alert) {
+        (OnCallDue::Send { .. }, Some(a)) => {
+            let muted = muted(deps, a, now_ms).await?;
+            decision.under_mute(muted)
+        }
+        _ => decision,
+    };
     let next = match decision {
         OnCallDue::Stop(outcome) => {
             OnCallTimer {
                 timer,
                 outcome,
+                channels: 0,
+            }
+            .emit();
+            return Ok(());
+        }
+        OnCallDue::Muted { next } => {
+            if let Some((next, due)) = next {
+                let msg = next.scheduled(&deps.topology, due, now_ms);
+                publisher.publish_delayed(&deps.topology.delay(), &[msg]).await?;
+            }
+            OnCallTimer {
+                timer,
+                outcome: "muted",
                 channels: 0,
             }
             .emit();
@@ -701,6 +756,14 @@ async fn on_call_due(deps: &TimerDeps, publisher: &Publisher, timer: &Timer) -> 
     if !out.is_empty() {
         publisher.publish_all(&out).await?;
     }
+    #[cfg(feature = "fault-injection")]
+    if deps.faults.crash_after_remind && matches!(timer.what, TimerWhat::Remind { .. }) {
+        tracing::error!(
+            env = CRASH_AFTER_REMIND_ENV,
+            "test hook: aborting between a reminder's messages and its next timer"
+        );
+        std::process::abort();
+    }
     if let Some((next, due)) = next {
         let msg = next.scheduled(&deps.topology, due, now_ms);
         publisher.publish_delayed(&deps.topology.delay(), &[msg]).await?;
@@ -712,6 +775,19 @@ async fn on_call_due(deps: &TimerDeps, publisher: &Publisher, timer: &Timer) -> 
     }
     .emit();
     Ok(())
+}
+
+/// Whether a mute matches `alert`'s (rule, group) at `now_ms` (the project's mutes, at most the limit, as the
+/// worker reads them for a firing).
+async fn muted(deps: &TimerDeps, alert: &Alert, now_ms: i64) -> Result<bool, EngineError> {
+    let read = deps
+        .mutes
+        .of_projects(&[alert.project_id.as_str()])
+        .await
+        .inspect_err(|_| RedisFailed.emit())?;
+    Ok(read
+        .get(&alert.project_id)
+        .is_some_and(|r| klaxon_core::mute::is_muted(&r.mutes, &alert.rule_id, &alert.group, now_ms)))
 }
 
 /// The tasks of escalation step `step` (1-based) of `alert`: one per channel of that step, sent at once like
@@ -1122,6 +1198,35 @@ mod tests {
             t2[0].notification_id
         );
         assert!(escalation_tasks(&firing, &steps, 3, 20_000).is_empty());
+
+        // under a mute: what would be sent is silenced and the chain goes on; a stop stays a stop
+        // (decision, muted, after)
+        let next = reminder_due(&remind(1), Some(&firing));
+        let OnCallDue::Send { next: n1 } = next.clone() else {
+            panic!("{next:?}")
+        };
+        let cases = [
+            (next.clone(), true, OnCallDue::Muted { next: n1.clone() }),
+            (next.clone(), false, next.clone()),
+            (
+                OnCallDue::Send { next: None },
+                true,
+                OnCallDue::Muted { next: None },
+            ),
+            (
+                OnCallDue::Stop("acknowledged"),
+                true,
+                OnCallDue::Stop("acknowledged"),
+            ),
+            (OnCallDue::Stop("resolved"), false, OnCallDue::Stop("resolved")),
+        ];
+        for (decision, muted, want) in cases {
+            assert_eq!(
+                decision.clone().under_mute(muted),
+                want,
+                "{decision:?} muted={muted}"
+            );
+        }
     }
 
     /// An alert opened now (or again) starts its first reminder and first escalation step; a repeat starts none.

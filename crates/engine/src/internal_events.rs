@@ -563,7 +563,7 @@ impl BreakerClosed<'_> {
 }
 
 /// A lifecycle message of an alert tried to edit the alert's firing message on a channel that keeps
-/// conversations (Discord, Telegram): `edited`, or `failed` (the message was sent all the same; the channel
+/// conversations (Discord, Telegram, Slack): `edited`, or `failed` (the message was sent all the same; the channel
 /// logged why). Counted per channel, never per tenant.
 pub(crate) struct ConversationEdited {
     pub channel: ChannelKind,

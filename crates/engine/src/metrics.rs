@@ -209,7 +209,7 @@ pub const DESCRIBED: &[Described] = &[
     counter(
         "klaxon_conversation_edits_total",
         &["channel", "outcome"],
-        "Edits of an alert's firing message by its lifecycle messages (Discord, Telegram): edited, failed",
+        "Edits of an alert's firing message by its lifecycle messages (Discord, Telegram, Slack): edited, failed",
     ),
     counter(
         "klaxon_trail_dropped_total",

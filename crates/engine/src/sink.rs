@@ -125,8 +125,9 @@ pub fn hawk_task(task: &NotificationTask) -> Value {
 /// message of an alert's life (resolved, acknowledged, a reminder, an escalation) or a NO_EVENTS firing (about
 /// the project, no event group) is not published — Hawk's senders know only firings of event groups (`event`,
 /// `several-events`) and would send it as a new firing, or fail to find its group — but counted and logged as
-/// not sent, and `None`.
-pub(crate) fn dispatch(
+/// not sent, and `None`. The worker, the digest flusher, the alert timers and the hand changes (API, console,
+/// `klaxon alerts`) all go through here, so every output treats them alike.
+pub fn dispatch(
     topology: &Topology,
     output: Output,
     trail: &Trail,

@@ -8,7 +8,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::{Extension, Form};
-use klaxon_core::rule::{Field, RawChannel, RuleId};
+use klaxon_core::rule::{Channels, Field, RawChannel, RuleId};
 use klaxon_core::{ChannelKind, RawRule, RuleProblem};
 use klaxon_store::format::oids_to_hex;
 use serde::{Deserialize, Serialize};
@@ -39,25 +39,46 @@ fn hex_id(rule: &RawRule) -> Option<String> {
     }
 }
 
-/// The rule's channels that have an endpoint (a string), by key.
-fn endpoints(rule: &mut RawRule) -> impl Iterator<Item = (&str, &mut String)> {
-    let channels = match &mut rule.channels {
-        Field::Typed(chs) => chs.0.as_mut_slice(),
-        _ => &mut [],
-    };
-    channels.iter_mut().filter_map(|(key, ch)| match ch {
-        Field::Typed(RawChannel {
-            endpoint: Field::Typed(endpoint),
-            ..
-        }) => Some((key.as_str(), endpoint)),
-        _ => None,
-    })
+/// The endpoints (strings) of the rule's channels and of its escalation steps' channels (a PagerDuty routing
+/// key there is as secret as anywhere), each with where it is: `slack` for the rule's own channel,
+/// `escalation[0].pagerduty` for a step's.
+fn endpoints(rule: &mut RawRule) -> Vec<(String, &mut String)> {
+    fn of<'r>(channels: &'r mut Field<Channels>, prefix: &str, out: &mut Vec<(String, &'r mut String)>) {
+        let Field::Typed(chs) = channels else { return };
+        for (key, ch) in chs.0.iter_mut() {
+            if let Field::Typed(RawChannel {
+                endpoint: Field::Typed(endpoint),
+                ..
+            }) = ch
+            {
+                out.push((format!("{prefix}{key}"), endpoint));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    of(&mut rule.channels, "", &mut out);
+    if let Field::Typed(steps) = &mut rule.escalation {
+        for (i, step) in steps.iter_mut().enumerate() {
+            if let Field::Typed(step) = step {
+                of(&mut step.channels, &format!("escalation[{i}]."), &mut out);
+            }
+        }
+    }
+    out
 }
 
-/// The endpoint of the rule's channel `key`, when it is a string.
-fn endpoint_of<'r>(rule: &'r RawRule, key: &str) -> Option<&'r str> {
-    let (_, channel) = rule.channels.typed()?.0.iter().find(|(k, _)| k == key)?;
-    channel.typed()?.endpoint.typed().map(String::as_str)
+/// The channel name of an [`endpoints`] key (`escalation[0].pagerduty` → `pagerduty`).
+fn channel_of(key: &str) -> &str {
+    key.rsplit_once('.').map_or(key, |(_, ch)| ch)
+}
+
+/// The endpoint at `key` ([`endpoints`]) of a stored rule, when it is a string.
+fn endpoint_of(rule: &RawRule, key: &str) -> Option<String> {
+    let mut rule = rule.clone();
+    endpoints(&mut rule)
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, e)| e.clone())
 }
 
 /// The project in the import/export format, as the textarea shows it.
@@ -88,7 +109,7 @@ fn export_text(project_id: &str, notifications: &[Value]) -> String {
             };
             for (key, endpoint) in endpoints(&mut rule) {
                 if !endpoint.trim().is_empty() {
-                    *endpoint = endpoint_placeholder(key, endpoint);
+                    *endpoint = endpoint_placeholder(channel_of(&key), endpoint);
                 }
             }
             ShownRule::Rule(Box::new(rule))
@@ -125,14 +146,14 @@ fn restore_endpoints(body: &mut Value, stored: &[Value]) -> Result<(), String> {
             let original = stored
                 .iter()
                 .find(|s| id.is_some() && hex_id(s) == id)
-                .and_then(|s| endpoint_of(s, key));
+                .and_then(|s| endpoint_of(s, &key));
             let Some(original) = original else {
                 return Err(format!(
                     "rule {}, channel `{key}`: the endpoint is the {KEEP} placeholder but no stored rule with this id has one; write the endpoint",
                     id.as_deref().unwrap_or("<no id>")
                 ));
             };
-            *endpoint = original.to_owned();
+            *endpoint = original;
             restored = true;
         }
         if restored {
@@ -310,6 +331,55 @@ mod tests {
         let mut body: Value = serde_json::from_str(&text).expect("json");
         body["notifications"][0]["_id"] = json!("5e3eef0679fa3700a0198a4a");
         assert!(restore_endpoints(&mut body, &stored).is_err());
+    }
+
+    /// An escalation step's endpoints (a PagerDuty routing key) are hidden like the rule's own, and come back
+    /// on save; on-call fields go through as written.
+    #[test]
+    fn escalation_endpoints_are_hidden_and_kept() {
+        let p = "5e3eef0679fa3700a0198a48";
+        let key = "R0UTINGKEY0123456789abcdefABCDEF";
+        let stored = vec![
+            json!({"_id": "5e3eef0679fa3700a0198a49", "renotify": {"every": 60000, "max": 2},
+            "channels": {"slack": {"isEnabled": true, "endpoint": "https://hooks.slack.com/services/T/B/SECRET"}},
+            "escalation": [{"after": 60000, "channels": {"pagerduty": {"isEnabled": true, "endpoint": key}}},
+                           {"after": 120000, "channels": {"webhook": {"isEnabled": true, "endpoint": "https://h.example/x?token=SECRET2"}}}]}),
+        ];
+        let text = export_text(p, &stored);
+        for secret in [key, "SECRET", "SECRET2"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        let mut body: Value = serde_json::from_str(&text).expect("json");
+        assert!(
+            body["notifications"][0]["escalation"][0]["channels"]["pagerduty"]["endpoint"]
+                .as_str()
+                .is_some_and(|e| e.starts_with(KEEP))
+        );
+        body["notifications"][0]["quietHours"] =
+            json!([{"from": "22:00", "to": "07:00", "timezone": "Europe/Berlin"}]);
+        body["notifications"][0]["escalation"][1]["channels"]["webhook"]["endpoint"] =
+            json!("https://new.example/y");
+        restore_endpoints(&mut body, &stored).expect("restored");
+        let rule = &body["notifications"][0];
+        assert_eq!(rule["escalation"][0]["channels"]["pagerduty"]["endpoint"], key);
+        assert_eq!(
+            rule["escalation"][1]["channels"]["webhook"]["endpoint"],
+            "https://new.example/y"
+        );
+        assert_eq!(
+            rule["channels"]["slack"]["endpoint"],
+            "https://hooks.slack.com/services/T/B/SECRET"
+        );
+        assert_eq!(rule["quietHours"][0]["timezone"], "Europe/Berlin");
+        assert_eq!(rule["renotify"]["max"], 2);
+        // a step's placeholder stands only for the same step's stored endpoint
+        let mut body: Value = serde_json::from_str(&text).expect("json");
+        let first = body["notifications"][0]["escalation"][0].clone();
+        if let Some(steps) = body["notifications"][0]["escalation"].as_array_mut() {
+            steps.push(first);
+        }
+        let err = restore_endpoints(&mut body, &stored).expect_err("no third step stored");
+        assert!(err.contains("escalation[2].pagerduty"), "{err}");
     }
 
     /// What is not a rule is shown as stored; ids match in either form; a rule without a placeholder goes on

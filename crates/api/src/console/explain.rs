@@ -59,6 +59,7 @@ pub(super) async fn page(
                     .zip(alerts)
                     .map(|(v, a)| VerdictRow {
                         window_ends_at_shown: v.window_ends_at.map(ms_human),
+                        on_call: crate::rest::alerts::on_call_words(&v, a.as_ref()),
                         alert_id: a.as_ref().map(|a| a.id.clone()),
                         alert: a.as_ref().map(crate::rest::alerts::current_words),
                         verdict: v,
@@ -115,4 +116,6 @@ struct VerdictRow {
     /// The (rule, group)'s open alert, in words, and its id.
     alert: Option<String>,
     alert_id: Option<String>,
+    /// Where the rule's reminders, escalation and quiet hours stand, in words.
+    on_call: Vec<String>,
 }

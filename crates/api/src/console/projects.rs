@@ -289,6 +289,8 @@ pub(super) struct RuleView {
     /// SPIKE and REAPPEARED (valid ones): what the rule watches for, in words.
     #[serde(skip_serializing_if = "Option::is_none")]
     signal: Option<String>,
+    /// A valid rule's alert life in words: how its alerts resolve, reminders, escalation, quiet hours.
+    on_call: Vec<OnCallLine>,
     window: String,
     unique_users: bool,
     including: Vec<String>,
@@ -298,6 +300,13 @@ pub(super) struct RuleView {
     channels: Vec<ChannelView>,
     /// What `klaxon rules check` would say about it.
     problems: Vec<RuleProblem>,
+}
+
+/// One line of a rule's alert life on the project page: "reminders" → "every 30m, 3 times".
+#[derive(Debug, Serialize)]
+struct OnCallLine {
+    what: &'static str,
+    words: String,
 }
 
 /// One channel of a rule on the project page.
@@ -365,6 +374,7 @@ pub(super) fn rule_view(rule: &Value, limits: &klaxon_core::Limits) -> RuleView 
         Field::Typed(RuleId::Hex(id)) => id.clone(),
         _ => "?".into(),
     };
+    let compiled = compile(&raw);
     RuleView {
         id,
         enabled: raw.is_enabled.typed() == Some(&true),
@@ -374,7 +384,8 @@ pub(super) fn rule_view(rule: &Value, limits: &klaxon_core::Limits) -> RuleView 
             .threshold_period
             .typed()
             .map(|ms| klaxon_core::text::compact_duration(*ms)),
-        signal: signal_words(&raw),
+        signal: compiled.as_ref().and_then(|r| r.what.watches_for()),
+        on_call: compiled.as_ref().map(on_call_lines).unwrap_or_default(),
         window: text(&raw.window).unwrap_or_else(|| "fixed".into()),
         unique_users: raw.unique_users.typed() == Some(&true),
         including: list(&raw.including),
@@ -386,15 +397,46 @@ pub(super) fn rule_view(rule: &Value, limits: &klaxon_core::Limits) -> RuleView 
     }
 }
 
-/// What a valid SPIKE, REAPPEARED or NO_EVENTS rule watches for, in its kind's words
-/// ([`klaxon_core::WhatToReceive::watches_for`]): "5× its mean of the previous 24 buckets of 1h (at least 10)",
-/// "seen again after 7days quiet", "no event from the project for 1h".
-fn signal_words(raw: &RawRule) -> Option<String> {
+/// The rule compiled as the engine reads it (any id, so that a rule without one is described too), when it
+/// is usable: what a valid SPIKE, REAPPEARED or NO_EVENTS rule watches for
+/// ([`klaxon_core::WhatToReceive::watches_for`]: "5× its mean of the previous 24 buckets of 1h (at least 10)",
+/// "seen again after 7days quiet", "no event from the project for 1h") and its alert life come from it.
+fn compile(raw: &RawRule) -> Option<klaxon_core::CompiledRule> {
     let probe = RawRule {
         id: Field::Typed(RuleId::Hex("000000000000000000000000".into())),
         ..raw.clone()
     };
-    probe.validate().ok()?.0.what.watches_for()
+    Some(probe.validate().ok()?.0)
+}
+
+/// A rule's alert life in the core's words (the summaries `klaxon rules list` prints): how its alerts
+/// resolve (`resolveAfter`, the kind's default included), `renotify`, `escalation`, `quietHours` with
+/// `quietHoursBypass`.
+fn on_call_lines(rule: &klaxon_core::CompiledRule) -> Vec<OnCallLine> {
+    use klaxon_core::oncall::{escalation_summary, resolve_after_summary};
+    let mut out = vec![OnCallLine {
+        what: "resolves",
+        words: resolve_after_summary(rule.resolve_after_ms),
+    }];
+    if let Some(r) = &rule.renotify {
+        out.push(OnCallLine {
+            what: "reminders",
+            words: r.summary(),
+        });
+    }
+    if !rule.escalation.is_empty() {
+        out.push(OnCallLine {
+            what: "escalation",
+            words: escalation_summary(&rule.escalation),
+        });
+    }
+    if !rule.quiet_hours.is_empty() {
+        out.push(OnCallLine {
+            what: "quiet hours",
+            words: rule.quiet_hours.summary(),
+        });
+    }
+    out
 }
 
 /// Adds the webhook channel's Standard Webhooks signing secret to a rule's view (`signing_secret`, or
@@ -593,6 +635,50 @@ mod tests {
             // what this version does not act on yet (NO_EVENTS) is said, and is no problem of the rule's own
             let own: Vec<_> = v.problems.iter().filter(|p| !p.is_not_yet()).collect();
             assert_eq!(own.is_empty(), want.is_some(), "{rule}: {:?}", v.problems);
+        }
+    }
+
+    /// A usable rule's alert life in the core's words; a broken rule shows none (its problems say why).
+    #[test]
+    fn rule_views_say_the_alert_life_in_words() {
+        let limits = klaxon_core::Limits::default();
+        let hook = json!({"webhook": {"isEnabled": true, "endpoint": "https://h.example/x", "minPeriod": 0}});
+        let base = json!({"_id": "5e3eef0679fa3700a0198a49", "isEnabled": true, "whatToReceive": "SEEN_MORE",
+            "threshold": 3, "thresholdPeriod": 3_600_000, "channels": hook});
+        let with = |extra: serde_json::Value| {
+            let mut r = base.clone();
+            for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+                r[k] = v;
+            }
+            r
+        };
+        let cases = [
+            (base.clone(), vec![("resolves", "after 1h without events")]),
+            (
+                with(
+                    json!({"resolveAfter": 0, "renotify": {"every": 1_800_000, "max": 3},
+                    "escalation": [{"after": 900_000, "channels": {"pagerduty": {"isEnabled": true,
+                        "endpoint": "R0UTINGKEYabcdefABCDEF0123456789", "minPeriod": 0}}}],
+                    "quietHours": [{"days": ["mon", "tue", "wed", "thu", "fri"], "from": "22:00", "to": "07:00",
+                        "timezone": "Europe/Berlin"}],
+                    "quietHoursBypass": ["pagerduty"]}),
+                ),
+                vec![
+                    ("resolves", "by hand only"),
+                    ("reminders", "every 30m, 3 times"),
+                    ("escalation", "15m→pagerduty"),
+                    (
+                        "quiet hours",
+                        "mon-fri 22:00-07:00 Europe/Berlin (bypass pagerduty)",
+                    ),
+                ],
+            ),
+            (with(json!({"renotify": {"every": 10, "max": 3}})), vec![]),
+        ];
+        for (rule, want) in cases {
+            let v = rule_view(&rule, &limits);
+            let got: Vec<(&str, &str)> = v.on_call.iter().map(|l| (l.what, l.words.as_str())).collect();
+            assert_eq!(got, want, "{rule}");
         }
     }
 
