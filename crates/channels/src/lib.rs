@@ -33,6 +33,7 @@ mod http_client;
 pub mod link;
 mod mattermost;
 mod pagerduty;
+mod quiet;
 pub mod render;
 pub mod safety;
 mod secret;

@@ -34,6 +34,7 @@ mod internal_events;
 pub mod metrics;
 pub mod no_events;
 pub mod ops_server;
+mod quiet;
 pub mod ratelimit;
 pub mod sender;
 pub mod sink;

@@ -332,6 +332,7 @@ fn start_worker(
         amqp_url: global.amqp_url.clone(),
         topology: p.topology.clone(),
         alerts: klaxon_counter::Alerts::new(redis.clone(), &global.namespace),
+        digests: klaxon_counter::Digests::new(redis.clone(), &global.namespace),
         rules: deps.rules.clone(),
         mutes: deps.mutes.clone(),
         prefetch: 16,

@@ -459,17 +459,6 @@ impl RawRule {
             },
             &mut problems,
         )?;
-        // Never quiet by accident: what this version reads but does not act on yet is said, not passed over.
-        if !on_call.quiet_hours.is_empty() {
-            problems.push(warning(
-                "`quietHours` is checked and stored, but this version of Klaxon does not hold firings yet: they are \
-                 delivered at once, also inside the window"
-                    .into(),
-                "mute the rule for the window meanwhile (`klaxon mute`), or keep the field for the version that \
-                 applies it"
-                    .into(),
-            ));
-        }
         if enabled && channels.is_empty() {
             problems.push(warning(
                 "rule is enabled but has no usable channel, so it never notifies".into(),
