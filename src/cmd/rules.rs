@@ -5,6 +5,7 @@
 //! validator), and printing ([`print`]: a human-readable table or message by default, JSON with `--json` or
 //! `-o`, never channel endpoints in tables: Slack webhook URLs are bearer secrets).
 
+mod arm;
 mod build;
 mod print;
 
@@ -343,7 +344,7 @@ async fn run_stored(
     let store = RuleStore::connect(&global.mongo_url, &db)
         .await
         .with_context(|| format!("cannot use MongoDB database `{db}`"))?;
-    let result = command(&store, args.command, add_rule, import, limits).await;
+    let result = command(&store, args.command, add_rule, import, limits, global).await;
     store.close().await;
     result
 }
@@ -436,6 +437,7 @@ async fn command(
     add_rule: Option<RawRule>,
     import: Option<Vec<klaxon_store::ProjectNotifications>>,
     limits: &klaxon_core::Limits,
+    global: &GlobalOpts,
 ) -> anyhow::Result<ExitCode> {
     match command {
         RulesCommand::Add(a) => {
@@ -448,6 +450,7 @@ async fn command(
             if !a.writes.allow_private_endpoints {
                 build::warn_private_endpoints(&a.project, &stored);
             }
+            arm::after_store(global, &[(a.project.clone(), Value::Array(vec![stored]))]).await;
         }
         RulesCommand::List(a) => {
             let projects = stored_projects(store, a.project.as_deref()).await?;
@@ -488,6 +491,14 @@ async fn command(
             let projects = import.unwrap_or_default();
             store.replace(&projects).await?;
             print::imported(&projects, a.json)?;
+            let stored: Vec<(String, Value)> = projects
+                .iter()
+                .map(|p| {
+                    let notifications = p.notifications.iter().map(document_to_json).collect();
+                    (p.project_id.to_hex(), Value::Array(notifications))
+                })
+                .collect();
+            arm::after_store(global, &stored).await;
         }
         RulesCommand::Check(a) => {
             let survey = survey(store, a.project.as_deref(), limits).await?;

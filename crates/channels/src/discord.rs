@@ -43,7 +43,7 @@ const DIGEST_GROUP_EMBEDS: usize = DISCORD_EMBEDS_MAX - 2;
 /// blue for a digest, green for a resolve, yellow for an acknowledgement, grey otherwise.
 fn colour(kind: ViewKind) -> u32 {
     match kind {
-        ViewKind::New | ViewKind::Reappeared | ViewKind::Escalation => 0x00ED_4245,
+        ViewKind::New | ViewKind::Reappeared | ViewKind::NoEvents | ViewKind::Escalation => 0x00ED_4245,
         ViewKind::Threshold | ViewKind::Users | ViewKind::Spike | ViewKind::Reminder => 0x00F2_8C28,
         ViewKind::Digest => 0x0058_65F2,
         ViewKind::Direct => 0x0099_AAB5,
@@ -138,8 +138,12 @@ pub(crate) fn embeds(v: &View) -> Vec<Value> {
             }
             vec![e]
         }
-        ViewKind::Threshold | ViewKind::Users | ViewKind::Spike | ViewKind::Reappeared => {
-            // lines: title, "Seen … in project P" (or "Spike …", "Reappeared …"), link, footer
+        ViewKind::Threshold
+        | ViewKind::Users
+        | ViewKind::Spike
+        | ViewKind::Reappeared
+        | ViewKind::NoEvents => {
+            // lines: title, "Seen … in project P" (or "Spike …", "Reappeared …", "No events …"), link, footer
             let mut e = embed(
                 escape_discord_bounded(title, DISCORD_TITLE_MAX),
                 body(1, all.len().saturating_sub(1)),

@@ -38,6 +38,7 @@ fn summary(v: &View) -> String {
         ViewKind::Users => format!("{title} (seen by {} in {})", v.seen, v.project),
         ViewKind::Spike => format!("Spike in {}: {title} ({})", v.project, v.seen),
         ViewKind::Reappeared => format!("Reappeared in {}: {title} ({})", v.project, v.seen),
+        ViewKind::NoEvents => format!("No events in {}: {title} ({})", v.project, v.seen),
         ViewKind::Direct => title.to_owned(),
         ViewKind::Digest => format!("{} errors in {} in {}: {title}", v.total, v.project, v.window),
         ViewKind::Resolved | ViewKind::Acknowledged | ViewKind::Reminder | ViewKind::Escalation => format!(

@@ -155,8 +155,8 @@ pub(crate) struct ViewEvent {
 
 /// What a message is about: the rule kind that fired (SEEN_MORE split by what it counts), a digest, a direct
 /// notification, or a moment of an alert's life (resolved, acknowledged, a reminder, an escalation). Channels
-/// switch on it; templates see its word (`new`, `threshold`, `users`, `spike`, `reappeared`, `digest`, `direct`,
-/// `resolved`, `acknowledged`, `reminder`, `escalation`).
+/// switch on it; templates see its word (`new`, `threshold`, `users`, `spike`, `reappeared`, `no_events`,
+/// `digest`, `direct`, `resolved`, `acknowledged`, `reminder`, `escalation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum ViewKind {
@@ -170,6 +170,9 @@ pub(crate) enum ViewKind {
     Spike,
     /// REAPPEARED.
     Reappeared,
+    /// NO_EVENTS: the project went silent.
+    #[serde(rename = "no_events")]
+    NoEvents,
     /// A digest of several firings.
     Digest,
     /// A direct notification.
@@ -193,6 +196,7 @@ impl ViewKind {
             ViewKind::Users => "users",
             ViewKind::Spike => "spike",
             ViewKind::Reappeared => "reappeared",
+            ViewKind::NoEvents => "no_events",
             ViewKind::Digest => "digest",
             ViewKind::Direct => "direct",
             ViewKind::Resolved => "resolved",
@@ -218,6 +222,17 @@ impl ViewKind {
             ViewKind::Acknowledged => "Acknowledged",
             ViewKind::Reminder => "Reminder",
             ViewKind::Escalation => "Escalated",
+            _ => "",
+        }
+    }
+
+    /// The words a signal's line starts with (SPIKE, REAPPEARED, NO_EVENTS: "Spike in project P: …"); empty
+    /// for the others.
+    pub(crate) fn signal_word(self) -> &'static str {
+        match self {
+            ViewKind::Spike => "Spike",
+            ViewKind::Reappeared => "Reappeared",
+            ViewKind::NoEvents => "No events",
             _ => "",
         }
     }
@@ -248,6 +263,8 @@ pub(crate) struct View {
     pub(crate) window_kind: &'static str,
     pub(crate) threshold: u64,
     pub(crate) seen: String,
+    /// A signal's first words ([`ViewKind::signal_word`]).
+    pub(crate) signal_word: &'static str,
     pub(crate) url: Option<String>,
     pub(crate) total: u64,
     pub(crate) events: Vec<ViewEvent>,
@@ -772,6 +789,14 @@ fn signal_words(task: &NotificationTask, count: u64, window: &str) -> String {
             quiet_period_ms,
             last_seen_ms,
         } => klaxon_core::kind::reappeared::words(quiet_period_ms, last_seen_ms, task.fired_at_ms),
+        Reason::NoEvents { last_event_ms, .. } => match last_event_ms {
+            Some(last) => format!(
+                "last event {} ago, at {}",
+                klaxon_core::text::duration_words(u64::try_from(task.fired_at_ms - last).unwrap_or(0)),
+                klaxon_core::notification::rfc3339_ms(last)
+            ),
+            None => "no event seen since the rule was stored".to_owned(),
+        },
         _ => String::new(),
     }
 }
@@ -807,6 +832,7 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
             (ViewKind::Spike, spike.period_ms / 1000, "", baseline.needed)
         }
         Reason::Reappeared { .. } if !digest => (ViewKind::Reappeared, 0, "", 0),
+        Reason::NoEvents { .. } if !digest => (ViewKind::NoEvents, 0, "", 0),
         Reason::Digest { min_period_s } => (ViewKind::Digest, min_period_s, "", 0),
         Reason::Direct => (ViewKind::Direct, 0, "", 0),
         Reason::Resolved => (ViewKind::Resolved, 0, "", 0),
@@ -829,7 +855,9 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
         | ViewKind::Escalation => String::new(),
         ViewKind::Threshold => format!("{} in {window}", times(first_count, "time", "times")),
         ViewKind::Users => format!("{} in {window}", times(first_count, "user", "users")),
-        ViewKind::Spike | ViewKind::Reappeared => signal_words(task, first_count, &window),
+        ViewKind::Spike | ViewKind::Reappeared | ViewKind::NoEvents => {
+            signal_words(task, first_count, &window)
+        }
         ViewKind::Digest => format!(
             "{} in {window}",
             times(task.events.iter().map(|e| e.count).sum(), "error", "errors")
@@ -838,6 +866,8 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
     let link = |e: &klaxon_core::NotificationEvent| {
         ctx.links
             .filter(|_| room.links)
+            // a NO_EVENTS message is about the project: no event to open
+            .filter(|_| !e.group_hash.is_empty())
             .and_then(|t| t.link(&task.project_id, &e.group_hash, e.repetition_id.as_deref()))
     };
     let title_max = if digest { room.digest_title } else { room.title };
@@ -864,6 +894,7 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
         window_kind,
         threshold,
         seen,
+        signal_word: kind.signal_word(),
         url: events.first().and_then(|&(_, e)| link(e)),
         total: crate::quiet::total(task).unwrap_or_else(|| task.events.iter().map(|e| e.count).sum()),
         events: events

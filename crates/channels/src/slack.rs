@@ -134,15 +134,10 @@ pub(crate) fn lines(v: &View) -> Vec<Vec<Piece>> {
                 out.push(vec![open_event(url)]);
             }
         }
-        ViewKind::Spike | ViewKind::Reappeared => {
+        ViewKind::Spike | ViewKind::Reappeared | ViewKind::NoEvents => {
             out.push(vec![tenant_bold(title)]);
-            let what = if v.kind == ViewKind::Spike {
-                "Spike"
-            } else {
-                "Reappeared"
-            };
             out.push(vec![
-                Piece::Ours(format!("{what} in project ")),
+                Piece::Ours(format!("{} in project ", v.signal_word)),
                 tenant(&v.project),
                 Piece::Ours(format!(": {}", v.seen)),
             ]);

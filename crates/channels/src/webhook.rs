@@ -314,7 +314,7 @@ struct WebhookBody<'a> {
     /// The alert the notification opened, repeats or is about, when it has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     alert_id: Option<&'a str>,
-    /// `spike` or `reappeared` for those rule kinds, `resolved`, `acknowledged`, `reminder` or `escalation`
+    /// `spike`, `reappeared` or `no_events` for those rule kinds, `resolved`, `acknowledged`, `reminder` or `escalation`
     /// for a message of an alert's life (docs/webhook.md); absent for the others.
     #[serde(skip_serializing_if = "Option::is_none")]
     kind: Option<&'static str>,
@@ -333,6 +333,9 @@ struct WebhookBody<'a> {
     /// REAPPEARED: the quiet that made it fire.
     #[serde(skip_serializing_if = "Option::is_none")]
     reappeared: Option<ReappearedNumbers>,
+    /// NO_EVENTS: the silence that made it fire.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    no_events: Option<ReappearedNumbers>,
     /// A quiet window's release (`kind: "quiet"`): when the window ended and how many of `events` fired and
     /// resolved in it (the resolved ones carry `"resolved": true`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -443,6 +446,7 @@ pub fn webhook_body_with(task: &NotificationTask, ctx: MessageContext<'_>) -> Ve
                 quiet_for_ms: last_seen_ms.and_then(|s| u64::try_from(task.fired_at_ms - s).ok()),
             }),
         ),
+        Reason::NoEvents { .. } => (Some("no_events"), None, None),
         Reason::Resolved => (Some("resolved"), None, None),
         Reason::Acknowledged => (Some("acknowledged"), None, None),
         Reason::Reminder { .. } => (Some("reminder"), None, None),
@@ -494,6 +498,18 @@ pub fn webhook_body_with(task: &NotificationTask, ctx: MessageContext<'_>) -> Ve
         },
         spike,
         reappeared,
+        // the same numbers as a reappearance's: the quiet asked for, the last event, how long it has been
+        no_events: match task.reason {
+            Reason::NoEvents {
+                quiet_period_ms,
+                last_event_ms,
+            } => Some(ReappearedNumbers {
+                quiet_period_ms,
+                last_seen_at: last_event_ms.map(klaxon_core::notification::rfc3339_ms),
+                quiet_for_ms: last_event_ms.and_then(|s| u64::try_from(task.fired_at_ms - s).ok()),
+            }),
+            _ => None,
+        },
         quiet,
         events: task
             .events

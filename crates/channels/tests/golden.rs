@@ -136,6 +136,26 @@ fn cases(channel: ChannelKind) -> Vec<(&'static str, NotificationTask)> {
             ),
         ),
         (
+            "no_events",
+            NotificationTask {
+                min_period_s: 0,
+                events: vec![NotificationEvent {
+                    group_hash: String::new(),
+                    title: klaxon_core::kind::no_events::title(3_600_000),
+                    count: 0,
+                    repetition_id: None,
+                }],
+                ..task(
+                    channel,
+                    Reason::NoEvents {
+                        quiet_period_ms: 3_600_000,
+                        last_event_ms: Some(1_700_000_000_123 - 3_725_000),
+                    },
+                    &[],
+                )
+            },
+        ),
+        (
             "digest",
             task(
                 channel,
@@ -904,6 +924,15 @@ async fn spike_and_reappeared_say_their_numbers_on_discord_teams_and_pagerduty()
                 "312 in the last hour, usually ~20 (15.6×)",
             ),
             (back, 1, "Reappeared in ", "back after 12 days quiet"),
+            (
+                Reason::NoEvents {
+                    quiet_period_ms: 3_600_000,
+                    last_event_ms: Some(1_700_000_000_123 - 3_725_000),
+                },
+                0,
+                "No events in ",
+                "last event 1 hour ago, at 2023-11-14T",
+            ),
         ] {
             let mut t = task(channel, reason, &[("TypeError: boom", count, None)]);
             t.min_period_s = 0;

@@ -462,6 +462,8 @@ pub struct Explanation {
     group_hash: String,
     user: Option<String>,
     slots: Vec<Slot>,
+    /// The enabled NO_EVENTS rules with a channel, with their `quietPeriod`: [`Explanation::silences`].
+    silences: Vec<(String, u64)>,
 }
 
 impl Explanation {
@@ -471,6 +473,7 @@ impl Explanation {
     pub fn new(notifications: &[Value], limits: &Limits, defaults: &RuleDefaults, event: &Event) -> Self {
         let title = Title::new(&event.title);
         let (read, past_limit) = notifications.split_at(notifications.len().min(limits.max_rules));
+        let mut silences = Vec::new();
         let mut slots: Vec<Slot> = read
             .iter()
             .map(|n| match parse_rule_value_with(n, limits, defaults) {
@@ -479,17 +482,22 @@ impl Explanation {
                     Verdict::Invalid,
                     format!("{} (fix: {})", p.message, p.fix),
                 )),
-                Ok((rule, _)) => match rule.decide(event, &title) {
-                    Err(skip) => Slot::Decided(RuleVerdict {
-                        on_call_rule: OnCallRule::of(&rule),
-                        ..skipped(&rule.id, skip, &rule)
-                    }),
-                    Ok(want) => Slot::Counts {
-                        rule_id: rule.id.clone(),
-                        want,
-                        on_call_rule: OnCallRule::of(&rule),
-                    },
-                },
+                Ok((rule, _)) => {
+                    if let Some(quiet) = crate::silence::watched(&rule) {
+                        silences.push((rule.id.clone(), quiet));
+                    }
+                    match rule.decide(event, &title) {
+                        Err(skip) => Slot::Decided(RuleVerdict {
+                            on_call_rule: OnCallRule::of(&rule),
+                            ..skipped(&rule.id, skip, &rule)
+                        }),
+                        Ok(want) => Slot::Counts {
+                            rule_id: rule.id.clone(),
+                            want,
+                            on_call_rule: OnCallRule::of(&rule),
+                        },
+                    }
+                }
             })
             .collect();
         slots.extend(past_limit.iter().map(|n| {
@@ -510,7 +518,14 @@ impl Explanation {
             group_hash: event.group_hash.clone(),
             user: event.user.clone(),
             slots,
+            silences,
         }
+    }
+
+    /// The watched NO_EVENTS rules (enabled, with a channel) and their `quietPeriod`: when there is one, the
+    /// project's last event ([`with_last_event`]) is worth reading.
+    pub fn silences(&self) -> &[(String, u64)] {
+        &self.silences
     }
 
     /// The event's group.
@@ -576,10 +591,61 @@ impl Explanation {
     }
 }
 
+/// Adds to the verdicts of the watched NO_EVENTS rules (`silences`, [`Explanation::silences`]) the project's
+/// last event as the engine noted it (`None`: none noted) and, from it, when the rule fires if no other event
+/// comes (`windowEndsAt`).
+pub fn with_last_event(verdicts: &mut [RuleVerdict], silences: &[(String, u64)], last_event_ms: Option<i64>) {
+    for v in verdicts.iter_mut() {
+        let Some((_, quiet)) = silences.iter().find(|(id, _)| *id == v.rule_id) else {
+            continue;
+        };
+        match last_event_ms {
+            Some(last) => {
+                v.reason
+                    .push_str(&format!(" (the project's last event: {})", rfc3339_ms(last)));
+                v.window_ends_at = Some(crate::kind::no_events::due_at(last, *quiet));
+            }
+            None => v.reason.push_str(" (no event of the project noted yet)"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_no_events_rule_says_the_last_event_and_when_it_fires() {
+        let rule = json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true, "whatToReceive": "NO_EVENTS",
+            "quietPeriod": 3_600_000,
+            "channels": {"webhook": {"isEnabled": true, "endpoint": "https://h.test/x", "minPeriod": 0}}});
+        let event = Event {
+            title: "t".into(),
+            group_hash: "g".into(),
+            is_new: false,
+            repetition_id: None,
+            timestamp: None,
+            user: None,
+        };
+        let e = Explanation::new(&[rule], &Limits::default(), &RuleDefaults::default(), &event);
+        let silences = e.silences().to_vec();
+        assert_eq!(silences, vec![("5e3eef0679fa3700a0198a4a".to_owned(), 3_600_000)]);
+        let mut v = e.finish(&[], &[]);
+        with_last_event(&mut v, &silences, Some(0));
+        assert_eq!(v[0].verdict, Verdict::Counting);
+        assert!(
+            v[0].reason
+                .ends_with("(the project's last event: 1970-01-01T00:00:00Z)"),
+            "{}",
+            v[0].reason
+        );
+        assert_eq!(v[0].window_ends_at, Some(3_600_000));
+        let mut v =
+            Explanation::new(&[], &Limits::default(), &RuleDefaults::default(), &event).finish(&[], &[]);
+        with_last_event(&mut v, &silences, None);
+        assert!(v.is_empty());
+    }
 
     fn peek(count: u64, fired_at: Option<i64>, start: Option<i64>) -> Peek {
         Peek {

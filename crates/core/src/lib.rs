@@ -37,6 +37,7 @@ pub mod notification;
 pub mod oncall;
 pub mod problem;
 pub mod rule;
+pub mod silence;
 pub mod text;
 
 pub use evaluate::{BatchEvent, Outcome};

@@ -57,6 +57,15 @@ pub enum Reason {
         /// expired (the quiet was then longer than the mark lives, see docs/rules.md).
         last_seen_ms: Option<i64>,
     },
+    /// NO_EVENTS: the project sent no event at all for `quiet_period_ms` ([`crate::kind::no_events`]). Its
+    /// task's one event is the project's (group `""`), count 0.
+    NoEvents {
+        /// What the rule asked: its `quietPeriod`, ms.
+        quiet_period_ms: u64,
+        /// The project's last event before the silence, unix ms; `None` when none was seen (the clock started
+        /// at the rule's storing).
+        last_event_ms: Option<i64>,
+    },
     /// Several firings coalesced over the channel's `minPeriod`.
     Digest {
         /// The digest period, seconds.
@@ -151,6 +160,7 @@ impl Reason {
             Reason::Threshold { .. } | Reason::UniqueUsers { .. } => Some(Kind::SeenMore),
             Reason::Spike { .. } => Some(Kind::Spike),
             Reason::Reappeared { .. } => Some(Kind::Reappeared),
+            Reason::NoEvents { .. } => Some(Kind::NoEvents),
             Reason::Digest { .. }
             | Reason::Direct
             | Reason::Resolved
@@ -167,6 +177,13 @@ impl Reason {
             self,
             Reason::Resolved | Reason::Acknowledged | Reason::Reminder { .. } | Reason::Escalation { .. }
         )
+    }
+
+    /// Whether Hawk's senders (`--output hawk`) can deliver it: only firings about a group of events (`event`,
+    /// `several-events` look the group up by its hash). A lifecycle message or a NO_EVENTS firing (about the
+    /// project, no group) is not theirs.
+    pub fn hawk_can_send(&self) -> bool {
+        !self.is_lifecycle() && !matches!(self, Reason::NoEvents { .. })
     }
 }
 
@@ -199,6 +216,11 @@ enum ReasonJson {
         quiet_period_ms: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         last_seen_ms: Option<i64>,
+    },
+    NoEvents {
+        quiet_period_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        last_event_ms: Option<i64>,
     },
     Digest {
         min_period_s: u64,
@@ -258,6 +280,13 @@ impl From<Reason> for ReasonJson {
             } => ReasonJson::Reappeared {
                 quiet_period_ms,
                 last_seen_ms,
+            },
+            Reason::NoEvents {
+                quiet_period_ms,
+                last_event_ms,
+            } => ReasonJson::NoEvents {
+                quiet_period_ms,
+                last_event_ms,
             },
             Reason::Digest { min_period_s } => ReasonJson::Digest { min_period_s },
             Reason::Direct => ReasonJson::Direct,
@@ -327,6 +356,13 @@ impl From<ReasonJson> for Reason {
             } => Reason::Reappeared {
                 quiet_period_ms,
                 last_seen_ms,
+            },
+            ReasonJson::NoEvents {
+                quiet_period_ms,
+                last_event_ms,
+            } => Reason::NoEvents {
+                quiet_period_ms,
+                last_event_ms,
             },
             ReasonJson::Digest { min_period_s } => Reason::Digest { min_period_s },
             ReasonJson::Direct => Reason::Direct,

@@ -45,6 +45,8 @@
 //!   once per firing across a fleet, counted while open, acknowledged and resolved in one atomic step each.
 //!   [`Conversations`] keeps each alert's firing message on Discord and Telegram, which its lifecycle messages
 //!   edit and reply to.
+//! * **NO_EVENTS.** [`NoEvents`] (`lua/no_events_*.lua`) keeps one small hash per project with NO_EVENTS rules:
+//!   its last event and each rule's one pending timer; a due timer fires once across a fleet.
 //! * **Deployment checks.** [`eviction_policies`] reads `maxmemory-policy` from every primary (anything but
 //!   `noeviction` can delete Klaxon's keys); [`Consumers`] (`lua/consumers_*.lua`) registers Klaxon's consumers
 //!   of the events queue, so a consumer that is not Klaxon can be told apart by its count.
@@ -62,6 +64,7 @@ pub mod gcra;
 mod hit;
 pub mod mutes;
 pub mod namespace;
+pub mod no_events;
 mod peek;
 mod pipeline;
 mod redis_handle;
@@ -79,5 +82,6 @@ pub use eviction::{eviction_policies, EvictionPolicies, NodePolicy, PolicySource
 pub use gcra::{Gcra, Slot};
 pub use hit::{Hit, HitSpec, Outcome};
 pub use mutes::Mutes;
+pub use no_events::{NoEvents, Seen, SeenBy, Watched};
 pub use redis_handle::RedisHandle;
 pub use window_counter::{reappeared_ttl_ms, WindowCounter, DEFAULT_FIRST_SEEN_TTL};

@@ -74,7 +74,18 @@ impl WindowCounter {
         } else {
             self.peek(&hits, Some(now)).await?
         };
-        Ok(explanation.finish_at(&peeks, mutes, now))
+        // NO_EVENTS rules: the project's last event, one HGET (none without such a rule)
+        let silences = explanation.silences().to_vec();
+        let last = if silences.is_empty() {
+            None
+        } else {
+            crate::NoEvents::new(self.redis().clone(), self.namespace())
+                .last_event(project_id)
+                .await?
+        };
+        let mut verdicts = explanation.finish_at(&peeks, mutes, now);
+        klaxon_core::explain::with_last_event(&mut verdicts, &silences, last);
+        Ok(verdicts)
     }
 
     async fn query<'a>(

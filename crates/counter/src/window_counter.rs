@@ -194,6 +194,11 @@ impl WindowCounter {
         &self.redis
     }
 
+    /// The namespace its keys live under.
+    pub(crate) fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
     /// The Redis keys a hit touches (for tests, tooling and `MEMORY USAGE`).
     pub fn keys_of(&self, hit: &Hit) -> Vec<String> {
         let (kind, _, _) = parts(hit.spec);

@@ -1,4 +1,5 @@
-//! Alerts in the engine: the worker opens them and counts events into them, the timer loop resolves them
+//! Alerts in the engine: the worker opens them and counts events into them, the timer loop resolves them (and
+//! fires NO_EVENTS silences, whose timers share its queue: [`crate::no_events`])
 //! (`klaxon_core::alert` is the model, `klaxon_counter::alerts` the state in Redis).
 //!
 //! ```text
@@ -499,6 +500,8 @@ pub struct TimerDeps {
     pub output: sink::Output,
     /// Where shadow mode records what it would have sent ([`klaxon_store::Trail::disabled`] otherwise).
     pub trail: klaxon_store::Trail,
+    /// NO_EVENTS: its timers share this loop ([`crate::no_events`]).
+    pub no_events: crate::no_events::SilenceDeps,
     /// Injected faults (tests only).
     #[cfg(feature = "fault-injection")]
     pub faults: Faults,
@@ -555,6 +558,23 @@ impl crate::HandleEach for TimerDeps {
 
 /// Handles one due timer; returns once its outcome is durable (then the caller acks it).
 async fn due(deps: &TimerDeps, publisher: &Publisher, delivery: &Delivery) -> Result<(), EngineError> {
+    match crate::no_events::SilenceTimer::recognise(&delivery.data) {
+        Some(Ok(t)) => return crate::no_events::due(deps, publisher, &t, delivery.redelivered).await,
+        Some(Err(reason)) => {
+            let reason = format!("not a NO_EVENTS timer: {reason}");
+            crate::internal_events::NoEventsTimer {
+                outcome: "invalid",
+                timer: None,
+            }
+            .emit();
+            tracing::warn!(reason = %reason, bytes = delivery.data.len(), "NO_EVENTS timer set aside");
+            publisher
+                .publish_all(&[set_aside(delivery, deps.topology.dead_queue(), &reason)])
+                .await?;
+            return Ok(());
+        }
+        None => {}
+    }
     let timer = match Timer::parse(&delivery.data) {
         Ok(t) => t,
         Err(reason) => {

@@ -326,13 +326,15 @@ impl AlertMessageNotSent<'_> {
             klaxon_core::Reason::Acknowledged => "acknowledged",
             klaxon_core::Reason::Reminder { .. } => "reminder",
             klaxon_core::Reason::Escalation { .. } => "escalation",
+            klaxon_core::Reason::NoEvents { .. } => "no_events",
             _ => "firing",
         };
         tracing::info!(
             notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
             channel = %t.channel, alert = t.alert.as_ref().map_or("", |a| a.id.as_str()), what,
             reason = self.reason.as_str(),
-            "alert message not sent: --output hawk publishes firings only (Hawk's senders know no other task)"
+            "alert message not sent: --output hawk publishes firings of event groups only (Hawk's senders know no \
+             other task)"
         );
     }
 }
@@ -630,6 +632,46 @@ impl ConversationNotKept<'_> {
             notification_id = %self.id, channel = %self.channel, error = %self.error,
             "cannot remember the alert's firing message: its lifecycle messages will be new messages"
         );
+    }
+}
+
+/// A due NO_EVENTS timer, handled: `outcome` is `fired` (the rule's silence fired, its tasks published),
+/// `muted` (fired, a mute matched: nothing delivered, no alert), `rescheduled` (events came: the timer again at
+/// the last event + `quietPeriod`), `stale` (a duplicate or an old timer: nothing to do), `rule_gone` (the rule
+/// was deleted, disabled or changed kind: its state forgotten) or `invalid` (set aside). No tenant labels.
+pub(crate) struct NoEventsTimer<'a> {
+    pub outcome: &'static str,
+    pub timer: Option<&'a crate::no_events::SilenceTimer>,
+}
+
+impl NoEventsTimer<'_> {
+    pub fn emit(self) {
+        metrics::counter!("klaxon_no_events_timers_total", "outcome" => self.outcome).increment(1);
+        if let Some(t) = self.timer {
+            if self.outcome == "fired" || self.outcome == "muted" || self.outcome == "rule_gone" {
+                tracing::info!(
+                    project = %t.project_id, rule = %t.rule_id, outcome = self.outcome, "NO_EVENTS timer due"
+                );
+            } else {
+                tracing::debug!(
+                    project = %t.project_id, rule = %t.rule_id, outcome = self.outcome, "NO_EVENTS timer due"
+                );
+            }
+        }
+    }
+}
+
+/// A batch's projects with NO_EVENTS rules noted as seen (one script call each): `timers` scheduled (none was
+/// pending), `silences` ended (their alerts resolve).
+pub(crate) struct NoEventsSeen {
+    pub projects: usize,
+    pub timers: usize,
+}
+
+impl NoEventsSeen {
+    pub fn emit(self) {
+        metrics::counter!("klaxon_no_events_seen_total").increment(self.projects as u64);
+        metrics::counter!("klaxon_no_events_timers_scheduled_total").increment(self.timers as u64);
     }
 }
 

@@ -33,6 +33,7 @@ pub mod consumers;
 pub mod digest;
 mod internal_events;
 pub mod metrics;
+pub mod no_events;
 pub mod ops_server;
 mod quiet;
 pub mod ratelimit;

@@ -145,6 +145,21 @@ pub const DESCRIBED: &[Described] = &[
         "Due alert timers by outcome: resolved, already_resolved, rescheduled, never, not_found, invalid",
     ),
     counter(
+        "klaxon_no_events_timers_total",
+        &["outcome"],
+        "Due NO_EVENTS timers by outcome: fired, muted, rescheduled, stale, rule_gone, invalid",
+    ),
+    counter(
+        "klaxon_no_events_seen_total",
+        &[],
+        "Batches' projects with a NO_EVENTS rule noted as seen",
+    ),
+    counter(
+        "klaxon_no_events_timers_scheduled_total",
+        &[],
+        "NO_EVENTS timers scheduled by the workers",
+    ),
+    counter(
         "klaxon_alert_reminders_total",
         &["outcome"],
         "Due reminder timers (renotify) by outcome: sent, acknowledged, resolved, not_found (the last three end the chain)",

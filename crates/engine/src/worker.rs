@@ -6,13 +6,15 @@
 //! 3. **plan** ([`evaluate::plan`], pure): the (event, rule) pairs to count; an event of a project where no rule
 //!    can fire (unknown project, no rules, all disabled, …: [`ProjectRules::unevaluated`]) is counted in
 //!    `klaxon_events_unmatched_total{reason}` and logged once per project per 10 minutes;
-//! 4. **count** every pair in **one** Redis round trip;
+//! 4. **count** every pair in **one** Redis round trip; beside it, the projects with NO_EVENTS rules are noted
+//!    as seen ([`crate::no_events`]: their timers, and the silences their events end);
 //! 5. read the **mutes** of the projects that fired (one round trip, none without firings);
 //! 6. **route** ([`evaluate::route`], pure): muted firings aside, a notification task per channel of each other
 //!    firing, sent now or through the channel's digest (`minPeriod > 0`);
 //! 7. **alerts** ([`crate::alerts`]): open the alert of each crossed firing and count every matched pair into the
 //!    open alert of its (rule, group) (one round trip for the opens, one for the touches, none without matches);
 //!    each firing task then carries its alert, and a newly opened alert with `resolveAfter` gets a resolve timer;
+//!    the silences the batch's events ended resolve, their resolved tasks go out with the batch;
 //! 8. append the digest firings in **one** round trip ([`crate::digest`]): the first of a quiet channel is sent
 //!    now, the one that opens a window schedules its flush; hold the firings of channels inside a quiet window
 //!    (`quietHours`) in one more round trip (none without them, [`crate::quiet`]): the one that opens a hold
@@ -39,7 +41,7 @@ use klaxon_core::evaluate::{self, Match, Routed, Unmatched};
 use klaxon_core::notification::NotificationTask;
 use klaxon_core::{BatchEvent, EventTask, Outcome, ProjectRules};
 use klaxon_counter::mutes::ReadMutes;
-use klaxon_counter::{Digests, HeldEntry, Hit, WindowCounter};
+use klaxon_counter::{Digests, HeldEntry, Hit, NoEvents, WindowCounter};
 use klaxon_store::{RuleCache, Trail};
 use tokio_util::sync::CancellationToken;
 
@@ -49,7 +51,7 @@ use crate::internal_events::{
     MutesSkipped, NotificationPublished, RedisFailed, RuleFired, RulesMatched, RulesUnavailable,
     ThresholdCrossed, UNMATCHED_LOG_INTERVAL, UNMATCHED_LOG_KEYS,
 };
-use crate::{alerts, digest, quiet, sink, EngineError};
+use crate::{alerts, digest, no_events, quiet, sink, EngineError};
 
 /// Tuning of the evaluate loop.
 #[derive(Debug, Clone)]
@@ -164,6 +166,7 @@ async fn session(
         alerts_full: &logs.alerts_full,
         publisher: &publisher,
         digests: Digests::new(deps.counter.redis().clone(), deps.topology.namespace()),
+        no_events: NoEvents::new(deps.counter.redis().clone(), deps.topology.namespace()),
     };
     let result = consume_loop(&batches, &mut consumer, &shutdown, &presence).await;
     ready.store(false, Ordering::Relaxed);
@@ -231,6 +234,8 @@ struct Batches<'a> {
     alerts_full: &'a LogOnce,
     publisher: &'a Publisher,
     digests: Digests,
+    /// NO_EVENTS state, on the counter's connection.
+    no_events: NoEvents,
 }
 
 impl Batches<'_> {
@@ -242,21 +247,44 @@ impl Batches<'_> {
         let rules = self.load_rules(&events).await?;
         let plan = evaluate::plan(&events, |p| rules.get(p).map(Arc::as_ref));
         self.report_unmatched(&plan.unmatched);
-        let outcomes = self.count(&plan.matches).await?;
+        // NO_EVENTS: the projects with such rules were seen, noted beside the counting (same connection, at once)
+        let watched = no_events::watched_rules(&rules);
+        let redelivered = batch.iter().any(|d| d.redelivered);
+        let (outcomes, seen) = tokio::try_join!(
+            self.count(&plan.matches),
+            no_events::seen(&self.no_events, &watched, redelivered)
+        )?;
         let firings = evaluate::firings(&plan.matches, &outcomes);
         let mutes = self.mutes(&evaluate::firing_projects(&firings)).await?;
         let mut routed = evaluate::route(&firings, |p| mutes.get(p).map_or(&[][..], |m| &m.mutes[..]));
         report_routed(&routed);
         let timers = self.open_alerts(&plan.matches, &outcomes, &mut routed).await?;
+        let silences = no_events::after_seen(
+            &self.deps.alerts,
+            &self.deps.topology,
+            &watched,
+            seen,
+            klaxon_store::trail::now_ms(),
+        )
+        .await?;
         let appended = self.append_digests(&routed.digest).await?;
         let held = quiet::hold(&self.digests, &self.deps.topology, &routed.held, HeldEntry::Fired).await?;
-        for task in routed.now.iter().chain(&appended.send_now).chain(&held.send_now) {
+        for task in routed
+            .now
+            .iter()
+            .chain(&appended.send_now)
+            .chain(&held.send_now)
+            .chain(&silences.tasks)
+        {
             self.send(task, &mut out)?;
         }
         let mut delayed = appended.flushes;
         delayed.extend(held.flushes);
         delayed.extend(timers);
-        self.publish(&delayed, &out).await
+        delayed.extend(silences.timers);
+        self.publish(&delayed, &out).await?;
+        no_events::settle(&self.no_events, &silences.settle).await;
+        Ok(())
     }
 
     /// Opens the alerts of the crossed (not muted) firings and counts every matched pair into the open alert of

@@ -186,6 +186,7 @@ pub async fn run(args: DoctorArgs, global: &GlobalOpts) -> anyhow::Result<ExitCo
     checks.extend(redis);
     checks.extend(rabbit);
     checks.extend(rabbitmq::alert_messages_check(args.notify_output));
+    checks.extend(rabbitmq::no_events_check(args.notify_output));
     if let Some(depth) = events {
         checks.push(consumers::consumers_check(global, depth, registered.as_ref()));
     }

@@ -116,6 +116,21 @@ pub(super) fn alert_messages_check(notify_output: Output) -> Option<Check> {
     })
 }
 
+/// With `--output hawk` (a cut-over from Hawk's notifier): how to know when Hawk's grouper stops sending, and
+/// what NO_EVENTS firings do in this output.
+pub(super) fn no_events_check(notify_output: Output) -> Option<Check> {
+    (notify_output == Output::Hawk).then(|| {
+        check(
+            Status::Ok,
+            "no events",
+            "to know when Hawk's grouper stops sending (the cut-over's blind spot), give busy projects a NO_EVENTS \
+             rule (`klaxon rules add --project P --no-events 1h …`); with --output hawk its firings open alerts \
+             (`klaxon alerts list`, klaxon_no_events_timers_total{outcome=\"fired\"}) but are not published: Hawk's \
+             senders know only event groups",
+        )
+    })
+}
+
 /// With `--output hawk`: Hawk's `sender/<channel>` queue has a consumer (Hawk's sender worker of that channel).
 async fn hawk_queue_check(broker: &Broker, kind: ChannelKind, t: Duration) -> Check {
     let queue = hawk_queue(kind);
@@ -162,5 +177,12 @@ mod tests {
         );
         assert!(alert_messages_check(Output::Klaxon).is_none());
         assert!(alert_messages_check(Output::Shadow).is_none());
+        let c = no_events_check(Output::Hawk).expect("a line with --output hawk");
+        assert!(
+            c.detail.contains("NO_EVENTS") && c.detail.contains("grouper"),
+            "{}",
+            c.detail
+        );
+        assert!(no_events_check(Output::Klaxon).is_none());
     }
 }

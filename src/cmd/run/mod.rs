@@ -311,6 +311,11 @@ fn start_worker(
         prefetch: 16,
         output: w.output,
         trail: trail.clone(),
+        no_events: klaxon_engine::no_events::SilenceDeps {
+            no_events: klaxon_counter::NoEvents::new(redis.clone(), &global.namespace),
+            mutes: deps.mutes.clone(),
+            digests: klaxon_counter::Digests::new(redis.clone(), &global.namespace),
+        },
         // test builds only: the end-to-end crash-between-resolve-and-publish test sets the variable
         #[cfg(feature = "fault-injection")]
         faults: klaxon_engine::alerts::Faults {

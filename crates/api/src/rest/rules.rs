@@ -141,6 +141,30 @@ impl<'a> From<&'a RuleProblem> for ProblemView<'a> {
 }
 
 impl Api {
+    /// Starts the clock of the project's NO_EVENTS rules just stored, for a project that has sent no event yet
+    /// (their timers through the delay engine, `klaxon_engine::no_events::arm`). A failure only warns: the rules
+    /// are stored, and start counting at the project's first event instead.
+    async fn arm_no_events(&self, project_id: &str, notifications: &Value) {
+        let rules = klaxon_core::ProjectRules::from_notifications(Some(notifications));
+        if klaxon_engine::no_events::watched_of(&rules).is_empty() {
+            return;
+        }
+        let armed = async {
+            let redis = self.redis().await?;
+            let no_events = klaxon_counter::NoEvents::new(redis, &self.config().namespace);
+            let timers = klaxon_engine::no_events::arm(&no_events, &self.topology(), project_id, &rules)
+                .await
+                .map_err(|e| ApiError::unavailable("Redis", e))?;
+            self.publish(&timers).await
+        };
+        if let Err(e) = armed.await {
+            tracing::warn!(
+                error = %e.message, project_id,
+                "NO_EVENTS rules stored, but their clock did not start: they start counting at the project's first event"
+            );
+        }
+    }
+
     /// Validates a project's rules (`{"_id"?, "notifications": [Rule]}`) like `klaxon rules import` and stores
     /// them (`force`: even rules the engine cannot use; never over a limit: `klaxon_core::Limits`), then tells
     /// every process; returns what was stored, with the warnings (problems that did not refuse the write, and
@@ -207,6 +231,9 @@ impl Api {
         store.replace(&projects).await.map_err(ApiError::rules)?;
         self.publish_invalidation(project_id).await;
         let exported = klaxon_store::export_json(&projects);
+        if let Some(notifications) = exported.get(0).and_then(|p| p.get("notifications")) {
+            self.arm_no_events(project_id, notifications).await;
+        }
         let mut body = exported
             .as_array()
             .and_then(|a| a.first())

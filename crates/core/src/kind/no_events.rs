@@ -98,6 +98,11 @@ pub fn words(quiet_period_ms: u64, since_ms: Option<i64>, fired_at_ms: i64) -> S
     }
 }
 
+/// A NO_EVENTS firing's title: "No events for 1 hour".
+pub fn title(quiet_period_ms: u64) -> String {
+    format!("No events for {}", crate::text::duration_words(quiet_period_ms))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,5 +168,6 @@ mod tests {
         assert_eq!(watches_for(3_600_000), "no event from the project for 1h");
         assert!(words(3_600_000, Some(0), 2 * H).starts_with("no events for 2"));
         assert!(words(3_600_000, None, 2 * H).starts_with("no events for more than 1"));
+        assert_eq!(title(3_600_000), "No events for 1 hour");
     }
 }

@@ -459,17 +459,6 @@ impl RawRule {
             },
             &mut problems,
         )?;
-        // Never quiet by accident: what this version reads but does not act on yet is said, not passed over.
-        if let crate::kind::WhatToReceive::NoEvents { .. } = what {
-            problems.push(warning(
-                "NO_EVENTS rules are checked and stored, but this version of Klaxon does not evaluate them yet: the \
-                 rule never fires"
-                    .into(),
-                "watch the project's event rate with a SEEN_MORE or SPIKE rule meanwhile, and keep the rule for the \
-                 version that evaluates it"
-                    .into(),
-            ));
-        }
         if enabled && channels.is_empty() {
             problems.push(warning(
                 "rule is enabled but has no usable channel, so it never notifies".into(),
@@ -1299,8 +1288,8 @@ mod tests {
                 quiet_period_ms: 3_600_000
             }
         );
-        // the rule is said to be not evaluated yet, and nothing else
-        assert!(problems.len() == 1 && problems[0].is_not_yet(), "{problems:?}");
+        // evaluated at run time: no warning
+        assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(rule.summary(), "NO_EVENTS for 1h");
         assert_eq!(
             rule.what.watches_for().as_deref(),
