@@ -231,17 +231,23 @@ pub fn parse() -> Cli {
 pub const DEFAULT_SMTP_URL: &str = "smtp://127.0.0.1:25";
 /// `--telegram-api`'s default.
 pub const DEFAULT_TELEGRAM_API: &str = "https://api.telegram.org";
+/// `--slack-api`'s default.
+pub const DEFAULT_SLACK_API: &str = "https://slack.com/api";
 /// `--pagerduty-api`'s default.
 pub const DEFAULT_PAGERDUTY_API: &str = "https://events.pagerduty.com";
 
 /// Delivery settings shared by `klaxon run|sender` and `klaxon test-notify`. Secrets come from the
-/// environment only: `KLAXON_TELEGRAM_BOT_TOKEN`, `KLAXON_WEBHOOK_SECRET` and `KLAXON_WEBHOOK_SECRET_PREVIOUS`
+/// environment only: `KLAXON_TELEGRAM_BOT_TOKEN`, `KLAXON_SLACK_BOT_TOKEN`, `KLAXON_WEBHOOK_SECRET` and `KLAXON_WEBHOOK_SECRET_PREVIOUS`
 /// (and SMTP credentials inside the URL).
 #[derive(Debug, Clone, Args)]
 pub struct DeliveryOpts {
     /// Telegram Bot API base URL.
     #[arg(long, env = "KLAXON_TELEGRAM_API", default_value = DEFAULT_TELEGRAM_API)]
     pub telegram_api: String,
+    /// Slack Web API base URL: `slack` channels whose endpoint is a channel id (C0123ABCD) are posted to
+    /// <URL>/chat.postMessage with the bot token in KLAXON_SLACK_BOT_TOKEN.
+    #[arg(long, env = "KLAXON_SLACK_API", default_value = DEFAULT_SLACK_API, value_name = "URL")]
+    pub slack_api: String,
     /// PagerDuty Events API base URL: `pagerduty` channels POST to <URL>/v2/enqueue.
     #[arg(long, env = "KLAXON_PAGERDUTY_API", default_value = DEFAULT_PAGERDUTY_API, value_name = "URL")]
     pub pagerduty_api: String,
@@ -349,6 +355,8 @@ impl DeliveryOpts {
             telegram_api: self.telegram_api.clone(),
             pagerduty_api: self.pagerduty_api.clone(),
             telegram_bot_token: env_secret("KLAXON_TELEGRAM_BOT_TOKEN"),
+            slack_api: self.slack_api.clone(),
+            slack_bot_token: env_secret("KLAXON_SLACK_BOT_TOKEN"),
             smtp_url: klaxon_channels::Secret::new(self.smtp_url.clone()),
             smtp_from: self.smtp_from.clone(),
             webhook_keys: webhook_keys()?,

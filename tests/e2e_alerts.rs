@@ -324,3 +324,206 @@ async fn shadow_mode_records_the_resolved_messages_and_sends_nothing() {
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;
 }
+
+/// Discord keeps an alert as one conversation through the real binary: the firing asks for its message
+/// (`?wait=true`), and when the alert resolves by itself that message is edited (`PATCH …/messages/<id>`) to
+/// show the state, then the resolve is posted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_discord_firing_message_is_edited_when_its_alert_resolves() {
+    const MESSAGE_ID: &str = "998877665544332211";
+    let discord = HttpSink::start().await.expect("sink");
+    discord.route(
+        |r| r.method == "POST" && r.uri.contains("wait=true"),
+        Reply::status(200).body(&format!(r#"{{"id":"{MESSAGE_ID}","type":0,"embeds":[]}}"#)),
+    );
+    discord.route(
+        |r| r.method == "PATCH",
+        Reply::status(200).body(&format!(r#"{{"id":"{MESSAGE_ID}"}}"#)),
+    );
+    discord.set_default(Reply::status(204));
+    let env = Env::new();
+    let project = object_id();
+    let path = "/api/webhooks/1/t0ken";
+    env.import(&json!([{
+        "_id": project,
+        "notifications": [{
+            "isEnabled": true, "whatToReceive": "SEEN_MORE", "including": [], "excluding": [],
+            "threshold": 2, "thresholdPeriod": 60_000,
+            "resolveAfter": RESOLVE_AFTER.as_millis() as u64,
+            "channels": {"discord": {"isEnabled": true, "endpoint": discord.url(path), "minPeriod": 0}}
+        }]
+    }]));
+    let mut k = env.spawn("run", &[]);
+    let title = format!("Discord ({})", env.namespace);
+    env.publish(&project, &title, "g").count(2).ok();
+    let reqs = discord
+        .wait_for_count(3, RESOLVE_AFTER + Duration::from_secs(20))
+        .await;
+    assert_eq!(reqs.len(), 3, "firing, edit, resolve; log:\n{}", k.logs());
+    let (post, patch, resolve) = (&reqs[0], &reqs[1], &reqs[2]);
+    assert_eq!(
+        (post.method.as_str(), post.uri.as_str()),
+        ("POST", format!("{path}?wait=true").as_str())
+    );
+    assert_eq!(
+        (patch.method.as_str(), patch.uri.as_str()),
+        ("PATCH", format!("{path}/messages/{MESSAGE_ID}").as_str())
+    );
+    let (fired, edited) = (post.json(), patch.json());
+    assert_eq!(
+        edited["embeds"][0]["title"], fired["embeds"][0]["title"],
+        "the firing's title stays: {edited}"
+    );
+    let description = edited["embeds"][0]["description"].as_str().unwrap_or_default();
+    assert!(
+        description.starts_with("**Resolved after "),
+        "the state above the firing: {description}"
+    );
+    assert_eq!((resolve.method.as_str(), resolve.uri.as_str()), ("POST", path));
+    let resolved_title = resolve.json()["embeds"][0]["title"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(resolved_title.starts_with("Resolved: "), "{resolved_title}");
+    k.wait_metric(
+        r#"klaxon_conversation_edits_total{channel="discord",outcome="edited"}"#,
+        1.0,
+        Duration::from_secs(5),
+    );
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(discord.count(), 3, "nothing more; log:\n{}", k.logs());
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}
+
+/// With `--output shadow`, an acknowledgement or a resolve by hand (the API, `klaxon alerts`) records its
+/// messages in the delivery trail like the worker's firings and resolves, and sends nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_mode_records_the_messages_of_hand_changes() {
+    let (s, env) = stubs().await;
+    let env = env.set("KLAXON_OUTPUT", "shadow");
+    let project = object_id();
+    let rule = object_id();
+    env.import(&rules(&project, &s.hook));
+    let channels = || vec![common::webhook_channel(&s.hook.url("/hook"))];
+    let acked = common::open_alert(&env, &project, &rule, "g1", "Shadow ack", channels()).await;
+    let resolved = common::open_alert(&env, &project, &rule, "g2", "Shadow resolve", channels()).await;
+    let mut k = env.spawn("run", &[]);
+    k.wait_ready(Duration::from_secs(15));
+
+    let ack = format!("/api/v1/projects/{project}/alerts/{}/ack", acked.id);
+    let (status, body) = common::http_request(&k.addr, "POST", &ack).expect("an answer");
+    assert_eq!(status, 200, "{body}");
+    let out = env.ok(&["alerts", "resolve", "--project", &project, &resolved.id]);
+    assert!(out.contains("resolved alert"), "{out}");
+
+    let records: Vec<Value> = klaxon_testkit::eventually_blocking(Duration::from_secs(10), || {
+        let out = env.ok(&[
+            "deliveries",
+            "list",
+            "--project",
+            &project,
+            "--status",
+            "shadow",
+            "-o",
+            "ndjson",
+        ]);
+        let r: Vec<Value> = out.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        (r.len() >= 2).then_some(r)
+    })
+    .unwrap_or_else(|| panic!("two shadow records; log:\n{}", k.logs()));
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert!(records.iter().all(|r| r["channel"] == "webhook"), "{records:?}");
+    assert_ne!(records[0]["notificationId"], records[1]["notificationId"]);
+    // the API's change counted as shadowed in the serving process
+    k.wait_metric(
+        r#"klaxon_notifications_shadowed_total{channel="webhook"}"#,
+        1.0,
+        Duration::from_secs(5),
+    );
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(s.hook.count(), 0, "shadow mode sends nothing");
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}
+
+/// Slack through the Web API with a bot token, through the real binary: the firing is a `chat.postMessage` to
+/// the channel id, and when the alert resolves by itself that message is edited (`chat.update`) and the resolve
+/// goes into its thread (`thread_ts`). The token travels only in the `Authorization` header and is in no log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slack_web_api_firing_is_edited_and_the_resolve_goes_into_its_thread() {
+    const TOKEN: &str = "xoxb-1-SECRETslackE2E";
+    const CHANNEL: &str = "C0E2EALERT";
+    const TS: &str = "1712345678.000100";
+    let slack = HttpSink::start().await.expect("sink");
+    slack
+        .set_default(Reply::status(200).body(&format!(r#"{{"ok":true,"channel":"{CHANNEL}","ts":"{TS}"}}"#)));
+    let env = Env::new()
+        .set("KLAXON_SLACK_API", &slack.url("/api"))
+        .set("KLAXON_SLACK_BOT_TOKEN", TOKEN);
+    let project = object_id();
+    env.import(&json!([{
+        "_id": project,
+        "notifications": [{
+            "isEnabled": true, "whatToReceive": "SEEN_MORE", "including": [], "excluding": [],
+            "threshold": 2, "thresholdPeriod": 60_000,
+            "resolveAfter": RESOLVE_AFTER.as_millis() as u64,
+            "channels": {"slack": {"isEnabled": true, "endpoint": CHANNEL, "minPeriod": 0}}
+        }]
+    }]));
+    let mut k = env.spawn("run", &[]);
+    let title = format!("Slack ({})", env.namespace);
+    env.publish(&project, &title, "g").count(2).ok();
+    let reqs = slack
+        .wait_for_count(3, RESOLVE_AFTER + Duration::from_secs(20))
+        .await;
+    assert_eq!(reqs.len(), 3, "firing, edit, resolve; log:\n{}", k.logs());
+    let uris: Vec<&str> = reqs.iter().map(|r| r.uri.as_str()).collect();
+    assert_eq!(
+        uris,
+        [
+            "/api/chat.postMessage",
+            "/api/chat.update",
+            "/api/chat.postMessage"
+        ]
+    );
+    for r in &reqs {
+        assert_eq!(
+            r.header("authorization"),
+            Some(format!("Bearer {TOKEN}").as_str())
+        );
+    }
+    let (fired, edited, resolve) = (reqs[0].json(), reqs[1].json(), reqs[2].json());
+    assert_eq!(fired["channel"], CHANNEL);
+    assert!(
+        fired["text"].as_str().unwrap_or_default().contains(&title),
+        "{fired}"
+    );
+    assert_eq!(
+        (edited["channel"].as_str(), edited["ts"].as_str()),
+        (Some(CHANNEL), Some(TS))
+    );
+    assert!(
+        edited["text"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("*Resolved after "),
+        "{edited}"
+    );
+    assert_eq!(resolve["thread_ts"], TS, "{resolve}");
+    assert!(
+        resolve["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Resolved: "),
+        "{resolve}"
+    );
+    k.wait_metric(
+        r#"klaxon_conversation_edits_total{channel="slack",outcome="edited"}"#,
+        1.0,
+        Duration::from_secs(5),
+    );
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    assert!(!k.logs().contains("SECRETslackE2E"), "the token is never logged");
+    common::delete_queues(&env).await;
+}

@@ -78,7 +78,8 @@ pub struct ChangeArgs {
     #[arg(long)]
     pub by: Option<String>,
     /// Where the worker puts notifications (`--output` of `klaxon run`/`worker`): with `hawk` or `shadow` the
-    /// lifecycle messages are not published, as the worker does not publish them either.
+    /// lifecycle messages are not published, as the worker does not publish them either (`shadow` records them
+    /// in the delivery trail).
     #[arg(long, env = "KLAXON_OUTPUT", default_value = "klaxon")]
     pub output: klaxon_engine::sink::Output,
     /// Queue type used if the namespace's queues must be declared.
@@ -172,7 +173,32 @@ pub async fn run(args: AlertsArgs, global: &GlobalOpts) -> anyhow::Result<ExitCo
     };
     let outcome = api_alerts::hand_change(&alerts, &project, &change.alert_id, action, &by).await?;
     let topology = Topology::new(&global.namespace, &global.events_queue(), change.queue_type);
-    let messages = api_alerts::messages(&topology, change.output, &outcome.tasks(action));
+    let tasks = outcome.tasks(action);
+    // shadow mode records the lifecycle messages in the delivery trail, as the worker records its firings
+    let (trail, writer) = if change.output == klaxon_engine::sink::Output::Shadow && !tasks.is_empty() {
+        let store = klaxon_store::RuleStore::connect(&global.mongo_url, &global.mongo_db())
+            .await
+            .context("cannot connect to MongoDB (--mongo-url / KLAXON_MONGO_URL) for the delivery trail")?;
+        let (trail, writer) = klaxon_store::Trail::start(
+            async move { Some(store) },
+            klaxon_store::trail::DEFAULT_TRAIL_TTL,
+            tokio_util::sync::CancellationToken::new(),
+        );
+        (trail, Some(writer))
+    } else {
+        (klaxon_store::Trail::disabled(), None)
+    };
+    let messages = api_alerts::messages(&topology, change.output, &trail, &tasks);
+    // the writer ends once every handle is gone and what was queued is written
+    drop(trail);
+    if let Some(writer) = writer {
+        if tokio::time::timeout(Duration::from_secs(10), writer)
+            .await
+            .is_err()
+        {
+            tracing::warn!("the delivery trail was not written in time");
+        }
+    }
     if !messages.is_empty() {
         let session = Session::open(&global.amqp_url, CONNECT_TIMEOUT, "cli", &topology)
             .await

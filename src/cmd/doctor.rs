@@ -190,6 +190,7 @@ pub async fn run(args: DoctorArgs, global: &GlobalOpts) -> anyhow::Result<ExitCo
     if delivers {
         checks.extend(smtp);
         checks.push(telegram_check(&args.telegram_api));
+        checks.push(slack_check());
         checks.extend(action_links_check(args.public_url.as_deref()));
         checks.push(pagerduty_check(&args.pagerduty_api));
     } else {
@@ -993,6 +994,18 @@ fn telegram_check(api: &str) -> Check {
             "KLAXON_TELEGRAM_BOT_TOKEN is not set: telegram channels cannot deliver",
         )
     }
+}
+
+/// Whether `KLAXON_SLACK_BOT_TOKEN` is set (never shown): without it, Slack channels whose endpoint is a
+/// channel id cannot deliver; incoming-webhook URLs need no token, so its absence is no warning.
+fn slack_check() -> Check {
+    let token = std::env::var("KLAXON_SLACK_BOT_TOKEN").is_ok_and(|t| !t.trim().is_empty());
+    let said = if token {
+        "bot token set (not shown): channel ids (C…) go through the Web API"
+    } else {
+        "no KLAXON_SLACK_BOT_TOKEN: incoming-webhook URLs only (a channel-id endpoint cannot deliver)"
+    };
+    check(Status::Ok, "slack", said)
 }
 
 /// `--pagerduty-api` must be an http(s) URL with a host (the senders refuse to start otherwise); shown as the

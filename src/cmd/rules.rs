@@ -148,8 +148,8 @@ struct AddArgs {
     /// user are not counted.
     #[arg(long, requires = "seen_more")]
     unique_users: bool,
-    /// Slack incoming-webhook URL.
-    #[arg(long, value_name = "URL")]
+    /// Slack incoming-webhook URL, or a channel id (C0123ABCD) to post through the Web API with KLAXON_SLACK_BOT_TOKEN.
+    #[arg(long, value_name = "URL_OR_CHANNEL_ID")]
     slack: Option<String>,
     /// Telegram chat id (group ids are negative, e.g. -100123).
     #[arg(long, value_name = "CHAT_ID", allow_hyphen_values = true)]

@@ -19,6 +19,7 @@ Examples:
   klaxon test-notify --channel slack --endpoint https://hooks.slack.com/services/T/B/X
   klaxon test-notify --channel email --endpoint ops@example.com --smtp-url smtp://127.0.0.1:2525
   KLAXON_TELEGRAM_BOT_TOKEN=… klaxon test-notify --channel telegram --endpoint -100123
+  KLAXON_SLACK_BOT_TOKEN=xoxb-… klaxon test-notify --channel slack --endpoint C0123ABCD
   klaxon test-notify --channel webhook --endpoint https://alerts.example.com/klaxon --json
   klaxon test-notify --channel webhook --endpoint https://alerts.example.com/klaxon --project 5e3eef0679fa3700a0198a49
   klaxon test-notify --channel discord --endpoint https://discord.com/api/webhooks/123/abc
@@ -28,7 +29,7 @@ pub struct TestNotifyArgs {
     /// slack, telegram, email, webhook, loop, discord, teams or pagerduty.
     #[arg(long, value_parser = parse_channel)]
     pub channel: ChannelKind,
-    /// The endpoint: webhook URL, Telegram chat id, email address(es), PagerDuty routing key.
+    /// The endpoint: webhook URL, Telegram chat id, Slack channel id, email address(es), PagerDuty routing key.
     #[arg(long, allow_hyphen_values = true)]
     pub endpoint: String,
     /// Severity of a PagerDuty test alert: critical, error, warning or info [default: error].

@@ -256,13 +256,23 @@ impl Publish<'_> {
 
 /// `GET path` on `addr` (bounded: 1 s to connect, 5 s to read): the status code and body, if an answer came.
 pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    http_request(addr, "GET", path)
+}
+
+/// `method path` on `addr` with an empty JSON body (e.g. `POST …/alerts/{id}/ack`), bounded as [`http_get`].
+pub fn http_request(addr: &str, method: &str, path: &str) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let sock: std::net::SocketAddr = addr.parse().ok()?;
     let mut s = std::net::TcpStream::connect_timeout(&sock, Duration::from_secs(1)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let length = if method == "GET" {
+        ""
+    } else {
+        "Content-Type: application/json\r\nContent-Length: 0\r\n"
+    };
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{length}Connection: close\r\n\r\n"
     )
     .ok()?;
     let mut buf = String::new();

@@ -102,8 +102,12 @@ pub struct ApiConfig {
     /// set; `None`: those pages say that action links are off.
     pub action_key: Option<klaxon_core::action::ActionKey>,
     /// The worker's `--output`: how acknowledging or resolving an alert by hand publishes its lifecycle
-    /// messages (`klaxon` to the senders' queues; `hawk` and `shadow` publish none, as the worker does).
+    /// messages (`klaxon` to the senders' queues; `hawk` and `shadow` publish none, as the worker does:
+    /// `shadow` records them in `shadow_trail`).
     pub output: klaxon_engine::sink::Output,
+    /// With `--output shadow`, the delivery trail the worker records into: hand changes record their lifecycle
+    /// messages there too ([`klaxon_store::Trail::disabled`] otherwise).
+    pub shadow_trail: klaxon_store::Trail,
     /// `--trusted-proxies`: only when a request's TCP peer is one of them is its client read from
     /// `X-Forwarded-For` (see [`proxy`]); default none.
     pub trusted_proxies: proxy::TrustedProxies,

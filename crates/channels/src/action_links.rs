@@ -186,7 +186,7 @@ fn is_firing(task: &NotificationTask) -> bool {
 /// True when a task's message lists several groups (the templates' "digest" kind).
 pub(crate) fn is_digest(task: &NotificationTask) -> bool {
     !matches!(task.reason, Reason::Direct)
-        && (matches!(task.reason, Reason::Digest { .. }) || task.events.len() > 1)
+        && (matches!(task.reason, Reason::Digest { .. } | Reason::QuietHours { .. }) || task.events.len() > 1)
 }
 
 #[cfg(test)]

@@ -33,10 +33,12 @@ mod http_client;
 pub mod link;
 mod mattermost;
 mod pagerduty;
+mod quiet;
 pub mod render;
 pub mod safety;
 mod secret;
 mod slack;
+mod slack_api;
 mod teams;
 mod telegram;
 pub mod webhook;
@@ -71,6 +73,10 @@ pub struct ChannelsConfig {
     pub pagerduty_api: String,
     /// Telegram bot token (`KLAXON_TELEGRAM_BOT_TOKEN`); without it, chat-id deliveries fail permanently.
     pub telegram_bot_token: Option<Secret>,
+    /// Slack Web API base URL (`--slack-api`): messages to a channel id go to `<it>/chat.postMessage`.
+    pub slack_api: String,
+    /// Slack bot token (`KLAXON_SLACK_BOT_TOKEN`, `xoxb-…`); without it, channel-id deliveries fail permanently.
+    pub slack_bot_token: Option<Secret>,
     /// SMTP server URL (`--smtp-url`), see the forms in the `email` module docs: `smtp://host:port`,
     /// `smtp://host:port?tls=starttls`, `smtps://user:pass@host:port`.
     pub smtp_url: Secret,
@@ -88,13 +94,15 @@ pub struct ChannelsConfig {
 }
 
 impl Default for ChannelsConfig {
-    /// The defaults of the README's "Running" table: public Telegram and PagerDuty APIs, `smtp://127.0.0.1:25`,
+    /// The defaults of the README's "Running" table: public Telegram, Slack and PagerDuty APIs, `smtp://127.0.0.1:25`,
     /// `klaxon@localhost`, private endpoints refused, 5 s connect and 10 s request timeouts.
     fn default() -> Self {
         ChannelsConfig {
             telegram_api: "https://api.telegram.org".into(),
             pagerduty_api: "https://events.pagerduty.com".into(),
             telegram_bot_token: None,
+            slack_api: "https://slack.com/api".into(),
+            slack_bot_token: None,
             smtp_url: Secret::new("smtp://127.0.0.1:25"),
             smtp_from: "klaxon@localhost".into(),
             webhook_keys: None,
@@ -178,6 +186,7 @@ impl Edit {
 struct Inner {
     cfg: ChannelsConfig,
     telegram_api: Url,
+    slack_api: Url,
     pagerduty_api: Url,
     from: Mailbox,
     http: http_client::Http,
@@ -215,6 +224,10 @@ impl Channels {
                 "must be an http(s) URL with a host".into(),
             ));
         }
+        let slack_api = Url::parse(cfg.slack_api.trim()).map_err(|e| invalid("slack_api", e.to_string()))?;
+        if !matches!(slack_api.scheme(), "http" | "https") || slack_api.host_str().is_none() {
+            return Err(invalid("slack_api", "must be an http(s) URL with a host".into()));
+        }
         let pagerduty_api =
             Url::parse(cfg.pagerduty_api.trim()).map_err(|e| invalid("pagerduty_api", e.to_string()))?;
         if !matches!(pagerduty_api.scheme(), "http" | "https") || pagerduty_api.host_str().is_none() {
@@ -239,6 +252,7 @@ impl Channels {
             inner: Arc::new(Inner {
                 cfg,
                 telegram_api,
+                slack_api,
                 pagerduty_api,
                 from,
                 http,
@@ -296,6 +310,9 @@ impl Channels {
         };
         // Exhaustive: a channel added later does not compile until it renders here too.
         match task.channel {
+            ChannelKind::Slack if !task.endpoint.contains("://") => Ok(bodies(vec![self
+                .slack_api_body(task, ctx, task.endpoint.trim(), None)?
+                .to_string()])),
             ChannelKind::Slack => Ok(bodies(vec![self.slack_body(task, ctx)?])),
             ChannelKind::Telegram => Ok(bodies(
                 self.telegram_parts(task, ctx)?
@@ -321,12 +338,13 @@ impl Channels {
         }
     }
 
-    /// True when `task`'s channel can keep an alert as one conversation: Discord webhooks and Telegram chats
-    /// through the Bot API (not Hawk's notify-bot URLs).
+    /// True when `task`'s channel can keep an alert as one conversation: Discord webhooks, Telegram chats
+    /// through the Bot API (not Hawk's notify-bot URLs) and Slack channels through the Web API (not incoming
+    /// webhooks).
     pub fn keeps_conversation(task: &NotificationTask) -> bool {
         match task.channel {
             ChannelKind::Discord => true,
-            ChannelKind::Telegram => !task.endpoint.contains("://"),
+            ChannelKind::Telegram | ChannelKind::Slack => !task.endpoint.contains("://"),
             _ => false,
         }
     }
@@ -351,7 +369,7 @@ impl Channels {
     /// [`Channels::deliver`], in the conversation of `firing` (the alert's firing message, see
     /// [`MessageRef`]) when `task` is a lifecycle message on a channel that keeps conversations: the firing
     /// message is first edited to show the alert's state, then the lifecycle message is sent (a reply on
-    /// Telegram, a new message on Discord). An edit that fails never stops the lifecycle message. `firing` for
+    /// Telegram, a reply in the message's thread on Slack, a new message on Discord). An edit that fails never stops the lifecycle message. `firing` for
     /// another destination, or for any other task, is ignored.
     pub async fn deliver_in(
         &self,
@@ -370,6 +388,10 @@ impl Channels {
             Err(DeliveryError::permanent("notification has no events"))
         } else {
             match task.channel {
+                // a Slack channel id: the Web API with the operator's bot token (`slack_api.rs`)
+                ChannelKind::Slack if !task.endpoint.contains("://") => {
+                    self.deliver_slack_api(task, ctx, firing).await
+                }
                 // Slack and Loop (Mattermost) incoming webhooks: one JSON POST to the endpoint, which explains a
                 // failure in its body (Slack in short plain text, `invalid_payload`; Mattermost in JSON or text).
                 ChannelKind::Slack => {
@@ -418,7 +440,8 @@ impl Channels {
     }
 
     /// The rate-limit / dedup key of a task's destination, with the secret parts hashed:
-    /// `telegram:chat:<hash>`, `telegram:<host>/<hash>` (notify-bot URL), `slack:<host>/<hash>`,
+    /// `telegram:chat:<hash>`, `telegram:<host>/<hash>` (notify-bot URL), `slack:channel:<hash>` (Web API),
+    /// `slack:<host>/<hash>` (incoming webhook),
     /// `webhook:<host>/<hash>` (and likewise Loop, Discord, Teams), `pagerduty:<hash>` (the routing key),
     /// `email:<domain>[,<domain>…]`.
     pub fn destination_key(task: &NotificationTask) -> String {
@@ -437,6 +460,9 @@ impl Channels {
             ChannelKind::Telegram if !endpoint.contains("://") => {
                 format!("telegram:chat:{}", short_hash(endpoint))
             }
+            ChannelKind::Slack if !endpoint.contains("://") => {
+                format!("slack:channel:{}", short_hash(endpoint))
+            }
             ChannelKind::Pagerduty => format!("pagerduty:{}", short_hash(endpoint)),
             channel => match Url::parse(endpoint) {
                 Ok(url) => format!(
@@ -451,13 +477,15 @@ impl Channels {
     }
 
     /// The breaker/bulkhead key of the host a task is delivered through: `host:<name>` for HTTP endpoints,
-    /// `telegram-api` for Bot API deliveries (all chats share it), `pagerduty-api` for PagerDuty (every routing
+    /// `telegram-api` for Bot API deliveries (all chats share it), `slack-api` for Slack Web API deliveries (all
+    /// channels share it), `pagerduty-api` for PagerDuty (every routing
     /// key goes through the one Events API), `smtp` for email (all go through the one SMTP server).
     pub fn host_key(task: &NotificationTask) -> String {
         let endpoint = task.endpoint.trim();
         match task.channel {
             ChannelKind::Email => "smtp".to_owned(),
             ChannelKind::Telegram if !endpoint.contains("://") => "telegram-api".to_owned(),
+            ChannelKind::Slack if !endpoint.contains("://") => "slack-api".to_owned(),
             ChannelKind::Pagerduty => "pagerduty-api".to_owned(),
             _ => match Url::parse(endpoint) {
                 Ok(url) => format!("host:{}", url.host_str().unwrap_or("").to_ascii_lowercase()),
@@ -557,6 +585,7 @@ mod tests {
                 "discord:discord.com/",
                 "host:discord.com",
             ),
+            (ChannelKind::Slack, "C0SECRET1", "slack:channel:", "slack-api"),
         ];
         for (channel, endpoint, key_prefix, host) in table {
             let t = test_task(channel, endpoint);
@@ -581,6 +610,7 @@ mod tests {
     async fn config_validation_and_debug() {
         let cfg = ChannelsConfig {
             telegram_bot_token: Some(Secret::new("123:TOKEN")),
+            slack_bot_token: Some(Secret::new("xoxb-SLACKTOKEN")),
             smtp_url: Secret::new("smtps://user:PASSWORD@mail.example.com"),
             webhook_keys: webhook::SigningKeys::from_settings(
                 Some(Secret::new("HMACKEY-0123456789abcdef0123456789abcdef")),
@@ -592,7 +622,14 @@ mod tests {
         };
         let channels = Channels::new(cfg.clone()).expect("valid");
         let debug = format!("{channels:?} {cfg:?}");
-        for secret in ["TOKEN", "PASSWORD", "HMACKEY", "OLDHMACKEY", "LEGACYHMACKEY"] {
+        for secret in [
+            "TOKEN",
+            "SLACKTOKEN",
+            "PASSWORD",
+            "HMACKEY",
+            "OLDHMACKEY",
+            "LEGACYHMACKEY",
+        ] {
             assert!(!debug.contains(secret), "{debug}");
         }
         for bad in [
@@ -614,6 +651,10 @@ mod tests {
             },
             ChannelsConfig {
                 pagerduty_api: "events.pagerduty.com".into(),
+                ..cfg.clone()
+            },
+            ChannelsConfig {
+                slack_api: "slack.com/api".into(),
                 ..cfg.clone()
             },
         ] {

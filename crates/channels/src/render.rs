@@ -813,10 +813,12 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
         Reason::Acknowledged => (ViewKind::Acknowledged, 0, "", 0),
         Reason::Reminder { .. } => (ViewKind::Reminder, 0, "", 0),
         Reason::Escalation { .. } => (ViewKind::Escalation, 0, "", 0),
+        // a quiet window's release: shown as a digest of what fired and resolved (crate::quiet)
+        Reason::QuietHours { .. } => (ViewKind::Digest, 0, "", 0),
         // several groups in a firing's task: shown as a digest
         _ => (ViewKind::Digest, task.min_period_s, "", 0),
     };
-    let window = last_period(window_secs);
+    let window = crate::quiet::window(task).unwrap_or_else(|| last_period(window_secs));
     let first_count = task.events.first().map_or(0, |e| e.count);
     let seen = match kind {
         ViewKind::New => "first seen".to_owned(),
@@ -839,10 +841,11 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
             .and_then(|t| t.link(&task.project_id, &e.group_hash, e.repetition_id.as_deref()))
     };
     let title_max = if digest { room.digest_title } else { room.title };
-    let mut events: Vec<&klaxon_core::NotificationEvent> = task.events.iter().collect();
-    if digest {
+    let mut events: Vec<(usize, &klaxon_core::NotificationEvent)> = task.events.iter().enumerate().collect();
+    // a quiet window's release keeps its order: what fired, then what resolved
+    if digest && !crate::quiet::is_release(task) {
         // stable: equal counts keep the order the digest collected them in
-        events.sort_by_key(|e| std::cmp::Reverse(e.count));
+        events.sort_by_key(|(_, e)| std::cmp::Reverse(e.count));
     }
     let more = events.len().saturating_sub(room.groups);
     let life = lifecycle_words(task, kind, room);
@@ -861,13 +864,13 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
         window_kind,
         threshold,
         seen,
-        url: events.first().and_then(|e| link(e)),
-        total: task.events.iter().map(|e| e.count).sum(),
+        url: events.first().and_then(|&(_, e)| link(e)),
+        total: crate::quiet::total(task).unwrap_or_else(|| task.events.iter().map(|e| e.count).sum()),
         events: events
             .into_iter()
             .take(room.groups)
-            .map(|e| ViewEvent {
-                title: bounded_line(&e.title, title_max),
+            .map(|(i, e)| ViewEvent {
+                title: bounded_line(&crate::quiet::title(task, i, &e.title), title_max),
                 count: e.count,
                 url: link(e),
                 group_hash: e.group_hash.clone(),

@@ -55,7 +55,7 @@ pub(crate) fn short_hash(s: &str) -> String {
 ///
 /// URLs keep only scheme and host, plus a fingerprint of the whole endpoint (`https://hooks.slack.com/…#a1b2c3`):
 /// paths and queries of webhook URLs are bearer secrets, and without the fingerprint every Slack webhook would
-/// look the same. Telegram chat ids keep their first and last two characters, email addresses the first character
+/// look the same. Telegram chat ids and Slack channel ids keep their first and last two characters, email addresses the first character
 /// of the local part and the domain (`j…@example.com`). A PagerDuty routing key is only its fingerprint
 /// (`routing key …#a1b2c3`).
 ///
@@ -96,6 +96,7 @@ fn redact_other(channel: ChannelKind, endpoint: &str) -> String {
             .collect::<Vec<_>>()
             .join(", "),
         ChannelKind::Telegram => mask_middle(endpoint),
+        ChannelKind::Slack if klaxon_core::rule::is_slack_channel_id(endpoint) => mask_middle(endpoint),
         ChannelKind::Slack
         | ChannelKind::Webhook
         | ChannelKind::Loop
@@ -152,6 +153,8 @@ mod tests {
             (ChannelKind::Webhook, "not a url SECRET", "<invalid url>"),
             (ChannelKind::Telegram, "-1001234567890", "-1…90"),
             (ChannelKind::Telegram, "123", "…"),
+            (ChannelKind::Slack, "C0123ABCD", "C0…CD"),
+            (ChannelKind::Slack, "#alerts", "<invalid url>"),
             (
                 ChannelKind::Telegram,
                 "https://notify.bot.codex.so/u/SECRET",

@@ -1,4 +1,4 @@
-//! Slack incoming webhooks: `POST <endpoint>` with `text` (the notification in mrkdwn: the text of push
+//! Slack messages, and Slack incoming webhooks: `POST <endpoint>` with `text` (the notification in mrkdwn: the text of push
 //! notifications, and the fallback for clients that cannot show blocks) and `blocks` (the message as Slack
 //! shows it).
 //!
@@ -11,6 +11,9 @@
 //! their URLs broken ([`crate::render::escape_slack_text`]); `unfurl_links`/`unfurl_media` are off so a URL in a
 //! title never becomes a preview. Signed action links (`--public-url`) end the message as an `actions` block of
 //! link buttons ([`actions_block`]), and as `<url|label>` links in `text`.
+//!
+//! An endpoint that is a channel id goes through the Web API with the operator's bot token instead
+//! (`slack_api.rs`), with the same message.
 
 use klaxon_core::NotificationTask;
 use serde_json::{json, Value};
@@ -253,7 +256,7 @@ pub(crate) fn actions_block(v: &View) -> Option<Value> {
 
 /// Slack's documented limits (`text` ≤ 40,000 characters, ≤ 50 blocks) and ours (a `rich_text` block shows at
 /// most [`SLACK_SECTION_MAX`] characters).
-fn within_limits(body: &Value) -> bool {
+pub(crate) fn within_limits(body: &Value) -> bool {
     let chars = |v: &Value| v.as_str().map_or(0, |t| t.chars().count());
     let blocks = body["blocks"].as_array().map_or(&[][..], Vec::as_slice);
     chars(&body["text"]) <= SLACK_TEXT_MAX
@@ -265,7 +268,7 @@ fn within_limits(body: &Value) -> bool {
         })
 }
 
-fn rich_text(elements: Vec<Value>) -> Value {
+pub(crate) fn rich_text(elements: Vec<Value>) -> Value {
     json!({
         "type": "rich_text",
         "elements": [{"type": "rich_text_section", "elements": elements}],
@@ -279,8 +282,18 @@ impl Channels {
         task: &NotificationTask,
         ctx: MessageContext<'_>,
     ) -> Result<String, DeliveryError> {
+        Ok(self.slack_message(task, ctx)?.to_string())
+    }
+
+    /// The message as JSON (`text`, `blocks`, unfurling off): the incoming webhook's whole body, and what the
+    /// Web API's `chat.postMessage` sends with a `channel`.
+    pub(crate) fn slack_message(
+        &self,
+        task: &NotificationTask,
+        ctx: MessageContext<'_>,
+    ) -> Result<Value, DeliveryError> {
         let renderer = &self.inner.renderer;
-        let body = fit(
+        fit(
             |room| {
                 let view = renderer.view_in(task, ctx, room);
                 let text = renderer.render_view(SLACK, &view)?;
@@ -296,7 +309,6 @@ impl Channels {
                 }))
             },
             within_limits,
-        )?;
-        Ok(body.to_string())
+        )
     }
 }

@@ -333,6 +333,10 @@ struct WebhookBody<'a> {
     /// REAPPEARED: the quiet that made it fire.
     #[serde(skip_serializing_if = "Option::is_none")]
     reappeared: Option<ReappearedNumbers>,
+    /// A quiet window's release (`kind: "quiet"`): when the window ended and how many of `events` fired and
+    /// resolved in it (the resolved ones carry `"resolved": true`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quiet: Option<QuietNumbers>,
     events: Vec<WebhookEvent<'a>>,
     /// The body of a direct notification (`POST /api/v1/notifications`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -376,6 +380,14 @@ struct AlertNumbers<'a> {
 }
 
 #[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct QuietNumbers {
+    ended_at: String,
+    fired: u32,
+    resolved: u32,
+}
+
+#[derive(Serialize)]
 struct ReminderNumbers {
     number: u32,
     max: u32,
@@ -393,6 +405,9 @@ struct WebhookEvent<'a> {
     event: &'a NotificationEvent,
     #[serde(skip_serializing_if = "Option::is_none")]
     url: Option<String>,
+    /// In a quiet window's release: this group's alert resolved in the window.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    resolved: bool,
 }
 
 /// The exact body POSTed for a task (no project name, no links).
@@ -432,8 +447,22 @@ pub fn webhook_body_with(task: &NotificationTask, ctx: MessageContext<'_>) -> Ve
         Reason::Acknowledged => (Some("acknowledged"), None, None),
         Reason::Reminder { .. } => (Some("reminder"), None, None),
         Reason::Escalation { .. } => (Some("escalation"), None, None),
+        Reason::QuietHours { .. } => (Some("quiet"), None, None),
         _ => (None, None, None),
     };
+    let quiet = match task.reason {
+        Reason::QuietHours {
+            until_ms,
+            fired,
+            resolved,
+        } => Some(QuietNumbers {
+            ended_at: klaxon_core::notification::rfc3339_ms(until_ms),
+            fired,
+            resolved,
+        }),
+        _ => None,
+    };
+    let fired_n = task.held_parts().map_or(task.events.len(), |(f, _)| f.len());
     let alert = task
         .alert
         .as_ref()
@@ -465,14 +494,17 @@ pub fn webhook_body_with(task: &NotificationTask, ctx: MessageContext<'_>) -> Ve
         },
         spike,
         reappeared,
+        quiet,
         events: task
             .events
             .iter()
-            .map(|e| WebhookEvent {
+            .enumerate()
+            .map(|(i, e)| WebhookEvent {
                 event: e,
                 url: ctx
                     .links
                     .and_then(|t| t.link(&task.project_id, &e.group_hash, e.repetition_id.as_deref())),
+                resolved: i >= fired_n,
             })
             .collect(),
         text: task.text.as_deref(),

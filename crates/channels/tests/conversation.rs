@@ -284,3 +284,201 @@ async fn telegram_replies_when_the_edit_fails() {
     assert!(reqs[2].uri.ends_with("/sendMessage"));
     assert!(reqs[2].json().get("reply_parameters").is_none());
 }
+
+const SLACK_CHANNEL: &str = "C0123ABCD";
+const SLACK_TS: &str = "1712345678.123456";
+
+/// The Slack Web API: `chat.postMessage` answers the message's `channel` and `ts`, `chat.update` answers ok
+/// unless `update` says otherwise.
+fn slack_sink_replies(sink: &HttpSink, update: Reply) {
+    sink.route(|r| r.uri == "/chat.update", update);
+    sink.set_default(Reply::status(200).body(&format!(
+        r#"{{"ok":true,"channel":"{SLACK_CHANNEL}","ts":"{SLACK_TS}","message":{{"text":"x"}}}}"#
+    )));
+}
+
+#[tokio::test]
+async fn slack_web_api_edits_the_firing_message_and_replies_in_its_thread() {
+    let sink = HttpSink::start().await.expect("sink");
+    slack_sink_replies(&sink, Reply::status(200).body(r#"{"ok":true}"#));
+    let ch = channels(config(&sink.url("")));
+    let opened = alert(ChannelKind::Slack, SLACK_CHANNEL, AlertState::Firing, None);
+    let firing = first_firing(&opened);
+    assert!(Channels::opens_conversation(&firing));
+    assert_eq!(Channels::host_key(&firing), "slack-api");
+
+    let delivered = ch.deliver(&firing).await.expect("firing delivered");
+    let sent = delivered.sent.clone().expect("the firing's message is named");
+    assert_eq!(sent.message_id, format!("{SLACK_CHANNEL}/{SLACK_TS}"));
+    assert_eq!(sent.destination, Channels::destination_key(&firing));
+    let reqs = sink.wait_for_count(1, WAIT).await;
+    let post = &reqs[0];
+    assert_eq!(
+        (post.method.as_str(), post.uri.as_str()),
+        ("POST", "/chat.postMessage")
+    );
+    assert_eq!(
+        post.header("authorization"),
+        Some(format!("Bearer {SLACK_TOKEN}").as_str())
+    );
+    assert!(post
+        .header("content-type")
+        .is_some_and(|c| c.starts_with("application/json")));
+    let body = post.json();
+    assert_eq!(body["channel"], SLACK_CHANNEL);
+    assert!(body.get("thread_ts").is_none(), "a firing starts the thread");
+    assert!(body["text"].as_str().expect("text").contains("TypeError"));
+    assert_eq!(body["blocks"][0]["type"], "rich_text");
+    assert!(!post.text().contains(SLACK_TOKEN), "the token only in the header");
+    // the preview shows the same request
+    let preview = ch.preview(&firing).expect("preview");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&preview.bodies[0]).expect("json")["channel"],
+        SLACK_CHANNEL
+    );
+
+    let ack = lifecycle_task(
+        &later(&opened, AlertState::Acknowledged, "*alice*"),
+        Reason::Acknowledged,
+    );
+    let delivered = ch.deliver_in(&ack, Some(&sent)).await.expect("ack delivered");
+    assert_eq!(delivered.edit, Some(Edit::Edited));
+    assert_eq!(delivered.sent, None);
+    let reqs = sink.wait_for_count(3, WAIT).await;
+    let (update, reply) = (&reqs[1], &reqs[2]);
+    assert_eq!(update.uri, "/chat.update");
+    let edit = update.json();
+    assert_eq!(
+        (edit["channel"].as_str(), edit["ts"].as_str()),
+        (Some(SLACK_CHANNEL), Some(SLACK_TS))
+    );
+    let text = edit["text"].as_str().expect("text");
+    assert!(
+        text.starts_with("*Acknowledged by "),
+        "the state line first: {text}"
+    );
+    assert!(text.ends_with(body["text"].as_str().expect("text")), "{text}");
+    // the state as the first block, `by` shown literally (tenant text), then the firing's blocks
+    let state = &edit["blocks"][0]["elements"][0]["elements"];
+    assert_eq!(state[0]["text"], "Acknowledged by ");
+    assert_eq!(state[1]["text"], "*alice*");
+    assert_eq!(state[2]["text"], " · firing for 2 h 14 min, 1,240 events");
+    assert_eq!(edit["blocks"][1], body["blocks"][0]);
+    assert_eq!(reply.uri, "/chat.postMessage");
+    let reply = reply.json();
+    assert_eq!(reply["channel"], SLACK_CHANNEL);
+    assert_eq!(reply["thread_ts"], SLACK_TS);
+    assert!(reply["text"].as_str().expect("text").contains("Acknowledged: "));
+}
+
+#[tokio::test]
+async fn slack_web_api_replies_when_the_edit_fails_and_posts_plainly_without_a_conversation() {
+    let sink = HttpSink::start().await.expect("sink");
+    slack_sink_replies(
+        &sink,
+        Reply::status(200).body(r#"{"ok":false,"error":"message_not_found"}"#),
+    );
+    let ch = channels(config(&sink.url("")));
+    let opened = alert(ChannelKind::Slack, SLACK_CHANNEL, AlertState::Firing, None);
+    let resolve = lifecycle_task(&later(&opened, AlertState::Resolved, "timeout"), Reason::Resolved);
+    let firing = MessageRef {
+        message_id: format!("{SLACK_CHANNEL}/{SLACK_TS}"),
+        destination: Channels::destination_key(&resolve),
+        body: Some(r#"{"text":"*TypeError*","blocks":[]}"#.into()),
+    };
+    let delivered = ch.deliver_in(&resolve, Some(&firing)).await.expect("delivered");
+    assert_eq!(delivered.edit, Some(Edit::Failed));
+    let reqs = sink.wait_for_count(2, WAIT).await;
+    assert_eq!(reqs[0].uri, "/chat.update");
+    assert_eq!(reqs[1].uri, "/chat.postMessage");
+    assert_eq!(reqs[1].json()["thread_ts"], SLACK_TS);
+
+    // an id read back that is not `<channel>/<ts>`: no edit, a plain message to the endpoint
+    let bad = MessageRef {
+        message_id: "C0123ABCD/../../x".into(),
+        ..firing.clone()
+    };
+    let plain = ch.deliver_in(&resolve, Some(&bad)).await.expect("delivered");
+    assert_eq!(plain.edit, None);
+    let reqs = sink.wait_for_count(3, WAIT).await;
+    assert_eq!(reqs[2].uri, "/chat.postMessage");
+    assert!(reqs[2].json().get("thread_ts").is_none());
+    assert_eq!(reqs[2].json()["channel"], SLACK_CHANNEL);
+}
+
+#[tokio::test]
+async fn slack_web_api_errors_are_classified_and_never_show_the_token() {
+    let sink = HttpSink::start().await.expect("sink");
+    let ch = channels(config(&sink.url("")));
+    let t = task(ChannelKind::Slack, SLACK_CHANNEL, threshold(), &[("boom", 100)]);
+    let cases = [
+        (
+            Reply::status(200).body(r#"{"ok":false,"error":"channel_not_found"}"#),
+            false,
+            "channel_not_found",
+        ),
+        (
+            Reply::status(200).body(r#"{"ok":false,"error":"not_in_channel"}"#),
+            false,
+            "/invite",
+        ),
+        (
+            Reply::status(200).body(r#"{"ok":false,"error":"invalid_auth"}"#),
+            false,
+            "KLAXON_SLACK_BOT_TOKEN",
+        ),
+        (
+            Reply::status(200).body(r#"{"ok":false,"error":"internal_error"}"#),
+            true,
+            "internal_error",
+        ),
+        (
+            Reply::status(429)
+                .header("Retry-After", "7")
+                .body(r#"{"ok":false,"error":"ratelimited"}"#),
+            true,
+            "429",
+        ),
+        (Reply::status(503).body("upstream down"), true, "503"),
+        // an answer that echoes the token is scrubbed
+        (
+            Reply::status(200).body(&format!(r#"{{"ok":false,"error":"bad {SLACK_TOKEN}"}}"#)),
+            false,
+            "failed",
+        ),
+        (Reply::status(200).body("<html>proxy</html>"), true, "not JSON"),
+    ];
+    for (reply, transient, says) in cases {
+        sink.script([reply]);
+        let err = ch.deliver(&t).await.expect_err("fails");
+        assert_eq!(err.is_transient(), transient, "{err:?}");
+        assert!(err.reason().contains(says), "{says}: {err}");
+        assert_secret_free(&err);
+        if says == "429" {
+            assert!(err.is_rate_limited(), "{err:?}");
+            assert_eq!(err.retry_after(), Some(Duration::from_secs(7)));
+        }
+    }
+
+    // no token, or an endpoint that is neither a channel id nor a URL: permanent, nothing sent
+    let before = sink.count();
+    let no_token = channels(klaxon_channels::ChannelsConfig {
+        slack_bot_token: None,
+        ..config(&sink.url(""))
+    });
+    let err = no_token.deliver(&t).await.expect_err("no token");
+    assert!(
+        !err.is_transient() && err.reason().contains("KLAXON_SLACK_BOT_TOKEN"),
+        "{err}"
+    );
+    let err = ch
+        .deliver(&task(ChannelKind::Slack, "#alerts", threshold(), &[("boom", 1)]))
+        .await
+        .expect_err("a channel name");
+    assert!(
+        !err.is_transient() && err.reason().contains("channel id"),
+        "{err}"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(sink.count(), before);
+}

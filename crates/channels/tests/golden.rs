@@ -232,6 +232,8 @@ fn cases(channel: ChannelKind) -> Vec<(&'static str, NotificationTask)> {
                 None,
             ),
         ),
+        // a quiet window's release: what fired, then what resolved (NotificationTask::for_held)
+        ("quiet_hours", quiet_release(channel, title)),
         // who resolved it is tenant text (an API token's label): escaped like titles
         (
             "hostile_resolved",
@@ -242,6 +244,35 @@ fn cases(channel: ChannelKind) -> Vec<(&'static str, NotificationTask)> {
             ),
         ),
     ]
+}
+
+/// A quiet window's release as the flush loop makes it: two groups fired, one of them (and a third) resolved.
+fn quiet_release(channel: ChannelKind, title: &str) -> NotificationTask {
+    let t = task(
+        channel,
+        Reason::New,
+        &[
+            (title, 12, Some("6a1b2c3d4e5f60718293a4b5")),
+            ("DB timeout after 30s", 3, None),
+            (title, 40, None),
+            ("ReferenceError: x is not defined", 5, None),
+        ],
+    );
+    let window = klaxon_core::notification::DigestWindow {
+        project_id: &t.project_id,
+        project_name: None,
+        rule_id: &t.rule_id,
+        channel,
+        endpoint: &t.endpoint,
+        min_period_s: 0,
+        severity: None,
+        // 2023-11-14T23:00:00Z
+        window_start_ms: 1_700_002_800_000,
+    };
+    let (fired, resolved) = t.events.split_at(2);
+    let mut out = NotificationTask::for_held(&window, t.fired_at_ms, fired.to_vec(), resolved.to_vec());
+    out.notification_id = t.notification_id.clone();
+    out
 }
 
 /// The alert of the lifecycle cases: opened 2 h 14 min 5 s before the task's time, 1,240 events.

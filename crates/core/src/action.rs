@@ -250,6 +250,9 @@ impl Fired {
             Reason::Escalation { step, steps } => {
                 format!("escalation step {step} of {steps} of an alert still firing")
             }
+            Reason::QuietHours { fired, resolved, .. } => {
+                format!("{fired} fired and {resolved} resolved during quiet hours")
+            }
         }
     }
 }

@@ -208,11 +208,24 @@ pub struct Routed<'a> {
     /// Their tasks on digest channels (`minPeriod > 0`): through the channel's digest, which sends the first
     /// firing of a quiet channel at once and coalesces the rest.
     pub digest: Vec<NotificationTask>,
+    /// Their tasks on channels inside one of the rule's quiet windows (`quietHours`, not bypassed): held until
+    /// the window ends, then released in one message per channel.
+    pub held: Vec<Held>,
+}
+
+/// A firing's task that a quiet window holds ([`route`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// The task, as it would have been sent.
+    pub task: NotificationTask,
+    /// When the quiet ends (unix ms): the release is due then.
+    pub until_ms: i64,
 }
 
 /// Turns firings into notification tasks ([`NotificationTask::for_firing`]), one per channel of the rule, in
 /// firing order and each rule's channel order, and sets aside the firings a mute of `mutes(project)` matches at
-/// the firing's time.
+/// the firing's time. A task on a channel the rule's quiet hours hold at the firing's time
+/// ([`crate::oncall::QuietHours::held_until`]) is held, whatever its `minPeriod`.
 pub fn route<'a, 'm>(firings: &[Firing<'a>], mutes: impl Fn(&str) -> &'m [Mute]) -> Routed<'a> {
     let mut routed = Routed::default();
     for f in firings {
@@ -228,7 +241,9 @@ pub fn route<'a, 'm>(firings: &[Firing<'a>], mutes: impl Fn(&str) -> &'m [Mute])
         }
         routed.crossed.push(*f);
         for task in NotificationTask::for_firing(f).tasks {
-            if task.min_period_s > 0 {
+            if let Some(until_ms) = f.rule.quiet_hours.held_until(task.channel, f.at_ms) {
+                routed.held.push(Held { task, until_ms });
+            } else if task.min_period_s > 0 {
                 routed.digest.push(task);
             } else {
                 routed.now.push(task);
@@ -510,5 +525,71 @@ mod tests {
         let routed = route(&firings(&plan.matches, &outcomes), |_| &[]);
         assert_eq!(routed.now.len(), 1);
         assert_eq!(routed.now[0].project_name, None);
+    }
+
+    /// A quiet window holds the tasks of its rule's channels (digest ones too) until it ends, except on the
+    /// bypassing channels; outside the window nothing is held.
+    #[test]
+    fn quiet_hours_hold_all_but_the_bypassed_channels() {
+        let rules = project(
+            vec![rule(
+                "a0000000000000000000000a",
+                json!({"channels": {
+                    "webhook": {"isEnabled": true, "endpoint": "https://hooks.test/w", "minPeriod": 0},
+                    "email": {"isEnabled": true, "endpoint": "a@b.test", "minPeriod": 60},
+                    "pagerduty": {"isEnabled": true, "endpoint": "0123456789abcdef0123456789abcdef", "minPeriod": 0}},
+                    // 2023-11-14 (a Tuesday) 22:00-23:00 UTC
+                    "quietHours": [{"days": ["tue"], "from": "22:00", "to": "23:00", "timezone": "UTC"}],
+                    "quietHoursBypass": ["pagerduty"]}),
+            )],
+            None,
+        );
+        let events = vec![event(P1, "x", "g", true, None)];
+        let plan = plan(&events, |_| Some(&rules));
+        let end = 1_700_002_800_000; // 2023-11-14T23:00:00Z
+        let channels =
+            |tasks: &[NotificationTask]| -> Vec<ChannelKind> { tasks.iter().map(|t| t.channel).collect() };
+        // (firing time, sent now, digest, held until)
+        let cases = [
+            (end - 60_000, vec![ChannelKind::Pagerduty], vec![], vec![end, end]),
+            (
+                end,
+                vec![ChannelKind::Webhook, ChannelKind::Pagerduty],
+                vec![ChannelKind::Email],
+                vec![],
+            ),
+            (
+                end - 3_600_000 - 1,
+                vec![ChannelKind::Webhook, ChannelKind::Pagerduty],
+                vec![ChannelKind::Email],
+                vec![],
+            ),
+        ];
+        for (at_ms, now, digest, held) in cases {
+            let outcomes = [Outcome::Fired {
+                count: 1,
+                firing: "new".into(),
+                at_ms,
+                signal: None,
+            }];
+            let routed = route(&firings(&plan.matches, &outcomes), |_| &[]);
+            let mut got_now = channels(&routed.now);
+            got_now.sort();
+            let mut want_now = now.clone();
+            want_now.sort();
+            assert_eq!(got_now, want_now, "at {at_ms}");
+            assert_eq!(channels(&routed.digest), digest, "at {at_ms}");
+            let until: Vec<i64> = routed.held.iter().map(|h| h.until_ms).collect();
+            assert_eq!(until, held, "at {at_ms}");
+            assert!(routed
+                .held
+                .iter()
+                .all(|h| h.task.channel != ChannelKind::Pagerduty));
+            assert_eq!(
+                routed.crossed.len(),
+                1,
+                "a held firing is crossed: its alert opens"
+            );
+        }
     }
 }

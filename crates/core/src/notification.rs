@@ -84,6 +84,17 @@ pub enum Reason {
         /// How many steps the rule has.
         steps: u32,
     },
+    /// What a channel held during a quiet window (`quietHours`), released when the window ended
+    /// ([`NotificationTask::for_held`]): the task's first `fired` events are what fired (or was still firing:
+    /// a reminder held), the `resolved` after them what resolved inside the window.
+    QuietHours {
+        /// When the quiet window ended, unix ms.
+        until_ms: i64,
+        /// How many of the task's events (the first ones) fired.
+        fired: u32,
+        /// How many (after those) resolved.
+        resolved: u32,
+    },
 }
 
 impl Reason {
@@ -145,7 +156,8 @@ impl Reason {
             | Reason::Resolved
             | Reason::Acknowledged
             | Reason::Reminder { .. }
-            | Reason::Escalation { .. } => None,
+            | Reason::Escalation { .. }
+            | Reason::QuietHours { .. } => None,
         }
     }
 
@@ -202,6 +214,11 @@ enum ReasonJson {
         step: u32,
         steps: u32,
     },
+    QuietHours {
+        until_ms: i64,
+        fired: u32,
+        resolved: u32,
+    },
 }
 
 impl From<Reason> for ReasonJson {
@@ -248,6 +265,15 @@ impl From<Reason> for ReasonJson {
             Reason::Acknowledged => ReasonJson::Acknowledged,
             Reason::Reminder { number, max } => ReasonJson::Reminder { number, max },
             Reason::Escalation { step, steps } => ReasonJson::Escalation { step, steps },
+            Reason::QuietHours {
+                until_ms,
+                fired,
+                resolved,
+            } => ReasonJson::QuietHours {
+                until_ms,
+                fired,
+                resolved,
+            },
         }
     }
 }
@@ -308,6 +334,15 @@ impl From<ReasonJson> for Reason {
             ReasonJson::Acknowledged => Reason::Acknowledged,
             ReasonJson::Reminder { number, max } => Reason::Reminder { number, max },
             ReasonJson::Escalation { step, steps } => Reason::Escalation { step, steps },
+            ReasonJson::QuietHours {
+                until_ms,
+                fired,
+                resolved,
+            } => Reason::QuietHours {
+                until_ms,
+                fired,
+                resolved,
+            },
         }
     }
 }
@@ -530,6 +565,64 @@ impl NotificationTask {
             alert: None,
             severity: w.severity,
         }
+    }
+}
+
+impl NotificationTask {
+    /// The one task of a quiet window's release on one channel (`quietHours`): what fired inside the window,
+    /// then what resolved inside it, each part sorted by count, highest first, then by group. Its id depends
+    /// only on (project, rule, channel, the window's end), so a recovered claim publishes the same notification.
+    /// `w.window_start_ms` is the window's end (the hold's due time).
+    pub fn for_held(
+        w: &DigestWindow<'_>,
+        fired_at_ms: i64,
+        mut fired: Vec<NotificationEvent>,
+        mut resolved: Vec<NotificationEvent>,
+    ) -> NotificationTask {
+        let order = |a: &NotificationEvent, b: &NotificationEvent| {
+            b.count
+                .cmp(&a.count)
+                .then_with(|| a.group_hash.cmp(&b.group_hash))
+        };
+        fired.sort_by(order);
+        resolved.sort_by(order);
+        let reason = Reason::QuietHours {
+            until_ms: w.window_start_ms,
+            fired: u32::try_from(fired.len()).unwrap_or(u32::MAX),
+            resolved: u32::try_from(resolved.len()).unwrap_or(u32::MAX),
+        };
+        fired.append(&mut resolved);
+        NotificationTask {
+            notification_id: notification_id(
+                w.project_id,
+                w.rule_id,
+                "",
+                &format!("quiet:{}", w.window_start_ms),
+                w.channel,
+            ),
+            project_id: w.project_id.to_owned(),
+            project_name: w.project_name.map(str::to_owned),
+            rule_id: w.rule_id.to_owned(),
+            channel: w.channel,
+            endpoint: w.endpoint.to_owned(),
+            min_period_s: w.min_period_s,
+            fired_at_ms,
+            reason,
+            events: fired,
+            text: None,
+            send_at_ms: None,
+            alert: None,
+            severity: w.severity,
+        }
+    }
+
+    /// A quiet window's release ([`Reason::QuietHours`]): its events that fired and those that resolved.
+    pub fn held_parts(&self) -> Option<(&[NotificationEvent], &[NotificationEvent])> {
+        let Reason::QuietHours { fired, .. } = self.reason else {
+            return None;
+        };
+        let n = (fired as usize).min(self.events.len());
+        Some(self.events.split_at(n))
     }
 }
 

@@ -26,7 +26,7 @@ pub use crate::kind::spike::{
 };
 pub use crate::kind::{Kind, Skip, Spike, Want, WhatToReceive, Window};
 pub use crate::problem::{RuleProblem, MAX_PROBLEM_BYTES};
-pub use raw::{endpoint_problem, Channels, RawChannel, RawRule, RuleId};
+pub use raw::{endpoint_problem, is_slack_channel_id, Channels, RawChannel, RawRule, RuleId};
 
 /// The largest channel `minPeriod` accepted, in seconds (7 days): digest state lives in Redis that long.
 pub const MAX_MIN_PERIOD_S: u64 = 7 * 24 * 3600;

@@ -18,6 +18,11 @@
 -- ARGV[7]  min period in ms (> 0)
 -- ARGV[8]  most groups kept per window (later new groups are ignored; existing ones still merge)
 -- ARGV[9]  keep ms: how long keys live after the last append (safety net; the flush normally deletes them)
+-- ARGV[10] hold-until ms, or '' (absent) for a digest. Set: a quiet window (`quietHours`) holds the firing until
+--          this time, on the hold's sibling keys (`…:quiet:*`, same hash tag): the window is due at exactly that
+--          time (its `start` is the due time and the caller claims it with a period of 0), ARGV[7] is unused, the
+--          ids are kept until the window is due (no trimming), and `…:last` is neither read nor written. ARGV[3]
+--          carries the entry's kind before the group (`f:<group>` fired, `r:<group>` resolved).
 --
 -- Returns {action, start_ms, now_ms}:
 --   action = 2: send this firing now, alone (leading edge): no message on the channel in the last `minPeriod` and
@@ -27,6 +32,9 @@
 --               redelivery of the append that opened the window, and for a window overdue by more than a minute
 --               (its flush was lost). Scheduling twice is harmless: the claim is atomic.
 --   action = 0: buffered into a window whose flush is already scheduled.
+-- With a hold-until: action 2 when it is already past (the window ended: send now); action 1 when this append
+--   opened the hold, moved its due time (the rule's windows changed, or a lost hold is found by the next window)
+--   or is the redelivery of the one that did; 0 otherwise. start_ms is the due time.
 --
 -- Complexity: O(log ids); memory O(groups) per open window plus the ids of the last `minPeriod` + 10 minutes.
 local now
@@ -39,6 +47,52 @@ end
 local id = ARGV[2]
 local period = tonumber(ARGV[7])
 local keep = tonumber(ARGV[9])
+
+local function buffer(expire)
+  local group = ARGV[3]
+  local count = tonumber(ARGV[4])
+  local old = redis.call('HGET', KEYS[2], group)
+  local keepit = true
+  if old then
+    local o = cjson.decode(old)
+    if tonumber(o['count']) >= count then
+      keepit = false
+    end
+  elseif redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[8]) then
+    keepit = false
+  end
+  if keepit then
+    local rep = ARGV[6]
+    if rep == '' then rep = cjson.null end
+    redis.call('HSET', KEYS[2], group, cjson.encode({count = count, title = ARGV[5], repetitionId = rep}))
+  end
+  redis.call('PEXPIRE', KEYS[1], expire)
+  -- (a no-op when nothing is buffered: PEXPIRE of a missing key does nothing)
+  redis.call('PEXPIRE', KEYS[2], expire)
+end
+
+if ARGV[10] and ARGV[10] ~= '' then
+  local due = tonumber(ARGV[10])
+  if now >= due then
+    return {2, now, now}
+  end
+  local hstart = tonumber(redis.call('HGET', KEYS[1], 'start'))
+  if redis.call('ZADD', KEYS[3], 'NX', now, id) == 0 then
+    -- a redelivered append: buffered already; schedule again if it opened the hold
+    if hstart and redis.call('HGET', KEYS[1], 'opener') == id then
+      return {1, hstart, now}
+    end
+    return {0, hstart or due, now}
+  end
+  redis.call('PEXPIRE', KEYS[3], (due - now) + keep)
+  local hschedule = 0
+  if hstart ~= due then
+    redis.call('HSET', KEYS[1], 'start', due, 'opener', id)
+    hschedule = 1
+  end
+  buffer((due - now) + keep)
+  return {hschedule, due, now}
+end
 
 local start = tonumber(redis.call('HGET', KEYS[1], 'start'))
 -- How long an appended id is remembered after `minPeriod`: redeliveries come back within seconds or minutes.
@@ -75,24 +129,5 @@ elseif now >= start + period + 60000 then
   schedule = 1
 end
 
-local group = ARGV[3]
-local count = tonumber(ARGV[4])
-local old = redis.call('HGET', KEYS[2], group)
-local keepit = true
-if old then
-  local o = cjson.decode(old)
-  if tonumber(o['count']) >= count then
-    keepit = false
-  end
-elseif redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[8]) then
-  keepit = false
-end
-if keepit then
-  local rep = ARGV[6]
-  if rep == '' then rep = cjson.null end
-  redis.call('HSET', KEYS[2], group, cjson.encode({count = count, title = ARGV[5], repetitionId = rep}))
-end
-redis.call('PEXPIRE', KEYS[1], period + keep)
--- (a no-op when nothing is buffered: PEXPIRE of a missing key does nothing)
-redis.call('PEXPIRE', KEYS[2], period + keep)
+buffer(period + keep)
 return {schedule, start, now}

@@ -8,7 +8,8 @@
 -- KEYS[5]  hash    `…:last`  the channel's last message (see digest_append.lua): a claimed digest is that message
 -- ARGV[1]  now in ms, or '' to read the server's TIME
 -- ARGV[2]  window start ms (from the flush message)
--- ARGV[3]  min period ms
+-- ARGV[3]  min period ms; 0 for a quiet window's hold (its `start` is its due time, and it is not the channel's
+--          last message: `…:last` is left alone)
 -- ARGV[4]  lease ms: how long a flusher may take to publish before another may recover the claim
 -- ARGV[5]  keep ms: how long a claimed record survives if it is never completed
 --
@@ -67,8 +68,10 @@ end
 redis.call('RENAME', KEYS[2], KEYS[3])
 redis.call('PEXPIRE', KEYS[3], ARGV[5])
 -- The digest is the channel's newest message: firings of the next `minPeriod` wait for the next digest.
-redis.call('DEL', KEYS[5])
-redis.call('HSET', KEYS[5], 'at', now)
-redis.call('PEXPIRE', KEYS[5], ARGV[3])
+if tonumber(ARGV[3]) > 0 then
+  redis.call('DEL', KEYS[5])
+  redis.call('HSET', KEYS[5], 'at', now)
+  redis.call('PEXPIRE', KEYS[5], ARGV[3])
+end
 redis.call('SET', KEYS[4], now, 'PX', ARGV[4])
 return reply()

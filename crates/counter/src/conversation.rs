@@ -1,5 +1,6 @@
 //! [`Conversations`]: the firing message of each alert on the channels that keep an alert as one conversation
-//! (Discord webhooks, the Telegram Bot API), so that its lifecycle messages can edit it and reply to it.
+//! (Discord webhooks, the Telegram Bot API, the Slack Web API), so that its lifecycle messages can edit it and
+//! reply to it.
 //!
 //! The sender remembers the message after an alert's first firing on a channel and reads it back before that
 //! alert's resolve, acknowledgement, reminders and escalations. Keys are

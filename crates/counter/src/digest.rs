@@ -5,6 +5,11 @@
 //! Keys share the hash tag `{dg:<project>:<rule>:<channel>}`, so every script call stays in one cluster slot:
 //! `…:win` (window start and opener), `…:buf` (groups), `…:ids` (appended notification ids),
 //! `…:claim:<start>` and `…:lease:<start>` (a claimed window until its digest is published).
+//!
+//! Quiet hours (`quietHours`) hold firings with the same scripts on sibling keys under `…:quiet` (same hash
+//! tag): [`Digests::hold_all`] appends with an explicit due time (the window's end) instead of a leading edge
+//! and `start + minPeriod`, [`Digests::claim_held`] takes the hold when it is due, [`Digests::done_held`]
+//! completes it. A hold's entries are what fired and what resolved inside the window ([`HeldEntry`]).
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -52,6 +57,73 @@ pub struct Append<'a> {
     pub event: &'a NotificationEvent,
     /// The channel's digest period, seconds.
     pub min_period_s: u64,
+}
+
+/// What a quiet window holds of an alert ([`Hold`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldEntry {
+    /// It fired (or was still firing: a reminder held) inside the window.
+    Fired,
+    /// It resolved inside the window.
+    Resolved,
+}
+
+impl HeldEntry {
+    /// The prefix of the entry's field in the hold's buffer: one entry per (kind, group).
+    fn prefix(self) -> &'static str {
+        match self {
+            HeldEntry::Fired => "f:",
+            HeldEntry::Resolved => "r:",
+        }
+    }
+}
+
+/// One message a quiet window holds ([`Digests::hold_all`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hold<'a> {
+    /// Which channel's hold: one per (project, rule, channel).
+    pub key: DigestKey<'a>,
+    /// The held message's notification id: holding it again changes nothing.
+    pub notification_id: &'a str,
+    /// Its group (title, count: the largest count of a (kind, group) is kept).
+    pub event: &'a NotificationEvent,
+    /// Fired or resolved.
+    pub entry: HeldEntry,
+    /// When the quiet ends (unix ms): the hold is due then.
+    pub until_ms: i64,
+}
+
+/// What [`Digests::claim_held`] took: the hold's entries, split by kind.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HeldClaim {
+    /// What fired (or was still firing) inside the window.
+    pub fired: Vec<NotificationEvent>,
+    /// What resolved inside the window.
+    pub resolved: Vec<NotificationEvent>,
+}
+
+impl HeldClaim {
+    /// Splits a claimed hold's entries by their kind prefix (an entry without one is ignored: not ours).
+    pub fn of(events: Vec<NotificationEvent>) -> HeldClaim {
+        let mut out = HeldClaim::default();
+        for mut e in events {
+            let (list, rest) = if let Some(g) = e.group_hash.strip_prefix(HeldEntry::Fired.prefix()) {
+                (&mut out.fired, g.to_owned())
+            } else if let Some(g) = e.group_hash.strip_prefix(HeldEntry::Resolved.prefix()) {
+                (&mut out.resolved, g.to_owned())
+            } else {
+                continue;
+            };
+            e.group_hash = rest;
+            list.push(e);
+        }
+        out
+    }
+
+    /// True when the window held nothing.
+    pub fn is_empty(&self) -> bool {
+        self.fired.is_empty() && self.resolved.is_empty()
+    }
 }
 
 /// What [`Digests::append`] did.
@@ -104,6 +176,16 @@ pub struct Digests {
     redis: RedisHandle,
     namespace: Arc<str>,
     lease: Duration,
+}
+
+/// One `digest_append.lua` call: a digest's append, or a hold's (with `until_ms`).
+struct AppendCall<'a> {
+    base: String,
+    notification_id: &'a str,
+    group: String,
+    event: &'a NotificationEvent,
+    period_ms: u64,
+    until_ms: Option<i64>,
 }
 
 /// The scripts' min period argument: at least one second, in ms.
@@ -170,12 +252,61 @@ impl Digests {
         firings: &[Append<'_>],
         now_ms: Option<i64>,
     ) -> Result<Vec<Appended>, CounterError> {
+        let calls: Vec<AppendCall<'_>> = firings
+            .iter()
+            .map(|f| AppendCall {
+                base: self.key_base(&f.key),
+                notification_id: f.notification_id,
+                group: f.event.group_hash.clone(),
+                event: f.event,
+                period_ms: period_ms(f.min_period_s),
+                until_ms: None,
+            })
+            .collect();
+        self.append_calls(&calls, now_ms).await
+    }
+
+    /// The key prefix of one channel's quiet-hours hold: `<ns>:{dg:<project>:<rule>:<channel>}:quiet` (the
+    /// digest's hash tag: one slot).
+    pub fn hold_base(&self, key: &DigestKey<'_>) -> String {
+        format!("{}:quiet", self.key_base(key))
+    }
+
+    /// Holds messages until their quiet window ends, in one Redis round trip (one pipeline; in a cluster one per
+    /// slot), answering for each in order: `schedule_flush` when the caller must schedule the hold's release at
+    /// `window_start_ms` (the due time: this append opened the hold, moved its due time, or is the redelivery
+    /// of the one that did), `send_now` when the window already ended (on the Redis clock): send it as usual.
+    /// Idempotent per notification id. `now_ms` replaces the Redis clock (tests).
+    pub async fn hold_all(
+        &self,
+        holds: &[Hold<'_>],
+        now_ms: Option<i64>,
+    ) -> Result<Vec<Appended>, CounterError> {
+        let calls: Vec<AppendCall<'_>> = holds
+            .iter()
+            .map(|h| AppendCall {
+                base: self.hold_base(&h.key),
+                notification_id: h.notification_id,
+                group: format!("{}{}", h.entry.prefix(), h.event.group_hash),
+                event: h.event,
+                period_ms: 1000,
+                until_ms: Some(h.until_ms),
+            })
+            .collect();
+        self.append_calls(&calls, now_ms).await
+    }
+
+    async fn append_calls(
+        &self,
+        appends: &[AppendCall<'_>],
+        now_ms: Option<i64>,
+    ) -> Result<Vec<Appended>, CounterError> {
         const S: &str = "digest_append.lua";
         let cluster = self.redis.is_cluster();
-        let calls: Vec<ScriptCall> = firings
+        let calls: Vec<ScriptCall> = appends
             .iter()
             .map(|f| {
-                let base = self.key_base(&f.key);
+                let base = &f.base;
                 let mut cmd = redis::cmd("EVALSHA");
                 cmd.arg(APPEND.get_hash()).arg(4);
                 for suffix in ["win", "buf", "idz", "last"] {
@@ -183,7 +314,7 @@ impl Digests {
                 }
                 cmd.arg(now_arg(now_ms))
                     .arg(f.notification_id)
-                    .arg(&f.event.group_hash)
+                    .arg(&f.group)
                     .arg(f.event.count)
                     // shortened when buffered: the renderers show at most ~1,000 characters of a title, and a
                     // digest of up to DIGEST_MAX_GROUPS groups must stay a small message
@@ -192,9 +323,12 @@ impl Digests {
                         MAX_BUFFERED_TITLE_BYTES,
                     ))
                     .arg(f.event.repetition_id.as_deref().unwrap_or(""))
-                    .arg(period_ms(f.min_period_s))
+                    .arg(f.period_ms)
                     .arg(DIGEST_MAX_GROUPS)
                     .arg(ms(KEEP));
+                if let Some(until) = f.until_ms {
+                    cmd.arg(until);
+                }
                 ScriptCall {
                     script: &APPEND,
                     name: S,
@@ -231,8 +365,39 @@ impl Digests {
         min_period_s: u64,
         now_ms: Option<i64>,
     ) -> Result<Claim, CounterError> {
+        self.claim_at(
+            &self.key_base(key),
+            window_start_ms,
+            period_ms(min_period_s),
+            now_ms,
+        )
+        .await
+    }
+
+    /// Take-and-mark of a quiet-hours hold due at `until_ms` ([`Digests::hold_all`]): like [`Digests::claim`],
+    /// its events' groups carry their kind prefix ([`HeldClaim::of`] splits them).
+    pub async fn claim_held(
+        &self,
+        key: &DigestKey<'_>,
+        until_ms: i64,
+        now_ms: Option<i64>,
+    ) -> Result<Claim, CounterError> {
+        self.claim_at(&self.hold_base(key), until_ms, 0, now_ms).await
+    }
+
+    /// Completes a claimed hold once its message is published (idempotent).
+    pub async fn done_held(&self, key: &DigestKey<'_>, until_ms: i64) -> Result<(), CounterError> {
+        self.done_at(&self.hold_base(key), until_ms).await
+    }
+
+    async fn claim_at(
+        &self,
+        base: &str,
+        window_start_ms: i64,
+        period_ms: u64,
+        now_ms: Option<i64>,
+    ) -> Result<Claim, CounterError> {
         const S: &str = "digest_claim.lua";
-        let base = self.key_base(key);
         let reply: Vec<Value> = CLAIM
             .key(format!("{base}:win"))
             .key(format!("{base}:buf"))
@@ -241,7 +406,7 @@ impl Digests {
             .key(format!("{base}:last"))
             .arg(now_arg(now_ms))
             .arg(window_start_ms)
-            .arg(period_ms(min_period_s))
+            .arg(period_ms)
             .arg(ms(self.lease))
             .arg(ms(KEEP))
             .invoke_async(&mut self.redis.clone())
@@ -281,7 +446,10 @@ impl Digests {
 
     /// Completes a claimed window once its digest is published (idempotent).
     pub async fn done(&self, key: &DigestKey<'_>, window_start_ms: i64) -> Result<(), CounterError> {
-        let base = self.key_base(key);
+        self.done_at(&self.key_base(key), window_start_ms).await
+    }
+
+    async fn done_at(&self, base: &str, window_start_ms: i64) -> Result<(), CounterError> {
         let _: i64 = DONE
             .key(format!("{base}:claim:{window_start_ms}"))
             .key(format!("{base}:lease:{window_start_ms}"))

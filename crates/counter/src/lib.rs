@@ -70,7 +70,7 @@ pub use alerts::{Alerts, Change, Opened, Touch};
 pub use consumers::{Consumers, Registered};
 pub use conversation::{Conversation, Conversations};
 pub use dedup::Dedup;
-pub use digest::{Append, Appended, Claim, DigestKey, Digests};
+pub use digest::{Append, Appended, Claim, DigestKey, Digests, HeldClaim, HeldEntry, Hold};
 pub use error::CounterError;
 pub use eviction::{eviction_policies, EvictionPolicies, NodePolicy, PolicySource, NO_EVICTION};
 pub use gcra::{Gcra, Slot};

@@ -373,3 +373,157 @@ async fn a_batch_of_digest_firings_is_one_round_trip() {
     }
     assert_eq!(turns.load(Ordering::SeqCst) - before, 5);
 }
+
+fn hold<'a>(
+    key: DigestKey<'a>,
+    id: &'a str,
+    event: &'a NotificationEvent,
+    entry: klaxon_counter::HeldEntry,
+    until_ms: i64,
+) -> klaxon_counter::Hold<'a> {
+    klaxon_counter::Hold {
+        key,
+        notification_id: id,
+        event,
+        entry,
+        until_ms,
+    }
+}
+
+/// Quiet hours hold on the digest scripts with an explicit due time: nothing is sent at once (no leading edge),
+/// the first hold schedules the release at the window's end, fired and resolved entries are kept apart, a
+/// redelivery holds nothing twice, the claim is early before the end and takes everything once after it, and a
+/// hold whose window already ended says "send now". The channel's digest is not touched.
+#[tokio::test]
+async fn hold_releases_fired_and_resolved_once_at_the_window_end() {
+    use klaxon_counter::{HeldClaim, HeldEntry::*};
+    common::on_both(|env| async move {
+        let d = Digests::new(env.redis.clone(), &env.ns);
+        let t0 = 40_000_000;
+        let end = t0 + 60_000;
+        let (g1, g2, g1_more) = (ev("g1", 5), ev("g2", 3), ev("g1", 8));
+        let holds = [
+            hold(KEY, "n1", &g1, Fired, end),
+            hold(KEY, "n2", &g2, Fired, end),
+            hold(KEY, "n3", &g1_more, Fired, end),
+            hold(KEY, "r1", &g2, Resolved, end),
+            // redelivered: nothing twice; the opener asks for the release again
+            hold(KEY, "n2", &g2, Fired, end),
+            hold(KEY, "n1", &g1, Fired, end),
+        ];
+        let answers = d.hold_all(&holds, Some(t0)).await.expect("hold_all");
+        let actions: Vec<(bool, bool, i64)> = answers
+            .iter()
+            .map(|a| (a.send_now, a.schedule_flush, a.window_start_ms))
+            .collect();
+        assert_eq!(
+            actions,
+            [
+                (false, true, end),
+                (false, false, end),
+                (false, false, end),
+                (false, false, end),
+                (false, false, end),
+                (false, true, end)
+            ],
+            "[{}]",
+            env.topology
+        );
+        assert_eq!(answers[0].now_ms, t0);
+        // the channel's digest knows nothing of it: its first firing still goes out at once
+        let lead = d.append(&KEY, "d0", &ev("g9", 1), 60, Some(t0)).await.expect("append");
+        assert!(lead.send_now);
+
+        assert!(matches!(d.claim_held(&KEY, end, Some(end - 1)).await, Ok(Claim::Early(w)) if w == Duration::from_millis(1)));
+        let Claim::Claimed { events, .. } = d.claim_held(&KEY, end, Some(end)).await.expect("claim") else {
+            panic!("[{}] a claim", env.topology);
+        };
+        let mut held = HeldClaim::of(events);
+        held.fired.sort_by(|a, b| a.group_hash.cmp(&b.group_hash));
+        assert_eq!(held.fired, vec![ev("g1", 8), ev("g2", 3)], "[{}]", env.topology);
+        assert_eq!(held.resolved, vec![ev("g2", 3)], "[{}]", env.topology);
+        assert!(matches!(d.claim_held(&KEY, end, Some(end + 1)).await, Ok(Claim::Busy(_))));
+        d.done_held(&KEY, end).await.expect("done");
+        assert_eq!(d.claim_held(&KEY, end, Some(end + 2)).await.expect("claim"), Claim::Gone);
+        // the digest window is untouched by the release: its own claim still answers for it
+        assert_eq!(d.claim(&KEY, t0, 60, Some(t0 + 1)).await.expect("claim"), Claim::Gone);
+
+        // the window is over (Redis clock): send now, nothing held
+        let late = d
+            .hold_all(&[hold(KEY, "n9", &g1, Fired, end)], Some(end + 5))
+            .await
+            .expect("hold_all");
+        assert!(late[0].send_now && !late[0].schedule_flush, "{late:?}");
+        // the windows changed while something was held: the hold moves to the new end and keeps what it held
+        let next_end = end + 120_000;
+        let a = d.hold_all(&[hold(KEY, "m1", &g1, Fired, next_end)], Some(end + 10)).await.expect("hold");
+        let b = d
+            .hold_all(&[hold(KEY, "m2", &g2, Fired, next_end - 30_000)], Some(end + 20))
+            .await
+            .expect("hold");
+        assert!(a[0].schedule_flush && b[0].schedule_flush);
+        assert_eq!(d.claim_held(&KEY, next_end, Some(next_end)).await.expect("claim"), Claim::Gone);
+        let Claim::Claimed { events, .. } = d.claim_held(&KEY, next_end - 30_000, Some(next_end)).await.expect("claim")
+        else {
+            panic!("[{}] the moved hold", env.topology);
+        };
+        assert_eq!(HeldClaim::of(events).fired.len(), 2);
+        d.done_held(&KEY, next_end - 30_000).await.expect("done");
+    })
+    .await;
+}
+
+/// Three workers hold the firings of one window at once (each also re-holding the others' ids, as redelivered
+/// batches would), then three flushers race for the release: exactly one claims it, with every group once.
+#[tokio::test]
+async fn three_concurrent_holders_and_claimers_release_one_message() {
+    use klaxon_counter::{HeldClaim, HeldEntry::Fired};
+    common::on_both(|env| async move {
+        let key = DigestKey {
+            project_id: "fleet",
+            rule_id: "r1",
+            channel: ChannelKind::Webhook,
+        };
+        let t0 = 50_000_000;
+        let end = t0 + 60_000;
+        let events: Vec<NotificationEvent> = (0..30).map(|i| ev(&format!("g{i}"), 1 + i)).collect();
+        let ids: Vec<String> = (0..30).map(|i| format!("n{i}")).collect();
+        let workers = (0..3).map(|w| {
+            let d = Digests::new(env.redis.clone(), &env.ns);
+            let (events, ids) = (events.clone(), ids.clone());
+            tokio::spawn(async move {
+                for round in 0..30 {
+                    // worker w holds its own third first, then everybody's (redeliveries)
+                    let i = (round + w * 10) % 30;
+                    let h = [hold(key, &ids[i], &events[i], Fired, end)];
+                    let a = d.hold_all(&h, Some(t0 + round as i64)).await.expect("hold");
+                    assert!(!a[0].send_now);
+                }
+            })
+        });
+        for w in workers.collect::<Vec<_>>() {
+            w.await.expect("worker");
+        }
+        let claimers = (0..3).map(|_| {
+            let d = Digests::new(env.redis.clone(), &env.ns);
+            tokio::spawn(async move { d.claim_held(&key, end, Some(end + 1)).await.expect("claim") })
+        });
+        let mut claimed = Vec::new();
+        for c in claimers.collect::<Vec<_>>() {
+            if let Claim::Claimed { events, .. } = c.await.expect("claimer") {
+                claimed.push(HeldClaim::of(events));
+            }
+        }
+        assert_eq!(claimed.len(), 1, "[{}] one release", env.topology);
+        let mut fired = claimed.remove(0).fired;
+        fired.sort_by_key(|e| e.count);
+        assert_eq!(fired, events, "[{}] every group once", env.topology);
+        let d = Digests::new(env.redis.clone(), &env.ns);
+        d.done_held(&key, end).await.expect("done");
+        assert_eq!(
+            d.claim_held(&key, end, Some(end + 2)).await.expect("claim"),
+            Claim::Gone
+        );
+    })
+    .await;
+}

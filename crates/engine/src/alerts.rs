@@ -486,7 +486,10 @@ pub struct TimerDeps {
     pub topology: Topology,
     /// Alert state in Redis.
     pub alerts: Alerts,
-    /// Rules, cached: an escalation step's channels are read from the rule when the step is due.
+    /// Quiet-hours holds in Redis: a resolve or a reminder inside a quiet window is held into its release.
+    pub digests: klaxon_counter::Digests,
+    /// Rules, cached: an escalation step's channels are read from the rule when the step is due, and a
+    /// rule's quiet hours when a resolve or reminder is.
     pub rules: klaxon_store::RuleCache,
     /// Mutes: a due reminder or step of a muted (rule, group) is silenced ([`OnCallDue::under_mute`]).
     pub mutes: klaxon_counter::Mutes,
@@ -622,6 +625,19 @@ async fn due(deps: &TimerDeps, publisher: &Publisher, delivery: &Delivery) -> Re
     // senders deliver each once.
     let at_ms = alert.resolved_at_ms.unwrap_or_else(klaxon_store::trail::now_ms);
     let tasks = lifecycle_tasks(&alert, Reason::Resolved, at_ms);
+    let channels = tasks.len();
+    // inside a quiet window the resolve is held into the window's release (crate::quiet); a redelivered timer
+    // holds nothing twice, and one whose window ended meanwhile is sent
+    let quiet = quiet_of(deps, &alert).await?;
+    let split = crate::quiet::split(tasks, quiet.as_ref(), at_ms);
+    let tasks = crate::quiet::hold_lifecycle(
+        &deps.digests,
+        &deps.topology,
+        publisher,
+        split,
+        klaxon_counter::HeldEntry::Resolved,
+    )
+    .await?;
     let mut out = Vec::with_capacity(tasks.len());
     for task in &tasks {
         // shadow mode: recorded (and counted) by dispatch instead of published
@@ -642,7 +658,7 @@ async fn due(deps: &TimerDeps, publisher: &Publisher, delivery: &Delivery) -> Re
         AlertResolved {
             alert: &alert,
             by: "timeout",
-            channels: tasks.len(),
+            channels,
         }
         .emit();
     }
@@ -726,6 +742,27 @@ async fn on_call_due(deps: &TimerDeps, publisher: &Publisher, timer: &Timer) -> 
         }
         OnCallDue::Send { next } => next,
     };
+    // inside a quiet window: a reminder is held into the window's release, an escalation step is sent to its
+    // bypassed channels now and deferred for the others to the window's end (crate::quiet)
+    let quiet = match (&alert, tasks.is_empty()) {
+        (Some(a), false) => quiet_of(deps, a).await?,
+        _ => None,
+    };
+    let (tasks, deferred) = match timer.what {
+        TimerWhat::Escalate { .. } => crate::quiet::defer_escalation(tasks, quiet.as_ref(), now_ms),
+        _ => {
+            let split = crate::quiet::split(tasks, quiet.as_ref(), now_ms);
+            let tasks = crate::quiet::hold_lifecycle(
+                &deps.digests,
+                &deps.topology,
+                publisher,
+                split,
+                klaxon_counter::HeldEntry::Fired,
+            )
+            .await?;
+            (tasks, None)
+        }
+    };
     let mut out = Vec::with_capacity(tasks.len());
     for task in &tasks {
         if let Some(msg) = sink::dispatch(&deps.topology, deps.output, &deps.trail, task)? {
@@ -744,17 +781,40 @@ async fn on_call_due(deps: &TimerDeps, publisher: &Publisher, timer: &Timer) -> 
         );
         std::process::abort();
     }
-    if let Some((next, due)) = next {
+    if let Some(until) = deferred {
+        // the same step again when the quiet ends: the next one is scheduled then
+        let msg = timer.scheduled(&deps.topology, until, now_ms);
+        publisher.publish_delayed(&deps.topology.delay(), &[msg]).await?;
+    } else if let Some((next, due)) = next {
         let msg = next.scheduled(&deps.topology, due, now_ms);
         publisher.publish_delayed(&deps.topology.delay(), &[msg]).await?;
     }
     OnCallTimer {
         timer,
-        outcome: "sent",
+        outcome: if deferred.is_some() { "deferred" } else { "sent" },
         channels: tasks.len(),
     }
     .emit();
     Ok(())
+}
+
+/// The quiet hours of `alert`'s rule now (through the rule cache); `None` when it has none, or the rule was
+/// deleted or switched off since.
+async fn quiet_of(
+    deps: &TimerDeps,
+    alert: &Alert,
+) -> Result<Option<klaxon_core::oncall::QuietHours>, EngineError> {
+    let rules = deps
+        .rules
+        .get(&alert.project_id)
+        .await
+        .inspect_err(|_| RulesUnavailable.emit())?;
+    Ok(rules
+        .rules
+        .iter()
+        .find(|r| r.id == alert.rule_id && r.enabled)
+        .map(|r| r.quiet_hours.clone())
+        .filter(|q| !q.is_empty()))
 }
 
 /// Whether a mute matches `alert`'s (rule, group) at `now_ms` (the project's mutes, at most the limit, as the

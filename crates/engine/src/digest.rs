@@ -76,23 +76,42 @@ pub struct DigestDeps {
     pub faults: Faults,
 }
 
-/// A due-window message: which digest, and which window of it.
+/// A due-window message: which digest, and which window of it; or which quiet-hours hold (`held`), due at
+/// `window_start_ms` (the quiet window's end).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Flush {
-    project_id: String,
+pub(crate) struct Flush {
+    pub(crate) project_id: String,
     /// The project's name from the firing that opened the window (absent in flush messages of earlier versions).
-    project_name: Option<String>,
-    rule_id: String,
-    channel: ChannelKind,
-    endpoint: String,
-    min_period_s: u64,
+    pub(crate) project_name: Option<String>,
+    pub(crate) rule_id: String,
+    pub(crate) channel: ChannelKind,
+    pub(crate) endpoint: String,
+    pub(crate) min_period_s: u64,
     /// The channel's severity (PagerDuty; absent in flush messages of earlier versions).
-    severity: Option<klaxon_core::Severity>,
-    window_start_ms: i64,
+    pub(crate) severity: Option<klaxon_core::Severity>,
+    pub(crate) window_start_ms: i64,
+    /// A quiet-hours hold (`"held": true`) rather than a digest window: claimed with `claim_held` when due at
+    /// `window_start_ms`, released as one [`NotificationTask::for_held`].
+    pub(crate) held: bool,
 }
 
 impl Flush {
-    fn key(&self) -> DigestKey<'_> {
+    /// The flush of `t`'s channel: its digest window that started at `start`, or its hold due at `start`.
+    pub(crate) fn of_task(t: &NotificationTask, start: i64, held: bool) -> Flush {
+        Flush {
+            project_id: t.project_id.clone(),
+            project_name: t.project_name.clone(),
+            rule_id: t.rule_id.clone(),
+            channel: t.channel,
+            endpoint: t.endpoint.clone(),
+            min_period_s: t.min_period_s,
+            severity: t.severity,
+            window_start_ms: start,
+            held,
+        }
+    }
+
+    pub(crate) fn key(&self) -> DigestKey<'_> {
         DigestKey {
             project_id: &self.project_id,
             rule_id: &self.rule_id,
@@ -115,6 +134,9 @@ impl Flush {
         if let Some(severity) = self.severity {
             v["severity"] = Value::from(severity.as_str());
         }
+        if self.held {
+            v["held"] = Value::Bool(true);
+        }
         v.to_string().into_bytes()
     }
 
@@ -131,7 +153,9 @@ impl Flush {
             .into_iter()
             .find(|c| c.as_str() == channel)
             .ok_or_else(|| format!("unknown channel `{channel}`"))?;
+        let held = v.get("held").and_then(Value::as_bool).unwrap_or(false);
         Ok(Flush {
+            held,
             project_id: s("projectId")?,
             project_name: s("projectName").ok(),
             rule_id: s("ruleId")?,
@@ -141,10 +165,11 @@ impl Flush {
                 .ok()
                 .as_deref()
                 .and_then(klaxon_core::Severity::parse),
+            // a hold's channel may have no digest period
             min_period_s: v
                 .get("minPeriodS")
                 .and_then(Value::as_u64)
-                .filter(|p| *p > 0)
+                .filter(|p| *p > 0 || held)
                 .ok_or("missing positive `minPeriodS`")?,
             window_start_ms: v
                 .get("windowStartMs")
@@ -153,23 +178,22 @@ impl Flush {
         })
     }
 
-    /// The message that flushes this window, delayed by `wait`.
-    fn message(&self, topology: &Topology) -> Outgoing {
+    /// The message that flushes this window (or releases this hold), delayed by `wait`.
+    pub(crate) fn message(&self, topology: &Topology) -> Outgoing {
         let mut msg = Outgoing::json(topology.digest_flush_queue(), self.to_json());
+        let (tag, which) = if self.held {
+            ("quiet", format!("quiet:{}", self.window_start_ms))
+        } else {
+            ("flush", self.window_start_ms.to_string())
+        };
         msg.message_id = Some(format!(
-            "flush:{}",
-            notification_id(
-                &self.project_id,
-                &self.rule_id,
-                "",
-                &self.window_start_ms.to_string(),
-                self.channel
-            )
+            "{tag}:{}",
+            notification_id(&self.project_id, &self.rule_id, "", &which, self.channel)
         ));
         msg
     }
 
-    fn window(&self) -> DigestWindow<'_> {
+    pub(crate) fn window(&self) -> DigestWindow<'_> {
         DigestWindow {
             project_id: &self.project_id,
             project_name: self.project_name.as_deref(),
@@ -243,16 +267,7 @@ fn after_append<'a>(
                 out.send_now.push(t.clone());
             }
         } else if answer.schedule_flush {
-            let flush = Flush {
-                project_id: t.project_id.clone(),
-                project_name: t.project_name.clone(),
-                rule_id: t.rule_id.clone(),
-                channel: t.channel,
-                endpoint: t.endpoint.clone(),
-                min_period_s: t.min_period_s,
-                severity: t.severity,
-                window_start_ms: answer.window_start_ms,
-            };
+            let flush = Flush::of_task(t, answer.window_start_ms, false);
             out.flushes
                 .push((flush.message(topology), answer.flush_in(t.min_period_s)));
         }
@@ -324,11 +339,14 @@ async fn flush(deps: &DigestDeps, publisher: &Publisher, delivery: &Delivery) ->
             return Ok(());
         }
     };
-    let claim = deps
-        .digests
-        .claim(&f.key(), f.window_start_ms, f.min_period_s, None)
-        .await
-        .inspect_err(|_| RedisFailed.emit())?;
+    let claim = if f.held {
+        deps.digests.claim_held(&f.key(), f.window_start_ms, None).await
+    } else {
+        deps.digests
+            .claim(&f.key(), f.window_start_ms, f.min_period_s, None)
+            .await
+    };
+    let claim = claim.inspect_err(|_| RedisFailed.emit())?;
     match claim {
         Claim::Gone => {
             tracing::debug!(project = %f.project_id, rule = %f.rule_id, channel = %f.channel,
@@ -352,6 +370,10 @@ async fn flush(deps: &DigestDeps, publisher: &Publisher, delivery: &Delivery) ->
                     "test hook: aborting between claim and publish"
                 );
                 std::process::abort();
+            }
+            if f.held {
+                crate::quiet::release(deps, publisher, &f, now_ms, events).await?;
+                return Ok(());
             }
             if !events.is_empty() {
                 let task = f.task(now_ms, events);
@@ -390,6 +412,7 @@ mod tests {
             min_period_s: 60,
             severity: None,
             window_start_ms: 1_700_000_000_000,
+            held: false,
         }
     }
 

@@ -143,6 +143,46 @@ impl DigestPublished<'_> {
     }
 }
 
+/// A message held by a quiet window (`quietHours`): a firing, or a resolve or reminder of an alert.
+pub(crate) struct QuietHeld<'a> {
+    pub task: &'a NotificationTask,
+    pub entry: klaxon_counter::HeldEntry,
+}
+
+impl QuietHeld<'_> {
+    pub fn emit(self) {
+        let t = self.task;
+        let what = match self.entry {
+            klaxon_counter::HeldEntry::Fired => "fired",
+            klaxon_counter::HeldEntry::Resolved => "resolved",
+        };
+        metrics::counter!("klaxon_quiet_held_total", "channel" => t.channel.as_str(), "what" => what)
+            .increment(1);
+        tracing::info!(
+            notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
+            channel = %t.channel, what, "held by quiet hours"
+        );
+    }
+}
+
+/// A quiet window's one message on a channel, published (confirmed) when the window ended.
+pub(crate) struct QuietReleased<'a> {
+    pub task: &'a NotificationTask,
+    pub fired: usize,
+    pub resolved: usize,
+}
+
+impl QuietReleased<'_> {
+    pub fn emit(self) {
+        let t = self.task;
+        metrics::counter!("klaxon_quiet_released_total", "channel" => t.channel.as_str()).increment(1);
+        tracing::info!(
+            notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
+            channel = %t.channel, fired = self.fired, resolved = self.resolved, "quiet hours over: held messages released"
+        );
+    }
+}
+
 /// An event that is not a valid event task, set aside to `<ns>.events.invalid`.
 pub(crate) struct EventInvalid<'a> {
     pub reason: &'a dyn std::fmt::Display,
@@ -561,7 +601,7 @@ impl BreakerClosed<'_> {
 }
 
 /// A lifecycle message of an alert tried to edit the alert's firing message on a channel that keeps
-/// conversations (Discord, Telegram): `edited`, or `failed` (the message was sent all the same; the channel
+/// conversations (Discord, Telegram, Slack): `edited`, or `failed` (the message was sent all the same; the channel
 /// logged why). Counted per channel, never per tenant.
 pub(crate) struct ConversationEdited {
     pub channel: ChannelKind,

@@ -33,6 +33,7 @@ pub mod digest;
 mod internal_events;
 pub mod metrics;
 pub mod ops_server;
+mod quiet;
 pub mod ratelimit;
 pub mod sender;
 pub mod sink;

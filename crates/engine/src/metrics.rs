@@ -63,6 +63,16 @@ pub const DESCRIBED: &[Described] = &[
         "Digest notifications published",
     ),
     counter(
+        "klaxon_quiet_held_total",
+        &["channel", "what"],
+        "Messages held by quiet hours (quietHours), by what: fired (a firing or a reminder), resolved",
+    ),
+    counter(
+        "klaxon_quiet_released_total",
+        &["channel"],
+        "Quiet-hours releases published: one message per (rule, channel) when a quiet window ends",
+    ),
+    counter(
         "klaxon_rules_queries_total",
         &[],
         "MongoDB reads made by the rule cache",
@@ -142,7 +152,7 @@ pub const DESCRIBED: &[Described] = &[
     counter(
         "klaxon_alert_escalations_total",
         &["outcome"],
-        "Due escalation steps by outcome: sent, acknowledged, resolved, not_found, rule_gone (deleted or disabled since)",
+        "Due escalation steps by outcome: sent, deferred (quiet hours), acknowledged, resolved, not_found, rule_gone (deleted or disabled since)",
     ),
     counter(
         "klaxon_notifications_published_total",
@@ -209,7 +219,7 @@ pub const DESCRIBED: &[Described] = &[
     counter(
         "klaxon_conversation_edits_total",
         &["channel", "outcome"],
-        "Edits of an alert's firing message by its lifecycle messages (Discord, Telegram): edited, failed",
+        "Edits of an alert's firing message by its lifecycle messages (Discord, Telegram, Slack): edited, failed",
     ),
     counter(
         "klaxon_trail_dropped_total",

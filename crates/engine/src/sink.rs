@@ -124,8 +124,9 @@ pub fn hawk_task(task: &NotificationTask) -> Value {
 /// the rest of its batch), or in shadow mode a trail record and a count, and `None`. With `--output hawk`, a
 /// message of an alert's life (resolved, acknowledged, a reminder, an escalation) is not published — Hawk's
 /// senders know only firings (`event`, `several-events`) and would send it as a new firing — but counted and
-/// logged as not sent, and `None`.
-pub(crate) fn dispatch(
+/// logged as not sent, and `None`. The worker, the digest flusher, the alert timers and the hand changes (API,
+/// console, `klaxon alerts`) all go through here, so every output treats them alike.
+pub fn dispatch(
     topology: &Topology,
     output: Output,
     trail: &Trail,

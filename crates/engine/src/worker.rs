@@ -15,7 +15,9 @@
 //!    open alert of its (rule, group) (one round trip for the opens, one for the touches, none without matches);
 //!    each firing task then carries its alert, and a newly opened alert with `resolveAfter` gets a resolve timer;
 //! 8. append the digest firings in **one** round trip ([`crate::digest`]): the first of a quiet channel is sent
-//!    now, the one that opens a window schedules its flush;
+//!    now, the one that opens a window schedules its flush; hold the firings of channels inside a quiet window
+//!    (`quietHours`) in one more round trip (none without them, [`crate::quiet`]): the one that opens a hold
+//!    schedules its release at the window's end;
 //! 9. **publish** the digest flushes and alert timers (delay engine), then the tasks (persistent, publisher
 //!    confirms) in `--output`'s shape — or in shadow mode record them in the trail instead
 //!    ([`crate::sink::dispatch`]);
@@ -39,7 +41,7 @@ use klaxon_core::evaluate::{self, Match, Routed, Unmatched};
 use klaxon_core::notification::NotificationTask;
 use klaxon_core::{BatchEvent, EventTask, Outcome, ProjectRules};
 use klaxon_counter::mutes::ReadMutes;
-use klaxon_counter::{Digests, Hit, WindowCounter};
+use klaxon_counter::{Digests, HeldEntry, Hit, WindowCounter};
 use klaxon_store::{RuleCache, Trail};
 use tokio_util::sync::CancellationToken;
 
@@ -49,7 +51,7 @@ use crate::internal_events::{
     MutesSkipped, NotificationPublished, RedisFailed, RuleFired, RulesMatched, RulesUnavailable,
     ThresholdCrossed, UNMATCHED_LOG_INTERVAL, UNMATCHED_LOG_KEYS,
 };
-use crate::{alerts, digest, sink, EngineError};
+use crate::{alerts, digest, quiet, sink, EngineError};
 
 /// Tuning of the evaluate loop.
 #[derive(Debug, Clone)]
@@ -264,10 +266,12 @@ impl Batches<'_> {
         report_routed(&routed);
         let timers = self.open_alerts(&plan.matches, &outcomes, &mut routed).await?;
         let appended = self.append_digests(&routed.digest).await?;
-        for task in routed.now.iter().chain(&appended.send_now) {
+        let held = quiet::hold(&self.digests, &self.deps.topology, &routed.held, HeldEntry::Fired).await?;
+        for task in routed.now.iter().chain(&appended.send_now).chain(&held.send_now) {
             self.send(task, &mut out)?;
         }
         let mut delayed = appended.flushes;
+        delayed.extend(held.flushes);
         delayed.extend(timers);
         self.publish(&delayed, &out).await
     }
@@ -289,7 +293,11 @@ impl Batches<'_> {
             self.alerts_full,
             &routed.crossed,
             &touches,
-            routed.now.iter_mut().chain(routed.digest.iter_mut()),
+            routed
+                .now
+                .iter_mut()
+                .chain(routed.digest.iter_mut())
+                .chain(routed.held.iter_mut().map(|h| &mut h.task)),
             now_ms,
         )
         .await
@@ -423,7 +431,12 @@ fn report_routed(routed: &Routed<'_>) {
     for firing in &routed.crossed {
         ThresholdCrossed { firing }.emit();
     }
-    for task in routed.now.iter().chain(&routed.digest) {
+    for task in routed
+        .now
+        .iter()
+        .chain(&routed.digest)
+        .chain(routed.held.iter().map(|h| &h.task))
+    {
         RuleFired { task }.emit();
     }
 }

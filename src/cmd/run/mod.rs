@@ -140,6 +140,12 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
     let readiness = Readiness::default();
     let clients = Clients::default();
     let api_token = plan.api.token.clone();
+    let tracker = TaskTracker::new();
+    let output = plan
+        .worker
+        .as_ref()
+        .map_or(klaxon_engine::sink::Output::Klaxon, |w| w.output);
+    let shadow_trail = shadow_trail(output, &clients, &tracker, &shutdown);
     let api = klaxon_api::router(klaxon_api::ApiConfig {
         namespace: global.namespace.clone(),
         amqp_url: global.amqp_url.clone(),
@@ -158,10 +164,8 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
         webhook_keys: plan.api.webhook_keys,
         rule_defaults: plan.rule_defaults,
         action_key: plan.api.action_key,
-        output: plan
-            .worker
-            .as_ref()
-            .map_or(klaxon_engine::sink::Output::Klaxon, |w| w.output),
+        output,
+        shadow_trail: shadow_trail.clone(),
     });
     let http = klaxon_engine::ops_server::serve(
         http_addr,
@@ -186,7 +190,7 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
         topology: Topology::new(&global.namespace, &global.events_queue(), plan.queue_type),
         readiness,
         shutdown: shutdown.clone(),
-        tracker: TaskTracker::new(),
+        tracker,
     };
     // Both sides count, dedup or limit in Redis: connected before either starts.
     let mut redis = None;
@@ -216,7 +220,7 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
             return Ok(ExitCode::SUCCESS);
         };
         store = Some(s.clone());
-        start_worker(&parts, w, plan.limits, redis.clone(), s);
+        start_worker(&parts, w, plan.limits, redis.clone(), s, shadow_trail);
     }
     if let (Some(send), Some(redis)) = (plan.sender, redis) {
         start_senders(&parts, send, &clients, store, plan.rule_defaults, redis);
@@ -246,6 +250,38 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
     Ok(ExitCode::SUCCESS)
 }
 
+/// With `--output shadow`, the delivery trail (the senders' collection) that records what would have been sent:
+/// the worker's firings, digests and alert messages, and the API's hand changes. It writes through the process's
+/// rule store once connected (records queue meanwhile). Disabled for the other outputs.
+fn shadow_trail(
+    output: klaxon_engine::sink::Output,
+    clients: &Clients,
+    tracker: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> Trail {
+    if output != klaxon_engine::sink::Output::Shadow {
+        return Trail::disabled();
+    }
+    let (cell, stop) = (clients.store.clone(), shutdown.clone());
+    let store = async move {
+        // the worker connects the store (with retries); the trail waits for it, bounded by shutdown
+        loop {
+            if let Some(store) = cell.get() {
+                return Some(store.clone());
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return None,
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
+        }
+    };
+    let (trail, task) = Trail::start(store, klaxon_store::trail::DEFAULT_TRAIL_TTL, shutdown.clone());
+    tracker.spawn(async move {
+        let _ = task.await;
+    });
+    trail
+}
+
 /// Starts the evaluating side on the process's Redis handle and rule store: the worker, the digest flusher,
 /// the alert timer loop, the Redis probe, the rule cache's invalidation and, in shadow mode, the delivery trail.
 fn start_worker(
@@ -254,6 +290,7 @@ fn start_worker(
     limits: klaxon_core::Limits,
     redis: RedisHandle,
     store: RuleStore,
+    trail: Trail,
 ) {
     let (global, shutdown) = (p.global, &p.shutdown);
     let counter = WindowCounter::new(redis.clone(), &global.namespace);
@@ -262,22 +299,9 @@ fn start_worker(
         p.readiness.role("redis"),
         shutdown.clone(),
     ));
-    // Shadow mode records what it would have sent in the delivery trail (the senders' collection).
-    let trail = if w.output == klaxon_engine::sink::Output::Shadow {
-        let store = store.clone();
-        let (trail, task) = Trail::start(
-            async move { Some(store) },
-            klaxon_store::trail::DEFAULT_TRAIL_TTL,
-            shutdown.clone(),
-        );
-        p.tracker.spawn(async move {
-            let _ = task.await;
-        });
+    if w.output == klaxon_engine::sink::Output::Shadow {
         tracing::info!("shadow mode: notifications are recorded in the delivery trail, never sent");
-        trail
-    } else {
-        Trail::disabled()
-    };
+    }
     let rules = RuleCache::new(store, w.rules_ttl).with_limits(limits);
     // Invalidations arrive by Redis pub/sub, which needs a connection of its own.
     p.tracker.spawn(klaxon_store::invalidation::subscribe(
@@ -308,6 +332,7 @@ fn start_worker(
         amqp_url: global.amqp_url.clone(),
         topology: p.topology.clone(),
         alerts: klaxon_counter::Alerts::new(redis.clone(), &global.namespace),
+        digests: klaxon_counter::Digests::new(redis.clone(), &global.namespace),
         rules: deps.rules.clone(),
         mutes: deps.mutes.clone(),
         prefetch: 16,

@@ -25,6 +25,7 @@ use klaxon_core::notification::{rfc3339_ms, NotificationTask, Reason};
 use klaxon_counter::alerts::Change;
 use klaxon_counter::{Alerts, CounterError};
 use klaxon_engine::sink::Output;
+use klaxon_store::Trail;
 use serde_json::{json, Value};
 
 use super::{check_project_id, limit_of, query_pairs};
@@ -164,34 +165,24 @@ pub async fn hand_change(
     Ok(outcome(action, alert_id, change))
 }
 
-/// The messages that carry `tasks` to the senders in `output`'s manner: Klaxon's `<ns>.notify.<channel>`
-/// queues; with `--output hawk` none (Hawk's senders know only firings: each task is counted in
-/// `klaxon_alert_messages_not_sent_total{reason="hawk_output"}` and logged as not sent, as the worker does);
-/// with `--output shadow` none (each is logged as what would have been sent; not recorded in the trail).
-pub fn messages(topology: &Topology, output: Output, tasks: &[NotificationTask]) -> Vec<Outgoing> {
+/// The messages that carry `tasks` to the senders in `output`'s manner, through the worker's own
+/// [`klaxon_engine::sink::dispatch`]: Klaxon's `<ns>.notify.<channel>` queues; with `--output hawk` none (Hawk's
+/// senders know only firings: each task is counted in `klaxon_alert_messages_not_sent_total{reason="hawk_output"}`
+/// and logged as not sent); with `--output shadow` none (each is recorded in `trail` with status `shadow` and
+/// counted, as the worker's firings are).
+pub fn messages(
+    topology: &Topology,
+    output: Output,
+    trail: &Trail,
+    tasks: &[NotificationTask],
+) -> Vec<Outgoing> {
     let mut out = Vec::with_capacity(tasks.len());
     for task in tasks {
-        match output {
-            Output::Klaxon => match klaxon_engine::sink::message(topology, output, task) {
-                Ok(m) => out.push(m),
-                Err(e) => {
-                    tracing::error!(notification_id = %task.notification_id, error = %e, "cannot encode an alert message")
-                }
-            },
-            Output::Hawk | Output::Shadow => {
-                if output == Output::Hawk {
-                    // the worker's count of the same thing (klaxon-engine's `sink::dispatch`)
-                    metrics::counter!("klaxon_alert_messages_not_sent_total", "reason" => "hawk_output")
-                        .increment(1);
-                }
-                tracing::info!(
-                notification_id = %task.notification_id,
-                alert_id = task.alert.as_ref().map_or("", |a| a.id.as_str()),
-                channel = %task.channel,
-                output = output.as_str(),
-                    "alert message not sent: --output {} publishes firings only",
-                    output.as_str()
-                )
+        match klaxon_engine::sink::dispatch(topology, output, trail, task) {
+            Ok(Some(m)) => out.push(m),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(notification_id = %task.notification_id, error = %e, "cannot encode an alert message")
             }
         }
     }
@@ -374,7 +365,13 @@ impl Api {
         let outcome = hand_change(&self.alerts().await?, project_id, alert_id, action, by)
             .await
             .map_err(|e| ApiError::unavailable("Redis", e))?;
-        let out = messages(&self.topology(), self.config().output, &outcome.tasks(action));
+        let config = self.config();
+        let out = messages(
+            &self.topology(),
+            config.output,
+            &config.shadow_trail,
+            &outcome.tasks(action),
+        );
         if !out.is_empty() {
             let now: Vec<_> = out.into_iter().map(|m| (m, std::time::Duration::ZERO)).collect();
             self.publish(&now).await?;
@@ -577,7 +574,8 @@ mod tests {
             Change::Done(alert(AlertState::Resolved)),
         )
         .tasks(HandAction::Resolve);
-        let m = messages(&topology, Output::Klaxon, &tasks);
+        let off = Trail::disabled();
+        let m = messages(&topology, Output::Klaxon, &off, &tasks);
         assert_eq!(
             m.iter().map(|m| m.queue.as_str()).collect::<Vec<_>>(),
             ["ns.notify.webhook", "ns.notify.pagerduty"]
@@ -586,8 +584,8 @@ mod tests {
             m[0].message_id.as_deref(),
             Some(tasks[0].notification_id.as_str())
         );
-        assert!(messages(&topology, Output::Hawk, &tasks).is_empty());
-        assert!(messages(&topology, Output::Shadow, &tasks).is_empty());
+        assert!(messages(&topology, Output::Hawk, &off, &tasks).is_empty());
+        assert!(messages(&topology, Output::Shadow, &off, &tasks).is_empty());
     }
 
     #[test]

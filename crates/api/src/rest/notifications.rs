@@ -151,11 +151,17 @@ fn check_endpoint(channel: ChannelKind, endpoint: &str, allow_private: bool) -> 
                 Err("`endpoint` of a telegram notification must be a chat id (e.g. 123456789, -1001234567890 for a group) or @channelname".into())
             }
         }
-        // a routing key, not a URL: its shape is all there is to check
+        // a routing key or a Slack channel id (the Web API), not a URL: its shape is all there is to check
         ChannelKind::Pagerduty => match klaxon_core::rule::endpoint_problem(channel, endpoint) {
             Some((message, _)) => Err(format!("`endpoint`: {message}")),
             None => Ok(()),
         },
+        ChannelKind::Slack if !endpoint.contains("://") => {
+            match klaxon_core::rule::endpoint_problem(channel, endpoint) {
+                Some((message, _)) => Err(format!("`endpoint`: {message}")),
+                None => Ok(()),
+            }
+        }
         _ => check_url(endpoint, channel, allow_private),
     }
 }

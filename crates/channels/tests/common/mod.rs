@@ -12,7 +12,8 @@ pub const TOKEN: &str = "987654:SECRETTOKENabc";
 pub const HMAC_KEY: &str = "SECRETHMACkey-0123456789abcdef0123456789";
 pub const SMTP_PASSWORD: &str = "SECRETSMTPpw";
 pub const ENDPOINT_SECRET: &str = "SECRETPATHxyz";
-pub const ALL_SECRETS: [&str; 4] = [TOKEN, HMAC_KEY, SMTP_PASSWORD, ENDPOINT_SECRET];
+pub const SLACK_TOKEN: &str = "xoxb-1-SECRETSLACKtoken";
+pub const ALL_SECRETS: [&str; 5] = [TOKEN, HMAC_KEY, SMTP_PASSWORD, ENDPOINT_SECRET, SLACK_TOKEN];
 
 /// A config for loopback sinks: private endpoints allowed, short timeouts.
 pub fn config(telegram_api: &str) -> ChannelsConfig {
@@ -21,6 +22,9 @@ pub fn config(telegram_api: &str) -> ChannelsConfig {
         // the same local server plays PagerDuty (`/v2/enqueue`)
         pagerduty_api: telegram_api.to_owned(),
         telegram_bot_token: Some(Secret::new(TOKEN)),
+        // the same local server plays the Slack Web API (`/chat.postMessage`, `/chat.update`)
+        slack_api: telegram_api.to_owned(),
+        slack_bot_token: Some(Secret::new(SLACK_TOKEN)),
         smtp_url: Secret::new(klaxon_testkit::smtp_url()),
         smtp_from: "klaxon-test@localhost".into(),
         webhook_keys: SigningKeys::from_settings(Some(Secret::new(HMAC_KEY)), None, None)

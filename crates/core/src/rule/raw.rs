@@ -470,16 +470,6 @@ impl RawRule {
                     .into(),
             ));
         }
-        if !on_call.quiet_hours.is_empty() {
-            problems.push(warning(
-                "`quietHours` is checked and stored, but this version of Klaxon does not hold firings yet: they are \
-                 delivered at once, also inside the window"
-                    .into(),
-                "mute the rule for the window meanwhile (`klaxon mute`), or keep the field for the version that \
-                 applies it"
-                    .into(),
-            ));
-        }
         if enabled && channels.is_empty() {
             problems.push(warning(
                 "rule is enabled but has no usable channel, so it never notifies".into(),
@@ -730,10 +720,21 @@ fn klaxon_text(v: &Value) -> String {
     crate::text::one_line(&v.to_string(), 100)
 }
 
+/// A Slack conversation id as the Web API's `chat.postMessage` and `chat.update` take it: `C…` (public
+/// channel), `G…` (private channel, older workspaces) or `D…` (direct message), then 8 to 20 upper-case letters
+/// and digits. Channel names (`#alerts`) are not ids: `chat.update` takes ids only, and a channel can be renamed.
+pub fn is_slack_channel_id(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    matches!(bytes.next(), Some(b'C' | b'G' | b'D'))
+        && (9..=21).contains(&s.len())
+        && bytes.all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+}
+
 /// What is wrong with the shape of an endpoint the channel's service would refuse, with the fix; `None` when it
 /// looks right. Only the channels whose endpoints have a documented shape are judged: a Discord webhook URL
-/// (`https://discord.com/api/webhooks/<id>/<token>`), a Teams Workflows URL (https only) and a PagerDuty Events
-/// API v2 routing key (32 letters and digits). The channel is still delivered to (the service has the last word):
+/// (`https://discord.com/api/webhooks/<id>/<token>`), a Teams Workflows URL (https only), a PagerDuty Events
+/// API v2 routing key (32 letters and digits) and a Slack endpoint (an incoming-webhook URL, or a channel id
+/// for the Web API: [`is_slack_channel_id`]). The channel is still delivered to (the service has the last word):
 /// `klaxon rules check` shows the problem.
 pub fn endpoint_problem(kind: ChannelKind, endpoint: &str) -> Option<(String, String)> {
     let endpoint = endpoint.trim();
@@ -781,6 +782,35 @@ pub fn endpoint_problem(kind: ChannelKind, endpoint: &str) -> Option<(String, St
                 )
             })
         }
+        ChannelKind::Slack if !endpoint.contains("://") => (!is_slack_channel_id(endpoint)).then(|| {
+            let name = endpoint.starts_with('#');
+            (
+                if name {
+                    "channel `slack` endpoint is a channel name: the Slack Web API needs the channel's id \
+                     (C0123ABCD)"
+                        .to_owned()
+                } else {
+                    "channel `slack` endpoint is neither an incoming-webhook URL (https://hooks.slack.com/…) nor \
+                     a channel id (C0123ABCD)"
+                        .to_owned()
+                },
+                "in Slack, open the channel's details: its Channel ID is at the bottom of the About tab; invite \
+                 the operator's bot to it (/invite @<bot>), or paste an incoming-webhook URL instead"
+                    .to_owned(),
+            )
+        }),
+        ChannelKind::Slack => url::Url::parse(endpoint)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some())
+            .is_none()
+            .then(|| {
+                (
+                    "channel `slack` endpoint is not an http(s) URL".to_owned(),
+                    "paste the incoming-webhook URL (https://hooks.slack.com/services/…) or a channel id \
+                     (C0123ABCD)"
+                        .to_owned(),
+                )
+            }),
         ChannelKind::Pagerduty => {
             let ok = endpoint.len() == 32 && endpoint.bytes().all(|b| b.is_ascii_alphanumeric());
             (!ok).then(|| {
@@ -1142,7 +1172,13 @@ mod tests {
             (ChannelKind::Pagerduty, "r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE", true),
             (ChannelKind::Pagerduty, "r3FPuDvNOTEDyQYCc7trBkymIFcy2Nk", false),
             (ChannelKind::Pagerduty, "r3FPuDvNOTEDyQYCc7trBkymIFcy2Nk-", false),
-            (ChannelKind::Slack, "anything", true),
+            (ChannelKind::Slack, "https://hooks.slack.com/services/T/B/x", true),
+            (ChannelKind::Slack, "C0123ABCD", true),
+            (ChannelKind::Slack, "G0123ABCDEF", true),
+            (ChannelKind::Slack, "#alerts", false),
+            (ChannelKind::Slack, "c0123abcd", false),
+            (ChannelKind::Slack, "anything", false),
+            (ChannelKind::Slack, "ftp://hooks.slack.com/x", false),
         ];
         for (kind, endpoint, ok) in cases {
             assert_eq!(

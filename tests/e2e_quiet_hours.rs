@@ -1,0 +1,223 @@
+//! Quiet hours (`quietHours`, #34) end to end: the real `klaxon` binary, Redis holds, RabbitMQ's delay engine and
+//! local receivers playing a webhook, Slack and PagerDuty. A quiet window that covers "now" and ends at the next
+//! minute boundary at least 25 s away holds two firings (and their resolves) on the webhook and Slack, lets the
+//! bypassed PagerDuty fire at once, and releases one message per held channel at its end — once, also when the
+//! flusher is killed between claim and publish.
+
+mod common;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{object_id, Env};
+use klaxon_testkit::http_sink::Reply;
+use klaxon_testkit::HttpSink;
+use serde_json::{json, Value};
+
+/// After the expected messages, keep listening this long for a (wrong) extra one.
+const QUIET: Duration = Duration::from_secs(3);
+const ROUTING_KEY: &str = "0123456789abcdef0123456789abcdef";
+
+/// A quiet window in UTC that covers now and ends at a minute boundary at least 25 s away: (`from`, `to`, the
+/// end as unix seconds).
+fn window() -> (String, String, u64) {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    let end = (now + 25).div_ceil(60) * 60;
+    let from = now / 60 * 60 - 60;
+    let hm = |s: u64| format!("{:02}:{:02}", s / 3600 % 24, s / 60 % 60);
+    (hm(from), hm(end), end)
+}
+
+/// How long from now until unix second `end`.
+fn until(end: u64) -> Duration {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock");
+    Duration::from_secs(end).saturating_sub(now)
+}
+
+/// A SEEN_MORE rule (every group fires on its first event), resolving 3 s after its last event, quiet now.
+fn rule(project: &str, channels: Value, from: &str, to: &str) -> Value {
+    json!([{"_id": project, "notifications": [{
+        "isEnabled": true,
+        "whatToReceive": "SEEN_MORE",
+        "including": [], "excluding": [],
+        "threshold": 1, "thresholdPeriod": 3_600_000,
+        "resolveAfter": 3_000,
+        "channels": channels,
+        "quietHours": [{"from": from, "to": to, "timezone": "UTC"}],
+        "quietHoursBypass": ["pagerduty"]
+    }]}])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_window_holds_two_firings_and_releases_one_message_per_channel_while_pagerduty_fires_at_once()
+{
+    let hooks = HttpSink::start().await.expect("sink");
+    let pd = HttpSink::start().await.expect("sink");
+    pd.set_default(
+        Reply::status(202).body(r#"{"status":"success","message":"Event processed","dedup_key":"k"}"#),
+    );
+    let env = Env::new().set("KLAXON_PAGERDUTY_API", &pd.url(""));
+    let project = object_id();
+    let (from, to, end) = window();
+    env.import(&rule(
+        &project,
+        json!({
+            "webhook": {"isEnabled": true, "endpoint": hooks.url("/webhook"), "minPeriod": 0},
+            "slack": {"isEnabled": true, "endpoint": hooks.url("/slack"), "minPeriod": 60},
+            "pagerduty": {"isEnabled": true, "endpoint": ROUTING_KEY, "minPeriod": 0}
+        }),
+        &from,
+        &to,
+    ));
+    let mut k = env.spawn("run", &[]);
+    let title = format!("NightError ({})", env.namespace);
+    env.publish(&project, &title, "q").groups(2).count(2).ok();
+
+    // PagerDuty bypasses the quiet: both firings at once, then both resolves (resolveAfter 3 s)
+    let paged = pd.wait_for_count(4, Duration::from_secs(15)).await;
+    assert_eq!(
+        paged.len(),
+        4,
+        "two triggers and two resolves; log:\n{}",
+        k.logs()
+    );
+    let actions: Vec<String> = paged
+        .iter()
+        .map(|r| r.json()["event_action"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        actions.iter().filter(|a| *a == "trigger").count(),
+        2,
+        "{actions:?}"
+    );
+    assert_eq!(
+        actions.iter().filter(|a| *a == "resolve").count(),
+        2,
+        "{actions:?}"
+    );
+    assert!(
+        until(end) > Duration::from_secs(2),
+        "the test window left too little time: it must cover the firings and resolves"
+    );
+
+    // the held channels hear nothing during the window
+    tokio::time::sleep(until(end).saturating_sub(Duration::from_secs(1))).await;
+    assert_eq!(
+        hooks.count(),
+        0,
+        "nothing before the window ends; log:\n{}",
+        k.logs()
+    );
+
+    // at its end: one message on each held channel, listing both firings and both resolves
+    let got = hooks.wait_for_count(2, Duration::from_secs(20)).await;
+    assert_eq!(got.len(), 2, "one release per held channel; log:\n{}", k.logs());
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(
+        hooks.count(),
+        2,
+        "one message per channel, once; log:\n{}",
+        k.logs()
+    );
+    let hook = got
+        .iter()
+        .find(|r| r.uri == "/webhook")
+        .expect("the webhook's release")
+        .json();
+    assert_eq!(hook["kind"], "quiet", "{hook}");
+    assert_eq!(hook["quiet"]["fired"], 2, "{hook}");
+    assert_eq!(hook["quiet"]["resolved"], 2, "{hook}");
+    let events = hook["events"].as_array().cloned().unwrap_or_default();
+    assert_eq!(events.len(), 4, "{hook}");
+    let resolved = events.iter().filter(|e| e["resolved"] == true).count();
+    assert_eq!(resolved, 2, "{hook}");
+    for i in 0..2 {
+        let name = format!("{title} (q-{i})");
+        assert_eq!(
+            events.iter().filter(|e| e["title"] == name.as_str()).count(),
+            2,
+            "fired and resolved: {hook}"
+        );
+    }
+    let slack = got
+        .iter()
+        .find(|r| r.uri == "/slack")
+        .expect("slack's release")
+        .json();
+    let text = slack["text"].as_str().unwrap_or_default();
+    assert!(text.contains("in quiet hours (2 fired, 2 resolved)"), "{text}");
+    assert!(
+        text.contains(&format!("{title} (q-0)")) && text.contains(&format!("{title} (q-1)")),
+        "{text}"
+    );
+    assert_eq!(text.matches("Resolved: ").count(), 2, "{text}");
+    assert_eq!(k.metric(r#"klaxon_quiet_released_total{channel="webhook"}"#), 1.0);
+    assert_eq!(k.metric(r#"klaxon_quiet_released_total{channel="slack"}"#), 1.0);
+    assert_eq!(
+        k.metric(r#"klaxon_quiet_held_total{channel="webhook",what="fired"}"#),
+        2.0
+    );
+    assert_eq!(pd.count(), 4, "PagerDuty gets no release: it held nothing");
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}
+
+// Needs the binary's test-only fault injection (`scripts/test` builds the tests with it).
+#[cfg(feature = "fault-injection")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_killed_between_claim_and_publish_is_sent_once_by_a_fleet_of_three() {
+    let hooks = HttpSink::start().await.expect("sink");
+    let env = Env::new();
+    let project = object_id();
+    let (from, to, end) = window();
+    env.import(&rule(
+        &project,
+        json!({"webhook": {"isEnabled": true, "endpoint": hooks.url("/webhook"), "minPeriod": 0}}),
+        &from,
+        &to,
+    ));
+    let mut sender = env.spawn("sender", &[]);
+    let mut crashing = env
+        .clone()
+        .set("KLAXON_TEST_CRASH_AFTER_CLAIM", "1")
+        .spawn("worker", &[]);
+    let title = format!("NightPanic ({})", env.namespace);
+    env.publish(&project, &title, "k").groups(2).count(2).ok();
+
+    // the worker holds both firings, claims the release at the window's end and aborts before publishing it
+    let died = klaxon_testkit::wait_for(until(end) + Duration::from_secs(20), || {
+        let up = crashing.get("/healthz").is_some();
+        async move { (!up).then_some(()) }
+    })
+    .await;
+    assert!(
+        died.is_some(),
+        "the test hook must abort the worker; log:\n{}",
+        crashing.logs()
+    );
+    assert!(
+        crashing.logs().contains("aborting between claim and publish"),
+        "{}",
+        crashing.logs()
+    );
+    assert_eq!(hooks.count(), 0, "nothing was published before the crash");
+    crashing.kill();
+
+    // three healthy workers: the claimed release is recovered after its lease and published once
+    let mut fleet: Vec<_> = (0..3).map(|_| env.spawn("worker", &[])).collect();
+    let logs = |fleet: &[common::Klaxon]| fleet.iter().map(|k| k.logs()).collect::<Vec<_>>().join("\n---\n");
+    let got = hooks.wait_for_count(1, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 1, "logs:\n{}", logs(&fleet));
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(hooks.count(), 1, "the release once; logs:\n{}", logs(&fleet));
+    let body = got[0].json();
+    assert_eq!(body["kind"], "quiet", "{body}");
+    assert_eq!(body["quiet"]["fired"], 2, "{body}");
+    for k in &mut fleet {
+        assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    }
+    assert_eq!(sender.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}
