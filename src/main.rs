@@ -65,10 +65,10 @@ fn init_tracing(format: &str, default: &str) {
 /// woken to steal at almost every hand-off, which is most of the process's context switches and CPU migrations
 /// at the rates people run (docs/benchmarks.md, `klaxon bench steady`).
 ///
-/// Two, not one: with a single worker thread (and the worker's lone-event and queued-ack changes, since taken
-/// back), `tests/e2e_failures.rs` (Redis stopped mid-stream) showed the worker not taking its redelivered events
-/// again until Redis was back (docs/benchmarks.md). Two threads, still far fewer than one per core on a large
-/// machine.
+/// Two, not one: one was measured with the worker's lone-event and queued-ack changes in their first form, when
+/// `tests/e2e_failures.rs` (Redis stopped mid-stream) failed twice in a row; the test waited for a batch shape,
+/// not for lost events (docs/benchmarks.md), and one thread was not measured again since. Two threads, still far
+/// fewer than one per core on a large machine.
 const SERVICE_WORKER_THREADS: usize = 2;
 
 /// The runtime of `command`: [`SERVICE_WORKER_THREADS`] workers for the long-running processes (or

@@ -2,9 +2,11 @@
 //! (opened by [`Broker::consume`](crate::Broker::consume)). Deliveries are acked after their outcome is durable,
 //! never on receipt.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use lapin::options::{BasicAckOptions, BasicCancelOptions, BasicNackOptions};
 use lapin::Channel;
 
@@ -40,6 +42,26 @@ impl Consumer {
             .map_err(amqp("basic.ack"))
     }
 
+    /// Acks every outstanding delivery up to and including `tag` without waiting for lapin's I/O thread to write
+    /// the frame: it is queued on the channel here, before this returns, in order before anything sent on the
+    /// channel later (a `basic.cancel` or the channel's close included). AMQP has no reply to an ack, so waiting
+    /// would only learn that the frame reached the socket, at the cost of the I/O thread waking the caller once
+    /// more; a connection lost before the write is the same as one lost just after it (the broker hands the
+    /// deliveries back). An error of the channel's state at the call is returned now; one of the write is
+    /// returned by [`QueuedAck::written`], which the caller must await before it counts on the ack (its next
+    /// batch, the drain).
+    pub fn ack_up_to_queued(&self, tag: u64) -> Result<QueuedAck, BrokerError> {
+        let channel = self.channel.clone();
+        let mut ack: PendingAck =
+            Box::pin(async move { channel.basic_ack(tag, BasicAckOptions { multiple: true }).await });
+        // The first poll queues the frame (lapin's `send_method_frame`); a no-op waker: nobody is woken when the
+        // I/O thread has written it, `written` looks later.
+        match (&mut ack).now_or_never() {
+            Some(done) => done.map(|()| QueuedAck(None)).map_err(amqp("basic.ack")),
+            None => Ok(QueuedAck(Some(ack))),
+        }
+    }
+
     /// Acks one delivery.
     pub async fn ack(&self, tag: u64) -> Result<(), BrokerError> {
         self.channel
@@ -73,5 +95,22 @@ impl Consumer {
     /// Closes the channel; unacked deliveries go back to the queue.
     pub async fn close(&self) {
         let _ = self.channel.close(200, "bye".into()).await;
+    }
+}
+
+type PendingAck = Pin<Box<dyn Future<Output = lapin::Result<()>> + Send>>;
+
+/// An ack queued on its channel by [`Consumer::ack_up_to_queued`], not yet known to be written.
+#[must_use = "an ack's failure must end the session: await `written`"]
+pub struct QueuedAck(Option<PendingAck>);
+
+impl QueuedAck {
+    /// Waits until lapin's I/O thread has written the ack (by the next batch it has: no wait then) and returns
+    /// its error, e.g. the channel closed before the frame went out (the broker then hands the deliveries back).
+    pub async fn written(self) -> Result<(), BrokerError> {
+        match self.0 {
+            Some(ack) => ack.await.map_err(amqp("basic.ack")),
+            None => Ok(()),
+        }
     }
 }

@@ -146,6 +146,41 @@ async fn unacked_messages_come_back_after_the_channel_closes() {
     broker.close().await;
 }
 
+/// The worker queues its batch ack without waiting for lapin's I/O thread to write it: the ack must still reach
+/// the broker ahead of the channel's close (nothing comes back), and an ack on a closed channel is an error.
+#[tokio::test]
+async fn a_queued_ack_goes_out_before_the_channel_closes() {
+    let ns = klaxon_testkit::unique_namespace();
+    let (broker, topo, publisher) = declared(&ns).await;
+    let q = topo.notify_queue(ChannelKind::Slack);
+    let three: Vec<_> = (0..3).map(|i| Outgoing::json(&q, vec![b'0' + i])).collect();
+    publisher.publish_all(&three).await.expect("publish");
+    let mut c = broker.consume(&q, 10, "a").await.expect("consume");
+    let mut last = 0;
+    for _ in 0..3 {
+        last = recv(&mut c).await.delivery_tag;
+    }
+    let queued = c.ack_up_to_queued(last).expect("queued");
+    // closed at once, the ack not awaited: the close goes out after it
+    c.close().await;
+    queued
+        .written()
+        .await
+        .expect("the ack was written before the close");
+    assert!(
+        c.ack_up_to_queued(last).is_err(),
+        "an ack on a closed channel is an error"
+    );
+    let mut c2 = broker.consume(&q, 10, "b").await.expect("consume");
+    assert!(
+        c2.next_within(Duration::from_millis(500)).await.is_none(),
+        "all three acked: none handed back"
+    );
+    c2.close().await;
+    delete_all(&broker, &topo).await;
+    broker.close().await;
+}
+
 #[tokio::test]
 async fn quorum_queues_work_on_a_single_node_and_clash_is_reported() {
     let ns = klaxon_testkit::unique_namespace();

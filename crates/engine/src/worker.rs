@@ -1,6 +1,7 @@
 //! The evaluate loop: events in, notification tasks out.
 //!
-//! Per batch (up to `batch_max` deliveries gathered for at most `batch_wait`), `Batches::process`:
+//! Per batch (a lone delivery at once; deliveries that come together gathered for `batch_wait`, up to
+//! `batch_max`), `Batches::process`:
 //! 1. **parse** every body; invalid ones are set aside to `<ns>.events.invalid` untouched, with the reason;
 //! 2. **load** the rules of every project in the batch (cached, one query per project at most);
 //! 3. **plan** ([`evaluate::plan`], pure): the (event, rule) pairs to count; an event of a project where no rule
@@ -22,7 +23,8 @@
 //! 9. **publish** the digest flushes and alert timers (delay engine), then the tasks (persistent, publisher
 //!    confirms) in `--output`'s shape — or in shadow mode record them in the trail instead
 //!    ([`crate::sink::dispatch`]);
-//! 10. **ack** the whole batch with one multiple-ack — only now, when every outcome is durable.
+//! 10. **ack** the whole batch with one multiple-ack — only now, when every outcome is durable. The ack is queued
+//!     on the channel, not awaited; it is checked as written before the next batch and at the drain.
 //!
 //! Any failure in 2–9 ends the session without acking: the connection closes, RabbitMQ hands the batch back,
 //! and the loop reconnects with a jittered, capped backoff.
@@ -36,7 +38,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
-use klaxon_broker::{set_aside, Consumer, Delivery, Outgoing, Publisher, Session, Topology};
+use klaxon_broker::{set_aside, Consumer, Delivery, Outgoing, Publisher, QueuedAck, Session, Topology};
 use klaxon_core::evaluate::{self, Match, Routed, Unmatched};
 use klaxon_core::notification::NotificationTask;
 use klaxon_core::{BatchEvent, EventTask, Outcome, ProjectRules};
@@ -60,7 +62,8 @@ pub struct WorkerConfig {
     pub prefetch: u16,
     /// Most deliveries per batch.
     pub batch_max: usize,
-    /// How long a batch fills after its first delivery (then whatever has arrived is taken).
+    /// How long a batch fills when other deliveries came with its first one (then whatever has arrived is taken);
+    /// a lone delivery is processed at once.
     pub batch_wait: Duration,
 }
 
@@ -187,24 +190,38 @@ async fn consume_loop(
     presence: &Presence,
 ) -> Result<(), EngineError> {
     let config = &batches.deps.config;
+    // The last batch's ack, queued on the channel and not yet seen written (see `ack_up_to_queued`).
+    let mut last_ack: Option<QueuedAck> = None;
     loop {
         let Some(first) = crate::next_or_shutdown(consumer, shutdown).await? else {
+            // The drain: the last ack is written before the session closes the channel.
+            if let Some(ack) = last_ack.take() {
+                ack.written().await?;
+            }
             return Ok(());
         };
         let started = Instant::now();
         let mut batch = vec![first];
-        // Let the batch fill for `batch_wait` without being woken per delivery, then take what has arrived:
-        // one wake-up per batch instead of one per delivery (each is a cross-thread hand-off from lapin's I/O
-        // thread). (Taking a lone event at once and queueing the ack unawaited cut context switches at low rates,
-        // #31, but made `e2e_failures::redis_restart_mid_stream_loses_no_unacked_event` flaky: back to the timer
-        // until that is understood.)
-        if !config.batch_wait.is_zero() {
-            tokio::time::sleep(config.batch_wait).await;
-        }
         take_ready(consumer, &mut batch, config.batch_max)?;
+        // A lone delivery of a quiet stream is processed at once: a timer would cost a wake-up of its own and add
+        // its wait to the latency, for nothing to batch. When others came with it (a burst, a backlog, a busy
+        // stream), let the batch fill for `batch_wait` without being woken per delivery, then take what has
+        // arrived: one wake-up per batch instead of one per delivery (each is a cross-thread hand-off from lapin's
+        // I/O thread).
+        if batch.len() > 1 && batch.len() < config.batch_max && !config.batch_wait.is_zero() {
+            tokio::time::sleep(config.batch_wait).await;
+            take_ready(consumer, &mut batch, config.batch_max)?;
+        }
+        // Written long since (the I/O thread writes it at once), so no wait: a failed ack ends the session before
+        // another batch is worked on.
+        if let Some(ack) = last_ack.take() {
+            ack.written().await?;
+        }
         let last_tag = batch.iter().map(|d| d.delivery_tag).max().unwrap_or(0);
         batches.process(&batch).await?;
-        consumer.ack_up_to(last_tag).await?;
+        // Queued, not awaited: waiting for lapin's I/O thread to have written it would cost this task a wake-up
+        // per batch, and the next delivery is what it waits for anyway.
+        last_ack = Some(consumer.ack_up_to_queued(last_tag)?);
         presence.taken(batch.len() as u64);
         BatchAcked {
             events: batch.len(),

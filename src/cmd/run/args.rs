@@ -71,7 +71,8 @@ pub struct EvaluateOpts {
     /// Most events evaluated per batch.
     #[arg(long, env = "KLAXON_BATCH_MAX", default_value_t = 256)]
     pub batch_max: usize,
-    /// How long a batch fills after its first delivery (a plain number is milliseconds).
+    /// How long a batch fills when deliveries come together; a lone one is processed at once (a plain number is
+    /// milliseconds).
     #[arg(long, env = "KLAXON_BATCH_WAIT_MS", default_value = "2ms", value_parser = duration_ms, value_name = "DURATION")]
     pub batch_wait_ms: Duration,
     /// How long a project's rules are cached (a plain number is seconds).
