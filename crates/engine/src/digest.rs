@@ -247,13 +247,7 @@ fn after_append<'a>(
             schedule = answer.schedule_flush, "firing routed by the channel's digest state"
         );
         if answer.send_now {
-            if out
-                .send_now
-                .last()
-                .is_none_or(|s| s.notification_id != t.notification_id)
-            {
-                out.send_now.push(t.clone());
-            }
+            out.send_once(t);
         } else if answer.schedule_flush {
             let flush = Flush::of_task(t, answer.window_start_ms, false);
             out.flushes
@@ -270,6 +264,20 @@ pub(crate) struct Appended {
     pub send_now: Vec<NotificationTask>,
     /// Flush messages to schedule through the delay engine (one per newly opened window), with their delays.
     pub flushes: Vec<(Outgoing, Duration)>,
+}
+
+impl Appended {
+    /// Adds `t` to [`Appended::send_now`] unless it is the task just added: a task answered "send now" for
+    /// several of its groups goes out once.
+    pub(crate) fn send_once(&mut self, t: &NotificationTask) {
+        if self
+            .send_now
+            .last()
+            .is_none_or(|s| s.notification_id != t.notification_id)
+        {
+            self.send_now.push(t.clone());
+        }
+    }
 }
 
 /// Runs the digest flush loop until `shutdown`, reconnecting after failures.

@@ -27,8 +27,6 @@
 //!   if the alert is still firing; the bypassed ones are not sent twice, same ids). **Acknowledgements** and
 //!   resolves by hand are sent at once: someone is awake.
 
-use std::time::Duration;
-
 use klaxon_broker::{Publisher, Topology};
 use klaxon_core::evaluate::Held;
 use klaxon_core::notification::NotificationTask;
@@ -94,20 +92,11 @@ fn after_hold<'a>(
     for (h, answer) in answers {
         let t = &h.task;
         if answer.send_now {
-            if out
-                .send_now
-                .last()
-                .is_none_or(|s| s.notification_id != t.notification_id)
-            {
-                out.send_now.push(t.clone());
-            }
+            out.send_once(t);
         } else if answer.schedule_flush {
             let flush = Flush::of_task(t, answer.window_start_ms, true);
-            let wait = answer.window_start_ms.saturating_sub(answer.now_ms);
-            out.flushes.push((
-                flush.message(topology),
-                Duration::from_millis(u64::try_from(wait).unwrap_or(0)),
-            ));
+            // due at the quiet window's end itself (no digest period after it)
+            out.flushes.push((flush.message(topology), answer.flush_in(0)));
         }
     }
     out
@@ -209,6 +198,7 @@ mod tests {
     use super::*;
     use klaxon_broker::QueueType;
     use klaxon_core::{ChannelKind, Reason};
+    use std::time::Duration;
 
     fn quiet() -> QuietHours {
         let raw = serde_json::json!({"_id": "a0000000000000000000000a", "isEnabled": true,
