@@ -243,7 +243,13 @@ mod tests {
             one[0].expires_at, "2023-11-21T22:13:20Z",
             "7 days after the firing"
         );
-        let digest = l.for_task(&task(Reason::Digest { min_period_s: 60 }, 3));
+        let digest = l.for_task(&task(
+            Reason::Digest {
+                min_period_s: 60,
+                resolved: 0,
+            },
+            3,
+        ));
         assert_eq!(
             digest.iter().map(|a| a.action).collect::<Vec<_>>(),
             ["mute-rule-1h"]

@@ -349,7 +349,9 @@ impl NotificationTask {
 }
 
 /// The tasks of one lifecycle message of `alert` (resolved, acknowledged, a reminder): one per channel that
-/// delivered its firing, in the rule's order. Sent at once, never through a digest.
+/// delivered its firing, in the rule's order. The engine sends them at once, except a resolve on a channel with
+/// `minPeriod > 0` (not PagerDuty), which goes through the channel's digest like a firing, and what a quiet window
+/// holds (`klaxon_engine`'s `digest` and `quiet`).
 pub fn lifecycle_tasks(alert: &Alert, reason: Reason, at_ms: i64) -> Vec<NotificationTask> {
     alert
         .channels
