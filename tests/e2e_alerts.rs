@@ -589,6 +589,18 @@ async fn a_resolve_on_a_digest_channel_joins_its_digest_and_pagerduty_resolves_a
         "both resolves, after what fired: {digest}"
     );
     assert!(!entries[0].1, "what fired comes first: {digest}");
+    // each resolved entry says how long its alert was open (about resolveAfter: both fired at the start)
+    for e in digest["events"].as_array().into_iter().flatten() {
+        let open = e["openForMs"].as_u64();
+        if e["resolved"] == true {
+            assert!(
+                open.is_some_and(|ms| ms >= RESOLVE_AFTER.as_millis() as u64 - 500),
+                "{e}"
+            );
+        } else {
+            assert_eq!(open, None, "a firing has no openForMs: {e}");
+        }
+    }
     let after = hooks[1].at.duration_since(hooks[0].at);
     assert!(
         after >= Duration::from_millis(9_800),

@@ -219,6 +219,7 @@ mod tests {
                     title: format!("T{i}"),
                     count: 1,
                     repetition_id: None,
+                    open_for_ms: None,
                 })
                 .collect(),
             text: None,

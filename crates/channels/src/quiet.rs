@@ -47,11 +47,19 @@ pub(crate) fn total(task: &NotificationTask) -> Option<u64> {
     Some(fired.iter().map(|e| e.count).sum())
 }
 
-/// The title of the task's `index`-th event as its line shows it: `Resolved: <title>` for the resolved part,
-/// the title otherwise.
+/// The title of the task's `index`-th event as its line shows it: `Resolved after 2 h 14 min: <title>` for the
+/// resolved part (`Resolved: <title>` when how long the alert was open is not known), the title otherwise.
 pub(crate) fn title<'a>(task: &NotificationTask, index: usize, title: &'a str) -> Cow<'a, str> {
     match task.held_parts() {
-        Some((fired, _)) if index >= fired.len() => Cow::Owned(format!("Resolved: {title}")),
+        Some((fired, _)) if index >= fired.len() => {
+            match task.events.get(index).and_then(|e| e.open_for_ms) {
+                Some(ms) => Cow::Owned(format!(
+                    "Resolved after {}: {title}",
+                    crate::render::alert_duration(i64::try_from(ms).unwrap_or(i64::MAX))
+                )),
+                None => Cow::Owned(format!("Resolved: {title}")),
+            }
+        }
         _ => Cow::Borrowed(title),
     }
 }
@@ -68,6 +76,7 @@ mod tests {
             title: format!("Error {g}"),
             count,
             repetition_id: None,
+            open_for_ms: None,
         }
     }
 
@@ -115,7 +124,12 @@ mod tests {
             severity: None,
             window_start_ms: 1_700_000_000_000,
         };
-        let t = NotificationTask::for_digest(&w, 1, vec![ev("a", 2), ev("b", 9)], vec![ev("a", 4)]);
+        // a resolved entry says how long its alert was open, when the digest knows it
+        let open = NotificationEvent {
+            open_for_ms: Some((2 * 3600 + 14 * 60 + 5) * 1000),
+            ..ev("a", 4)
+        };
+        let t = NotificationTask::for_digest(&w, 1, vec![ev("a", 2), ev("b", 9)], vec![ev("c", 1), open]);
         assert!(in_parts(&t));
         let titles: Vec<String> = t
             .events
@@ -123,11 +137,19 @@ mod tests {
             .enumerate()
             .map(|(i, e)| title(&t, i, &e.title).into_owned())
             .collect();
-        assert_eq!(titles, ["Error b", "Error a", "Resolved: Error a"]);
+        assert_eq!(
+            titles,
+            [
+                "Error b",
+                "Error a",
+                "Resolved after 2 h 14 min: Error a",
+                "Resolved: Error c"
+            ]
+        );
         assert_eq!(total(&t), Some(11));
         assert_eq!(
             window(&t).as_deref(),
-            Some("the last 5 minutes (2 fired, 1 resolved)")
+            Some("the last 5 minutes (2 fired, 2 resolved)")
         );
         // a digest of firings only is as it always was
         let only_fired = NotificationTask::for_digest(&w, 1, vec![ev("a", 2)], vec![]);

@@ -210,6 +210,7 @@ fn task(channel: ChannelKind, case: &Case) -> NotificationTask {
             title: title.clone(),
             count: *count,
             repetition_id: rep.clone(),
+            open_for_ms: None,
         })
         .collect();
     NotificationTask {

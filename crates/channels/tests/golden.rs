@@ -82,6 +82,7 @@ fn task(channel: ChannelKind, reason: Reason, events: &[(&str, u64, Option<&str>
                 title: (*title).to_owned(),
                 count: *count,
                 repetition_id: rep.map(str::to_owned),
+                open_for_ms: None,
             })
             .collect(),
         text: None,
@@ -144,6 +145,7 @@ fn cases(channel: ChannelKind) -> Vec<(&'static str, NotificationTask)> {
                     title: klaxon_core::kind::no_events::title(3_600_000),
                     count: 0,
                     repetition_id: None,
+                    open_for_ms: None,
                 }],
                 ..task(
                     channel,
@@ -304,7 +306,8 @@ fn quiet_release(channel: ChannelKind, title: &str) -> NotificationTask {
     out
 }
 
-/// A digest window as the flush loop makes it: two groups fired, one of them (and a third) resolved.
+/// A digest window as the flush loop makes it: two groups fired, one of them (and a third) resolved, the first
+/// resolve with how long its alert was open.
 fn digest_with_resolves(channel: ChannelKind, title: &str) -> NotificationTask {
     let mut out = quiet_release(channel, title);
     let window = klaxon_core::notification::DigestWindow {
@@ -318,7 +321,10 @@ fn digest_with_resolves(channel: ChannelKind, title: &str) -> NotificationTask {
         window_start_ms: 1_700_000_000_123 - 300_000,
     };
     let (fired, resolved) = out.held_parts().expect("a release in parts");
-    let t = NotificationTask::for_digest(&window, out.fired_at_ms, fired.to_vec(), resolved.to_vec());
+    let mut resolved = resolved.to_vec();
+    // the first resolved alert was open 2 h 14 min 5 s (the flush loop knows it); the second's is unknown
+    resolved[0].open_for_ms = Some((2 * 3600 + 14 * 60 + 5) * 1000);
+    let t = NotificationTask::for_digest(&window, out.fired_at_ms, fired.to_vec(), resolved);
     out = NotificationTask {
         notification_id: out.notification_id.clone(),
         ..t

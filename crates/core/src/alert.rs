@@ -339,6 +339,7 @@ impl NotificationTask {
                 title: alert.title.clone(),
                 count: alert.events,
                 repetition_id: None,
+                open_for_ms: None,
             }],
             text: None,
             send_at_ms: None,

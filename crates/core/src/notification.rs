@@ -472,6 +472,10 @@ pub struct NotificationEvent {
     pub count: u64,
     /// Hawk's repetition id of the firing event, if any.
     pub repetition_id: Option<String>,
+    /// A resolved alert's entry in a digest or a quiet window's release: how long the alert was open, ms (its
+    /// `count` is then the alert's events). Absent otherwise, and from tasks of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_for_ms: Option<u64>,
 }
 
 /// Everything a sender needs to deliver one notification on one channel.
@@ -572,6 +576,7 @@ impl NotificationTask {
                     title: event.title.clone(),
                     count: f.count,
                     repetition_id: event.repetition_id.clone(),
+                    open_for_ms: None,
                 }],
                 text: None,
                 send_at_ms: None,
@@ -991,6 +996,7 @@ mod tests {
                         title: "DB down".into(),
                         count: n,
                         repetition_id: rep.map(str::to_owned),
+                        open_for_ms: None,
                     }],
                     text: None,
                     send_at_ms: None,
@@ -1009,6 +1015,7 @@ mod tests {
             title: format!("title {g}"),
             count: c,
             repetition_id: None,
+            open_for_ms: None,
         };
         let w = DigestWindow {
             project_id: "p1",
@@ -1172,6 +1179,7 @@ mod tests {
                 title: "t".into(),
                 count: 100,
                 repetition_id: None,
+                open_for_ms: None,
             }],
             text: None,
             send_at_ms: None,

@@ -3,7 +3,7 @@
 -- channel) and say whether the caller must schedule the window's flush.
 --
 -- KEYS[1]  hash   `<ns>:{dg:<project>:<rule>:<channel>}:win`  {start = window start ms, opener = notification id}
--- KEYS[2]  hash   `…:buf`  entry -> cjson {count, title, repetitionId}, merged by max count
+-- KEYS[2]  hash   `…:buf`  entry -> cjson {count, title, repetitionId, openForMs?}, merged by max count
 -- KEYS[3]  zset   `…:idz`  notification ids appended in the last `minPeriod` + 10 minutes, scored by append time
 --                  (idempotence of redelivered firings; bounded by the firing rate, not by how long the channel
 --                  stays busy: older ids are trimmed on every append)
@@ -19,10 +19,12 @@
 -- ARGV[7]  min period in ms (> 0)
 -- ARGV[8]  most groups kept per window (later new groups are ignored; existing ones still merge)
 -- ARGV[9]  keep ms: how long keys live after the last append (safety net; the flush normally deletes them)
--- ARGV[10] hold-until ms, or '' (absent) for a digest. Set: a quiet window (`quietHours`) holds the firing until
+-- ARGV[10] hold-until ms, or '' (or absent) for a digest. Set: a quiet window (`quietHours`) holds the firing until
 --          this time, on the hold's sibling keys (`…:quiet:*`, same hash tag): the window is due at exactly that
 --          time (its `start` is the due time and the caller claims it with a period of 0), ARGV[7] is unused, the
 --          ids are kept until the window is due (no trimming), and `…:last` is neither read nor written.
+-- ARGV[11] a resolved entry's open-for ms (how long its alert was open), kept as `openForMs`; '' (or absent)
+--          otherwise
 --
 -- Returns {action, start_ms, now_ms}:
 --   action = 2: send this firing (or resolve) now, alone (leading edge): no message on the channel in the last
@@ -65,7 +67,11 @@ local function buffer(expire)
   if keepit then
     local rep = ARGV[6]
     if rep == '' then rep = cjson.null end
-    redis.call('HSET', KEYS[2], group, cjson.encode({count = count, title = ARGV[5], repetitionId = rep}))
+    local entry = {count = count, title = ARGV[5], repetitionId = rep}
+    if ARGV[11] and ARGV[11] ~= '' then
+      entry['openForMs'] = tonumber(ARGV[11])
+    end
+    redis.call('HSET', KEYS[2], group, cjson.encode(entry))
   end
   redis.call('PEXPIRE', KEYS[1], expire)
   -- (a no-op when nothing is buffered: PEXPIRE of a missing key does nothing)

@@ -336,10 +336,9 @@ impl Digests {
                     .arg(f.event.repetition_id.as_deref().unwrap_or(""))
                     .arg(f.period_ms)
                     .arg(DIGEST_MAX_GROUPS)
-                    .arg(ms(KEEP));
-                if let Some(until) = f.until_ms {
-                    cmd.arg(until);
-                }
+                    .arg(ms(KEEP))
+                    .arg(f.until_ms.map_or(String::new(), |u| u.to_string()))
+                    .arg(f.event.open_for_ms.map_or(String::new(), |o| o.to_string()));
                 ScriptCall {
                     script: &APPEND,
                     name: S,
@@ -436,17 +435,20 @@ impl Digests {
             "claimed" => {
                 let now_ms = int(reply.get(1).ok_or_else(|| bad(S, "missing now"))?, S)?;
                 let rest = &reply[2..];
-                if rest.len() % 4 != 0 {
-                    return Err(bad(S, "entries are not groups of four"));
+                if rest.len() % 5 != 0 {
+                    return Err(bad(S, "entries are not groups of five"));
                 }
-                let mut events = Vec::with_capacity(rest.len() / 4);
-                for e in rest.chunks_exact(4) {
+                let mut events = Vec::with_capacity(rest.len() / 5);
+                for e in rest.chunks_exact(5) {
                     let rep = text(&e[3], S)?;
+                    let open = int(&e[4], S)?;
                     events.push(NotificationEvent {
                         group_hash: text(&e[0], S)?,
                         count: u64::try_from(int(&e[1], S)?).unwrap_or(0),
                         title: text(&e[2], S)?,
                         repetition_id: (!rep.is_empty()).then_some(rep),
+                        // -1: none kept (a firing, or an entry of an earlier version)
+                        open_for_ms: u64::try_from(open).ok(),
                     });
                 }
                 Ok(Claim::Claimed { now_ms, events })

@@ -19,6 +19,7 @@ fn ev(group: &str, count: u64) -> NotificationEvent {
         title: format!("Error in {group}"),
         count,
         repetition_id: (group == "g1").then(|| "rep-1".to_owned()),
+        open_for_ms: None,
     }
 }
 
@@ -100,8 +101,8 @@ async fn leading_edge_then_one_window_merged_and_claimed_once() {
 /// Digests carry resolves like firings: a resolve on a quiet channel goes out at once (and starts the quiet
 /// period), one inside `minPeriod` joins the window (opening it like a firing would), a redelivered resolve
 /// appends nothing twice, and the claim lists what fired and what resolved apart, the same group in both when it
-/// fired and resolved in one window. A tenant's group that starts with `r:` is still a firing, and a bare entry
-/// (buffered by an earlier version) reads as fired.
+/// fired and resolved in one window, a resolved entry with how long its alert was open. A tenant's group that
+/// starts with `r:` is still a firing, and a bare entry (buffered by an earlier version) reads as fired.
 #[tokio::test]
 async fn resolves_join_the_digest_like_firings() {
     use klaxon_counter::{Append, HeldEntry};
@@ -133,7 +134,11 @@ async fn resolves_join_the_digest_like_firings() {
         assert!(f.schedule_flush && !f.send_now);
         assert_eq!(f.window_start_ms, t0);
         // its resolve joins the same window (fired and resolved in one window); so does a tenant's `r:` group
-        let r = one("res-b", &ev("gb", 9), HeldEntry::Resolved, t0 + 20).await;
+        let open = NotificationEvent {
+            open_for_ms: Some(8_045_000),
+            ..ev("gb", 9)
+        };
+        let r = one("res-b", &open, HeldEntry::Resolved, t0 + 20).await;
         assert!(!r.schedule_flush && !r.send_now);
         assert_eq!(r.window_start_ms, t0);
         one("fire-rx", &ev("r:x", 2), HeldEntry::Fired, t0 + 30).await;
@@ -163,7 +168,8 @@ async fn resolves_join_the_digest_like_firings() {
             "[{}]",
             env.topology
         );
-        assert_eq!(resolved, vec![ev("gb", 9)], "[{}]", env.topology);
+        // a resolved entry keeps how long its alert was open
+        assert_eq!(resolved, vec![open], "[{}]", env.topology);
         d.done(&KEY, t0).await.expect("done");
         assert_eq!(
             d.claim(&KEY, t0, 60, Some(t0 + 60_001)).await.expect("claim"),
@@ -272,6 +278,7 @@ async fn huge_titles_are_shortened_when_buffered() {
                 title: title.clone(),
                 count: 1,
                 repetition_id: None,
+                open_for_ms: None,
             };
             let a = d
                 .append(&key, &format!("h{i}"), &e, 60, Some(t0 + i))

@@ -258,6 +258,18 @@ pub(crate) async fn append(
     Ok(after_append(topology, groups.zip(answers)))
 }
 
+/// Makes a resolved task's group an entry of a digest or a quiet release: it keeps how long its alert was open
+/// (the task's time minus the alert's opening), which the message shows beside the alert's events.
+pub(crate) fn as_resolved_entry(task: &mut NotificationTask) {
+    let open = task
+        .alert
+        .as_ref()
+        .and_then(|a| u64::try_from(task.fired_at_ms.saturating_sub(a.opened_at_ms)).ok());
+    for e in &mut task.events {
+        e.open_for_ms = open;
+    }
+}
+
 /// Splits an alert's resolved tasks (one per channel that delivered its firing, `klaxon_core::alert::
 /// lifecycle_tasks`) into those sent now and those that go through their channel's digest: a task whose
 /// `min_period_s(task)` (its rule's `minPeriod` for its channel now; 0 when the rule or the channel is gone)
@@ -279,6 +291,7 @@ pub(crate) fn split_resolves(
             && output != sink::Output::Hawk
         {
             task.min_period_s = period;
+            as_resolved_entry(&mut task);
             digested.push(task);
         } else {
             now.push(task);
@@ -323,14 +336,19 @@ pub(crate) struct Appended {
 
 impl Appended {
     /// Adds `t` to [`Appended::send_now`] unless it is the task just added: a task answered "send now" for
-    /// several of its groups goes out once.
+    /// several of its groups goes out once, as itself (a resolve is then the ordinary resolved message, not a
+    /// digest's entry: [`as_resolved_entry`] is undone).
     pub(crate) fn send_once(&mut self, t: &NotificationTask) {
         if self
             .send_now
             .last()
             .is_none_or(|s| s.notification_id != t.notification_id)
         {
-            self.send_now.push(t.clone());
+            let mut t = t.clone();
+            for e in &mut t.events {
+                e.open_for_ms = None;
+            }
+            self.send_now.push(t);
         }
     }
 }
@@ -526,6 +544,7 @@ mod tests {
             title: g.into(),
             count: c,
             repetition_id: None,
+            open_for_ms: None,
         };
         let f = flush();
         let fired = |events| HeldClaim {
@@ -583,6 +602,7 @@ mod tests {
                     title: "t".into(),
                     count: 1,
                     repetition_id: None,
+                    open_for_ms: None,
                 })
                 .collect(),
             ..flush().task(0, HeldClaim::default())
@@ -629,6 +649,22 @@ mod tests {
             channel,
             reason,
             min_period_s: 0,
+            fired_at_ms: 61_000,
+            events: vec![NotificationEvent {
+                group_hash: "g".into(),
+                title: "t".into(),
+                count: 3,
+                repetition_id: None,
+                open_for_ms: None,
+            }],
+            alert: Some(klaxon_core::alert::AlertRef {
+                id: "a".repeat(24),
+                state: klaxon_core::alert::AlertState::Resolved,
+                opened_at_ms: 1_000,
+                events: 3,
+                by: Some("timeout".into()),
+                firing_notification_id: "f".into(),
+            }),
             ..flush().task(0, HeldClaim::default())
         };
         let period = |t: &NotificationTask| match t.channel {
@@ -674,6 +710,14 @@ mod tests {
             );
             assert!(d.iter().all(|t| t.min_period_s == 60));
             assert!(n.iter().all(|t| t.min_period_s == 0));
+            // a digested resolve's entry keeps how long its alert was open; one sent now is itself again
+            assert!(d.iter().all(|t| t.events[0].open_for_ms == Some(60_000)));
+            assert!(n.iter().all(|t| t.events[0].open_for_ms.is_none()));
+            let mut sent = Appended::default();
+            for t in &d {
+                sent.send_once(t);
+            }
+            assert!(sent.send_now.iter().all(|t| t.events[0].open_for_ms.is_none()));
         }
         // the rule is gone (no periods): everything now
         let (n, d) = split_resolves(tasks(), sink::Output::Klaxon, |_| 0);

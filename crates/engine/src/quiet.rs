@@ -127,9 +127,14 @@ pub(crate) async fn hold_lifecycle(
     digests: &Digests,
     topology: &Topology,
     publisher: &Publisher,
-    (mut now, held): (Vec<NotificationTask>, Vec<Held>),
+    (mut now, mut held): (Vec<NotificationTask>, Vec<Held>),
     entry: HeldEntry,
 ) -> Result<Vec<NotificationTask>, EngineError> {
+    if entry == HeldEntry::Resolved {
+        for h in &mut held {
+            crate::digest::as_resolved_entry(&mut h.task);
+        }
+    }
     let appended = hold(digests, topology, &held, entry).await?;
     if !appended.flushes.is_empty() {
         publisher
@@ -229,6 +234,7 @@ mod tests {
                 title: "t".into(),
                 count: 3,
                 repetition_id: None,
+                open_for_ms: None,
             }],
             text: None,
             send_at_ms: None,

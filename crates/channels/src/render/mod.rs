@@ -767,6 +767,7 @@ mod tests {
                     title: t.into(),
                     count: c,
                     repetition_id: None,
+                    open_for_ms: None,
                 })
                 .collect(),
             text: None,
