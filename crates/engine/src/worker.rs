@@ -279,6 +279,7 @@ impl Batches<'_> {
         let silences = no_events::after_seen(
             &self.deps.alerts,
             &self.deps.topology,
+            &rules,
             &watched,
             seen,
             klaxon_store::trail::now_ms(),
@@ -286,17 +287,26 @@ impl Batches<'_> {
         .await?;
         let appended = self.append_digests(&routed.digest).await?;
         let held = quiet::hold(&self.digests, &self.deps.topology, &routed.held, HeldEntry::Fired).await?;
+        let silences_held = quiet::hold(
+            &self.digests,
+            &self.deps.topology,
+            &silences.held,
+            HeldEntry::Resolved,
+        )
+        .await?;
         for task in routed
             .now
             .iter()
             .chain(&appended.send_now)
             .chain(&held.send_now)
             .chain(&silences.tasks)
+            .chain(&silences_held.send_now)
         {
             self.send(task, &mut out)?;
         }
         let mut delayed = appended.flushes;
         delayed.extend(held.flushes);
+        delayed.extend(silences_held.flushes);
         delayed.extend(timers);
         delayed.extend(silences.timers);
         self.publish(&delayed, &out).await?;
