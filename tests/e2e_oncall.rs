@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{object_id, Env};
+use common::{fleet_logs, fleet_metric, object_id, Env};
 use klaxon_counter::{Alerts, Change, RedisHandle};
 use klaxon_testkit::HttpSink;
 use serde_json::{json, Value};
@@ -193,19 +193,6 @@ async fn an_unacknowledged_alert_escalates_once_and_an_acknowledged_one_does_not
     assert_eq!(k.metric(r#"klaxon_alert_escalations_total{outcome="sent"}"#), 1.0);
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;
-}
-
-/// The sum of `series` over the processes of a fleet (the killed ones count 0: their counters died with them).
-fn fleet_metric(fleet: &[common::Klaxon], series: &str) -> f64 {
-    fleet.iter().map(|k| k.metric(series)).sum()
-}
-
-fn fleet_logs(fleet: &[common::Klaxon]) -> String {
-    fleet
-        .iter()
-        .map(|k| format!("--- {} ---\n{}", k.addr, k.logs()))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// The webhook bodies' notification ids, each once: a repeat would be a second delivery of one notification.

@@ -6,9 +6,9 @@
 
 mod common;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use common::{object_id, Env};
+use common::{object_id, quiet_window as window, until, Env};
 use klaxon_testkit::http_sink::Reply;
 use klaxon_testkit::HttpSink;
 use serde_json::{json, Value};
@@ -16,25 +16,6 @@ use serde_json::{json, Value};
 /// After the expected messages, keep listening this long for a (wrong) extra one.
 const QUIET: Duration = Duration::from_secs(3);
 const ROUTING_KEY: &str = "0123456789abcdef0123456789abcdef";
-
-/// A quiet window in UTC that covers now and ends at a minute boundary at least 25 s away: (`from`, `to`, the
-/// end as unix seconds).
-fn window() -> (String, String, u64) {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_secs();
-    let end = (now + 25).div_ceil(60) * 60;
-    let from = now / 60 * 60 - 60;
-    let hm = |s: u64| format!("{:02}:{:02}", s / 3600 % 24, s / 60 % 60);
-    (hm(from), hm(end), end)
-}
-
-/// How long from now until unix second `end`.
-fn until(end: u64) -> Duration {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock");
-    Duration::from_secs(end).saturating_sub(now)
-}
 
 /// A SEEN_MORE rule (every group fires on its first event), resolving 3 s after its last event, quiet now.
 fn rule(project: &str, channels: Value, from: &str, to: &str) -> Value {

@@ -568,3 +568,38 @@ pub async fn firing_webhook(hook: &klaxon_testkit::HttpSink, logs: impl Fn() -> 
     );
     body
 }
+
+/// A quiet window in UTC that covers now and ends at a minute boundary at least 25 s away (so what a test makes
+/// fire inside it has time to): (`from`, `to`, the end as unix seconds).
+pub fn quiet_window() -> (String, String, u64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    let end = (now + 25).div_ceil(60) * 60;
+    let from = now / 60 * 60 - 60;
+    let hm = |s: u64| format!("{:02}:{:02}", s / 3600 % 24, s / 60 % 60);
+    (hm(from), hm(end), end)
+}
+
+/// How long from now until unix second `end`.
+pub fn until(end: u64) -> Duration {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock");
+    Duration::from_secs(end).saturating_sub(now)
+}
+
+/// The sum of `series` over the processes of a fleet (the killed ones count 0: their counters died with them).
+pub fn fleet_metric(fleet: &[Klaxon], series: &str) -> f64 {
+    fleet.iter().map(|k| k.metric(series)).sum()
+}
+
+/// The logs of a fleet's processes, each under its address.
+pub fn fleet_logs(fleet: &[Klaxon]) -> String {
+    fleet
+        .iter()
+        .map(|k| format!("--- {} ---\n{}", k.addr, k.logs()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

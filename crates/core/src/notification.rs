@@ -546,6 +546,13 @@ impl NotificationTask {
         rfc3339_ms(self.fired_at_ms)
     }
 
+    /// Whether Hawk's senders (`--output hawk`) can deliver it: its reason is theirs
+    /// ([`Reason::hawk_can_send`]) and every event names a group they can look up. A NO_EVENTS silence (group
+    /// `""`) is about the project and has none, also inside a digest or a quiet window's release.
+    pub fn hawk_can_send(&self) -> bool {
+        self.reason.hawk_can_send() && self.events.iter().all(|e| !e.group_hash.is_empty())
+    }
+
     /// The tasks of one firing: one per channel of the rule, each about the firing event's group, with a
     /// deterministic id per (firing, channel); plus the reason and the window label.
     pub fn for_firing(f: &Firing<'_>) -> FiringTasks {

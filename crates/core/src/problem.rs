@@ -28,16 +28,7 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
-/// What the warnings about a field this version reads but does not act on yet say (`NO_EVENTS`, `quietHours`):
-/// [`RuleProblem::is_not_yet`] tells them apart.
-pub const NOT_YET: &str = "this version of Klaxon does not";
-
 impl RuleProblem {
-    /// A warning that the rule uses something this version checks and stores but does not act on yet.
-    pub fn is_not_yet(&self) -> bool {
-        !self.fatal && self.message.contains(NOT_YET)
-    }
-
     /// Whether a write (`klaxon rules import|add`, `PUT …/rules`, the console's editor) must refuse rules with
     /// this problem: always when a bound is crossed, and for a rule the engine cannot use unless `force`.
     pub fn refuses_write(&self, force: bool) -> bool {

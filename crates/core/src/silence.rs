@@ -178,7 +178,7 @@ mod tests {
         assert_eq!(email.min_period_s, 60);
         assert_eq!(tasks[0].events[0].title, "No events for 1 hour");
         assert_eq!(tasks[0].events[0].group_hash, "");
-        assert!(!tasks[0].reason.hawk_can_send());
+        assert!(!tasks[0].reason.hawk_can_send() && !tasks[0].hawk_can_send());
         let json = serde_json::to_value(&tasks[0]).expect("json");
         assert_eq!(json["reason"]["type"], "noEvents");
         assert_eq!(json["reason"]["quietPeriodMs"], 3_600_000);

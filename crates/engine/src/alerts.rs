@@ -31,8 +31,9 @@
 //! Fault injection (cargo feature `fault-injection`, tests only): [`Faults::crash_after_resolve`] aborts the
 //! process right after `resolve_due` answered `Done`, before publishing (the kill-between-resolve-and-publish
 //! test); [`Faults::crash_after_remind`] aborts it right after a reminder's messages were published, before the
-//! next reminder is scheduled and the timer acked (the reminder-timer-redelivered test). Without the feature
-//! the fields and the checks do not exist.
+//! next reminder is scheduled and the timer acked (the reminder-timer-redelivered test);
+//! [`Faults::crash_after_no_events`] aborts it right after a NO_EVENTS timer claimed its firing, before
+//! publishing (the NO_EVENTS fleet test). Without the feature the fields and the checks do not exist.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
@@ -66,6 +67,10 @@ pub const CRASH_AFTER_RESOLVE_ENV: &str = "KLAXON_TEST_CRASH_AFTER_RESOLVE";
 #[cfg(feature = "fault-injection")]
 pub const CRASH_AFTER_REMIND_ENV: &str = "KLAXON_TEST_CRASH_AFTER_REMIND";
 
+/// The environment variable the binary reads into [`Faults::crash_after_no_events`] (feature `fault-injection`).
+#[cfg(feature = "fault-injection")]
+pub const CRASH_AFTER_NO_EVENTS_ENV: &str = "KLAXON_TEST_CRASH_AFTER_NO_EVENTS";
+
 /// Faults a test can inject into the timer loop (feature `fault-injection`; never in production builds).
 #[cfg(feature = "fault-injection")]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -75,6 +80,9 @@ pub struct Faults {
     /// Abort the process right after a reminder's messages were published, before the next reminder is
     /// scheduled and the timer acked.
     pub crash_after_remind: bool,
+    /// Abort the process right after a NO_EVENTS timer claimed its firing (and opened its alert, held or
+    /// appended its tasks), before its messages are published and the timer acked.
+    pub crash_after_no_events: bool,
 }
 
 /// The largest timer message the loop reads; a longer body is set aside unread.
@@ -524,6 +532,13 @@ pub async fn run(deps: TimerDeps, ready: Arc<AtomicBool>, shutdown: Cancellation
         tracing::warn!(
             env = CRASH_AFTER_REMIND_ENV,
             "test hook on: the process aborts after its first reminder's messages"
+        );
+    }
+    #[cfg(feature = "fault-injection")]
+    if deps.faults.crash_after_no_events {
+        tracing::warn!(
+            env = CRASH_AFTER_NO_EVENTS_ENV,
+            "test hook on: the process aborts after its first NO_EVENTS firing's claim"
         );
     }
     crate::supervise("alerts", ready, shutdown, |ready, shutdown| {

@@ -258,13 +258,16 @@ pub(crate) async fn append(
     Ok(after_append(topology, groups.zip(answers)))
 }
 
-/// Makes a resolved task's group an entry of a digest or a quiet release: it keeps how long its alert was open
-/// (the task's time minus the alert's opening), which the message shows beside the alert's events.
-pub(crate) fn as_resolved_entry(task: &mut NotificationTask) {
-    let open = task
-        .alert
-        .as_ref()
-        .and_then(|a| u64::try_from(task.fired_at_ms.saturating_sub(a.opened_at_ms)).ok());
+/// How long a resolved task's alert was open (the task's time minus the alert's opening), ms: what its entry in
+/// a digest or a quiet release shows beside the alert's events.
+pub(crate) fn open_for_ms(task: &NotificationTask) -> Option<u64> {
+    let a = task.alert.as_ref()?;
+    u64::try_from(task.fired_at_ms.saturating_sub(a.opened_at_ms)).ok()
+}
+
+/// Makes a resolved task's group an entry of a digest ([`open_for_ms`]).
+fn as_resolved_entry(task: &mut NotificationTask) {
+    let open = open_for_ms(task);
     for e in &mut task.events {
         e.open_for_ms = open;
     }

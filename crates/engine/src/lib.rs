@@ -14,9 +14,10 @@
 //! deps (`DigestDeps::faults`) so an end-to-end test can make the flush loop abort between claim and publish.
 //! The `klaxon` binary forwards it as its own `fault-injection` feature and only then reads
 //! `KLAXON_TEST_CRASH_AFTER_CLAIM`; `scripts/test` turns it on for the tests. Likewise `alerts::Faults`
-//! (`TimerDeps::faults`, `KLAXON_TEST_CRASH_AFTER_RESOLVE`, `KLAXON_TEST_CRASH_AFTER_REMIND`) makes the alert
-//! timer loop abort between a resolve and the publishing of its resolved messages, or between a reminder's
-//! messages and its next timer. A build without it has neither the
+//! (`TimerDeps::faults`, `KLAXON_TEST_CRASH_AFTER_RESOLVE`, `KLAXON_TEST_CRASH_AFTER_REMIND`,
+//! `KLAXON_TEST_CRASH_AFTER_NO_EVENTS`) makes the alert timer loop abort between a resolve and the publishing of
+//! its resolved messages, between a reminder's messages and its next timer, or between a NO_EVENTS firing's
+//! claim and its publish. A build without it has neither the
 //! field, nor the check, nor the variable's name.
 //!
 //! The sender's delivery pipeline (see [`sender`]) is built from small parts: [`klaxon_counter::Dedup`] (a

@@ -5,11 +5,12 @@
 //! ```text
 //! worker batch: projects with watched NO_EVENTS rules ──NoEvents::seen (beside the batch's counting)──▶
 //!                 schedule: a SilenceTimer through the delay engine (only when none is pending)
-//!                 resolve:  Alerts::resolve(by "event") ──▶ resolved tasks (published with the batch)
-//!                           ──after the publish──▶ NoEvents::settle
+//!                 resolve:  Alerts::resolve(by "event") ──▶ resolved tasks (published with the batch; in a
+//!                           quiet window held into its release) ──after the publish──▶ NoEvents::settle
 //! timer loop:   SilenceTimer due ──NoEvents::due──▶ stale: ack │ reschedule: the timer again at last + quietPeriod
 //!                 fire: mutes? ──▶ open the (rule, project) alert ──▶ tasks, each channel's digest as for any
-//!                 firing, the alert's reminders and escalations ──publish, confirmed──▶ ack
+//!                 firing (in a quiet window: held, `crate::quiet`), the alert's reminders and escalations
+//!                 ──publish, confirmed──▶ ack
 //! ```
 //!
 //! * **Once.** `NoEvents::due` acts only for the timer the project's hash names as pending, and moves it: a
@@ -26,12 +27,13 @@ use std::time::Duration;
 
 use klaxon_broker::{Outgoing, Publisher, Topology};
 use klaxon_core::alert::lifecycle_tasks;
+use klaxon_core::evaluate::Held;
 use klaxon_core::mute::is_muted;
 use klaxon_core::notification::NotificationTask;
 use klaxon_core::silence::{silence_alert_id, watched, Silence};
 use klaxon_core::{ProjectRules, Reason};
 use klaxon_counter::no_events::{Due, NoEvents, Seen, SeenBy, Watched};
-use klaxon_counter::{Alerts, Change, Digests, Mutes, Opened};
+use klaxon_counter::{Alerts, Change, Digests, HeldEntry, Mutes, Opened};
 use serde_json::{json, Value};
 
 use crate::alerts::{after_open, OnCall, TimerDeps};
@@ -130,12 +132,13 @@ pub fn watched_of(rules: &ProjectRules) -> Vec<Watched<'_>> {
         .collect()
 }
 
-/// What a batch's `seen` answers make: timers to schedule, resolved tasks to publish with the batch, and the
-/// silences to settle once they are published.
+/// What a batch's `seen` answers make: timers to schedule, resolved tasks to publish with the batch, those a
+/// quiet window holds instead, and the silences to settle once they are published.
 #[derive(Default)]
 pub(crate) struct AfterSeen {
     pub timers: Vec<(Outgoing, Duration)>,
     pub tasks: Vec<NotificationTask>,
+    pub held: Vec<Held>,
     pub settle: Vec<(String, String, i64)>,
 }
 
@@ -158,10 +161,12 @@ pub(crate) async fn seen(
 
 /// The worker's side, after `seen`: the timers to schedule, and the open silences the events ended, resolved
 /// (by `event`) into their resolved tasks (one per channel that delivered the firing; a silence whose firing
-/// opened no alert, being muted, has none).
+/// opened no alert, being muted, has none). A resolve inside one of the rule's quiet windows is held on the
+/// channels that do not bypass it, as any resolve is (`crate::quiet`); `rules` are the batch's.
 pub(crate) async fn after_seen(
     alerts: &Alerts,
     topology: &Topology,
+    rules: &HashMap<&str, Arc<ProjectRules>>,
     watched: &[(&str, Vec<Watched<'_>>)],
     answers: Vec<Seen>,
     now_ms: i64,
@@ -201,7 +206,13 @@ pub(crate) async fn after_seen(
                 }
                 .emit();
             }
-            out.tasks.extend(tasks);
+            let quiet = rules
+                .get(project)
+                .and_then(|r| r.rules.iter().find(|r| r.id == rule))
+                .map(|r| &r.quiet_hours);
+            let (now_tasks, held) = crate::quiet::split(tasks, quiet, at);
+            out.tasks.extend(now_tasks);
+            out.held.extend(held);
             out.settle.push(((*project).to_owned(), rule, since));
         }
     }
@@ -359,18 +370,36 @@ pub(crate) async fn due(
     for task in &tasks {
         RuleFired { task }.emit();
     }
+    // inside a quiet window the firing is held into the window's release, as any firing is (crate::quiet); its
+    // bypassed channels are not. A redelivered timer holds nothing twice, and one whose window ended meanwhile
+    // is sent.
+    let (tasks, held) = crate::quiet::split(tasks, Some(&rule.quiet_hours), at_ms);
     let (digest_tasks, now_tasks): (Vec<_>, Vec<_>) = tasks.into_iter().partition(|t| t.min_period_s > 0);
     let appended = digest::append_firings(&silence_deps.digests, topology, &digest_tasks)
         .await
         .inspect_err(|_| RedisFailed.emit())?;
+    let released = crate::quiet::hold(&silence_deps.digests, topology, &held, HeldEntry::Fired).await?;
     let mut out = Vec::new();
-    for task in now_tasks.iter().chain(&appended.send_now) {
+    for task in now_tasks
+        .iter()
+        .chain(&appended.send_now)
+        .chain(&released.send_now)
+    {
         if let Some(msg) = sink::dispatch(topology, deps.output, &deps.trail, task)? {
             NotificationPublished { task }.emit();
             out.push(msg);
         }
     }
+    #[cfg(feature = "fault-injection")]
+    if deps.faults.crash_after_no_events {
+        tracing::error!(
+            env = crate::alerts::CRASH_AFTER_NO_EVENTS_ENV,
+            "test hook: aborting between a NO_EVENTS firing's claim and its publish"
+        );
+        std::process::abort();
+    }
     let mut delayed = appended.flushes;
+    delayed.extend(released.flushes);
     delayed.extend(after.timers);
     if !delayed.is_empty() {
         publisher.publish_delayed(&topology.delay(), &delayed).await?;

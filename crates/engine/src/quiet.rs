@@ -49,10 +49,20 @@ pub(crate) async fn hold(
     if held.is_empty() {
         return Ok(Appended::default());
     }
-    // a firing's or a lifecycle message's task carries one group; each (task, group) is one hold
-    let groups: Vec<(&Held, &NotificationEvent)> = held
+    // a firing's or a lifecycle message's task carries one group; each (task, group) is one hold, a resolve's
+    // with how long its alert was open (the release shows it)
+    let groups: Vec<(&Held, NotificationEvent)> = held
         .iter()
-        .flat_map(|h| h.task.events.iter().map(move |e| (h, e)))
+        .flat_map(|h| {
+            let open = (entry == HeldEntry::Resolved)
+                .then(|| crate::digest::open_for_ms(&h.task))
+                .flatten();
+            h.task.events.iter().map(move |e| {
+                let mut e = e.clone();
+                e.open_for_ms = open;
+                (h, e)
+            })
+        })
         .collect();
     let holds: Vec<Hold<'_>> = groups
         .iter()
@@ -127,14 +137,9 @@ pub(crate) async fn hold_lifecycle(
     digests: &Digests,
     topology: &Topology,
     publisher: &Publisher,
-    (mut now, mut held): (Vec<NotificationTask>, Vec<Held>),
+    (mut now, held): (Vec<NotificationTask>, Vec<Held>),
     entry: HeldEntry,
 ) -> Result<Vec<NotificationTask>, EngineError> {
-    if entry == HeldEntry::Resolved {
-        for h in &mut held {
-            crate::digest::as_resolved_entry(&mut h.task);
-        }
-    }
     let appended = hold(digests, topology, &held, entry).await?;
     if !appended.flushes.is_empty() {
         publisher

@@ -123,7 +123,7 @@ pub fn hawk_task(task: &NotificationTask) -> Value {
 /// Sends `task` on its way in `output`'s manner: a message to publish (returned, for the caller to publish with
 /// the rest of its batch), or in shadow mode a trail record and a count, and `None`. With `--output hawk`, a
 /// message of an alert's life (resolved, acknowledged, a reminder, an escalation) or a NO_EVENTS firing (about
-/// the project, no event group) is not published — Hawk's senders know only firings of event groups (`event`,
+/// the project, no event group; also in a digest or a quiet window's release) is not published — Hawk's senders know only firings of event groups (`event`,
 /// `several-events`) and would send it as a new firing, or fail to find its group — but counted and logged as
 /// not sent, and `None`. The worker, the digest flusher, the alert timers and the hand changes (API, console,
 /// `klaxon alerts`) all go through here, so every output treats them alike.
@@ -138,7 +138,7 @@ pub fn dispatch(
         trail.record(shadow_record(task, now_ms()));
         return Ok(None);
     }
-    if output == Output::Hawk && !task.reason.hawk_can_send() {
+    if output == Output::Hawk && !task.hawk_can_send() {
         AlertMessageNotSent {
             task,
             reason: NotSent::HawkOutput,
@@ -335,6 +335,19 @@ mod tests {
             firing.alert.as_mut().expect("alert").state = AlertState::Firing;
             let sent = dispatch(&topology, Output::Hawk, &Trail::disabled(), &firing).expect("dispatch");
             assert_eq!(sent.map(|m| m.queue), Some("sender/slack".to_owned()));
+            // a quiet window's release of a NO_EVENTS rule lists its silence (group ""): Hawk's senders could
+            // not look it up, so it is not published either; the same release of groups is
+            let mut release = task(1);
+            release.reason = Reason::QuietHours {
+                until_ms: 1_700_000_000_000,
+                fired: 1,
+                resolved: 0,
+            };
+            let sent = dispatch(&topology, Output::Hawk, &Trail::disabled(), &release).expect("dispatch");
+            assert!(sent.is_some());
+            release.events[0].group_hash = String::new();
+            let sent = dispatch(&topology, Output::Hawk, &Trail::disabled(), &release).expect("dispatch");
+            assert!(sent.is_none());
         });
         let text = handle.render();
         assert_eq!(
@@ -342,7 +355,7 @@ mod tests {
                 &text,
                 "klaxon_alert_messages_not_sent_total{reason=\"hawk_output\"}"
             ),
-            Some(4.0),
+            Some(5.0),
             "{text}"
         );
     }

@@ -289,27 +289,38 @@ impl Batches<'_> {
         let silences = no_events::after_seen(
             &self.deps.alerts,
             &self.deps.topology,
+            &rules,
             &watched,
             seen,
             klaxon_store::trail::now_ms(),
         )
         .await?;
-        // NO_EVENTS resolves on a channel with `minPeriod > 0` join its digest, as the firings do
+        // NO_EVENTS resolves outside quiet hours on a channel with `minPeriod > 0` join its digest, as the
+        // firings do
         let (resolved_now, resolved_digest) =
             digest::split_resolves(silences.tasks, self.deps.output, |t| min_period_now(&rules, t));
         let appended = self.append_digests(&routed.digest, &resolved_digest).await?;
         let held = quiet::hold(&self.digests, &self.deps.topology, &routed.held, HeldEntry::Fired).await?;
+        let silences_held = quiet::hold(
+            &self.digests,
+            &self.deps.topology,
+            &silences.held,
+            HeldEntry::Resolved,
+        )
+        .await?;
         for task in routed
             .now
             .iter()
             .chain(&appended.send_now)
             .chain(&held.send_now)
             .chain(&resolved_now)
+            .chain(&silences_held.send_now)
         {
             self.send(task, &mut out)?;
         }
         let mut delayed = appended.flushes;
         delayed.extend(held.flushes);
+        delayed.extend(silences_held.flushes);
         delayed.extend(timers);
         delayed.extend(silences.timers);
         self.publish(&delayed, &out).await?;

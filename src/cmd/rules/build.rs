@@ -294,16 +294,7 @@ pub(super) fn build_rule(a: &AddArgs, limits: &klaxon_core::Limits) -> anyhow::R
         id: Field::Typed(RuleId::Hex("000000000000000000000000".into())),
         ..rule.clone()
     };
-    let checked = probe
-        .validate_with(limits, &klaxon_core::RuleDefaults::default())
-        .map(|(r, problems)| {
-            // What this version stores but does not act on yet (NO_EVENTS, quietHours) is said, not refused.
-            let (not_yet, problems): (Vec<_>, Vec<_>) = problems.into_iter().partition(|p| p.is_not_yet());
-            for p in not_yet {
-                eprintln!("klaxon: warning: {} (fix: {})", p.message, p.fix);
-            }
-            (r, problems)
-        });
+    let checked = probe.validate_with(limits, &klaxon_core::RuleDefaults::default());
     match checked {
         Ok((_, problems)) if problems.is_empty() => Ok(rule),
         Ok((_, problems)) if problems.iter().any(|p| p.limit) => {

@@ -323,6 +323,8 @@ fn start_worker(
                 .is_ok_and(|v| v == "1"),
             crash_after_remind: std::env::var(klaxon_engine::alerts::CRASH_AFTER_REMIND_ENV)
                 .is_ok_and(|v| v == "1"),
+            crash_after_no_events: std::env::var(klaxon_engine::alerts::CRASH_AFTER_NO_EVENTS_ENV)
+                .is_ok_and(|v| v == "1"),
         },
     };
     let digest_deps = klaxon_engine::digest::DigestDeps {
