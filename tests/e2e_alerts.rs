@@ -1,7 +1,8 @@
 //! Alerts end to end (#33): the real `klaxon` binary, Redis, RabbitMQ's delay engine, a webhook receiver and a
 //! local PagerDuty. A firing opens an alert; when its group has had no matching event for `resolveAfter`, the
 //! alert resolves by itself and every channel that delivered the firing gets exactly one resolved message —
-//! also while the rule is muted, and across a crash between the resolve and its publishing.
+//! also while the rule is muted, and across a crash between the resolve and its publishing. On a channel with
+//! `minPeriod > 0` the resolve goes through the channel's digest like a firing (PagerDuty's stays immediate).
 
 mod common;
 
@@ -498,5 +499,186 @@ async fn a_slack_web_api_firing_is_edited_and_the_resolve_goes_into_its_thread()
     );
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
     assert!(!k.logs().contains("SECRETslackE2E"), "the token is never logged");
+    common::delete_queues(&env).await;
+}
+
+/// A SEEN_MORE rule whose every group fires on its first event, `resolveAfter` `resolve_after`, on a webhook and
+/// PagerDuty that both have a digest period of `min_period_s`.
+fn digest_rules(project: &str, hook: &HttpSink, min_period_s: u64, resolve_after: Duration) -> Value {
+    json!([{
+        "_id": project,
+        "notifications": [{
+            "isEnabled": true,
+            "whatToReceive": "SEEN_MORE",
+            "including": [], "excluding": [],
+            "threshold": 1, "thresholdPeriod": 3_600_000,
+            "resolveAfter": resolve_after.as_millis() as u64,
+            "channels": {
+                "webhook": {"isEnabled": true, "endpoint": hook.url("/hook"), "minPeriod": min_period_s},
+                "pagerduty": {"isEnabled": true, "endpoint": ROUTING_KEY, "minPeriod": min_period_s}
+            }
+        }]
+    }])
+}
+
+/// Digests carry resolves like firings: two groups fire at once on a webhook with `minPeriod` 10 s (the first
+/// goes out alone, the second waits in the digest window), the rule is muted, both alerts resolve 3 s later,
+/// inside the window: the webhook gets no resolved message of its own, and the one digest lists the group that
+/// fired and both that resolved (`"resolved": true`). PagerDuty is never digested for a resolve: its resolve of
+/// the leading firing's incident arrives at once, before the digest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resolve_on_a_digest_channel_joins_its_digest_and_pagerduty_resolves_at_once() {
+    let (s, env) = stubs().await;
+    let project = object_id();
+    env.import(&digest_rules(&project, &s.hook, 10, RESOLVE_AFTER));
+    let mut k = env.spawn("run", &[]);
+    let title = format!("Crash ({})", env.namespace);
+    env.publish(&project, &title, "g").count(2).groups(2).ok();
+    let lead = common::firing_webhook(&s.hook, || k.logs()).await;
+    let lead_events = lead["events"].as_array().cloned().unwrap_or_default();
+    assert_eq!(lead_events.len(), 1, "the leading firing, alone: {lead}");
+    let lead_group = lead_events[0]["groupHash"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let other_group = if lead_group == "g-0" { "g-1" } else { "g-0" };
+    // muted from now on: what was delivered (or is waiting in the digest) still resolves
+    env.ok(&["mute", "add", "--project", &project, "--for", "1h"]);
+
+    // resolveAfter later both alerts resolve, inside the 10 s window: into the digest, due 10 s after the lead
+    let hooks = s.hook.wait_for_count(2, Duration::from_secs(10 + 15)).await;
+    assert_eq!(hooks.len(), 2, "the digest; log:\n{}", k.logs());
+    let digest = hooks[1].json();
+    assert!(
+        digest.get("kind").is_none(),
+        "a digest, not a resolved message: {digest}"
+    );
+    assert!(
+        digest.get("alertId").is_none(),
+        "a digest names no one alert: {digest}"
+    );
+    assert_ne!(digest["notificationId"], lead["notificationId"]);
+    let entries: Vec<(String, bool)> = digest["events"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| {
+                    (
+                        e["groupHash"].as_str().unwrap_or_default().to_owned(),
+                        e["resolved"].as_bool().unwrap_or(false),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut resolved: Vec<&str> = entries
+        .iter()
+        .filter(|(_, r)| *r)
+        .map(|(g, _)| g.as_str())
+        .collect();
+    resolved.sort_unstable();
+    let fired: Vec<&str> = entries
+        .iter()
+        .filter(|(_, r)| !*r)
+        .map(|(g, _)| g.as_str())
+        .collect();
+    assert_eq!(fired, [other_group], "what fired in the window: {digest}");
+    assert_eq!(
+        resolved,
+        ["g-0", "g-1"],
+        "both resolves, after what fired: {digest}"
+    );
+    assert!(!entries[0].1, "what fired comes first: {digest}");
+    // each resolved entry says how long its alert was open (about resolveAfter: both fired at the start)
+    for e in digest["events"].as_array().into_iter().flatten() {
+        let open = e["openForMs"].as_u64();
+        if e["resolved"] == true {
+            assert!(
+                open.is_some_and(|ms| ms >= RESOLVE_AFTER.as_millis() as u64 - 500),
+                "{e}"
+            );
+        } else {
+            assert_eq!(open, None, "a firing has no openForMs: {e}");
+        }
+    }
+    let after = hooks[1].at.duration_since(hooks[0].at);
+    assert!(
+        after >= Duration::from_millis(9_800),
+        "the digest went out minPeriod after the lead, not at the resolve: {after:?}"
+    );
+
+    // PagerDuty: the leading trigger's incident resolved at once (before the webhook's digest), on its dedup_key
+    let pds = s.pd.wait_for_count(4, Duration::from_secs(15)).await;
+    let trigger = pds[0].json();
+    assert_eq!(trigger["event_action"], "trigger", "{trigger}");
+    let resolve = pds
+        .iter()
+        .find(|r| r.json()["event_action"] == "resolve" && r.json()["dedup_key"] == trigger["dedup_key"])
+        .unwrap_or_else(|| panic!("the lead's PagerDuty resolve; log:\n{}", k.logs()));
+    assert!(
+        resolve.at < hooks[1].at,
+        "PagerDuty's resolve is not digested: it came before the webhook digest"
+    );
+
+    // nothing else: no resolved message of its own on the webhook
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(
+        s.hook.count(),
+        2,
+        "the lead and the digest only; log:\n{}",
+        k.logs()
+    );
+    let actions: Vec<String> =
+        s.pd.requests()
+            .iter()
+            .map(|r| r.json()["event_action"].as_str().unwrap_or_default().to_owned())
+            .collect();
+    let resolves = actions.iter().filter(|a| *a == "resolve").count();
+    assert_eq!(
+        (actions.len(), resolves),
+        (4, 2),
+        "PagerDuty: the lead and its digest trigger, two resolves at once: {actions:?}"
+    );
+    assert_eq!(k.metric(r#"klaxon_alerts_resolved_total{by="timeout"}"#), 2.0);
+    assert_eq!(
+        k.metric(r#"klaxon_digests_published_total{channel="webhook"}"#),
+        1.0
+    );
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}
+
+/// Like a firing, a resolve on a digest channel that has been quiet for `minPeriod` goes out at once, as the
+/// ordinary resolved message (`kind: "resolved"`, the firing's `alertId`), and nothing more follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resolve_on_a_quiet_digest_channel_goes_out_at_once_as_itself() {
+    let (s, env) = stubs().await;
+    let project = object_id();
+    let resolve_after = Duration::from_secs(5);
+    env.import(&digest_rules(&project, &s.hook, 2, resolve_after));
+    let mut k = env.spawn("run", &[]);
+    let title = format!("Quiet ({})", env.namespace);
+    env.publish(&project, &title, "g").ok();
+    let fired = common::firing_webhook(&s.hook, || k.logs()).await;
+    let hooks = s
+        .hook
+        .wait_for_count(2, resolve_after + Duration::from_secs(15))
+        .await;
+    assert_eq!(hooks.len(), 2, "the resolved message; log:\n{}", k.logs());
+    let body = hooks[1].json();
+    assert_eq!(body["kind"], "resolved", "{body}");
+    assert_eq!(body["alertId"], fired["alertId"], "{body}");
+    let after = hooks[1].at.duration_since(hooks[0].at);
+    assert!(
+        after >= resolve_after - Duration::from_millis(200) && after < resolve_after + Duration::from_secs(5),
+        "at once when it resolved, not a digest later: {after:?}"
+    );
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(s.hook.count(), 2, "no digest after it; log:\n{}", k.logs());
+    assert_eq!(
+        k.metric(r#"klaxon_digests_published_total{channel="webhook"}"#),
+        0.0
+    );
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;
 }

@@ -34,6 +34,7 @@ fn task(env: &Env, channel: ChannelKind, endpoint: &str, n: usize) -> Notificati
             title: format!("TypeError {n} ({})", env.namespace),
             count: 1,
             repetition_id: None,
+            open_for_ms: None,
         }],
         text: None,
         send_at_ms: None,

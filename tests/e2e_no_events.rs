@@ -3,7 +3,8 @@
 //! armed when `klaxon rules import` stored the rule, comes due, finds the later event and moves to it, then fires
 //! once; the project's next event resolves the alert with one resolved message. Inside a quiet window the
 //! firing and the resolve are held into the window's one release while a bypassed PagerDuty gets them at once;
-//! and a fleet of three delivers the firing once when the worker that claimed it dies before publishing.
+//! and a fleet of three delivers the firing once when the worker that claimed it dies before publishing. On a
+//! channel with `minPeriod`, the resolve joins the channel's digest like a firing.
 
 mod common;
 
@@ -68,6 +69,56 @@ async fn a_silent_project_fires_once_and_its_next_event_resolves_it() {
     assert_eq!(hook.count(), 2, "resolved once; log:\n{}", k.logs());
     assert_eq!(k.metric(r#"klaxon_no_events_timers_total{outcome="fired"}"#), 1.0);
     assert_eq!(k.metric(r#"klaxon_alerts_resolved_total{by="event"}"#), 1.0);
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}
+
+/// On a webhook with `minPeriod` 20 s the silence's firing goes out at once (the channel was quiet), and the
+/// event that ends it right after is inside the period: its resolve waits in the channel's digest, which lists it
+/// (`"resolved": true`, the project's group `""`) 20 s after the firing; no resolved message of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_resolve_of_a_silence_joins_the_channels_digest() {
+    let hook = HttpSink::start().await.expect("sink");
+    let env = Env::new();
+    let project = object_id();
+    env.import(&rules(
+        &project,
+        json!({"webhook": {"isEnabled": true, "endpoint": hook.url("/hook"), "minPeriod": 20}}),
+        json!({}),
+    ));
+    let mut k = env.spawn("run", &[]);
+    let title = format!("Tick ({})", env.namespace);
+    env.publish(&project, &title, "g").ok();
+    let got = hook.wait_for_count(1, Duration::from_secs(40)).await;
+    assert_eq!(got.len(), 1, "the firing, at once; log:\n{}", k.logs());
+    assert_eq!(got[0].json()["kind"], "no_events", "{}", got[0].json());
+    // the silence ends inside the channel's period
+    env.publish(&project, &title, "g").ok();
+    k.wait_metric(
+        r#"klaxon_alerts_resolved_total{by="event"}"#,
+        1.0,
+        Duration::from_secs(10),
+    );
+    let got = hook.wait_for_count(2, Duration::from_secs(20 + 15)).await;
+    assert_eq!(got.len(), 2, "the digest; log:\n{}", k.logs());
+    let digest = got[1].json();
+    assert!(
+        digest.get("kind").is_none(),
+        "a digest, not a resolved message: {digest}"
+    );
+    let resolved: Vec<&Value> = digest["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["resolved"] == true)
+        .collect();
+    assert_eq!(resolved.len(), 1, "the silence's resolve: {digest}");
+    assert_eq!(resolved[0]["groupHash"], "", "{digest}");
+    let after = got[1].at.duration_since(got[0].at);
+    assert!(
+        after >= Duration::from_millis(19_800),
+        "minPeriod after the firing, not at the resolve: {after:?}"
+    );
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;
 }

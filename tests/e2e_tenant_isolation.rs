@@ -39,6 +39,7 @@ fn task(project: &str, channel: ChannelKind, endpoint: &str, id: String, n: usiz
             title: format!("TypeError {n}"),
             count: 1,
             repetition_id: None,
+            open_for_ms: None,
         }],
         text: None,
         send_at_ms: None,

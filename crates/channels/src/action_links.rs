@@ -219,6 +219,7 @@ mod tests {
                     title: format!("T{i}"),
                     count: 1,
                     repetition_id: None,
+                    open_for_ms: None,
                 })
                 .collect(),
             text: None,
@@ -243,7 +244,13 @@ mod tests {
             one[0].expires_at, "2023-11-21T22:13:20Z",
             "7 days after the firing"
         );
-        let digest = l.for_task(&task(Reason::Digest { min_period_s: 60 }, 3));
+        let digest = l.for_task(&task(
+            Reason::Digest {
+                min_period_s: 60,
+                resolved: 0,
+            },
+            3,
+        ));
         assert_eq!(
             digest.iter().map(|a| a.action).collect::<Vec<_>>(),
             ["mute-rule-1h"]

@@ -528,6 +528,7 @@ pub fn test_task_for(channel: ChannelKind, endpoint: &str, project_id: &str) -> 
             title: "Klaxon test notification".into(),
             count: 1,
             repetition_id: None,
+            open_for_ms: None,
         }],
         text: None,
         send_at_ms: None,

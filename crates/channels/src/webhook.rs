@@ -634,6 +634,7 @@ mod tests {
                 title: "t".into(),
                 count: 312,
                 repetition_id: None,
+                open_for_ms: None,
             }],
             text: None,
             send_at_ms: None,

@@ -195,7 +195,10 @@ fn task(channel: ChannelKind, case: &Case) -> NotificationTask {
             window: Window::Sliding,
         },
         3 => Reason::Direct,
-        _ => Reason::Digest { min_period_s: 300 },
+        _ => Reason::Digest {
+            min_period_s: 300,
+            resolved: 0,
+        },
     };
     let digest = matches!(reason, Reason::Digest { .. });
     let events: Vec<NotificationEvent> = case
@@ -207,6 +210,7 @@ fn task(channel: ChannelKind, case: &Case) -> NotificationTask {
             title: title.clone(),
             count: *count,
             repetition_id: rep.clone(),
+            open_for_ms: None,
         })
         .collect();
     NotificationTask {

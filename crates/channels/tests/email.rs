@@ -192,7 +192,10 @@ async fn email_digest_lists_groups() {
     let t = task(
         ChannelKind::Email,
         "dev@example.test",
-        Reason::Digest { min_period_s: 3600 },
+        Reason::Digest {
+            min_period_s: 3600,
+            resolved: 0,
+        },
         &events,
     );
     ch.deliver(&t).await.expect("delivered");

@@ -82,6 +82,7 @@ fn task(channel: ChannelKind, reason: Reason, events: &[(&str, u64, Option<&str>
                 title: (*title).to_owned(),
                 count: *count,
                 repetition_id: rep.map(str::to_owned),
+                open_for_ms: None,
             })
             .collect(),
         text: None,
@@ -144,6 +145,7 @@ fn cases(channel: ChannelKind) -> Vec<(&'static str, NotificationTask)> {
                     title: klaxon_core::kind::no_events::title(3_600_000),
                     count: 0,
                     repetition_id: None,
+                    open_for_ms: None,
                 }],
                 ..task(
                     channel,
@@ -159,7 +161,10 @@ fn cases(channel: ChannelKind) -> Vec<(&'static str, NotificationTask)> {
             "digest",
             task(
                 channel,
-                Reason::Digest { min_period_s: 300 },
+                Reason::Digest {
+                    min_period_s: 300,
+                    resolved: 0,
+                },
                 &[
                     ("DB timeout after 30s", 3, None),
                     (title, 12, Some("6a1b2c3d4e5f60718293a4b5")),
@@ -184,7 +189,10 @@ fn cases(channel: ChannelKind) -> Vec<(&'static str, NotificationTask)> {
             "hostile_digest",
             task(
                 channel,
-                Reason::Digest { min_period_s: 300 },
+                Reason::Digest {
+                    min_period_s: 300,
+                    resolved: 0,
+                },
                 &[
                     (HOSTILE, 7, Some("6a1b2c3d4e5f60718293a4b5")),
                     (
@@ -254,6 +262,9 @@ fn cases(channel: ChannelKind) -> Vec<(&'static str, NotificationTask)> {
         ),
         // a quiet window's release: what fired, then what resolved (NotificationTask::for_held)
         ("quiet_hours", quiet_release(channel, title)),
+        // a digest window that saw resolves: what fired, then what resolved (an alert's resolve on a channel with
+        // `minPeriod > 0` joins its digest like a firing)
+        ("digest_resolved", digest_with_resolves(channel, title)),
         // who resolved it is tenant text (an API token's label): escaped like titles
         (
             "hostile_resolved",
@@ -292,6 +303,32 @@ fn quiet_release(channel: ChannelKind, title: &str) -> NotificationTask {
     let (fired, resolved) = t.events.split_at(2);
     let mut out = NotificationTask::for_held(&window, t.fired_at_ms, fired.to_vec(), resolved.to_vec());
     out.notification_id = t.notification_id.clone();
+    out
+}
+
+/// A digest window as the flush loop makes it: two groups fired, one of them (and a third) resolved, the first
+/// resolve with how long its alert was open.
+fn digest_with_resolves(channel: ChannelKind, title: &str) -> NotificationTask {
+    let mut out = quiet_release(channel, title);
+    let window = klaxon_core::notification::DigestWindow {
+        project_id: &out.project_id,
+        project_name: None,
+        rule_id: &out.rule_id,
+        channel,
+        endpoint: &out.endpoint,
+        min_period_s: 300,
+        severity: None,
+        window_start_ms: 1_700_000_000_123 - 300_000,
+    };
+    let (fired, resolved) = out.held_parts().expect("a release in parts");
+    let mut resolved = resolved.to_vec();
+    // the first resolved alert was open 2 h 14 min 5 s (the flush loop knows it); the second's is unknown
+    resolved[0].open_for_ms = Some((2 * 3600 + 14 * 60 + 5) * 1000);
+    let t = NotificationTask::for_digest(&window, out.fired_at_ms, fired.to_vec(), resolved);
+    out = NotificationTask {
+        notification_id: out.notification_id.clone(),
+        ..t
+    };
     out
 }
 
@@ -449,7 +486,14 @@ fn worst_cases(channel: ChannelKind) -> Vec<NotificationTask> {
         .map(|t| (t.as_str(), 7, Some("6a1b2c3d4e5f60718293a4b5")))
         .collect();
     vec![
-        task(channel, Reason::Digest { min_period_s: 60 }, &digest),
+        task(
+            channel,
+            Reason::Digest {
+                min_period_s: 60,
+                resolved: 0,
+            },
+            &digest,
+        ),
         task(channel, Reason::New, &[(&nasty, 1, Some("r"))]),
         task(
             channel,
@@ -769,7 +813,10 @@ async fn discord_embeds_stay_within_discord_limits() {
     ));
     tasks.push(task(
         ChannelKind::Discord,
-        Reason::Digest { min_period_s: 60 },
+        Reason::Digest {
+            min_period_s: 60,
+            resolved: 0,
+        },
         &fifteen
             .iter()
             .map(|t| (t.as_str(), 2, Some("r")))

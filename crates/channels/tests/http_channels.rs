@@ -106,7 +106,10 @@ async fn telegram_long_message_is_split_in_order_without_loss() {
     let t = task(
         ChannelKind::Telegram,
         "12345",
-        Reason::Digest { min_period_s: 600 },
+        Reason::Digest {
+            min_period_s: 600,
+            resolved: 0,
+        },
         &events,
     );
     let delivered = ch.deliver(&t).await.expect("delivered");
@@ -598,7 +601,10 @@ async fn digest_lists_groups_by_count_with_and_more() {
     let t = task(
         ChannelKind::Slack,
         &slack_endpoint(&sink),
-        Reason::Digest { min_period_s: 300 },
+        Reason::Digest {
+            min_period_s: 300,
+            resolved: 0,
+        },
         &events,
     );
     ch.deliver(&t).await.expect("delivered");

@@ -111,7 +111,10 @@ async fn discord_messages_stay_within_discord_limits() {
     ch.deliver(&task(
         ChannelKind::Discord,
         &endpoint,
-        Reason::Digest { min_period_s: 60 },
+        Reason::Digest {
+            min_period_s: 60,
+            resolved: 0,
+        },
         &events,
     ))
     .await
@@ -277,7 +280,10 @@ async fn pagerduty_triggers_one_alert_per_notification() {
         threshold(),
         &[(HOSTILE, 100), ("second", 3)],
     );
-    t.reason = Reason::Digest { min_period_s: 300 };
+    t.reason = Reason::Digest {
+        min_period_s: 300,
+        resolved: 0,
+    };
     t.severity = Some(Severity::Warning);
     t.project_name = Some("Acme shop".into());
     ch.deliver(&t).await.expect("delivered");

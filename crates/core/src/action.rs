@@ -241,7 +241,7 @@ impl Fired {
                 quiet_period_ms,
                 last_event_ms,
             } => crate::kind::no_events::words(quiet_period_ms, last_event_ms, self.at_ms),
-            Reason::Digest { min_period_s } => format!(
+            Reason::Digest { min_period_s, .. } => format!(
                 "{n} {events} gathered over {}",
                 duration_words(min_period_s.saturating_mul(1000))
             ),

@@ -339,6 +339,7 @@ impl NotificationTask {
                 title: alert.title.clone(),
                 count: alert.events,
                 repetition_id: None,
+                open_for_ms: None,
             }],
             text: None,
             send_at_ms: None,
@@ -349,7 +350,9 @@ impl NotificationTask {
 }
 
 /// The tasks of one lifecycle message of `alert` (resolved, acknowledged, a reminder): one per channel that
-/// delivered its firing, in the rule's order. Sent at once, never through a digest.
+/// delivered its firing, in the rule's order. The engine sends them at once, except a resolve on a channel with
+/// `minPeriod > 0` (not PagerDuty), which goes through the channel's digest like a firing, and what a quiet window
+/// holds (`klaxon_engine`'s `digest` and `quiet`).
 pub fn lifecycle_tasks(alert: &Alert, reason: Reason, at_ms: i64) -> Vec<NotificationTask> {
     alert
         .channels

@@ -66,10 +66,14 @@ pub enum Reason {
         /// at the rule's storing).
         last_event_ms: Option<i64>,
     },
-    /// Several firings coalesced over the channel's `minPeriod`.
+    /// Several firings coalesced over the channel's `minPeriod` ([`NotificationTask::for_digest`]), and the
+    /// alerts that resolved in the same window: the task's events are what fired, then the last `resolved`
+    /// ones what resolved (none in digests of earlier versions).
     Digest {
         /// The digest period, seconds.
         min_period_s: u64,
+        /// How many of the task's events (the last ones) resolved.
+        resolved: u32,
     },
     /// A direct notification from `POST /api/v1/notifications`: the event's title is the message's title and
     /// [`NotificationTask::text`] its body.
@@ -224,6 +228,8 @@ enum ReasonJson {
     },
     Digest {
         min_period_s: u64,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        resolved: u32,
     },
     Direct,
     Resolved,
@@ -288,7 +294,13 @@ impl From<Reason> for ReasonJson {
                 quiet_period_ms,
                 last_event_ms,
             },
-            Reason::Digest { min_period_s } => ReasonJson::Digest { min_period_s },
+            Reason::Digest {
+                min_period_s,
+                resolved,
+            } => ReasonJson::Digest {
+                min_period_s,
+                resolved,
+            },
             Reason::Direct => ReasonJson::Direct,
             Reason::Resolved => ReasonJson::Resolved,
             Reason::Acknowledged => ReasonJson::Acknowledged,
@@ -364,7 +376,13 @@ impl From<ReasonJson> for Reason {
                 quiet_period_ms,
                 last_event_ms,
             },
-            ReasonJson::Digest { min_period_s } => Reason::Digest { min_period_s },
+            ReasonJson::Digest {
+                min_period_s,
+                resolved,
+            } => Reason::Digest {
+                min_period_s,
+                resolved,
+            },
             ReasonJson::Direct => Reason::Direct,
             ReasonJson::Resolved => Reason::Resolved,
             ReasonJson::Acknowledged => Reason::Acknowledged,
@@ -381,6 +399,10 @@ impl From<ReasonJson> for Reason {
             },
         }
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One firing: the counter's answer to one (event, rule) hit that reached the rule's condition.
@@ -450,6 +472,10 @@ pub struct NotificationEvent {
     pub count: u64,
     /// Hawk's repetition id of the firing event, if any.
     pub repetition_id: Option<String>,
+    /// A resolved alert's entry in a digest or a quiet window's release: how long the alert was open, ms (its
+    /// `count` is then the alert's events). Absent otherwise, and from tasks of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_for_ms: Option<u64>,
 }
 
 /// Everything a sender needs to deliver one notification on one channel.
@@ -557,6 +583,7 @@ impl NotificationTask {
                     title: event.title.clone(),
                     count: f.count,
                     repetition_id: event.repetition_id.clone(),
+                    open_for_ms: None,
                 }],
                 text: None,
                 send_at_ms: None,
@@ -571,19 +598,17 @@ impl NotificationTask {
         }
     }
 
-    /// The one task of a claimed digest window: its id depends only on the window's (project, rule, channel,
-    /// start), so a recovered claim publishes the same notification; its events are sorted by count, highest
-    /// first, then by group.
+    /// The one task of a claimed digest window: what fired in it, then what resolved in it (an alert's resolve
+    /// on a digest channel joins the window like a firing), each part sorted by count, highest first, then by
+    /// group. Its id depends only on the window's (project, rule, channel, start), so a recovered claim
+    /// publishes the same notification.
     pub fn for_digest(
         w: &DigestWindow<'_>,
         fired_at_ms: i64,
-        mut events: Vec<NotificationEvent>,
+        fired: Vec<NotificationEvent>,
+        resolved: Vec<NotificationEvent>,
     ) -> NotificationTask {
-        events.sort_by(|a, b| {
-            b.count
-                .cmp(&a.count)
-                .then_with(|| a.group_hash.cmp(&b.group_hash))
-        });
+        let (events, _, resolved) = in_parts(fired, resolved);
         NotificationTask {
             notification_id: notification_id(
                 w.project_id,
@@ -601,6 +626,7 @@ impl NotificationTask {
             fired_at_ms,
             reason: Reason::Digest {
                 min_period_s: w.min_period_s,
+                resolved,
             },
             events,
             text: None,
@@ -611,6 +637,25 @@ impl NotificationTask {
     }
 }
 
+/// What fired, then what resolved, each part sorted by count (highest first), then by group; with the parts'
+/// lengths.
+fn in_parts(
+    mut fired: Vec<NotificationEvent>,
+    mut resolved: Vec<NotificationEvent>,
+) -> (Vec<NotificationEvent>, u32, u32) {
+    let order = |a: &NotificationEvent, b: &NotificationEvent| {
+        b.count
+            .cmp(&a.count)
+            .then_with(|| a.group_hash.cmp(&b.group_hash))
+    };
+    fired.sort_by(order);
+    resolved.sort_by(order);
+    let n = |v: &[NotificationEvent]| u32::try_from(v.len()).unwrap_or(u32::MAX);
+    let (f, r) = (n(&fired), n(&resolved));
+    fired.append(&mut resolved);
+    (fired, f, r)
+}
+
 impl NotificationTask {
     /// The one task of a quiet window's release on one channel (`quietHours`): what fired inside the window,
     /// then what resolved inside it, each part sorted by count, highest first, then by group. Its id depends
@@ -619,22 +664,15 @@ impl NotificationTask {
     pub fn for_held(
         w: &DigestWindow<'_>,
         fired_at_ms: i64,
-        mut fired: Vec<NotificationEvent>,
-        mut resolved: Vec<NotificationEvent>,
+        fired: Vec<NotificationEvent>,
+        resolved: Vec<NotificationEvent>,
     ) -> NotificationTask {
-        let order = |a: &NotificationEvent, b: &NotificationEvent| {
-            b.count
-                .cmp(&a.count)
-                .then_with(|| a.group_hash.cmp(&b.group_hash))
-        };
-        fired.sort_by(order);
-        resolved.sort_by(order);
+        let (events, fired, resolved) = in_parts(fired, resolved);
         let reason = Reason::QuietHours {
             until_ms: w.window_start_ms,
-            fired: u32::try_from(fired.len()).unwrap_or(u32::MAX),
-            resolved: u32::try_from(resolved.len()).unwrap_or(u32::MAX),
+            fired,
+            resolved,
         };
-        fired.append(&mut resolved);
         NotificationTask {
             notification_id: notification_id(
                 w.project_id,
@@ -651,7 +689,7 @@ impl NotificationTask {
             min_period_s: w.min_period_s,
             fired_at_ms,
             reason,
-            events: fired,
+            events,
             text: None,
             send_at_ms: None,
             alert: None,
@@ -659,13 +697,18 @@ impl NotificationTask {
         }
     }
 
-    /// A quiet window's release ([`Reason::QuietHours`]): its events that fired and those that resolved.
+    /// A message that lists what fired and what resolved: a quiet window's release ([`Reason::QuietHours`]), or
+    /// a digest that carries resolves ([`Reason::Digest`] with `resolved > 0`). Its events that fired and those
+    /// that resolved; `None` for any other task (a digest of firings only among them).
     pub fn held_parts(&self) -> Option<(&[NotificationEvent], &[NotificationEvent])> {
-        let Reason::QuietHours { fired, .. } = self.reason else {
-            return None;
+        let n = match self.reason {
+            Reason::QuietHours { fired, .. } => fired as usize,
+            Reason::Digest { resolved, .. } if resolved > 0 => {
+                self.events.len().saturating_sub(resolved as usize)
+            }
+            _ => return None,
         };
-        let n = (fired as usize).min(self.events.len());
-        Some(self.events.split_at(n))
+        Some(self.events.split_at(n.min(self.events.len())))
     }
 }
 
@@ -777,7 +820,10 @@ mod tests {
                 r#"{"type":"reappeared","quietPeriodMs":1000}"#,
             ),
             (
-                Reason::Digest { min_period_s: 60 },
+                Reason::Digest {
+                    min_period_s: 60,
+                    resolved: 0,
+                },
                 r#"{"type":"digest","minPeriodS":60}"#,
             ),
             (Reason::Direct, r#"{"type":"direct"}"#),
@@ -957,6 +1003,7 @@ mod tests {
                         title: "DB down".into(),
                         count: n,
                         repetition_id: rep.map(str::to_owned),
+                        open_for_ms: None,
                     }],
                     text: None,
                     send_at_ms: None,
@@ -975,6 +1022,7 @@ mod tests {
             title: format!("title {g}"),
             count: c,
             repetition_id: None,
+            open_for_ms: None,
         };
         let w = DigestWindow {
             project_id: "p1",
@@ -996,7 +1044,7 @@ mod tests {
             (vec![ev("z", 2), ev("b", 2), ev("m", 9)], vec!["m", "b", "z"]),
         ];
         for (events, order) in table {
-            let t = NotificationTask::for_digest(&w, 42, events.clone());
+            let t = NotificationTask::for_digest(&w, 42, events.clone(), vec![]);
             assert_eq!(t.notification_id, id);
             assert_eq!(
                 (t.project_id.as_str(), t.rule_id.as_str(), t.endpoint.as_str()),
@@ -1006,7 +1054,14 @@ mod tests {
                 (t.channel, t.min_period_s, t.fired_at_ms),
                 (ChannelKind::Telegram, 60, 42)
             );
-            assert_eq!(t.reason, Reason::Digest { min_period_s: 60 });
+            assert_eq!(
+                t.reason,
+                Reason::Digest {
+                    min_period_s: 60,
+                    resolved: 0
+                }
+            );
+            assert_eq!(t.held_parts(), None, "a digest of firings only");
             assert_eq!(t.project_name.as_deref(), Some("Acme"));
             assert_eq!((t.text, t.send_at_ms), (None, None));
             let groups: Vec<&str> = t.events.iter().map(|e| e.group_hash.as_str()).collect();
@@ -1018,8 +1073,32 @@ mod tests {
             ..w
         };
         assert_ne!(
-            NotificationTask::for_digest(&later, 42, vec![]).notification_id,
+            NotificationTask::for_digest(&later, 42, vec![], vec![]).notification_id,
             id
+        );
+        // what resolved in the window comes after what fired, each part sorted; the same group may be in both
+        let t =
+            NotificationTask::for_digest(&w, 42, vec![ev("a", 1), ev("b", 5)], vec![ev("c", 2), ev("a", 9)]);
+        assert_eq!(t.notification_id, id, "the window's one notification");
+        assert_eq!(
+            t.reason,
+            Reason::Digest {
+                min_period_s: 60,
+                resolved: 2
+            }
+        );
+        let groups: Vec<&str> = t.events.iter().map(|e| e.group_hash.as_str()).collect();
+        assert_eq!(groups, ["b", "a", "a", "c"]);
+        let (fired, resolved) = t.held_parts().expect("parts");
+        assert_eq!((fired.len(), resolved[0].count), (2, 9));
+        let json = serde_json::to_value(&t).expect("json");
+        assert_eq!(
+            json["reason"],
+            serde_json::json!({"type": "digest", "minPeriodS": 60, "resolved": 2})
+        );
+        assert_eq!(
+            serde_json::from_value::<NotificationTask>(json).expect("a task"),
+            t
         );
     }
 
@@ -1107,6 +1186,7 @@ mod tests {
                 title: "t".into(),
                 count: 100,
                 repetition_id: None,
+                open_for_ms: None,
             }],
             text: None,
             send_at_ms: None,

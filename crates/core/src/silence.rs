@@ -78,6 +78,7 @@ impl Silence<'_> {
                     title: self.title(),
                     count: 0,
                     repetition_id: None,
+                    open_for_ms: None,
                 }],
                 text: None,
                 send_at_ms: None,

@@ -1,9 +1,9 @@
--- digest_append.lua: the leading-edge decision for one firing on a channel with `minPeriod > 0`: send it at once
--- (the channel is quiet), or add it to the digest buffer of the (project, rule, channel) and say whether the caller
--- must schedule the window's flush.
+-- digest_append.lua: the leading-edge decision for one firing (or an alert's resolve) on a channel with
+-- `minPeriod > 0`: send it at once (the channel is quiet), or add it to the digest buffer of the (project, rule,
+-- channel) and say whether the caller must schedule the window's flush.
 --
 -- KEYS[1]  hash   `<ns>:{dg:<project>:<rule>:<channel>}:win`  {start = window start ms, opener = notification id}
--- KEYS[2]  hash   `…:buf`  groupHash -> cjson {count, title, repetitionId}, merged by max count
+-- KEYS[2]  hash   `…:buf`  entry -> cjson {count, title, repetitionId, openForMs?}, merged by max count
 -- KEYS[3]  zset   `…:idz`  notification ids appended in the last `minPeriod` + 10 minutes, scored by append time
 --                  (idempotence of redelivered firings; bounded by the firing rate, not by how long the channel
 --                  stays busy: older ids are trimmed on every append)
@@ -11,22 +11,25 @@
 --                  firing sent at once}; expires `minPeriod` after `at` (a quiet channel has none)
 -- ARGV[1]  now in ms, or '' to read the server's TIME
 -- ARGV[2]  notification id of the firing
--- ARGV[3]  groupHash
+-- ARGV[3]  the entry: its kind, then the group (`f:<group>` fired, `r:<group>` resolved; a buffer of an earlier
+--          version holds bare groups, all fired)
 -- ARGV[4]  count
 -- ARGV[5]  title
 -- ARGV[6]  repetition id, '' when none
 -- ARGV[7]  min period in ms (> 0)
 -- ARGV[8]  most groups kept per window (later new groups are ignored; existing ones still merge)
 -- ARGV[9]  keep ms: how long keys live after the last append (safety net; the flush normally deletes them)
--- ARGV[10] hold-until ms, or '' (absent) for a digest. Set: a quiet window (`quietHours`) holds the firing until
+-- ARGV[10] hold-until ms, or '' (or absent) for a digest. Set: a quiet window (`quietHours`) holds the firing until
 --          this time, on the hold's sibling keys (`…:quiet:*`, same hash tag): the window is due at exactly that
 --          time (its `start` is the due time and the caller claims it with a period of 0), ARGV[7] is unused, the
---          ids are kept until the window is due (no trimming), and `…:last` is neither read nor written. ARGV[3]
---          carries the entry's kind before the group (`f:<group>` fired, `r:<group>` resolved).
+--          ids are kept until the window is due (no trimming), and `…:last` is neither read nor written.
+-- ARGV[11] a resolved entry's open-for ms (how long its alert was open), kept as `openForMs`; '' (or absent)
+--          otherwise
 --
 -- Returns {action, start_ms, now_ms}:
---   action = 2: send this firing now, alone (leading edge): no message on the channel in the last `minPeriod` and
---               no window open. Also returned for the redelivery of that firing (same id: the sender dedups).
+--   action = 2: send this firing (or resolve) now, alone (leading edge): no message on the channel in the last
+--               `minPeriod` and no window open. Also returned for the redelivery of that message (same id: the
+--               sender dedups).
 --   action = 1: buffered, and the caller schedules the window's flush at start + minPeriod, where start is the
 --               time of the previous message (so the digest goes out `minPeriod` after it). Also for the
 --               redelivery of the append that opened the window, and for a window overdue by more than a minute
@@ -64,7 +67,11 @@ local function buffer(expire)
   if keepit then
     local rep = ARGV[6]
     if rep == '' then rep = cjson.null end
-    redis.call('HSET', KEYS[2], group, cjson.encode({count = count, title = ARGV[5], repetitionId = rep}))
+    local entry = {count = count, title = ARGV[5], repetitionId = rep}
+    if ARGV[11] and ARGV[11] ~= '' then
+      entry['openForMs'] = tonumber(ARGV[11])
+    end
+    redis.call('HSET', KEYS[2], group, cjson.encode(entry))
   end
   redis.call('PEXPIRE', KEYS[1], expire)
   -- (a no-op when nothing is buffered: PEXPIRE of a missing key does nothing)

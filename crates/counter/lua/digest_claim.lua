@@ -14,7 +14,8 @@
 -- ARGV[5]  keep ms: how long a claimed record survives if it is never completed
 --
 -- Returns one of
---   {'claimed', now_ms, g_1, count_1, title_1, rep_1, …}  the caller publishes the digest (rep '' = none);
+--   {'claimed', now_ms, g_1, count_1, title_1, rep_1, open_1, …}  the caller publishes the digest (rep '' = none;
+--          open: a resolved entry's open-for ms, -1 = none);
 --          also returned when a claimed record whose lease expired is recovered (a flusher crashed)
 --   {'busy', ms}   another flusher holds the lease for ms more: try again later
 --   {'early', ms}  the window is not due for ms more: try again later
@@ -40,6 +41,9 @@ local function reply()
     out[#out + 1] = tonumber(e['count'])
     out[#out + 1] = e['title']
     out[#out + 1] = rep
+    local open = e['openForMs']
+    if open == nil or open == cjson.null then open = -1 end
+    out[#out + 1] = open
   end
   return out
 end

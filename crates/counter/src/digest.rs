@@ -6,10 +6,15 @@
 //! `…:win` (window start and opener), `…:buf` (groups), `…:ids` (appended notification ids),
 //! `…:claim:<start>` and `…:lease:<start>` (a claimed window until its digest is published).
 //!
+//! A window's entries are what fired and what resolved inside it ([`HeldEntry`]): each buffered field is the
+//! group after its kind (`f:<group>`, `r:<group>`), so one group can be listed as fired and as resolved in the
+//! same window, and a tenant's group that happens to start with `r:` is still a firing (`f:r:…`).
+//! [`HeldClaim::of`] splits a claim's entries again.
+//!
 //! Quiet hours (`quietHours`) hold firings with the same scripts on sibling keys under `…:quiet` (same hash
 //! tag): [`Digests::hold_all`] appends with an explicit due time (the window's end) instead of a leading edge
 //! and `start + minPeriod`, [`Digests::claim_held`] takes the hold when it is due, [`Digests::done_held`]
-//! completes it. A hold's entries are what fired and what resolved inside the window ([`HeldEntry`]).
+//! completes it.
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -46,20 +51,23 @@ pub struct DigestKey<'a> {
     pub channel: ChannelKind,
 }
 
-/// One firing to add to its digest ([`Digests::append_all`]).
+/// One firing (or resolve) to add to its digest ([`Digests::append_all`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Append<'a> {
     /// Which digest.
     pub key: DigestKey<'a>,
-    /// The firing's notification id: appending it again changes nothing.
+    /// The message's notification id: appending it again changes nothing.
     pub notification_id: &'a str,
-    /// The firing's group.
+    /// Its group (title, count: the largest count of a (kind, group) is kept).
     pub event: &'a NotificationEvent,
     /// The channel's digest period, seconds.
     pub min_period_s: u64,
+    /// A firing, or an alert's resolve ("digests carry resolves like firings"): the same leading edge and
+    /// window, listed apart in the digest.
+    pub entry: HeldEntry,
 }
 
-/// What a quiet window holds of an alert ([`Hold`]).
+/// What a digest window or a quiet window holds of an alert ([`Append`], [`Hold`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HeldEntry {
     /// It fired (or was still firing: a reminder held) inside the window.
@@ -93,7 +101,7 @@ pub struct Hold<'a> {
     pub until_ms: i64,
 }
 
-/// What [`Digests::claim_held`] took: the hold's entries, split by kind.
+/// What [`Digests::claim`] or [`Digests::claim_held`] took: the window's entries, split by kind.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct HeldClaim {
     /// What fired (or was still firing) inside the window.
@@ -103,19 +111,20 @@ pub struct HeldClaim {
 }
 
 impl HeldClaim {
-    /// Splits a claimed hold's entries by their kind prefix (an entry without one is ignored: not ours).
+    /// Splits a claimed window's entries by their kind prefix. An entry without one is a firing buffered by an
+    /// earlier version, whose digests held firings only under their bare group.
     pub fn of(events: Vec<NotificationEvent>) -> HeldClaim {
         let mut out = HeldClaim::default();
         for mut e in events {
-            let (list, rest) = if let Some(g) = e.group_hash.strip_prefix(HeldEntry::Fired.prefix()) {
-                (&mut out.fired, g.to_owned())
-            } else if let Some(g) = e.group_hash.strip_prefix(HeldEntry::Resolved.prefix()) {
-                (&mut out.resolved, g.to_owned())
+            if let Some(g) = e.group_hash.strip_prefix(HeldEntry::Resolved.prefix()) {
+                e.group_hash = g.to_owned();
+                out.resolved.push(e);
             } else {
-                continue;
-            };
-            e.group_hash = rest;
-            list.push(e);
+                if let Some(g) = e.group_hash.strip_prefix(HeldEntry::Fired.prefix()) {
+                    e.group_hash = g.to_owned();
+                }
+                out.fired.push(e);
+            }
         }
         out
     }
@@ -154,8 +163,9 @@ impl Appended {
 /// What [`Digests::claim`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
-    /// This caller owns the window: publish one digest of `events` (possibly empty), then call
-    /// [`Digests::done`]. Also returned when a crashed flusher's claim is recovered.
+    /// This caller owns the window: publish one digest of `events` (possibly empty; each group after its kind,
+    /// [`HeldClaim::of`] splits them), then call [`Digests::done`]. Also returned when a crashed flusher's claim
+    /// is recovered.
     Claimed {
         /// Now, on the Redis clock.
         now_ms: i64,
@@ -235,6 +245,7 @@ impl Digests {
             notification_id,
             event,
             min_period_s,
+            entry: HeldEntry::Fired,
         };
         let mut answers = self.append_all(&[firing], now_ms).await?;
         answers
@@ -257,7 +268,7 @@ impl Digests {
             .map(|f| AppendCall {
                 base: self.key_base(&f.key),
                 notification_id: f.notification_id,
-                group: f.event.group_hash.clone(),
+                group: format!("{}{}", f.entry.prefix(), f.event.group_hash),
                 event: f.event,
                 period_ms: period_ms(f.min_period_s),
                 until_ms: None,
@@ -325,10 +336,9 @@ impl Digests {
                     .arg(f.event.repetition_id.as_deref().unwrap_or(""))
                     .arg(f.period_ms)
                     .arg(DIGEST_MAX_GROUPS)
-                    .arg(ms(KEEP));
-                if let Some(until) = f.until_ms {
-                    cmd.arg(until);
-                }
+                    .arg(ms(KEEP))
+                    .arg(f.until_ms.map_or(String::new(), |u| u.to_string()))
+                    .arg(f.event.open_for_ms.map_or(String::new(), |o| o.to_string()));
                 ScriptCall {
                     script: &APPEND,
                     name: S,
@@ -425,17 +435,20 @@ impl Digests {
             "claimed" => {
                 let now_ms = int(reply.get(1).ok_or_else(|| bad(S, "missing now"))?, S)?;
                 let rest = &reply[2..];
-                if rest.len() % 4 != 0 {
-                    return Err(bad(S, "entries are not groups of four"));
+                if rest.len() % 5 != 0 {
+                    return Err(bad(S, "entries are not groups of five"));
                 }
-                let mut events = Vec::with_capacity(rest.len() / 4);
-                for e in rest.chunks_exact(4) {
+                let mut events = Vec::with_capacity(rest.len() / 5);
+                for e in rest.chunks_exact(5) {
                     let rep = text(&e[3], S)?;
+                    let open = int(&e[4], S)?;
                     events.push(NotificationEvent {
                         group_hash: text(&e[0], S)?,
                         count: u64::try_from(int(&e[1], S)?).unwrap_or(0),
                         title: text(&e[2], S)?,
                         repetition_id: (!rep.is_empty()).then_some(rep),
+                        // -1: none kept (a firing, or an entry of an earlier version)
+                        open_for_ms: u64::try_from(open).ok(),
                     });
                 }
                 Ok(Claim::Claimed { now_ms, events })

@@ -19,14 +19,26 @@ fn ev(group: &str, count: u64) -> NotificationEvent {
         title: format!("Error in {group}"),
         count,
         repetition_id: (group == "g1").then(|| "rep-1".to_owned()),
+        open_for_ms: None,
     }
 }
 
+/// What a claimed digest window fired (it resolved nothing), by group.
 fn sorted(claim: Claim) -> Vec<NotificationEvent> {
+    let (mut fired, resolved) = split(claim);
+    assert_eq!(resolved, [], "nothing resolved");
+    fired.sort_by(|a, b| a.group_hash.cmp(&b.group_hash));
+    fired
+}
+
+/// What a claimed digest window fired and resolved, each by group.
+fn split(claim: Claim) -> (Vec<NotificationEvent>, Vec<NotificationEvent>) {
     match claim {
-        Claim::Claimed { mut events, .. } => {
-            events.sort_by(|a, b| a.group_hash.cmp(&b.group_hash));
-            events
+        Claim::Claimed { events, .. } => {
+            let mut c = klaxon_counter::HeldClaim::of(events);
+            c.fired.sort_by(|a, b| a.group_hash.cmp(&b.group_hash));
+            c.resolved.sort_by(|a, b| a.group_hash.cmp(&b.group_hash));
+            (c.fired, c.resolved)
         }
         other => panic!("expected a claim, got {other:?}"),
     }
@@ -82,6 +94,87 @@ async fn leading_edge_then_one_window_merged_and_claimed_once() {
         // a full minPeriod after the last digest with nothing fired: quiet again, the next firing goes at once
         let c = d.append(&KEY, "n6", &ev("g4", 1), 2, Some(t0 + 6000)).await.expect("append");
         assert!(c.send_now, "{c:?}");
+    })
+    .await;
+}
+
+/// Digests carry resolves like firings: a resolve on a quiet channel goes out at once (and starts the quiet
+/// period), one inside `minPeriod` joins the window (opening it like a firing would), a redelivered resolve
+/// appends nothing twice, and the claim lists what fired and what resolved apart, the same group in both when it
+/// fired and resolved in one window, a resolved entry with how long its alert was open. A tenant's group that
+/// starts with `r:` is still a firing, and a bare entry (buffered by an earlier version) reads as fired.
+#[tokio::test]
+async fn resolves_join_the_digest_like_firings() {
+    use klaxon_counter::{Append, HeldEntry};
+    common::on_both(|env| async move {
+        let d = Digests::new(env.redis.clone(), &env.ns);
+        let t0 = 3_000_000;
+        let one = |id: &'static str, e: &NotificationEvent, entry: HeldEntry, at: i64| {
+            let (d, e) = (d.clone(), e.clone());
+            async move {
+                let a = Append {
+                    key: KEY,
+                    notification_id: id,
+                    event: &e,
+                    min_period_s: 60,
+                    entry,
+                };
+                d.append_all(&[a], Some(at)).await.expect("append").remove(0)
+            }
+        };
+        // a resolve on a quiet channel: at once, alone; the channel is busy for minPeriod after it
+        let lead = one("res-a", &ev("ga", 40), HeldEntry::Resolved, t0).await;
+        assert!(
+            lead.send_now && !lead.schedule_flush,
+            "[{}] {lead:?}",
+            env.topology
+        );
+        // a firing right after it opens the window, due minPeriod after the resolve
+        let f = one("fire-b", &ev("gb", 7), HeldEntry::Fired, t0 + 10).await;
+        assert!(f.schedule_flush && !f.send_now);
+        assert_eq!(f.window_start_ms, t0);
+        // its resolve joins the same window (fired and resolved in one window); so does a tenant's `r:` group
+        let open = NotificationEvent {
+            open_for_ms: Some(8_045_000),
+            ..ev("gb", 9)
+        };
+        let r = one("res-b", &open, HeldEntry::Resolved, t0 + 20).await;
+        assert!(!r.schedule_flush && !r.send_now);
+        assert_eq!(r.window_start_ms, t0);
+        one("fire-rx", &ev("r:x", 2), HeldEntry::Fired, t0 + 30).await;
+        // redelivered (a timer that came back): nothing twice, nothing sent
+        let again = one("res-b", &ev("gb", 99), HeldEntry::Resolved, t0 + 40).await;
+        assert!(!again.schedule_flush && !again.send_now);
+        // the redelivered leading resolve is sent again (same id: the sender drops the copy)
+        assert!(
+            one("res-a", &ev("ga", 40), HeldEntry::Resolved, t0 + 50)
+                .await
+                .send_now
+        );
+        // an entry an earlier version buffered under its bare group
+        let mut conn = env.redis.clone();
+        let _: i64 = redis::cmd("HSET")
+            .arg(format!("{}:buf", d.key_base(&KEY)))
+            .arg("old")
+            .arg(r#"{"count":4,"title":"Error in old","repetitionId":null}"#)
+            .query_async(&mut conn)
+            .await
+            .expect("hset");
+
+        let (fired, resolved) = split(d.claim(&KEY, t0, 60, Some(t0 + 60_000)).await.expect("claim"));
+        assert_eq!(
+            fired,
+            vec![ev("gb", 7), ev("old", 4), ev("r:x", 2)],
+            "[{}]",
+            env.topology
+        );
+        // a resolved entry keeps how long its alert was open
+        assert_eq!(resolved, vec![open], "[{}]", env.topology);
+        d.done(&KEY, t0).await.expect("done");
+        assert_eq!(
+            d.claim(&KEY, t0, 60, Some(t0 + 60_001)).await.expect("claim"),
+            Claim::Gone
+        );
     })
     .await;
 }
@@ -185,6 +278,7 @@ async fn huge_titles_are_shortened_when_buffered() {
                 title: title.clone(),
                 count: 1,
                 repetition_id: None,
+                open_for_ms: None,
             };
             let a = d
                 .append(&key, &format!("h{i}"), &e, 60, Some(t0 + i))
@@ -236,6 +330,7 @@ fn appends<'a>(
             notification_id: id,
             event,
             min_period_s: 60,
+            entry: klaxon_counter::HeldEntry::Fired,
         })
         .collect()
 }

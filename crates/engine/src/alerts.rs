@@ -11,6 +11,8 @@
 //! timer loop: Alerts::resolve_due ──NotDue{at}──▶ the timer again, due at `at`
 //!                                 ──Done / AlreadyResolved──▶ lifecycle tasks (Reason::Resolved), one per channel
 //!                                    that delivered the firing ──publish, confirmed──▶ ack the timer
+//!                                    (a channel in a quiet window: held into its release, crate::quiet; a
+//!                                     channel with `minPeriod > 0`: through its digest, crate::digest)
 //!                                 ──Never / NotFound──▶ ack
 //! ```
 //!
@@ -495,10 +497,11 @@ pub struct TimerDeps {
     pub topology: Topology,
     /// Alert state in Redis.
     pub alerts: Alerts,
-    /// Quiet-hours holds in Redis: a resolve or a reminder inside a quiet window is held into its release.
+    /// Quiet-hours holds and digests in Redis: a resolve or a reminder inside a quiet window is held into its
+    /// release; a resolve on a channel with `minPeriod > 0` goes through the channel's digest.
     pub digests: klaxon_counter::Digests,
     /// Rules, cached: an escalation step's channels are read from the rule when the step is due, and a
-    /// rule's quiet hours when a resolve or reminder is.
+    /// rule's quiet hours (and, for a resolve, its channels' `minPeriod`) when a resolve or reminder is.
     pub rules: klaxon_store::RuleCache,
     /// Mutes: a due reminder or step of a muted (rule, group) is silenced ([`OnCallDue::under_mute`]).
     pub mutes: klaxon_counter::Mutes,
@@ -663,16 +666,28 @@ async fn due(deps: &TimerDeps, publisher: &Publisher, delivery: &Delivery) -> Re
     let channels = tasks.len();
     // inside a quiet window the resolve is held into the window's release (crate::quiet); a redelivered timer
     // holds nothing twice, and one whose window ended meanwhile is sent
-    let quiet = quiet_of(deps, &alert).await?;
-    let split = crate::quiet::split(tasks, quiet.as_ref(), at_ms);
-    let tasks = crate::quiet::hold_lifecycle(
+    let rule = rule_now(deps, &alert).await?;
+    let (now, held) = crate::quiet::split(tasks, rule.quiet.as_ref(), at_ms);
+    // outside it, a channel with a digest period carries the resolve in its digest like a firing (at once on a
+    // quiet channel; crate::digest): appended in one round trip, idempotent per notification id
+    let (now, digested) = crate::digest::split_resolves(now, deps.output, |t| rule.min_period_s(t.channel));
+    let appended = crate::digest::append(&deps.digests, &deps.topology, &[], &digested)
+        .await
+        .inspect_err(|_| RedisFailed.emit())?;
+    if !appended.flushes.is_empty() {
+        publisher
+            .publish_delayed(&deps.topology.delay(), &appended.flushes)
+            .await?;
+    }
+    let mut tasks = crate::quiet::hold_lifecycle(
         &deps.digests,
         &deps.topology,
         publisher,
-        split,
+        (now, held),
         klaxon_counter::HeldEntry::Resolved,
     )
     .await?;
+    tasks.extend(appended.send_now);
     let mut out = Vec::with_capacity(tasks.len());
     for task in &tasks {
         // shadow mode: recorded (and counted) by dispatch instead of published
@@ -780,7 +795,7 @@ async fn on_call_due(deps: &TimerDeps, publisher: &Publisher, timer: &Timer) -> 
     // inside a quiet window: a reminder is held into the window's release, an escalation step is sent to its
     // bypassed channels now and deferred for the others to the window's end (crate::quiet)
     let quiet = match (&alert, tasks.is_empty()) {
-        (Some(a), false) => quiet_of(deps, a).await?,
+        (Some(a), false) => rule_now(deps, a).await?.quiet,
         _ => None,
     };
     let (tasks, deferred) = match timer.what {
@@ -833,23 +848,39 @@ async fn on_call_due(deps: &TimerDeps, publisher: &Publisher, timer: &Timer) -> 
     Ok(())
 }
 
-/// The quiet hours of `alert`'s rule now (through the rule cache); `None` when it has none, or the rule was
-/// deleted or switched off since.
-async fn quiet_of(
-    deps: &TimerDeps,
-    alert: &Alert,
-) -> Result<Option<klaxon_core::oncall::QuietHours>, EngineError> {
+/// What `alert`'s rule says now (through the rule cache) of where its lifecycle messages go: its quiet hours and
+/// its channels' digest periods. Nothing when the rule was deleted or switched off since: sent at once.
+#[derive(Default)]
+struct RuleNow {
+    /// Its quiet hours, when it has any.
+    quiet: Option<klaxon_core::oncall::QuietHours>,
+    /// Its channels' `minPeriod`, seconds.
+    min_periods: Vec<(klaxon_core::ChannelKind, u64)>,
+}
+
+impl RuleNow {
+    /// The rule's `minPeriod` for `channel` now (0: none, or the channel is gone).
+    fn min_period_s(&self, channel: klaxon_core::ChannelKind) -> u64 {
+        self.min_periods
+            .iter()
+            .find(|(c, _)| *c == channel)
+            .map_or(0, |(_, p)| *p)
+    }
+}
+
+async fn rule_now(deps: &TimerDeps, alert: &Alert) -> Result<RuleNow, EngineError> {
     let rules = deps
         .rules
         .get(&alert.project_id)
         .await
         .inspect_err(|_| RulesUnavailable.emit())?;
-    Ok(rules
-        .rules
-        .iter()
-        .find(|r| r.id == alert.rule_id && r.enabled)
-        .map(|r| r.quiet_hours.clone())
-        .filter(|q| !q.is_empty()))
+    let Some(rule) = rules.rules.iter().find(|r| r.id == alert.rule_id && r.enabled) else {
+        return Ok(RuleNow::default());
+    };
+    Ok(RuleNow {
+        quiet: Some(rule.quiet_hours.clone()).filter(|q| !q.is_empty()),
+        min_periods: rule.channels.iter().map(|c| (c.kind, c.min_period_s)).collect(),
+    })
 }
 
 /// Whether a mute matches `alert`'s (rule, group) at `now_ms` (the project's mutes, at most the limit, as the

@@ -24,6 +24,14 @@
 //!   if the flusher dies in between, the flush message comes back and the record is recovered once the lease
 //!   ran out, so the same notification (same id) is published — the sender drops a duplicate.
 //! * A flush that finds the window not due yet, or busy, is re-scheduled through the delay engine.
+//! * **Resolves** ride the same path ("digests carry resolves like firings"): an alert's resolve on a channel
+//!   whose rule now has `minPeriod > 0` ([`split_resolves`]) is appended as a resolved entry (`r:<group>`; a
+//!   firing is `f:<group>`): on a quiet channel it goes out at once as the ordinary resolved message and starts
+//!   the quiet period, inside `minPeriod` it joins the window, which then lists what fired and what resolved
+//!   (a group that fired and resolved in one window is listed in both parts). PagerDuty is never given a
+//!   resolve to digest (its incident must close on the firing's `dedup_key`), nor is `--output hawk` (Hawk's
+//!   senders know firings only). Acknowledgements, reminders, escalations and resolves by hand are sent at once:
+//!   they are steps of a conversation someone is having, not events to coalesce.
 //!
 //! Fault injection (cargo feature `fault-injection`, tests only): `DigestDeps::faults` can make the flush
 //! loop abort the process right after a successful claim, before publishing (used by the
@@ -36,7 +44,7 @@ use std::time::Duration;
 use klaxon_broker::{set_aside, Delivery, Outgoing, Publisher, Topology};
 use klaxon_core::notification::{notification_id, DigestWindow, NotificationTask};
 use klaxon_core::{ChannelKind, NotificationEvent};
-use klaxon_counter::{Append, Claim, DigestKey, Digests};
+use klaxon_counter::{Append, Claim, DigestKey, Digests, HeldClaim, HeldEntry};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
@@ -194,10 +202,10 @@ impl Flush {
         }
     }
 
-    /// The one notification of this window ([`NotificationTask::for_digest`]): its id depends only on
-    /// (project, rule, channel, window start).
-    fn task(&self, fired_at_ms: i64, events: Vec<klaxon_core::NotificationEvent>) -> NotificationTask {
-        NotificationTask::for_digest(&self.window(), fired_at_ms, events)
+    /// The one notification of this window ([`NotificationTask::for_digest`]): what fired, then what resolved;
+    /// its id depends only on (project, rule, channel, window start).
+    fn task(&self, fired_at_ms: i64, claim: HeldClaim) -> NotificationTask {
+        NotificationTask::for_digest(&self.window(), fired_at_ms, claim.fired, claim.resolved)
     }
 }
 
@@ -209,14 +217,31 @@ pub(crate) async fn append_firings(
     topology: &Topology,
     firings: &[NotificationTask],
 ) -> Result<Appended, EngineError> {
-    // A firing's task carries its one group (NotificationTask::for_firing); each (task, group) is one append.
-    let groups: Vec<(&NotificationTask, &NotificationEvent)> = firings
+    append(digests, topology, firings, &[]).await
+}
+
+/// [`append_firings`] with resolves ([`split_resolves`]) beside the firings, in the same round trip: a resolve
+/// goes through its channel's digest exactly as a firing does, as a resolved entry.
+pub(crate) async fn append(
+    digests: &Digests,
+    topology: &Topology,
+    firings: &[NotificationTask],
+    resolves: &[NotificationTask],
+) -> Result<Appended, EngineError> {
+    // A firing's (and a resolve's) task carries its one group (NotificationTask::for_firing, for_alert); each
+    // (task, group) is one append.
+    let groups: Vec<(&NotificationTask, &NotificationEvent, HeldEntry)> = firings
         .iter()
-        .flat_map(|t| t.events.iter().map(move |e| (t, e)))
+        .map(|t| (t, HeldEntry::Fired))
+        .chain(resolves.iter().map(|t| (t, HeldEntry::Resolved)))
+        .flat_map(|(t, entry)| t.events.iter().map(move |e| (t, e, entry)))
         .collect();
+    if groups.is_empty() {
+        return Ok(Appended::default());
+    }
     let appends: Vec<Append<'_>> = groups
         .iter()
-        .map(|(t, e)| Append {
+        .map(|(t, e, entry)| Append {
             key: DigestKey {
                 project_id: &t.project_id,
                 rule_id: &t.rule_id,
@@ -225,11 +250,57 @@ pub(crate) async fn append_firings(
             notification_id: &t.notification_id,
             event: e,
             min_period_s: t.min_period_s,
+            entry: *entry,
         })
         .collect();
     let answers = digests.append_all(&appends, None).await?;
-    let groups = groups.into_iter().map(|(t, _)| t);
+    let groups = groups.into_iter().map(|(t, _, _)| t);
     Ok(after_append(topology, groups.zip(answers)))
+}
+
+/// How long a resolved task's alert was open (the task's time minus the alert's opening), ms: what its entry in
+/// a digest or a quiet release shows beside the alert's events.
+pub(crate) fn open_for_ms(task: &NotificationTask) -> Option<u64> {
+    let a = task.alert.as_ref()?;
+    u64::try_from(task.fired_at_ms.saturating_sub(a.opened_at_ms)).ok()
+}
+
+/// Makes a resolved task's group an entry of a digest ([`open_for_ms`]).
+fn as_resolved_entry(task: &mut NotificationTask) {
+    let open = open_for_ms(task);
+    for e in &mut task.events {
+        e.open_for_ms = open;
+    }
+}
+
+/// Splits an alert's resolved tasks (one per channel that delivered its firing, `klaxon_core::alert::
+/// lifecycle_tasks`) into those sent now and those that go through their channel's digest: a task whose
+/// `min_period_s(task)` (its rule's `minPeriod` for its channel now; 0 when the rule or the channel is gone)
+/// is positive, except PagerDuty (its incident closes on the firing's `dedup_key`, at once) and with
+/// `--output hawk` (Hawk's senders know firings only: the resolve is counted as not sent, as before). The
+/// digested tasks carry the channel's period, as a firing's do. Any other task is sent now. Pure.
+pub(crate) fn split_resolves(
+    tasks: Vec<NotificationTask>,
+    output: sink::Output,
+    min_period_s: impl Fn(&NotificationTask) -> u64,
+) -> (Vec<NotificationTask>, Vec<NotificationTask>) {
+    let mut now = Vec::with_capacity(tasks.len());
+    let mut digested = Vec::new();
+    for mut task in tasks {
+        let period = min_period_s(&task);
+        if period > 0
+            && task.reason == klaxon_core::Reason::Resolved
+            && task.channel != ChannelKind::Pagerduty
+            && output != sink::Output::Hawk
+        {
+            task.min_period_s = period;
+            as_resolved_entry(&mut task);
+            digested.push(task);
+        } else {
+            now.push(task);
+        }
+    }
+    (now, digested)
 }
 
 /// What the digests' answers mean for the firings ([`append_firings`]), pure: a firing the digest says to send
@@ -268,14 +339,19 @@ pub(crate) struct Appended {
 
 impl Appended {
     /// Adds `t` to [`Appended::send_now`] unless it is the task just added: a task answered "send now" for
-    /// several of its groups goes out once.
+    /// several of its groups goes out once, as itself (a resolve is then the ordinary resolved message, not a
+    /// digest's entry: [`as_resolved_entry`] is undone).
     pub(crate) fn send_once(&mut self, t: &NotificationTask) {
         if self
             .send_now
             .last()
             .is_none_or(|s| s.notification_id != t.notification_id)
         {
-            self.send_now.push(t.clone());
+            let mut t = t.clone();
+            for e in &mut t.events {
+                e.open_for_ms = None;
+            }
+            self.send_now.push(t);
         }
     }
 }
@@ -371,8 +447,13 @@ async fn flush(deps: &DigestDeps, publisher: &Publisher, delivery: &Delivery) ->
                 crate::quiet::release(deps, publisher, &f, now_ms, events).await?;
                 return Ok(());
             }
-            if !events.is_empty() {
-                let task = f.task(now_ms, events);
+            let mut claim = HeldClaim::of(events);
+            if deps.output == sink::Output::Hawk {
+                // Hawk's senders know firings only: no resolve is appended then, and none is sent
+                claim.resolved.clear();
+            }
+            if !claim.is_empty() {
+                let task = f.task(now_ms, claim);
                 // shadow mode: recorded (and counted) by dispatch instead of published
                 if let Some(msg) = sink::dispatch(&deps.topology, deps.output, &deps.trail, &task)? {
                     publisher.publish_all(&[msg]).await?;
@@ -439,7 +520,10 @@ mod tests {
             })
         );
         // the window's digest shows the name of the project
-        assert_eq!(f.task(1, vec![]).project_name.as_deref(), Some("Acme"));
+        assert_eq!(
+            f.task(1, HeldClaim::default()).project_name.as_deref(),
+            Some("Acme")
+        );
         // a flush message of an earlier version has no name: its digest shows the id
         let old = br#"{"projectId":"p","ruleId":"r","channel":"telegram","endpoint":"123","minPeriodS":60,"windowStartMs":1700000000000}"#;
         let parsed = Flush::parse(old).expect("an earlier flush message");
@@ -450,7 +534,7 @@ mod tests {
                 ..flush()
             }
         );
-        assert_eq!(parsed.task(1, vec![]).project_name, None);
+        assert_eq!(parsed.task(1, HeldClaim::default()).project_name, None);
         for bad in [&b"nope"[..], br#"{"projectId":"p"}"#, br#"{"projectId":"p","ruleId":"r","channel":"fax","endpoint":"","minPeriodS":1,"windowStartMs":1}"#, br#"{"projectId":"p","ruleId":"r","channel":"email","endpoint":"","minPeriodS":0,"windowStartMs":1}"#] {
             assert!(Flush::parse(bad).is_err());
         }
@@ -463,17 +547,48 @@ mod tests {
             title: g.into(),
             count: c,
             repetition_id: None,
+            open_for_ms: None,
         };
         let f = flush();
-        let a = f.task(1, vec![ev("a", 1), ev("b", 5), ev("c", 3)]);
-        let b = f.task(2, vec![ev("c", 3), ev("a", 1), ev("b", 5)]);
+        let fired = |events| HeldClaim {
+            fired: events,
+            resolved: vec![],
+        };
+        let a = f.task(1, fired(vec![ev("a", 1), ev("b", 5), ev("c", 3)]));
+        let b = f.task(2, fired(vec![ev("c", 3), ev("a", 1), ev("b", 5)]));
         assert_eq!(a.notification_id, b.notification_id);
         assert_eq!(a.events, b.events);
         assert_eq!(a.events[0].group_hash, "b");
-        assert_eq!(a.reason, Reason::Digest { min_period_s: 60 });
+        assert_eq!(
+            a.reason,
+            Reason::Digest {
+                min_period_s: 60,
+                resolved: 0
+            }
+        );
+        // a window that also saw resolves lists them after what fired, in the same notification
+        let with = f.task(
+            3,
+            HeldClaim {
+                fired: vec![ev("a", 1)],
+                resolved: vec![ev("b", 5)],
+            },
+        );
+        assert_eq!(with.notification_id, a.notification_id);
+        assert_eq!(
+            with.reason,
+            Reason::Digest {
+                min_period_s: 60,
+                resolved: 1
+            }
+        );
+        assert_eq!(with.held_parts().map(|(f, r)| (f.len(), r.len())), Some((1, 1)));
         let mut later = flush();
         later.window_start_ms += 1;
-        assert_ne!(later.task(1, vec![]).notification_id, a.notification_id);
+        assert_ne!(
+            later.task(1, HeldClaim::default()).notification_id,
+            a.notification_id
+        );
     }
 
     /// What the digests' answers make of a batch's digest firings: sent now (once per firing), a flush per
@@ -490,9 +605,10 @@ mod tests {
                     title: "t".into(),
                     count: 1,
                     repetition_id: None,
+                    open_for_ms: None,
                 })
                 .collect(),
-            ..flush().task(0, vec![])
+            ..flush().task(0, HeldClaim::default())
         };
         let answer = |action: u8| klaxon_counter::Appended {
             send_now: action == 2,
@@ -525,5 +641,89 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Which resolved tasks go through their channel's digest: a channel with a digest period now, except
+    /// PagerDuty and Hawk's output; anything but a resolve is sent now; the digested ones carry the period.
+    #[test]
+    fn resolves_split_by_the_channels_digest_period() {
+        let task = |channel, reason| NotificationTask {
+            notification_id: format!("{channel}"),
+            channel,
+            reason,
+            min_period_s: 0,
+            fired_at_ms: 61_000,
+            events: vec![NotificationEvent {
+                group_hash: "g".into(),
+                title: "t".into(),
+                count: 3,
+                repetition_id: None,
+                open_for_ms: None,
+            }],
+            alert: Some(klaxon_core::alert::AlertRef {
+                id: "a".repeat(24),
+                state: klaxon_core::alert::AlertState::Resolved,
+                opened_at_ms: 1_000,
+                events: 3,
+                by: Some("timeout".into()),
+                firing_notification_id: "f".into(),
+            }),
+            ..flush().task(0, HeldClaim::default())
+        };
+        let period = |t: &NotificationTask| match t.channel {
+            ChannelKind::Slack | ChannelKind::Pagerduty | ChannelKind::Webhook => 60,
+            _ => 0,
+        };
+        let tasks = || {
+            vec![
+                task(ChannelKind::Slack, Reason::Resolved),
+                task(ChannelKind::Pagerduty, Reason::Resolved),
+                task(ChannelKind::Email, Reason::Resolved),
+                task(ChannelKind::Webhook, Reason::Acknowledged),
+            ]
+        };
+        let ids = |v: &[NotificationTask]| v.iter().map(|t| t.notification_id.clone()).collect::<Vec<_>>();
+        // (output, sent now, digested)
+        let cases = [
+            (
+                sink::Output::Klaxon,
+                vec!["pagerduty", "email", "webhook"],
+                vec!["slack"],
+            ),
+            (
+                sink::Output::Shadow,
+                vec!["pagerduty", "email", "webhook"],
+                vec!["slack"],
+            ),
+            (
+                sink::Output::Hawk,
+                vec!["slack", "pagerduty", "email", "webhook"],
+                vec![],
+            ),
+        ];
+        for (output, now, digested) in cases {
+            let (n, d) = split_resolves(tasks(), output, period);
+            assert_eq!(
+                (ids(&n), ids(&d)),
+                (
+                    now.iter().map(|s| s.to_string()).collect(),
+                    digested.iter().map(|s| s.to_string()).collect()
+                ),
+                "{output:?}"
+            );
+            assert!(d.iter().all(|t| t.min_period_s == 60));
+            assert!(n.iter().all(|t| t.min_period_s == 0));
+            // a digested resolve's entry keeps how long its alert was open; one sent now is itself again
+            assert!(d.iter().all(|t| t.events[0].open_for_ms == Some(60_000)));
+            assert!(n.iter().all(|t| t.events[0].open_for_ms.is_none()));
+            let mut sent = Appended::default();
+            for t in &d {
+                sent.send_once(t);
+            }
+            assert!(sent.send_now.iter().all(|t| t.events[0].open_for_ms.is_none()));
+        }
+        // the rule is gone (no periods): everything now
+        let (n, d) = split_resolves(tasks(), sink::Output::Klaxon, |_| 0);
+        assert_eq!((n.len(), d.len()), (4, 0));
     }
 }

@@ -137,7 +137,8 @@ impl DigestPublished<'_> {
         metrics::counter!("klaxon_digests_published_total", "channel" => t.channel.as_str()).increment(1);
         tracing::info!(
             notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
-            channel = %t.channel, groups = t.events.len(), window_start_ms = self.window_start_ms,
+            channel = %t.channel, groups = t.events.len(),
+            resolved = t.held_parts().map_or(0, |(_, r)| r.len()), window_start_ms = self.window_start_ms,
             "digest published"
         );
     }

@@ -49,10 +49,20 @@ pub(crate) async fn hold(
     if held.is_empty() {
         return Ok(Appended::default());
     }
-    // a firing's or a lifecycle message's task carries one group; each (task, group) is one hold
-    let groups: Vec<(&Held, &NotificationEvent)> = held
+    // a firing's or a lifecycle message's task carries one group; each (task, group) is one hold, a resolve's
+    // with how long its alert was open (the release shows it)
+    let groups: Vec<(&Held, NotificationEvent)> = held
         .iter()
-        .flat_map(|h| h.task.events.iter().map(move |e| (h, e)))
+        .flat_map(|h| {
+            let open = (entry == HeldEntry::Resolved)
+                .then(|| crate::digest::open_for_ms(&h.task))
+                .flatten();
+            h.task.events.iter().map(move |e| {
+                let mut e = e.clone();
+                e.open_for_ms = open;
+                (h, e)
+            })
+        })
         .collect();
     let holds: Vec<Hold<'_>> = groups
         .iter()
@@ -229,6 +239,7 @@ mod tests {
                 title: "t".into(),
                 count: 3,
                 repetition_id: None,
+                open_for_ms: None,
             }],
             text: None,
             send_at_ms: None,

@@ -208,6 +208,7 @@ mod tests {
                     title: "t".into(),
                     count: 3 + i as u64,
                     repetition_id: (i == 1).then(|| "r1".to_owned()),
+                    open_for_ms: None,
                 })
                 .collect(),
             text: None,

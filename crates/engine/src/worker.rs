@@ -231,6 +231,16 @@ async fn consume_loop(
     }
 }
 
+/// The `minPeriod` of `task`'s channel in its rule as the batch read it (0 when the rule is gone, switched off or
+/// has no such channel now).
+fn min_period_now(rules: &HashMap<&str, Arc<ProjectRules>>, task: &NotificationTask) -> u64 {
+    rules
+        .get(task.project_id.as_str())
+        .and_then(|p| p.rules.iter().find(|r| r.id == task.rule_id && r.enabled))
+        .and_then(|r| r.channels.iter().find(|c| c.kind == task.channel))
+        .map_or(0, |c| c.min_period_s)
+}
+
 /// Moves the deliveries that have already arrived into `batch`, up to `max`, without waiting.
 fn take_ready(consumer: &mut Consumer, batch: &mut Vec<Delivery>, max: usize) -> Result<(), EngineError> {
     while batch.len() < max {
@@ -285,7 +295,11 @@ impl Batches<'_> {
             klaxon_store::trail::now_ms(),
         )
         .await?;
-        let appended = self.append_digests(&routed.digest).await?;
+        // NO_EVENTS resolves outside quiet hours on a channel with `minPeriod > 0` join its digest, as the
+        // firings do
+        let (resolved_now, resolved_digest) =
+            digest::split_resolves(silences.tasks, self.deps.output, |t| min_period_now(&rules, t));
+        let appended = self.append_digests(&routed.digest, &resolved_digest).await?;
         let held = quiet::hold(&self.digests, &self.deps.topology, &routed.held, HeldEntry::Fired).await?;
         let silences_held = quiet::hold(
             &self.digests,
@@ -299,7 +313,7 @@ impl Batches<'_> {
             .iter()
             .chain(&appended.send_now)
             .chain(&held.send_now)
-            .chain(&silences.tasks)
+            .chain(&resolved_now)
             .chain(&silences_held.send_now)
         {
             self.send(task, &mut out)?;
@@ -380,10 +394,14 @@ impl Batches<'_> {
         counted.inspect_err(redis_failed).map_err(EngineError::from)
     }
 
-    /// Appends the digest firings in one round trip: the first firing of a quiet channel goes out now, the others
-    /// wait in the channel's window, whose flush the window's first firing schedules.
-    async fn append_digests(&self, firings: &[NotificationTask]) -> Result<digest::Appended, EngineError> {
-        digest::append_firings(&self.digests, &self.deps.topology, firings)
+    /// Appends the digest firings (and resolves) in one round trip: the first of a quiet channel goes out now,
+    /// the others wait in the channel's window, whose flush the window's first append schedules.
+    async fn append_digests(
+        &self,
+        firings: &[NotificationTask],
+        resolves: &[NotificationTask],
+    ) -> Result<digest::Appended, EngineError> {
+        digest::append(&self.digests, &self.deps.topology, firings, resolves)
             .await
             .inspect_err(redis_failed)
     }

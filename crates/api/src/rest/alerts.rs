@@ -85,11 +85,19 @@ pub enum HandOutcome {
 impl HandOutcome {
     /// The lifecycle tasks to publish for it: the change's messages when done, and again for a replay of the
     /// same change (resolve of a resolved alert, acknowledge of an acknowledged one): the same notification ids,
-    /// so the senders deliver them once. Nothing for an acknowledge of a resolved alert.
+    /// so the senders deliver them once. Nothing for an acknowledge of a resolved alert, nor for a resolve of an
+    /// alert Klaxon resolved by itself (`timeout`, `event`): the loop that resolved it delivers its messages
+    /// (completing them after a crash too), and on a channel with `minPeriod > 0` or in quiet hours it delivered
+    /// them inside a digest or a release, so publishing them here would send a second, separate message.
     pub fn tasks(&self, action: HandAction) -> Vec<NotificationTask> {
         let alert = match self {
             HandOutcome::Done(a) => a,
             HandOutcome::Conflict { alert, .. } => match (action, alert.state) {
+                (HandAction::Resolve, AlertState::Resolved)
+                    if matches!(alert.resolved_by.as_deref(), Some("timeout" | "event")) =>
+                {
+                    return Vec::new()
+                }
                 (HandAction::Resolve, AlertState::Resolved)
                 | (HandAction::Acknowledge, AlertState::Acknowledged) => alert,
                 _ => return Vec::new(),
@@ -526,6 +534,16 @@ mod tests {
                 2,
             ),
             (Resolve, Change::NotFound, None, 0),
+            // resolved by Klaxon itself: its own loop delivered (or digested) the messages
+            (
+                Resolve,
+                Change::AlreadyResolved(Alert {
+                    resolved_by: Some("timeout".into()),
+                    ..alert(AlertState::Resolved)
+                }),
+                Some("is already resolved by timeout"),
+                0,
+            ),
         ];
         for (action, change, conflict, n) in cases {
             let o = outcome(action, &id, change.clone());

@@ -254,6 +254,7 @@ impl DirectRequest {
                 title: self.title.clone(),
                 count: 1,
                 repetition_id: None,
+                open_for_ms: None,
             }],
             text: self.text.clone(),
             send_at_ms: self.send_at_ms,

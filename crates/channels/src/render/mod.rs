@@ -540,7 +540,7 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
         }
         Reason::Reappeared { .. } if !digest => (ViewKind::Reappeared, 0, "", 0),
         Reason::NoEvents { .. } if !digest => (ViewKind::NoEvents, 0, "", 0),
-        Reason::Digest { min_period_s } => (ViewKind::Digest, min_period_s, "", 0),
+        Reason::Digest { min_period_s, .. } => (ViewKind::Digest, min_period_s, "", 0),
         Reason::Direct => (ViewKind::Direct, 0, "", 0),
         Reason::Resolved => (ViewKind::Resolved, 0, "", 0),
         Reason::Acknowledged => (ViewKind::Acknowledged, 0, "", 0),
@@ -579,8 +579,8 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
     };
     let title_max = if digest { room.digest_title } else { room.title };
     let mut events: Vec<(usize, &klaxon_core::NotificationEvent)> = task.events.iter().enumerate().collect();
-    // a quiet window's release keeps its order: what fired, then what resolved
-    if digest && !crate::quiet::is_release(task) {
+    // a quiet window's release and a digest with resolves keep their order: what fired, then what resolved
+    if digest && !crate::quiet::in_parts(task) {
         // stable: equal counts keep the order the digest collected them in
         events.sort_by_key(|(_, e)| std::cmp::Reverse(e.count));
     }
@@ -767,6 +767,7 @@ mod tests {
                     title: t.into(),
                     count: c,
                     repetition_id: None,
+                    open_for_ms: None,
                 })
                 .collect(),
             text: None,
@@ -788,7 +789,10 @@ mod tests {
             task(Reason::New, vec![("Boom", 1)]),
             task(threshold, vec![("Boom", 100)]),
             task(
-                Reason::Digest { min_period_s: 300 },
+                Reason::Digest {
+                    min_period_s: 300,
+                    resolved: 0,
+                },
                 vec![("Bang", 3), ("Boom", 5)],
             ),
         ] {
@@ -852,7 +856,16 @@ mod tests {
             .map(|(i, t)| (t.as_str(), i as u64 + 1))
             .collect();
         let out = r
-            .render(TELEGRAM, &task(Reason::Digest { min_period_s: 300 }, events))
+            .render(
+                TELEGRAM,
+                &task(
+                    Reason::Digest {
+                        min_period_s: 300,
+                        resolved: 0,
+                    },
+                    events,
+                ),
+            )
             .expect("render");
         assert!(
             out.starts_with("<b>325 errors in proj in the last 5 minutes</b>\n"),

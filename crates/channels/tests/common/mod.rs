@@ -64,6 +64,7 @@ pub fn task(
                 title: (*title).to_owned(),
                 count: *count,
                 repetition_id: if i == 0 { Some(format!("rep-{ns}")) } else { None },
+                open_for_ms: None,
             })
             .collect(),
         text: None,
