@@ -61,15 +61,12 @@ fn init_tracing(format: &str, default: &str) {
 
 /// Tokio worker threads of the long-running processes (`run`, `worker`, `sender`) unless `TOKIO_WORKER_THREADS`
 /// says otherwise. Their work is a chain of hand-offs, not parallel CPU: each event wakes lapin's I/O thread, then
-/// a worker thread, then waits on Redis and the broker. With a worker per core (tokio's default) an idle worker is
-/// woken to steal at almost every hand-off, which is most of the process's context switches and CPU migrations
-/// at the rates people run (docs/benchmarks.md, `klaxon bench steady`).
-///
-/// Two, not one: one was measured with the worker's lone-event and queued-ack changes in their first form, when
-/// `tests/e2e_failures.rs` (Redis stopped mid-stream) failed twice in a row; the test waited for a batch shape,
-/// not for lost events (docs/benchmarks.md), and one thread was not measured again since. Two threads, still far
-/// fewer than one per core on a large machine.
-const SERVICE_WORKER_THREADS: usize = 2;
+/// a worker thread, then waits on Redis and the broker. With more than one worker an idle worker is woken to steal
+/// at almost every hand-off, which is most of the process's context switches and CPU migrations at the rates
+/// people run (docs/benchmarks.md, `klaxon bench steady`): one worker, measured side by side with two at
+/// 200 events/s, takes a fifth of the switches off at the same CPU. Parallel CPU is had by running more
+/// processes (the workers are stateless), not more threads in one.
+const SERVICE_WORKER_THREADS: usize = 1;
 
 /// The runtime of `command`: [`SERVICE_WORKER_THREADS`] workers for the long-running processes (or
 /// `TOKIO_WORKER_THREADS`, which tokio reads), tokio's default for the CLI commands.

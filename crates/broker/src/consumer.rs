@@ -51,9 +51,19 @@ impl Consumer {
     /// returned by [`QueuedAck::written`], which the caller must await before it counts on the ack (its next
     /// batch, the drain).
     pub fn ack_up_to_queued(&self, tag: u64) -> Result<QueuedAck, BrokerError> {
+        self.queue_ack(tag, true)
+    }
+
+    /// Acks one delivery the way [`Consumer::ack_up_to_queued`] acks many: queued now, its write checked by
+    /// [`QueuedAck::written`] (or [`QueuedAck::check`]) later.
+    pub fn ack_queued(&self, tag: u64) -> Result<QueuedAck, BrokerError> {
+        self.queue_ack(tag, false)
+    }
+
+    fn queue_ack(&self, tag: u64, multiple: bool) -> Result<QueuedAck, BrokerError> {
         let channel = self.channel.clone();
         let mut ack: PendingAck =
-            Box::pin(async move { channel.basic_ack(tag, BasicAckOptions { multiple: true }).await });
+            Box::pin(async move { channel.basic_ack(tag, BasicAckOptions { multiple }).await });
         // The first poll queues the frame (lapin's `send_method_frame`); a no-op waker: nobody is woken when the
         // I/O thread has written it, `written` looks later.
         match (&mut ack).now_or_never() {
@@ -111,6 +121,19 @@ impl QueuedAck {
         match self.0 {
             Some(ack) => ack.await.map_err(amqp("basic.ack")),
             None => Ok(()),
+        }
+    }
+
+    /// Without waiting: `Some(result)` once the I/O thread has written the ack (or failed to), `None` while it
+    /// is still queued (then `self` is kept for a later look).
+    pub fn check(&mut self) -> Option<Result<(), BrokerError>> {
+        match &mut self.0 {
+            None => Some(Ok(())),
+            Some(ack) => {
+                let done = ack.now_or_never()?;
+                self.0 = None;
+                Some(done.map_err(amqp("basic.ack")))
+            }
         }
     }
 }

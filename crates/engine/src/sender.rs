@@ -40,7 +40,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use klaxon_broker::{
-    header, Consumer, Delivery, Outgoing, Publisher, Session, Topology, ATTEMPTS_HEADER, ERROR_HEADER,
+    header, Consumer, Delivery, Outgoing, Publisher, QueuedAck, Session, Topology, ATTEMPTS_HEADER,
+    ERROR_HEADER,
 };
 use klaxon_channels::{redact_endpoint, Channels, DeliveryError, MessageRef};
 use klaxon_core::{ChannelKind, NotificationTask};
@@ -151,11 +152,23 @@ async fn consume_loop(
 ) -> Result<(), EngineError> {
     let limit = usize::from(ctx.deps.prefetch.max(1));
     let mut in_flight: JoinSet<(u64, Result<(), EngineError>)> = JoinSet::new();
+    // Acks queued on the channel and not yet seen written (see `Consumer::ack_queued`): looked at, without
+    // waiting, before each next step; a failed one ends the session.
+    let mut acks = Acks::default();
     let mut outcome: Result<(), EngineError> = loop {
+        // bounded: a channel that stops writing stops the session taking more (never more than `MAX_QUEUED_ACKS`)
+        let checked = if acks.0.len() >= MAX_QUEUED_ACKS {
+            acks.written().await
+        } else {
+            acks.check()
+        };
+        if let Err(e) = checked {
+            break Err(e);
+        }
         tokio::select! {
             biased;
             Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
-                if let Err(e) = finish(consumer, done).await {
+                if let Err(e) = finish(consumer, done).and_then(|ack| acks.push(ack)) {
                     break Err(e);
                 }
             }
@@ -182,7 +195,7 @@ async fn consume_loop(
     while !in_flight.is_empty() {
         match tokio::time::timeout_at(deadline, in_flight.join_next()).await {
             Ok(Some(done)) => {
-                if let Err(e) = finish(consumer, done).await {
+                if let Err(e) = finish(consumer, done).and_then(|ack| acks.push(ack)) {
                     tracing::debug!(channel = %ctx.channel, error = %e, "cannot ack a finished delivery; it comes back and is deduplicated");
                     if outcome.is_ok() {
                         outcome = Err(e);
@@ -201,15 +214,58 @@ async fn consume_loop(
             }
         }
     }
+    // The drain: the queued acks are written before the session closes the channel.
+    if let Err(e) = acks.written().await {
+        if outcome.is_ok() {
+            outcome = Err(e);
+        }
+    }
     outcome
 }
 
-async fn finish(
+/// The acks a sender session queued and has not yet seen written: the channel writes them in order, so most
+/// are written by the time the next delivery or outcome is looked at, and none costs the session a wake-up of
+/// its own (AMQP has no reply to an ack; awaiting one only learns that lapin's I/O thread wrote it).
+#[derive(Default)]
+struct Acks(Vec<QueuedAck>);
+
+/// The most acks a sender session keeps queued and unseen before it waits for them to be written.
+const MAX_QUEUED_ACKS: usize = 256;
+
+impl Acks {
+    fn push(&mut self, ack: QueuedAck) -> Result<(), EngineError> {
+        self.0.push(ack);
+        self.check()
+    }
+
+    /// Drops the written acks; the first failed one is the session's error.
+    fn check(&mut self) -> Result<(), EngineError> {
+        let mut failed = None;
+        self.0.retain_mut(|ack| match ack.check() {
+            Some(Ok(())) => false,
+            Some(Err(e)) => {
+                failed.get_or_insert(e);
+                false
+            }
+            None => true,
+        });
+        failed.map_or(Ok(()), |e| Err(e.into()))
+    }
+
+    async fn written(&mut self) -> Result<(), EngineError> {
+        for ack in self.0.drain(..) {
+            ack.written().await?;
+        }
+        Ok(())
+    }
+}
+
+fn finish(
     consumer: &Consumer,
     done: Result<(u64, Result<(), EngineError>), tokio::task::JoinError>,
-) -> Result<(), EngineError> {
+) -> Result<QueuedAck, EngineError> {
     match done {
-        Ok((tag, Ok(()))) => Ok(consumer.ack(tag).await?),
+        Ok((tag, Ok(()))) => Ok(consumer.ack_queued(tag)?),
         // The outcome could not be made durable: end the session; unacked tasks go back to the queue.
         Ok((_, Err(e))) => Err(e),
         Err(e) => Err(EngineError::Encode(format!("delivery task failed: {e}"))),

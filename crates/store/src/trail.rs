@@ -1,7 +1,7 @@
 //! The delivery trail: one append-only record per delivery outcome in MongoDB collection `deliveries`.
 //!
 //! ```text
-//! sender ──Trail::record (try_send, never waits)──▶ bounded channel ──▶ writer task ──insert_one──▶ deliveries
+//! sender ──Trail::record (try_send, never waits)──▶ bounded channel ──▶ writer task ──insert_many──▶ deliveries
 //!                      └─ channel full: record dropped, klaxon_trail_dropped_total++ (delivery goes on)
 //! ```
 //! Records are only ever inserted (no upserts, no positional updates), so the trail works on every
@@ -38,6 +38,8 @@ pub const DEFAULT_TRAIL_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Records waiting for the writer; more are dropped (and counted).
 const QUEUE: usize = 4096;
 const SERVER_TIMEOUT: Duration = SERVER_SELECTION_TIMEOUT;
+/// The most records one insert carries.
+const INSERT_BATCH: usize = 256;
 const TTL_INDEX: &str = "klaxon_deliveries_ttl";
 /// Documents per cursor batch when reading the trail. The driver's default (101) makes a long read mostly
 /// round trips: on PoloDB, 18,000 records took ~7 s with it and ~0.3 s with this.
@@ -219,23 +221,42 @@ where
     };
     ensure_ttl_index(&coll, ttl).await;
     let mut logged_error = false;
+    let mut batch = Vec::with_capacity(INSERT_BATCH);
     loop {
         let record = tokio::select! {
             r = rx.recv() => r,
             _ = shutdown.cancelled() => break,
         };
         let Some(record) = record else { return };
-        insert(&coll, &record, &mut logged_error).await;
+        batch.push(record);
+        take_ready(&mut rx, &mut batch);
+        insert(&coll, &mut batch, &mut logged_error).await;
     }
     // Drain what is queued, bounded.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
     while let Ok(Some(record)) = tokio::time::timeout_at(deadline, rx.recv()).await {
-        insert(&coll, &record, &mut logged_error).await;
+        batch.push(record);
+        take_ready(&mut rx, &mut batch);
+        insert(&coll, &mut batch, &mut logged_error).await;
     }
 }
 
-async fn insert(coll: &Collection<Document>, record: &Record, logged_error: &mut bool) {
-    match tokio::time::timeout(SERVER_TIMEOUT, coll.insert_one(record.to_document())).await {
+/// Moves the records already queued into `batch`, up to [`INSERT_BATCH`], without waiting: under load one
+/// insert carries many records (one MongoDB round trip, one wake-up of the writer), a lone record goes at once.
+fn take_ready(rx: &mut mpsc::Receiver<Record>, batch: &mut Vec<Record>) {
+    while batch.len() < INSERT_BATCH {
+        match rx.try_recv() {
+            Ok(record) => batch.push(record),
+            Err(_) => break,
+        }
+    }
+}
+
+/// Inserts and empties `batch` (unordered: one bad record does not keep the others out).
+async fn insert(coll: &Collection<Document>, batch: &mut Vec<Record>, logged_error: &mut bool) {
+    let docs: Vec<Document> = batch.drain(..).map(|r| r.to_document()).collect();
+    let insert = coll.insert_many(docs).ordered(false);
+    match tokio::time::timeout(SERVER_TIMEOUT, insert).await {
         Ok(Ok(_)) => {
             *logged_error = false;
         }

@@ -49,8 +49,8 @@ pub struct SteadyArgs {
     /// Events of the backlog row, published before a second child starts (0: no backlog row).
     #[arg(long, default_value_t = 20_000)]
     pub backlog: u64,
-    /// Seconds of the idle row (the child ready, no events).
-    #[arg(long, default_value_t = 5)]
+    /// Seconds of the idle row (the child ready and its warm-up settled, no events).
+    #[arg(long, default_value_t = 10)]
     pub idle_seconds: u64,
     /// Distinct groups per rate (Zipf-weighted: the most frequent group is the most likely).
     #[arg(long, default_value_t = 500)]
@@ -502,8 +502,15 @@ async fn paced(
     let mut rng = rand::rngs::StdRng::seed_from_u64(31);
     let (warm, _) = work.events("warm", 50, 10, 1_000_000_000, &mut rng);
     let msgs: Vec<Outgoing> = warm.into_iter().map(|b| Outgoing::json(&queue, b)).collect();
+    let consumed_before = consumed(addr).await;
     publisher.publish_all(&msgs).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Settled: the warm-up consumed (bounded), then its deliveries, trail writes and the connections' first
+    // exchanges done, so the idle row measures idle and not the warm-up's tail.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while consumed(addr).await < consumed_before + msgs.len() as u64 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
 
     if args.idle_seconds > 0 {
         let before = sample(pid)?;
