@@ -79,11 +79,15 @@ async fn a_silent_project_fires_once_and_its_next_event_resolves_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_resolve_of_a_silence_joins_the_channels_digest() {
     let hook = HttpSink::start().await.expect("sink");
+    let chat = HttpSink::start().await.expect("sink");
     let env = Env::new();
     let project = object_id();
     env.import(&rules(
         &project,
-        json!({"webhook": {"isEnabled": true, "endpoint": hook.url("/hook"), "minPeriod": 20}}),
+        json!({
+            "webhook": {"isEnabled": true, "endpoint": hook.url("/hook"), "minPeriod": 20},
+            "slack": {"isEnabled": true, "endpoint": chat.url("/slack"), "minPeriod": 20}
+        }),
         json!({}),
     ));
     let mut k = env.spawn("run", &[]);
@@ -119,6 +123,28 @@ async fn the_resolve_of_a_silence_joins_the_channels_digest() {
         after >= Duration::from_millis(19_800),
         "minPeriod after the firing, not at the resolve: {after:?}"
     );
+    // people read the same digest: nothing in it counted, so its header says what happened, not "0 errors"
+    let said = chat.wait_for_count(2, Duration::from_secs(15)).await;
+    assert_eq!(
+        said.len(),
+        2,
+        "slack: the firing, then the digest; log:\n{}",
+        k.logs()
+    );
+    let text = said[1].json()["text"].as_str().unwrap_or_default().to_owned();
+    // (the next silence may have fired inside the period too: "P: no events for 10 seconds, 1 resolved (…)")
+    let head = text.lines().next().unwrap_or_default();
+    assert!(
+        head.starts_with(&format!("*{project}: "))
+            && head.contains("1 resolved")
+            && head.contains("the last 20 seconds"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Resolved after ") && text.contains(": No events from "),
+        "{text}"
+    );
+    assert!(!text.contains("0 errors") && !text.contains("0 ×"), "{text}");
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;
 }

@@ -169,12 +169,7 @@ pub(crate) fn embeds(v: &View) -> Vec<Value> {
             vec![e]
         }
         ViewKind::Digest => {
-            let header = format!(
-                "{} errors in {} in {}",
-                v.total,
-                escape_discord(&v.project),
-                v.window
-            );
+            let header = format!("{}{}{}", v.head_pre, escape_discord(&v.project), v.head_post);
             let mut out = vec![embed(
                 cut_escaped(&header, DISCORD_TITLE_MAX),
                 String::new(),
@@ -186,7 +181,11 @@ pub(crate) fn embeds(v: &View) -> Vec<Value> {
             let room = DIGEST_GROUP_EMBEDS + 1 - usize::from(!v.actions.is_empty());
             let shown = if groups > room { room - 1 } else { groups };
             for e in v.events.iter().take(shown) {
-                let prefix = format!("{} × ", e.count);
+                let prefix = if e.counted {
+                    format!("{} × ", e.count)
+                } else {
+                    String::new()
+                };
                 let room = DISCORD_TITLE_MAX - prefix.chars().count();
                 let mut group = embed(
                     format!("{prefix}{}", escape_discord_bounded(&e.title, room)),

@@ -40,7 +40,7 @@ fn summary(v: &View) -> String {
         ViewKind::Reappeared => format!("Reappeared in {}: {title} ({})", v.project, v.seen),
         ViewKind::NoEvents => format!("No events in {}: {title} ({})", v.project, v.seen),
         ViewKind::Direct => title.to_owned(),
-        ViewKind::Digest => format!("{} errors in {} in {}: {title}", v.total, v.project, v.window),
+        ViewKind::Digest => format!("{}{}{}: {title}", v.head_pre, v.project, v.head_post),
         ViewKind::Resolved | ViewKind::Acknowledged | ViewKind::Reminder | ViewKind::Escalation => format!(
             "{}: {title} ({}{}{}, in {})",
             v.headline,

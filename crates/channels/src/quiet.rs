@@ -4,10 +4,16 @@
 //! line starts with our word `Resolved:`. Every channel renders them as its digest (header "N errors in
 //! <project> in quiet hours (2 fired, 1 resolved)" or "… in the last 5 minutes (2 fired, 1 resolved)", one line
 //! per group); these helpers give the view ([`crate::render`]) the parts that differ.
+//!
+//! Two kinds of entries count no errors: a resolved alert (its events were counted when it fired) and a
+//! NO_EVENTS silence (the project sent nothing: group `""`, count 0). A message in which nothing counted does not
+//! say "0 errors": its header says what happened instead ([`nothing_counted`]: "Shop: 1 resolved in the last 5
+//! minutes", "Shop: no events for 30 minutes (held in quiet hours)"), and a silence's line reads "No events from
+//! Shop for 30 minutes" without a count ([`silence_line`]), in the words of a single NO_EVENTS message.
 
 use std::borrow::Cow;
 
-use klaxon_core::{NotificationTask, Reason};
+use klaxon_core::{NotificationEvent, NotificationTask, Reason};
 
 /// True for a message in parts (what fired, then what resolved): its order is kept as it is.
 pub(crate) fn in_parts(task: &NotificationTask) -> bool {
@@ -45,6 +51,81 @@ pub(crate) fn window(task: &NotificationTask) -> Option<String> {
 pub(crate) fn total(task: &NotificationTask) -> Option<u64> {
     let (fired, _) = task.held_parts()?;
     Some(fired.iter().map(|e| e.count).sum())
+}
+
+/// True for an entry about the project rather than a group: a NO_EVENTS silence (group `""`, count 0). Its
+/// line shows no count.
+pub(crate) fn is_silence(e: &NotificationEvent) -> bool {
+    e.group_hash.is_empty()
+}
+
+/// How a NO_EVENTS firing's title ([`klaxon_core::kind::no_events::title`]: "No events for 1 hour") starts.
+const SILENCE_TITLE: &str = "No events for ";
+
+/// The quiet period a silence's title names ("1 hour" of "No events for 1 hour"), when the title reads as
+/// Klaxon writes it (a number and a unit). Only our words come out: anything else gives `None`.
+fn silence_period(title: &str) -> Option<&str> {
+    let period = title.strip_prefix(SILENCE_TITLE)?;
+    let (n, unit) = period.split_once(' ')?;
+    (!n.is_empty()
+        && n.bytes().all(|b| b.is_ascii_digit())
+        && !unit.is_empty()
+        && unit.bytes().all(|b| b.is_ascii_lowercase()))
+    .then_some(period)
+}
+
+/// A silence's line in a digest or a quiet window's release, in the words of a single NO_EVENTS message:
+/// "No events from Shop for 1 hour" (`project` as the message shows it).
+pub(crate) fn silence_line(project: &str, title: &str) -> String {
+    match silence_period(title) {
+        Some(period) => format!("No events from {project} for {period}"),
+        None => format!("No events from {project}"),
+    }
+}
+
+/// What the header of a digest or a quiet window's release says after the project when nothing in it counted
+/// (only resolves, only a NO_EVENTS silence): "1 resolved in the last 5 minutes", "2 resolved in quiet hours",
+/// "no events for 30 minutes (held in quiet hours)", "no events for 1 hour, 1 resolved (in the last 5
+/// minutes)". Only our words and numbers. `None` when something counted (the header then counts errors), and
+/// for any other task.
+pub(crate) fn nothing_counted(task: &NotificationTask) -> Option<String> {
+    let (fired, resolved) = match task.held_parts() {
+        Some(parts) => parts,
+        None if matches!(task.reason, Reason::Digest { .. }) => (task.events.as_slice(), &[][..]),
+        None => return None,
+    };
+    if task.events.is_empty() || fired.iter().any(|e| e.count > 0) {
+        return None;
+    }
+    let (silences, others): (Vec<&NotificationEvent>, Vec<&NotificationEvent>) =
+        fired.iter().partition(|e| is_silence(e));
+    let mut what = Vec::new();
+    if let Some(first) = silences.first() {
+        let mut words = match silence_period(&first.title) {
+            Some(period) => format!("no events for {period}"),
+            None => "no events".to_owned(),
+        };
+        if silences.len() > 1 {
+            words.push_str(&format!(" ({} times)", silences.len()));
+        }
+        what.push(words);
+    }
+    if !others.is_empty() {
+        what.push(format!("{} fired", others.len()));
+    }
+    if !resolved.is_empty() {
+        what.push(format!("{} resolved", resolved.len()));
+    }
+    let period = match task.reason {
+        Reason::QuietHours { .. } if silences.is_empty() => "in quiet hours".to_owned(),
+        Reason::QuietHours { .. } => "(held in quiet hours)".to_owned(),
+        Reason::Digest { min_period_s, .. } if silences.is_empty() => {
+            format!("in {}", crate::render::last_period(min_period_s))
+        }
+        Reason::Digest { min_period_s, .. } => format!("(in {})", crate::render::last_period(min_period_s)),
+        _ => return None,
+    };
+    Some(format!("{} {period}", what.join(", ")))
 }
 
 /// The title of the task's `index`-th event as its line shows it: `Resolved after 2 h 14 min: <title>` for the
@@ -162,5 +243,107 @@ mod tests {
             Some("the last 5 minutes (0 fired, 1 resolved)")
         );
         assert_eq!(total(&only_resolved), Some(0));
+        // …whose header says so instead of "0 errors"
+        assert_eq!(
+            nothing_counted(&only_resolved).as_deref(),
+            Some("1 resolved in the last 5 minutes")
+        );
+        assert_eq!(nothing_counted(&t), None);
+        assert_eq!(nothing_counted(&only_fired), None);
+    }
+
+    fn silence(quiet_period_ms: u64) -> NotificationEvent {
+        NotificationEvent {
+            group_hash: String::new(),
+            title: klaxon_core::kind::no_events::title(quiet_period_ms),
+            count: 0,
+            repetition_id: None,
+            open_for_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_message_in_which_nothing_counted_says_what_happened() {
+        let w = |min_period_s| DigestWindow {
+            project_id: "p",
+            project_name: None,
+            rule_id: "r",
+            channel: ChannelKind::Telegram,
+            endpoint: "1",
+            min_period_s,
+            severity: None,
+            window_start_ms: 1_700_002_800_000,
+        };
+        let (quiet, digest) = (w(0), w(300));
+        let held = |f: Vec<NotificationEvent>, r| NotificationTask::for_held(&quiet, 1, f, r);
+        let digested = |f: Vec<NotificationEvent>, r| NotificationTask::for_digest(&digest, 1, f, r);
+        let h = 3_600_000;
+        // (task, what the header says after the project; None: it counts errors as before)
+        let cases = [
+            (
+                held(vec![silence(h)], vec![]),
+                Some("no events for 1 hour (held in quiet hours)"),
+            ),
+            (
+                held(vec![silence(30 * 60_000)], vec![ev("a", 4)]),
+                Some("no events for 30 minutes, 1 resolved (held in quiet hours)"),
+            ),
+            (
+                held(vec![], vec![ev("a", 4), ev("b", 1)]),
+                Some("2 resolved in quiet hours"),
+            ),
+            (
+                held(vec![silence(h), silence(h)], vec![]),
+                Some("no events for 1 hour (2 times) (held in quiet hours)"),
+            ),
+            // a resolved silence is a resolve like any other
+            (held(vec![], vec![silence(h)]), Some("1 resolved in quiet hours")),
+            (
+                digested(vec![silence(h)], vec![]),
+                Some("no events for 1 hour (in the last 5 minutes)"),
+            ),
+            (
+                digested(vec![], vec![ev("c", 7)]),
+                Some("1 resolved in the last 5 minutes"),
+            ),
+            // something counted: the header counts it, the silence is one line among the others
+            (held(vec![silence(h), ev("a", 2)], vec![]), None),
+            (digested(vec![ev("a", 2)], vec![silence(h)]), None),
+            (digested(vec![silence(h), ev("a", 1)], vec![]), None),
+        ];
+        for (task, want) in cases {
+            assert_eq!(nothing_counted(&task).as_deref(), want, "{:?}", task.events);
+        }
+        // a NO_EVENTS firing on its own is its own message, not a list
+        let mut single = held(vec![silence(h)], vec![]);
+        single.reason = Reason::NoEvents {
+            quiet_period_ms: 3_600_000,
+            last_event_ms: None,
+        };
+        assert_eq!(nothing_counted(&single), None);
+    }
+
+    #[test]
+    fn a_silence_line_names_the_project_in_the_words_of_its_title() {
+        for (ms, want) in [
+            (3_600_000, "No events from Shop for 1 hour"),
+            (30 * 60_000, "No events from Shop for 30 minutes"),
+            (2 * 86_400_000, "No events from Shop for 2 days"),
+            (10_000, "No events from Shop for 10 seconds"),
+        ] {
+            assert_eq!(silence_line("Shop", &silence(ms).title), want);
+        }
+        // a title that does not read as Klaxon writes it gives none of its words
+        for title in [
+            "",
+            "No events for",
+            "No events for <b>1</b> hour",
+            "No events for 1 Hour!",
+            "Boom",
+        ] {
+            assert_eq!(silence_line("Shop", title), "No events from Shop", "{title}");
+        }
+        assert!(is_silence(&silence(1000)));
+        assert!(!is_silence(&ev("a", 0)));
     }
 }

@@ -167,11 +167,18 @@ pub(crate) fn lines(v: &View) -> Vec<Vec<Piece>> {
             out.push(alert);
         }
         ViewKind::Digest => {
-            out.push(vec![
-                Piece::Bold(format!("{} errors in ", v.total)),
+            // a header that names no count starts with the project (no empty text element: Slack refuses one)
+            let header = [
+                Piece::Bold(v.head_pre.clone()),
                 tenant_bold(&v.project),
-                Piece::Bold(format!(" in {}", v.window)),
-            ]);
+                Piece::Bold(v.head_post.clone()),
+            ];
+            out.push(
+                header
+                    .into_iter()
+                    .filter(|p| !matches!(p, Piece::Bold(t) if t.is_empty()))
+                    .collect(),
+            );
             for e in &v.events {
                 let label = match &e.url {
                     Some(url) => Piece::Link {
@@ -181,7 +188,11 @@ pub(crate) fn lines(v: &View) -> Vec<Vec<Piece>> {
                     },
                     None => tenant(&e.title),
                 };
-                out.push(vec![Piece::Ours(format!("{} × ", e.count)), label]);
+                out.push(if e.counted {
+                    vec![Piece::Ours(format!("{} × ", e.count)), label]
+                } else {
+                    vec![label]
+                });
             }
             if v.more > 0 {
                 out.push(vec![Piece::Ours(format!("and {} more", v.more))]);

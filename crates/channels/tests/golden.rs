@@ -265,6 +265,9 @@ fn cases(channel: ChannelKind) -> Vec<(&'static str, NotificationTask)> {
         // a digest window that saw resolves: what fired, then what resolved (an alert's resolve on a channel with
         // `minPeriod > 0` joins its digest like a firing)
         ("digest_resolved", digest_with_resolves(channel, title)),
+        // nothing in them counted: the header says what happened instead of "0 errors" (#33)
+        ("digest_only_resolves", digest_only_resolves(channel, title)),
+        ("quiet_hours_no_events", quiet_release_of_a_silence(channel)),
         // who resolved it is tenant text (an API token's label): escaped like titles
         (
             "hostile_resolved",
@@ -330,6 +333,52 @@ fn digest_with_resolves(channel: ChannelKind, title: &str) -> NotificationTask {
         ..t
     };
     out
+}
+
+/// A digest window in which nothing fired and one alert resolved (open 2 h 14 min 5 s, 40 events).
+fn digest_only_resolves(channel: ChannelKind, title: &str) -> NotificationTask {
+    let out = digest_with_resolves(channel, title);
+    let window = klaxon_core::notification::DigestWindow {
+        project_id: &out.project_id,
+        project_name: None,
+        rule_id: &out.rule_id,
+        channel,
+        endpoint: &out.endpoint,
+        min_period_s: 300,
+        severity: None,
+        window_start_ms: 1_700_000_000_123 - 300_000,
+    };
+    let (_, resolved) = out.held_parts().expect("a digest in parts");
+    NotificationTask {
+        notification_id: out.notification_id.clone(),
+        ..NotificationTask::for_digest(&window, out.fired_at_ms, Vec::new(), resolved[..1].to_vec())
+    }
+}
+
+/// A quiet window's release that held only a NO_EVENTS firing (the project went silent for an hour at night).
+fn quiet_release_of_a_silence(channel: ChannelKind) -> NotificationTask {
+    let t = task(channel, Reason::New, &[]);
+    let window = klaxon_core::notification::DigestWindow {
+        project_id: &t.project_id,
+        project_name: None,
+        rule_id: &t.rule_id,
+        channel,
+        endpoint: &t.endpoint,
+        min_period_s: 0,
+        severity: None,
+        window_start_ms: 1_700_002_800_000,
+    };
+    let silence = NotificationEvent {
+        group_hash: String::new(),
+        title: klaxon_core::kind::no_events::title(3_600_000),
+        count: 0,
+        repetition_id: None,
+        open_for_ms: None,
+    };
+    NotificationTask {
+        notification_id: t.notification_id.clone(),
+        ..NotificationTask::for_held(&window, t.fired_at_ms, vec![silence], Vec::new())
+    }
 }
 
 /// The alert of the lifecycle cases: opened 2 h 14 min 5 s before the task's time, 1,240 events.

@@ -153,6 +153,9 @@ pub(crate) struct ViewEvent {
     /// One line, hidden characters revealed, bounded.
     pub(crate) title: String,
     pub(crate) count: u64,
+    /// Whether its line shows its count (`12 × title`): not a NO_EVENTS silence's, which is about the project
+    /// and counts nothing ([`crate::quiet::is_silence`]).
+    pub(crate) counted: bool,
     pub(crate) url: Option<String>,
     /// The group, as data (PagerDuty's `custom_details`); no template prints it.
     pub(crate) group_hash: String,
@@ -272,6 +275,13 @@ pub(crate) struct View {
     pub(crate) signal_word: &'static str,
     pub(crate) url: Option<String>,
     pub(crate) total: u64,
+    /// A digest's header is `head_pre`, the project, then `head_post` (our words and numbers): "12 errors in " +
+    /// P + " in the last 5 minutes", or, when nothing in it counted, "" + P + ": 1 resolved in the last 5
+    /// minutes" ([`crate::quiet::nothing_counted`]). Empty for other kinds. Templates print both as they are
+    /// (`|safe`, like [`View::status`]): they must only ever hold our words and numbers.
+    pub(crate) head_pre: String,
+    /// The end of a digest's header.
+    pub(crate) head_post: String,
     pub(crate) events: Vec<ViewEvent>,
     pub(crate) more: usize,
     /// The body of a direct notification.
@@ -552,6 +562,16 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
         _ => (ViewKind::Digest, task.min_period_s, "", 0),
     };
     let window = crate::quiet::window(task).unwrap_or_else(|| last_period(window_secs));
+    let total = crate::quiet::total(task).unwrap_or_else(|| task.events.iter().map(|e| e.count).sum());
+    // a digest in which nothing counted (only resolves, a NO_EVENTS silence) says what happened, not "0 errors"
+    let nothing_counted = (kind == ViewKind::Digest)
+        .then(|| crate::quiet::nothing_counted(task))
+        .flatten();
+    let (head_pre, head_post) = match (&nothing_counted, kind) {
+        (Some(what), _) => (String::new(), format!(": {what}")),
+        (None, ViewKind::Digest) => (format!("{total} errors in "), format!(" in {window}")),
+        (None, _) => (String::new(), String::new()),
+    };
     let first_count = task.events.first().map_or(0, |e| e.count);
     let seen = match kind {
         ViewKind::New => "first seen".to_owned(),
@@ -565,10 +585,13 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
         ViewKind::Spike | ViewKind::Reappeared | ViewKind::NoEvents => {
             signal_words(task, first_count, &window)
         }
-        ViewKind::Digest => format!(
-            "{} in {window}",
-            times(task.events.iter().map(|e| e.count).sum(), "error", "errors")
-        ),
+        ViewKind::Digest => match &nothing_counted {
+            Some(what) => what.clone(),
+            None => format!(
+                "{} in {window}",
+                times(task.events.iter().map(|e| e.count).sum(), "error", "errors")
+            ),
+        },
     };
     let link = |e: &klaxon_core::NotificationEvent| {
         ctx.links
@@ -586,13 +609,17 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
     }
     let more = events.len().saturating_sub(room.groups);
     let life = lifecycle_words(task, kind, room);
+    let project = ctx
+        .project_name
+        .map(|n| bounded_line(n, room.project))
+        .filter(|n| !n.trim().is_empty())
+        .unwrap_or_else(|| task.project_id.clone());
+    // a NO_EVENTS silence listed among other entries is about the project: "No events from P for 1 hour"
+    let silence =
+        |e: &klaxon_core::NotificationEvent| kind == ViewKind::Digest && crate::quiet::is_silence(e);
     View {
         kind,
-        project: ctx
-            .project_name
-            .map(|n| bounded_line(n, room.project))
-            .filter(|n| !n.trim().is_empty())
-            .unwrap_or_else(|| task.project_id.clone()),
+        project: project.clone(),
         project_id: task.project_id.clone(),
         rule: bounded_line(&task.rule_id, MAX_RULE_CHARS),
         notification_id: task.notification_id.clone(),
@@ -603,13 +630,23 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
         seen,
         signal_word: kind.signal_word(),
         url: events.first().and_then(|&(_, e)| link(e)),
-        total: crate::quiet::total(task).unwrap_or_else(|| task.events.iter().map(|e| e.count).sum()),
+        total,
+        head_pre,
+        head_post,
         events: events
             .into_iter()
             .take(room.groups)
             .map(|(i, e)| ViewEvent {
-                title: bounded_line(&crate::quiet::title(task, i, &e.title), title_max),
+                title: {
+                    let title = if silence(e) {
+                        std::borrow::Cow::Owned(crate::quiet::silence_line(&project, &e.title))
+                    } else {
+                        std::borrow::Cow::Borrowed(e.title.as_str())
+                    };
+                    bounded_line(&crate::quiet::title(task, i, &title), title_max)
+                },
                 count: e.count,
+                counted: !silence(e),
                 url: link(e),
                 group_hash: e.group_hash.clone(),
             })
@@ -1357,6 +1394,109 @@ mod tests {
         assert!(
             plain.contains("in project proj\n") && !plain.contains("href"),
             "{plain}"
+        );
+    }
+
+    #[test]
+    fn a_silence_in_a_list_names_the_project_and_no_count() {
+        let r = Renderer::new().expect("templates");
+        let ctx = MessageContext {
+            project_name: Some("Shop <eu>"),
+            ..MessageContext::default()
+        };
+        let w = klaxon_core::notification::DigestWindow {
+            project_id: "proj",
+            project_name: None,
+            rule_id: "rule",
+            channel: ChannelKind::Telegram,
+            endpoint: "1",
+            min_period_s: 0,
+            severity: None,
+            window_start_ms: 1_700_002_800_000,
+        };
+        let silence = NotificationEvent {
+            group_hash: String::new(),
+            title: klaxon_core::kind::no_events::title(1_800_000),
+            count: 0,
+            repetition_id: None,
+            open_for_ms: None,
+        };
+        let boom = NotificationEvent {
+            group_hash: "g".into(),
+            title: "Boom".into(),
+            count: 3,
+            repetition_id: None,
+            open_for_ms: None,
+        };
+        let resolved_silence = NotificationEvent {
+            open_for_ms: Some(3_600_000),
+            ..silence.clone()
+        };
+        // something counted: the header counts it; the silences' lines (fired, resolved) have no count
+        let t = NotificationTask::for_held(&w, 1, vec![boom, silence.clone()], vec![resolved_silence]);
+        let tg = r.render_with(TELEGRAM, &t, ctx).expect("tg");
+        let lines: Vec<&str> = tg.lines().collect();
+        assert_eq!(
+            lines[..4],
+            [
+                "<b>3 errors in Shop &lt;eu&gt; in quiet hours (2 fired, 1 resolved)</b>",
+                "3 × Boom",
+                "No events from Shop &lt;eu&gt; for 30 minutes",
+                "Resolved after 1 h: No events from Shop &lt;eu&gt; for 30 minutes",
+            ],
+            "{tg}"
+        );
+        // nothing counted: the header says what happened, on every template
+        let only = NotificationTask::for_held(&w, 1, vec![silence], vec![]);
+        let head = "Shop <eu>: no events for 30 minutes (held in quiet hours)";
+        let text = r.render_with(EMAIL_TEXT, &only, ctx).expect("text");
+        assert!(
+            text.starts_with(&format!("{head}\n\nNo events from Shop <eu> for 30 minutes\n")),
+            "{text}"
+        );
+        let subject = r.render_with(EMAIL_SUBJECT, &only, ctx).expect("subject");
+        assert!(subject.starts_with(&format!("[Klaxon] {head}: ")), "{subject}");
+        let html = r.render_with(EMAIL_HTML, &only, ctx).expect("html");
+        assert!(
+            html.contains("<h2>Shop &lt;eu&gt;: no events for 30 minutes (held in quiet hours)</h2>"),
+            "{html}"
+        );
+        assert!(!html.contains("<b>0</b>"), "{html}");
+        let md = r.render_with(LOOP, &only, ctx).expect("loop");
+        assert!(
+            md.starts_with(
+                "**Shop &lt;eu&gt;: no events for 30 minutes (held in quiet hours)**\n- No events from Shop &lt;eu&gt; for 30 minutes\n"
+            ),
+            "{md}"
+        );
+        let slack = r.render_with(SLACK, &only, ctx).expect("slack");
+        assert!(!slack.contains("0 ×") && !slack.contains("0 errors"), "{slack}");
+        let view = r.view_in(&only, ctx, ROOMS[0]);
+        assert_eq!(
+            (
+                view.head_pre.as_str(),
+                view.head_post.as_str(),
+                view.seen.as_str()
+            ),
+            (
+                "",
+                ": no events for 30 minutes (held in quiet hours)",
+                "no events for 30 minutes (held in quiet hours)"
+            )
+        );
+        assert!(!view.events[0].counted);
+        // a single NO_EVENTS firing is its own message, as before
+        let single = NotificationTask {
+            reason: Reason::NoEvents {
+                quiet_period_ms: 1_800_000,
+                last_event_ms: None,
+            },
+            ..only.clone()
+        };
+        let tg = r.render_with(TELEGRAM, &single, ctx).expect("tg");
+        assert!(
+            tg.starts_with("<b>No events for 30 minutes</b>\nNo events in project Shop"),
+            "{tg}"
         );
     }
 
