@@ -82,8 +82,12 @@ impl UrlTemplate {
             .replace("{repetitionId}", &encode(repetition.unwrap_or("")))
     }
 
-    /// The link to one event, or `None` when it would be longer than [`MAX_URL_LEN`].
+    /// The link to one event, or `None` when there is no event (an empty group: a `NO_EVENTS` alert) or the link
+    /// would be longer than [`MAX_URL_LEN`].
     pub fn link(&self, project_id: &str, group_hash: &str, repetition_id: Option<&str>) -> Option<String> {
+        if group_hash.is_empty() {
+            return None;
+        }
         Some(self.fill(project_id, group_hash, repetition_id)).filter(|l| l.len() <= MAX_URL_LEN)
     }
 }
@@ -108,6 +112,7 @@ mod tests {
             "no repetition: the segment is dropped"
         );
         assert_eq!(t.link("p", "g", Some("")), t.link("p", "g", None));
+        assert_eq!(t.link("p", "", Some("r")), None, "no group, no event to link to");
     }
 
     #[test]
