@@ -212,8 +212,9 @@ impl Alerts {
         Ok(opened)
     }
 
-    /// Counts `touches` into open alerts: one script call per project, coalesced by (rule, group).
-    async fn touch(&self, touches: &[Touch<'_>]) -> Result<u64, CounterError> {
+    /// Counts `touches` into open alerts: one script call per project, coalesced by (rule, group); a (rule,
+    /// group) without an open alert is left alone. Returns how many open alerts were touched.
+    pub async fn touch(&self, touches: &[Touch<'_>]) -> Result<u64, CounterError> {
         const SCRIPT: &str = "alert_touch.lua";
         // project → (rule, group) → (events, last at)
         type Groups<'t> = BTreeMap<(&'t str, &'t str), (u64, i64)>;

@@ -3,9 +3,11 @@
 //! (`klaxon_core::alert` is the model, `klaxon_counter::alerts` the state in Redis).
 //!
 //! ```text
-//! worker batch: route ──▶ crossed firings (not muted) ──▶ Alerts::open_and_touch ──▶ tasks carry `alert`
-//!               (every matched (event, rule) pair is a Touch)        │  (one round trip for the opens, one for
-//!                                                                     │   the touches)
+//! worker batch: every matched (event, rule) pair is a Touch, sent beside the counting (one round trip):
+//!               it counts into the (rule, group)'s open alert, if any
+//!               route ──▶ crossed firings (not muted) ──▶ Alerts::open_and_touch ──▶ tasks carry `alert`
+//!                                                         (then the firing pairs of the alerts opened now
+//!                                                          are touched: they found none before)
 //!               a new alert with resolveAfter > 0 ──▶ timer message ──delay engine──▶ <ns>.alerts.timer
 //!                 (due at last event + resolveAfter)
 //! timer loop: Alerts::resolve_due ──NotDue{at}──▶ the timer again, due at `at`
@@ -396,22 +398,48 @@ pub fn alert_of(f: &Firing<'_>) -> Alert {
     }
 }
 
-/// Every matched (event, rule) pair of a batch as a [`Touch`] of one event: it keeps the (rule, group)'s open
-/// alert from resolving. A pair that fired is at its firing's time (Redis clock), the others at `now_ms` (this
-/// process's clock: a skew between workers moves a resolve by at most that skew).
-pub fn touches<'a>(matches: &[Match<'a>], outcomes: &[Outcome], now_ms: i64) -> Vec<Touch<'a>> {
+/// Every matched (event, rule) pair of a batch as a [`Touch`] of one event at `now_ms` (this process's clock: a
+/// skew between workers moves a resolve by at most that skew): it counts into the (rule, group)'s open alert and
+/// keeps it from resolving. Sent beside the counting, in the same round trip: a pair whose alert opens in this
+/// batch finds none yet and is counted once it is open ([`fired_touches`], [`open_for_batch`]).
+pub fn touches<'a>(matches: &[Match<'a>], now_ms: i64) -> Vec<Touch<'a>> {
     matches
         .iter()
-        .zip(outcomes)
-        .map(|(m, o)| Touch {
+        .map(|m| Touch {
             project_id: &m.event.task.project_id,
             rule_id: &m.rule.id,
             group: &m.event.task.event.group_hash,
             events: 1,
-            at_ms: match o {
-                Outcome::Fired { at_ms, .. } => *at_ms,
-                Outcome::Counted { .. } => now_ms,
-            },
+            at_ms: now_ms,
+        })
+        .collect()
+}
+
+/// The touches of the pairs that fired, at their firing's time: what a new alert counts once it is open.
+pub fn fired_touches<'a>(matches: &[Match<'a>], outcomes: &[Outcome]) -> Vec<Touch<'a>> {
+    matches
+        .iter()
+        .zip(outcomes)
+        .filter_map(|(m, o)| match o {
+            Outcome::Fired { at_ms, .. } => Some(Touch {
+                project_id: &m.event.task.project_id,
+                rule_id: &m.rule.id,
+                group: &m.event.task.event.group_hash,
+                events: 1,
+                at_ms: *at_ms,
+            }),
+            Outcome::Counted { .. } => None,
+        })
+        .collect()
+}
+
+/// The alerts `answers` opened now (not found again, not repeated).
+fn opened_now(answers: &[Opened]) -> Vec<&Alert> {
+    answers
+        .iter()
+        .filter_map(|o| match o {
+            Opened::New(a) => Some(a),
+            _ => None,
         })
         .collect()
 }
@@ -924,31 +952,43 @@ pub(crate) fn escalation_tasks(
         .collect()
 }
 
-/// The worker's side: opens the alerts of a batch's crossed firings and counts its matched events into open
-/// alerts (one Redis round trip for the opens, one for the touches; none without matches), sets `alert` on the
-/// firing tasks, and returns the resolve timers to schedule.
+/// The worker's side, after the batch's early touch ([`touches`], sent beside the counting: the events of a
+/// (rule, group) whose alert is open are counted there): opens the alerts of the crossed firings, counts the
+/// firing events of the alerts that opened now (new: the early touch found none to count into; `fired`: the
+/// crossed pairs' touches), sets `alert` on the firing tasks, and returns the resolve timers to schedule. One
+/// Redis round trip for the opens, one more only when an alert opened; none without crossings.
 pub(crate) async fn open_for_batch<'t>(
     alerts: &Alerts,
     topology: &Topology,
     full_log: &LogOnce,
     crossed: &[Firing<'_>],
-    touches: &[Touch<'_>],
+    fired: &[Touch<'_>],
     tasks: impl IntoIterator<Item = &'t mut NotificationTask>,
     now_ms: i64,
 ) -> Result<Vec<(Outgoing, Duration)>, EngineError> {
-    if crossed.is_empty() && touches.is_empty() {
+    if crossed.is_empty() {
         return Ok(Vec::new());
     }
     let wanted: Vec<Alert> = crossed.iter().map(alert_of).collect();
     let answers = alerts
-        .open_and_touch(&wanted, touches, None)
+        .open_and_touch(&wanted, &[], None)
         .await
         .inspect_err(|_| RedisFailed.emit())?;
-    for a in answers.iter().filter_map(|o| match o {
-        Opened::New(a) => Some(a),
-        _ => None,
-    }) {
+    let opened_now = opened_now(&answers);
+    for a in &opened_now {
         AlertOpened { alert: a }.emit();
+    }
+    let late: Vec<Touch<'_>> = fired
+        .iter()
+        .filter(|t| {
+            opened_now
+                .iter()
+                .any(|a| a.project_id == t.project_id && a.rule_id == t.rule_id && a.group == t.group)
+        })
+        .cloned()
+        .collect();
+    if !late.is_empty() {
+        alerts.touch(&late).await.inspect_err(|_| RedisFailed.emit())?;
     }
     let oncall = crossed.iter().map(|f| OnCall::of(f.rule));
     let answers = wanted

@@ -277,9 +277,12 @@ impl Batches<'_> {
         // NO_EVENTS: the projects with such rules were seen, noted beside the counting (same connection, at once)
         let watched = no_events::watched_rules(&rules);
         let redelivered = batch.iter().any(|d| d.redelivered);
-        let (outcomes, seen) = tokio::try_join!(
+        // The counting, the NO_EVENTS notes and the open alerts' touches in one round trip (concurrent calls on
+        // the multiplexed connection): none depends on another's answer.
+        let (outcomes, seen, ()) = tokio::try_join!(
             self.count(&plan.matches),
-            no_events::seen(&self.no_events, &watched, redelivered)
+            no_events::seen(&self.no_events, &watched, redelivered),
+            self.touch(&plan.matches)
         )?;
         let firings = evaluate::firings(&plan.matches, &outcomes);
         let mutes = self.mutes(&evaluate::firing_projects(&firings)).await?;
@@ -328,9 +331,20 @@ impl Batches<'_> {
         Ok(())
     }
 
-    /// Opens the alerts of the crossed (not muted) firings and counts every matched pair into the open alert of
-    /// its (rule, group); sets `alert` on every firing task (digest ones too). Returns the resolve timers of the
-    /// alerts opened now (or again, for a redelivered batch).
+    /// Counts every matched pair into the open alert of its (rule, group), if any (alerts that open in this
+    /// batch count their firing pair in [`Batches::open_alerts`]).
+    async fn touch(&self, matches: &[Match<'_>]) -> Result<(), EngineError> {
+        if matches.is_empty() {
+            return Ok(());
+        }
+        let touches = alerts::touches(matches, klaxon_store::trail::now_ms());
+        self.deps.alerts.touch(&touches).await.inspect_err(redis_failed)?;
+        Ok(())
+    }
+
+    /// Opens the alerts of the crossed (not muted) firings and counts their firing pairs into the ones that
+    /// opened now; sets `alert` on every firing task (digest ones too). Returns the resolve timers of the alerts
+    /// opened now (or again, for a redelivered batch).
     async fn open_alerts(
         &self,
         matches: &[Match<'_>],
@@ -338,13 +352,13 @@ impl Batches<'_> {
         routed: &mut Routed<'_>,
     ) -> Result<Vec<(Outgoing, Duration)>, EngineError> {
         let now_ms = klaxon_store::trail::now_ms();
-        let touches = alerts::touches(matches, outcomes, now_ms);
+        let fired = alerts::fired_touches(matches, outcomes);
         alerts::open_for_batch(
             &self.deps.alerts,
             &self.deps.topology,
             self.alerts_full,
             &routed.crossed,
-            &touches,
+            &fired,
             routed
                 .now
                 .iter_mut()
