@@ -40,7 +40,6 @@ use lapin::{Channel, ExchangeKind};
 
 use crate::declare::declare_queue;
 use crate::error::amqp;
-use crate::publisher::check_confirm;
 use crate::{BrokerError, Outgoing, Publisher};
 
 /// Number of levels: delays up to `2^LEVELS − 1` seconds (about 12 days, more than the 7 days required).
@@ -261,8 +260,7 @@ impl Publisher {
         messages: &[(Outgoing, Duration)],
     ) -> Result<(), BrokerError> {
         let top = delay.level(LEVELS - 1);
-        let mut pending = Vec::with_capacity(messages.len());
-        for (m, d) in messages {
+        let publishes = messages.iter().map(|(m, d)| {
             let key = DelayTopology::routing_key(&m.queue, DelayTopology::delay_seconds(*d));
             let mut props = m.properties();
             if let Some(headers) = props.headers().as_ref() {
@@ -276,28 +274,21 @@ impl Publisher {
                     props = props.with_headers(clean);
                 }
             }
-            let confirm = self
-                .channel
-                .basic_publish(
-                    top.as_str().into(),
-                    key.as_str().into(),
-                    // the first hop always routes (every key matches a level queue or the next level's
-                    // exchange); mandatory catches a delay engine that was deleted
-                    BasicPublishOptions {
-                        mandatory: true,
-                        ..BasicPublishOptions::default()
-                    },
-                    &m.body,
-                    props,
-                )
-                .await
-                .map_err(amqp("basic.publish"))?;
-            pending.push((confirm, &m.queue));
-        }
-        for (confirm, queue) in pending {
-            check_confirm(confirm.await.map_err(amqp("publisher confirm"))?, queue)?;
-        }
-        Ok(())
+            let publish = self.channel.basic_publish(
+                top.as_str().into(),
+                key.as_str().into(),
+                // the first hop always routes (every key matches a level queue or the next level's
+                // exchange); mandatory catches a delay engine that was deleted
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..BasicPublishOptions::default()
+                },
+                &m.body,
+                props,
+            );
+            (publish, m.queue.as_str())
+        });
+        crate::publisher::publish_queued(publishes).await
     }
 }
 

@@ -2,7 +2,10 @@
 //! a caller acks what caused a message only once the message is durable. Also declares queues the
 //! "used as they are" way ([`crate::declare`]); the delayed form of publishing is in [`crate::delay`].
 
+use std::future::Future;
 use std::sync::Arc;
+
+use futures_util::FutureExt;
 
 use lapin::options::BasicPublishOptions;
 use lapin::types::FieldTable;
@@ -17,6 +20,37 @@ pub struct Publisher {
     pub(crate) channel: Channel,
     /// Its connection, for the throwaway channels of [`Publisher::ensure_queue`].
     pub(crate) conn: Arc<Connection>,
+}
+
+/// Publishes with confirms, as one step: every publish is queued on the channel first, in order (the first poll
+/// of lapin's `basic_publish` registers its confirm and pushes its frames), so lapin's I/O thread is woken once
+/// and writes them all; then their writes and the broker's confirms are awaited. Awaiting each publish before
+/// queuing the next would cost a hand-off to that thread and back per message.
+pub(crate) async fn publish_queued<'q, F>(
+    publishes: impl IntoIterator<Item = (F, &'q str)>,
+) -> Result<(), BrokerError>
+where
+    F: Future<Output = lapin::Result<lapin::PublisherConfirm>>,
+{
+    let mut queued = Vec::new();
+    for (publish, queue) in publishes {
+        let mut publish = Box::pin(publish);
+        // written already (rare) or queued: the rest is awaited below, in order
+        let done = (&mut publish).now_or_never();
+        queued.push((done, publish, queue));
+    }
+    let mut confirms = Vec::with_capacity(queued.len());
+    for (done, publish, queue) in queued {
+        let confirm = match done {
+            Some(written) => written,
+            None => publish.await,
+        };
+        confirms.push((confirm.map_err(amqp("basic.publish"))?, queue));
+    }
+    for (confirm, queue) in confirms {
+        check_confirm(confirm.await.map_err(amqp("publisher confirm"))?, queue)?;
+    }
+    Ok(())
 }
 
 /// The outcome of one confirmed publish.
@@ -38,28 +72,20 @@ impl Publisher {
     /// message no queue takes (its queue was deleted) fails with [`BrokerError::Unroutable`] instead of being
     /// dropped by the broker.
     pub async fn publish_all(&self, messages: &[Outgoing]) -> Result<(), BrokerError> {
-        let mut pending = Vec::with_capacity(messages.len());
-        for m in messages {
-            let confirm = self
-                .channel
-                .basic_publish(
-                    "".into(),
-                    m.queue.as_str().into(),
-                    BasicPublishOptions {
-                        mandatory: true,
-                        ..BasicPublishOptions::default()
-                    },
-                    &m.body,
-                    m.properties(),
-                )
-                .await
-                .map_err(amqp("basic.publish"))?;
-            pending.push((confirm, &m.queue));
-        }
-        for (confirm, queue) in pending {
-            check_confirm(confirm.await.map_err(amqp("publisher confirm"))?, queue)?;
-        }
-        Ok(())
+        publish_queued(messages.iter().map(|m| {
+            let publish = self.channel.basic_publish(
+                "".into(),
+                m.queue.as_str().into(),
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..BasicPublishOptions::default()
+                },
+                &m.body,
+                m.properties(),
+            );
+            (publish, m.queue.as_str())
+        }))
+        .await
     }
 
     /// Makes sure every queue of `topology` exists — a queue that exists is used as it is, a missing one is

@@ -449,18 +449,28 @@ impl Batches<'_> {
         Ok(())
     }
 
-    /// Schedules the digest windows and alert timers the batch opened, then publishes its messages, with
+    /// Schedules the digest windows and alert timers the batch opened and publishes its messages, with
     /// confirms.
+    ///
+    /// Both at once, on the one channel: their publishes are queued together and their confirms come back
+    /// together (one hand-off to lapin's I/O thread and one back, not one pair per kind). Neither needs the other
+    /// first: the batch is acked only once both are confirmed, and a redelivered batch publishes both again (its
+    /// digest openers and alerts schedule again, its messages keep their notification ids).
     async fn publish(&self, delayed: &[(Outgoing, Duration)], out: &[Outgoing]) -> Result<(), EngineError> {
-        if !delayed.is_empty() {
-            self.publisher
-                .publish_delayed(&self.deps.topology.delay(), delayed)
-                .await
-                .inspect_err(broker_failed)?;
-        }
-        if !out.is_empty() {
-            self.publisher.publish_all(out).await.inspect_err(broker_failed)?;
-        }
+        let delay = self.deps.topology.delay();
+        let timers = async {
+            if delayed.is_empty() {
+                return Ok(());
+            }
+            self.publisher.publish_delayed(&delay, delayed).await
+        };
+        let messages = async {
+            if out.is_empty() {
+                return Ok(());
+            }
+            self.publisher.publish_all(out).await
+        };
+        tokio::try_join!(timers, messages).inspect_err(broker_failed)?;
         Ok(())
     }
 }
