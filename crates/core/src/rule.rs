@@ -192,6 +192,14 @@ pub struct CompiledRule {
 }
 
 impl CompiledRule {
+    /// Its `minPeriod` for `channel`, seconds: 0 when it has no such channel (or sends each firing alone).
+    pub fn min_period_s(&self, channel: ChannelKind) -> u64 {
+        self.channels
+            .iter()
+            .find(|c| c.kind == channel)
+            .map_or(0, |c| c.min_period_s)
+    }
+
     /// Decides whether this rule is interested in the event (enabled, kind, filters). `title` must be
     /// `Title::new(&event.title)`, computed once per event.
     pub fn wants(&self, event: &Event, title: &Title<'_>) -> Option<Want> {
@@ -357,6 +365,12 @@ impl ProjectRules {
     pub fn with_name(mut self, name: Option<&Value>) -> Self {
         self.name = name.and_then(Value::as_str).and_then(clean_name);
         self
+    }
+
+    /// Rule `id` when it is switched on: what a timer, a resolve or a release of one of its alerts acts on now
+    /// (`None` when it was deleted or switched off since).
+    pub fn enabled_rule(&self, id: &str) -> Option<&CompiledRule> {
+        self.rules.iter().find(|r| r.id == id && r.enabled)
     }
 
     /// True when at least one rule can fire.

@@ -49,7 +49,7 @@ use klaxon_core::notification::{notification_id, Firing, NotificationTask};
 use klaxon_core::oncall::{
     next_escalation, EscalationStep, Renotify, MAX_ESCALATION_STEPS, RENOTIFY_EVERY_MS, RENOTIFY_MAX,
 };
-use klaxon_core::{CompiledRule, Outcome, Reason};
+use klaxon_core::{CompiledRule, Outcome, ProjectRules, Reason};
 use klaxon_counter::{Alerts, Change, Opened, Touch};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -694,11 +694,14 @@ async fn due(deps: &TimerDeps, publisher: &Publisher, delivery: &Delivery) -> Re
     let channels = tasks.len();
     // inside a quiet window the resolve is held into the window's release (crate::quiet); a redelivered timer
     // holds nothing twice, and one whose window ended meanwhile is sent
-    let rule = rule_now(deps, &alert).await?;
-    let (now, held) = crate::quiet::split(tasks, rule.quiet.as_ref(), at_ms);
+    let rules = rules_of(deps, &alert).await?;
+    let rule = rules.enabled_rule(&alert.rule_id);
+    let (now, held) = crate::quiet::split(tasks, rule.and_then(quiet_hours), at_ms);
     // outside it, a channel with a digest period carries the resolve in its digest like a firing (at once on a
     // quiet channel; crate::digest): appended in one round trip, idempotent per notification id
-    let (now, digested) = crate::digest::split_resolves(now, deps.output, |t| rule.min_period_s(t.channel));
+    let (now, digested) = crate::digest::split_resolves(now, deps.output, |t| {
+        rule.map_or(0, |r| r.min_period_s(t.channel))
+    });
     let appended = crate::digest::append(&deps.digests, &deps.topology, &[], &digested)
         .await
         .inspect_err(|_| RedisFailed.emit())?;
@@ -772,11 +775,7 @@ async fn on_call_due(deps: &TimerDeps, publisher: &Publisher, timer: &Timer) -> 
                 .await
                 .inspect_err(|_| RulesUnavailable.emit())?;
             // a rule deleted or switched off since stops its escalation
-            let steps = rules
-                .rules
-                .iter()
-                .find(|r| r.id == a.rule_id && r.enabled)
-                .map(|r| &r.escalation[..]);
+            let steps = rules.enabled_rule(&a.rule_id).map(|r| &r.escalation[..]);
             let d = escalation_due(timer, Some(a), steps);
             let tasks = match (&d, steps) {
                 (OnCallDue::Send { .. }, Some(steps)) => escalation_tasks(a, steps, step, now_ms),
@@ -822,14 +821,18 @@ async fn on_call_due(deps: &TimerDeps, publisher: &Publisher, timer: &Timer) -> 
     };
     // inside a quiet window: a reminder is held into the window's release, an escalation step is sent to its
     // bypassed channels now and deferred for the others to the window's end (crate::quiet)
-    let quiet = match (&alert, tasks.is_empty()) {
-        (Some(a), false) => rule_now(deps, a).await?.quiet,
+    let rules = match (&alert, tasks.is_empty()) {
+        (Some(a), false) => Some((a, rules_of(deps, a).await?)),
         _ => None,
     };
+    let quiet = rules
+        .as_ref()
+        .and_then(|(a, rules)| rules.enabled_rule(&a.rule_id))
+        .and_then(quiet_hours);
     let (tasks, deferred) = match timer.what {
-        TimerWhat::Escalate { .. } => crate::quiet::defer_escalation(tasks, quiet.as_ref(), now_ms),
+        TimerWhat::Escalate { .. } => crate::quiet::defer_escalation(tasks, quiet, now_ms),
         _ => {
-            let split = crate::quiet::split(tasks, quiet.as_ref(), now_ms);
+            let split = crate::quiet::split(tasks, quiet, now_ms);
             let tasks = crate::quiet::hold_lifecycle(
                 &deps.digests,
                 &deps.topology,
@@ -876,39 +879,16 @@ async fn on_call_due(deps: &TimerDeps, publisher: &Publisher, timer: &Timer) -> 
     Ok(())
 }
 
-/// What `alert`'s rule says now (through the rule cache) of where its lifecycle messages go: its quiet hours and
-/// its channels' digest periods. Nothing when the rule was deleted or switched off since: sent at once.
-#[derive(Default)]
-struct RuleNow {
-    /// Its quiet hours, when it has any.
-    quiet: Option<klaxon_core::oncall::QuietHours>,
-    /// Its channels' `minPeriod`, seconds.
-    min_periods: Vec<(klaxon_core::ChannelKind, u64)>,
+/// The rules of `alert`'s project now (through the rule cache): its rule's quiet hours and its channels' digest
+/// periods decide where its lifecycle messages go; a rule deleted or switched off since sends them at once.
+async fn rules_of(deps: &TimerDeps, alert: &Alert) -> Result<Arc<ProjectRules>, EngineError> {
+    let rules = deps.rules.get(&alert.project_id).await;
+    Ok(rules.inspect_err(|_| RulesUnavailable.emit())?)
 }
 
-impl RuleNow {
-    /// The rule's `minPeriod` for `channel` now (0: none, or the channel is gone).
-    fn min_period_s(&self, channel: klaxon_core::ChannelKind) -> u64 {
-        self.min_periods
-            .iter()
-            .find(|(c, _)| *c == channel)
-            .map_or(0, |(_, p)| *p)
-    }
-}
-
-async fn rule_now(deps: &TimerDeps, alert: &Alert) -> Result<RuleNow, EngineError> {
-    let rules = deps
-        .rules
-        .get(&alert.project_id)
-        .await
-        .inspect_err(|_| RulesUnavailable.emit())?;
-    let Some(rule) = rules.rules.iter().find(|r| r.id == alert.rule_id && r.enabled) else {
-        return Ok(RuleNow::default());
-    };
-    Ok(RuleNow {
-        quiet: Some(rule.quiet_hours.clone()).filter(|q| !q.is_empty()),
-        min_periods: rule.channels.iter().map(|c| (c.kind, c.min_period_s)).collect(),
-    })
+/// `rule`'s quiet hours, when it has any.
+fn quiet_hours(rule: &CompiledRule) -> Option<&klaxon_core::oncall::QuietHours> {
+    Some(&rule.quiet_hours).filter(|q| !q.is_empty())
 }
 
 /// Whether a mute matches `alert`'s (rule, group) at `now_ms` (the project's mutes, at most the limit, as the

@@ -236,9 +236,8 @@ async fn consume_loop(
 fn min_period_now(rules: &HashMap<&str, Arc<ProjectRules>>, task: &NotificationTask) -> u64 {
     rules
         .get(task.project_id.as_str())
-        .and_then(|p| p.rules.iter().find(|r| r.id == task.rule_id && r.enabled))
-        .and_then(|r| r.channels.iter().find(|c| c.kind == task.channel))
-        .map_or(0, |c| c.min_period_s)
+        .and_then(|p| p.enabled_rule(&task.rule_id))
+        .map_or(0, |r| r.min_period_s(task.channel))
 }
 
 /// Moves the deliveries that have already arrived into `batch`, up to `max`, without waiting.
