@@ -453,7 +453,7 @@ pub fn reference_hmac_sha256(key: &[u8], msg: &[u8]) -> Vec<u8> {
 }
 
 /// Opens a `firing` alert of (project, rule, group) in `env`'s namespace straight in Redis, as a worker's firing
-/// does (`klaxon_counter::Alerts::open_and_touch`), with `channels` as the channels that delivered its firing;
+/// does (`klaxon_counter::Alerts::open`), with `channels` as the channels that delivered its firing;
 /// `resolveAfter` 0 (only a hand resolves it). Each call is another firing: a fresh alert once the last one of
 /// its (rule, group) is resolved.
 pub async fn open_alert(
@@ -494,7 +494,7 @@ pub async fn open_alert(
         channels,
     };
     let opened = alerts
-        .open_and_touch(std::slice::from_ref(&alert), &[], None)
+        .open(std::slice::from_ref(&alert), None)
         .await
         .expect("open the alert");
     match opened.into_iter().next() {

@@ -17,8 +17,8 @@
 //!   and when all are open no new one opens (the firing is still delivered: [`Opened::Full`]). A resolved alert
 //!   lives [`RESOLVED_RETENTION_MS`], an open one [`OPEN_RETENTION_MS`] past its last event (and its
 //!   `resolveAfter`), so every key expires.
-//! * **Counting.** [`Alerts::open_and_touch`] counts a batch's matching events into the open alerts of their
-//!   (rule, group)s (one call per project): `events` and the last event's time, which `resolveAfter` runs from.
+//! * **Counting.** [`Alerts::touch`] counts a batch's matching events into the open alerts of their (rule,
+//!   group)s (one call per project): `events` and the last event's time, which `resolveAfter` runs from.
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
@@ -45,7 +45,7 @@ pub struct Alerts {
     limit: usize,
 }
 
-/// What [`Alerts::open_and_touch`] did with one firing.
+/// What [`Alerts::open`] did with one firing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Opened {
     /// A new alert opened.
@@ -153,15 +153,10 @@ impl Alerts {
         format!("{rule_id}:{group}")
     }
 
-    /// Opens the alerts of `opens` (each as it would open: state firing, its firing token, channels, …), then
-    /// counts `touches` into the open alerts of their (rule, group)s. One answer per open, in order. `now_ms`:
-    /// the clock (`None`: Redis `TIME`).
-    pub async fn open_and_touch(
-        &self,
-        opens: &[Alert],
-        touches: &[Touch<'_>],
-        now_ms: Option<i64>,
-    ) -> Result<Vec<Opened>, CounterError> {
+    /// Opens the alerts of `opens` (each as it would open: state firing, its firing token, channels, …), all at
+    /// once. One answer per open, in order. `now_ms`: the clock (`None`: Redis `TIME`). Events are counted into
+    /// the open alerts by [`Alerts::touch`].
+    pub async fn open(&self, opens: &[Alert], now_ms: Option<i64>) -> Result<Vec<Opened>, CounterError> {
         const SCRIPT: &str = "alert_open.lua";
         let calls = opens.iter().map(|a| async move {
             let fixed = Fixed {
@@ -207,9 +202,7 @@ impl Alerts {
             })
         });
         // Concurrent calls on the multiplexed connection: one round trip for the batch's firings.
-        let opened: Vec<Opened> = futures_util::future::try_join_all(calls).await?;
-        self.touch(touches).await?;
-        Ok(opened)
+        futures_util::future::try_join_all(calls).await
     }
 
     /// Counts `touches` into open alerts: one script call per project, coalesced by (rule, group); a (rule,

@@ -62,10 +62,14 @@ fn touch<'a>(rule: &'a str, group: &'a str, events: u64, at_ms: i64) -> Touch<'a
 }
 
 async fn open(env: &Env, a: &Alerts, opens: &[Alert], touches: &[Touch<'_>], now: i64) -> Vec<Opened> {
-    match a.open_and_touch(opens, touches, Some(now)).await {
+    let opened = match a.open(opens, Some(now)).await {
         Ok(o) => o,
         Err(e) => panic!("[{}] open failed: {e}", env.topology),
+    };
+    if let Err(e) = a.touch(touches).await {
+        panic!("[{}] touch failed: {e}", env.topology);
     }
+    opened
 }
 
 async fn change(env: &Env, c: Result<Change, klaxon_counter::CounterError>) -> Change {
@@ -192,7 +196,7 @@ async fn concurrent_workers_open_one_alert(env: Env) {
     let calls = (0..8).map(|i| {
         let a = a.clone();
         let al = al.clone();
-        async move { a.open_and_touch(&[al], &[], Some(T0 + i)).await }
+        async move { a.open(&[al], Some(T0 + i)).await }
     });
     let answers = futures_util::future::join_all(calls).await;
     let mut new = 0;
@@ -212,7 +216,7 @@ async fn concurrent_workers_open_one_alert(env: Env) {
     let calls = (0..8).map(|i| {
         let a = a.clone();
         let al = opening("r", "other", &format!("w{i}"), T0, 0);
-        async move { a.open_and_touch(&[al], &[], Some(T0)).await }
+        async move { a.open(&[al], Some(T0)).await }
     });
     let answers = futures_util::future::join_all(calls).await;
     let mut ids = std::collections::BTreeSet::new();
@@ -253,10 +257,7 @@ async fn resolve_races_an_event(env: Env) {
     // is consistent — resolved with the event not counted, or not due with the event counted
     let due = T0 + MIN;
     let racing = [touch("r", "g", 1, due)];
-    let (c, touched) = tokio::join!(
-        a.resolve_due("proj", &al.id, Some(due)),
-        a.open_and_touch(&[], &racing, Some(due))
-    );
+    let (c, touched) = tokio::join!(a.resolve_due("proj", &al.id, Some(due)), a.touch(&racing));
     touched.expect("touch");
     let after = a.get("proj", &al.id).await.expect("get").expect("exists");
     match c.expect("resolve") {

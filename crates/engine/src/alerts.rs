@@ -5,7 +5,7 @@
 //! ```text
 //! worker batch: every matched (event, rule) pair is a Touch, sent beside the counting (one round trip):
 //!               it counts into the (rule, group)'s open alert, if any
-//!               route ──▶ crossed firings (not muted) ──▶ Alerts::open_and_touch ──▶ tasks carry `alert`
+//!               route ──▶ crossed firings (not muted) ──▶ Alerts::open ──▶ tasks carry `alert`
 //!                                                         (then the firing pairs of the alerts opened now
 //!                                                          are touched: they found none before)
 //!               a new alert with resolveAfter > 0 ──▶ timer message ──delay engine──▶ <ns>.alerts.timer
@@ -403,16 +403,7 @@ pub fn alert_of(f: &Firing<'_>) -> Alert {
 /// keeps it from resolving. Sent beside the counting, in the same round trip: a pair whose alert opens in this
 /// batch finds none yet and is counted once it is open ([`fired_touches`], [`open_for_batch`]).
 pub fn touches<'a>(matches: &[Match<'a>], now_ms: i64) -> Vec<Touch<'a>> {
-    matches
-        .iter()
-        .map(|m| Touch {
-            project_id: &m.event.task.project_id,
-            rule_id: &m.rule.id,
-            group: &m.event.task.event.group_hash,
-            events: 1,
-            at_ms: now_ms,
-        })
-        .collect()
+    matches.iter().map(|m| touch(m, now_ms)).collect()
 }
 
 /// The touches of the pairs that fired, at their firing's time: what a new alert counts once it is open.
@@ -421,16 +412,21 @@ pub fn fired_touches<'a>(matches: &[Match<'a>], outcomes: &[Outcome]) -> Vec<Tou
         .iter()
         .zip(outcomes)
         .filter_map(|(m, o)| match o {
-            Outcome::Fired { at_ms, .. } => Some(Touch {
-                project_id: &m.event.task.project_id,
-                rule_id: &m.rule.id,
-                group: &m.event.task.event.group_hash,
-                events: 1,
-                at_ms: *at_ms,
-            }),
+            Outcome::Fired { at_ms, .. } => Some(touch(m, *at_ms)),
             Outcome::Counted { .. } => None,
         })
         .collect()
+}
+
+/// One matched (event, rule) pair as a [`Touch`] of one event at `at_ms`.
+fn touch<'a>(m: &Match<'a>, at_ms: i64) -> Touch<'a> {
+    Touch {
+        project_id: &m.event.task.project_id,
+        rule_id: &m.rule.id,
+        group: &m.event.task.event.group_hash,
+        events: 1,
+        at_ms,
+    }
 }
 
 /// The alerts `answers` opened now (not found again, not repeated).
@@ -951,7 +947,7 @@ pub(crate) async fn open_for_batch<'t>(
     }
     let wanted: Vec<Alert> = crossed.iter().map(alert_of).collect();
     let answers = alerts
-        .open_and_touch(&wanted, &[], None)
+        .open(&wanted, None)
         .await
         .inspect_err(|_| RedisFailed.emit())?;
     let opened_now = opened_now(&answers);
@@ -965,7 +961,7 @@ pub(crate) async fn open_for_batch<'t>(
                 .iter()
                 .any(|a| a.project_id == t.project_id && a.rule_id == t.rule_id && a.group == t.group)
         })
-        .cloned()
+        .copied()
         .collect();
     if !late.is_empty() {
         alerts.touch(&late).await.inspect_err(|_| RedisFailed.emit())?;

@@ -352,7 +352,7 @@ pub(crate) async fn due(
     let wanted = silence.alert();
     let opened = deps
         .alerts
-        .open_and_touch(std::slice::from_ref(&wanted), &[], None)
+        .open(std::slice::from_ref(&wanted), None)
         .await
         .inspect_err(|_| RedisFailed.emit())?;
     // one answer per open, in order: none would be a bug in the adapter, delivered without an alert

@@ -123,9 +123,9 @@ pub fn hawk_task(task: &NotificationTask) -> Value {
 /// Sends `task` on its way in `output`'s manner: a message to publish (returned, for the caller to publish with
 /// the rest of its batch), or in shadow mode a trail record and a count, and `None`. With `--output hawk`, a
 /// message of an alert's life (resolved, acknowledged, a reminder, an escalation) or a NO_EVENTS firing (about
-/// the project, no event group; also in a digest or a quiet window's release) is not published — Hawk's senders know only firings of event groups (`event`,
-/// `several-events`) and would send it as a new firing, or fail to find its group — but counted and logged as
-/// not sent, and `None`. The worker, the digest flusher, the alert timers and the hand changes (API, console,
+/// the project, no event group; also in a digest or a quiet window's release) is not published — Hawk's senders
+/// know only firings of event groups (`event`, `several-events`) and would send it as a new firing, or fail to
+/// find its group — but counted and logged as not sent, and `None`. The worker, the digest flusher, the alert timers and the hand changes (API, console,
 /// `klaxon alerts`) all go through here, so every output treats them alike.
 pub fn dispatch(
     topology: &Topology,
