@@ -59,13 +59,10 @@ pub(crate) fn is_silence(e: &NotificationEvent) -> bool {
     e.group_hash.is_empty()
 }
 
-/// How a NO_EVENTS firing's title ([`klaxon_core::kind::no_events::title`]: "No events for 1 hour") starts.
-const SILENCE_TITLE: &str = "No events for ";
-
-/// The quiet period a silence's title names ("1 hour" of "No events for 1 hour"), when the title reads as
-/// Klaxon writes it (a number and a unit). Only our words come out: anything else gives `None`.
+/// The quiet period a silence's title names ("1 hour" of "No events for 1 hour",
+/// [`klaxon_core::kind::no_events::title`]), when the title reads as Klaxon writes it (a number and a unit). Only our words come out: anything else gives `None`.
 fn silence_period(title: &str) -> Option<&str> {
-    let period = title.strip_prefix(SILENCE_TITLE)?;
+    let period = title.strip_prefix(klaxon_core::kind::no_events::TITLE_PREFIX)?;
     let (n, unit) = period.split_once(' ')?;
     (!n.is_empty()
         && n.bytes().all(|b| b.is_ascii_digit())

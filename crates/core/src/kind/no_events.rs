@@ -98,9 +98,13 @@ pub fn words(quiet_period_ms: u64, since_ms: Option<i64>, fired_at_ms: i64) -> S
     }
 }
 
+/// How a NO_EVENTS firing's title starts, before its quiet period ([`title`]): what a digest or a quiet window's
+/// release reads the period back from.
+pub const TITLE_PREFIX: &str = "No events for ";
+
 /// A NO_EVENTS firing's title: "No events for 1 hour".
 pub fn title(quiet_period_ms: u64) -> String {
-    format!("No events for {}", crate::text::duration_words(quiet_period_ms))
+    format!("{TITLE_PREFIX}{}", crate::text::duration_words(quiet_period_ms))
 }
 
 #[cfg(test)]
