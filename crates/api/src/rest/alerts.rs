@@ -488,17 +488,11 @@ mod tests {
             last_event_at_ms: 1_500,
             resolve_after_ms: 0,
             channels: vec![
-                AlertChannel {
-                    channel: ChannelKind::Webhook,
-                    endpoint: "https://example.com/h".into(),
-                    severity: None,
-                },
-                AlertChannel {
-                    channel: ChannelKind::Pagerduty,
-                    endpoint: "r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE".into(),
-                    severity: None,
-                },
+                AlertChannel::of_rule(ChannelKind::Webhook, "https://example.com/h", None),
+                AlertChannel::of_rule(ChannelKind::Pagerduty, "r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE", None),
             ],
+            heard: Vec::new(),
+            closes: Vec::new(),
         }
     }
 
