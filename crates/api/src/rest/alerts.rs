@@ -556,6 +556,60 @@ mod tests {
         }
     }
 
+    /// A hand acknowledge or resolve reaches the alert's whole audience (an escalation step's routing key, a
+    /// digest's shared incident), not only the rule's channels: `lifecycle_tasks` decides who.
+    #[test]
+    fn hand_changes_reach_the_whole_audience() {
+        let heard = |first: &str, shared: bool| AlertChannel {
+            first_id: Some(first.into()),
+            shared,
+            ..AlertChannel::of_rule(ChannelKind::Pagerduty, "Q2ndL1neR0ut1ngKey0123456789abcd", None)
+        };
+        let with_audience = |state| Alert {
+            heard: vec![heard("step1", false), heard("digest1", true)],
+            ..alert(state)
+        };
+        let keys = |tasks: Vec<NotificationTask>| -> Vec<String> {
+            tasks
+                .into_iter()
+                .map(|t| t.alert.expect("a ref").firing_notification_id)
+                .filter(|k| k.len() < 10)
+                .collect()
+        };
+        let acked = outcome(
+            HandAction::Acknowledge,
+            "x",
+            Change::Done(with_audience(AlertState::Acknowledged)),
+        );
+        let tasks = acked.tasks(HandAction::Acknowledge);
+        assert_eq!(
+            tasks.len(),
+            4,
+            "webhook, PagerDuty, the step's key, the digest's incident"
+        );
+        assert_eq!(keys(tasks), ["step1", "digest1"]);
+        let resolved = outcome(
+            HandAction::Resolve,
+            "x",
+            Change::Done(with_audience(AlertState::Resolved)),
+        );
+        assert_eq!(
+            keys(resolved.tasks(HandAction::Resolve)),
+            ["step1"],
+            "the digest lists other open alerts"
+        );
+        let last = Alert {
+            closes: vec!["digest1".into()],
+            ..with_audience(AlertState::Resolved)
+        };
+        let resolved = outcome(HandAction::Resolve, "x", Change::Done(last));
+        assert_eq!(
+            keys(resolved.tasks(HandAction::Resolve)),
+            ["step1", "digest1"],
+            "the last listed alert"
+        );
+    }
+
     #[test]
     fn replays_publish_the_same_notification_ids() {
         let done = outcome(
