@@ -389,12 +389,10 @@ pub fn alert_of(f: &Firing<'_>) -> Alert {
         channels: rule
             .channels
             .iter()
-            .map(|ch| AlertChannel {
-                channel: ch.kind,
-                endpoint: ch.endpoint.clone(),
-                severity: ch.severity,
-            })
+            .map(|ch| AlertChannel::of_rule(ch.kind, &ch.endpoint, ch.severity))
             .collect(),
+        heard: Vec::new(),
+        closes: Vec::new(),
     }
 }
 
@@ -918,11 +916,7 @@ pub(crate) fn escalation_tasks(
     s.channels
         .iter()
         .map(|ch| {
-            let channel = AlertChannel {
-                channel: ch.kind,
-                endpoint: ch.endpoint.clone(),
-                severity: ch.severity,
-            };
+            let channel = AlertChannel::of_rule(ch.kind, &ch.endpoint, ch.severity);
             NotificationTask::for_alert(alert, &channel, reason, at_ms)
         })
         .collect()
@@ -1011,17 +1005,11 @@ mod tests {
             last_event_at_ms: 10_000,
             resolve_after_ms,
             channels: vec![
-                AlertChannel {
-                    channel: ChannelKind::Webhook,
-                    endpoint: "https://example.test/h".into(),
-                    severity: None,
-                },
-                AlertChannel {
-                    channel: ChannelKind::Pagerduty,
-                    endpoint: "key".into(),
-                    severity: None,
-                },
+                AlertChannel::of_rule(ChannelKind::Webhook, "https://example.test/h", None),
+                AlertChannel::of_rule(ChannelKind::Pagerduty, "key", None),
             ],
+            heard: Vec::new(),
+            closes: Vec::new(),
         }
     }
 
