@@ -189,6 +189,11 @@ pub const DESCRIBED: &[Described] = &[
         &["channel", "outcome"],
         "Delivery attempts by channel and outcome",
     ),
+    counter(
+        "klaxon_notifications_dropped_total",
+        &["channel", "reason"],
+        "Reminders and escalation steps not sent, decided at send time: acknowledged, resolved, alert_gone",
+    ),
     counter("klaxon_redis_errors_total", &[], "Redis failures"),
     counter("klaxon_broker_errors_total", &[], "RabbitMQ failures"),
     counter(
