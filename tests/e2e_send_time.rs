@@ -4,6 +4,7 @@
 //! firing and its rule still has its channel when its turn comes. Acknowledging an alert stops the reminders
 //! already queued; a deleted rule's alert reminds no more, and its Acknowledge link still works; reminders and
 //! escalation steps carry the alert's Acknowledge and Resolve links.
+//! A `klaxon sender` on its own decides the same with rules read on the store of its delivery trail.
 
 mod common;
 
@@ -15,8 +16,9 @@ use reqwest::redirect::Policy;
 use serde_json::{json, Value};
 
 /// A message of an alert that passed its last check just before the ack or the delete can still arrive this long
-/// after it (one HTTP request on loopback); anything later was decided after the change, wrongly.
-const IN_FLIGHT: Duration = Duration::from_millis(300);
+/// after it (a Redis call or two and one HTTP request on loopback, on a loaded machine); anything later was
+/// decided after the change, wrongly (the paced reminders came 2 s apart, the unpaced ones 1 s).
+const IN_FLIGHT: Duration = Duration::from_millis(500);
 
 /// A SEEN_MORE rule (2 events in a minute fire, never resolving by itself) with a webhook and `extra` fields.
 fn rule(rule_id: &str, hook: &HttpSink, extra: Value) -> Value {
@@ -289,5 +291,66 @@ async fn a_deleted_rules_alert_reminds_no_more_and_its_acknowledge_link_still_wo
     .await;
     assert_eq!(told, Some(1), "the acknowledged message; log:\n{}", k.logs());
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}
+
+/// The same for a `klaxon sender` on its own (its rules read through a cache of its own on the store of its
+/// delivery trail, refreshed by the invalidations): reminders queued behind a paced webhook when the rule is
+/// deleted are dropped (`rule_gone`), none is delivered after the delete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_on_its_own_drops_the_queued_reminders_of_a_deleted_rule() {
+    let hook = HttpSink::start().await.expect("sink");
+    let env = Env::new().set("KLAXON_RATE_WEBHOOK", "0.5");
+    let project = object_id();
+    let r = rule(
+        &object_id(),
+        &hook,
+        json!({"renotify": {"every": 1_000, "max": 30}}),
+    );
+    env.import(&json!([{"_id": project, "notifications": [r]}]));
+    let mut worker = env.spawn("worker", &[]);
+    let mut sender = env.spawn("sender", &[]);
+    let logs =
+        |w: &common::Klaxon, s: &common::Klaxon| format!("worker:\n{}\nsender:\n{}", w.logs(), s.logs());
+    let title = format!("Alone ({})", env.namespace);
+    env.publish(&project, &title, "g").count(2).ok();
+    common::firing_webhook(&hook, || logs(&worker, &sender)).await;
+    worker.wait_metric(
+        r#"klaxon_alert_reminders_total{outcome="sent"}"#,
+        6.0,
+        Duration::from_secs(25),
+    );
+    let put = reqwest::Client::new()
+        .put(format!("http://{}/api/v1/projects/{project}/rules", sender.addr))
+        .json(&json!({"_id": project, "notifications": []}))
+        .timeout(Duration::from_secs(20))
+        .send()
+        .await
+        .expect("PUT");
+    assert_eq!(
+        put.status().as_u16(),
+        200,
+        "{}",
+        put.text().await.unwrap_or_default()
+    );
+    let deleted = Instant::now();
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let late: Vec<Duration> = of_kind(&hook, "reminder")
+        .iter()
+        .filter(|(at, _)| *at > deleted + IN_FLIGHT)
+        .map(|(at, _)| at.duration_since(deleted))
+        .collect();
+    assert!(
+        late.is_empty(),
+        "reminders of a deleted rule's alert, at {late:?} after the delete; {}",
+        logs(&worker, &sender)
+    );
+    sender.wait_metric(
+        r#"klaxon_notifications_dropped_total{channel="webhook",reason="rule_gone"}"#,
+        1.0,
+        Duration::from_secs(10),
+    );
+    assert_eq!(sender.terminate(Duration::from_secs(10)), Some(0));
+    assert_eq!(worker.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;
 }
