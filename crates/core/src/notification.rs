@@ -16,9 +16,10 @@ use crate::rule::{ChannelKind, CompiledRule, Severity};
 /// the counter observed ([`Signal`]); or a digest, or a direct notification.
 ///
 /// On the wire (the task JSON) every variant is one flat object tagged by `type`, as it always was
-/// (`{"type": "spike", "periodMs": …, "baselineSum": …}`): see `ReasonJson`.
+/// (`{"type": "spike", "periodMs": …, "baselineSum": …}`): a spike's two halves are flattened into it
+/// (`tests/reason_wire.rs` holds the strings of earlier versions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "ReasonJson", into = "ReasonJson")]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "type")]
 pub enum Reason {
     /// ONLY_NEW: a first occurrence.
     New,
@@ -45,8 +46,10 @@ pub enum Reason {
     /// bucket's count at the firing.
     Spike {
         /// What the rule asked: its bucket, baseline span, factor and least count.
+        #[serde(flatten)]
         spike: Spike,
         /// What the counter observed: the bucket's baseline and the count it needed.
+        #[serde(flatten)]
         baseline: Baseline,
     },
     /// REAPPEARED: a group seen again after at least `quiet_period_ms` without events.
@@ -55,6 +58,7 @@ pub enum Reason {
         quiet_period_ms: u64,
         /// What the counter observed: when the group was last seen before, unix ms; `None` when its mark had
         /// expired (the quiet was then longer than the mark lives, see docs/rules.md).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         last_seen_ms: Option<i64>,
     },
     /// NO_EVENTS: the project sent no event at all for `quiet_period_ms` ([`crate::kind::no_events`]). Its
@@ -64,6 +68,7 @@ pub enum Reason {
         quiet_period_ms: u64,
         /// The project's last event before the silence, unix ms; `None` when none was seen (the clock started
         /// at the rule's storing).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         last_event_ms: Option<i64>,
     },
     /// Several firings coalesced over the channel's `minPeriod` ([`NotificationTask::for_digest`]), and the
@@ -72,7 +77,8 @@ pub enum Reason {
     Digest {
         /// The digest period, seconds.
         min_period_s: u64,
-        /// How many of the task's events (the last ones) resolved.
+        /// How many of the task's events (the last ones) resolved (absent from the wire when none).
+        #[serde(default, skip_serializing_if = "is_zero")]
         resolved: u32,
     },
     /// A direct notification from `POST /api/v1/notifications`: the event's title is the message's title and
@@ -188,216 +194,6 @@ impl Reason {
     /// project, no group) is not theirs.
     pub fn hawk_can_send(&self) -> bool {
         !self.is_lifecycle() && !matches!(self, Reason::NoEvents { .. })
-    }
-}
-
-/// [`Reason`] as the task JSON holds it: one flat object per variant, tagged by `type` (the format of every
-/// earlier version, which senders of another version read).
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", rename_all_fields = "camelCase", tag = "type")]
-enum ReasonJson {
-    New,
-    Threshold {
-        threshold: u64,
-        period_ms: u64,
-        window: Window,
-    },
-    UniqueUsers {
-        threshold: u64,
-        period_ms: u64,
-        window: Window,
-    },
-    Spike {
-        period_ms: u64,
-        baseline_windows: u32,
-        factor_milli: u32,
-        threshold: u64,
-        baseline_sum: u64,
-        baseline_buckets: u64,
-        needed: u64,
-    },
-    Reappeared {
-        quiet_period_ms: u64,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        last_seen_ms: Option<i64>,
-    },
-    NoEvents {
-        quiet_period_ms: u64,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        last_event_ms: Option<i64>,
-    },
-    Digest {
-        min_period_s: u64,
-        #[serde(default, skip_serializing_if = "is_zero")]
-        resolved: u32,
-    },
-    Direct,
-    Resolved,
-    Acknowledged,
-    Reminder {
-        number: u32,
-        max: u32,
-    },
-    Escalation {
-        step: u32,
-        steps: u32,
-    },
-    QuietHours {
-        until_ms: i64,
-        fired: u32,
-        resolved: u32,
-    },
-}
-
-impl From<Reason> for ReasonJson {
-    fn from(r: Reason) -> Self {
-        match r {
-            Reason::New => ReasonJson::New,
-            Reason::Threshold {
-                threshold,
-                period_ms,
-                window,
-            } => ReasonJson::Threshold {
-                threshold,
-                period_ms,
-                window,
-            },
-            Reason::UniqueUsers {
-                threshold,
-                period_ms,
-                window,
-            } => ReasonJson::UniqueUsers {
-                threshold,
-                period_ms,
-                window,
-            },
-            Reason::Spike { spike, baseline } => ReasonJson::Spike {
-                period_ms: spike.period_ms,
-                baseline_windows: spike.baseline_windows,
-                factor_milli: spike.factor_milli,
-                threshold: spike.threshold,
-                baseline_sum: baseline.sum,
-                baseline_buckets: baseline.buckets,
-                needed: baseline.needed,
-            },
-            Reason::Reappeared {
-                quiet_period_ms,
-                last_seen_ms,
-            } => ReasonJson::Reappeared {
-                quiet_period_ms,
-                last_seen_ms,
-            },
-            Reason::NoEvents {
-                quiet_period_ms,
-                last_event_ms,
-            } => ReasonJson::NoEvents {
-                quiet_period_ms,
-                last_event_ms,
-            },
-            Reason::Digest {
-                min_period_s,
-                resolved,
-            } => ReasonJson::Digest {
-                min_period_s,
-                resolved,
-            },
-            Reason::Direct => ReasonJson::Direct,
-            Reason::Resolved => ReasonJson::Resolved,
-            Reason::Acknowledged => ReasonJson::Acknowledged,
-            Reason::Reminder { number, max } => ReasonJson::Reminder { number, max },
-            Reason::Escalation { step, steps } => ReasonJson::Escalation { step, steps },
-            Reason::QuietHours {
-                until_ms,
-                fired,
-                resolved,
-            } => ReasonJson::QuietHours {
-                until_ms,
-                fired,
-                resolved,
-            },
-        }
-    }
-}
-
-impl From<ReasonJson> for Reason {
-    fn from(r: ReasonJson) -> Self {
-        match r {
-            ReasonJson::New => Reason::New,
-            ReasonJson::Threshold {
-                threshold,
-                period_ms,
-                window,
-            } => Reason::Threshold {
-                threshold,
-                period_ms,
-                window,
-            },
-            ReasonJson::UniqueUsers {
-                threshold,
-                period_ms,
-                window,
-            } => Reason::UniqueUsers {
-                threshold,
-                period_ms,
-                window,
-            },
-            ReasonJson::Spike {
-                period_ms,
-                baseline_windows,
-                factor_milli,
-                threshold,
-                baseline_sum,
-                baseline_buckets,
-                needed,
-            } => Reason::Spike {
-                spike: Spike {
-                    period_ms,
-                    baseline_windows,
-                    factor_milli,
-                    threshold,
-                },
-                baseline: Baseline {
-                    sum: baseline_sum,
-                    buckets: baseline_buckets,
-                    needed,
-                },
-            },
-            ReasonJson::Reappeared {
-                quiet_period_ms,
-                last_seen_ms,
-            } => Reason::Reappeared {
-                quiet_period_ms,
-                last_seen_ms,
-            },
-            ReasonJson::NoEvents {
-                quiet_period_ms,
-                last_event_ms,
-            } => Reason::NoEvents {
-                quiet_period_ms,
-                last_event_ms,
-            },
-            ReasonJson::Digest {
-                min_period_s,
-                resolved,
-            } => Reason::Digest {
-                min_period_s,
-                resolved,
-            },
-            ReasonJson::Direct => Reason::Direct,
-            ReasonJson::Resolved => Reason::Resolved,
-            ReasonJson::Acknowledged => Reason::Acknowledged,
-            ReasonJson::Reminder { number, max } => Reason::Reminder { number, max },
-            ReasonJson::Escalation { step, steps } => Reason::Escalation { step, steps },
-            ReasonJson::QuietHours {
-                until_ms,
-                fired,
-                resolved,
-            } => Reason::QuietHours {
-                until_ms,
-                fired,
-                resolved,
-            },
-        }
     }
 }
 

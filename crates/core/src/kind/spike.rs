@@ -2,6 +2,8 @@
 //! reaches `max(threshold, factor × baseline)`, the baseline being the mean count of the group's previous
 //! `baselineWindows` buckets; once per bucket (`lua/spike.lua`).
 
+use serde::{Deserialize, Serialize};
+
 use super::seen_more::{MAX_THRESHOLD, MIN_PERIOD_MS};
 use super::Want;
 use crate::field::Field;
@@ -23,8 +25,10 @@ pub const DEFAULT_FACTOR_MILLI: u32 = 5000;
 /// `threshold` when a SPIKE rule leaves it out: the least count of the current bucket that can fire.
 pub const DEFAULT_SPIKE_THRESHOLD: u64 = 10;
 
-/// The parameters of a SPIKE rule (see [`super::WhatToReceive::Spike`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The parameters of a SPIKE rule (see [`super::WhatToReceive::Spike`]). On the wire (inside a task's
+/// [`crate::Reason::Spike`]) its fields keep their names in camelCase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Spike {
     /// The bucket length (`thresholdPeriod`), ms: 1 s … 1 day. Buckets are aligned on the epoch.
     pub period_ms: u64,
@@ -80,12 +84,17 @@ impl Spike {
 
 /// What the counter observed when a SPIKE rule fired: the baseline of the bucket that fired and the count it
 /// needed (`lua/spike.lua`'s answer; [`crate::Reason::Spike`] carries it with the rule's [`Spike`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+///
+/// On the wire (inside a task's [`crate::Reason::Spike`], beside the rule's [`Spike`]) its fields are
+/// `baselineSum`, `baselineBuckets` and `needed`, as they always were.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct Baseline {
     /// The sum of the counts of the baseline's buckets at the firing.
+    #[serde(rename = "baselineSum")]
     pub sum: u64,
     /// How many buckets the baseline had (fewer than `baseline_windows` for a young group; 0 in its first
     /// bucket).
+    #[serde(rename = "baselineBuckets")]
     pub buckets: u64,
     /// The count that fired: `max(threshold, ⌈factor × baseline⌉)`.
     pub needed: u64,
