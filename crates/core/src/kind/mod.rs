@@ -241,8 +241,8 @@ impl WhatToReceive {
     }
 }
 
-/// What a rule asks the counter to do for one event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a rule asks the counter to do for one event: the counter (`klaxon-counter`'s `Hit`) takes it as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Want {
     /// Fire once per (rule, group): the event is a first occurrence.
     FirstSeen,
