@@ -272,6 +272,35 @@ pub struct NotificationEvent {
     /// `count` is then the alert's events). Absent otherwise, and from tasks of earlier versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_for_ms: Option<u64>,
+    /// A NO_EVENTS silence ([`NotificationEvent::silence`]): the rule's `quietPeriod`, ms. The entry is then about
+    /// the project, not a group: a digest or a quiet window's release lists it as "No events from <project> for
+    /// <period>" without a count. Absent for every other entry, and from tasks and buffers of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub silence_period_ms: Option<u64>,
+    /// The alert the entry is about, when known. Absent from tasks of earlier versions.
+    #[serde(default, rename = "alertId", skip_serializing_if = "Option::is_none")]
+    pub alert_id: Option<String>,
+}
+
+impl NotificationEvent {
+    /// The one entry of a NO_EVENTS firing: the project's (group `""`), count 0, titled "No events for 1 hour"
+    /// ([`crate::kind::no_events::title`]), carrying its quiet period.
+    pub fn silence(quiet_period_ms: u64) -> NotificationEvent {
+        NotificationEvent {
+            group_hash: String::new(),
+            title: crate::kind::no_events::title(quiet_period_ms),
+            count: 0,
+            repetition_id: None,
+            open_for_ms: None,
+            silence_period_ms: Some(quiet_period_ms),
+            alert_id: None,
+        }
+    }
+
+    /// Whether the entry is a NO_EVENTS silence (about the project; its line shows no count).
+    pub fn is_silence(&self) -> bool {
+        self.silence_period_ms.is_some()
+    }
 }
 
 /// Everything a sender needs to deliver one notification on one channel.
@@ -380,6 +409,8 @@ impl NotificationTask {
                     count: f.count,
                     repetition_id: event.repetition_id.clone(),
                     open_for_ms: None,
+                    silence_period_ms: None,
+                    alert_id: None,
                 }],
                 text: None,
                 send_at_ms: None,

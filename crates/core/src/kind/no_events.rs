@@ -98,8 +98,8 @@ pub fn words(quiet_period_ms: u64, since_ms: Option<i64>, fired_at_ms: i64) -> S
     }
 }
 
-/// How a NO_EVENTS firing's title starts, before its quiet period ([`title`]): what a digest or a quiet window's
-/// release reads the period back from.
+/// How a NO_EVENTS firing's title starts, before its quiet period ([`title`]). Nothing reads it back: an entry
+/// of a digest or a quiet window's release carries its period (`NotificationEvent::silence_period_ms`).
 pub const TITLE_PREFIX: &str = "No events for ";
 
 /// A NO_EVENTS firing's title: "No events for 1 hour".

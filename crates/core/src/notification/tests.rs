@@ -241,6 +241,8 @@ fn a_firing_becomes_one_task_per_channel() {
                     count: n,
                     repetition_id: rep.map(str::to_owned),
                     open_for_ms: None,
+                    silence_period_ms: None,
+                    alert_id: None,
                 }],
                 text: None,
                 send_at_ms: None,
@@ -260,6 +262,8 @@ fn a_digest_window_becomes_one_sorted_task() {
         count: c,
         repetition_id: None,
         open_for_ms: None,
+        silence_period_ms: None,
+        alert_id: None,
     };
     let w = DigestWindow {
         project_id: "p1",
@@ -423,6 +427,8 @@ fn task_round_trips_and_debug_hides_endpoint() {
             count: 100,
             repetition_id: None,
             open_for_ms: None,
+            silence_period_ms: None,
+            alert_id: None,
         }],
         text: None,
         send_at_ms: None,
@@ -445,4 +451,31 @@ fn task_round_trips_and_debug_hides_endpoint() {
     let back: NotificationTask = serde_json::from_str(&json).expect("parse");
     assert_eq!(back, t);
     assert!(!format!("{t:?}").contains("SECRET"));
+}
+
+/// An entry says whether it is a NO_EVENTS silence (with its quiet period) and which alert it is about; entries
+/// of earlier versions have neither and still parse; an entry with neither writes what it always wrote.
+#[test]
+fn an_entry_carries_its_silence_and_its_alert_optionally() {
+    let old = r#"{"groupHash":"","title":"No events for 1 hour","count":0,"repetitionId":null}"#;
+    let e: NotificationEvent = serde_json::from_str(old).expect("an entry of an earlier version");
+    assert_eq!(
+        (e.silence_period_ms, e.alert_id.as_deref(), e.is_silence()),
+        (None, None, false)
+    );
+    assert_eq!(serde_json::to_string(&e).expect("json"), old);
+    let mut silence = NotificationEvent::silence(3_600_000);
+    assert!(silence.is_silence());
+    assert_eq!((silence.group_hash.as_str(), silence.count), ("", 0));
+    assert_eq!(silence.title, crate::kind::no_events::title(3_600_000));
+    silence.alert_id = Some("a1".into());
+    let json = serde_json::to_string(&silence).expect("json");
+    assert!(
+        json.contains(r#""silencePeriodMs":3600000"#) && json.contains(r#""alertId":"a1""#),
+        "{json}"
+    );
+    assert_eq!(
+        serde_json::from_str::<NotificationEvent>(&json).expect("parse"),
+        silence
+    );
 }
