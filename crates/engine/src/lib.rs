@@ -27,6 +27,7 @@
 //! in the background). Every wait longer than a second goes through the broker's delay engine.
 #![deny(missing_docs)]
 
+pub mod after_store;
 pub mod alerts;
 pub mod breaker;
 pub mod clients;

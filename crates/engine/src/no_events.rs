@@ -237,8 +237,9 @@ pub(crate) async fn settle(no_events: &NoEvents, settle: &[(String, String, i64)
 /// A project's rules were just stored through Klaxon (API, CLI, console): each watched NO_EVENTS rule of a
 /// project that has sent no event yet starts its clock now (the contract's "at its storing"; a second storing
 /// does not restart it), and a rule with a pending timer keeps it (moved earlier when its `quietPeriod` shrank).
-/// Returns the timers to publish through the delay engine; none for a project without watched rules.
-pub async fn arm(
+/// Returns the timers to publish through the delay engine; none for a project without watched rules. Called
+/// through [`crate::after_store::arm`], the one step after a store.
+pub(crate) async fn arm(
     no_events: &NoEvents,
     topology: &Topology,
     project_id: &str,
