@@ -107,7 +107,7 @@ fn rfc3339<S: Serializer>(ms: &Option<i64>, s: S) -> Result<S::Ok, S::Error> {
 }
 
 impl RuleVerdict {
-    fn new(rule_id: &str, verdict: Verdict, reason: impl Into<String>) -> Self {
+    pub(crate) fn new(rule_id: &str, verdict: Verdict, reason: impl Into<String>) -> Self {
         RuleVerdict {
             rule_id: rule_id.to_owned(),
             verdict,
@@ -194,11 +194,9 @@ pub fn skipped(rule_id: &str, skip: Skip, rule: &CompiledRule) -> RuleVerdict {
         Skip::ProjectWide => (
             Verdict::Counting,
             match rule.what {
-                crate::WhatToReceive::NoEvents { quiet_period_ms } => format!(
-                    "a NO_EVENTS rule: any event of the project restarts its {} of silence; it fires only when \
-                     the project's events stop for that long",
-                    crate::text::compact_duration(quiet_period_ms)
-                ),
+                crate::WhatToReceive::NoEvents { quiet_period_ms } => {
+                    crate::kind::no_events::explain_reason(quiet_period_ms)
+                }
                 _ => "the rule watches the project, not groups: any event of the project restarts it".into(),
             },
         ),
@@ -211,20 +209,7 @@ pub fn skipped(rule_id: &str, skip: Skip, rule: &CompiledRule) -> RuleVerdict {
 pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> RuleVerdict {
     let at = rfc3339_ms;
     let (threshold, period, window, users) = match want {
-        Want::FirstSeen => {
-            return match peek.fired_at {
-                Some(t) => RuleVerdict::new(
-                    rule_id,
-                    Verdict::AlreadyNotified,
-                    format!("ONLY_NEW: this group was already notified at {}", at(t)),
-                ),
-                None => RuleVerdict::new(
-                    rule_id,
-                    Verdict::WouldFire,
-                    "ONLY_NEW: the first occurrence of this group fires",
-                ),
-            };
-        }
+        Want::FirstSeen => return crate::kind::only_new::verdict(rule_id, peek),
         Want::Count {
             threshold,
             period_ms,
@@ -235,12 +220,12 @@ pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> RuleVerdict {
             period_ms,
             window,
         } => (threshold, period_ms as i64, window, true),
-        Want::Spike(spike) => return spiking(rule_id, spike, peek),
+        Want::Spike(spike) => return crate::kind::spike::verdict(rule_id, spike, peek),
         Want::Reappeared {
             quiet_period_ms,
             armed_at_ms,
             is_new,
-        } => return reappearing(rule_id, quiet_period_ms, armed_at_ms, is_new, peek),
+        } => return crate::kind::reappeared::verdict(rule_id, quiet_period_ms, armed_at_ms, is_new, peek),
     };
     let counts = |verdict, reason: String, count, ends| RuleVerdict {
         count: Some(count),
@@ -318,113 +303,6 @@ pub fn counted(rule_id: &str, want: Want, peek: &Peek) -> RuleVerdict {
             }
         }
     }
-}
-
-/// A SPIKE rule's verdict (`lua/spike.lua`): the current bucket's count against `max(threshold, factor ×
-/// baseline)`, once per bucket.
-fn spiking(rule_id: &str, spike: crate::kind::Spike, peek: &Peek) -> RuleVerdict {
-    let at = rfc3339_ms;
-    let period = spike.period_ms as i64;
-    let ends = (spike.bucket(peek.now_ms) + 1) * period;
-    let needed = spike.needed(peek.baseline_sum, peek.baseline_buckets);
-    let baseline = baseline_words(peek.baseline_sum, peek.baseline_buckets);
-    let verdict = |verdict, reason: String, count| RuleVerdict {
-        count: Some(count),
-        threshold: needed,
-        window_ends_at: Some(ends),
-        ..RuleVerdict::new(rule_id, verdict, reason)
-    };
-    if let Some(f) = peek.fired_at {
-        let reason = format!(
-            "this bucket fired at {} ({} events, {baseline}); the next bucket starts at {}",
-            at(f),
-            peek.count,
-            at(ends)
-        );
-        return verdict(Verdict::AlreadyNotified, reason, peek.count + 1);
-    }
-    let next = peek.count + 1;
-    let Some(needed) = needed else {
-        let reason = format!(
-            "{} events in this bucket so far, the group's first: with no baseline it cannot spike; this event \
-             would be #{next}",
-            peek.count
-        );
-        return verdict(Verdict::Counting, reason, next);
-    };
-    let so_far = format!(
-        "{} events in this bucket so far, {baseline}: {needed} needed (max of threshold {} and {}× the baseline)",
-        peek.count,
-        spike.threshold,
-        spike.factor()
-    );
-    if next >= needed {
-        verdict(
-            Verdict::WouldFire,
-            format!("{so_far}; this event would be #{next} and fire"),
-            next,
-        )
-    } else {
-        verdict(
-            Verdict::Counting,
-            format!("{so_far}; this event would be #{next}"),
-            next,
-        )
-    }
-}
-
-/// A spike's baseline in words: "baseline ~20.0 over 24 buckets", or none yet.
-fn baseline_words(sum: u64, buckets: u64) -> String {
-    if buckets == 0 {
-        return "no baseline yet (the group's first bucket)".to_owned();
-    }
-    format!(
-        "baseline ~{:.1} over {buckets} bucket{}",
-        sum as f64 / buckets as f64,
-        if buckets == 1 { "" } else { "s" }
-    )
-}
-
-/// A REAPPEARED rule's verdict (`lua/reappeared.lua`): how long the group has been quiet against
-/// `quietPeriod`.
-fn reappearing(rule_id: &str, quiet_ms: u64, armed_at_ms: i64, is_new: bool, peek: &Peek) -> RuleVerdict {
-    // the script's decision, in the core's one function; the words say why
-    let fires =
-        crate::kind::reappeared::reappears(peek.last_seen, peek.now_ms, quiet_ms, armed_at_ms, is_new);
-    let verdict = if fires {
-        Verdict::WouldFire
-    } else {
-        Verdict::Counting
-    };
-    let reason = match peek.last_seen {
-        Some(seen) => {
-            let for_ms = peek.now_ms.saturating_sub(seen).max(0);
-            let words = format!(
-                "last seen at {}, quiet for {} (quietPeriod {})",
-                rfc3339_ms(seen),
-                crate::text::duration_words(for_ms as u64),
-                crate::text::duration_words(quiet_ms)
-            );
-            if fires {
-                format!("{words}; this event would fire")
-            } else {
-                format!("{words}; this event would be noted, not fire")
-            }
-        }
-        None if is_new => {
-            "a first occurrence (isNew) is ONLY_NEW's business: this event would start the group's mark"
-                .to_owned()
-        }
-        None if fires => format!(
-            "not seen for more than {} (no mark, and the rule has watched that long); this event would fire",
-            crate::text::duration_words(quiet_ms)
-        ),
-        None => format!(
-            "not seen since the rule began watching, less than {} ago; this event would be noted, not fire",
-            crate::text::duration_words(quiet_ms)
-        ),
-    };
-    RuleVerdict::new(rule_id, verdict, reason)
 }
 
 /// What the counter holds now, in words: explain has counted nothing, so the count is "so far".

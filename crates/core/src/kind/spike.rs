@@ -4,6 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::explain::{Peek, RuleVerdict, Verdict};
+use crate::notification::rfc3339_ms;
+
 use super::seen_more::{MAX_THRESHOLD, MIN_PERIOD_MS};
 use super::Want;
 use crate::field::Field;
@@ -253,4 +256,69 @@ impl Spike {
             threshold,
         })
     }
+}
+
+/// A SPIKE rule's verdict for `explain` (`lua/spike.lua`'s decision): the current bucket's count against `max(threshold, factor ×
+/// baseline)`, once per bucket.
+pub(crate) fn verdict(rule_id: &str, spike: Spike, peek: &Peek) -> RuleVerdict {
+    let at = rfc3339_ms;
+    let period = spike.period_ms as i64;
+    let ends = (spike.bucket(peek.now_ms) + 1) * period;
+    let needed = spike.needed(peek.baseline_sum, peek.baseline_buckets);
+    let baseline = baseline_words(peek.baseline_sum, peek.baseline_buckets);
+    let verdict = |verdict, reason: String, count| RuleVerdict {
+        count: Some(count),
+        threshold: needed,
+        window_ends_at: Some(ends),
+        ..RuleVerdict::new(rule_id, verdict, reason)
+    };
+    if let Some(f) = peek.fired_at {
+        let reason = format!(
+            "this bucket fired at {} ({} events, {baseline}); the next bucket starts at {}",
+            at(f),
+            peek.count,
+            at(ends)
+        );
+        return verdict(Verdict::AlreadyNotified, reason, peek.count + 1);
+    }
+    let next = peek.count + 1;
+    let Some(needed) = needed else {
+        let reason = format!(
+            "{} events in this bucket so far, the group's first: with no baseline it cannot spike; this event \
+             would be #{next}",
+            peek.count
+        );
+        return verdict(Verdict::Counting, reason, next);
+    };
+    let so_far = format!(
+        "{} events in this bucket so far, {baseline}: {needed} needed (max of threshold {} and {}× the baseline)",
+        peek.count,
+        spike.threshold,
+        spike.factor()
+    );
+    if next >= needed {
+        verdict(
+            Verdict::WouldFire,
+            format!("{so_far}; this event would be #{next} and fire"),
+            next,
+        )
+    } else {
+        verdict(
+            Verdict::Counting,
+            format!("{so_far}; this event would be #{next}"),
+            next,
+        )
+    }
+}
+
+/// A spike's baseline in words: "baseline ~20.0 over 24 buckets", or none yet.
+fn baseline_words(sum: u64, buckets: u64) -> String {
+    if buckets == 0 {
+        return "no baseline yet (the group's first bucket)".to_owned();
+    }
+    format!(
+        "baseline ~{:.1} over {buckets} bucket{}",
+        sum as f64 / buckets as f64,
+        if buckets == 1 { "" } else { "s" }
+    )
 }
