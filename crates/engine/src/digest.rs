@@ -548,6 +548,8 @@ mod tests {
             count: c,
             repetition_id: None,
             open_for_ms: None,
+            silence_period_ms: None,
+            alert_id: None,
         };
         let f = flush();
         let fired = |events| HeldClaim {
@@ -606,6 +608,8 @@ mod tests {
                     count: 1,
                     repetition_id: None,
                     open_for_ms: None,
+                    silence_period_ms: None,
+                    alert_id: None,
                 })
                 .collect(),
             ..flush().task(0, HeldClaim::default())
@@ -659,6 +663,8 @@ mod tests {
                 count: 3,
                 repetition_id: None,
                 open_for_ms: None,
+                silence_period_ms: None,
+                alert_id: None,
             }],
             alert: Some(klaxon_core::alert::AlertRef {
                 id: "a".repeat(24),

@@ -26,12 +26,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use klaxon_broker::{Outgoing, Publisher, Topology};
-use klaxon_core::alert::lifecycle_tasks;
 use klaxon_core::evaluate::Held;
 use klaxon_core::mute::is_muted;
 use klaxon_core::notification::NotificationTask;
-use klaxon_core::silence::{silence_alert_id, watched, Silence};
-use klaxon_core::{ProjectRules, Reason};
+use klaxon_core::silence::{resolved_tasks, silence_alert_id, watched, Silence};
+use klaxon_core::ProjectRules;
 use klaxon_counter::no_events::{Due, NoEvents, Seen, SeenBy, Watched};
 use klaxon_counter::{Alerts, Change, Digests, HeldEntry, Mutes, Opened};
 use serde_json::{json, Value};
@@ -197,7 +196,10 @@ pub(crate) async fn after_seen(
                 }
             };
             let at = alert.resolved_at_ms.unwrap_or(now_ms);
-            let tasks = lifecycle_tasks(&alert, Reason::Resolved, at);
+            let rule_now = rules
+                .get(project)
+                .and_then(|r| r.rules.iter().find(|r| r.id == rule));
+            let tasks = resolved_tasks(&alert, rule_now, at);
             if now {
                 AlertResolved {
                     alert: &alert,
@@ -206,10 +208,7 @@ pub(crate) async fn after_seen(
                 }
                 .emit();
             }
-            let quiet = rules
-                .get(project)
-                .and_then(|r| r.rules.iter().find(|r| r.id == rule))
-                .map(|r| &r.quiet_hours);
+            let quiet = rule_now.map(|r| &r.quiet_hours);
             let (now_tasks, held) = crate::quiet::split(tasks, quiet, at);
             out.tasks.extend(now_tasks);
             out.held.extend(held);
@@ -238,8 +237,9 @@ pub(crate) async fn settle(no_events: &NoEvents, settle: &[(String, String, i64)
 /// A project's rules were just stored through Klaxon (API, CLI, console): each watched NO_EVENTS rule of a
 /// project that has sent no event yet starts its clock now (the contract's "at its storing"; a second storing
 /// does not restart it), and a rule with a pending timer keeps it (moved earlier when its `quietPeriod` shrank).
-/// Returns the timers to publish through the delay engine; none for a project without watched rules.
-pub async fn arm(
+/// Returns the timers to publish through the delay engine; none for a project without watched rules. Called
+/// through [`crate::after_store::arm`], the one step after a store.
+pub(crate) async fn arm(
     no_events: &NoEvents,
     topology: &Topology,
     project_id: &str,
