@@ -518,3 +518,42 @@ fn rules_list_windows_numbering_and_a_readable_start_up() {
     );
     assert_eq!(k.terminate(Duration::from_secs(15)), Some(0));
 }
+
+/// `klaxon invalid show` never writes a body's terminal escape sequences to the operator's terminal: control
+/// characters other than line breaks and tabs are shown as `<U+XXXX>`; `-o json` keeps the exact body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_show_neutralises_a_bodys_control_characters() {
+    use klaxon_broker::{Broker, Outgoing, QueueType, Topology};
+    let env = Env::new();
+    let topo = Topology::new(
+        &env.namespace,
+        &format!("{}.events", env.namespace),
+        QueueType::Classic,
+    );
+    let broker = Broker::connect(&klaxon_testkit::amqp_url(), Duration::from_secs(10))
+        .await
+        .expect("rabbitmq");
+    let publisher = broker.publisher().await.expect("publisher");
+    publisher.declare(&topo).await.expect("declare");
+    let hostile = "{\"title\": \"\u{1b}]0;owned\u{7}\u{1b}[2J\rFORGED\u{9b}31m\"}\n";
+    publisher
+        .publish_all(&[Outgoing::json(topo.invalid_queue(), hostile.as_bytes().to_vec())])
+        .await
+        .expect("publish");
+    let listed = klaxon_testkit::eventually_blocking(Duration::from_secs(10), || {
+        let l = invalid_list(&env);
+        (l.len() == 1).then_some(l)
+    })
+    .expect("the invalid event listed");
+    let id = listed[0]["id"].as_str().expect("id").to_owned();
+    let shown = env.ok(&["invalid", "show", &id]);
+    assert!(!shown.chars().any(|c| c.is_control() && c != '\n'), "{shown:?}");
+    assert_eq!(
+        shown,
+        "{\"title\": \"<U+001B>]0;owned<U+0007><U+001B>[2J<U+000D>FORGED<U+009B>31m\"}\n"
+    );
+    let json: Value = serde_json::from_str(&env.ok(&["invalid", "show", &id, "-o", "json"])).expect("json");
+    assert_eq!(json["body"], hostile, "-o json keeps the exact body");
+    publisher.close().await;
+    broker.close().await;
+}
