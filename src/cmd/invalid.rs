@@ -40,11 +40,15 @@ pub enum InvalidCommand {
     #[command(after_help = "\
 Examples:
   klaxon invalid list --limit 20
+  klaxon invalid list --offset 1000 --limit 1000   # the next page of a longer queue
   klaxon invalid list -o json > invalid.json   # bodies cut to 2 KiB; `show` gives the whole body")]
     List {
         /// At most this many.
         #[arg(long, default_value_t = 1000)]
         limit: u32,
+        /// Skip this many from the head of the queue first (the next page: `--offset 1000`).
+        #[arg(long, default_value_t = 0)]
+        offset: u32,
         #[command(flatten)]
         output: OutputArgs,
     },
@@ -88,7 +92,10 @@ pub async fn run(args: InvalidArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
         .context("cannot declare queues")?;
     let ids: Vec<String>;
     let what = match &args.command {
-        InvalidCommand::List { limit, .. } => Pass::List(*limit),
+        InvalidCommand::List { limit, offset, .. } => Pass::Page {
+            offset: *offset,
+            limit: *limit,
+        },
         InvalidCommand::Show { id, .. } => {
             ids = vec![id.trim().to_owned()];
             Pass::Show(&ids)
