@@ -223,7 +223,7 @@ impl EventsUnmatched<'_> {
             .increment(self.events);
         if self.log {
             tracing::info!(
-                project = %text(&self.project), reason = self.reason.as_str(), events = self.events,
+                project = %text(self.project), reason = self.reason.as_str(), events = self.events,
                 database = %self.database, hint = self.reason.hint(),
                 logged_every_min = UNMATCHED_LOG_INTERVAL.as_secs() / 60,
                 "events not evaluated: no rule can fire for this project"
@@ -358,7 +358,7 @@ pub(crate) struct FiringMuted<'a> {
 impl FiringMuted<'_> {
     pub fn emit(self) {
         metrics::counter!("klaxon_firings_muted_total").increment(1);
-        tracing::info!(project = %text(&self.project), rule = %text(&self.rule), "firing muted");
+        tracing::info!(project = %text(self.project), rule = %text(self.rule), "firing muted");
     }
 }
 
@@ -377,12 +377,12 @@ impl MutesSkipped<'_> {
         metrics::counter!("klaxon_mutes_skipped_total").increment(self.unread);
         if self.first {
             tracing::warn!(
-                project = %text(&self.project), limit = self.limit, unread = self.unread,
+                project = %text(self.project), limit = self.limit, unread = self.unread,
                 "the project has more mutes than --max-mutes-per-project: only the first ones read are applied; \
                  delete mutes or let them expire"
             );
         } else {
-            tracing::debug!(project = %text(&self.project), unread = self.unread, "mutes over the limit not read");
+            tracing::debug!(project = %text(self.project), unread = self.unread, "mutes over the limit not read");
         }
     }
 }
@@ -417,7 +417,7 @@ impl AlertNotOpened<'_> {
         metrics::counter!("klaxon_alerts_not_opened_total", "reason" => "project_full").increment(1);
         if self.log {
             tracing::warn!(
-                project = %text(&self.project), rule = %text(&self.rule), limit = self.limit,
+                project = %text(self.project), rule = %text(self.rule), limit = self.limit,
                 "the project has as many open alerts as it may keep: the firing is delivered without an alert \
                  (resolve some, or they resolve by themselves)"
             );
@@ -506,7 +506,7 @@ pub(crate) struct Delivered<'a> {
 impl Delivered<'_> {
     pub fn emit(self) {
         delivery(self.channel, "sent");
-        tracing::info!(notification_id = %text(&self.id), channel = %self.channel, attempts = self.attempts, "delivered");
+        tracing::info!(notification_id = %text(self.id), channel = %self.channel, attempts = self.attempts, "delivered");
     }
 }
 
@@ -518,7 +518,7 @@ pub(crate) struct DuplicateDropped<'a> {
 
 impl DuplicateDropped<'_> {
     pub fn emit(self) {
-        tracing::info!(notification_id = %text(&self.id), channel = %self.channel, "already delivered; duplicate dropped");
+        tracing::info!(notification_id = %text(self.id), channel = %self.channel, "already delivered; duplicate dropped");
         delivery(self.channel, "duplicate");
     }
 }
@@ -561,7 +561,7 @@ pub(crate) struct DeliveryParked<'a> {
 impl DeliveryParked<'_> {
     pub fn emit(self) {
         tracing::info!(
-            notification_id = %text(&self.id), channel = %self.channel, why = self.why,
+            notification_id = %text(self.id), channel = %self.channel, why = self.why,
             wait_ms = millis(self.wait), "delivery parked"
         );
         metrics::counter!("klaxon_deliveries_parked_total", "channel" => self.channel.as_str()).increment(1);
@@ -580,7 +580,7 @@ pub(crate) struct DeliveryRetried<'a> {
 impl DeliveryRetried<'_> {
     pub fn emit(self) {
         tracing::warn!(
-            notification_id = %text(&self.id), channel = %self.channel, attempts = self.attempts,
+            notification_id = %text(self.id), channel = %self.channel, attempts = self.attempts,
             retry_in_ms = millis(self.wait), reason = %klaxon_core::text::reason(self.reason),
             "delivery failed, will retry"
         );
@@ -622,7 +622,7 @@ pub(crate) struct BreakerOpened<'a> {
 impl BreakerOpened<'_> {
     pub fn emit(self) {
         metrics::counter!("klaxon_breaker_transitions_total", "state" => "open").increment(1);
-        tracing::warn!(scope = self.scope, target = %text(&self.target), probe = self.probe, "circuit breaker opened");
+        tracing::warn!(scope = self.scope, target = %text(self.target), probe = self.probe, "circuit breaker opened");
     }
 }
 
@@ -635,7 +635,7 @@ pub(crate) struct BreakerClosed<'a> {
 impl BreakerClosed<'_> {
     pub fn emit(self) {
         metrics::counter!("klaxon_breaker_transitions_total", "state" => "closed").increment(1);
-        tracing::info!(scope = self.scope, target = %text(&self.target), "circuit breaker closed");
+        tracing::info!(scope = self.scope, target = %text(self.target), "circuit breaker closed");
     }
 }
 
@@ -666,7 +666,7 @@ impl ConversationNotKept<'_> {
     pub fn emit(self) {
         metrics::counter!("klaxon_redis_errors_total").increment(1);
         tracing::warn!(
-            notification_id = %text(&self.id), channel = %self.channel, error = %klaxon_core::text::reason(&self.error.to_string()),
+            notification_id = %text(self.id), channel = %self.channel, error = %klaxon_core::text::reason(&self.error.to_string()),
             "cannot remember the alert's firing message: its lifecycle messages will be new messages"
         );
     }
