@@ -161,6 +161,44 @@ fn an_evicting_redis_is_warned_by_doctor_and_once_when_a_process_starts() {
     rt.block_on(common::delete_queues(&env));
 }
 
+/// A Redis that keeps nothing across a restart (no AOF, no RDB `save` rule — the held quiet-hours alerts live only
+/// there) is a doctor warning naming the fix; one with either is ok; one whose `CONFIG` is refused cannot be
+/// checked, and doctor says so. Warnings keep the exit code 0.
+#[test]
+fn a_redis_that_keeps_nothing_across_a_restart_is_warned_by_doctor() {
+    let bare = Own::redis(&[]);
+    let env = Env::new().set("KLAXON_REDIS_URL", &bare.redis_url());
+    let (code, out) = doctor(&env);
+    assert_eq!(code, 0, "a warning, not a failure:\n{out}");
+    let l = line(&out, "redis persistence");
+    assert!(l.starts_with("warn"), "{l}");
+    for said in [
+        "keeps nothing across a restart",
+        "quiet hours",
+        "appendonly yes",
+        "save",
+    ] {
+        assert!(l.contains(said), "`{said}` in: {l}");
+    }
+
+    let dir = tempfile::tempdir().expect("tmp");
+    let dir = dir.path().to_str().expect("utf-8 path");
+    let aof = Own::redis(&["--dir", dir, "--appendonly", "yes"]);
+    let (_, out) = doctor(&env.clone().set("KLAXON_REDIS_URL", &aof.redis_url()));
+    let l = line(&out, "redis persistence");
+    assert!(l.starts_with("ok") && l.contains("appendonly yes"), "{l}");
+    let rdb = Own::redis(&["--dir", dir, "--save", "3600 1"]);
+    let (_, out) = doctor(&env.clone().set("KLAXON_REDIS_URL", &rdb.redis_url()));
+    let l = line(&out, "redis persistence");
+    assert!(l.starts_with("ok") && l.contains("save \"3600 1\""), "{l}");
+
+    let managed = Own::redis(&["--rename-command", "CONFIG", ""]);
+    let (code, out) = doctor(&env.clone().set("KLAXON_REDIS_URL", &managed.redis_url()));
+    assert_eq!(code, 0, "{out}");
+    let l = line(&out, "redis persistence");
+    assert!(l.starts_with("warn") && l.contains("could not be checked"), "{l}");
+}
+
 /// A consumer that is not Klaxon: a plain lapin connection with a name and a tag of its own, as Hawk's notifier
 /// holds one on `notifier`. It declares the queue as Klaxon does (durable, classic).
 async fn foreign_consumer(queue: &str) -> (Connection, lapin::Consumer) {

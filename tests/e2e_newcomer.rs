@@ -347,6 +347,16 @@ async fn invalid_events_are_listed_shown_and_replayed() {
     assert_eq!(status, 200, "{body}");
     let v: Value = serde_json::from_str(&body).expect("json");
     assert_eq!(v["invalid"].as_array().map(Vec::len), Some(1), "{v}");
+    let (status, body) = common::http_get(&k.addr, "/api/v1/invalid?offset=1").expect("GET");
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(
+        v["invalid"].as_array().map(Vec::len),
+        Some(1),
+        "the page after the first: {v}"
+    );
+    let (status, body) = common::http_get(&k.addr, "/api/v1/invalid?offset=x").expect("GET");
+    assert_eq!(status, 400, "{body}");
     let (status, v) = post_json(&k.addr, "/api/v1/invalid/replay", &json!({"ids": [id2]}));
     assert_eq!(status, 200, "{v}");
     assert_eq!(v, json!({"replayed": 1, "ids": [id2]}));
@@ -517,4 +527,141 @@ fn rules_list_windows_numbering_and_a_readable_start_up() {
         "no Rust debug output at start-up:\n{logs}"
     );
     assert_eq!(k.terminate(Duration::from_secs(15)), Some(0));
+}
+
+/// `klaxon invalid show` never writes a body's terminal escape sequences to the operator's terminal: control
+/// characters other than line breaks and tabs are shown as `<U+XXXX>`; `-o json` keeps the exact body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_show_neutralises_a_bodys_control_characters() {
+    use klaxon_broker::{Broker, Outgoing, QueueType, Topology};
+    let env = Env::new();
+    let topo = Topology::new(
+        &env.namespace,
+        &format!("{}.events", env.namespace),
+        QueueType::Classic,
+    );
+    let broker = Broker::connect(&klaxon_testkit::amqp_url(), Duration::from_secs(10))
+        .await
+        .expect("rabbitmq");
+    let publisher = broker.publisher().await.expect("publisher");
+    publisher.declare(&topo).await.expect("declare");
+    let hostile = "{\"title\": \"\u{1b}]0;owned\u{7}\u{1b}[2J\rFORGED\u{9b}31m\"}\n";
+    publisher
+        .publish_all(&[Outgoing::json(topo.invalid_queue(), hostile.as_bytes().to_vec())])
+        .await
+        .expect("publish");
+    let listed = klaxon_testkit::eventually_blocking(Duration::from_secs(10), || {
+        let l = invalid_list(&env);
+        (l.len() == 1).then_some(l)
+    })
+    .expect("the invalid event listed");
+    let id = listed[0]["id"].as_str().expect("id").to_owned();
+    let shown = env.ok(&["invalid", "show", &id]);
+    assert!(!shown.chars().any(|c| c.is_control() && c != '\n'), "{shown:?}");
+    assert_eq!(
+        shown,
+        "{\"title\": \"<U+001B>]0;owned<U+0007><U+001B>[2J<U+000D>FORGED<U+009B>31m\"}\n"
+    );
+    let json: Value = serde_json::from_str(&env.ok(&["invalid", "show", &id, "-o", "json"])).expect("json");
+    assert_eq!(json["body"], hostile, "-o json keeps the exact body");
+    publisher.close().await;
+    broker.close().await;
+}
+
+/// Invalid events past the 1,000th are reachable: a list page after an offset, `show` and `replay` of one near the
+/// end of a 1,005-message queue (each pass reads at most the queue's messages, one at a time; a consumer's prefetch
+/// of 1,000 stopped every pass at the 1,000th).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_events_past_the_1000th_are_listed_shown_and_replayed() {
+    use klaxon_api::rest::invalid::{id_of, pass, Pass};
+    use klaxon_broker::{Broker, Outgoing, QueueType, Topology};
+    const N: usize = 1_005;
+    let env = Env::new();
+    let topo = Topology::new(
+        &env.namespace,
+        &format!("{}.events", env.namespace),
+        QueueType::Classic,
+    );
+    let broker = Broker::connect(&klaxon_testkit::amqp_url(), Duration::from_secs(10))
+        .await
+        .expect("rabbitmq");
+    let publisher = broker.publisher().await.expect("publisher");
+    publisher.declare(&topo).await.expect("declare");
+    let body = |n: usize| format!("{{\"n\": {n}}}").into_bytes();
+    let messages: Vec<Outgoing> = (0..N)
+        .map(|n| Outgoing::json(topo.invalid_queue(), body(n)))
+        .collect();
+    publisher.publish_all(&messages).await.expect("publish");
+    let depth = |queue: String| {
+        let broker = &broker;
+        async move {
+            broker
+                .queue_depth(&queue)
+                .await
+                .expect("depth")
+                .expect("queue")
+                .messages
+        }
+    };
+    assert_eq!(depth(topo.invalid_queue()).await, N as u32);
+
+    let page = pass(
+        &broker,
+        &publisher,
+        &topo,
+        Pass::Page {
+            offset: 1_000,
+            limit: 10,
+        },
+    )
+    .await
+    .expect("page");
+    let bodies: Vec<&str> = page.iter().map(|i| i.body.as_str()).collect();
+    assert_eq!(
+        bodies,
+        [
+            "{\"n\": 1000}",
+            "{\"n\": 1001}",
+            "{\"n\": 1002}",
+            "{\"n\": 1003}",
+            "{\"n\": 1004}"
+        ]
+    );
+    assert_eq!(
+        depth(topo.invalid_queue()).await,
+        N as u32,
+        "a page leaves every message"
+    );
+    let first = pass(&broker, &publisher, &topo, Pass::List(1_000))
+        .await
+        .expect("list");
+    assert_eq!(first.len(), 1_000, "a page is bounded");
+    assert_eq!(first[0].body, "{\"n\": 0}", "in the queue's order again");
+
+    let near_end = [id_of(&body(1_003))];
+    let shown = pass(&broker, &publisher, &topo, Pass::Show(&near_end))
+        .await
+        .expect("show");
+    assert_eq!(shown.len(), 1);
+    assert_eq!(shown[0].body, "{\"n\": 1003}");
+
+    let last = [id_of(&body(1_004))];
+    let replayed = pass(&broker, &publisher, &topo, Pass::Replay(Some(&last)))
+        .await
+        .expect("replay");
+    assert_eq!(replayed.len(), 1);
+    assert_eq!(depth(topo.invalid_queue()).await, N as u32 - 1);
+    assert_eq!(
+        depth(topo.events_queue().to_owned()).await,
+        1,
+        "replayed to the events queue"
+    );
+
+    // the CLI's page
+    let out = env.ok(&["invalid", "list", "--offset", "1002", "-o", "json"]);
+    let listed: Vec<Value> = serde_json::from_str(&out).expect("json");
+    let bodies: Vec<&str> = listed.iter().filter_map(|i| i["body"].as_str()).collect();
+    assert_eq!(bodies, ["{\"n\": 1002}", "{\"n\": 1003}"], "{out}");
+    publisher.close().await;
+    broker.close().await;
 }

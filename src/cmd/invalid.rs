@@ -23,7 +23,7 @@ use crate::output::{self, Format, OutputArgs};
 #[command(after_help = "\
 Examples:
   klaxon invalid list
-  klaxon invalid show 4f1c09a2b7d3e865 > event.json   # the body, exactly as it arrived
+  klaxon invalid show 4f1c09a2b7d3e865 > event.json   # the body as it arrived (control characters shown)
   klaxon invalid replay --id 4f1c09a2b7d3e865          # back to the events queue, body unchanged
   klaxon invalid replay --all                          # exit 1 when nothing was replayed")]
 pub struct InvalidArgs {
@@ -40,19 +40,25 @@ pub enum InvalidCommand {
     #[command(after_help = "\
 Examples:
   klaxon invalid list --limit 20
+  klaxon invalid list --offset 1000 --limit 1000   # the next page of a longer queue
   klaxon invalid list -o json > invalid.json   # bodies cut to 2 KiB; `show` gives the whole body")]
     List {
         /// At most this many.
         #[arg(long, default_value_t = 1000)]
         limit: u32,
+        /// Skip this many from the head of the queue first (the next page: `--offset 1000`).
+        #[arg(long, default_value_t = 0)]
+        offset: u32,
         #[command(flatten)]
         output: OutputArgs,
     },
-    /// Print the body of an invalid event as it arrived (it stays in the queue).
+    /// Print the body of an invalid event as it arrived (it stays in the queue). Control characters other than
+    /// line breaks and tabs (terminal escape sequences, a lone carriage return) and hidden characters are shown
+    /// as `<U+XXXX>`; `-o json` gives the exact body.
     #[command(after_help = "\
 Examples:
   klaxon invalid show 4f1c09a2b7d3e865
-  klaxon invalid show 4f1c09a2b7d3e865 -o json   # id, messageId, reason, bytes and body")]
+  klaxon invalid show 4f1c09a2b7d3e865 -o json   # id, messageId, reason, bytes and the exact body")]
     Show {
         /// The event's id (the ID column of `klaxon invalid list`).
         id: String,
@@ -86,7 +92,10 @@ pub async fn run(args: InvalidArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
         .context("cannot declare queues")?;
     let ids: Vec<String>;
     let what = match &args.command {
-        InvalidCommand::List { limit, .. } => Pass::List(*limit),
+        InvalidCommand::List { limit, offset, .. } => Pass::Page {
+            offset: *offset,
+            limit: *limit,
+        },
         InvalidCommand::Show { id, .. } => {
             ids = vec![id.trim().to_owned()];
             Pass::Show(&ids)
@@ -130,7 +139,10 @@ pub async fn run(args: InvalidArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
             match output.format(Format::Json) {
                 Format::Table => {
                     let mut out = std::io::stdout().lock();
-                    match out.write_all(item.body.as_bytes()).and_then(|()| out.flush()) {
+                    match out
+                        .write_all(shown(&item.body).as_bytes())
+                        .and_then(|()| out.flush())
+                    {
                         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
                         r => r.context("cannot write to stdout")?,
                     }
@@ -151,4 +163,45 @@ pub async fn run(args: InvalidArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A body as `show` writes it: line breaks and tabs kept (a body may be pretty JSON; one with CRLF line ends
+/// stays byte for byte), every other control character (ESC, BEL, DEL, C1, a carriage return not before a line
+/// feed) and every hidden character ([`klaxon_core::text::is_hidden`]) shown as `<U+XXXX>`: a body's escape
+/// sequences never reach the operator's terminal, as on every other surface.
+fn shown(body: &str) -> std::borrow::Cow<'_, str> {
+    let mut chars = body.chars().peekable();
+    let mut out = String::new();
+    let mut changed = false;
+    while let Some(c) = chars.next() {
+        let keep = match c {
+            '\n' | '\t' => true,
+            '\r' => chars.peek() == Some(&'\n'),
+            c => !c.is_control() && !klaxon_core::text::is_hidden(c),
+        };
+        if keep {
+            out.push(c);
+        } else {
+            changed = true;
+            out.push_str(&klaxon_core::text::marker(c));
+        }
+    }
+    if changed {
+        std::borrow::Cow::Owned(out)
+    } else {
+        std::borrow::Cow::Borrowed(body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_shown_body_keeps_lines_and_shows_every_other_control_character() {
+        let json = "{\r\n\t\"a\": 1\n}";
+        assert!(matches!(super::shown(json), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(
+            super::shown("a\u{1b}[2Jb\rc\u{7}\u{9b}d\u{202e}e\u{7f}"),
+            "a<U+001B>[2Jb<U+000D>c<U+0007><U+009B>d<U+202E>e<U+007F>"
+        );
+    }
 }

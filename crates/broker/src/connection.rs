@@ -16,7 +16,7 @@ use lapin::{Channel, Connection, ConnectionProperties};
 use crate::declare::{close_channel, delete_queue};
 use crate::error::{amqp, io_error, reply_code, NOT_FOUND};
 use crate::url::{nodes, parse_url};
-use crate::{BrokerError, Consumer, Publisher, Topology, QUEUE_DECLARE_PASSIVE};
+use crate::{BrokerError, Consumer, Publisher, Reader, Topology, QUEUE_DECLARE_PASSIVE};
 
 /// The AMQP frame size Klaxon proposes (bytes): see [`Broker::connect`].
 pub const FRAME_MAX: u32 = 16 * 1024;
@@ -124,6 +124,13 @@ impl Broker {
             channel,
             inner,
             tag: tag.to_owned(),
+        })
+    }
+
+    /// A [`Reader`]: messages taken one at a time, on a channel of its own.
+    pub async fn reader(&self) -> Result<Reader, BrokerError> {
+        Ok(Reader {
+            channel: self.channel().await?,
         })
     }
 

@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use futures_util::{FutureExt, StreamExt};
-use lapin::options::{BasicAckOptions, BasicCancelOptions, BasicNackOptions};
+use lapin::options::{BasicAckOptions, BasicCancelOptions, BasicGetOptions, BasicNackOptions};
 use lapin::Channel;
 
 use crate::error::amqp;
@@ -103,6 +103,40 @@ impl Consumer {
     }
 
     /// Closes the channel; unacked deliveries go back to the queue.
+    pub async fn close(&self) {
+        let _ = self.channel.close(200, "bye".into()).await;
+    }
+}
+
+/// A queue read one message at a time (`basic.get`) on a channel of its own (opened by
+/// [`Broker::reader`](crate::Broker::reader)), each message held unacked until it is acked or the reader closes —
+/// then it goes back to the queue in its place. Unlike a [`Consumer`]'s, its unacked messages are bounded by no
+/// prefetch (RabbitMQ applies none to `basic.get`): a pass over a whole queue (`klaxon invalid`) reaches its
+/// last message, keeping in memory only the ones the caller keeps.
+pub struct Reader {
+    pub(crate) channel: Channel,
+}
+
+impl Reader {
+    /// The queue's next message, held unacked; `None` when the queue has no more ready.
+    pub async fn get(&self, queue: &str) -> Result<Option<Delivery>, BrokerError> {
+        let got = self
+            .channel
+            .basic_get(queue.into(), BasicGetOptions { no_ack: false })
+            .await
+            .map_err(amqp("basic.get"))?;
+        Ok(got.map(|m| Delivery::from(m.delivery)))
+    }
+
+    /// Acks one message (it leaves the queue).
+    pub async fn ack(&self, tag: u64) -> Result<(), BrokerError> {
+        self.channel
+            .basic_ack(tag, BasicAckOptions { multiple: false })
+            .await
+            .map_err(amqp("basic.ack"))
+    }
+
+    /// Closes the channel; unacked messages go back to the queue.
     pub async fn close(&self) {
         let _ = self.channel.close(200, "bye".into()).await;
     }

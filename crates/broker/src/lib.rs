@@ -56,7 +56,7 @@ mod topology;
 mod url;
 
 pub use connection::{host_name, process_label, Broker, QueueDepth, FRAME_MAX};
-pub use consumer::{Consumer, QueuedAck};
+pub use consumer::{Consumer, QueuedAck, Reader};
 pub use declare::Ensured;
 pub use delay::{DelayTopology, MAX_DELAY};
 pub use error::{BrokerError, QUEUE_DECLARE_PASSIVE};

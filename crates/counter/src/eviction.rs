@@ -126,6 +126,76 @@ fn policy_from_config(v: &Value) -> Option<String> {
         .filter(|p| !p.is_empty())
 }
 
+/// What one node keeps across a restart (`CONFIG GET appendonly` and `CONFIG GET save`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodePersistence {
+    /// The primary's address in a cluster; `None` for a single server.
+    pub node: Option<String>,
+    /// `appendonly yes`: the AOF.
+    pub appendonly: bool,
+    /// The RDB `save` rules (`3600 1 300 100`), empty for none.
+    pub save: String,
+}
+
+impl NodePersistence {
+    /// Neither an AOF nor an RDB `save` rule: a restart empties the node — the alerts held by quiet hours
+    /// (which live only in Redis), open alerts, window counters and dedup marks with it.
+    pub fn keeps_nothing(&self) -> bool {
+        !self.appendonly && self.save.trim().is_empty()
+    }
+}
+
+/// Reads `appendonly` and `save` from the server, or from every primary of a cluster. Fails with
+/// [`CounterError::BadReply`] when `CONFIG GET` is refused (managed services rename or forbid it: then it cannot
+/// be checked from here), and with [`CounterError::Unavailable`] when Redis does not answer.
+pub async fn persistence(redis: &RedisHandle) -> Result<Vec<NodePersistence>, CounterError> {
+    let get = |name: &str| {
+        let mut c = redis::cmd("CONFIG");
+        c.arg("GET").arg(name);
+        c
+    };
+    let refused = |name: &'static str| CounterError::BadReply {
+        script: name,
+        detail: format!("CONFIG GET {name} was refused"),
+    };
+    let aof = redis.on_every_primary(get("appendonly")).await?;
+    let save = redis.on_every_primary(get("save")).await?;
+    if aof.is_empty() {
+        return Err(refused("appendonly"));
+    }
+    aof.iter()
+        .map(|(node, v)| {
+            let appendonly = config_value(v, "appendonly").ok_or_else(|| refused("appendonly"))?;
+            let rules = save
+                .iter()
+                .find(|(n, _)| n == node)
+                .and_then(|(_, v)| config_value(v, "save"))
+                .ok_or_else(|| refused("save"))?;
+            Ok(NodePersistence {
+                node: node.clone(),
+                appendonly: appendonly.trim().eq_ignore_ascii_case("yes"),
+                save: rules.trim().to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// The value of `name` in a `CONFIG GET` reply: `[name, value]` (RESP2) or `{name: value}` (RESP3).
+fn config_value(v: &Value, name: &str) -> Option<String> {
+    let pairs: Vec<(&Value, &Value)> = match v {
+        Value::Array(items) => items
+            .chunks(2)
+            .filter_map(|c| Some((c.first()?, c.get(1)?)))
+            .collect(),
+        Value::Map(pairs) => pairs.iter().map(|(k, v)| (k, v)).collect(),
+        _ => return None,
+    };
+    pairs
+        .into_iter()
+        .find(|(k, _)| text(k).is_some_and(|k| k.eq_ignore_ascii_case(name)))
+        .and_then(|(_, v)| text(v))
+}
+
 /// `INFO memory`'s `maxmemory_policy:<policy>` line.
 fn policy_from_info(v: &Value) -> Option<String> {
     text(v)?

@@ -48,8 +48,9 @@
 //! * **NO_EVENTS.** [`NoEvents`] (`lua/no_events_*.lua`) keeps one small hash per project with NO_EVENTS rules:
 //!   its last event and each rule's one pending timer; a due timer fires once across a fleet.
 //! * **Deployment checks.** [`eviction_policies`] reads `maxmemory-policy` from every primary (anything but
-//!   `noeviction` can delete Klaxon's keys); [`Consumers`] (`lua/consumers_*.lua`) registers Klaxon's consumers
-//!   of the events queue, so a consumer that is not Klaxon can be told apart by its count.
+//!   `noeviction` can delete Klaxon's keys), [`persistence`] whether they survive a restart; [`Consumers`]
+//!   (`lua/consumers_*.lua`) registers Klaxon's consumers of the events queue, so a consumer that is not Klaxon
+//!   can be told apart by its count.
 #![deny(missing_docs)]
 
 pub mod alerts;
@@ -78,7 +79,9 @@ pub use dedup::Dedup;
 pub use digest::{Append, Appended, Claim, DigestKey, Digests, HeldClaim, HeldEntry, Hold};
 pub use direct::DirectKeys;
 pub use error::CounterError;
-pub use eviction::{eviction_policies, EvictionPolicies, NodePolicy, PolicySource, NO_EVICTION};
+pub use eviction::{
+    eviction_policies, persistence, EvictionPolicies, NodePersistence, NodePolicy, PolicySource, NO_EVICTION,
+};
 pub use gcra::{Gcra, Slot};
 pub use hit::{Hit, Outcome};
 pub use mutes::Mutes;

@@ -313,7 +313,8 @@ fn after_append<'a>(
     let mut out = Appended::default();
     for (t, answer) in answers {
         tracing::debug!(
-            notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
+            notification_id = %crate::internal_events::text(&t.notification_id), project = %crate::internal_events::text(&t.project_id),
+            rule = %crate::internal_events::text(&t.rule_id),
             channel = %t.channel, window_start_ms = answer.window_start_ms, send_now = answer.send_now,
             schedule = answer.schedule_flush, "firing routed by the channel's digest state"
         );
@@ -421,12 +422,12 @@ async fn flush(deps: &DigestDeps, publisher: &Publisher, delivery: &Delivery) ->
     let claim = claim.inspect_err(|_| RedisFailed.emit())?;
     match claim {
         Claim::Gone => {
-            tracing::debug!(project = %f.project_id, rule = %f.rule_id, channel = %f.channel,
+            tracing::debug!(project = %crate::internal_events::text(&f.project_id), rule = %crate::internal_events::text(&f.rule_id), channel = %f.channel,
                 window_start_ms = f.window_start_ms, "digest window already flushed");
             Ok(())
         }
         Claim::Busy(wait) | Claim::Early(wait) => {
-            tracing::info!(project = %f.project_id, rule = %f.rule_id, channel = %f.channel,
+            tracing::info!(project = %crate::internal_events::text(&f.project_id), rule = %crate::internal_events::text(&f.rule_id), channel = %f.channel,
                 window_start_ms = f.window_start_ms, retry_in_ms = wait.as_millis() as u64,
                 "digest window not ready to flush; rescheduled");
             publisher

@@ -13,6 +13,15 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// The most bytes of one tenant-written field (an id, a group) in a log line.
+const MAX_FIELD_BYTES: usize = 256;
+
+/// Tenant text as a log field: on one line (newlines, carriage returns, escapes and other control characters
+/// become spaces) and bounded, so a group, a title or an id read from a message cannot forge a log line.
+pub(crate) fn text(s: &str) -> String {
+    klaxon_core::text::one_line(s, MAX_FIELD_BYTES)
+}
+
 fn delivery(channel: ChannelKind, outcome: &'static str) {
     metrics::counter!("klaxon_deliveries_total", "channel" => channel.as_str(), "outcome" => outcome)
         .increment(1);
@@ -104,7 +113,7 @@ impl RuleFired<'_> {
     pub fn emit(self) {
         let t = self.task;
         tracing::info!(
-            notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
+            notification_id = %text(&t.notification_id), project = %text(&t.project_id), rule = %text(&t.rule_id),
             channel = %t.channel, count = t.events.first().map_or(0, |e| e.count), "rule fired"
         );
         if t.min_period_s > 0 {
@@ -136,7 +145,7 @@ impl DigestPublished<'_> {
         let t = self.task;
         metrics::counter!("klaxon_digests_published_total", "channel" => t.channel.as_str()).increment(1);
         tracing::info!(
-            notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
+            notification_id = %text(&t.notification_id), project = %text(&t.project_id), rule = %text(&t.rule_id),
             channel = %t.channel, groups = t.events.len(),
             resolved = t.held_parts().map_or(0, |(_, r)| r.len()), window_start_ms = self.window_start_ms,
             "digest published"
@@ -160,7 +169,7 @@ impl QuietHeld<'_> {
         metrics::counter!("klaxon_quiet_held_total", "channel" => t.channel.as_str(), "what" => what)
             .increment(1);
         tracing::info!(
-            notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
+            notification_id = %text(&t.notification_id), project = %text(&t.project_id), rule = %text(&t.rule_id),
             channel = %t.channel, what, "held by quiet hours"
         );
     }
@@ -178,7 +187,7 @@ impl QuietReleased<'_> {
         let t = self.task;
         metrics::counter!("klaxon_quiet_released_total", "channel" => t.channel.as_str()).increment(1);
         tracing::info!(
-            notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
+            notification_id = %text(&t.notification_id), project = %text(&t.project_id), rule = %text(&t.rule_id),
             channel = %t.channel, fired = self.fired, resolved = self.resolved, "quiet hours over: held messages released"
         );
     }
@@ -192,7 +201,7 @@ pub(crate) struct EventInvalid<'a> {
 
 impl EventInvalid<'_> {
     pub fn emit(self) {
-        tracing::warn!(reason = %self.reason, bytes = self.bytes, "invalid event set aside");
+        tracing::warn!(reason = %klaxon_core::text::reason(&self.reason.to_string()), bytes = self.bytes, "invalid event set aside");
         metrics::counter!("klaxon_events_invalid_total").increment(1);
     }
 }
@@ -214,7 +223,7 @@ impl EventsUnmatched<'_> {
             .increment(self.events);
         if self.log {
             tracing::info!(
-                project = %self.project, reason = self.reason.as_str(), events = self.events,
+                project = %text(self.project), reason = self.reason.as_str(), events = self.events,
                 database = %self.database, hint = self.reason.hint(),
                 logged_every_min = UNMATCHED_LOG_INTERVAL.as_secs() / 60,
                 "events not evaluated: no rule can fire for this project"
@@ -288,7 +297,7 @@ impl NotificationShadowed<'_> {
         metrics::counter!("klaxon_notifications_shadowed_total", "channel" => t.channel.as_str())
             .increment(1);
         tracing::info!(
-            notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
+            notification_id = %text(&t.notification_id), project = %text(&t.project_id), rule = %text(&t.rule_id),
             channel = %t.channel, events = t.events.len(), "shadow: would send (not sent)"
         );
     }
@@ -331,8 +340,8 @@ impl AlertMessageNotSent<'_> {
             _ => "firing",
         };
         tracing::info!(
-            notification_id = %t.notification_id, project = %t.project_id, rule = %t.rule_id,
-            channel = %t.channel, alert = t.alert.as_ref().map_or("", |a| a.id.as_str()), what,
+            notification_id = %text(&t.notification_id), project = %text(&t.project_id), rule = %text(&t.rule_id),
+            channel = %t.channel, alert = %text(t.alert.as_ref().map_or("", |a| a.id.as_str())), what,
             reason = self.reason.as_str(),
             "alert message not sent: --output hawk publishes firings of event groups only (Hawk's senders know no \
              other task)"
@@ -349,7 +358,7 @@ pub(crate) struct FiringMuted<'a> {
 impl FiringMuted<'_> {
     pub fn emit(self) {
         metrics::counter!("klaxon_firings_muted_total").increment(1);
-        tracing::info!(project = %self.project, rule = %self.rule, "firing muted");
+        tracing::info!(project = %text(self.project), rule = %text(self.rule), "firing muted");
     }
 }
 
@@ -368,12 +377,12 @@ impl MutesSkipped<'_> {
         metrics::counter!("klaxon_mutes_skipped_total").increment(self.unread);
         if self.first {
             tracing::warn!(
-                project = %self.project, limit = self.limit, unread = self.unread,
+                project = %text(self.project), limit = self.limit, unread = self.unread,
                 "the project has more mutes than --max-mutes-per-project: only the first ones read are applied; \
                  delete mutes or let them expire"
             );
         } else {
-            tracing::debug!(project = %self.project, unread = self.unread, "mutes over the limit not read");
+            tracing::debug!(project = %text(self.project), unread = self.unread, "mutes over the limit not read");
         }
     }
 }
@@ -388,7 +397,7 @@ impl AlertOpened<'_> {
         let a = self.alert;
         metrics::counter!("klaxon_alerts_opened_total").increment(1);
         tracing::info!(
-            alert_id = %a.id, project = %a.project_id, rule = %a.rule_id, group = %a.group,
+            alert_id = %text(&a.id), project = %text(&a.project_id), rule = %text(&a.rule_id), group = %text(&a.group),
             resolve_after_ms = a.resolve_after_ms, channels = a.channels.len(), "alert opened"
         );
     }
@@ -408,7 +417,7 @@ impl AlertNotOpened<'_> {
         metrics::counter!("klaxon_alerts_not_opened_total", "reason" => "project_full").increment(1);
         if self.log {
             tracing::warn!(
-                project = %self.project, rule = %self.rule, limit = self.limit,
+                project = %text(self.project), rule = %text(self.rule), limit = self.limit,
                 "the project has as many open alerts as it may keep: the firing is delivered without an alert \
                  (resolve some, or they resolve by themselves)"
             );
@@ -429,7 +438,7 @@ impl AlertResolved<'_> {
         let a = self.alert;
         metrics::counter!("klaxon_alerts_resolved_total", "by" => self.by).increment(1);
         tracing::info!(
-            alert_id = %a.id, project = %a.project_id, rule = %a.rule_id, by = self.by, events = a.events,
+            alert_id = %text(&a.id), project = %text(&a.project_id), rule = %text(&a.rule_id), by = self.by, events = a.events,
             channels = self.channels, "alert resolved"
         );
     }
@@ -447,7 +456,7 @@ impl AlertTimer<'_> {
         metrics::counter!("klaxon_alert_timers_total", "outcome" => self.outcome).increment(1);
         if let Some(t) = self.timer {
             tracing::debug!(
-                alert_id = %t.alert_id, project = %t.project_id, what = t.what.as_str(), outcome = self.outcome,
+                alert_id = %text(&t.alert_id), project = %text(&t.project_id), what = t.what.as_str(), outcome = self.outcome,
                 "alert timer due"
             );
         }
@@ -475,12 +484,12 @@ impl OnCallTimer<'_> {
         let level_info = self.outcome == "sent" || self.outcome == "rule_gone";
         if level_info {
             tracing::info!(
-                alert_id = %t.alert_id, project = %t.project_id, what = ?t.what, outcome = self.outcome,
+                alert_id = %text(&t.alert_id), project = %text(&t.project_id), what = ?t.what, outcome = self.outcome,
                 channels = self.channels, "alert on-call timer"
             );
         } else {
             tracing::debug!(
-                alert_id = %t.alert_id, project = %t.project_id, what = ?t.what, outcome = self.outcome,
+                alert_id = %text(&t.alert_id), project = %text(&t.project_id), what = ?t.what, outcome = self.outcome,
                 "alert on-call timer"
             );
         }
@@ -497,7 +506,7 @@ pub(crate) struct Delivered<'a> {
 impl Delivered<'_> {
     pub fn emit(self) {
         delivery(self.channel, "sent");
-        tracing::info!(notification_id = %self.id, channel = %self.channel, attempts = self.attempts, "delivered");
+        tracing::info!(notification_id = %text(self.id), channel = %self.channel, attempts = self.attempts, "delivered");
     }
 }
 
@@ -509,7 +518,7 @@ pub(crate) struct DuplicateDropped<'a> {
 
 impl DuplicateDropped<'_> {
     pub fn emit(self) {
-        tracing::info!(notification_id = %self.id, channel = %self.channel, "already delivered; duplicate dropped");
+        tracing::info!(notification_id = %text(self.id), channel = %self.channel, "already delivered; duplicate dropped");
         delivery(self.channel, "duplicate");
     }
 }
@@ -552,7 +561,7 @@ pub(crate) struct DeliveryParked<'a> {
 impl DeliveryParked<'_> {
     pub fn emit(self) {
         tracing::info!(
-            notification_id = %self.id, channel = %self.channel, why = self.why,
+            notification_id = %text(self.id), channel = %self.channel, why = self.why,
             wait_ms = millis(self.wait), "delivery parked"
         );
         metrics::counter!("klaxon_deliveries_parked_total", "channel" => self.channel.as_str()).increment(1);
@@ -571,8 +580,8 @@ pub(crate) struct DeliveryRetried<'a> {
 impl DeliveryRetried<'_> {
     pub fn emit(self) {
         tracing::warn!(
-            notification_id = %self.id, channel = %self.channel, attempts = self.attempts,
-            retry_in_ms = millis(self.wait), reason = %self.reason,
+            notification_id = %text(self.id), channel = %self.channel, attempts = self.attempts,
+            retry_in_ms = millis(self.wait), reason = %klaxon_core::text::reason(self.reason),
             "delivery failed, will retry"
         );
         delivery(self.channel, "retried");
@@ -591,11 +600,11 @@ impl DeadLettered<'_> {
     pub fn emit(self) {
         match self.id {
             Some(id) => tracing::warn!(
-                notification_id = %id, channel = %self.channel, attempts = self.attempts, reason = %self.reason,
+                notification_id = %text(id), channel = %self.channel, attempts = self.attempts, reason = %klaxon_core::text::reason(self.reason),
                 "notification dead-lettered"
             ),
             None => {
-                tracing::warn!(channel = %self.channel, reason = %self.reason, "notification task dead-lettered")
+                tracing::warn!(channel = %self.channel, reason = %klaxon_core::text::reason(self.reason), "notification task dead-lettered")
             }
         }
         delivery(self.channel, "dead");
@@ -613,7 +622,7 @@ pub(crate) struct BreakerOpened<'a> {
 impl BreakerOpened<'_> {
     pub fn emit(self) {
         metrics::counter!("klaxon_breaker_transitions_total", "state" => "open").increment(1);
-        tracing::warn!(scope = self.scope, target = %self.target, probe = self.probe, "circuit breaker opened");
+        tracing::warn!(scope = self.scope, target = %text(self.target), probe = self.probe, "circuit breaker opened");
     }
 }
 
@@ -626,7 +635,7 @@ pub(crate) struct BreakerClosed<'a> {
 impl BreakerClosed<'_> {
     pub fn emit(self) {
         metrics::counter!("klaxon_breaker_transitions_total", "state" => "closed").increment(1);
-        tracing::info!(scope = self.scope, target = %self.target, "circuit breaker closed");
+        tracing::info!(scope = self.scope, target = %text(self.target), "circuit breaker closed");
     }
 }
 
@@ -657,7 +666,7 @@ impl ConversationNotKept<'_> {
     pub fn emit(self) {
         metrics::counter!("klaxon_redis_errors_total").increment(1);
         tracing::warn!(
-            notification_id = %self.id, channel = %self.channel, error = %self.error,
+            notification_id = %text(self.id), channel = %self.channel, error = %klaxon_core::text::reason(&self.error.to_string()),
             "cannot remember the alert's firing message: its lifecycle messages will be new messages"
         );
     }
@@ -678,11 +687,11 @@ impl NoEventsTimer<'_> {
         if let Some(t) = self.timer {
             if self.outcome == "fired" || self.outcome == "muted" || self.outcome == "rule_gone" {
                 tracing::info!(
-                    project = %t.project_id, rule = %t.rule_id, outcome = self.outcome, "NO_EVENTS timer due"
+                    project = %text(&t.project_id), rule = %text(&t.rule_id), outcome = self.outcome, "NO_EVENTS timer due"
                 );
             } else {
                 tracing::debug!(
-                    project = %t.project_id, rule = %t.rule_id, outcome = self.outcome, "NO_EVENTS timer due"
+                    project = %text(&t.project_id), rule = %text(&t.rule_id), outcome = self.outcome, "NO_EVENTS timer due"
                 );
             }
         }
@@ -729,6 +738,309 @@ mod tests {
         for (key, at, want) in cases {
             assert_eq!(log.should_log(key, s(at)), want, "{key} at {at}s");
             assert!(log.len() <= 2);
+        }
+    }
+
+    /// Captures what the text log format writes.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("capture").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Every internal event that logs tenant text (groups, ids from rules, tasks and timer messages, reasons
+    /// echoing a body, endpoints), fed hostile text in every such field: each writes exactly one line, and no
+    /// line carries a newline, carriage return or escape that would forge or hide another.
+    #[test]
+    fn no_internal_event_log_line_can_be_forged_by_tenant_text() {
+        use klaxon_core::alert::{Alert, AlertChannel, AlertState};
+        const H: &str =
+            "x\nINFO klaxon_engine: FORGED\r\u{1b}[2K\u{1b}]8;;http://evil\u{7}\"q\" FORGED=1\u{85}end";
+        let h = H.to_owned();
+        let alert = Alert {
+            id: h.clone(),
+            project_id: h.clone(),
+            project_name: Some(h.clone()),
+            rule_id: h.clone(),
+            group: h.clone(),
+            title: h.clone(),
+            state: AlertState::Firing,
+            firing: h.clone(),
+            fired_at_ms: 0,
+            acknowledged_at_ms: None,
+            acknowledged_by: Some(h.clone()),
+            resolved_at_ms: None,
+            resolved_by: Some(h.clone()),
+            events: 1,
+            last_event_at_ms: 0,
+            resolve_after_ms: 0,
+            channels: vec![AlertChannel::of_rule(ChannelKind::Webhook, H, None)],
+            heard: Vec::new(),
+            closes: Vec::new(),
+        };
+        let mut task =
+            NotificationTask::for_alert(&alert, &alert.channels[0], klaxon_core::Reason::Resolved, 0);
+        task.notification_id = h.clone();
+        task.project_id = h.clone();
+        task.rule_id = h.clone();
+        task.min_period_s = 60;
+        let timer = |what| crate::alerts::Timer {
+            project_id: h.clone(),
+            alert_id: h.clone(),
+            what,
+        };
+        let (resolve, remind) = (
+            timer(crate::alerts::TimerWhat::Resolve),
+            timer(crate::alerts::TimerWhat::Remind {
+                number: 1,
+                every_ms: 1,
+                max: 2,
+            }),
+        );
+        let silence = crate::no_events::SilenceTimer {
+            project_id: h.clone(),
+            rule_id: h.clone(),
+            due_ms: 0,
+        };
+        let error = klaxon_counter::CounterError::InvalidUrl(h.clone());
+        let events: Vec<Box<dyn Fn() + '_>> = vec![
+            Box::new(|| RuleFired { task: &task }.emit()),
+            Box::new(|| {
+                DigestPublished {
+                    task: &task,
+                    window_start_ms: 0,
+                }
+                .emit()
+            }),
+            Box::new(|| {
+                QuietHeld {
+                    task: &task,
+                    entry: klaxon_counter::HeldEntry::Fired,
+                }
+                .emit()
+            }),
+            Box::new(|| {
+                QuietReleased {
+                    task: &task,
+                    fired: 1,
+                    resolved: 1,
+                }
+                .emit()
+            }),
+            Box::new(|| EventInvalid { reason: &H, bytes: 1 }.emit()),
+            Box::new(|| {
+                EventsUnmatched {
+                    project: H,
+                    reason: Unevaluated::NoRules,
+                    events: 1,
+                    database: "hawk",
+                    log: true,
+                }
+                .emit()
+            }),
+            Box::new(|| NotificationShadowed { task: &task }.emit()),
+            Box::new(|| {
+                AlertMessageNotSent {
+                    task: &task,
+                    reason: NotSent::HawkOutput,
+                }
+                .emit()
+            }),
+            Box::new(|| FiringMuted { project: H, rule: H }.emit()),
+            Box::new(|| {
+                MutesSkipped {
+                    project: H,
+                    unread: 1,
+                    limit: 1,
+                    first: true,
+                }
+                .emit()
+            }),
+            Box::new(|| {
+                MutesSkipped {
+                    project: H,
+                    unread: 1,
+                    limit: 1,
+                    first: false,
+                }
+                .emit()
+            }),
+            Box::new(|| AlertOpened { alert: &alert }.emit()),
+            Box::new(|| {
+                AlertNotOpened {
+                    project: H,
+                    rule: H,
+                    limit: 1,
+                    log: true,
+                }
+                .emit()
+            }),
+            Box::new(|| {
+                AlertResolved {
+                    alert: &alert,
+                    by: "timeout",
+                    channels: 1,
+                }
+                .emit()
+            }),
+            Box::new(|| {
+                AlertTimer {
+                    outcome: "resolved",
+                    timer: Some(&resolve),
+                }
+                .emit()
+            }),
+            Box::new(|| {
+                OnCallTimer {
+                    timer: &remind,
+                    outcome: "sent",
+                    channels: 1,
+                }
+                .emit()
+            }),
+            Box::new(|| {
+                OnCallTimer {
+                    timer: &remind,
+                    outcome: "acknowledged",
+                    channels: 1,
+                }
+                .emit()
+            }),
+            Box::new(|| {
+                Delivered {
+                    id: H,
+                    channel: ChannelKind::Webhook,
+                    attempts: 1,
+                }
+                .emit()
+            }),
+            Box::new(|| {
+                NotificationDropped {
+                    task: &task,
+                    reason: crate::sender::Dropped::Resolved,
+                }
+                .emit()
+            }),
+            Box::new(|| {
+                DuplicateDropped {
+                    id: H,
+                    channel: ChannelKind::Webhook,
+                }
+                .emit()
+            }),
+            Box::new(|| {
+                DeliveryParked {
+                    id: H,
+                    channel: ChannelKind::Webhook,
+                    why: "rate limit",
+                    wait: Duration::from_secs(1),
+                }
+                .emit()
+            }),
+            Box::new(|| {
+                DeliveryRetried {
+                    id: H,
+                    channel: ChannelKind::Webhook,
+                    attempts: 1,
+                    wait: Duration::from_secs(1),
+                    reason: H,
+                }
+                .emit()
+            }),
+            Box::new(|| {
+                DeadLettered {
+                    id: Some(H),
+                    channel: ChannelKind::Webhook,
+                    attempts: 1,
+                    reason: H,
+                }
+                .emit()
+            }),
+            Box::new(|| {
+                DeadLettered {
+                    id: None,
+                    channel: ChannelKind::Webhook,
+                    attempts: 1,
+                    reason: H,
+                }
+                .emit()
+            }),
+            Box::new(|| {
+                BreakerOpened {
+                    scope: "endpoint",
+                    target: H,
+                    probe: false,
+                }
+                .emit()
+            }),
+            Box::new(|| {
+                BreakerClosed {
+                    scope: "endpoint",
+                    target: H,
+                }
+                .emit()
+            }),
+            Box::new(|| {
+                ConversationNotKept {
+                    id: H,
+                    channel: ChannelKind::Webhook,
+                    error: &error,
+                }
+                .emit()
+            }),
+            Box::new(|| {
+                NoEventsTimer {
+                    outcome: "fired",
+                    timer: Some(&silence),
+                }
+                .emit()
+            }),
+            Box::new(|| {
+                NoEventsTimer {
+                    outcome: "stale",
+                    timer: Some(&silence),
+                }
+                .emit()
+            }),
+        ];
+        let out = Captured::default();
+        let writer = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .without_time()
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            for emit in &events {
+                emit();
+            }
+        });
+        let log = String::from_utf8(out.0.lock().expect("capture").clone()).expect("utf-8");
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(lines.len(), events.len(), "one line per event:\n{log}");
+        for line in &lines {
+            let level = line.trim_start().split(' ').next().unwrap_or("");
+            assert!(
+                ["DEBUG", "INFO", "WARN"].contains(&level)
+                    && line.contains(" klaxon_engine::internal_events: "),
+                "a line that is not an event's: {line:?}"
+            );
+            assert!(
+                !line.chars().any(|c| c.is_control()),
+                "a control character in {line:?}"
+            );
+            assert!(
+                line.contains("FORGED"),
+                "the hostile text is shown, not dropped: {line:?}"
+            );
         }
     }
 }

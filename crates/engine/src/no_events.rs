@@ -229,7 +229,7 @@ pub(crate) async fn settle(no_events: &NoEvents, settle: &[(String, String, i64)
     for (project, rule, since) in settle {
         if let Err(e) = no_events.settle(project, rule, *since).await {
             RedisFailed.emit();
-            tracing::warn!(error = %e, project = %project, rule = %rule, "NO_EVENTS silence not settled; the next event settles it");
+            tracing::warn!(error = %e, project = %crate::internal_events::text(project), rule = %crate::internal_events::text(rule), "NO_EVENTS silence not settled; the next event settles it");
         }
     }
 }

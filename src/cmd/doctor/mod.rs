@@ -9,6 +9,9 @@
 //! - **redis eviction**: `maxmemory-policy` on the server or on every cluster primary (`CONFIG GET`, else
 //!   `INFO memory`): anything but `noeviction` can delete window counters, first-seen marks, dedup leases and
 //!   digest state under memory pressure (a warning).
+//! - **redis persistence**: `appendonly` and `save` on the server or every cluster primary (`CONFIG GET`): with
+//!   neither, a restart empties Redis — the messages held by quiet hours live only there (a warning naming the fix;
+//!   also a warning, "could not be checked", where `CONFIG` is refused).
 //! - **rabbitmq** and **queue <name>**: reachable; depth and consumers of the namespace's queues by passive
 //!   declare (a missing queue is a warning: a Klaxon process declares it when it starts). With `--output hawk`,
 //!   Hawk's `sender/<channel>` queues too: one without a consumer means Hawk's sender is not running and tasks
@@ -64,6 +67,7 @@ Examples:
 Sample output:
   ok    redis                127.0.0.1:6379: Redis 7.0.15, standalone (6.2 or later needed: ZMSCORE)
   ok    redis eviction       127.0.0.1:6379: maxmemory-policy noeviction
+  ok    redis persistence    127.0.0.1:6379: appendonly yes
   ok    rabbitmq             127.0.0.1:5672: connected
   ok    queue klaxon.events  0 messages, 1 consumers
   ok    consumers            queue klaxon.events: 1 consumer(s), all registered Klaxon workers (klaxon worker web-1 4711)

@@ -143,7 +143,74 @@ pub(super) async fn redis_checks(url: &str, t: Duration) -> (Vec<Check>, Option<
         return (out, None);
     }
     out.push(eviction_check(&handle, &at, t).await);
+    out.push(persistence_check(&handle, &at, t).await);
     (out, Some(handle))
+}
+
+/// What a Redis that keeps nothing across a restart loses, and the fix.
+const PERSISTENCE_FIX: &str =
+    "a restart loses the alerts held by quiet hours (they live only in Redis), open alerts, \
+     window counters and dedup marks: set `appendonly yes` (or an RDB `save` rule, e.g. `save 60 1000`)";
+
+/// `appendonly` and `save` on the server or on every cluster primary (see [`klaxon_counter::persistence`]): a
+/// warning when a node has neither, or when `CONFIG` is refused and it cannot be checked.
+async fn persistence_check(handle: &RedisHandle, at: &str, t: Duration) -> Check {
+    const NAME: &str = "redis persistence";
+    let nodes = match tokio::time::timeout(t, klaxon_counter::persistence(handle)).await {
+        Err(_) => {
+            return check(
+                Status::Warn,
+                NAME,
+                format!(
+                "{at}: AOF/RDB persistence not checked: no answer within {}; without it {PERSISTENCE_FIX}",
+                humantime::format_duration(t)
+            ),
+            )
+        }
+        Ok(Err(e)) => {
+            return check(
+                Status::Warn,
+                NAME,
+                format!(
+                "{at}: AOF/RDB persistence could not be checked ({e}; CONFIG is not allowed here?); without \
+                     it {PERSISTENCE_FIX}"
+            ),
+            )
+        }
+        Ok(Ok(n)) => n,
+    };
+    let name_of = |node: &Option<String>| node.clone().unwrap_or_else(|| at.to_owned());
+    let bare: Vec<_> = nodes.iter().filter(|n| n.keeps_nothing()).collect();
+    if bare.is_empty() {
+        let what = |n: &klaxon_counter::NodePersistence| match (n.appendonly, n.save.is_empty()) {
+            (true, true) => "appendonly yes".to_owned(),
+            (true, false) => format!("appendonly yes, save \"{}\"", n.save),
+            (false, _) => format!("save \"{}\"", n.save),
+        };
+        return match nodes.as_slice() {
+            [one] => check(Status::Ok, NAME, format!("{}: {}", name_of(&one.node), what(one))),
+            all => check(
+                Status::Ok,
+                NAME,
+                format!("{at}: AOF or RDB save rules on all {} primaries", all.len()),
+            ),
+        };
+    }
+    let names = bare
+        .iter()
+        .map(|n| name_of(&n.node))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let of = if nodes.len() > 1 {
+        format!(" ({} of {} primaries)", bare.len(), nodes.len())
+    } else {
+        String::new()
+    };
+    check(
+        Status::Warn,
+        NAME,
+        format!("{names}{of}: appendonly no and no save rules, Redis keeps nothing across a restart: {PERSISTENCE_FIX}"),
+    )
 }
 
 /// `maxmemory-policy` on the server or on every cluster primary (see [`klaxon_counter::eviction_policies`]).

@@ -1,14 +1,12 @@
-//! `GET /api/v1/invalid?limit=`, `POST /api/v1/invalid/replay`: the queue of invalid events `<ns>.events.invalid`
-//! (bodies the worker could not read, untouched, the reason in `x-klaxon-error`), listed and replayed; [`pass`] is
-//! shared with `klaxon invalid` and the console's page.
+//! `GET /api/v1/invalid?limit=&offset=`, `POST /api/v1/invalid/replay`: the queue of invalid events
+//! `<ns>.events.invalid` (bodies the worker could not read, untouched, the reason in `x-klaxon-error`), listed (a
+//! page at a time past the 1,000th) and replayed; [`pass`] is shared with `klaxon invalid` and the console's page.
 //!
 //! As for dead letters ([`super::dead`]), a pass reads at most the messages that were in the queue when it
 //! started (so it always ends), holding them unacked: listed messages go back untouched when the channel closes;
 //! a replayed one is published, body and properties untouched (the reason header dropped), to the events queue
 //! and acked once RabbitMQ confirmed the publish. Messages are named by the SHA-256 of their body (its first 16
 //! hex digits), since many have no message id: the same name in the list, `show` and `replay`.
-
-use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -26,8 +24,6 @@ use super::{limit_of, query_pairs};
 use crate::error::{body_of, json_response};
 use crate::{Api, ApiError};
 
-/// How long to wait for the next message of a queue known to hold more.
-const NEXT_WAIT: Duration = Duration::from_secs(5);
 /// Longest body a listing carries (bytes); `show` gives the whole body.
 pub const PREVIEW_BYTES: usize = 2048;
 
@@ -96,8 +92,16 @@ pub fn id_of(body: &[u8]) -> String {
 
 /// What to do with the messages read.
 pub enum Pass<'a> {
-    /// List at most this many (bodies cut to [`PREVIEW_BYTES`]); they all stay.
+    /// List at most this many from the first (bodies cut to [`PREVIEW_BYTES`]); they all stay.
     List(u32),
+    /// List at most `limit` after the first `offset` messages of the queue (bodies cut); they all stay. A page
+    /// of a queue longer than a list may show.
+    Page {
+        /// Messages skipped from the head of the queue.
+        offset: u32,
+        /// At most this many listed.
+        limit: u32,
+    },
     /// The messages with one of these ids, whole bodies; they all stay.
     Show(&'a [String]),
     /// Replay those whose id is listed (every one when `None`) to the events queue.
@@ -105,6 +109,11 @@ pub enum Pass<'a> {
 }
 
 /// Reads the queue of invalid events once. Returns the listed, shown or replayed items.
+///
+/// Each call is bounded: it reads at most the messages in the queue when it started (a list page: at most
+/// `offset + limit` of them) and keeps in memory only the items it returns. The messages are taken one at a time
+/// ([`klaxon_broker::Reader`]) rather than consumed, since a consumer's prefetch bound (at most 1,000 unacked)
+/// stopped every pass at the 1,000th message: one past it could not be listed, shown or replayed.
 pub async fn pass(
     broker: &Broker,
     publisher: &Publisher,
@@ -117,21 +126,16 @@ pub async fn pass(
         .await?
         .ok_or_else(|| BrokerError::NoQueue { queue: queue.clone() })?
         .messages;
-    let limit = match what {
-        Pass::List(n) => count.min(n),
-        Pass::Show(_) | Pass::Replay(_) => count,
+    let (skip, limit) = match what {
+        Pass::List(n) => (0, count.min(n)),
+        Pass::Page { offset, limit } => (offset, count.min(offset.saturating_add(limit))),
+        Pass::Show(_) | Pass::Replay(_) => (0, count),
     };
     let mut out = Vec::new();
-    if limit == 0 {
+    if limit <= skip {
         return Ok(out);
     }
-    let mut consumer = broker
-        .consume(
-            &queue,
-            u16::try_from(limit.clamp(1, 1000)).unwrap_or(1000),
-            "klaxon-invalid",
-        )
-        .await?;
+    let reader = broker.reader().await?;
     let wanted = |ids: &[String], data: &[u8]| {
         let id = id_of(data);
         ids.iter().any(|i| i.trim().eq_ignore_ascii_case(&id))
@@ -139,13 +143,15 @@ pub async fn pass(
     let mut seen = 0u32;
     let result = async {
         while seen < limit {
-            let Some(Some(next)) = consumer.next_within(NEXT_WAIT).await else {
+            let Some(delivery) = reader.get(&queue).await? else {
                 break;
             };
-            let delivery = next?;
             seen += 1;
+            if seen <= skip {
+                continue;
+            }
             match &what {
-                Pass::List(_) => out.push(InvalidItem::of(&delivery, false)),
+                Pass::List(_) | Pass::Page { .. } => out.push(InvalidItem::of(&delivery, false)),
                 Pass::Show(ids) => {
                     if wanted(ids, &delivery.data) {
                         out.push(InvalidItem::of(&delivery, true));
@@ -164,7 +170,7 @@ pub async fn pass(
                         base: Some(base),
                     };
                     publisher.publish_all(&[msg]).await?;
-                    consumer.ack(delivery.delivery_tag).await?;
+                    reader.ack(delivery.delivery_tag).await?;
                     out.push(InvalidItem::of(&delivery, false));
                 }
             }
@@ -173,7 +179,7 @@ pub async fn pass(
     }
     .await;
     // Whatever was not replayed goes back to the queue when the channel closes.
-    consumer.close().await;
+    reader.close().await;
     result.map(|()| out)
 }
 
@@ -190,10 +196,23 @@ impl Api {
     }
 }
 
-/// `GET /api/v1/invalid?limit=` → `{"invalid": [...]}` (the messages stay in the queue; bodies cut to 2 KiB).
+/// `GET /api/v1/invalid?limit=&offset=` → `{"invalid": [...]}` (the messages stay in the queue; bodies cut to
+/// 2 KiB): at most `limit` (≤ 1,000) after the first `offset` of the queue.
 pub(crate) async fn list(State(api): State<Api>, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
-    let limit = limit_of(&query_pairs(query.as_deref()), 100, 1000)?;
-    let items = api.invalid_pass(Pass::List(limit as u32)).await?;
+    let pairs = query_pairs(query.as_deref());
+    let limit = limit_of(&pairs, 100, 1000)?;
+    let offset = match pairs.iter().find(|(k, _)| k == "offset") {
+        None => 0,
+        Some((_, v)) => v
+            .parse::<u32>()
+            .map_err(|_| ApiError::bad_request("`offset` must be a whole number (messages skipped)"))?,
+    };
+    let items = api
+        .invalid_pass(Pass::Page {
+            offset,
+            limit: limit as u32,
+        })
+        .await?;
     Ok(json_response(StatusCode::OK, &json!({ "invalid": items })))
 }
 

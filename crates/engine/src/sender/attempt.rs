@@ -98,7 +98,7 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
         }
         Err(e) => {
             // Without the alert we cannot tell: wait and ask again rather than guess either way.
-            tracing::warn!(notification_id = %id, channel = %channel, error = %e, "cannot read the alert");
+            tracing::warn!(notification_id = %crate::internal_events::text(id), channel = %channel, error = %e, "cannot read the alert");
             let (wait, why) = (Duration::from_secs(5), "alert unavailable");
             return (Next::Park { wait, why }, false);
         }
@@ -116,7 +116,7 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
         }
         Err(e) => {
             // Without the dedup store we cannot promise "once": wait rather than risk a second message.
-            tracing::warn!(notification_id = %id, channel = %channel, error = %e, "dedup store unavailable");
+            tracing::warn!(notification_id = %crate::internal_events::text(id), channel = %channel, error = %e, "dedup store unavailable");
             let (wait, why) = (Duration::from_secs(5), "dedup store unavailable");
             return (Next::Park { wait, why }, false);
         }
@@ -174,7 +174,7 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
             return park(spread.max(Duration::from_secs(1)), "rate limited");
         }
         Err(e) => {
-            tracing::warn!(notification_id = %id, channel = %channel, error = %e, "rate limiter unavailable");
+            tracing::warn!(notification_id = %crate::internal_events::text(id), channel = %channel, error = %e, "rate limiter unavailable");
             return park(Duration::from_secs(5), "rate limiter unavailable");
         }
     }
@@ -252,7 +252,7 @@ async fn recall(deps: &SenderDeps, task: &NotificationTask) -> Option<MessageRef
             body: c.body,
         }),
         Err(e) => {
-            tracing::warn!(notification_id = %task.notification_id, channel = %task.channel, error = %e,
+            tracing::warn!(notification_id = %crate::internal_events::text(&task.notification_id), channel = %task.channel, error = %e,
                 "cannot read the alert's firing message: sending a new message");
             None
         }

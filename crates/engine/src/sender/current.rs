@@ -157,7 +157,7 @@ pub(super) async fn dropped(
     match cache.get(&task.project_id).await {
         Ok(project) => Ok(rule_verdict(task, &project)),
         Err(e) => {
-            tracing::debug!(notification_id = %task.notification_id, error = %e,
+            tracing::debug!(notification_id = %crate::internal_events::text(&task.notification_id), error = %e,
                 "rules unavailable: the reminder is decided by its alert alone");
             Ok(None)
         }

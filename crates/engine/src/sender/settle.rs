@@ -36,7 +36,7 @@ pub(super) async fn settle(
         Next::Delivered { attempts } => {
             if let Err(e) = deps.dedup.mark_sent(id).await {
                 // Delivered all the same; only a redelivery in the lease's lifetime is still caught.
-                tracing::warn!(notification_id = %id, error = %e, "cannot mark notification delivered");
+                tracing::warn!(notification_id = %crate::internal_events::text(id), error = %e, "cannot mark notification delivered");
             }
             Delivered {
                 id,
@@ -139,7 +139,7 @@ async fn publish_later(ctx: &Ctx, msg: Outgoing, wait: Duration) -> Result<(), E
 async fn release(deps: &SenderDeps, id: &str, token: &str) {
     if let Err(e) = deps.dedup.release(id, token).await {
         // The lease runs out by itself; the retry waits for it at worst.
-        tracing::debug!(notification_id = %id, error = %e, "cannot release dedup lease");
+        tracing::debug!(notification_id = %crate::internal_events::text(id), error = %e, "cannot release dedup lease");
     }
 }
 
