@@ -55,8 +55,8 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::internal_events::{
-    AlertNotOpened, AlertOpened, AlertResolved, AlertTimer, LogOnce, NotificationPublished, OnCallTimer,
-    RedisFailed, RulesUnavailable,
+    AlertNotOpened, AlertOpened, AlertResolved, AlertTimer, LogOnce, OnCallTimer, RedisFailed,
+    RulesUnavailable,
 };
 use crate::{sink, EngineError};
 
@@ -542,6 +542,18 @@ pub struct TimerDeps {
     pub faults: Faults,
 }
 
+impl TimerDeps {
+    /// Where the timer loop's notifications leave.
+    pub(crate) fn outbox(&self) -> crate::outbox::Outbox<'_> {
+        crate::outbox::Outbox {
+            topology: &self.topology,
+            output: self.output,
+            trail: &self.trail,
+            digests: &self.digests,
+        }
+    }
+}
+
 /// Runs the alert timer loop until `shutdown`, reconnecting after failures.
 pub async fn run(deps: TimerDeps, ready: Arc<AtomicBool>, shutdown: CancellationToken) {
     #[cfg(feature = "fault-injection")]
@@ -684,48 +696,17 @@ async fn due(deps: &TimerDeps, publisher: &Publisher, delivery: &Delivery) -> Re
         }
     };
     // Resolved now or before (a redelivered timer, or a resolve by hand): the same tasks, the same ids, so the
-    // senders deliver each once.
+    // senders deliver each once. Each goes where the rule as it is now says (klaxon_core::route): inside a quiet
+    // window held into its release (a redelivered timer holds nothing twice, one whose window ended meanwhile is
+    // sent), outside it through the channel's digest when it has a period, else now.
     let at_ms = alert.resolved_at_ms.unwrap_or_else(klaxon_store::trail::now_ms);
     let tasks = lifecycle_tasks(&alert, Reason::Resolved, at_ms);
     let channels = tasks.len();
-    // inside a quiet window the resolve is held into the window's release (crate::quiet); a redelivered timer
-    // holds nothing twice, and one whose window ended meanwhile is sent
     let rules = rules_of(deps, &alert).await?;
-    let rule = rules.enabled_rule(&alert.rule_id);
-    let (now, held) = crate::quiet::split(tasks, rule.and_then(quiet_hours), at_ms);
-    // outside it, a channel with a digest period carries the resolve in its digest like a firing (at once on a
-    // quiet channel; crate::digest): appended in one round trip, idempotent per notification id
-    let (now, digested) = crate::digest::split_resolves(now, deps.output, |t| {
-        rule.map_or(0, |r| r.min_period_s(t.channel))
-    });
-    let appended = crate::digest::append(&deps.digests, &deps.topology, &[], &digested)
-        .await
-        .inspect_err(|_| RedisFailed.emit())?;
-    if !appended.flushes.is_empty() {
-        publisher
-            .publish_delayed(&deps.topology.delay(), &appended.flushes)
-            .await?;
-    }
-    let mut tasks = crate::quiet::hold_lifecycle(
-        &deps.digests,
-        &deps.topology,
-        publisher,
-        (now, held),
-        klaxon_counter::HeldEntry::Resolved,
-    )
-    .await?;
-    tasks.extend(appended.send_now);
-    let mut out = Vec::with_capacity(tasks.len());
-    for task in &tasks {
-        // shadow mode: recorded (and counted) by dispatch instead of published
-        if let Some(msg) = sink::dispatch(&deps.topology, deps.output, &deps.trail, task)? {
-            NotificationPublished { task }.emit();
-            out.push(msg);
-        }
-    }
-    if !out.is_empty() {
-        publisher.publish_all(&out).await?;
-    }
+    let outbox = deps.outbox();
+    let mut post = outbox.post();
+    post.route_all(tasks, rules.rules.iter().find(|r| r.id == alert.rule_id), at_ms);
+    outbox.send(publisher, post).await?;
     AlertTimer {
         outcome,
         timer: Some(&timer),
@@ -815,61 +796,47 @@ async fn on_call_due(deps: &TimerDeps, publisher: &Publisher, timer: &Timer) -> 
         }
         OnCallDue::Send { next } => next,
     };
-    // inside a quiet window: a reminder is held into the window's release, an escalation step is sent to its
-    // bypassed channels now and deferred for the others to the window's end (crate::quiet)
-    let rules = match (&alert, tasks.is_empty()) {
-        (Some(a), false) => Some((a, rules_of(deps, a).await?)),
+    // each task goes where the rule as it is now says (klaxon_core::route): a rule deleted, switched off or
+    // without the channel sends nothing; inside a quiet window a reminder is held into the window's release, an
+    // escalation step is sent to its bypassed channels now and deferred for the others to the window's end
+    let rules = match &alert {
+        Some(a) if !tasks.is_empty() => Some((a, rules_of(deps, a).await?)),
         _ => None,
     };
-    let quiet = rules
+    let rule = rules
         .as_ref()
-        .and_then(|(a, rules)| rules.enabled_rule(&a.rule_id))
-        .and_then(quiet_hours);
-    let (tasks, deferred) = match timer.what {
-        TimerWhat::Escalate { .. } => crate::quiet::defer_escalation(tasks, quiet, now_ms),
-        _ => {
-            let split = crate::quiet::split(tasks, quiet, now_ms);
-            let tasks = crate::quiet::hold_lifecycle(
-                &deps.digests,
-                &deps.topology,
-                publisher,
-                split,
-                klaxon_counter::HeldEntry::Fired,
-            )
-            .await?;
-            (tasks, None)
-        }
+        .and_then(|(a, rules)| rules.rules.iter().find(|r| r.id == a.rule_id));
+    let outbox = deps.outbox();
+    let mut post = outbox.post();
+    let filed = post.route_all(tasks, rule, now_ms);
+    let deferred = post.deferred_until();
+    let outcome = match (filed.rule_reason, filed.sent) {
+        // the rule no longer sends this chain: it ends here
+        (Some(reason), 0) if deferred.is_none() => reason,
+        _ if deferred.is_some() => "deferred",
+        _ => "sent",
     };
-    let mut out = Vec::with_capacity(tasks.len());
-    for task in &tasks {
-        if let Some(msg) = sink::dispatch(&deps.topology, deps.output, &deps.trail, task)? {
-            NotificationPublished { task }.emit();
-            out.push(msg);
-        }
-    }
-    if !out.is_empty() {
-        publisher.publish_all(&out).await?;
-    }
-    #[cfg(feature = "fault-injection")]
-    if deps.faults.crash_after_remind && matches!(timer.what, TimerWhat::Remind { .. }) {
-        tracing::error!(
-            env = CRASH_AFTER_REMIND_ENV,
-            "test hook: aborting between a reminder's messages and its next timer"
-        );
-        std::process::abort();
-    }
     if let Some(until) = deferred {
         // the same step again when the quiet ends: the next one is scheduled then
-        let msg = timer.scheduled(&deps.topology, until, now_ms);
-        publisher.publish_delayed(&deps.topology.delay(), &[msg]).await?;
-    } else if let Some((next, due)) = next {
-        let msg = next.scheduled(&deps.topology, due, now_ms);
-        publisher.publish_delayed(&deps.topology.delay(), &[msg]).await?;
+        post.after(timer.scheduled(&deps.topology, until, now_ms));
+    } else if let (Some((next, due)), "sent") = (next, outcome) {
+        post.after(next.scheduled(&deps.topology, due, now_ms));
     }
+    let crash = || {
+        #[cfg(feature = "fault-injection")]
+        if deps.faults.crash_after_remind && matches!(timer.what, TimerWhat::Remind { .. }) {
+            tracing::error!(
+                env = CRASH_AFTER_REMIND_ENV,
+                "test hook: aborting between a reminder's messages and its next timer"
+            );
+            std::process::abort();
+        }
+    };
+    outbox.send_with(publisher, post, || {}, crash).await?;
     OnCallTimer {
         timer,
-        outcome: if deferred.is_some() { "deferred" } else { "sent" },
-        channels: tasks.len(),
+        outcome,
+        channels: filed.sent,
     }
     .emit();
     Ok(())
@@ -880,11 +847,6 @@ async fn on_call_due(deps: &TimerDeps, publisher: &Publisher, timer: &Timer) -> 
 async fn rules_of(deps: &TimerDeps, alert: &Alert) -> Result<Arc<ProjectRules>, EngineError> {
     let rules = deps.rules.get(&alert.project_id).await;
     Ok(rules.inspect_err(|_| RulesUnavailable.emit())?)
-}
-
-/// `rule`'s quiet hours, when it has any.
-fn quiet_hours(rule: &CompiledRule) -> Option<&klaxon_core::oncall::QuietHours> {
-    Some(&rule.quiet_hours).filter(|q| !q.is_empty())
 }
 
 /// Whether a mute matches `alert`'s (rule, group) at `now_ms` (the project's mutes, at most the limit, as the

@@ -294,21 +294,8 @@ impl NotificationShadowed<'_> {
     }
 }
 
-/// Why a message of an alert's life was not sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NotSent {
-    /// `--output hawk`: Hawk's senders know only firings.
-    HawkOutput,
-}
-
-impl NotSent {
-    /// The metric's `reason` label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NotSent::HawkOutput => "hawk_output",
-        }
-    }
-}
+/// Why a message of an alert's life was not sent: [`klaxon_core::route::DropReason`].
+pub(crate) use klaxon_core::route::DropReason as NotSent;
 
 /// A message of an alert's life (resolved, acknowledged, a reminder, an escalation) that was not sent: the alert
 /// is tracked as usual, its channels are not told.

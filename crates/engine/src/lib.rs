@@ -10,7 +10,7 @@
 //! tests share one path. A loop that loses a connection marks itself not ready, backs off (jittered, capped) and
 //! reconnects; nothing is acked while its outcome is unknown.
 //!
-//! Cargo feature `fault-injection` (off by default; tests only): adds `digest::Faults` to the digest loop's
+//! Cargo feature `fault-injection` (off by default; tests only): adds `flushes::Faults` to the flush loop's
 //! deps (`DigestDeps::faults`) so an end-to-end test can make the flush loop abort between claim and publish.
 //! The `klaxon` binary forwards it as its own `fault-injection` feature and only then reads
 //! `KLAXON_TEST_CRASH_AFTER_CLAIM`; `scripts/test` turns it on for the tests. Likewise `alerts::Faults`
@@ -32,10 +32,12 @@ pub mod breaker;
 pub mod clients;
 pub mod consumers;
 pub mod digest;
+pub mod flushes;
 mod internal_events;
 pub mod metrics;
 pub mod no_events;
 pub mod ops_server;
+mod outbox;
 mod quiet;
 pub mod ratelimit;
 pub mod sender;

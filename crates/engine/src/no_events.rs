@@ -27,21 +27,20 @@ use std::time::Duration;
 
 use klaxon_broker::{Outgoing, Publisher, Topology};
 use klaxon_core::alert::lifecycle_tasks;
-use klaxon_core::evaluate::Held;
 use klaxon_core::mute::is_muted;
-use klaxon_core::notification::NotificationTask;
 use klaxon_core::silence::{silence_alert_id, watched, Silence};
 use klaxon_core::{ProjectRules, Reason};
 use klaxon_counter::no_events::{Due, NoEvents, Seen, SeenBy, Watched};
-use klaxon_counter::{Alerts, Change, Digests, HeldEntry, Mutes, Opened};
+use klaxon_counter::{Alerts, Change, Digests, Mutes, Opened};
 use serde_json::{json, Value};
 
 use crate::alerts::{after_open, OnCall, TimerDeps};
 use crate::internal_events::{
-    AlertOpened, AlertResolved, FiringMuted, NoEventsSeen, NoEventsTimer, NotificationPublished, RedisFailed,
-    RuleFired, RulesUnavailable,
+    AlertOpened, AlertResolved, FiringMuted, NoEventsSeen, NoEventsTimer, RedisFailed, RuleFired,
+    RulesUnavailable,
 };
-use crate::{digest, sink, EngineError};
+use crate::outbox::Post;
+use crate::EngineError;
 
 /// The `what` of a NO_EVENTS timer message in `<ns>.alerts.timer`.
 pub const WHAT: &str = "no_events";
@@ -132,16 +131,6 @@ pub fn watched_of(rules: &ProjectRules) -> Vec<Watched<'_>> {
         .collect()
 }
 
-/// What a batch's `seen` answers make: timers to schedule, resolved tasks to publish with the batch, those a
-/// quiet window holds instead, and the silences to settle once they are published.
-#[derive(Default)]
-pub(crate) struct AfterSeen {
-    pub timers: Vec<(Outgoing, Duration)>,
-    pub tasks: Vec<NotificationTask>,
-    pub held: Vec<Held>,
-    pub settle: Vec<(String, String, i64)>,
-}
-
 /// The worker's side, before the batch publishes: notes the batch's projects with NO_EVENTS rules as seen (one
 /// round trip; none without such projects).
 pub(crate) async fn seen(
@@ -159,19 +148,22 @@ pub(crate) async fn seen(
         .map_err(EngineError::from)
 }
 
-/// The worker's side, after `seen`: the timers to schedule, and the open silences the events ended, resolved
-/// (by `event`) into their resolved tasks (one per channel that delivered the firing; a silence whose firing
-/// opened no alert, being muted, has none). A resolve inside one of the rule's quiet windows is held on the
-/// channels that do not bypass it, as any resolve is (`crate::quiet`); `rules` are the batch's.
+/// The worker's side, after `seen`: posts the timers to schedule, and the open silences the events ended,
+/// resolved (by `event`) into their resolved tasks (one per channel that delivered the firing; a silence whose
+/// firing opened no alert, being muted, has none), each routed under the rule as the batch read it (held in a
+/// quiet window, through a digest: [`klaxon_core::route`]). Returns the silences to settle once the batch's
+/// post is out.
 pub(crate) async fn after_seen(
     alerts: &Alerts,
     topology: &Topology,
     rules: &HashMap<&str, Arc<ProjectRules>>,
     watched: &[(&str, Vec<Watched<'_>>)],
     answers: Vec<Seen>,
+    post: &mut Post,
     now_ms: i64,
-) -> Result<AfterSeen, EngineError> {
-    let mut out = AfterSeen::default();
+) -> Result<Vec<(String, String, i64)>, EngineError> {
+    let mut settle = Vec::new();
+    let mut timers = 0;
     for ((project, _), seen) in watched.iter().zip(answers) {
         for (rule, due_ms) in seen.schedule {
             let timer = SilenceTimer {
@@ -179,7 +171,8 @@ pub(crate) async fn after_seen(
                 rule_id: rule,
                 due_ms,
             };
-            out.timers.push(timer.scheduled(topology, now_ms));
+            post.timer(timer.scheduled(topology, now_ms));
+            timers += 1;
         }
         for (rule, since) in seen.resolve {
             let id = silence_alert_id(project, &rule, since);
@@ -192,7 +185,7 @@ pub(crate) async fn after_seen(
                 // resolved before (a redelivered batch, another worker, by hand): the same tasks again
                 Change::AlreadyResolved(a) => (a, false),
                 _ => {
-                    out.settle.push(((*project).to_owned(), rule, since));
+                    settle.push(((*project).to_owned(), rule, since));
                     continue;
                 }
             };
@@ -206,22 +199,19 @@ pub(crate) async fn after_seen(
                 }
                 .emit();
             }
-            let quiet = rules
+            let rule_now = rules
                 .get(project)
-                .and_then(|r| r.rules.iter().find(|r| r.id == rule))
-                .map(|r| &r.quiet_hours);
-            let (now_tasks, held) = crate::quiet::split(tasks, quiet, at);
-            out.tasks.extend(now_tasks);
-            out.held.extend(held);
-            out.settle.push(((*project).to_owned(), rule, since));
+                .and_then(|r| r.rules.iter().find(|r| r.id == rule));
+            post.route_all(tasks, rule_now, at);
+            settle.push(((*project).to_owned(), rule, since));
         }
     }
     NoEventsSeen {
         projects: watched.len(),
-        timers: out.timers.len(),
+        timers,
     }
     .emit();
-    Ok(out)
+    Ok(settle)
 }
 
 /// After the batch's publish: forgets the silences whose resolved messages are now out. A failure is only logged:
@@ -371,42 +361,23 @@ pub(crate) async fn due(
         RuleFired { task }.emit();
     }
     // inside a quiet window the firing is held into the window's release, as any firing is (crate::quiet); its
-    // bypassed channels are not. A redelivered timer holds nothing twice, and one whose window ended meanwhile
-    // is sent.
-    let (tasks, held) = crate::quiet::split(tasks, Some(&rule.quiet_hours), at_ms);
-    let (digest_tasks, now_tasks): (Vec<_>, Vec<_>) = tasks.into_iter().partition(|t| t.min_period_s > 0);
-    let appended = digest::append_firings(&silence_deps.digests, topology, &digest_tasks)
-        .await
-        .inspect_err(|_| RedisFailed.emit())?;
-    let released = crate::quiet::hold(&silence_deps.digests, topology, &held, HeldEntry::Fired).await?;
-    let mut out = Vec::new();
-    for task in now_tasks
-        .iter()
-        .chain(&appended.send_now)
-        .chain(&released.send_now)
-    {
-        if let Some(msg) = sink::dispatch(topology, deps.output, &deps.trail, task)? {
-            NotificationPublished { task }.emit();
-            out.push(msg);
+    // bypassed channels are not; outside it a channel with `minPeriod > 0` goes through its digest. A redelivered
+    // timer holds and appends nothing twice, and one whose window ended meanwhile is sent.
+    let outbox = deps.outbox();
+    let mut post = outbox.post();
+    post.route_all(tasks, Some(rule), at_ms);
+    post.timers(after.timers);
+    let crash = || {
+        #[cfg(feature = "fault-injection")]
+        if deps.faults.crash_after_no_events {
+            tracing::error!(
+                env = crate::alerts::CRASH_AFTER_NO_EVENTS_ENV,
+                "test hook: aborting between a NO_EVENTS firing's claim and its publish"
+            );
+            std::process::abort();
         }
-    }
-    #[cfg(feature = "fault-injection")]
-    if deps.faults.crash_after_no_events {
-        tracing::error!(
-            env = crate::alerts::CRASH_AFTER_NO_EVENTS_ENV,
-            "test hook: aborting between a NO_EVENTS firing's claim and its publish"
-        );
-        std::process::abort();
-    }
-    let mut delayed = appended.flushes;
-    delayed.extend(released.flushes);
-    delayed.extend(after.timers);
-    if !delayed.is_empty() {
-        publisher.publish_delayed(&topology.delay(), &delayed).await?;
-    }
-    if !out.is_empty() {
-        publisher.publish_all(&out).await?;
-    }
+    };
+    outbox.send_with(publisher, post, crash, || {}).await?;
     outcome("fired", timer)
 }
 

@@ -327,7 +327,7 @@ fn start_worker(
                 .is_ok_and(|v| v == "1"),
         },
     };
-    let digest_deps = klaxon_engine::digest::DigestDeps {
+    let digest_deps = klaxon_engine::flushes::DigestDeps {
         amqp_url: global.amqp_url.clone(),
         topology: p.topology.clone(),
         digests: klaxon_counter::Digests::new(redis, &global.namespace),
@@ -336,15 +336,15 @@ fn start_worker(
         trail,
         // test builds only: the end-to-end crash-between-claim-and-publish test sets the variable
         #[cfg(feature = "fault-injection")]
-        faults: klaxon_engine::digest::Faults {
-            crash_after_claim: std::env::var(klaxon_engine::digest::CRASH_AFTER_CLAIM_ENV)
+        faults: klaxon_engine::flushes::Faults {
+            crash_after_claim: std::env::var(klaxon_engine::flushes::CRASH_AFTER_CLAIM_ENV)
                 .is_ok_and(|v| v == "1"),
         },
     };
     p.tracker
         .spawn(worker::run(deps, p.readiness.role("worker"), shutdown.clone()));
     // flushes due digest windows (minPeriod > 0): part of the evaluate side, next to the worker
-    p.tracker.spawn(klaxon_engine::digest::run(
+    p.tracker.spawn(klaxon_engine::flushes::run(
         digest_deps,
         p.readiness.role("digest"),
         shutdown.clone(),
