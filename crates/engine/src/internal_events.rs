@@ -426,7 +426,7 @@ impl AlertResolved<'_> {
 /// (an event came since), `never` (`resolveAfter: 0`), `not_found` or `invalid` (set aside).
 pub(crate) struct AlertTimer<'a> {
     pub outcome: &'static str,
-    pub timer: Option<&'a crate::alerts::Timer>,
+    pub timer: Option<&'a crate::timer::Timer>,
 }
 
 impl AlertTimer<'_> {
@@ -442,10 +442,11 @@ impl AlertTimer<'_> {
 }
 
 /// A due reminder or escalation timer, handled: `outcome` is `sent` (its messages published, the next timer
-/// scheduled), `acknowledged`, `resolved`, `not_found` (the chain ends), or, for an escalation, `rule_gone` (the
-/// rule was deleted or disabled since, or lost the step). No tenant labels.
+/// scheduled), `deferred` (an escalation step in a quiet window), `muted`, `acknowledged`, `resolved`,
+/// `not_found` (the chain ends), or `rule_gone`, `rule_disabled`, `channel_removed` (the rule was deleted or
+/// switched off since, or no longer has the channels: the chain ends). No tenant labels.
 pub(crate) struct OnCallTimer<'a> {
-    pub timer: &'a crate::alerts::Timer,
+    pub timer: &'a crate::timer::Timer,
     pub outcome: &'static str,
     pub channels: usize,
 }
@@ -453,13 +454,16 @@ pub(crate) struct OnCallTimer<'a> {
 impl OnCallTimer<'_> {
     pub fn emit(self) {
         match self.timer.what {
-            crate::alerts::TimerWhat::Escalate { .. } => {
+            crate::timer::TimerWhat::Escalate { .. } => {
                 metrics::counter!("klaxon_alert_escalations_total", "outcome" => self.outcome).increment(1)
             }
             _ => metrics::counter!("klaxon_alert_reminders_total", "outcome" => self.outcome).increment(1),
         }
         let t = self.timer;
-        let level_info = self.outcome == "sent" || self.outcome == "rule_gone";
+        let level_info = matches!(
+            self.outcome,
+            "sent" | "rule_gone" | "rule_disabled" | "channel_removed"
+        );
         if level_info {
             tracing::info!(
                 alert_id = %t.alert_id, project = %t.project_id, what = ?t.what, outcome = self.outcome,
@@ -629,7 +633,7 @@ impl ConversationNotKept<'_> {
 /// was deleted, disabled or changed kind: its state forgotten) or `invalid` (set aside). No tenant labels.
 pub(crate) struct NoEventsTimer<'a> {
     pub outcome: &'static str,
-    pub timer: Option<&'a crate::no_events::SilenceTimer>,
+    pub timer: Option<&'a crate::timer::SilenceTimer>,
 }
 
 impl NoEventsTimer<'_> {

@@ -337,7 +337,7 @@ impl Batches<'_> {
     ) -> Result<Vec<(Outgoing, Duration)>, EngineError> {
         let now_ms = klaxon_store::trail::now_ms();
         let fired = alerts::fired_touches(matches, outcomes);
-        alerts::open_for_batch(
+        alerts::open::open_for_batch(
             &self.deps.alerts,
             &self.deps.topology,
             self.alerts_full,
