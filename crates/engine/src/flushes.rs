@@ -16,7 +16,7 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use klaxon_broker::{set_aside, Delivery, Publisher, Topology};
+use klaxon_broker::{Delivery, Publisher, Topology};
 use klaxon_core::notification::NotificationTask;
 use klaxon_counter::{Claim, Digests, HeldClaim};
 use tokio_util::sync::CancellationToken;
@@ -57,6 +57,18 @@ pub struct DigestDeps {
     /// Injected faults (tests only).
     #[cfg(feature = "fault-injection")]
     pub faults: Faults,
+}
+
+impl DigestDeps {
+    /// Where the flush loop's messages leave.
+    fn outbox(&self) -> Outbox<'_> {
+        Outbox {
+            topology: &self.topology,
+            output: self.output,
+            trail: &self.trail,
+            digests: &self.digests,
+        }
+    }
 }
 
 /// Runs the digest flush loop until `shutdown`, reconnecting after failures.
@@ -108,10 +120,7 @@ async fn flush(deps: &DigestDeps, publisher: &Publisher, delivery: &Delivery) ->
         Err(reason) => {
             let reason = format!("not a digest flush message: {reason}");
             tracing::warn!(reason = %reason, "digest flush message set aside");
-            publisher
-                .publish_all(&[set_aside(delivery, deps.topology.dead_queue(), &reason)])
-                .await?;
-            return Ok(());
+            return deps.outbox().set_aside(publisher, delivery, &reason).await;
         }
     };
     let claim = if f.held {
@@ -132,10 +141,8 @@ async fn flush(deps: &DigestDeps, publisher: &Publisher, delivery: &Delivery) ->
             tracing::info!(project = %f.project_id, rule = %f.rule_id, channel = %f.channel,
                 window_start_ms = f.window_start_ms, retry_in_ms = wait.as_millis() as u64,
                 "digest window not ready to flush; rescheduled");
-            publisher
-                .publish_delayed(&deps.topology.delay(), &[(f.message(&deps.topology), wait)])
-                .await?;
-            Ok(())
+            let again = (f.message(&deps.topology), wait);
+            deps.outbox().schedule(publisher, again).await
         }
         Claim::Claimed { now_ms, events } => {
             #[cfg(feature = "fault-injection")]
@@ -181,12 +188,7 @@ async fn send(
     } else {
         f.task(now_ms, claim)
     };
-    let outbox = Outbox {
-        topology: &deps.topology,
-        output: deps.output,
-        trail: &deps.trail,
-        digests: &deps.digests,
-    };
+    let outbox = deps.outbox();
     let mut post = outbox.post();
     // a release is decided already: now (or, with `--output hawk`, not Hawk's when it lists a silence)
     post.route(task.clone(), None, now_ms);

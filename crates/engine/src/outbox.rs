@@ -12,6 +12,9 @@
 //!   3. one confirmed publish: the flushes, releases and timers through the delay engine beside the messages;
 //!      then what must follow them (`Post::after`: a chain's next timer)
 //! ```
+//! The loops' other messages leave here too: a timer or flush due again ([`Outbox::schedule`]), a message set
+//! aside ([`Outbox::set_aside`]).
+//!
 //! Once: every entry is idempotent per notification id, every message keeps its id, so a loop whose handling
 //! is redelivered posts the same again and the senders deliver each once.
 
@@ -77,16 +80,7 @@ pub(crate) struct Sent {
 impl Outbox<'_> {
     /// An empty post for this outbox's output.
     pub fn post(&self) -> Post {
-        Post {
-            output: self.output,
-            now: Vec::new(),
-            digest: Vec::new(),
-            held: Vec::new(),
-            timers: Vec::new(),
-            messages: Vec::new(),
-            after: Vec::new(),
-            deferred_until: None,
-        }
+        Post::new(self.output)
     }
 
     /// Sends `post`: one Redis round trip for its digest entries and holds, dispatch, one confirmed publish of
@@ -136,6 +130,27 @@ impl Outbox<'_> {
         Ok(sent)
     }
 
+    /// Schedules `msg` through the delay engine alone (a timer due again, a flush rescheduled), confirmed.
+    pub async fn schedule(
+        &self,
+        publisher: &Publisher,
+        msg: (Outgoing, Duration),
+    ) -> Result<(), EngineError> {
+        publish(publisher, self.topology, &[msg], &[]).await
+    }
+
+    /// Sets `delivery` aside to `<ns>.dead` with `reason` (a message of a loop's queue that is not one),
+    /// confirmed.
+    pub async fn set_aside(
+        &self,
+        publisher: &Publisher,
+        delivery: &klaxon_broker::Delivery,
+        reason: &str,
+    ) -> Result<(), EngineError> {
+        let aside = klaxon_broker::set_aside(delivery, self.topology.dead_queue(), reason);
+        publish(publisher, self.topology, &[], &[aside]).await
+    }
+
     /// [`Outbox::send_with`] without fault hooks.
     pub async fn send(&self, publisher: &Publisher, post: Post) -> Result<Sent, EngineError> {
         self.send_with(publisher, post, || {}, || {}).await
@@ -169,6 +184,20 @@ async fn publish(
 }
 
 impl Post {
+    /// An empty post for `output`.
+    fn new(output: Output) -> Post {
+        Post {
+            output,
+            now: Vec::new(),
+            digest: Vec::new(),
+            held: Vec::new(),
+            timers: Vec::new(),
+            messages: Vec::new(),
+            after: Vec::new(),
+            deferred_until: None,
+        }
+    }
+
     /// Routes `task` at `at_ms` under `rule` as it is now ([`klaxon_core::route::route`]) and files it.
     pub fn route(&mut self, task: NotificationTask, rule: Option<&CompiledRule>, at_ms: i64) -> Route {
         let r = route(&task, rule, self.output, at_ms);
@@ -269,38 +298,21 @@ mod tests {
     use super::*;
     use klaxon_core::alert::{AlertRef, AlertState};
     use klaxon_core::route::DropReason;
-    use klaxon_core::{ChannelKind, NotificationEvent, Reason};
+    use klaxon_core::{ChannelKind, Reason};
 
     fn task(channel: ChannelKind, reason: Reason) -> NotificationTask {
-        NotificationTask {
-            notification_id: channel.as_str().into(),
-            project_id: "p".into(),
-            project_name: None,
-            rule_id: "r".into(),
-            channel,
-            endpoint: "e".into(),
-            min_period_s: 0,
-            fired_at_ms: 61_000,
-            reason,
-            events: vec![NotificationEvent {
-                group_hash: "g".into(),
-                title: "t".into(),
-                count: 3,
-                repetition_id: None,
-                open_for_ms: None,
-            }],
-            text: None,
-            send_at_ms: None,
-            alert: Some(AlertRef {
-                id: "a".repeat(24),
-                state: AlertState::Resolved,
-                opened_at_ms: 1_000,
-                events: 3,
-                by: Some("timeout".into()),
-                firing_notification_id: "f".into(),
-            }),
-            severity: None,
-        }
+        let mut t = crate::quiet::tests::task(channel.as_str(), channel);
+        t.reason = reason;
+        t.fired_at_ms = 61_000;
+        t.alert = Some(AlertRef {
+            id: "a".repeat(24),
+            state: AlertState::Resolved,
+            opened_at_ms: 1_000,
+            events: 3,
+            by: Some("timeout".into()),
+            firing_notification_id: "f".into(),
+        });
+        t
     }
 
     /// Where each route files a task: a digested resolve carries the channel's period and keeps how long its
@@ -308,16 +320,7 @@ mod tests {
     /// deferred step moves the handling's due time to the latest; a drop is counted, never sent.
     #[test]
     fn routes_are_filed() {
-        let mut post = Post {
-            output: Output::Klaxon,
-            now: Vec::new(),
-            digest: Vec::new(),
-            held: Vec::new(),
-            timers: Vec::new(),
-            messages: Vec::new(),
-            after: Vec::new(),
-            deferred_until: None,
-        };
+        let mut post = Post::new(Output::Klaxon);
         post.file(
             task(ChannelKind::Slack, Reason::Resolved),
             Route::Digest { min_period_s: 60 },

@@ -127,7 +127,7 @@ fn release_message(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use klaxon_broker::QueueType;
     use klaxon_core::notification::NotificationTask;
@@ -136,7 +136,7 @@ mod tests {
 
     const END: i64 = 1_700_002_800_000; // 2023-11-14T23:00:00Z
 
-    fn task(id: &str, channel: ChannelKind) -> NotificationTask {
+    pub(crate) fn task(id: &str, channel: ChannelKind) -> NotificationTask {
         NotificationTask {
             notification_id: id.into(),
             project_id: "p".into(),

@@ -368,30 +368,11 @@ impl SilenceTimer {
 mod tests {
     use super::*;
     use klaxon_broker::QueueType;
-    use klaxon_core::alert::{alert_id, AlertState};
 
     const ALERT: &str = "0123456789abcdef01234567";
 
     fn alert() -> Alert {
-        Alert {
-            id: alert_id("p", "r", "g", "1000"),
-            project_id: "p".into(),
-            project_name: None,
-            rule_id: "r".into(),
-            group: "g".into(),
-            title: "t".into(),
-            state: AlertState::Firing,
-            firing: "1000".into(),
-            fired_at_ms: 10_000,
-            acknowledged_at_ms: None,
-            acknowledged_by: None,
-            resolved_at_ms: None,
-            resolved_by: None,
-            events: 0,
-            last_event_at_ms: 10_000,
-            resolve_after_ms: 5_000,
-            channels: vec![],
-        }
+        crate::alerts::tests::alert("1000", 5_000)
     }
 
     /// The wire of earlier versions (timers already waiting in delay queues) is read as it was written, and

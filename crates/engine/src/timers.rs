@@ -21,7 +21,7 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use klaxon_broker::{set_aside, Delivery, Publisher, Topology};
+use klaxon_broker::{Delivery, Publisher, Topology};
 use klaxon_core::alert::{lifecycle_tasks, Alert, AlertState};
 use klaxon_core::mute::is_muted;
 use klaxon_core::silence::{watched, Silence};
@@ -67,7 +67,16 @@ pub struct Faults {
     pub crash_after_no_events: bool,
 }
 
-/// What the alert timer loop needs.
+/// Aborts the process when `on`: a test's fault hook (feature `fault-injection`), named by its variable `env`.
+#[cfg(feature = "fault-injection")]
+fn abort_if(on: bool, env: &'static str, between: &'static str) {
+    if on {
+        tracing::error!(env, "test hook: aborting {between}");
+        std::process::abort();
+    }
+}
+
+/// What the timer loop needs.
 #[derive(Clone)]
 pub struct TimerDeps {
     /// RabbitMQ URL.
@@ -187,9 +196,7 @@ async fn due(deps: &TimerDeps, publisher: &Publisher, delivery: &Delivery) -> Re
                 .emit();
                 tracing::warn!(reason = %reason, bytes = delivery.data.len(), "alert timer set aside");
             }
-            let aside = set_aside(delivery, deps.topology.dead_queue(), &reason);
-            publisher.publish_all(&[aside]).await?;
-            Ok(())
+            deps.outbox().set_aside(publisher, delivery, &reason).await
         }
     }
 }
@@ -210,18 +217,15 @@ async fn resolve(deps: &TimerDeps, publisher: &Publisher, timer: &Timer) -> Resu
                 timer: Some(timer),
             }
             .emit();
-            publisher.publish_delayed(&deps.topology.delay(), &[next]).await?;
-            return Ok(());
+            return deps.outbox().schedule(publisher, next).await;
         }
         Change::Done(alert) => {
             #[cfg(feature = "fault-injection")]
-            if deps.faults.crash_after_resolve {
-                tracing::error!(
-                    env = CRASH_AFTER_RESOLVE_ENV,
-                    "test hook: aborting between resolve and publish"
-                );
-                std::process::abort();
-            }
+            abort_if(
+                deps.faults.crash_after_resolve,
+                CRASH_AFTER_RESOLVE_ENV,
+                "between resolve and publish",
+            );
             ("resolved", alert)
         }
         Change::AlreadyResolved(alert) => ("already_resolved", alert),
@@ -333,7 +337,7 @@ async fn on_call(deps: &TimerDeps, publisher: &Publisher, timer: &Timer) -> Resu
         OnCallDue::Muted { next } => {
             if let Some((next, due)) = next {
                 let msg = next.scheduled(&deps.topology, due, now_ms);
-                publisher.publish_delayed(&deps.topology.delay(), &[msg]).await?;
+                deps.outbox().schedule(publisher, msg).await?;
             }
             OnCallTimer {
                 timer,
@@ -373,13 +377,11 @@ async fn on_call(deps: &TimerDeps, publisher: &Publisher, timer: &Timer) -> Resu
     }
     let crash = || {
         #[cfg(feature = "fault-injection")]
-        if deps.faults.crash_after_remind && matches!(timer.what, TimerWhat::Remind { .. }) {
-            tracing::error!(
-                env = CRASH_AFTER_REMIND_ENV,
-                "test hook: aborting between a reminder's messages and its next timer"
-            );
-            std::process::abort();
-        }
+        abort_if(
+            deps.faults.crash_after_remind && matches!(timer.what, TimerWhat::Remind { .. }),
+            CRASH_AFTER_REMIND_ENV,
+            "between a reminder's messages and its next timer",
+        );
     };
     outbox.send_with(publisher, post, || {}, crash).await?;
     OnCallTimer {
@@ -448,7 +450,7 @@ async fn silence(
                 ..timer.clone()
             };
             let msg = next.scheduled(topology, klaxon_store::trail::now_ms());
-            publisher.publish_delayed(&topology.delay(), &[msg]).await?;
+            deps.outbox().schedule(publisher, msg).await?;
             return silence_outcome("rescheduled", timer);
         }
         Answer::Fire {
@@ -514,13 +516,11 @@ async fn silence(
     post.timers(after.timers);
     let crash = || {
         #[cfg(feature = "fault-injection")]
-        if deps.faults.crash_after_no_events {
-            tracing::error!(
-                env = CRASH_AFTER_NO_EVENTS_ENV,
-                "test hook: aborting between a NO_EVENTS firing's claim and its publish"
-            );
-            std::process::abort();
-        }
+        abort_if(
+            deps.faults.crash_after_no_events,
+            CRASH_AFTER_NO_EVENTS_ENV,
+            "between a NO_EVENTS firing's claim and its publish",
+        );
     };
     outbox.send_with(publisher, post, crash, || {}).await?;
     silence_outcome("fired", timer)

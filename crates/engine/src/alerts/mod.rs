@@ -34,6 +34,6 @@
 pub mod decide;
 pub mod open;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use open::{alert_of, fired_touches, touches, OnCall};

@@ -80,12 +80,26 @@ pub fn alert_of(f: &Firing<'_>) -> Alert {
     }
 }
 
-/// Every matched (event, rule) pair of a batch as a [`Touch`] of one event at `now_ms` (this process's clock: a
-/// skew between workers moves a resolve by at most that skew): it counts into the (rule, group)'s open alert and
-/// keeps it from resolving. Sent beside the counting, in the same round trip: a pair whose alert opens in this
-/// batch finds none yet and is counted once it is open ([`fired_touches`], [`open_for_batch`]).
+/// The matched (event, rule) pairs of a batch as one [`Touch`] per (project, rule, group) at `now_ms` (this
+/// process's clock: a skew between workers moves a resolve by at most that skew) with the number of its events,
+/// in the order of their first pair: each counts into the (rule, group)'s open alert and keeps it from
+/// resolving, so a batch touches each open alert once, not once per event. Sent beside the counting, in the
+/// same round trip: a pair whose alert opens in this batch finds none yet and is counted once it is open
+/// ([`fired_touches`], [`open_for_batch`]).
 pub fn touches<'a>(matches: &[Match<'a>], now_ms: i64) -> Vec<Touch<'a>> {
-    matches.iter().map(|m| touch(m, now_ms)).collect()
+    let mut out: Vec<Touch<'a>> = Vec::new();
+    let mut at: HashMap<(&str, &str, &str), usize> = HashMap::with_capacity(matches.len());
+    for m in matches {
+        let t = touch(m, now_ms);
+        match at.entry((t.project_id, t.rule_id, t.group)) {
+            std::collections::hash_map::Entry::Occupied(i) => out[*i.get()].events += 1,
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(out.len());
+                out.push(t);
+            }
+        }
+    }
+    out
 }
 
 /// The touches of the pairs that fired, at their firing's time: what a new alert counts once it is open.

@@ -11,7 +11,7 @@ use klaxon_core::ChannelKind;
 use klaxon_core::Reason;
 use klaxon_counter::Opened;
 
-fn alert(id_firing: &str, resolve_after_ms: u64) -> Alert {
+pub(crate) fn alert(id_firing: &str, resolve_after_ms: u64) -> Alert {
     Alert {
         id: alert_id("p", "r", "g", id_firing),
         project_id: "p".into(),
@@ -360,4 +360,48 @@ fn after_open_starts_on_call_timers() {
             .collect();
         assert_eq!(got, want);
     }
+}
+
+/// A batch touches each open alert once, with the number of its events, in the order of its first event.
+#[test]
+fn a_batch_touches_each_alert_once() {
+    use klaxon_core::evaluate::{plan, BatchEvent};
+    use klaxon_core::event::{Event, EventTask};
+    use klaxon_core::ProjectRules;
+    const P: &str = "5e3eef0679fa3700a0198a49";
+    let event = |group: &str, n: usize| BatchEvent {
+        task: EventTask {
+            project_id: P.into(),
+            event: Event {
+                title: "boom".into(),
+                group_hash: group.into(),
+                is_new: false,
+                repetition_id: None,
+                timestamp: None,
+                user: None,
+            },
+        },
+        id: Some(format!("{group}-{n}")),
+    };
+    let rules = serde_json::json!([
+        {"_id": "a0000000000000000000000a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 100,
+         "thresholdPeriod": 60000, "channels": {"slack": {"isEnabled": true, "endpoint": "https://h.test/s"}}},
+        {"_id": "a0000000000000000000000b", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 100,
+         "thresholdPeriod": 60000, "channels": {"slack": {"isEnabled": true, "endpoint": "https://h.test/s"}}}]);
+    let project = ProjectRules::from_notifications(Some(&rules));
+    let events = vec![event("g1", 1), event("g2", 2), event("g1", 3), event("g1", 4)];
+    let plan = plan(&events, |_| Some(&project));
+    assert_eq!(plan.matches.len(), 8, "two rules want every event");
+    let got: Vec<(&str, &str, u64, i64)> = touches(&plan.matches, 7)
+        .iter()
+        .map(|t| (t.rule_id, t.group, t.events, t.at_ms))
+        .collect();
+    let (a, b) = ("a0000000000000000000000a", "a0000000000000000000000b");
+    let mut want = vec![(a, "g1", 3, 7), (b, "g1", 3, 7), (a, "g2", 1, 7), (b, "g2", 1, 7)];
+    let mut got_sorted = got.clone();
+    got_sorted.sort();
+    want.sort();
+    assert_eq!(got_sorted, want);
+    assert_eq!((got[0].1, got[0].2), ("g1", 3), "the first event's pairs first");
+    assert!(touches(&[], 7).is_empty());
 }
