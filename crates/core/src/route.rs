@@ -348,8 +348,17 @@ mod tests {
         lost.channels.retain(|c| c.kind != Slack);
         lost.escalation.clear();
         // (task reason, channel, the task's minPeriod, rule now, output, at, where)
+        type Case<'r> = (
+            Reason,
+            ChannelKind,
+            u64,
+            Option<&'r CompiledRule>,
+            Output,
+            i64,
+            Route,
+        );
         #[rustfmt::skip]
-        let cases: Vec<(Reason, ChannelKind, u64, Option<&CompiledRule>, Output, i64, Route)> = vec![
+        let cases: Vec<Case<'_>> = vec![
             // firings: quiet hours hold (whatever the period), then the digest, then now; every output alike
             (FIRING, Slack, 0, Some(&plain), Klaxon, DAY, Route::Now),
             (FIRING, Slack, 300, Some(&periodic), Klaxon, DAY, digest),
