@@ -492,6 +492,8 @@ pub async fn open_alert(
         last_event_at_ms: now,
         resolve_after_ms: 0,
         channels,
+        heard: Vec::new(),
+        closes: Vec::new(),
     };
     let opened = alerts
         .open(std::slice::from_ref(&alert), None)
@@ -505,11 +507,7 @@ pub async fn open_alert(
 
 /// A webhook channel to `url`, as an alert's channel.
 pub fn webhook_channel(url: &str) -> klaxon_core::alert::AlertChannel {
-    klaxon_core::alert::AlertChannel {
-        channel: klaxon_core::ChannelKind::Webhook,
-        endpoint: url.to_owned(),
-        severity: None,
-    }
+    klaxon_core::alert::AlertChannel::of_rule(klaxon_core::ChannelKind::Webhook, url, None)
 }
 
 /// The delivery trail's records of `project` with status `shadow` (`klaxon deliveries list -o ndjson`), once

@@ -115,16 +115,19 @@ pub fn message_id(notification_id: &str) -> String {
     format!("<{notification_id}@klaxon>")
 }
 
-/// The `Message-ID` a lifecycle email (resolved, acknowledged, reminder, escalation) replies to: the email of
-/// the alert's firing on this channel (`In-Reply-To` and `References`), so mail clients show the alert as one
-/// thread. `None` for a firing, and for an id that is not a notification id of ours (ids are hex; anything
-/// else is not put in a header).
+/// The `Message-ID` a lifecycle email (resolved, acknowledged, reminder, escalation) replies to: the first
+/// email this address received about the alert (`alert.firingNotificationId`: the firing's on this channel, or
+/// the first message of a member that heard of the alert later), in `In-Reply-To` and `References`, so mail
+/// clients show the alert as one thread. `None` for a firing; for the first message itself (an escalation email
+/// to someone who never got the firing: it starts its own thread); and for an id that is not a notification id
+/// of ours (ids are hex; anything else is not put in a header).
 pub fn replies_to(task: &NotificationTask) -> Option<String> {
     let firing = &task.alert.as_ref()?.firing_notification_id;
     let ours = !firing.is_empty()
         && firing.len() <= 128
         && firing.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-    (task.reason.is_lifecycle() && ours).then(|| message_id(firing))
+    let first = *firing == task.notification_id;
+    (task.reason.is_lifecycle() && ours && !first).then(|| message_id(firing))
 }
 
 /// Header lines are folded to stay within this many octets (RFC 5322 section 2.1.1: "SHOULD be no more than 78

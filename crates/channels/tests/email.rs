@@ -399,3 +399,58 @@ async fn lifecycle_emails_reply_to_the_firing_email() {
         }
     }
 }
+
+/// An escalation email to someone who never got the firing starts its own thread (no `In-Reply-To`), and once
+/// that address is in the alert's audience its acknowledge and resolve reply to that first email, not to the
+/// firing it never received.
+#[tokio::test]
+async fn an_escalation_email_to_a_new_address_starts_its_own_thread() {
+    use klaxon_core::alert::{lifecycle_tasks, AlertChannel, AlertState};
+    use klaxon_core::NotificationTask;
+    let ch = channels(config("http://127.0.0.1:1"));
+    // the rule's channel is Slack: the on-call address hears of the alert first from escalation step 1
+    let mut alert = alert(
+        ChannelKind::Slack,
+        "https://hooks.slack.test/x",
+        AlertState::Firing,
+        None,
+    );
+    let to = "second-line@example.test";
+    let step = AlertChannel::of_rule(ChannelKind::Email, to, None);
+    let (task, member) = NotificationTask::for_alert_member(
+        &alert,
+        &step,
+        Reason::Escalation { step: 1, steps: 1 },
+        1_700_000_000_123,
+    );
+    let member = member.expect("a new member of the audience");
+    ch.deliver(&task).await.expect("step delivered");
+    let raw = wait_for_mail(&task.notification_id).await;
+    let first = mailparse::parse_mail(raw.as_bytes()).expect("parse");
+    assert_eq!(
+        first.headers.get_first_value("Message-ID").as_deref(),
+        Some(format!("<{}@klaxon>", task.notification_id).as_str())
+    );
+    assert!(first.headers.get_first_value("In-Reply-To").is_none(), "{raw}");
+    assert!(first.headers.get_first_value("References").is_none(), "{raw}");
+    assert!(klaxon_channels::email_replies_to(&task).is_none());
+    // recorded with the alert: its acknowledge reaches the address, in the step's thread
+    alert.heard.push(member);
+    alert.state = AlertState::Acknowledged;
+    alert.acknowledged_by = Some("ana".into());
+    let acks = lifecycle_tasks(&alert, Reason::Acknowledged, 1_700_000_000_456);
+    let ack = acks
+        .iter()
+        .find(|t| t.channel == ChannelKind::Email)
+        .expect("the ack reaches the escalation's address");
+    assert_eq!(ack.endpoint, to);
+    ch.deliver(ack).await.expect("ack delivered");
+    let raw = wait_for_mail(&ack.notification_id).await;
+    let mail = mailparse::parse_mail(raw.as_bytes()).expect("parse");
+    let firing_thread = format!("<{}@klaxon>", alert.firing_notification_id(ChannelKind::Email));
+    for h in ["In-Reply-To", "References"] {
+        let v = mail.headers.get_first_value(h).unwrap_or_default();
+        assert_eq!(v, format!("<{}@klaxon>", task.notification_id), "{h}");
+        assert_ne!(v, firing_thread, "{h}: not the firing it never received");
+    }
+}

@@ -880,6 +880,122 @@ async fn pagerduty_resolves_and_acknowledges_the_firings_alert() {
     assert_eq!(sink.requests().len(), 3);
 }
 
+/// Every PagerDuty incident Klaxon opened for an alert follows it with the `dedup_key` it was triggered with:
+/// an escalation step to a new routing key triggers its own incident (its own notification id), and once that
+/// member and a digest's shared incident are in the alert's audience, the acknowledge reaches the firing's, the
+/// step's and the digest's incidents, and the resolve the firing's and the step's, plus the digest's only when
+/// this alert was the last one it listed (`closes`).
+#[tokio::test]
+async fn pagerduty_follows_every_incident_of_the_alerts_audience() {
+    use klaxon_core::alert::{lifecycle_tasks, AlertChannel, AlertState};
+    use klaxon_core::NotificationTask;
+    let sink = HttpSink::start().await.expect("sink");
+    sink.set_default(Reply::status(202).body(r#"{"status":"success","dedup_key":"x"}"#));
+    let ch = channels(config(&sink.url("")));
+    let key = format!("{ENDPOINT_SECRET}0123456789abcdefghijklmnop")[..32].to_owned();
+    let step_key = "Q2ndL1neR0ut1ngKey0123456789abcd".to_owned();
+    let mut alert = alert(ChannelKind::Pagerduty, &key, AlertState::Firing, None);
+    let firing_key = alert.firing_notification_id(ChannelKind::Pagerduty);
+    // step 1 to another routing key: a new incident, keyed by the step's own id
+    let (step, member) = NotificationTask::for_alert_member(
+        &alert,
+        &AlertChannel::of_rule(ChannelKind::Pagerduty, &step_key, None),
+        Reason::Escalation { step: 1, steps: 1 },
+        1_700_000_000_123,
+    );
+    ch.deliver(&step).await.expect("step delivered");
+    let reqs = sink.wait_for_count(1, WAIT).await;
+    let trigger = reqs[0].json();
+    assert_eq!(
+        (
+            &trigger["event_action"],
+            &trigger["routing_key"],
+            &trigger["dedup_key"]
+        ),
+        (
+            &serde_json::json!("trigger"),
+            &serde_json::json!(step_key),
+            &serde_json::json!(step.notification_id)
+        )
+    );
+    // the audience: the firing's incident, the step's, and a digest's that listed this alert and others
+    let digest_id = "0f1e2d3c4b5a69788796a5b4c3d2e1f0".to_owned();
+    alert.heard.push(member.expect("a new member"));
+    alert.heard.push(AlertChannel {
+        first_id: Some(digest_id.clone()),
+        shared: true,
+        ..AlertChannel::of_rule(ChannelKind::Pagerduty, &key, None)
+    });
+    async fn sent(
+        ch: &klaxon_channels::Channels,
+        sink: &HttpSink,
+        tasks: Vec<NotificationTask>,
+        from: usize,
+    ) -> Vec<(String, String, String)> {
+        for t in &tasks {
+            ch.deliver(t).await.expect("delivered");
+        }
+        let reqs = sink.wait_for_count(from + tasks.len(), WAIT).await;
+        reqs[from..]
+            .iter()
+            .map(|r| {
+                let j = r.json();
+                let s = |k: &str| j[k].as_str().unwrap_or_default().to_owned();
+                (s("event_action"), s("routing_key"), s("dedup_key"))
+            })
+            .collect()
+    }
+    let ev =
+        |action: &str, routing: &str, dedup: &str| (action.to_owned(), routing.to_owned(), dedup.to_owned());
+    alert.state = AlertState::Acknowledged;
+    let acks = sent(
+        &ch,
+        &sink,
+        lifecycle_tasks(&alert, Reason::Acknowledged, 1_700_000_000_200),
+        1,
+    )
+    .await;
+    assert_eq!(
+        acks,
+        vec![
+            ev("acknowledge", &key, &firing_key),
+            ev("acknowledge", &step_key, &step.notification_id),
+            ev("acknowledge", &key, &digest_id),
+        ]
+    );
+    alert.state = AlertState::Resolved;
+    let resolves = sent(
+        &ch,
+        &sink,
+        lifecycle_tasks(&alert, Reason::Resolved, 1_700_000_000_300),
+        4,
+    )
+    .await;
+    assert_eq!(
+        resolves,
+        vec![
+            ev("resolve", &key, &firing_key),
+            ev("resolve", &step_key, &step.notification_id)
+        ],
+        "the digest's incident still lists open alerts"
+    );
+    alert.closes = vec![digest_id.clone()];
+    let last = lifecycle_tasks(&alert, Reason::Resolved, 1_700_000_000_300);
+    let closing: Vec<NotificationTask> = last
+        .into_iter()
+        .filter(|t| {
+            t.alert
+                .as_ref()
+                .is_some_and(|a| a.firing_notification_id == digest_id)
+        })
+        .collect();
+    assert_eq!(
+        sent(&ch, &sink, closing, 6).await,
+        vec![ev("resolve", &key, &digest_id)],
+        "the last listed alert closes it"
+    );
+}
+
 /// Webhook bodies name the alert (`alertId`) on firings and lifecycle messages, and say what happened
 /// (`kind`, `alert`, `reminder`, `escalation`); a firing without an alert is unchanged.
 #[tokio::test]

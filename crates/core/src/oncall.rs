@@ -1269,6 +1269,8 @@ mod tests {
             last_event_at_ms: opened,
             resolve_after_ms: 0,
             channels: Vec::new(),
+            heard: Vec::new(),
+            closes: Vec::new(),
         };
         let firing = alert(AlertState::Firing, None);
         let acked = alert(AlertState::Acknowledged, Some(opened + 40 * M));

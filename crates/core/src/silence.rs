@@ -113,12 +113,10 @@ impl Silence<'_> {
                 .rule
                 .channels
                 .iter()
-                .map(|ch| AlertChannel {
-                    channel: ch.kind,
-                    endpoint: ch.endpoint.clone(),
-                    severity: ch.severity,
-                })
+                .map(|ch| AlertChannel::of_rule(ch.kind, &ch.endpoint, ch.severity))
                 .collect(),
+            heard: Vec::new(),
+            closes: Vec::new(),
         }
     }
 }

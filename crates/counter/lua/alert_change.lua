@@ -15,7 +15,12 @@
 -- (`due` only: an event came since); {4, HGETALL} never resolves by itself (`due` with resolveAfter 0);
 -- {5, HGETALL} already acknowledged (`ack` only).
 --
--- Complexity: O(1).
+-- A resolve also takes the alert out of each shared incident it was listed in (its `m:s:<firstId>` fields, see
+-- alert_hear.lua; the set `<prefix>inc:<firstId>`): when that leaves the set empty, the alert was the incident's
+-- last open alert and records `c:<firstId>` = 1 in its hash, so its resolve closes the incident, and a replay
+-- answers the same fields.
+--
+-- Complexity: O(1), plus O(f) for the f ≤ 64 fields of a resolved alert's hash (at most 32 heard members).
 local now = tonumber(ARGV[1])
 if now == nil then
   local t = redis.call('TIME')
@@ -51,6 +56,16 @@ redis.call('HSET', ak, 'state', 'resolved', 'resAt', now, 'resBy', ARGV[4])
 redis.call('PEXPIRE', ak, tonumber(ARGV[5]))
 local cur_key = ARGV[2] .. 'cur:' .. ARGV[6]
 local id = string.sub(ak, string.len(ARGV[2]) + 3)
+for _, f in ipairs(redis.call('HKEYS', ak)) do
+  if string.sub(f, 1, 4) == 'm:s:' then
+    local first = string.sub(f, 5)
+    local inc = ARGV[2] .. 'inc:' .. first
+    redis.call('SREM', inc, id)
+    if redis.call('SCARD', inc) == 0 then
+      redis.call('HSET', ak, 'c:' .. first, 1)
+    end
+  end
+end
 if redis.call('GET', cur_key) == id then
   redis.call('DEL', cur_key)
 end

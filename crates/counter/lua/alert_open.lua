@@ -17,7 +17,8 @@
 -- ARGV[9]  how long an open alert outlives its last event, ms (every key expires)
 --
 -- Hash fields: fixed (ARGV[5]), firing, state (firing|acknowledged|resolved), firedAt, events, last (last event,
--- unix ms), resolveAfter, ackAt, ackBy, resAt, resBy.
+-- unix ms), resolveAfter, ackAt, ackBy, resAt, resBy; later `m:<member key>` and `heard` (alert_hear.lua: who
+-- heard of it after it opened) and `c:<firstId>` (alert_change.lua: the shared incidents its resolve closes).
 --
 -- Returns {code, alertId, HGETALL of the alert…}: code 0 = opened now, 1 = this firing's alert exists already (a
 -- replay), 2 = another firing's alert of the (rule, group) is open (a repeat), 3 = not opened, the project keeps

@@ -5,7 +5,8 @@
 //! |---|---|
 //! | `<ns>:al:{<project>}:idx` | zset alert id → when it opened: the project's alerts, at most [`Alerts::limit`] |
 //! | `<ns>:al:{<project>}:cur:<rule>:<group>` | the id of the (rule, group)'s open alert |
-//! | `<ns>:al:{<project>}:a:<alertId>` | hash: the alert (its fixed part as JSON, then state, events, times, by whom) |
+//! | `<ns>:al:{<project>}:a:<alertId>` | hash: the alert (its fixed part as JSON, then state, events, times, by whom; `m:<member key>` who heard of it after it opened, `c:<firstId>` the shared incidents its resolve closes) |
+//! | `<ns>:al:{<project>}:inc:<firstId>` | set of alert ids: the open alerts a shared incident (a digest or release on PagerDuty) listed |
 //!
 //! * **Once across a fleet.** An alert's id derives from the firing that opened it (`klaxon_core::alert::alert_id`),
 //!   and `lua/alert_open.lua` opens it only when its (rule, group) has no open alert: the same firing on another
@@ -17,6 +18,12 @@
 //!   and when all are open no new one opens (the firing is still delivered: [`Opened::Full`]). A resolved alert
 //!   lives [`RESOLVED_RETENTION_MS`], an open one [`OPEN_RETENTION_MS`] past its last event (and its
 //!   `resolveAfter`), so every key expires.
+//! * **The audience.** [`Alerts::hear`] records who heard of an open alert after it opened (an escalation step's
+//!   new endpoint, a digest or a quiet-hours release that listed it; `klaxon_core::alert::Alert::audience`), at
+//!   most [`MAX_HEARD_MEMBERS`] per alert; a shared member also joins its incident's set. A resolve takes the alert
+//!   out of those sets; the one that empties a set records that its resolve closes the incident
+//!   (`Alert::closes`), and a replay answers the same. A set lives as long as the alert that joined it last did
+//!   then: an incident whose set expired closes with the next listed alert's resolve.
 //! * **Counting.** [`Alerts::touch`] counts a batch's matching events into the open alerts of their (rule,
 //!   group)s (one call per project): `events` and the last event's time, which `resolveAfter` runs from.
 
@@ -24,7 +31,8 @@ use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use klaxon_core::alert::{
-    Alert, AlertChannel, AlertState, DEFAULT_MAX_ALERTS_PER_PROJECT, OPEN_RETENTION_MS, RESOLVED_RETENTION_MS,
+    Alert, AlertChannel, AlertState, DEFAULT_MAX_ALERTS_PER_PROJECT, MAX_HEARD_MEMBERS, OPEN_RETENTION_MS,
+    RESOLVED_RETENTION_MS,
 };
 use redis::{Script, Value};
 use serde::{Deserialize, Serialize};
@@ -36,6 +44,7 @@ static OPEN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lu
 static TOUCH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/alert_touch.lua")));
 static CHANGE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/alert_change.lua")));
 static READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/alerts_read.lua")));
+static HEAR: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/alert_hear.lua")));
 
 /// The alerts of every project of a namespace. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -82,6 +91,32 @@ pub struct Touch<'a> {
     pub events: u64,
     /// The last of them, unix ms.
     pub at_ms: i64,
+}
+
+/// One member that heard of an alert after it opened, to record with it ([`Alerts::hear`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heard<'a> {
+    /// The project.
+    pub project_id: &'a str,
+    /// The alert.
+    pub alert_id: &'a str,
+    /// Who heard of it: a (channel, endpoint) with the id of its first message about the alert (`first_id`), or
+    /// a shared incident (`shared`, `first_id` the id of the message that listed the alerts).
+    pub member: &'a AlertChannel,
+}
+
+/// What [`Alerts::hear`] did with one [`Heard`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hearing {
+    /// Recorded now.
+    Added,
+    /// Recorded already (a replay, or another message to the same member): kept as it was.
+    Known,
+    /// Not recorded: the alert has heard of [`MAX_HEARD_MEMBERS`] members already. Its acknowledge and resolve
+    /// will not reach this one; the caller counts it.
+    Full,
+    /// Not recorded: the alert is resolved or gone.
+    Gone,
 }
 
 /// What a resolve or an acknowledgement did ([`Alerts::resolve_due`], [`Alerts::resolve`],
@@ -235,6 +270,79 @@ impl Alerts {
         });
         let touched: Vec<u64> = futures_util::future::try_join_all(calls).await?;
         Ok(touched.into_iter().sum())
+    }
+
+    /// Records who heard of alerts after they opened (`klaxon_core::alert::Alert::heard`), idempotently: one
+    /// script call per project, all at once (one round trip on the multiplexed connection). A member is one per
+    /// (channel, endpoint), or per incident when shared (`AlertChannel::member_key`); the first record wins. An
+    /// alert that is resolved or gone records nothing, and none records more than [`MAX_HEARD_MEMBERS`]. A shared
+    /// member without its incident's id (`first_id`) is refused before Redis. One answer per record, in order.
+    pub async fn hear(&self, records: &[Heard<'_>]) -> Result<Vec<Hearing>, CounterError> {
+        const SCRIPT: &str = "alert_hear.lua";
+        let mut by_project: BTreeMap<&str, Vec<(usize, &Heard<'_>)>> = BTreeMap::new();
+        for (i, h) in records.iter().enumerate() {
+            let m = h.member;
+            let first = m.first_id.as_deref().unwrap_or_default();
+            if m.shared
+                && (first.is_empty() || !first.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+            {
+                return Err(bad(
+                    SCRIPT,
+                    format!(
+                        "a shared member needs its incident's id (first_id), got {:?}",
+                        m.first_id
+                    ),
+                ));
+            }
+            by_project.entry(h.project_id).or_default().push((i, h));
+        }
+        let calls = by_project.into_iter().map(|(project, heard)| async move {
+            let prefix = self.prefix(project);
+            let mut call = HEAR.prepare_invoke();
+            call.arg(&prefix).arg(MAX_HEARD_MEMBERS);
+            for (_, h) in &heard {
+                let json = serde_json::to_string(h.member).map_err(|e| bad(SCRIPT, e.to_string()))?;
+                let shared = if h.member.shared {
+                    h.member.first_id.as_deref().unwrap_or_default()
+                } else {
+                    ""
+                };
+                call.key(self.alert_key(project, h.alert_id))
+                    .arg(h.member.member_key())
+                    .arg(json)
+                    .arg(shared);
+            }
+            let reply: Value = call.invoke_async(&mut self.redis.clone()).await?;
+            let Value::Array(codes) = &reply else {
+                return Err(bad(SCRIPT, format!("expected an array, got {reply:?}")));
+            };
+            if codes.len() != heard.len() {
+                return Err(bad(
+                    SCRIPT,
+                    format!("{} answers to {} records", codes.len(), heard.len()),
+                ));
+            }
+            heard
+                .iter()
+                .zip(codes)
+                .map(|((i, _), code)| {
+                    let hearing = match int(code, SCRIPT)? {
+                        0 => Hearing::Added,
+                        1 => Hearing::Known,
+                        2 => Hearing::Full,
+                        3 => Hearing::Gone,
+                        other => return Err(bad(SCRIPT, format!("unknown code {other}"))),
+                    };
+                    Ok((*i, hearing))
+                })
+                .collect::<Result<Vec<_>, CounterError>>()
+        });
+        let answers = futures_util::future::try_join_all(calls).await?;
+        let mut out = vec![Hearing::Gone; records.len()];
+        for (i, hearing) in answers.into_iter().flatten() {
+            out[i] = hearing;
+        }
+        Ok(out)
     }
 
     /// The `resolveAfter` timer of an alert: resolves it when its last matching event is `resolveAfter` ago,
@@ -432,5 +540,15 @@ fn decode(project_id: &str, fields: &Value, script: &'static str) -> Result<Aler
         last_event_at_ms: num("last").unwrap_or(0),
         resolve_after_ms: num("resolveAfter").map_or(0, |n| u64::try_from(n).unwrap_or(0)),
         channels: fixed.channels,
+        heard: map
+            .iter()
+            .filter(|(k, _)| k.starts_with("m:"))
+            .map(|(_, v)| serde_json::from_str(v).map_err(|e| bad(script, format!("a heard member: {e}"))))
+            .collect::<Result<_, _>>()?,
+        closes: map
+            .keys()
+            .filter_map(|k| k.strip_prefix("c:"))
+            .map(str::to_owned)
+            .collect(),
     })
 }

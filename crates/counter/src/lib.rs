@@ -71,7 +71,7 @@ mod redis_handle;
 mod script_io;
 mod window_counter;
 
-pub use alerts::{Alerts, Change, Opened, Touch};
+pub use alerts::{Alerts, Change, Heard, Hearing, Opened, Touch};
 pub use consumers::{Consumers, Registered};
 pub use conversation::{Conversation, Conversations};
 pub use dedup::Dedup;

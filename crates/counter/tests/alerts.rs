@@ -37,17 +37,15 @@ fn opening(rule: &str, group: &str, firing: &str, at: i64, resolve_after_ms: u64
         last_event_at_ms: at,
         resolve_after_ms,
         channels: vec![
-            AlertChannel {
-                channel: ChannelKind::Webhook,
-                endpoint: "https://example.com/hook".into(),
-                severity: None,
-            },
-            AlertChannel {
-                channel: ChannelKind::Pagerduty,
-                endpoint: "R0UTINGKEY".into(),
-                severity: Some(klaxon_core::Severity::Critical),
-            },
+            AlertChannel::of_rule(ChannelKind::Webhook, "https://example.com/hook", None),
+            AlertChannel::of_rule(
+                ChannelKind::Pagerduty,
+                "R0UTINGKEY",
+                Some(klaxon_core::Severity::Critical),
+            ),
         ],
+        heard: Vec::new(),
+        closes: Vec::new(),
     }
 }
 

@@ -488,17 +488,11 @@ mod tests {
             last_event_at_ms: 1_500,
             resolve_after_ms: 0,
             channels: vec![
-                AlertChannel {
-                    channel: ChannelKind::Webhook,
-                    endpoint: "https://example.com/h".into(),
-                    severity: None,
-                },
-                AlertChannel {
-                    channel: ChannelKind::Pagerduty,
-                    endpoint: "r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE".into(),
-                    severity: None,
-                },
+                AlertChannel::of_rule(ChannelKind::Webhook, "https://example.com/h", None),
+                AlertChannel::of_rule(ChannelKind::Pagerduty, "r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE", None),
             ],
+            heard: Vec::new(),
+            closes: Vec::new(),
         }
     }
 
@@ -560,6 +554,60 @@ mod tests {
                 assert_eq!(t.reason, action.reason());
             }
         }
+    }
+
+    /// A hand acknowledge or resolve reaches the alert's whole audience (an escalation step's routing key, a
+    /// digest's shared incident), not only the rule's channels: `lifecycle_tasks` decides who.
+    #[test]
+    fn hand_changes_reach_the_whole_audience() {
+        let heard = |first: &str, shared: bool| AlertChannel {
+            first_id: Some(first.into()),
+            shared,
+            ..AlertChannel::of_rule(ChannelKind::Pagerduty, "Q2ndL1neR0ut1ngKey0123456789abcd", None)
+        };
+        let with_audience = |state| Alert {
+            heard: vec![heard("step1", false), heard("digest1", true)],
+            ..alert(state)
+        };
+        let keys = |tasks: Vec<NotificationTask>| -> Vec<String> {
+            tasks
+                .into_iter()
+                .map(|t| t.alert.expect("a ref").firing_notification_id)
+                .filter(|k| k.len() < 10)
+                .collect()
+        };
+        let acked = outcome(
+            HandAction::Acknowledge,
+            "x",
+            Change::Done(with_audience(AlertState::Acknowledged)),
+        );
+        let tasks = acked.tasks(HandAction::Acknowledge);
+        assert_eq!(
+            tasks.len(),
+            4,
+            "webhook, PagerDuty, the step's key, the digest's incident"
+        );
+        assert_eq!(keys(tasks), ["step1", "digest1"]);
+        let resolved = outcome(
+            HandAction::Resolve,
+            "x",
+            Change::Done(with_audience(AlertState::Resolved)),
+        );
+        assert_eq!(
+            keys(resolved.tasks(HandAction::Resolve)),
+            ["step1"],
+            "the digest lists other open alerts"
+        );
+        let last = Alert {
+            closes: vec!["digest1".into()],
+            ..with_audience(AlertState::Resolved)
+        };
+        let resolved = outcome(HandAction::Resolve, "x", Change::Done(last));
+        assert_eq!(
+            keys(resolved.tasks(HandAction::Resolve)),
+            ["step1", "digest1"],
+            "the last listed alert"
+        );
     }
 
     #[test]

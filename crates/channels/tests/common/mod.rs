@@ -125,11 +125,9 @@ pub fn alert(
         events: 1_240,
         last_event_at_ms: at_ms - 60_000,
         resolve_after_ms: 3_600_000,
-        channels: vec![AlertChannel {
-            channel,
-            endpoint: endpoint.to_owned(),
-            severity: None,
-        }],
+        channels: vec![AlertChannel::of_rule(channel, endpoint, None)],
+        heard: Vec::new(),
+        closes: Vec::new(),
     }
 }
 

@@ -96,11 +96,7 @@ pub(crate) fn escalation_tasks(
     s.channels
         .iter()
         .map(|ch| {
-            let channel = AlertChannel {
-                channel: ch.kind,
-                endpoint: ch.endpoint.clone(),
-                severity: ch.severity,
-            };
+            let channel = AlertChannel::of_rule(ch.kind, &ch.endpoint, ch.severity);
             NotificationTask::for_alert(alert, &channel, reason, at_ms)
         })
         .collect()

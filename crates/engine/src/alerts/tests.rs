@@ -30,17 +30,11 @@ pub(crate) fn alert(id_firing: &str, resolve_after_ms: u64) -> Alert {
         last_event_at_ms: 10_000,
         resolve_after_ms,
         channels: vec![
-            AlertChannel {
-                channel: ChannelKind::Webhook,
-                endpoint: "https://example.test/h".into(),
-                severity: None,
-            },
-            AlertChannel {
-                channel: ChannelKind::Pagerduty,
-                endpoint: "key".into(),
-                severity: None,
-            },
+            AlertChannel::of_rule(ChannelKind::Webhook, "https://example.test/h", None),
+            AlertChannel::of_rule(ChannelKind::Pagerduty, "key", None),
         ],
+        heard: Vec::new(),
+        closes: Vec::new(),
     }
 }
 
