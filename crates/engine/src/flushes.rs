@@ -17,7 +17,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use klaxon_broker::{Delivery, Publisher, Topology};
+use klaxon_core::alert::AlertChannel;
 use klaxon_core::notification::NotificationTask;
+use klaxon_core::route::Route;
+use klaxon_core::ChannelKind;
 use klaxon_counter::{Claim, Digests, HeldClaim};
 use tokio_util::sync::CancellationToken;
 
@@ -48,6 +51,8 @@ pub struct DigestDeps {
     pub topology: Topology,
     /// Digest state in Redis.
     pub digests: Digests,
+    /// Alerts: a digest or release on PagerDuty is recorded in the audience of every alert it lists.
+    pub alerts: klaxon_counter::Alerts,
     /// Unacked flush messages.
     pub prefetch: u16,
     /// Where digests go (`--output`).
@@ -67,6 +72,7 @@ impl DigestDeps {
             output: self.output,
             trail: &self.trail,
             digests: &self.digests,
+            alerts: &self.alerts,
         }
     }
 }
@@ -188,10 +194,15 @@ async fn send(
     } else {
         f.task(now_ms, claim)
     };
+    let listed = shared_members(deps, &task, fired).await?;
     let outbox = deps.outbox();
     let mut post = outbox.post();
     // a release is decided already: now (or, with `--output hawk`, not Hawk's when it lists a silence)
-    post.route(task.clone(), None, now_ms);
+    if post.route(task.clone(), None, now_ms) == Route::Now {
+        for (alert_id, member) in listed {
+            post.hear(&task.project_id, &alert_id, member);
+        }
+    }
     let sent = outbox.send(publisher, post).await?;
     if sent.messages == 0 {
         // shadow mode: recorded (and counted) by dispatch instead of published
@@ -212,4 +223,44 @@ async fn send(
         .emit();
     }
     Ok(())
+}
+
+/// On PagerDuty a digest or a quiet release opens an incident of its own (its `dedup_key` is the message's id)
+/// that lists several alerts: each listed alert that is still open gets it as a shared member of its audience,
+/// so acknowledging any of them acknowledges the incident and the resolve of the last one resolves it
+/// (`klaxon_core::alert::Alert::closes`). The alerts are found by the groups the message lists as firing (its
+/// first `fired` events), one look-up each, all at once. None on another channel, nor with `--output hawk`
+/// (Hawk's senders open no incident of Klaxon's).
+async fn shared_members(
+    deps: &DigestDeps,
+    task: &NotificationTask,
+    fired: usize,
+) -> Result<Vec<(String, AlertChannel)>, EngineError> {
+    if task.channel != ChannelKind::Pagerduty || deps.output == sink::Output::Hawk {
+        return Ok(Vec::new());
+    }
+    let mut groups: Vec<&str> = task
+        .events
+        .iter()
+        .take(fired)
+        .map(|e| e.group_hash.as_str())
+        .collect();
+    groups.sort_unstable();
+    groups.dedup();
+    let current = groups
+        .iter()
+        .map(|g| deps.alerts.current(&task.project_id, &task.rule_id, g));
+    let open = futures_util::future::try_join_all(current)
+        .await
+        .inspect_err(|_| RedisFailed.emit())?;
+    let member = AlertChannel {
+        shared: true,
+        first_id: Some(task.notification_id.clone()),
+        ..AlertChannel::of_rule(task.channel, &task.endpoint, task.severity)
+    };
+    Ok(open
+        .into_iter()
+        .flatten()
+        .map(|a| (a.id, member.clone()))
+        .collect())
 }

@@ -5,9 +5,11 @@
 //! ```text
 //! loop ──Post::route(task, rule now, at)──▶ klaxon_core::route::route ──▶ Now │ Digest │ Held │ Deferred │ Dropped
 //!      ──Post::timer(msg, delay)                                             (Dropped: counted with its reason)
+//!      ──Post::hear(alert, member)      (who is told of an alert after it opened: its audience)
 //! Outbox::send(post):
-//!   1. one Redis round trip: the digest entries (digest_append.lua) and the quiet-hours holds, concurrently on
-//!      the multiplexed connection (none without them)
+//!   1. one Redis round trip: the digest entries (digest_append.lua), the quiet-hours holds and the audience
+//!      records (alert_hear.lua), concurrently on the multiplexed connection (none without them): a member is
+//!      recorded before its first message is published, so an acknowledgement right after it reaches it
 //!   2. dispatch (crate::sink): what goes out now, and what the digests and holds answered "send now"
 //!   3. one confirmed publish: the flushes, releases and timers through the delay engine beside the messages;
 //!      then what must follow them (`Post::after`: a chain's next timer)
@@ -21,11 +23,12 @@
 use std::time::Duration;
 
 use klaxon_broker::{Outgoing, Publisher, Topology};
+use klaxon_core::alert::AlertChannel;
 use klaxon_core::evaluate::Held;
 use klaxon_core::notification::NotificationTask;
 use klaxon_core::route::{route, Route, TaskKind};
 use klaxon_core::CompiledRule;
-use klaxon_counter::{Digests, HeldEntry};
+use klaxon_counter::{Alerts, Digests, Heard, Hearing, HeldEntry};
 use klaxon_store::Trail;
 
 use crate::internal_events::{AlertMessageNotSent, NotificationPublished, RedisFailed};
@@ -43,6 +46,19 @@ pub(crate) struct Outbox<'a> {
     pub trail: &'a Trail,
     /// Digest windows and quiet-hours holds.
     pub digests: &'a Digests,
+    /// Alerts: who heard of them ([`Post::hear`]).
+    pub alerts: &'a Alerts,
+}
+
+/// A member to record in an alert's audience ([`klaxon_counter::Alerts::hear`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Member {
+    /// The project.
+    pub project_id: String,
+    /// The alert.
+    pub alert_id: String,
+    /// Who heard of it.
+    pub member: AlertChannel,
 }
 
 /// What one handling sends (a batch, a timer, a flush): filled by the loop, sent by [`Outbox::send`].
@@ -55,6 +71,7 @@ pub(crate) struct Post {
     messages: Vec<Outgoing>,
     after: Vec<(Outgoing, Duration)>,
     deferred_until: Option<i64>,
+    hear: Vec<Member>,
 }
 
 /// What [`Post::route_all`] did with a handling's tasks.
@@ -98,13 +115,14 @@ impl Outbox<'_> {
             post.digest.into_iter().partition(|(_, e)| *e == HeldEntry::Fired);
         let firings: Vec<NotificationTask> = firings.into_iter().map(|(t, _)| t).collect();
         let resolves: Vec<NotificationTask> = resolves.into_iter().map(|(t, _)| t).collect();
-        let (appended, held) = tokio::try_join!(
+        let (appended, held, ()) = tokio::try_join!(
             async {
                 digest::append(self.digests, self.topology, &firings, &resolves)
                     .await
                     .inspect_err(|_| RedisFailed.emit())
             },
-            quiet::hold(self.digests, self.topology, &post.held)
+            quiet::hold(self.digests, self.topology, &post.held),
+            self.hear(&post.hear)
         )?;
         let mut messages = post.messages;
         let mut sent = Sent::default();
@@ -128,6 +146,37 @@ impl Outbox<'_> {
                 .await?;
         }
         Ok(sent)
+    }
+
+    /// Records `members` in their alerts' audiences (one round trip; none without them). A member an alert has no
+    /// room for (more than `klaxon_core::alert::MAX_HEARD_MEMBERS`) is logged: that alert's acknowledge and resolve
+    /// will not reach it.
+    async fn hear(&self, members: &[Member]) -> Result<(), EngineError> {
+        if members.is_empty() {
+            return Ok(());
+        }
+        let records: Vec<Heard<'_>> = members
+            .iter()
+            .map(|m| Heard {
+                project_id: &m.project_id,
+                alert_id: &m.alert_id,
+                member: &m.member,
+            })
+            .collect();
+        let answers = self
+            .alerts
+            .hear(&records)
+            .await
+            .inspect_err(|_| RedisFailed.emit())?;
+        for (m, answer) in members.iter().zip(answers) {
+            if answer == Hearing::Full {
+                tracing::warn!(
+                    project = %m.project_id, alert_id = %m.alert_id, channel = %m.member.channel,
+                    "the alert's audience is full: this member will not hear of its acknowledge and resolve"
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Schedules `msg` through the delay engine alone (a timer due again, a flush rescheduled), confirmed.
@@ -195,6 +244,7 @@ impl Post {
             messages: Vec::new(),
             after: Vec::new(),
             deferred_until: None,
+            hear: Vec::new(),
         }
     }
 
@@ -212,18 +262,51 @@ impl Post {
         rule: Option<&CompiledRule>,
         at_ms: i64,
     ) -> Filed {
+        self.route_members(tasks.into_iter().map(|t| (t, None)), rule, at_ms)
+    }
+
+    /// [`Post::route_all`] of tasks each with the member its message makes of its channel, if it is new to the
+    /// alert's audience (an escalation step's: `NotificationTask::for_alert_member`): recorded when the task is
+    /// sent, now or later, not when it is deferred or dropped.
+    pub fn route_members(
+        &mut self,
+        tasks: impl IntoIterator<Item = (NotificationTask, Option<AlertChannel>)>,
+        rule: Option<&CompiledRule>,
+        at_ms: i64,
+    ) -> Filed {
         let mut filed = Filed::default();
-        for task in tasks {
+        for (task, member) in tasks {
+            let heard = member.and_then(|member| {
+                let alert_id = task.alert.as_ref()?.id.clone();
+                Some(Member {
+                    project_id: task.project_id.clone(),
+                    alert_id,
+                    member,
+                })
+            });
             match self.route(task, rule, at_ms) {
                 Route::Deferred { .. } => filed.deferred += 1,
                 Route::Dropped { reason } if reason != klaxon_core::route::DropReason::HawkOutput => {
                     filed.rule_dropped += 1;
                     filed.rule_reason.get_or_insert(reason.as_str());
                 }
-                _ => filed.sent += 1,
+                Route::Dropped { .. } => filed.sent += 1,
+                Route::Now | Route::Digest { .. } | Route::Held { .. } => {
+                    filed.sent += 1;
+                    self.hear.extend(heard);
+                }
             }
         }
         filed
+    }
+
+    /// Records `member` in the audience of alert `alert_id` of `project_id` with the post's Redis round trip.
+    pub fn hear(&mut self, project_id: &str, alert_id: &str, member: AlertChannel) {
+        self.hear.push(Member {
+            project_id: project_id.to_owned(),
+            alert_id: alert_id.to_owned(),
+            member,
+        });
     }
 
     /// Files `task` where `route` says: a resolve through a digest or a hold is a resolved entry, anything else

@@ -114,6 +114,7 @@ impl TimerDeps {
             output: self.output,
             trail: &self.trail,
             digests: &self.digests,
+            alerts: &self.alerts,
         }
     }
 }
@@ -292,7 +293,8 @@ async fn on_call(deps: &TimerDeps, publisher: &Publisher, timer: &Timer) -> Resu
             let d = reminder_due(timer, alert.as_ref());
             let tasks = match (&d, &alert) {
                 (OnCallDue::Send { .. }, Some(a)) => {
-                    lifecycle_tasks(a, Reason::Reminder { number, max }, now_ms)
+                    let tasks = lifecycle_tasks(a, Reason::Reminder { number, max }, now_ms);
+                    tasks.into_iter().map(|t| (t, None)).collect()
                 }
                 _ => Vec::new(),
             };
@@ -361,7 +363,7 @@ async fn on_call(deps: &TimerDeps, publisher: &Publisher, timer: &Timer) -> Resu
         .and_then(|(a, rules)| rules.rules.iter().find(|r| r.id == a.rule_id));
     let outbox = deps.outbox();
     let mut post = outbox.post();
-    let filed = post.route_all(tasks, rule, now_ms);
+    let filed = post.route_members(tasks, rule, now_ms);
     let deferred = post.deferred_until();
     let outcome = match (filed.rule_reason, filed.sent) {
         // the rule no longer sends this chain: it ends here

@@ -293,6 +293,7 @@ impl Batches<'_> {
             output: self.deps.output,
             trail: &self.deps.trail,
             digests: &self.digests,
+            alerts: &self.deps.alerts,
         }
     }
 

@@ -330,7 +330,8 @@ fn start_worker(
     let digest_deps = klaxon_engine::flushes::DigestDeps {
         amqp_url: global.amqp_url.clone(),
         topology: p.topology.clone(),
-        digests: klaxon_counter::Digests::new(redis, &global.namespace),
+        digests: klaxon_counter::Digests::new(redis.clone(), &global.namespace),
+        alerts: klaxon_counter::Alerts::new(redis, &global.namespace),
         prefetch: 16,
         output: w.output,
         trail,

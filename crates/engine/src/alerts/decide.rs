@@ -79,13 +79,16 @@ pub(crate) fn escalation_due(
 }
 
 /// The tasks of escalation step `step` (1-based) of `alert`: one per channel of that step, sent at once like
-/// any lifecycle message (through the same senders: SSRF guard, caps, rate limits, dead letters).
+/// any lifecycle message (through the same senders: SSRF guard, caps, rate limits, dead letters). A channel
+/// already in the alert's audience gets the message on its incident or thread; a new one gets its first message
+/// (`first_id` its own id: PagerDuty triggers a new incident, an email starts its own thread), and the member to
+/// record with the alert comes beside the task ([`NotificationTask::for_alert_member`]).
 pub(crate) fn escalation_tasks(
     alert: &Alert,
     steps: &[EscalationStep],
     step: u32,
     at_ms: i64,
-) -> Vec<NotificationTask> {
+) -> Vec<(NotificationTask, Option<AlertChannel>)> {
     let Some(s) = (step as usize).checked_sub(1).and_then(|i| steps.get(i)) else {
         return Vec::new();
     };
@@ -97,7 +100,7 @@ pub(crate) fn escalation_tasks(
         .iter()
         .map(|ch| {
             let channel = AlertChannel::of_rule(ch.kind, &ch.endpoint, ch.severity);
-            NotificationTask::for_alert(alert, &channel, reason, at_ms)
+            NotificationTask::for_alert_member(alert, &channel, reason, at_ms)
         })
         .collect()
 }

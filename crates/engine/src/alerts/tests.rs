@@ -267,7 +267,13 @@ fn on_call_decisions() {
     );
 
     // a step's tasks: its own channels, ids per (alert, step, channel), reason escalation step/steps
-    let t2 = escalation_tasks(&firing, &steps, 2, 20_000);
+    let tasks = |step, at| -> Vec<NotificationTask> {
+        escalation_tasks(&firing, &steps, step, at)
+            .into_iter()
+            .map(|(t, _)| t)
+            .collect()
+    };
+    let t2 = tasks(2, 20_000);
     assert_eq!(t2.len(), 1);
     assert_eq!(t2[0].endpoint, "https://b.test");
     assert_eq!(t2[0].reason, Reason::Escalation { step: 2, steps: 2 });
@@ -275,15 +281,27 @@ fn on_call_decisions() {
         t2[0].alert.as_ref().map(|r| r.id.clone()),
         Some(firing.id.clone())
     );
+    assert_eq!(tasks(2, 99_000)[0].notification_id, t2[0].notification_id);
+    assert_ne!(tasks(1, 20_000)[0].notification_id, t2[0].notification_id);
+    assert!(tasks(3, 20_000).is_empty());
+    // a step to a new endpoint is its first message about the alert: the member to record, whose first_id
+    // (PagerDuty's dedup_key, the email thread) is the step's own id; a step to a channel of the audience lands
+    // on the firing's incident and records nobody
+    let (t, member) = escalation_tasks(&firing, &steps, 2, 20_000).remove(0);
+    let member = member.expect("a new member");
+    assert_eq!(member.first_id.as_deref(), Some(t.notification_id.as_str()));
+    assert!(!member.shared);
     assert_eq!(
-        escalation_tasks(&firing, &steps, 2, 99_000)[0].notification_id,
-        t2[0].notification_id
+        t.alert.as_ref().map(|r| r.firing_notification_id.clone()),
+        Some(t.notification_id.clone())
     );
-    assert_ne!(
-        escalation_tasks(&firing, &steps, 1, 20_000)[0].notification_id,
-        t2[0].notification_id
+    let own = [step(5_000, "https://example.test/h")];
+    let (t, member) = escalation_tasks(&firing, &own, 1, 20_000).remove(0);
+    assert_eq!(member, None);
+    assert_eq!(
+        t.alert.as_ref().map(|r| r.firing_notification_id.clone()),
+        Some(notification_id("p", "r", "g", "1000", ChannelKind::Webhook))
     );
-    assert!(escalation_tasks(&firing, &steps, 3, 20_000).is_empty());
 
     // under a mute: what would be sent is silenced and the chain goes on; a stop stays a stop
     // (decision, muted, after)
