@@ -441,4 +441,64 @@ mod tests {
         assert_eq!(post.now.len(), 1);
         assert_eq!(post.deferred_until(), Some(7));
     }
+
+    /// A member new to the alert's audience is recorded with the post when its task is sent (now, held or
+    /// digested), not when it is deferred or dropped; a task without a member records nobody.
+    #[test]
+    fn members_are_recorded_when_their_task_is_sent() {
+        use klaxon_core::alert::AlertChannel;
+        let rule_of = |raw: serde_json::Value| klaxon_core::parse_rule_value(&raw).expect("a rule").0;
+        let hook = "https://h.test/step";
+        let step = |quiet: bool| {
+            let mut raw = serde_json::json!({"_id": "a0000000000000000000000a", "isEnabled": true,
+                "whatToReceive": "ONLY_NEW", "including": [], "excluding": [],
+                "channels": {"slack": {"isEnabled": true, "endpoint": "https://h.test/s"}},
+                "escalation": [{"after": 60_000, "channels": {"webhook": {"isEnabled": true, "endpoint": hook}}}]});
+            if quiet {
+                raw["quietHours"] = serde_json::json!([{"days": ["tue"], "from": "22:00", "to": "23:00",
+                    "timezone": "UTC"}]);
+            }
+            rule_of(raw)
+        };
+        let task = || {
+            let mut t = task(ChannelKind::Webhook, Reason::Escalation { step: 1, steps: 1 });
+            t.endpoint = hook.into();
+            t
+        };
+        let member = AlertChannel {
+            first_id: Some("webhook".into()),
+            ..AlertChannel::of_rule(ChannelKind::Webhook, hook, None)
+        };
+        // 2023-11-14 22:30 UTC (quiet) and 21:00 UTC (not)
+        let (quiet_at, day_at) = (1_700_001_000_000, 1_699_995_600_000);
+        // (rule, output, at, members recorded, filed)
+        let cases = [
+            (Some(step(false)), Output::Klaxon, day_at, 1, (1, 0, 0)),
+            (Some(step(false)), Output::Shadow, day_at, 1, (1, 0, 0)),
+            (Some(step(true)), Output::Klaxon, quiet_at, 0, (0, 1, 0)),
+            (None, Output::Klaxon, day_at, 0, (0, 0, 1)),
+            (Some(step(false)), Output::Hawk, day_at, 0, (1, 0, 0)),
+        ];
+        for (rule, output, at, recorded, (sent, deferred, dropped)) in cases {
+            let mut post = Post::new(output);
+            let filed = post.route_members(
+                [(task(), Some(member.clone())), (task(), None)],
+                rule.as_ref(),
+                at,
+            );
+            assert_eq!(post.hear.len(), recorded, "{output:?} at {at}");
+            assert_eq!(
+                (filed.sent, filed.deferred, filed.rule_dropped),
+                (2 * sent, 2 * deferred, 2 * dropped),
+                "{output:?} at {at}"
+            );
+            if let Some(m) = post.hear.first() {
+                assert_eq!(
+                    (m.project_id.as_str(), m.alert_id.as_str()),
+                    ("p", &"a".repeat(24)[..])
+                );
+                assert_eq!(m.member, member);
+            }
+        }
+    }
 }
