@@ -38,8 +38,8 @@ pub struct ListArgs {
     /// Only this project (24-hex id).
     #[arg(long)]
     pub project: Option<String>,
-    /// Only notifications whose latest state is this: sent, retrying, dead or shadow (recorded by `--output
-    /// shadow`, not sent).
+    /// Only notifications whose latest state is this: sent, retrying, dead, shadow (recorded by `--output
+    /// shadow`, not sent) or dropped (a reminder or escalation step of an alert acknowledged or resolved since).
     #[arg(long)]
     pub status: Option<Status>,
     /// At most this many notifications.

@@ -3,10 +3,11 @@
 //! A message about one group carries four links, in this order: "Mute this error for 1 h", "… for 24 h",
 //! "Mute this rule for 1 h" and "Why did this fire?". A digest (several groups) carries only "Mute this rule for
 //! 1 h": four links per group would bury the list, and muting the rule is what a flood of groups calls for.
-//! Direct notifications (`POST /api/v1/notifications`) have no rule and carry none, nor do the messages of an
-//! alert's life (resolved, acknowledged, reminders, escalations). A firing that opened (or repeats) an alert
-//! (`task.alert`) also carries "Acknowledge this alert" and "Resolve this alert" after those: their claims name
-//! the alert id.
+//! Direct notifications (`POST /api/v1/notifications`) have no rule and carry none. A firing that opened (or
+//! repeats) an alert (`task.alert`) also carries "Acknowledge this alert" and "Resolve this alert" after those:
+//! their claims name the alert id. A reminder or an escalation step of an alert carries only those two: it goes
+//! to the person being paged, who is there to take the alert, not to mute or explain its rule. The resolved and
+//! acknowledged messages carry none.
 //!
 //! Each link is `<public URL>/a/<token>` ([`klaxon_core::action`]); it expires [`LINK_TTL_S`] after the
 //! firing (not after the send), so every retry of a notification carries the same links. Opening one shows a
@@ -111,7 +112,7 @@ impl ActionLinks {
     pub fn for_task(&self, task: &NotificationTask) -> Vec<ActionLink> {
         let actions: &[Action] = match task.reason {
             // an alert's resolve, acknowledgement, reminders and escalations: about the alert, not a firing to
-            // explain or mute
+            // explain or mute (reminders and steps get the alert's links below)
             Reason::Direct => &[],
             r if r.is_lifecycle() => &[],
             _ if is_digest(task) => &[Action::MuteRule1h],
@@ -154,8 +155,8 @@ impl ActionLinks {
                 })
             })
             .collect();
-        // A firing of an alert: acknowledge and resolve it (not a lifecycle message: it is about the alert).
-        if let Some(alert) = task.alert.as_ref().filter(|_| is_firing(task)) {
+        // A firing, a reminder or an escalation step of an alert: acknowledge and resolve it.
+        if let Some(alert) = task.alert.as_ref().filter(|_| takes_alert_links(task)) {
             links.extend(Action::ALERT.iter().filter_map(|&action| {
                 let claim = Claim::for_alert(
                     action,
@@ -178,9 +179,15 @@ impl ActionLinks {
     }
 }
 
-/// True when a task is a firing (not a direct notification, not a message of an alert's life).
-fn is_firing(task: &NotificationTask) -> bool {
-    !matches!(task.reason, Reason::Direct) && !task.reason.is_lifecycle()
+/// True when a task's message asks someone to take its alert: a firing (not a direct notification, not a
+/// message of an alert's life), a reminder or an escalation step. Not the resolved and acknowledged messages:
+/// there is nothing left to take.
+fn takes_alert_links(task: &NotificationTask) -> bool {
+    match task.reason {
+        Reason::Direct | Reason::Resolved | Reason::Acknowledged => false,
+        Reason::Reminder { .. } | Reason::Escalation { .. } => true,
+        r => !r.is_lifecycle(),
+    }
 }
 
 /// True when a task's message lists several groups (the templates' "digest" kind).
@@ -298,12 +305,25 @@ mod tests {
             assert_eq!(claim.alert_id.as_deref(), Some(id.as_str()));
             assert_eq!(claim.action.as_str(), link.action);
         }
-        // a message of the alert's life carries no alert links
-        t.reason = Reason::Resolved;
-        assert!(l
-            .for_task(&t)
-            .iter()
-            .all(|a| a.action != "ack" && a.action != "resolve"));
+        // the resolved and acknowledged messages carry no links; reminders and escalation steps carry the
+        // alert's two, the same as the firing's (same claim, same expiry: 7 days after the task's time)
+        for (reason, want) in [
+            (Reason::Resolved, &[][..]),
+            (Reason::Acknowledged, &[][..]),
+            (Reason::Reminder { number: 1, max: 3 }, &["ack", "resolve"][..]),
+            (Reason::Escalation { step: 2, steps: 2 }, &["ack", "resolve"][..]),
+        ] {
+            t.reason = reason;
+            let got = l.for_task(&t);
+            assert_eq!(
+                got.iter().map(|a| a.action).collect::<Vec<_>>(),
+                want,
+                "{reason:?}"
+            );
+            if !want.is_empty() {
+                assert_eq!(got[..], all[4..], "{reason:?}");
+            }
+        }
     }
 
     #[test]

@@ -4,7 +4,10 @@
 //! Everything here is pure: the alert as stored and shown ([`Alert`], [`AlertView`] for the API), its id
 //! ([`alert_id`], deterministic from the firing that opened it, so every worker and every redelivery names the
 //! same alert), the reference a notification task carries ([`AlertRef`]) and the tasks of a lifecycle message
-//! ([`NotificationTask::for_alert`]: resolved, acknowledged, reminder, escalation). The state lives in Redis
+//! ([`NotificationTask::for_alert`]: resolved, acknowledged, reminder, escalation), and its audience: everyone
+//! who heard of it ([`Alert::audience`]: the rule's channels, then an escalation step's new endpoints and the
+//! digests and releases that listed it), whom its acknowledge and resolve reach ([`lifecycle_tasks`]) with the
+//! first message's id each received ([`AlertChannel::first_id`]). The state lives in Redis
 //! (`klaxon-counter`'s `alerts` module), the timers in RabbitMQ's delay engine (`klaxon-engine`).
 
 use serde::{Deserialize, Serialize};

@@ -20,7 +20,8 @@
 -- last open alert and records `c:<firstId>` = 1 in its hash, so its resolve closes the incident, and a replay
 -- answers the same fields.
 --
--- Complexity: O(1), plus O(f) for the f ≤ 64 fields of a resolved alert's hash (at most 32 heard members).
+-- Complexity: O(1), plus O(f) for the fields of a resolved alert's hash (f ≤ 12 + 2 × 32: at most 32 heard
+-- members and as many incidents it closes).
 local now = tonumber(ARGV[1])
 if now == nil then
   local t = redis.call('TIME')

@@ -505,6 +505,33 @@ impl DuplicateDropped<'_> {
     }
 }
 
+/// A reminder or escalation step not sent, and never to be: its alert was acknowledged, resolved or gone when
+/// its turn came (decided at send time, `sender::current`). Acked, recorded in the trail as `dropped`.
+pub(crate) struct NotificationDropped<'a> {
+    pub task: &'a NotificationTask,
+    pub reason: crate::sender::Dropped,
+}
+
+impl NotificationDropped<'_> {
+    pub fn emit(self) {
+        let t = self.task;
+        metrics::counter!("klaxon_notifications_dropped_total", "channel" => t.channel.as_str(),
+            "reason" => self.reason.as_str())
+        .increment(1);
+        let what = match t.reason {
+            klaxon_core::Reason::Escalation { .. } => "escalation",
+            _ => "reminder",
+        };
+        // ids come from the task (tenant input for a rule's id): shown on one line, invisible characters revealed
+        let shown = |s: &str| klaxon_core::text::reveal(&klaxon_core::text::one_line(s, 64)).into_owned();
+        tracing::info!(
+            notification_id = %shown(&t.notification_id), channel = %t.channel, project = %shown(&t.project_id),
+            rule = %shown(&t.rule_id), alert = %shown(t.alert.as_ref().map_or("", |a| a.id.as_str())), what,
+            reason = self.reason.as_str(), "not sent: decided at send time"
+        );
+    }
+}
+
 /// A task parked in the delay engine for `wait` (rate limit, open breaker, busy dedup lease, `sendAt`).
 pub(crate) struct DeliveryParked<'a> {
     pub id: &'a str,

@@ -37,7 +37,9 @@
 //! notification id is delivered once, Redis + `lua/dedup_*.lua`), [`ratelimit`] (the limits per destination
 //! over [`klaxon_counter::Gcra`], `lua/gcra_reserve.lua`), [`breaker`] (circuit breaker and bulkhead per
 //! host, in process) and [`klaxon_store::trail`] (the append-only `deliveries` collection in MongoDB, written
-//! in the background). Every wait longer than a second goes through the broker's delay engine.
+//! in the background). Every wait longer than a second goes through the broker's delay engine. A reminder or an
+//! escalation step is decided again when its turn comes, against its alert and rule as they are then
+//! ([`sender::RulesNow`]).
 #![deny(missing_docs)]
 
 pub mod alerts;

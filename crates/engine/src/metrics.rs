@@ -189,6 +189,12 @@ pub const DESCRIBED: &[Described] = &[
         &["channel", "outcome"],
         "Delivery attempts by channel and outcome",
     ),
+    counter(
+        "klaxon_notifications_dropped_total",
+        &["channel", "reason"],
+        "Reminders and escalation steps not sent, decided at send time: acknowledged, resolved, alert_gone, rule_gone, \
+         rule_disabled, channel_removed",
+    ),
     counter("klaxon_redis_errors_total", &[], "Redis failures"),
     counter("klaxon_broker_errors_total", &[], "RabbitMQ failures"),
     counter(

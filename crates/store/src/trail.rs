@@ -58,16 +58,20 @@ pub enum Status {
     Dead,
     /// Not sent: a process in shadow mode (`--output shadow`) recorded what it would have sent.
     Shadow,
+    /// Not sent, and never will be: a reminder or escalation step whose alert was acknowledged, resolved or gone
+    /// when its turn came (`last_error` says which).
+    Dropped,
 }
 
 impl Status {
-    /// `sent`, `retrying`, `dead`, `shadow`.
+    /// `sent`, `retrying`, `dead`, `shadow`, `dropped`.
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Sent => "sent",
             Status::Retrying => "retrying",
             Status::Dead => "dead",
             Status::Shadow => "shadow",
+            Status::Dropped => "dropped",
         }
     }
 }
@@ -80,8 +84,9 @@ impl std::str::FromStr for Status {
             "retrying" => Ok(Status::Retrying),
             "dead" => Ok(Status::Dead),
             "shadow" => Ok(Status::Shadow),
+            "dropped" => Ok(Status::Dropped),
             other => Err(format!(
-                "unknown status `{other}`: use sent, retrying, dead or shadow"
+                "unknown status `{other}`: use sent, retrying, dead, shadow or dropped"
             )),
         }
     }
@@ -532,7 +537,8 @@ fn rank(s: Status) -> u8 {
         Status::Retrying => 0,
         Status::Dead => 1,
         Status::Shadow => 2,
-        Status::Sent => 3,
+        Status::Dropped => 3,
+        Status::Sent => 4,
     }
 }
 
@@ -561,7 +567,7 @@ mod tests {
             ..r
         };
         assert_eq!(Record::from_document(&sent.to_document()), Some(sent));
-        for s in ["sent", "retrying", "dead", "shadow"] {
+        for s in ["sent", "retrying", "dead", "shadow", "dropped"] {
             assert_eq!(s.parse::<Status>().map(|s| s.as_str()), Ok(s));
         }
         assert!("lost".parse::<Status>().is_err());

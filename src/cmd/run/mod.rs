@@ -176,8 +176,9 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
         parts.tracker.spawn(super::notices::redis_eviction(r.clone()));
         redis = Some(r);
     }
-    // The rule store once the worker has it (the sender's trail then writes through it at once).
-    let mut store: Option<RuleStore> = None;
+    // The rule store and cache once the worker has them (the sender's trail then writes through the store at once,
+    // and the senders read rules through the worker's cache).
+    let mut store: Option<(RuleStore, RuleCache)> = None;
     if let (Some(w), Some(redis)) = (plan.worker, &redis) {
         let Some(s) = connect_with_retry(
             ("mongodb", &global.mongo_url),
@@ -192,11 +193,11 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
         else {
             return Ok(ExitCode::SUCCESS);
         };
-        store = Some(s.clone());
-        start_worker(&parts, w, plan.limits, redis.clone(), s, shadow_trail);
+        let rules = start_worker(&parts, w, plan.limits, redis.clone(), s.clone(), shadow_trail);
+        store = Some((s, rules));
     }
     if let (Some(send), Some(redis)) = (plan.sender, redis) {
-        start_senders(&parts, send, &clients, store, redis);
+        start_senders(&parts, send, &clients, store, redis, plan.limits);
     }
     let Parts { tracker, .. } = parts;
     tracker.close();
@@ -257,6 +258,7 @@ fn shadow_trail(
 
 /// Starts the evaluating side on the process's Redis handle and rule store: the worker, the digest flusher,
 /// the alert timer loop, the Redis probe, the rule cache's invalidation and, in shadow mode, the delivery trail.
+/// Returns the rule cache (the senders of the process read rules through it too).
 fn start_worker(
     p: &Parts<'_>,
     w: WorkerPlan,
@@ -264,7 +266,7 @@ fn start_worker(
     redis: RedisHandle,
     store: RuleStore,
     trail: Trail,
-) {
+) -> RuleCache {
     let (global, shutdown) = (p.global, &p.shutdown);
     let counter = WindowCounter::new(redis.clone(), &global.namespace);
     p.tracker.spawn(klaxon_engine::probe_redis(
@@ -276,26 +278,13 @@ fn start_worker(
         tracing::info!("shadow mode: notifications are recorded in the delivery trail, never sent");
     }
     let rules = RuleCache::new(store, w.rules_ttl).with_limits(limits);
-    // Invalidations arrive by Redis pub/sub, which needs a connection of its own.
-    p.tracker.spawn(klaxon_store::invalidation::subscribe(
-        global.redis_url.clone(),
-        global.namespace.clone(),
-        rules.clone(),
-        shutdown.clone(),
-    ));
-    {
-        let rules = rules.clone();
-        let shutdown = shutdown.clone();
-        p.tracker.spawn(async move {
-            rules.start_invalidation(shutdown).await;
-        });
-    }
+    invalidate(&p.tracker, p.global, &rules, &p.shutdown);
     let deps = worker::WorkerDeps {
         amqp_url: global.amqp_url.clone(),
         topology: p.topology.clone(),
         mutes: klaxon_counter::Mutes::new(redis.clone(), &global.namespace).with_limit(limits.max_mutes),
         counter,
-        rules,
+        rules: rules.clone(),
         config: w.config,
         output: w.output,
         trail: trail.clone(),
@@ -356,27 +345,51 @@ fn start_worker(
         p.readiness.role("alerts"),
         shutdown.clone(),
     ));
+    rules
 }
 
+/// Keeps `rules` fresh: invalidations by Redis pub/sub (a connection of its own) and MongoDB's change stream.
+fn invalidate(tracker: &TaskTracker, global: &GlobalOpts, rules: &RuleCache, shutdown: &CancellationToken) {
+    tracker.spawn(klaxon_store::invalidation::subscribe(
+        global.redis_url.clone(),
+        global.namespace.clone(),
+        rules.clone(),
+        shutdown.clone(),
+    ));
+    let (rules, shutdown) = (rules.clone(), shutdown.clone());
+    tracker.spawn(async move {
+        rules.start_invalidation(shutdown).await;
+    });
+}
+
+/// How long a `klaxon sender`'s rules are cached (its reminders and escalation steps are decided with them); the
+/// worker's `--rules-ttl` default. Invalidations refresh them sooner.
+const SENDER_RULES_TTL: Duration = Duration::from_secs(60);
+
 /// Starts one sender per channel on the process's Redis handle; their delivery trail writes through the rule
-/// store (`store` when the worker connected it, else connected in the background: deliveries never wait for it).
+/// store and they read rules through the worker's cache (`worker` when the worker connected them; else the store is
+/// connected in the background, deliveries never wait for it, and a cache of the senders' own is made on it).
 fn start_senders(
     p: &Parts<'_>,
     send: SenderPlan,
     clients: &Clients,
-    store: Option<RuleStore>,
+    worker: Option<(RuleStore, RuleCache)>,
     redis: RedisHandle,
+    limits: klaxon_core::Limits,
 ) {
     let (global, shutdown) = (p.global, &p.shutdown);
     let (store_tx, store_rx) = tokio::sync::oneshot::channel::<RuleStore>();
-    match store {
-        Some(store) => {
+    let rules = sender::RulesNow::new();
+    match worker {
+        Some((store, cache)) => {
+            rules.set(cache);
             let _ = store_tx.send(store);
         }
         None => {
             let shutdown = shutdown.clone();
             let clients = clients.clone();
             let global = global.clone();
+            let (rules, tracker) = (rules.clone(), p.tracker.clone());
             p.tracker.spawn(async move {
                 // deliveries never wait for the trail: logged, never a reason for /readyz
                 let unread = Readiness::default();
@@ -387,6 +400,9 @@ fn start_senders(
                     })
                     .await
                 {
+                    let cache = RuleCache::new(store.clone(), SENDER_RULES_TTL).with_limits(limits);
+                    invalidate(&tracker, &global, &cache, &shutdown);
+                    rules.set(cache);
                     let _ = store_tx.send(store);
                 }
             });
@@ -409,10 +425,12 @@ fn start_senders(
         retry_schedule: send.retry_schedule,
         dedup: Dedup::new(redis.clone(), &global.namespace, send.dedup_ttl, send.dedup_lease),
         conversations: klaxon_counter::Conversations::new(redis.clone(), &global.namespace),
+        alerts: klaxon_counter::Alerts::new(redis.clone(), &global.namespace),
         limiter: RateLimiter::new(redis, &global.namespace, send.rates, Duration::from_secs(1)),
         breakers: Arc::new(Breakers::new(send.breaker)),
         bulkheads: Arc::new(Bulkheads::new(send.host_concurrency)),
         trail,
+        rules,
     };
     for kind in ChannelKind::ALL {
         let ready = p.readiness.role(&format!("sender.{kind}"));

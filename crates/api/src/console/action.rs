@@ -20,7 +20,9 @@
 //! whom and when), and the same lifecycle messages (same notification ids) are not delivered twice.
 //!
 //! Refusals are pages with a 4xx status and nothing that helps forging: 400 malformed, 403 bad signature,
-//! 410 expired, 404 when action links are off here (no `KLAXON_ACTION_KEY`) or the rule is gone.
+//! 410 expired, 404 when action links are off here (no `KLAXON_ACTION_KEY`) or the rule is gone — except for the
+//! alert links: an alert is acknowledged or resolved without its rule, so they work while the alert exists, also
+//! after its rule was deleted (the page then says the rule is deleted).
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -148,8 +150,9 @@ impl Console {
     }
 }
 
-/// The project's name and the rule's description, from the store (404 when the rule is gone).
-async fn describe(api: &Api, claim: &Claim) -> Result<(String, RuleView), PageError> {
+/// The project's name and the rule's description, from the store. A rule that is gone is a 404, except for an
+/// alert link ([`Action::on_alert`]): the alert lives on without its rule (`None`).
+async fn describe(api: &Api, claim: &Claim) -> Result<(String, Option<RuleView>), PageError> {
     let store = api.store().await?;
     let limits = &api.config().limits;
     let name = store
@@ -167,13 +170,13 @@ async fn describe(api: &Api, claim: &Claim) -> Result<(String, RuleView), PageEr
         .iter()
         .flat_map(|p| p.notifications.iter())
         .map(|r| rule_view(r, limits))
-        .find(|r| r.id.eq_ignore_ascii_case(&claim.rule_id))
-        .ok_or_else(|| {
-            PageError(
-                StatusCode::NOT_FOUND,
-                "The rule of this link no longer exists. Nothing was done.".into(),
-            )
-        })?;
+        .find(|r| r.id.eq_ignore_ascii_case(&claim.rule_id));
+    if rule.is_none() && !claim.action.on_alert() {
+        return Err(PageError(
+            StatusCode::NOT_FOUND,
+            "The rule of this link no longer exists. Nothing was done.".into(),
+        ));
+    }
     Ok((name, rule))
 }
 
@@ -187,7 +190,9 @@ struct ActionPage {
     nav: Nav,
     project: String,
     project_id: String,
-    rule: RuleView,
+    /// None: the rule was deleted since (alert links only).
+    rule: Option<RuleView>,
+    rule_id: String,
     group_hash: Option<String>,
     /// The title the link carries (explain links only).
     event_title: Option<String>,
@@ -231,7 +236,13 @@ fn mute_scope(claim: &Claim) -> String {
     }
 }
 
-fn page(claim: &Claim, project: String, rule: RuleView, stage: &'static str, what: String) -> ActionPage {
+fn page(
+    claim: &Claim,
+    project: String,
+    rule: Option<RuleView>,
+    stage: &'static str,
+    what: String,
+) -> ActionPage {
     ActionPage {
         title: format!("{} · Klaxon action", claim.action.label()),
         csrf: "",
@@ -240,6 +251,7 @@ fn page(claim: &Claim, project: String, rule: RuleView, stage: &'static str, wha
         project,
         project_id: claim.project_id.clone(),
         rule,
+        rule_id: claim.rule_id.clone(),
         group_hash: claim.group_hash.clone(),
         event_title: claim.title.clone(),
         stage,
@@ -274,7 +286,7 @@ pub(super) async fn show(
             let event = Event {
                 title: claim.title.clone().unwrap_or_default(),
                 group_hash: group,
-                is_new: rule.what == "ONLY_NEW",
+                is_new: rule.as_ref().is_some_and(|r| r.what == "ONLY_NEW"),
                 repetition_id: None,
                 timestamp: None,
                 user: None,
@@ -516,7 +528,7 @@ async fn used(
     token: &str,
     claim: &Claim,
     project: String,
-    rule: RuleView,
+    rule: Option<RuleView>,
     at_ms: i64,
     status: StatusCode,
 ) -> Result<Response, PageError> {

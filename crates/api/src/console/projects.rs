@@ -168,6 +168,7 @@ struct HourCounts {
     retrying: u64,
     dead: u64,
     shadow: u64,
+    dropped: u64,
 }
 
 impl HourCounts {
@@ -178,6 +179,7 @@ impl HourCounts {
             Status::Retrying => &mut self.retrying,
             Status::Dead => &mut self.dead,
             Status::Shadow => &mut self.shadow,
+            Status::Dropped => &mut self.dropped,
         } += 1;
     }
 }
@@ -190,6 +192,7 @@ impl std::iter::Sum for HourCounts {
             retrying: a.retrying + b.retrying,
             dead: a.dead + b.dead,
             shadow: a.shadow + b.shadow,
+            dropped: a.dropped + b.dropped,
         })
     }
 }
@@ -852,11 +855,11 @@ mod tests {
         let c = hour_counts(&records, 1_000);
         assert_eq!(
             json!(c["a"]),
-            json!({"firings": 2, "sent": 2, "retrying": 1, "dead": 1, "shadow": 0})
+            json!({"firings": 2, "sent": 2, "retrying": 1, "dead": 1, "shadow": 0, "dropped": 0})
         );
         assert_eq!(
             json!(c["b"]),
-            json!({"firings": 1, "sent": 1, "retrying": 0, "dead": 0, "shadow": 0})
+            json!({"firings": 1, "sent": 1, "retrying": 0, "dead": 0, "shadow": 0, "dropped": 0})
         );
         assert_eq!(c.len(), 2);
     }
