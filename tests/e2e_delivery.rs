@@ -35,6 +35,8 @@ fn task(env: &Env, channel: ChannelKind, endpoint: &str, n: usize) -> Notificati
             count: 1,
             repetition_id: None,
             open_for_ms: None,
+            silence_period_ms: None,
+            alert_id: None,
         }],
         text: None,
         send_at_ms: None,

@@ -40,6 +40,8 @@ fn task(project: &str, channel: ChannelKind, endpoint: &str, id: String, n: usiz
             count: 1,
             repetition_id: None,
             open_for_ms: None,
+            silence_period_ms: None,
+            alert_id: None,
         }],
         text: None,
         send_at_ms: None,

@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context as _};
 use clap::{ArgGroup, Args, Subcommand};
 use klaxon_core::{RawRule, RuleProblem};
+use klaxon_engine::after_store::Stored;
 use klaxon_store::format::document_to_json;
 use klaxon_store::RuleStore;
 use serde_json::Value;
@@ -441,7 +442,8 @@ async fn command(
 ) -> anyhow::Result<ExitCode> {
     match command {
         RulesCommand::Add(a) => {
-            let rule = serde_json::to_value(add_rule.unwrap_or_default())?;
+            let mut typed = add_rule.unwrap_or_default();
+            let rule = serde_json::to_value(&typed)?;
             let id = store.add_rule(&a.project, &rule, limits.max_rules).await?;
             // The result first, then the warning about the rule as stored (its id is the store's).
             let mut stored = rule.clone();
@@ -450,7 +452,21 @@ async fn command(
             if !a.writes.allow_private_endpoints {
                 build::warn_private_endpoints(&a.project, &stored);
             }
-            arm::after_store(global, &[(a.project.clone(), Value::Array(vec![stored]))]).await;
+            // the rule as stored, with the store's id, as the engine reads it
+            typed.id = klaxon_core::rule::Field::Typed(klaxon_core::rule::RuleId::Hex(id));
+            let rules = klaxon_core::ProjectRules {
+                known: true,
+                rules: typed.validate().map(|(r, _)| vec![r]).unwrap_or_default(),
+                ..Default::default()
+            };
+            arm::after_store(
+                global,
+                &[Stored {
+                    project_id: a.project.clone(),
+                    rules,
+                }],
+            )
+            .await;
         }
         RulesCommand::List(a) => {
             let projects = stored_projects(store, a.project.as_deref()).await?;
@@ -491,11 +507,11 @@ async fn command(
             let projects = import.unwrap_or_default();
             store.replace(&projects).await?;
             print::imported(&projects, a.json)?;
-            let stored: Vec<(String, Value)> = projects
+            let stored: Vec<Stored> = projects
                 .iter()
-                .map(|p| {
-                    let notifications = p.notifications.iter().map(document_to_json).collect();
-                    (p.project_id.to_hex(), Value::Array(notifications))
+                .map(|p| Stored {
+                    project_id: p.project_id.to_hex(),
+                    rules: p.rules(),
                 })
                 .collect();
             arm::after_store(global, &stored).await;

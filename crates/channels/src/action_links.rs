@@ -227,6 +227,8 @@ mod tests {
                     count: 1,
                     repetition_id: None,
                     open_for_ms: None,
+                    silence_period_ms: None,
+                    alert_id: None,
                 })
                 .collect(),
             text: None,

@@ -529,6 +529,8 @@ pub fn test_task_for(channel: ChannelKind, endpoint: &str, project_id: &str) -> 
             count: 1,
             repetition_id: None,
             open_for_ms: None,
+            silence_period_ms: None,
+            alert_id: None,
         }],
         text: None,
         send_at_ms: None,

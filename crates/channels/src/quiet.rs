@@ -6,7 +6,8 @@
 //! per group); these helpers give the view ([`crate::render`]) the parts that differ.
 //!
 //! Two kinds of entries count no errors: a resolved alert (its events were counted when it fired) and a
-//! NO_EVENTS silence (the project sent nothing: group `""`, count 0). A message in which nothing counted does not
+//! NO_EVENTS silence (the project sent nothing: an entry that carries its quiet period,
+//! [`NotificationEvent::is_silence`]). A message in which nothing counted does not
 //! say "0 errors": its header says what happened instead ([`nothing_counted`]: "Shop: 1 resolved in the last 5
 //! minutes", "Shop: no events for 30 minutes (held in quiet hours)"), and a silence's line reads "No events from
 //! Shop for 30 minutes" without a count ([`silence_line`]), in the words of a single NO_EVENTS message.
@@ -53,28 +54,21 @@ pub(crate) fn total(task: &NotificationTask) -> Option<u64> {
     Some(fired.iter().map(|e| e.count).sum())
 }
 
-/// True for an entry about the project rather than a group: a NO_EVENTS silence (group `""`, count 0). Its
-/// line shows no count.
+/// True for an entry about the project rather than a group: a NO_EVENTS silence, which carries its quiet
+/// period ([`NotificationEvent::is_silence`]). Its line shows no count.
 pub(crate) fn is_silence(e: &NotificationEvent) -> bool {
-    e.group_hash.is_empty()
+    e.is_silence()
 }
 
-/// The quiet period a silence's title names ("1 hour" of "No events for 1 hour",
-/// [`klaxon_core::kind::no_events::title`]), when the title reads as Klaxon writes it (a number and a unit). Only our words come out: anything else gives `None`.
-fn silence_period(title: &str) -> Option<&str> {
-    let period = title.strip_prefix(klaxon_core::kind::no_events::TITLE_PREFIX)?;
-    let (n, unit) = period.split_once(' ')?;
-    (!n.is_empty()
-        && n.bytes().all(|b| b.is_ascii_digit())
-        && !unit.is_empty()
-        && unit.bytes().all(|b| b.is_ascii_lowercase()))
-    .then_some(period)
+/// A silence's quiet period in words ("1 hour"), from the period it carries: only our words and numbers.
+fn silence_period(e: &NotificationEvent) -> Option<String> {
+    e.silence_period_ms.map(klaxon_core::text::duration_words)
 }
 
 /// A silence's line in a digest or a quiet window's release, in the words of a single NO_EVENTS message:
 /// "No events from Shop for 1 hour" (`project` as the message shows it).
-pub(crate) fn silence_line(project: &str, title: &str) -> String {
-    match silence_period(title) {
+pub(crate) fn silence_line(project: &str, e: &NotificationEvent) -> String {
+    match silence_period(e) {
         Some(period) => format!("No events from {project} for {period}"),
         None => format!("No events from {project}"),
     }
@@ -98,7 +92,7 @@ pub(crate) fn nothing_counted(task: &NotificationTask) -> Option<String> {
         fired.iter().partition(|e| is_silence(e));
     let mut what = Vec::new();
     if let Some(first) = silences.first() {
-        let mut words = match silence_period(&first.title) {
+        let mut words = match silence_period(first) {
             Some(period) => format!("no events for {period}"),
             None => "no events".to_owned(),
         };
@@ -155,6 +149,8 @@ mod tests {
             count,
             repetition_id: None,
             open_for_ms: None,
+            silence_period_ms: None,
+            alert_id: None,
         }
     }
 
@@ -250,13 +246,7 @@ mod tests {
     }
 
     fn silence(quiet_period_ms: u64) -> NotificationEvent {
-        NotificationEvent {
-            group_hash: String::new(),
-            title: klaxon_core::kind::no_events::title(quiet_period_ms),
-            count: 0,
-            repetition_id: None,
-            open_for_ms: None,
-        }
+        NotificationEvent::silence(quiet_period_ms)
     }
 
     #[test]
@@ -321,26 +311,33 @@ mod tests {
     }
 
     #[test]
-    fn a_silence_line_names_the_project_in_the_words_of_its_title() {
+    fn a_silence_line_names_the_project_and_the_period_it_carries() {
         for (ms, want) in [
             (3_600_000, "No events from Shop for 1 hour"),
             (30 * 60_000, "No events from Shop for 30 minutes"),
             (2 * 86_400_000, "No events from Shop for 2 days"),
             (10_000, "No events from Shop for 10 seconds"),
         ] {
-            assert_eq!(silence_line("Shop", &silence(ms).title), want);
+            assert_eq!(silence_line("Shop", &silence(ms)), want);
         }
-        // a title that does not read as Klaxon writes it gives none of its words
+        // the period comes from the entry, never from its title: a tenant's title gives none of its words
         for title in [
             "",
             "No events for",
             "No events for <b>1</b> hour",
-            "No events for 1 Hour!",
+            "No events for 2 hours",
             "Boom",
         ] {
-            assert_eq!(silence_line("Shop", title), "No events from Shop", "{title}");
+            let entry = NotificationEvent {
+                title: title.to_owned(),
+                silence_period_ms: None,
+                ..silence(3_600_000)
+            };
+            assert_eq!(silence_line("Shop", &entry), "No events from Shop", "{title}");
         }
         assert!(is_silence(&silence(1000)));
+        // an entry without a group is not a silence unless it says so (a direct notification's, an old buffer's)
         assert!(!is_silence(&ev("a", 0)));
+        assert!(!is_silence(&ev("", 0)));
     }
 }

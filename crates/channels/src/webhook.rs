@@ -405,12 +405,40 @@ struct EscalationNumbers {
 #[derive(Serialize)]
 struct WebhookEvent<'a> {
     #[serde(flatten)]
-    event: &'a NotificationEvent,
+    event: EventFields<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     url: Option<String>,
     /// In a quiet window's release: this group's alert resolved in the window.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     resolved: bool,
+}
+
+/// A task's entry as a webhook body shows it: the fields of [`NotificationEvent`] that the body has always carried
+/// (the task's own markers, such as a silence's quiet period, stay inside Klaxon).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct EventFields<'a> {
+    group_hash: &'a str,
+    title: &'a str,
+    count: u64,
+    repetition_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    open_for_ms: Option<u64>,
+    #[serde(rename = "alertId", skip_serializing_if = "Option::is_none")]
+    alert_id: Option<&'a str>,
+}
+
+impl<'a> From<&'a NotificationEvent> for EventFields<'a> {
+    fn from(e: &'a NotificationEvent) -> Self {
+        EventFields {
+            group_hash: &e.group_hash,
+            title: &e.title,
+            count: e.count,
+            repetition_id: e.repetition_id.as_deref(),
+            open_for_ms: e.open_for_ms,
+            alert_id: e.alert_id.as_deref(),
+        }
+    }
 }
 
 /// The exact body POSTed for a task (no project name, no links).
@@ -516,7 +544,7 @@ pub fn webhook_body_with(task: &NotificationTask, ctx: MessageContext<'_>) -> Ve
             .iter()
             .enumerate()
             .map(|(i, e)| WebhookEvent {
-                event: e,
+                event: EventFields::from(e),
                 url: ctx
                     .links
                     .and_then(|t| t.link(&task.project_id, &e.group_hash, e.repetition_id.as_deref())),
@@ -635,6 +663,8 @@ mod tests {
                 count: 312,
                 repetition_id: None,
                 open_for_ms: None,
+                silence_period_ms: None,
+                alert_id: None,
             }],
             text: None,
             send_at_ms: None,

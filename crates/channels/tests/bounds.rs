@@ -211,6 +211,8 @@ fn task(channel: ChannelKind, case: &Case) -> NotificationTask {
             count: *count,
             repetition_id: rep.clone(),
             open_for_ms: None,
+            silence_period_ms: None,
+            alert_id: None,
         })
         .collect();
     NotificationTask {

@@ -83,6 +83,8 @@ fn task(channel: ChannelKind, reason: Reason, events: &[(&str, u64, Option<&str>
                 count: *count,
                 repetition_id: rep.map(str::to_owned),
                 open_for_ms: None,
+                silence_period_ms: None,
+                alert_id: None,
             })
             .collect(),
         text: None,
@@ -146,6 +148,8 @@ fn cases(channel: ChannelKind) -> Vec<(&'static str, NotificationTask)> {
                     count: 0,
                     repetition_id: None,
                     open_for_ms: None,
+                    silence_period_ms: Some(3_600_000),
+                    alert_id: None,
                 }],
                 ..task(
                     channel,
@@ -374,6 +378,8 @@ fn quiet_release_of_a_silence(channel: ChannelKind) -> NotificationTask {
         count: 0,
         repetition_id: None,
         open_for_ms: None,
+        silence_period_ms: Some(3_600_000),
+        alert_id: None,
     };
     NotificationTask {
         notification_id: t.notification_id.clone(),

@@ -507,6 +507,8 @@ impl NotificationTask {
                 count: alert.events,
                 repetition_id: None,
                 open_for_ms: None,
+                silence_period_ms: None,
+                alert_id: None,
             }],
             text: None,
             send_at_ms: None,

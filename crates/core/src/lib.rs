@@ -20,11 +20,12 @@
 //! asks the counter ([`rule::Want`]), its firing decision and its words. [`problem`] and [`field`] sit below the
 //! kinds, [`rule`] above them. A rule's on-call fields (`renotify`, `escalation`, `quietHours`) and the schedule
 //! decisions the engine takes with them (when a reminder or a step is due, until when a firing is held) are
-//! [`oncall`].
+//! [`oncall`]. The wall clock is read in one place, [`clock`], by the callers at the edge.
 #![deny(missing_docs)]
 
 pub mod action;
 pub mod alert;
+pub mod clock;
 pub mod evaluate;
 pub mod event;
 pub mod explain;

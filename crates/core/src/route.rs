@@ -301,6 +301,8 @@ mod tests {
                 count: 1,
                 repetition_id: None,
                 open_for_ms: None,
+                silence_period_ms: None,
+                alert_id: None,
             }],
             text: None,
             send_at_ms: None,

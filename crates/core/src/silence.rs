@@ -73,13 +73,7 @@ impl Silence<'_> {
                 min_period_s: ch.min_period_s,
                 fired_at_ms: self.at_ms,
                 reason,
-                events: vec![NotificationEvent {
-                    group_hash: String::new(),
-                    title: self.title(),
-                    count: 0,
-                    repetition_id: None,
-                    open_for_ms: None,
-                }],
+                events: vec![NotificationEvent::silence(self.quiet_period_ms)],
                 text: None,
                 send_at_ms: None,
                 severity: ch.severity,
@@ -119,6 +113,22 @@ impl Silence<'_> {
             closes: Vec::new(),
         }
     }
+}
+
+/// The resolved tasks of a silence's alert (the project's next event ended it): its lifecycle tasks
+/// ([`crate::alert::lifecycle_tasks`]), each entry marked as the silence of the NO_EVENTS `rule`'s `quietPeriod`
+/// when the rule is still there to say it, so that a digest or a quiet window's release lists it as a silence, as
+/// it lists the firing.
+pub fn resolved_tasks(alert: &Alert, rule: Option<&CompiledRule>, at_ms: i64) -> Vec<NotificationTask> {
+    let period = rule.and_then(|r| match r.what {
+        WhatToReceive::NoEvents { quiet_period_ms } => Some(quiet_period_ms),
+        _ => None,
+    });
+    let mut tasks = crate::alert::lifecycle_tasks(alert, Reason::Resolved, at_ms);
+    for e in tasks.iter_mut().flat_map(|t| t.events.iter_mut()) {
+        e.silence_period_ms = period;
+    }
+    tasks
 }
 
 /// The firing token of a silence that started at `since_ms` (see [`Silence::firing`]).

@@ -7,7 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use klaxon_counter::{Hit, HitSpec, RedisHandle, WindowCounter};
+use klaxon_core::{Want, Window};
+use klaxon_counter::{Hit, RedisHandle, WindowCounter};
 
 const BATCH: usize = 1000;
 const HOT_KEYS: usize = 50;
@@ -82,7 +83,7 @@ async fn server_usec(redis: &RedisHandle) -> Option<f64> {
     Some(total)
 }
 
-fn hits(spec: HitSpec, keys: usize, offset: usize) -> Vec<Hit> {
+fn hits(spec: Want, keys: usize, offset: usize) -> Vec<Hit> {
     (0..BATCH)
         .map(|i| Hit::new("bench-rule", format!("group-{}", (offset + i) % keys), spec))
         .collect()
@@ -110,22 +111,24 @@ async fn main() {
     let specs = [
         (
             "fixed",
-            HitSpec::Fixed {
+            Want::Count {
                 threshold: 1_000_000_000,
                 period_ms: hour,
+                window: Window::Fixed,
             },
         ),
         (
             "sliding (threshold 100)",
-            HitSpec::Sliding {
+            Want::Count {
                 threshold: 100,
                 period_ms: hour,
+                window: Window::Sliding,
             },
         ),
-        ("first-seen", HitSpec::FirstSeen),
+        ("first-seen", Want::FirstSeen),
         (
             "spike (1 h buckets, baseline 24)",
-            HitSpec::Spike(klaxon_core::Spike {
+            Want::Spike(klaxon_core::Spike {
                 period_ms: hour,
                 baseline_windows: 24,
                 factor_milli: 5000,
@@ -134,7 +137,7 @@ async fn main() {
         ),
         (
             "spike (1 h buckets, baseline 168)",
-            HitSpec::Spike(klaxon_core::Spike {
+            Want::Spike(klaxon_core::Spike {
                 period_ms: hour,
                 baseline_windows: 168,
                 factor_milli: 5000,
@@ -143,9 +146,10 @@ async fn main() {
         ),
         (
             "reappeared (quiet 7 d)",
-            HitSpec::Reappeared {
+            Want::Reappeared {
                 quiet_period_ms: 7 * 24 * hour,
                 armed_at_ms: 0,
+                is_new: false,
             },
         ),
     ];
@@ -302,9 +306,10 @@ async fn sliding_memory(redis: &RedisHandle, counter: &WindowCounter, hour: u64)
     println!("\n| sliding threshold | members kept | encoding | bytes/key, 36-char event ids | bytes/key, no ids | cooldown key bytes |");
     println!("|---:|---:|---|---:|---:|---:|");
     for threshold in [10_u64, 100, 1000] {
-        let spec = HitSpec::Sliding {
+        let spec = Want::Count {
             threshold,
             period_ms: hour,
+            window: Window::Sliding,
         };
         let mut sizes = Vec::new();
         let mut members: i64 = 0;
@@ -386,7 +391,7 @@ async fn signal_memory(redis: &RedisHandle, counter: &WindowCounter, hour: u64) 
     println!("|---|---|---|---:|");
     let t0 = 1_700_000_000_000_i64 - 1_700_000_000_000_i64 % hour as i64;
     for windows in [24_u32, 168] {
-        let spec = HitSpec::Spike(klaxon_core::Spike {
+        let spec = Want::Spike(klaxon_core::Spike {
             period_ms: hour,
             baseline_windows: windows,
             factor_milli: 5000,
@@ -426,9 +431,10 @@ async fn signal_memory(redis: &RedisHandle, counter: &WindowCounter, hour: u64) 
             );
         }
     }
-    let spec = HitSpec::Reappeared {
+    let spec = Want::Reappeared {
         quiet_period_ms: 7 * 24 * hour,
         armed_at_ms: 0,
+        is_new: false,
     };
     let h = Hit::new("reappeared-mem", "g", spec).with_event_id("8c1e0f3a-4b1e-4f5a-9c3d-0000000001f7");
     counter.hit(&h, Some(t0)).await.unwrap();

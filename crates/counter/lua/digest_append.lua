@@ -3,7 +3,7 @@
 -- channel) and say whether the caller must schedule the window's flush.
 --
 -- KEYS[1]  hash   `<ns>:{dg:<project>:<rule>:<channel>}:win`  {start = window start ms, opener = notification id}
--- KEYS[2]  hash   `…:buf`  entry -> cjson {count, title, repetitionId, openForMs?}, merged by max count
+-- KEYS[2]  hash   `…:buf`  entry -> cjson {count, title, repetitionId, openForMs?, silenceMs?}, merged by max count
 -- KEYS[3]  zset   `…:idz`  notification ids appended in the last `minPeriod` + 10 minutes, scored by append time
 --                  (idempotence of redelivered firings; bounded by the firing rate, not by how long the channel
 --                  stays busy: older ids are trimmed on every append)
@@ -25,6 +25,7 @@
 --          ids are kept until the window is due (no trimming), and `…:last` is neither read nor written.
 -- ARGV[11] a resolved entry's open-for ms (how long its alert was open), kept as `openForMs`; '' (or absent)
 --          otherwise
+-- ARGV[12] a NO_EVENTS silence's quiet period ms, kept as `silenceMs`; '' (or absent) for any other entry
 --
 -- Returns {action, start_ms, now_ms}:
 --   action = 2: send this firing (or resolve) now, alone (leading edge): no message on the channel in the last
@@ -70,6 +71,9 @@ local function buffer(expire)
     local entry = {count = count, title = ARGV[5], repetitionId = rep}
     if ARGV[11] and ARGV[11] ~= '' then
       entry['openForMs'] = tonumber(ARGV[11])
+    end
+    if ARGV[12] and ARGV[12] ~= '' then
+      entry['silenceMs'] = tonumber(ARGV[12])
     end
     redis.call('HSET', KEYS[2], group, cjson.encode(entry))
   end

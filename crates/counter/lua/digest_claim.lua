@@ -14,8 +14,9 @@
 -- ARGV[5]  keep ms: how long a claimed record survives if it is never completed
 --
 -- Returns one of
---   {'claimed', now_ms, g_1, count_1, title_1, rep_1, open_1, …}  the caller publishes the digest (rep '' = none;
---          open: a resolved entry's open-for ms, -1 = none);
+--   {'claimed', now_ms, g_1, count_1, title_1, rep_1, open_1, silence_1, …}  the caller publishes the digest
+--          (rep '' = none; open: a resolved entry's open-for ms, -1 = none; silence: a NO_EVENTS silence's quiet
+--          period ms, -1 = none or an entry of an earlier version);
 --          also returned when a claimed record whose lease expired is recovered (a flusher crashed)
 --   {'busy', ms}   another flusher holds the lease for ms more: try again later
 --   {'early', ms}  the window is not due for ms more: try again later
@@ -44,6 +45,9 @@ local function reply()
     local open = e['openForMs']
     if open == nil or open == cjson.null then open = -1 end
     out[#out + 1] = open
+    local silence = e['silenceMs']
+    if silence == nil or silence == cjson.null then silence = -1 end
+    out[#out + 1] = silence
   end
   return out
 end

@@ -338,7 +338,8 @@ impl Digests {
                     .arg(DIGEST_MAX_GROUPS)
                     .arg(ms(KEEP))
                     .arg(f.until_ms.map_or(String::new(), |u| u.to_string()))
-                    .arg(f.event.open_for_ms.map_or(String::new(), |o| o.to_string()));
+                    .arg(f.event.open_for_ms.map_or(String::new(), |o| o.to_string()))
+                    .arg(f.event.silence_period_ms.map_or(String::new(), |p| p.to_string()));
                 ScriptCall {
                     script: &APPEND,
                     name: S,
@@ -435,13 +436,14 @@ impl Digests {
             "claimed" => {
                 let now_ms = int(reply.get(1).ok_or_else(|| bad(S, "missing now"))?, S)?;
                 let rest = &reply[2..];
-                if rest.len() % 5 != 0 {
-                    return Err(bad(S, "entries are not groups of five"));
+                if rest.len() % 6 != 0 {
+                    return Err(bad(S, "entries are not groups of six"));
                 }
-                let mut events = Vec::with_capacity(rest.len() / 5);
-                for e in rest.chunks_exact(5) {
+                let mut events = Vec::with_capacity(rest.len() / 6);
+                for e in rest.chunks_exact(6) {
                     let rep = text(&e[3], S)?;
                     let open = int(&e[4], S)?;
+                    let silence = int(&e[5], S)?;
                     events.push(NotificationEvent {
                         group_hash: text(&e[0], S)?,
                         count: u64::try_from(int(&e[1], S)?).unwrap_or(0),
@@ -449,6 +451,9 @@ impl Digests {
                         repetition_id: (!rep.is_empty()).then_some(rep),
                         // -1: none kept (a firing, or an entry of an earlier version)
                         open_for_ms: u64::try_from(open).ok(),
+                        // -1: not a silence (or an entry of an earlier version)
+                        silence_period_ms: u64::try_from(silence).ok(),
+                        alert_id: None,
                     });
                 }
                 Ok(Claim::Claimed { now_ms, events })

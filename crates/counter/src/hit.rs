@@ -1,88 +1,15 @@
-//! What is counted ([`Hit`], [`HitSpec`]) and what the scripts decided ([`Outcome`], defined in `klaxon-core`
-//! beside the pure decisions that read it).
+//! What is counted ([`Hit`]: the rule kind's [`Want`] for one event) and what the scripts decided ([`Outcome`],
+//! defined in `klaxon-core` beside the pure decisions that read it).
+//!
+//! The counter takes the kind's [`Want`] as it is: which script runs follows from it (`ONLY_NEW` →
+//! `lua/first_seen.lua`; `SEEN_MORE` → `lua/fixed_window.lua` or `lua/sliding_window.lua` by its window, or
+//! `lua/unique_users.lua` with `uniqueUsers`; `SPIKE` → `lua/spike.lua`; `REAPPEARED` → `lua/reappeared.lua`).
 
 use std::sync::Arc;
 
 use klaxon_core::evaluate::Match;
 pub use klaxon_core::Outcome;
-use klaxon_core::{Spike, Want, Window};
-
-/// How one hit is counted: which script, with which parameters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum HitSpec {
-    /// `ONLY_NEW`: fire once per (rule, group) (`lua/first_seen.lua`).
-    FirstSeen,
-    /// `SEEN_MORE` with Hawk's fixed window (`lua/fixed_window.lua`).
-    Fixed {
-        /// The count that fires (≥ 1).
-        threshold: u64,
-        /// Window length in ms (≥ 1).
-        period_ms: u64,
-    },
-    /// `SEEN_MORE` with a trailing window and a cooldown (`lua/sliding_window.lua`).
-    Sliding {
-        /// The count in the trailing window that fires (≥ 1).
-        threshold: u64,
-        /// Window length and cooldown in ms (≥ 1).
-        period_ms: u64,
-    },
-    /// `SEEN_MORE` with `uniqueUsers`: distinct users in a fixed or sliding window (`lua/unique_users.lua`).
-    /// The hit's [`Hit::user`] is what is counted; a hit without one is not counted.
-    UniqueUsers {
-        /// Distinct users that fire (≥ 1).
-        threshold: u64,
-        /// Window length (and, sliding, cooldown) in ms (≥ 1).
-        period_ms: u64,
-        /// Fixed or sliding, with the semantics of the event-count windows.
-        window: Window,
-    },
-    /// `SPIKE`: the current bucket's count against its own baseline (`lua/spike.lua`).
-    Spike(Spike),
-    /// `REAPPEARED`: a group seen again after a quiet (`lua/reappeared.lua`). The hit's [`Hit::is_new`] says
-    /// whether its event is a first occurrence.
-    Reappeared {
-        /// The quiet that makes a sighting a reappearance, ms (≥ 1).
-        quiet_period_ms: u64,
-        /// Since when the rule watches groups, unix ms.
-        armed_at_ms: i64,
-    },
-}
-
-impl From<Want> for HitSpec {
-    fn from(want: Want) -> Self {
-        match want {
-            Want::FirstSeen => HitSpec::FirstSeen,
-            Want::Count {
-                threshold,
-                period_ms,
-                window: Window::Fixed,
-            } => HitSpec::Fixed { threshold, period_ms },
-            Want::Count {
-                threshold,
-                period_ms,
-                window: Window::Sliding,
-            } => HitSpec::Sliding { threshold, period_ms },
-            Want::UniqueUsers {
-                threshold,
-                period_ms,
-                window,
-            } => HitSpec::UniqueUsers {
-                threshold,
-                period_ms,
-                window,
-            },
-            Want::Spike(spike) => HitSpec::Spike(spike),
-            Want::Reappeared {
-                quiet_period_ms,
-                armed_at_ms,
-                ..
-            } => HitSpec::Reappeared {
-                quiet_period_ms,
-                armed_at_ms,
-            },
-        }
-    }
-}
+use klaxon_core::Want;
 
 /// One (rule, group, event) to count. Cheap to build and clone: the strings are shared, so the hits a worker
 /// builds for the rules of one event share the event's group hash and id.
@@ -92,25 +19,23 @@ pub struct Hit {
     pub rule_id: Arc<str>,
     /// The event's `groupHash`.
     pub group_hash: Arc<str>,
-    /// How to count.
-    pub spec: HitSpec,
+    /// How to count: what the rule's kind asked for the event.
+    pub spec: Want,
     /// The event's idempotency key (AMQP `message_id`), when it has one. With it, a redelivered event that
     /// fired fires again with the same token, and a sliding window does not count it twice. An empty id
     /// counts as none.
     pub event_id: Option<Arc<str>>,
-    /// The event's user id, counted by [`HitSpec::UniqueUsers`] (ignored by the other specs). An empty id
-    /// counts as none.
+    /// The event's user id, counted by [`Want::UniqueUsers`] (ignored by the other wants). An empty id counts
+    /// as none.
     pub user: Option<Arc<str>>,
     /// The project of the rule. Part of the keys, so that a rule id that two projects share (a copied
     /// document) never shares their windows or first-seen marks. `None` keeps the keys of the rule alone.
     pub project_id: Option<Arc<str>>,
-    /// The event is a group's first occurrence (`isNew`); read by [`HitSpec::Reappeared`] only.
-    pub is_new: bool,
 }
 
 impl Hit {
     /// A hit without an event id.
-    pub fn new(rule_id: impl Into<Arc<str>>, group_hash: impl Into<Arc<str>>, spec: HitSpec) -> Self {
+    pub fn new(rule_id: impl Into<Arc<str>>, group_hash: impl Into<Arc<str>>, spec: Want) -> Self {
         Hit {
             rule_id: rule_id.into(),
             group_hash: group_hash.into(),
@@ -118,14 +43,21 @@ impl Hit {
             event_id: None,
             user: None,
             project_id: None,
-            is_new: false,
         }
     }
 
-    /// Marks the event as a group's first occurrence (`isNew`).
+    /// Marks the event as a group's first occurrence (`isNew`), which only a REAPPEARED want reads (its
+    /// [`Want::Reappeared`]`::is_new`); other wants are left as they are.
     pub fn with_new(mut self, is_new: bool) -> Self {
-        self.is_new = is_new;
+        if let Want::Reappeared { is_new: new, .. } = &mut self.spec {
+            *new = is_new;
+        }
         self
+    }
+
+    /// Whether the event is a group's first occurrence, as far as the want says (REAPPEARED's alone).
+    pub fn is_new(&self) -> bool {
+        matches!(self.spec, Want::Reappeared { is_new: true, .. })
     }
 
     /// Sets the rule's project (the worker always does).
@@ -134,7 +66,7 @@ impl Hit {
         self
     }
 
-    /// Sets the event's user id (what a [`HitSpec::UniqueUsers`] hit counts).
+    /// Sets the event's user id (what a [`Want::UniqueUsers`] hit counts).
     pub fn with_user(mut self, user: impl Into<Arc<str>>) -> Self {
         self.user = Some(user.into());
         self
@@ -148,22 +80,19 @@ impl Hit {
 }
 
 /// The hit of one (event, rule) pair the worker matched ([`klaxon_core::evaluate::plan`]): the rule's id, the
-/// event's group, project and idempotency key, and its user when the rule counts users.
+/// event's group, project and idempotency key, and its user when the rule counts users (the want carries
+/// `isNew` already, for REAPPEARED).
 impl From<&Match<'_>> for Hit {
     fn from(m: &Match<'_>) -> Self {
         let (task, id) = (&m.event.task, &m.event.id);
-        let mut hit = Hit::new(
-            m.rule.id.as_str(),
-            task.event.group_hash.as_str(),
-            HitSpec::from(m.want),
-        )
-        .with_project(task.project_id.as_str());
+        let mut hit = Hit::new(m.rule.id.as_str(), task.event.group_hash.as_str(), m.want)
+            .with_project(task.project_id.as_str());
         if let Some(id) = id {
             hit = hit.with_event_id(id.as_str());
         }
         if let (Want::UniqueUsers { .. }, Some(user)) = (m.want, &task.event.user) {
             hit = hit.with_user(user.as_str());
         }
-        hit.with_new(task.event.is_new)
+        hit
     }
 }

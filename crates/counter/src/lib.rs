@@ -80,7 +80,7 @@ pub use direct::DirectKeys;
 pub use error::CounterError;
 pub use eviction::{eviction_policies, EvictionPolicies, NodePolicy, PolicySource, NO_EVICTION};
 pub use gcra::{Gcra, Slot};
-pub use hit::{Hit, HitSpec, Outcome};
+pub use hit::{Hit, Outcome};
 pub use mutes::Mutes;
 pub use no_events::{NoEvents, Seen, SeenBy, Watched};
 pub use redis_handle::RedisHandle;

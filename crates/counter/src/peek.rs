@@ -9,7 +9,7 @@ use klaxon_core::mute::Mute;
 use klaxon_core::{Want, Window};
 use redis::Value;
 
-use crate::hit::{Hit, HitSpec};
+use crate::hit::Hit;
 use crate::script_io::{stored_number, stored_text};
 use crate::{CounterError, WindowCounter};
 
@@ -59,8 +59,7 @@ impl WindowCounter {
         let hits: Vec<Hit> = explanation
             .counting()
             .map(|(rule_id, want)| {
-                let hit =
-                    Hit::new(rule_id, explanation.group_hash(), HitSpec::from(want)).with_project(project_id);
+                let hit = Hit::new(rule_id, explanation.group_hash(), want).with_project(project_id);
                 match (want, explanation.user()) {
                     (Want::UniqueUsers { .. }, Some(user)) => hit.with_user(user),
                     _ => hit,
@@ -114,11 +113,18 @@ impl WindowCounter {
             ]
         };
         match hit.spec {
-            HitSpec::FirstSeen => vec![redis::cmd("GET").arg(key(0)).clone()],
-            HitSpec::Fixed { .. } => vec![redis::cmd("HMGET").arg(key(0)).arg(&["s", "c", "f"]).clone()],
+            Want::FirstSeen => vec![redis::cmd("GET").arg(key(0)).clone()],
+            Want::Count {
+                window: Window::Fixed,
+                ..
+            } => vec![redis::cmd("HMGET").arg(key(0)).arg(&["s", "c", "f"]).clone()],
             // The trailing window's members and the cooldown (events and users alike).
-            HitSpec::Sliding { period_ms, .. } => trailing(period_ms),
-            HitSpec::UniqueUsers {
+            Want::Count {
+                period_ms,
+                window: Window::Sliding,
+                ..
+            } => trailing(period_ms),
+            Want::UniqueUsers {
                 window: Window::Fixed,
                 ..
             } => vec![
@@ -126,7 +132,7 @@ impl WindowCounter {
                 redis::cmd("ZCARD").arg(key(0)).clone(),
                 redis::cmd("ZSCORE").arg(key(0)).arg(user).clone(),
             ],
-            HitSpec::UniqueUsers {
+            Want::UniqueUsers {
                 window: Window::Sliding,
                 period_ms,
                 ..
@@ -137,12 +143,12 @@ impl WindowCounter {
             }
             // The key's leading fields and its whole queue: explain is not the hot path, and reading the
             // queue lets the core compute the baseline at `now` without writing the script's pops.
-            HitSpec::Spike(sp) => {
+            Want::Spike(sp) => {
                 let mut fields: Vec<String> = ["k", "o", "b", "c", "f"].map(String::from).into();
                 fields.extend((0..sp.baseline_windows).map(|i| i.to_string()));
                 vec![redis::cmd("HMGET").arg(key(0)).arg(fields).clone()]
             }
-            HitSpec::Reappeared { .. } => vec![redis::cmd("HMGET").arg(key(0)).arg(&["l"]).clone()],
+            Want::Reappeared { .. } => vec![redis::cmd("HMGET").arg(key(0)).arg(&["l"]).clone()],
         }
     }
 }
@@ -153,17 +159,21 @@ fn spike_layout(sp: klaxon_core::Spike) -> String {
     format!("{}:{}:q", sp.period_ms, sp.baseline_windows)
 }
 
-fn decode(spec: HitSpec, now: i64, r: &[Value]) -> Peek {
+fn decode(spec: Want, now: i64, r: &[Value]) -> Peek {
     let at = |i: usize| r.get(i).unwrap_or(&Value::Nil);
     let mut p = Peek {
         now_ms: now,
         ..Peek::default()
     };
     match spec {
-        HitSpec::FirstSeen => {
+        Want::FirstSeen => {
             p.fired_at = stored_text(at(0)).and_then(|v| v.split('|').next().and_then(|t| t.parse().ok()));
         }
-        HitSpec::Fixed { period_ms, .. } => {
+        Want::Count {
+            period_ms,
+            window: Window::Fixed,
+            ..
+        } => {
             let start = field(at(0), 0);
             // A window that has ended but not expired yet is over: the next event starts a new one.
             if let Some(s) = start.filter(|s| now < s + period_ms as i64) {
@@ -172,11 +182,15 @@ fn decode(spec: HitSpec, now: i64, r: &[Value]) -> Peek {
                 p.fired_at = field(at(0), 2);
             }
         }
-        HitSpec::Sliding { period_ms, .. } => {
+        Want::Count {
+            period_ms,
+            window: Window::Sliding,
+            ..
+        } => {
             p.count = stored_number(at(0)).unwrap_or(0).max(0) as u64;
             p.fired_at = field(at(1), 0).filter(|a| now < a + period_ms as i64);
         }
-        HitSpec::UniqueUsers {
+        Want::UniqueUsers {
             window: Window::Fixed,
             period_ms,
             ..
@@ -191,7 +205,7 @@ fn decode(spec: HitSpec, now: i64, r: &[Value]) -> Peek {
                 p.user_known = !matches!(at(2), Value::Nil);
             }
         }
-        HitSpec::UniqueUsers {
+        Want::UniqueUsers {
             window: Window::Sliding,
             period_ms,
             ..
@@ -200,7 +214,7 @@ fn decode(spec: HitSpec, now: i64, r: &[Value]) -> Peek {
             p.fired_at = field(at(1), 0).filter(|a| now < a + period_ms as i64);
             p.user_known = stored_number(at(2)).is_some_and(|seen| seen > now - period_ms as i64);
         }
-        HitSpec::Spike(sp) => {
+        Want::Spike(sp) => {
             let Value::Array(w) = at(0) else { return p };
             let text = |i: usize| w.get(i).and_then(stored_text);
             // no key, or one written for another bucket or baseline (which the script starts afresh): the next
@@ -235,7 +249,7 @@ fn decode(spec: HitSpec, now: i64, r: &[Value]) -> Peek {
                 .collect();
             (p.baseline_sum, p.baseline_buckets) = sp.baseline(origin, cur, held);
         }
-        HitSpec::Reappeared { .. } => {
+        Want::Reappeared { .. } => {
             p.last_seen = field(at(0), 0);
         }
     }

@@ -9,11 +9,11 @@ use redis::cluster_routing::Slot;
 use redis::{Cmd, Script, Value};
 use sha2::{Digest, Sha256};
 
-use klaxon_core::{Baseline, Signal, Window};
+use klaxon_core::{Baseline, Signal, Want, Window};
 
 use crate::pipeline::{self, ScriptCall};
 use crate::script_io::{self, ms, now_arg};
-use crate::{CounterError, Hit, HitSpec, Outcome, RedisHandle};
+use crate::{CounterError, Hit, Outcome, RedisHandle};
 
 static FIXED_WINDOW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/fixed_window.lua")));
@@ -53,7 +53,7 @@ const FIXED_WINDOW_IDS: usize = 1024;
 /// millisecond of server time for typical batches).
 const MAX_KEYS_PER_CALL: usize = 128;
 
-/// Which script a hit runs.
+/// Which script a hit runs: a view of the kind's [`Want`] ([`parts`]), the grouping key of a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Kind {
     FirstSeen,
@@ -109,24 +109,49 @@ impl Kind {
     }
 }
 
-/// Splits a spec into (script, threshold, period); first-seen has neither.
-fn parts(spec: HitSpec) -> (Kind, u64, u64) {
+/// Splits a want into (script, threshold, period); first-seen has neither.
+fn parts(spec: Want) -> (Kind, u64, u64) {
     match spec {
-        HitSpec::FirstSeen => (Kind::FirstSeen, 0, 0),
-        HitSpec::Fixed { threshold, period_ms } => (Kind::Fixed, threshold, period_ms),
-        HitSpec::Sliding { threshold, period_ms } => (Kind::Sliding, threshold, period_ms),
-        HitSpec::UniqueUsers {
+        Want::FirstSeen => (Kind::FirstSeen, 0, 0),
+        Want::Count {
+            threshold,
+            period_ms,
+            window: Window::Fixed,
+        } => (Kind::Fixed, threshold, period_ms),
+        Want::Count {
+            threshold,
+            period_ms,
+            window: Window::Sliding,
+        } => (Kind::Sliding, threshold, period_ms),
+        Want::UniqueUsers {
             threshold,
             period_ms,
             window: Window::Fixed,
         } => (Kind::UsersFixed, threshold, period_ms),
-        HitSpec::UniqueUsers {
+        Want::UniqueUsers {
             threshold,
             period_ms,
             window: Window::Sliding,
         } => (Kind::UsersSliding, threshold, period_ms),
-        HitSpec::Spike(s) => (Kind::Spike, s.threshold, s.period_ms),
-        HitSpec::Reappeared { quiet_period_ms, .. } => (Kind::Reappeared, 1, quiet_period_ms),
+        Want::Spike(s) => (Kind::Spike, s.threshold, s.period_ms),
+        Want::Reappeared { quiet_period_ms, .. } => (Kind::Reappeared, 1, quiet_period_ms),
+    }
+}
+
+/// The want that hits of one call share: the event's own `isNew` (REAPPEARED's) is per hit ([`Call::news`]),
+/// not part of how the key is counted.
+fn shared(spec: Want) -> Want {
+    match spec {
+        Want::Reappeared {
+            quiet_period_ms,
+            armed_at_ms,
+            ..
+        } => Want::Reappeared {
+            quiet_period_ms,
+            armed_at_ms,
+            is_new: false,
+        },
+        other => other,
     }
 }
 
@@ -138,8 +163,9 @@ struct Call<'h> {
     group_hash: &'h str,
     threshold: u64,
     period_ms: u64,
-    /// The hits' spec (all the same): SPIKE and REAPPEARED read their other parameters from it.
-    spec: HitSpec,
+    /// The hits' want (all the same but for `isNew`, [`shared`]): SPIKE and REAPPEARED read their other
+    /// parameters from it.
+    spec: Want,
     /// Per hit, its event's `isNew` (REAPPEARED calls only, empty for the others).
     news: Vec<bool>,
     /// Per hit, its event id (fixed, first-seen) or sliding-window member.
@@ -385,14 +411,15 @@ impl WindowCounter {
                         .count();
                     cmd.arg(call.threshold).arg(call.period_ms).arg(shared);
                 }
-            } else if let HitSpec::Spike(sp) = call.spec {
+            } else if let Want::Spike(sp) = call.spec {
                 cmd.arg(sp.period_ms)
                     .arg(sp.baseline_windows)
                     .arg(sp.factor_milli)
                     .arg(sp.threshold);
-            } else if let HitSpec::Reappeared {
+            } else if let Want::Reappeared {
                 quiet_period_ms,
                 armed_at_ms,
+                ..
             } = call.spec
             {
                 cmd.arg(quiet_period_ms)
@@ -450,7 +477,7 @@ fn compact(id: &str) -> Cow<'_, str> {
 
 /// Groups the hits of one key (and the same spec) into one call each, keeping input order within a call.
 fn coalesce(hits: &[Hit]) -> Result<Vec<Call<'_>>, CounterError> {
-    let mut index: HashMap<(&str, &str, &str, HitSpec), usize> = HashMap::with_capacity(hits.len());
+    let mut index: HashMap<(&str, &str, &str, Want), usize> = HashMap::with_capacity(hits.len());
     let mut calls: Vec<Call<'_>> = Vec::new();
     for (i, hit) in hits.iter().enumerate() {
         let (kind, threshold, period_ms) = parts(hit.spec);
@@ -466,7 +493,7 @@ fn coalesce(hits: &[Hit]) -> Result<Vec<Call<'_>>, CounterError> {
                 hit.project_id.as_deref().unwrap_or(""),
                 &hit.rule_id,
                 &hit.group_hash,
-                hit.spec,
+                shared(hit.spec),
             ))
             .or_insert_with(|| {
                 calls.push(Call {
@@ -476,7 +503,7 @@ fn coalesce(hits: &[Hit]) -> Result<Vec<Call<'_>>, CounterError> {
                     group_hash: &hit.group_hash,
                     threshold,
                     period_ms,
-                    spec: hit.spec,
+                    spec: shared(hit.spec),
                     news: Vec::new(),
                     members: Vec::new(),
                     users: Vec::new(),
@@ -489,7 +516,7 @@ fn coalesce(hits: &[Hit]) -> Result<Vec<Call<'_>>, CounterError> {
             calls[slot].users.push(user);
         }
         if kind == Kind::Reappeared {
-            calls[slot].news.push(hit.is_new);
+            calls[slot].news.push(hit.is_new());
         }
         calls[slot].members.push(member);
         calls[slot].hits.push(i);
@@ -556,7 +583,7 @@ fn decode(
         let (fired_at, fired_count, token) = (int_at(head, 0)?, int_at(head, 1)?, int_at(head, 2)?);
         // what spike.lua and reappeared.lua say of the firing beyond its count
         let signal = match call.spec {
-            HitSpec::Spike(sp) => {
+            Want::Spike(sp) => {
                 let tail = take(2)?;
                 let (sum, buckets) = (int_at(tail, 0)?.max(0) as u64, int_at(tail, 1)?.max(0) as u64);
                 Some(Signal::Spike(Baseline {
@@ -565,7 +592,7 @@ fn decode(
                     needed: sp.needed(sum, buckets).unwrap_or(u64::MAX),
                 }))
             }
-            HitSpec::Reappeared { .. } => Some(Signal::Reappeared {
+            Want::Reappeared { .. } => Some(Signal::Reappeared {
                 last_seen_ms: (fired_count >= 0).then_some(fired_count),
             }),
             _ => None,
@@ -634,15 +661,16 @@ mod tests {
 
     #[test]
     fn coalesces_hits_of_one_key_in_order() {
-        let fixed = HitSpec::Fixed {
+        let fixed = Want::Count {
             threshold: 3,
             period_ms: 1000,
+            window: Window::Fixed,
         };
         let hits = vec![
             Hit::new("r", "g1", fixed),
             Hit::new("r", "g2", fixed),
             Hit::new("r", "g1", fixed).with_event_id("e3"),
-            Hit::new("r", "g1", HitSpec::FirstSeen),
+            Hit::new("r", "g1", Want::FirstSeen),
         ];
         let calls = coalesce(&hits).expect("valid");
         assert_eq!(calls.len(), 3);
@@ -657,9 +685,10 @@ mod tests {
         let hits = [Hit::new(
             "r",
             "g",
-            HitSpec::Sliding {
+            Want::Count {
                 threshold: 0,
                 period_ms: 1000,
+                window: Window::Sliding,
             },
         )];
         assert!(matches!(coalesce(&hits), Err(CounterError::InvalidHit { .. })));

@@ -3,7 +3,8 @@
 mod common;
 
 use common::{counted, fixed, hit, on_both, sliding, Env};
-use klaxon_counter::{CounterError, Hit, HitSpec, Outcome, RedisHandle, WindowCounter};
+use klaxon_core::Want;
+use klaxon_counter::{CounterError, Hit, Outcome, RedisHandle, WindowCounter};
 
 const T0: i64 = 1_700_000_000_000;
 const MINUTE: i64 = 60_000;
@@ -457,7 +458,7 @@ async fn sliding_redelivered_event_is_not_counted_twice() {
 // --- First seen ----------------------------------------------------------------------------------------
 
 async fn first_seen_once(env: Env) {
-    let ev = |id: &str| Hit::new("r", "g", HitSpec::FirstSeen).with_event_id(id);
+    let ev = |id: &str| Hit::new("r", "g", Want::FirstSeen).with_event_id(id);
     let first = hit(&env, &ev("new-1"), T0).await;
     assert_eq!(
         first,
@@ -482,7 +483,7 @@ async fn first_seen_once(env: Env) {
         "[{}]",
         env.topology
     );
-    let anonymous = Hit::new("r", "g", HitSpec::FirstSeen);
+    let anonymous = Hit::new("r", "g", Want::FirstSeen);
     assert_eq!(
         hit(&env, &anonymous, T0 + 7000).await,
         counted(0),
@@ -490,10 +491,10 @@ async fn first_seen_once(env: Env) {
         env.topology
     );
     // Another group and another rule are independent.
-    assert!(hit(&env, &Hit::new("r", "g2", HitSpec::FirstSeen), T0)
+    assert!(hit(&env, &Hit::new("r", "g2", Want::FirstSeen), T0)
         .await
         .is_fired());
-    assert!(hit(&env, &Hit::new("r2", "g", HitSpec::FirstSeen), T0)
+    assert!(hit(&env, &Hit::new("r2", "g", Want::FirstSeen), T0)
         .await
         .is_fired());
 
@@ -555,7 +556,7 @@ fn mixed_hits() -> Vec<Hit> {
         .map(|i| {
             let k = next() % 50;
             let spec = match k % 5 {
-                0 => HitSpec::FirstSeen,
+                0 => Want::FirstSeen,
                 1 | 2 => fixed(20 + k * 3, 60_000),
                 _ => sliding(20 + k * 3, 60_000),
             };
@@ -648,7 +649,7 @@ async fn handle_runs_other_commands_and_server_time(env: Env) {
     // Outcomes stamped with server time are near it.
     let o = env
         .counter
-        .hit(&Hit::new("r", "t", HitSpec::FirstSeen), None)
+        .hit(&Hit::new("r", "t", Want::FirstSeen), None)
         .await
         .expect("hit");
     match o {
@@ -705,54 +706,23 @@ async fn bad_urls_are_permanent_and_unreachable_servers_transient() {
 }
 
 #[test]
-fn hit_spec_from_core_want() {
-    use klaxon_core::{Want, Window};
+fn is_new_is_read_from_a_reappeared_want_only() {
+    let quiet = Want::Reappeared {
+        quiet_period_ms: 1000,
+        armed_at_ms: 7,
+        is_new: false,
+    };
+    // (want, with_new, is_new afterwards)
     let cases = [
-        (Want::FirstSeen, HitSpec::FirstSeen),
-        (
-            Want::Count {
-                threshold: 5,
-                period_ms: 1000,
-                window: Window::Fixed,
-            },
-            fixed(5, 1000),
-        ),
-        (
-            Want::Count {
-                threshold: 5,
-                period_ms: 1000,
-                window: Window::Sliding,
-            },
-            sliding(5, 1000),
-        ),
-        (
-            Want::Spike(klaxon_core::Spike {
-                period_ms: 1000,
-                baseline_windows: 3,
-                factor_milli: 5000,
-                threshold: 10,
-            }),
-            HitSpec::Spike(klaxon_core::Spike {
-                period_ms: 1000,
-                baseline_windows: 3,
-                factor_milli: 5000,
-                threshold: 10,
-            }),
-        ),
-        (
-            Want::Reappeared {
-                quiet_period_ms: 1000,
-                armed_at_ms: 7,
-                is_new: true,
-            },
-            HitSpec::Reappeared {
-                quiet_period_ms: 1000,
-                armed_at_ms: 7,
-            },
-        ),
+        (quiet, true, true),
+        (quiet, false, false),
+        (Want::FirstSeen, true, false),
+        (fixed(5, 1000), true, false),
     ];
-    for (want, spec) in cases {
-        assert_eq!(HitSpec::from(want), spec);
+    for (want, new, is_new) in cases {
+        let hit = Hit::new("r", "g", want).with_new(new);
+        assert_eq!(hit.is_new(), is_new, "{want:?}");
+        assert!(!Hit::new("r", "g", want).is_new(), "{want:?}");
     }
 }
 
@@ -773,8 +743,8 @@ async fn projects_never_share_windows(env: Env) {
     let upper = Hit::new("r", "g", spec).with_project("5E3EEF0679FA3700A0198A49");
     assert_eq!(env.counter.keys_of(&upper), env.counter.keys_of(&a));
     assert_ne!(env.counter.keys_of(&a), env.counter.keys_of(&b));
-    let new_a = Hit::new("r", "n", HitSpec::FirstSeen).with_project("5e3eef0679fa3700a0198a49");
-    let new_b = Hit::new("r", "n", HitSpec::FirstSeen).with_project("65a000000000000000000001");
+    let new_a = Hit::new("r", "n", Want::FirstSeen).with_project("5e3eef0679fa3700a0198a49");
+    let new_b = Hit::new("r", "n", Want::FirstSeen).with_project("65a000000000000000000001");
     assert!(hit(&env, &new_a, T0).await.is_fired());
     assert!(
         hit(&env, &new_b, T0).await.is_fired(),

@@ -20,6 +20,8 @@ fn ev(group: &str, count: u64) -> NotificationEvent {
         count,
         repetition_id: (group == "g1").then(|| "rep-1".to_owned()),
         open_for_ms: None,
+        silence_period_ms: None,
+        alert_id: None,
     }
 }
 
@@ -279,6 +281,8 @@ async fn huge_titles_are_shortened_when_buffered() {
                 count: 1,
                 repetition_id: None,
                 open_for_ms: None,
+                silence_period_ms: None,
+                alert_id: None,
             };
             let a = d
                 .append(&key, &format!("h{i}"), &e, 60, Some(t0 + i))
@@ -619,6 +623,64 @@ async fn three_concurrent_holders_and_claimers_release_one_message() {
             d.claim_held(&key, end, Some(end + 2)).await.expect("claim"),
             Claim::Gone
         );
+    })
+    .await;
+}
+
+/// A NO_EVENTS silence keeps its quiet period through the buffer (the digest lists it as a silence without
+/// reading its title back); an entry buffered by an earlier version, without one, is no silence.
+#[tokio::test]
+async fn a_silence_keeps_its_period_through_the_buffer() {
+    common::on_both(|env| async move {
+        let d = Digests::new(env.redis.clone(), &env.ns);
+        let t0 = 5_000_000;
+        let old_key = DigestKey {
+            rule_id: "r-old",
+            ..KEY
+        };
+        for key in [KEY, old_key] {
+            let lead = d
+                .append(&key, "s0", &ev("g0", 1), 60, Some(t0))
+                .await
+                .expect("append");
+            assert!(lead.send_now, "[{}] {lead:?}", env.topology);
+            let a = d
+                .append(&key, "s2", &ev("g2", 3), 60, Some(t0 + 10))
+                .await
+                .expect("append");
+            assert!(a.schedule_flush, "[{}] {a:?}", env.topology);
+        }
+        let silence = NotificationEvent::silence(3_600_000);
+        d.append(&KEY, "s1", &silence, 60, Some(t0 + 20))
+            .await
+            .expect("append");
+        let mut conn = env.redis.clone();
+        let _: i64 = redis::cmd("HSET")
+            .arg(format!("{}:buf", d.key_base(&old_key)))
+            .arg("f:")
+            .arg(r#"{"count":0,"title":"No events for 2 hours","repetitionId":null}"#)
+            .query_async(&mut conn)
+            .await
+            .expect("hset");
+        for (key, period) in [(KEY, Some(3_600_000)), (old_key, None)] {
+            let fired = sorted(d.claim(&key, t0, 60, Some(t0 + 60_000)).await.expect("claim"));
+            let periods: Vec<(&str, Option<u64>)> = fired
+                .iter()
+                .map(|e| (e.group_hash.as_str(), e.silence_period_ms))
+                .collect();
+            assert_eq!(
+                periods,
+                [("", period), ("g2", None)],
+                "[{}] {}",
+                env.topology,
+                key.rule_id
+            );
+            assert_eq!(fired[0].is_silence(), period.is_some());
+            if period.is_some() {
+                // the silence comes back as it was appended
+                assert_eq!(fired[0], silence, "[{}]", env.topology);
+            }
+        }
     })
     .await;
 }

@@ -14,7 +14,7 @@ mod common;
 use common::{on_both, Env};
 use klaxon_core::explain::{counted, Verdict};
 use klaxon_core::{Want, Window};
-use klaxon_counter::{Hit, HitSpec, Outcome};
+use klaxon_counter::{Hit, Outcome};
 
 const T0: i64 = 1_700_000_000_000;
 const PERIOD: u64 = 10_000;
@@ -258,7 +258,7 @@ async fn run(env: Env) {
         for (i, &(at, user, threshold, expected)) in case.steps.iter().enumerate() {
             let at = (case.clock == Clock::Injected).then_some(T0 + at);
             let want = with_threshold(case.want, threshold);
-            let mut hit = Hit::new(rule.as_str(), "group", HitSpec::from(want)).with_project("p");
+            let mut hit = Hit::new(rule.as_str(), "group", want).with_project("p");
             if let Some(u) = user {
                 hit = hit.with_user(u);
             }
@@ -383,7 +383,7 @@ async fn run_signals(env: Env) {
                 w => w,
             };
             let now = Some(T0 + at);
-            let hit = Hit::new(rule.as_str(), "group", HitSpec::from(want))
+            let hit = Hit::new(rule.as_str(), "group", want)
                 .with_project("p")
                 .with_new(is_new);
             let peek = match env.counter.peek(std::slice::from_ref(&hit), now).await.as_deref() {

@@ -4,15 +4,15 @@
 mod common;
 
 use common::{on_both, Env};
-use klaxon_core::{Baseline, Signal, Spike};
-use klaxon_counter::{reappeared_ttl_ms, Hit, HitSpec, Outcome};
+use klaxon_core::{Baseline, Signal, Spike, Want};
+use klaxon_counter::{reappeared_ttl_ms, Hit, Outcome};
 
 const T0: i64 = 1_700_000_000_000;
 /// A bucket of 10 s; T0 is a bucket start.
 const B: i64 = 10_000;
 
-fn spike(windows: u32, factor_milli: u32, threshold: u64) -> HitSpec {
-    HitSpec::Spike(Spike {
+fn spike(windows: u32, factor_milli: u32, threshold: u64) -> Want {
+    Want::Spike(Spike {
         period_ms: B as u64,
         baseline_windows: windows,
         factor_milli,
@@ -20,10 +20,11 @@ fn spike(windows: u32, factor_milli: u32, threshold: u64) -> HitSpec {
     })
 }
 
-fn reappeared(quiet: u64, armed_at_ms: i64) -> HitSpec {
-    HitSpec::Reappeared {
+fn reappeared(quiet: u64, armed_at_ms: i64) -> Want {
+    Want::Reappeared {
         quiet_period_ms: quiet,
         armed_at_ms,
+        is_new: false,
     }
 }
 
@@ -35,7 +36,7 @@ async fn batch(env: &Env, hits: &[Hit], now: Option<i64>) -> Vec<Outcome> {
 }
 
 /// `n` hits of one group in one batch, ids `<prefix>-<i>` (or none).
-fn hits(spec: HitSpec, group: &str, n: usize, ids: Option<&str>) -> Vec<Hit> {
+fn hits(spec: Want, group: &str, n: usize, ids: Option<&str>) -> Vec<Hit> {
     (0..n)
         .map(|i| {
             let h = Hit::new("rule", group, spec).with_project("p");
@@ -268,7 +269,7 @@ async fn spike_random_walk(env: Env) {
         factor_milli: 2000,
         threshold: 3,
     };
-    let spec = HitSpec::Spike(s);
+    let spec = Want::Spike(s);
     let mut walk = Walk(0x9e37_79b9_7f4a_7c15);
     let mut model = Model::default();
     let mut now = T0;

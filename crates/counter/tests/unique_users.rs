@@ -4,21 +4,21 @@
 mod common;
 
 use common::{counted, fixed, hit, on_both, sliding, Env};
-use klaxon_core::Window;
-use klaxon_counter::{Hit, HitSpec, Outcome};
+use klaxon_core::{Want, Window};
+use klaxon_counter::{Hit, Outcome};
 
 const T0: i64 = 1_700_000_000_000;
 const MINUTE: i64 = 60_000;
 
-fn users(threshold: u64, period_ms: u64, window: Window) -> HitSpec {
-    HitSpec::UniqueUsers {
+fn users(threshold: u64, period_ms: u64, window: Window) -> Want {
+    Want::UniqueUsers {
         threshold,
         period_ms,
         window,
     }
 }
 
-fn user_hit(spec: HitSpec, user: &str) -> Hit {
+fn user_hit(spec: Want, user: &str) -> Hit {
     Hit::new("rule", "group", spec).with_user(user)
 }
 
@@ -345,14 +345,4 @@ async fn long_user_ids_are_digested(env: Env) {
 #[tokio::test]
 async fn long_user_ids_are_stored_as_digests_and_still_told_apart() {
     on_both(long_user_ids_are_digested).await;
-}
-
-#[test]
-fn hit_spec_from_core_want() {
-    let want = klaxon_core::Want::UniqueUsers {
-        threshold: 3,
-        period_ms: 1000,
-        window: Window::Sliding,
-    };
-    assert_eq!(HitSpec::from(want), users(3, 1000, Window::Sliding));
 }

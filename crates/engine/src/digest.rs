@@ -353,6 +353,8 @@ mod tests {
             count: c,
             repetition_id: None,
             open_for_ms: None,
+            silence_period_ms: None,
+            alert_id: None,
         };
         let f = flush();
         let fired = |events| HeldClaim {
@@ -411,6 +413,8 @@ mod tests {
                     count: 1,
                     repetition_id: None,
                     open_for_ms: None,
+                    silence_period_ms: None,
+                    alert_id: None,
                 })
                 .collect(),
             ..flush().task(0, HeldClaim::default())

@@ -42,6 +42,7 @@
 //! ([`sender::RulesNow`]).
 #![deny(missing_docs)]
 
+pub mod after_store;
 pub mod alerts;
 pub mod breaker;
 pub mod clients;

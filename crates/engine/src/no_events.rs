@@ -26,9 +26,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use klaxon_broker::{Outgoing, Topology};
-use klaxon_core::alert::lifecycle_tasks;
-use klaxon_core::silence::{silence_alert_id, watched};
-use klaxon_core::{ProjectRules, Reason};
+use klaxon_core::silence::{resolved_tasks, silence_alert_id, watched};
+use klaxon_core::ProjectRules;
 use klaxon_counter::no_events::{NoEvents, Seen, SeenBy, Watched};
 use klaxon_counter::{Alerts, Change, Digests, Mutes};
 
@@ -122,7 +121,10 @@ pub(crate) async fn after_seen(
                 }
             };
             let at = alert.resolved_at_ms.unwrap_or(now_ms);
-            let tasks = lifecycle_tasks(&alert, Reason::Resolved, at);
+            let rule_now = rules
+                .get(project)
+                .and_then(|r| r.rules.iter().find(|r| r.id == rule));
+            let tasks = resolved_tasks(&alert, rule_now, at);
             if now {
                 AlertResolved {
                     alert: &alert,
@@ -131,9 +133,6 @@ pub(crate) async fn after_seen(
                 }
                 .emit();
             }
-            let rule_now = rules
-                .get(project)
-                .and_then(|r| r.rules.iter().find(|r| r.id == rule));
             post.route_all(tasks, rule_now, at);
             settle.push(((*project).to_owned(), rule, since));
         }
@@ -160,8 +159,9 @@ pub(crate) async fn settle(no_events: &NoEvents, settle: &[(String, String, i64)
 /// A project's rules were just stored through Klaxon (API, CLI, console): each watched NO_EVENTS rule of a
 /// project that has sent no event yet starts its clock now (the contract's "at its storing"; a second storing
 /// does not restart it), and a rule with a pending timer keeps it (moved earlier when its `quietPeriod` shrank).
-/// Returns the timers to publish through the delay engine; none for a project without watched rules.
-pub async fn arm(
+/// Returns the timers to publish through the delay engine; none for a project without watched rules. Called
+/// through [`crate::after_store::arm`], the one step after a store.
+pub(crate) async fn arm(
     no_events: &NoEvents,
     topology: &Topology,
     project_id: &str,

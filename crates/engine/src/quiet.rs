@@ -153,6 +153,8 @@ pub(crate) mod tests {
                 count: 3,
                 repetition_id: None,
                 open_for_ms: None,
+                silence_period_ms: None,
+                alert_id: None,
             }],
             text: None,
             send_at_ms: None,

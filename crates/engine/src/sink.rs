@@ -168,6 +168,8 @@ mod tests {
                     count: 3 + i as u64,
                     repetition_id: (i == 1).then(|| "r1".to_owned()),
                     open_for_ms: None,
+                    silence_period_ms: None,
+                    alert_id: None,
                 })
                 .collect(),
             text: None,

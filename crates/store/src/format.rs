@@ -157,6 +157,15 @@ pub fn oids_to_hex(v: Value) -> Value {
     }
 }
 
+impl ProjectNotifications {
+    /// The project's rules as the engine reads them once stored (validated, compiled): what a step after the
+    /// store acts on (`klaxon_engine::after_store`).
+    pub fn rules(&self) -> klaxon_core::ProjectRules {
+        let notifications = self.notifications.iter().map(document_to_json).collect();
+        klaxon_core::ProjectRules::from_notifications(Some(&Value::Array(notifications)))
+    }
+}
+
 /// The JSON form of a stored rule that the core's parser reads (relaxed extended JSON: ObjectIds as
 /// `{"$oid": …}`).
 pub fn document_to_json(doc: &Document) -> Value {

@@ -157,13 +157,8 @@ impl Record {
     }
 }
 
-/// Unix ms now.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
+/// Unix ms now: the clock lives in core ([`klaxon_core::clock::now_ms`]); kept here while callers move.
+pub use klaxon_core::clock::now_ms;
 
 /// The sender's handle on the trail. Cheap to clone; [`Trail::disabled`] records nothing.
 #[derive(Clone)]

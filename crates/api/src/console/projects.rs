@@ -233,7 +233,7 @@ async fn queue_depths(api: &Api) -> Result<Vec<QueueRow>, String> {
 
 /// The last hour of the delivery trail per project: distinct notifications fired, and records by status.
 async fn last_hour(api: &Api) -> Result<BTreeMap<String, HourCounts>, ApiError> {
-    let since = klaxon_store::trail::now_ms() - 3_600_000;
+    let since = klaxon_core::clock::now_ms() - 3_600_000;
     let records = api
         .trail()
         .await?

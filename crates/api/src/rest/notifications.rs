@@ -255,6 +255,8 @@ impl DirectRequest {
                 count: 1,
                 repetition_id: None,
                 open_for_ms: None,
+                silence_period_ms: None,
+                alert_id: None,
             }],
             text: self.text.clone(),
             send_at_ms: self.send_at_ms,

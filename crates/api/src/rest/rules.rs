@@ -16,6 +16,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use klaxon_core::rule::{Channels, Field};
 use klaxon_core::{ChannelKind, RawRule, RuleProblem};
+use klaxon_engine::after_store;
 use klaxon_store::format::{document_to_json, oids_to_hex};
 use klaxon_store::ProjectNotifications;
 use serde::Serialize;
@@ -141,23 +142,23 @@ impl<'a> From<&'a RuleProblem> for ProblemView<'a> {
 }
 
 impl Api {
-    /// Starts the clock of the project's NO_EVENTS rules just stored, for a project that has sent no event yet
-    /// (their timers through the delay engine, `klaxon_engine::no_events::arm`). A failure only warns: the rules
-    /// are stored, and start counting at the project's first event instead.
-    async fn arm_no_events(&self, project_id: &str, notifications: &Value) {
-        let rules = klaxon_core::ProjectRules::from_notifications(Some(notifications));
-        if klaxon_engine::no_events::watched_of(&rules).is_empty() {
+    /// The engine's one step after a store (`klaxon_engine::after_store`): starts the clock of the NO_EVENTS
+    /// rules just stored of a project that has sent no event yet (their timers through the delay engine). A
+    /// failure only warns: the rules are stored, and start counting at the project's first event instead.
+    async fn after_store(&self, stored: &[after_store::Stored]) {
+        if !stored.iter().any(after_store::Stored::arms) {
             return;
         }
         let armed = async {
             let redis = self.redis().await?;
             let no_events = klaxon_counter::NoEvents::new(redis, &self.config().namespace);
-            let timers = klaxon_engine::no_events::arm(&no_events, &self.topology(), project_id, &rules)
+            let timers = after_store::arm(&no_events, &self.topology(), stored)
                 .await
                 .map_err(|e| ApiError::unavailable("Redis", e))?;
             self.publish(&timers).await
         };
         if let Err(e) = armed.await {
+            let project_id = stored.first().map_or("", |s| s.project_id.as_str());
             tracing::warn!(
                 error = %e.message, project_id,
                 "NO_EVENTS rules stored, but their clock did not start: they start counting at the project's first event"
@@ -230,10 +231,15 @@ impl Api {
         let store = self.store().await?;
         store.replace(&projects).await.map_err(ApiError::rules)?;
         self.publish_invalidation(project_id).await;
+        let stored: Vec<after_store::Stored> = projects
+            .iter()
+            .map(|p| after_store::Stored {
+                project_id: p.project_id.to_hex(),
+                rules: p.rules(),
+            })
+            .collect();
+        self.after_store(&stored).await;
         let exported = klaxon_store::export_json(&projects);
-        if let Some(notifications) = exported.get(0).and_then(|p| p.get("notifications")) {
-            self.arm_no_events(project_id, notifications).await;
-        }
         let mut body = exported
             .as_array()
             .and_then(|a| a.first())

@@ -639,7 +639,7 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
             .map(|(i, e)| ViewEvent {
                 title: {
                     let title = if silence(e) {
-                        std::borrow::Cow::Owned(crate::quiet::silence_line(&project, &e.title))
+                        std::borrow::Cow::Owned(crate::quiet::silence_line(&project, e))
                     } else {
                         std::borrow::Cow::Borrowed(e.title.as_str())
                     };
@@ -805,6 +805,8 @@ mod tests {
                     count: c,
                     repetition_id: None,
                     open_for_ms: None,
+                    silence_period_ms: None,
+                    alert_id: None,
                 })
                 .collect(),
             text: None,
@@ -1420,6 +1422,8 @@ mod tests {
             count: 0,
             repetition_id: None,
             open_for_ms: None,
+            silence_period_ms: Some(1_800_000),
+            alert_id: None,
         };
         let boom = NotificationEvent {
             group_hash: "g".into(),
@@ -1427,6 +1431,8 @@ mod tests {
             count: 3,
             repetition_id: None,
             open_for_ms: None,
+            silence_period_ms: None,
+            alert_id: None,
         };
         let resolved_silence = NotificationEvent {
             open_for_ms: Some(3_600_000),

@@ -65,6 +65,8 @@ pub fn task(
                 count: *count,
                 repetition_id: if i == 0 { Some(format!("rep-{ns}")) } else { None },
                 open_for_ms: None,
+                silence_period_ms: None,
+                alert_id: None,
             })
             .collect(),
         text: None,

@@ -5,7 +5,9 @@
 //!   (`read`, called by [`crate::rule::RawRule::validate`]);
 //! - what it asks the counter for each event it wants ([`Want`], from `want`); a kind that watches the whole
 //!   project instead of groups ([`no_events`]) asks nothing and answers [`Skip::ProjectWide`];
-//! - the firing decision `explain` reads the counter's state with ([`Spike::needed`], [`reappeared::reappears`]);
+//! - the firing decision `explain` reads the counter's state with ([`Spike::needed`], [`reappeared::reappears`]),
+//!   and the kind's verdict for `explain` in words (`verdict` from the counter's [`crate::explain::Peek`];
+//!   [`no_events::explain_reason`]);
 //! - the rule and its firings in words (`summary` for `klaxon rules list`, `watches_for` for the console,
 //!   `words` for the messages).
 //!
@@ -13,7 +15,8 @@
 //! observed ([`Signal`]). Channels switch on [`Kind`], never on strings.
 //!
 //! The modules sit above [`crate::field`] and [`crate::problem`] and below [`crate::rule`]: a kind knows the
-//! fields it reads and the problems it reports, never the raw document or the compiled rule.
+//! fields it reads and the problems it reports, never the raw document or the compiled rule. Its verdict speaks
+//! `explain`'s vocabulary ([`crate::explain::RuleVerdict`]); `explain` itself only dispatches to it.
 
 pub mod no_events;
 pub mod only_new;
@@ -241,8 +244,8 @@ impl WhatToReceive {
     }
 }
 
-/// What a rule asks the counter to do for one event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a rule asks the counter to do for one event: the counter (`klaxon-counter`'s `Hit`) takes it as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Want {
     /// Fire once per (rule, group): the event is a first occurrence.
     FirstSeen,

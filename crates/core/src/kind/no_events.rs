@@ -98,8 +98,18 @@ pub fn words(quiet_period_ms: u64, since_ms: Option<i64>, fired_at_ms: i64) -> S
     }
 }
 
-/// How a NO_EVENTS firing's title starts, before its quiet period ([`title`]): what a digest or a quiet window's
-/// release reads the period back from.
+/// Why `explain` counts an event of the project for the rule: "a NO_EVENTS rule: any event of the project
+/// restarts its 1h of silence; …". Only numbers: no tenant text.
+pub fn explain_reason(quiet_period_ms: u64) -> String {
+    format!(
+        "a NO_EVENTS rule: any event of the project restarts its {} of silence; it fires only when the project's \
+         events stop for that long",
+        crate::text::compact_duration(quiet_period_ms)
+    )
+}
+
+/// How a NO_EVENTS firing's title starts, before its quiet period ([`title`]). Nothing reads it back: an entry
+/// of a digest or a quiet window's release carries its period (`NotificationEvent::silence_period_ms`).
 pub const TITLE_PREFIX: &str = "No events for ";
 
 /// A NO_EVENTS firing's title: "No events for 1 hour".

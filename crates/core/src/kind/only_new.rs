@@ -3,6 +3,8 @@
 
 use super::{Skip, Want};
 use crate::event::Event;
+use crate::explain::{Peek, RuleVerdict, Verdict};
+use crate::notification::rfc3339_ms;
 
 /// The rule kind's name in `whatToReceive`.
 pub const NAME: &str = "ONLY_NEW";
@@ -25,4 +27,21 @@ pub(crate) fn unique_users_warning() -> (String, String) {
             .into(),
         "remove `uniqueUsers`, or make the rule SEEN_MORE with a `threshold` of users".into(),
     )
+}
+
+/// An ONLY_NEW rule's verdict for `explain` (`lua/first_seen.lua`'s decision): the group's first occurrence fires,
+/// once.
+pub(crate) fn verdict(rule_id: &str, peek: &Peek) -> RuleVerdict {
+    match peek.fired_at {
+        Some(t) => RuleVerdict::new(
+            rule_id,
+            Verdict::AlreadyNotified,
+            format!("ONLY_NEW: this group was already notified at {}", rfc3339_ms(t)),
+        ),
+        None => RuleVerdict::new(
+            rule_id,
+            Verdict::WouldFire,
+            "ONLY_NEW: the first occurrence of this group fires",
+        ),
+    }
 }

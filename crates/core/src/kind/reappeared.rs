@@ -3,7 +3,9 @@
 
 use super::Want;
 use crate::event::Event;
+use crate::explain::{Peek, RuleVerdict, Verdict};
 use crate::field::Field;
+use crate::notification::rfc3339_ms;
 use crate::problem::RuleProblem;
 
 /// The rule kind's name in `whatToReceive`.
@@ -99,4 +101,51 @@ pub fn words(quiet_period_ms: u64, last_seen_ms: Option<i64>, fired_at_ms: i64) 
             crate::text::duration_words(quiet_period_ms)
         ),
     }
+}
+
+/// A REAPPEARED rule's verdict for `explain` (`lua/reappeared.lua`'s decision): how long the group has been quiet against
+/// `quietPeriod`.
+pub(crate) fn verdict(
+    rule_id: &str,
+    quiet_ms: u64,
+    armed_at_ms: i64,
+    is_new: bool,
+    peek: &Peek,
+) -> RuleVerdict {
+    // the script's decision, in the core's one function; the words say why
+    let fires = reappears(peek.last_seen, peek.now_ms, quiet_ms, armed_at_ms, is_new);
+    let verdict = if fires {
+        Verdict::WouldFire
+    } else {
+        Verdict::Counting
+    };
+    let reason = match peek.last_seen {
+        Some(seen) => {
+            let for_ms = peek.now_ms.saturating_sub(seen).max(0);
+            let words = format!(
+                "last seen at {}, quiet for {} (quietPeriod {})",
+                rfc3339_ms(seen),
+                crate::text::duration_words(for_ms as u64),
+                crate::text::duration_words(quiet_ms)
+            );
+            if fires {
+                format!("{words}; this event would fire")
+            } else {
+                format!("{words}; this event would be noted, not fire")
+            }
+        }
+        None if is_new => {
+            "a first occurrence (isNew) is ONLY_NEW's business: this event would start the group's mark"
+                .to_owned()
+        }
+        None if fires => format!(
+            "not seen for more than {} (no mark, and the rule has watched that long); this event would fire",
+            crate::text::duration_words(quiet_ms)
+        ),
+        None => format!(
+            "not seen since the rule began watching, less than {} ago; this event would be noted, not fire",
+            crate::text::duration_words(quiet_ms)
+        ),
+    };
+    RuleVerdict::new(rule_id, verdict, reason)
 }

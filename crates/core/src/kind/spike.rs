@@ -2,6 +2,11 @@
 //! reaches `max(threshold, factor × baseline)`, the baseline being the mean count of the group's previous
 //! `baselineWindows` buckets; once per bucket (`lua/spike.lua`).
 
+use serde::{Deserialize, Serialize};
+
+use crate::explain::{Peek, RuleVerdict, Verdict};
+use crate::notification::rfc3339_ms;
+
 use super::seen_more::{MAX_THRESHOLD, MIN_PERIOD_MS};
 use super::Want;
 use crate::field::Field;
@@ -23,8 +28,10 @@ pub const DEFAULT_FACTOR_MILLI: u32 = 5000;
 /// `threshold` when a SPIKE rule leaves it out: the least count of the current bucket that can fire.
 pub const DEFAULT_SPIKE_THRESHOLD: u64 = 10;
 
-/// The parameters of a SPIKE rule (see [`super::WhatToReceive::Spike`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The parameters of a SPIKE rule (see [`super::WhatToReceive::Spike`]). On the wire (inside a task's
+/// [`crate::Reason::Spike`]) its fields keep their names in camelCase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Spike {
     /// The bucket length (`thresholdPeriod`), ms: 1 s … 1 day. Buckets are aligned on the epoch.
     pub period_ms: u64,
@@ -80,12 +87,17 @@ impl Spike {
 
 /// What the counter observed when a SPIKE rule fired: the baseline of the bucket that fired and the count it
 /// needed (`lua/spike.lua`'s answer; [`crate::Reason::Spike`] carries it with the rule's [`Spike`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+///
+/// On the wire (inside a task's [`crate::Reason::Spike`], beside the rule's [`Spike`]) its fields are
+/// `baselineSum`, `baselineBuckets` and `needed`, as they always were.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct Baseline {
     /// The sum of the counts of the baseline's buckets at the firing.
+    #[serde(rename = "baselineSum")]
     pub sum: u64,
     /// How many buckets the baseline had (fewer than `baseline_windows` for a young group; 0 in its first
     /// bucket).
+    #[serde(rename = "baselineBuckets")]
     pub buckets: u64,
     /// The count that fired: `max(threshold, ⌈factor × baseline⌉)`.
     pub needed: u64,
@@ -244,4 +256,69 @@ impl Spike {
             threshold,
         })
     }
+}
+
+/// A SPIKE rule's verdict for `explain` (`lua/spike.lua`'s decision): the current bucket's count against `max(threshold, factor ×
+/// baseline)`, once per bucket.
+pub(crate) fn verdict(rule_id: &str, spike: Spike, peek: &Peek) -> RuleVerdict {
+    let at = rfc3339_ms;
+    let period = spike.period_ms as i64;
+    let ends = (spike.bucket(peek.now_ms) + 1) * period;
+    let needed = spike.needed(peek.baseline_sum, peek.baseline_buckets);
+    let baseline = baseline_words(peek.baseline_sum, peek.baseline_buckets);
+    let verdict = |verdict, reason: String, count| RuleVerdict {
+        count: Some(count),
+        threshold: needed,
+        window_ends_at: Some(ends),
+        ..RuleVerdict::new(rule_id, verdict, reason)
+    };
+    if let Some(f) = peek.fired_at {
+        let reason = format!(
+            "this bucket fired at {} ({} events, {baseline}); the next bucket starts at {}",
+            at(f),
+            peek.count,
+            at(ends)
+        );
+        return verdict(Verdict::AlreadyNotified, reason, peek.count + 1);
+    }
+    let next = peek.count + 1;
+    let Some(needed) = needed else {
+        let reason = format!(
+            "{} events in this bucket so far, the group's first: with no baseline it cannot spike; this event \
+             would be #{next}",
+            peek.count
+        );
+        return verdict(Verdict::Counting, reason, next);
+    };
+    let so_far = format!(
+        "{} events in this bucket so far, {baseline}: {needed} needed (max of threshold {} and {}× the baseline)",
+        peek.count,
+        spike.threshold,
+        spike.factor()
+    );
+    if next >= needed {
+        verdict(
+            Verdict::WouldFire,
+            format!("{so_far}; this event would be #{next} and fire"),
+            next,
+        )
+    } else {
+        verdict(
+            Verdict::Counting,
+            format!("{so_far}; this event would be #{next}"),
+            next,
+        )
+    }
+}
+
+/// A spike's baseline in words: "baseline ~20.0 over 24 buckets", or none yet.
+fn baseline_words(sum: u64, buckets: u64) -> String {
+    if buckets == 0 {
+        return "no baseline yet (the group's first bucket)".to_owned();
+    }
+    format!(
+        "baseline ~{:.1} over {buckets} bucket{}",
+        sum as f64 / buckets as f64,
+        if buckets == 1 { "" } else { "s" }
+    )
 }

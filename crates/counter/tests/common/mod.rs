@@ -4,7 +4,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use klaxon_counter::{Hit, HitSpec, Outcome, RedisHandle, WindowCounter};
+use klaxon_core::{Want, Window};
+use klaxon_counter::{Hit, Outcome, RedisHandle, WindowCounter};
 
 /// What a test body gets.
 #[derive(Clone)]
@@ -59,12 +60,20 @@ where
     }
 }
 
-pub fn fixed(threshold: u64, period_ms: u64) -> HitSpec {
-    HitSpec::Fixed { threshold, period_ms }
+pub fn fixed(threshold: u64, period_ms: u64) -> Want {
+    Want::Count {
+        threshold,
+        period_ms,
+        window: Window::Fixed,
+    }
 }
 
-pub fn sliding(threshold: u64, period_ms: u64) -> HitSpec {
-    HitSpec::Sliding { threshold, period_ms }
+pub fn sliding(threshold: u64, period_ms: u64) -> Want {
+    Want::Count {
+        threshold,
+        period_ms,
+        window: Window::Sliding,
+    }
 }
 
 pub async fn hit(env: &Env, hit: &Hit, now: i64) -> Outcome {
