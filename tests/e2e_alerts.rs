@@ -682,3 +682,54 @@ async fn a_resolve_on_a_quiet_digest_channel_goes_out_at_once_as_itself() {
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;
 }
+
+/// A digest on PagerDuty opens an incident of its own (its `dedup_key` is the digest's notification id): every
+/// alert it lists that is still open hears of it, and the resolve of the last one resolves it, once. Two groups
+/// fire at once with `minPeriod` 3 s (the lead alone, the other in the digest), both alerts resolve 6 s later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_digests_pagerduty_incident_resolves_with_the_last_alert_it_listed() {
+    let (s, env) = stubs().await;
+    let project = object_id();
+    env.import(&digest_rules(&project, &s.hook, 3, Duration::from_secs(6)));
+    let mut k = env.spawn("run", &[]);
+    let title = format!("Listed ({})", env.namespace);
+    env.publish(&project, &title, "g").count(2).groups(2).ok();
+    // the lead's trigger, then the digest's (3 s later) on a key of its own
+    let pds = s.pd.wait_for_count(2, Duration::from_secs(15)).await;
+    assert_eq!(pds.len(), 2, "two triggers; log:\n{}", k.logs());
+    let (lead, digest) = (pds[0].json(), pds[1].json());
+    assert_eq!(
+        (&lead["event_action"], &digest["event_action"]),
+        (&json!("trigger"), &json!("trigger")),
+        "{lead} {digest}"
+    );
+    assert_ne!(lead["dedup_key"], digest["dedup_key"]);
+    // both alerts resolve: the digest's incident is resolved on its own key, once
+    let resolved = Instant::now();
+    let digest_resolve = loop {
+        let found = s.pd.requests().into_iter().find(|r| {
+            let e = r.json();
+            e["event_action"] == "resolve" && e["dedup_key"] == digest["dedup_key"]
+        });
+        if let Some(r) = found {
+            break r.json();
+        }
+        assert!(
+            resolved.elapsed() < Duration::from_secs(20),
+            "the digest's incident was never resolved: {:?}; log:\n{}",
+            s.pd.requests().iter().map(|r| r.json()).collect::<Vec<_>>(),
+            k.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(digest_resolve["routing_key"], ROUTING_KEY);
+    tokio::time::sleep(QUIET).await;
+    let on_digest =
+        s.pd.requests()
+            .iter()
+            .filter(|r| r.json()["dedup_key"] == digest["dedup_key"])
+            .count();
+    assert_eq!(on_digest, 2, "its trigger and one resolve; log:\n{}", k.logs());
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}

@@ -569,3 +569,55 @@ async fn a_worker_dying_between_a_reminder_and_its_next_timer_repeats_and_loses_
     assert_eq!(sender.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;
 }
+
+/// An escalation step to PagerDuty opens an incident of its own (its `dedup_key` is the step's notification id,
+/// not the firing's): the step records it in the alert's audience, so acknowledging the alert (here with
+/// `klaxon alerts ack`) acknowledges that incident and resolving it resolves it, each once, on that key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_escalation_steps_pagerduty_incident_is_acknowledged_and_resolved_on_its_own_key() {
+    const ROUTING_KEY: &str = "R0uT1nGkEyOnCall0000000000000000";
+    let hook = HttpSink::start().await.expect("sink");
+    let pd = HttpSink::start().await.expect("sink");
+    pd.set_default(
+        klaxon_testkit::http_sink::Reply::status(202)
+            .body(r#"{"status":"success","message":"Event processed","dedup_key":"k"}"#),
+    );
+    let env = Env::new().set("KLAXON_PAGERDUTY_API", &pd.url(""));
+    let project = object_id();
+    env.import(&rule(
+        &project,
+        &hook,
+        json!({"escalation": [{"after": 1_000, "channels": {
+            "pagerduty": {"isEnabled": true, "endpoint": ROUTING_KEY}}}]}),
+    ));
+    let mut k = env.spawn("run", &[]);
+    let title = format!("Escalated ({})", env.namespace);
+    env.publish(&project, &title, "g").count(2).ok();
+    let fired = common::firing_webhook(&hook, || k.logs()).await;
+    let alert_id = fired["alertId"].as_str().unwrap_or_default().to_owned();
+    let got = pd.wait_for_count(1, Duration::from_secs(15)).await;
+    assert_eq!(got.len(), 1, "the step's trigger; log:\n{}", k.logs());
+    let trigger = got[0].json();
+    assert_eq!(trigger["event_action"], "trigger", "{trigger}");
+    let key = trigger["dedup_key"].as_str().unwrap_or_default().to_owned();
+    assert!(!key.is_empty(), "{trigger}");
+    for (i, (verb, action)) in [("ack", "acknowledge"), ("resolve", "resolve")]
+        .into_iter()
+        .enumerate()
+    {
+        env.ok(&["alerts", verb, "--project", &project, &alert_id]);
+        let got = pd.wait_for_count(i + 2, Duration::from_secs(15)).await;
+        assert_eq!(got.len(), i + 2, "the {action}; log:\n{}", k.logs());
+        let event = got[i + 1].json();
+        assert_eq!(event["event_action"], action, "{event}");
+        assert_eq!(
+            event["dedup_key"],
+            key.as_str(),
+            "the step's own incident: {event}"
+        );
+    }
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(pd.count(), 3, "each once; log:\n{}", k.logs());
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}

@@ -224,8 +224,8 @@ pub struct Held {
 
 /// Turns firings into notification tasks ([`NotificationTask::for_firing`]), one per channel of the rule, in
 /// firing order and each rule's channel order, and sets aside the firings a mute of `mutes(project)` matches at
-/// the firing's time. A task on a channel the rule's quiet hours hold at the firing's time
-/// ([`crate::oncall::QuietHours::held_until`]) is held, whatever its `minPeriod`.
+/// the firing's time. Each task goes where [`crate::route::route`] says: held when the rule's quiet hours hold
+/// its channel at the firing's time (whatever its `minPeriod`), else through its digest or now.
 pub fn route<'a, 'm>(firings: &[Firing<'a>], mutes: impl Fn(&str) -> &'m [Mute]) -> Routed<'a> {
     let mut routed = Routed::default();
     for f in firings {
@@ -241,12 +241,11 @@ pub fn route<'a, 'm>(firings: &[Firing<'a>], mutes: impl Fn(&str) -> &'m [Mute])
         }
         routed.crossed.push(*f);
         for task in NotificationTask::for_firing(f).tasks {
-            if let Some(until_ms) = f.rule.quiet_hours.held_until(task.channel, f.at_ms) {
-                routed.held.push(Held { task, until_ms });
-            } else if task.min_period_s > 0 {
-                routed.digest.push(task);
-            } else {
-                routed.now.push(task);
+            // a firing's route does not depend on the output (Hawk's senders take firings)
+            match crate::route::route(&task, Some(f.rule), crate::route::Output::Klaxon, f.at_ms) {
+                crate::route::Route::Held { until_ms } => routed.held.push(Held { task, until_ms }),
+                crate::route::Route::Digest { .. } => routed.digest.push(task),
+                _ => routed.now.push(task),
             }
         }
     }

@@ -37,6 +37,7 @@ pub mod mute;
 pub mod notification;
 pub mod oncall;
 pub mod problem;
+pub mod route;
 pub mod rule;
 pub mod silence;
 pub mod text;

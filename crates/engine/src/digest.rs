@@ -25,7 +25,7 @@
 //!   ran out, so the same notification (same id) is published — the sender drops a duplicate.
 //! * A flush that finds the window not due yet, or busy, is re-scheduled through the delay engine.
 //! * **Resolves** ride the same path ("digests carry resolves like firings"): an alert's resolve on a channel
-//!   whose rule now has `minPeriod > 0` ([`split_resolves`]) is appended as a resolved entry (`r:<group>`; a
+//!   whose rule now has `minPeriod > 0` (`klaxon_core::route`) is appended as a resolved entry (`r:<group>`; a
 //!   firing is `f:<group>`): on a quiet channel it goes out at once as the ordinary resolved message and starts
 //!   the quiet period, inside `minPeriod` it joins the window, which then lists what fired and what resolved
 //!   (a group that fired and resolved in one window is listed in both parts). PagerDuty is never given a
@@ -33,56 +33,17 @@
 //!   senders know firings only). Acknowledgements, reminders, escalations and resolves by hand are sent at once:
 //!   they are steps of a conversation someone is having, not events to coalesce.
 //!
-//! Fault injection (cargo feature `fault-injection`, tests only): `DigestDeps::faults` can make the flush
-//! loop abort the process right after a successful claim, before publishing (used by the
-//! kill-between-claim-and-publish test). Without the feature the field and the check do not exist.
+//! The flush loop that claims the windows and sends their messages is [`crate::flushes`].
 
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
-use klaxon_broker::{set_aside, Delivery, Outgoing, Publisher, Topology};
+use klaxon_broker::{Outgoing, Topology};
 use klaxon_core::notification::{notification_id, DigestWindow, NotificationTask};
 use klaxon_core::{ChannelKind, NotificationEvent};
-use klaxon_counter::{Append, Claim, DigestKey, Digests, HeldClaim, HeldEntry};
+use klaxon_counter::{Append, DigestKey, Digests, HeldClaim, HeldEntry};
 use serde::{Deserialize, Serialize};
-use tokio_util::sync::CancellationToken;
 
-use crate::internal_events::{DigestPublished, RedisFailed};
-use crate::{sink, EngineError};
-
-/// The environment variable the binary reads into [`Faults::crash_after_claim`] when built with the
-/// `fault-injection` feature (see the module docs).
-#[cfg(feature = "fault-injection")]
-pub const CRASH_AFTER_CLAIM_ENV: &str = "KLAXON_TEST_CRASH_AFTER_CLAIM";
-
-/// Faults a test can inject into the flush loop (feature `fault-injection`; never in production builds).
-#[cfg(feature = "fault-injection")]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Faults {
-    /// Abort the process right after a successful claim, before publishing.
-    pub crash_after_claim: bool,
-}
-
-/// What the digest flush loop needs.
-#[derive(Clone)]
-pub struct DigestDeps {
-    /// RabbitMQ URL.
-    pub amqp_url: String,
-    /// Queue names.
-    pub topology: Topology,
-    /// Digest state in Redis.
-    pub digests: Digests,
-    /// Unacked flush messages.
-    pub prefetch: u16,
-    /// Where digests go (`--output`).
-    pub output: sink::Output,
-    /// Where shadow mode records the digests it would have sent ([`klaxon_store::Trail::disabled`] otherwise).
-    pub trail: klaxon_store::Trail,
-    /// Injected faults (tests only).
-    #[cfg(feature = "fault-injection")]
-    pub faults: Faults,
-}
+use crate::EngineError;
 
 /// A due-window message: which digest, and which window of it; or which quiet-hours hold (`held`), due at
 /// `window_start_ms` (the quiet window's end). On the wire, JSON in this field order:
@@ -166,7 +127,7 @@ impl Flush {
         serde_json::to_vec(self).unwrap_or_default()
     }
 
-    fn parse(body: &[u8]) -> Result<Self, String> {
+    pub(crate) fn parse(body: &[u8]) -> Result<Self, String> {
         let f: Flush = serde_json::from_slice(body).map_err(|e| e.to_string())?;
         if f.min_period_s == 0 && !f.held {
             return Err("missing positive `minPeriodS`".into());
@@ -204,24 +165,15 @@ impl Flush {
 
     /// The one notification of this window ([`NotificationTask::for_digest`]): what fired, then what resolved;
     /// its id depends only on (project, rule, channel, window start).
-    fn task(&self, fired_at_ms: i64, claim: HeldClaim) -> NotificationTask {
+    pub(crate) fn task(&self, fired_at_ms: i64, claim: HeldClaim) -> NotificationTask {
         NotificationTask::for_digest(&self.window(), fired_at_ms, claim.fired, claim.resolved)
     }
 }
 
-/// Appends the firings of digest channels (`min_period_s > 0`) to their digests, all in one Redis round trip,
-/// and says which go out now (leading edge) and which flush messages to publish through the delay engine (one
-/// per window a firing opened). Call before acking the firings' events.
-pub(crate) async fn append_firings(
-    digests: &Digests,
-    topology: &Topology,
-    firings: &[NotificationTask],
-) -> Result<Appended, EngineError> {
-    append(digests, topology, firings, &[]).await
-}
-
-/// [`append_firings`] with resolves ([`split_resolves`]) beside the firings, in the same round trip: a resolve
-/// goes through its channel's digest exactly as a firing does, as a resolved entry.
+/// Appends the firings of digest channels (`min_period_s > 0`) and the resolves routed to their digests
+/// ([`klaxon_core::route`]) to their digests, all in one Redis round trip, and says which go out now (leading
+/// edge) and which flush messages to publish through the delay engine (one per window a firing opened): a
+/// resolve goes through its channel's digest exactly as a firing does, as a resolved entry.
 pub(crate) async fn append(
     digests: &Digests,
     topology: &Topology,
@@ -266,44 +218,14 @@ pub(crate) fn open_for_ms(task: &NotificationTask) -> Option<u64> {
 }
 
 /// Makes a resolved task's group an entry of a digest ([`open_for_ms`]).
-fn as_resolved_entry(task: &mut NotificationTask) {
+pub(crate) fn as_resolved_entry(task: &mut NotificationTask) {
     let open = open_for_ms(task);
     for e in &mut task.events {
         e.open_for_ms = open;
     }
 }
 
-/// Splits an alert's resolved tasks (one per channel that delivered its firing, `klaxon_core::alert::
-/// lifecycle_tasks`) into those sent now and those that go through their channel's digest: a task whose
-/// `min_period_s(task)` (its rule's `minPeriod` for its channel now; 0 when the rule or the channel is gone)
-/// is positive, except PagerDuty (its incident closes on the firing's `dedup_key`, at once) and with
-/// `--output hawk` (Hawk's senders know firings only: the resolve is counted as not sent, as before). The
-/// digested tasks carry the channel's period, as a firing's do. Any other task is sent now. Pure.
-pub(crate) fn split_resolves(
-    tasks: Vec<NotificationTask>,
-    output: sink::Output,
-    min_period_s: impl Fn(&NotificationTask) -> u64,
-) -> (Vec<NotificationTask>, Vec<NotificationTask>) {
-    let mut now = Vec::with_capacity(tasks.len());
-    let mut digested = Vec::new();
-    for mut task in tasks {
-        let period = min_period_s(&task);
-        if period > 0
-            && task.reason == klaxon_core::Reason::Resolved
-            && task.channel != ChannelKind::Pagerduty
-            && output != sink::Output::Hawk
-        {
-            task.min_period_s = period;
-            as_resolved_entry(&mut task);
-            digested.push(task);
-        } else {
-            now.push(task);
-        }
-    }
-    (now, digested)
-}
-
-/// What the digests' answers mean for the firings ([`append_firings`]), pure: a firing the digest says to send
+/// What the digests' answers mean for the firings ([`append`]), pure: a firing the digest says to send
 /// now goes out at once, alone (once, however many of its groups were answered so); an answer that opened a
 /// window (or is the redelivery of the one that did) schedules the window's flush `minPeriod` after its start.
 fn after_append<'a>(
@@ -329,7 +251,7 @@ fn after_append<'a>(
     out
 }
 
-/// Where the firings of digest channels go ([`append_firings`]).
+/// Where the firings of digest channels go ([`append`]).
 #[derive(Default)]
 pub(crate) struct Appended {
     /// Firings of quiet channels: published at once as ordinary notifications (leading edge).
@@ -353,123 +275,6 @@ impl Appended {
                 e.open_for_ms = None;
             }
             self.send_now.push(t);
-        }
-    }
-}
-
-/// Runs the digest flush loop until `shutdown`, reconnecting after failures.
-pub async fn run(deps: DigestDeps, ready: Arc<AtomicBool>, shutdown: CancellationToken) {
-    #[cfg(feature = "fault-injection")]
-    if deps.faults.crash_after_claim {
-        tracing::warn!(
-            env = CRASH_AFTER_CLAIM_ENV,
-            "test hook on: the process aborts after its first claim"
-        );
-    }
-    crate::supervise("digest", ready, shutdown, |ready, shutdown| {
-        let deps = deps.clone();
-        async move { session(&deps, ready, shutdown).await }
-    })
-    .await;
-}
-
-async fn session(
-    deps: &DigestDeps,
-    ready: Arc<AtomicBool>,
-    shutdown: CancellationToken,
-) -> Result<(), EngineError> {
-    let queue = crate::EachQueue {
-        role: "digest",
-        amqp_url: &deps.amqp_url,
-        topology: &deps.topology,
-        queue: deps.topology.digest_flush_queue(),
-        prefetch: deps.prefetch,
-        output: deps.output,
-    };
-    crate::consume_each(queue, ready, shutdown, deps).await
-}
-
-impl crate::HandleEach for DigestDeps {
-    fn handle<'a>(
-        &'a self,
-        publisher: &'a Publisher,
-        delivery: &'a Delivery,
-    ) -> impl std::future::Future<Output = Result<(), EngineError>> + Send + 'a {
-        flush(self, publisher, delivery)
-    }
-}
-
-/// Handles one flush message; returns once its outcome is durable (then the caller acks it).
-async fn flush(deps: &DigestDeps, publisher: &Publisher, delivery: &Delivery) -> Result<(), EngineError> {
-    let f = match Flush::parse(&delivery.data) {
-        Ok(f) => f,
-        Err(reason) => {
-            let reason = format!("not a digest flush message: {reason}");
-            tracing::warn!(reason = %reason, "digest flush message set aside");
-            publisher
-                .publish_all(&[set_aside(delivery, deps.topology.dead_queue(), &reason)])
-                .await?;
-            return Ok(());
-        }
-    };
-    let claim = if f.held {
-        deps.digests.claim_held(&f.key(), f.window_start_ms, None).await
-    } else {
-        deps.digests
-            .claim(&f.key(), f.window_start_ms, f.min_period_s, None)
-            .await
-    };
-    let claim = claim.inspect_err(|_| RedisFailed.emit())?;
-    match claim {
-        Claim::Gone => {
-            tracing::debug!(project = %crate::internal_events::text(&f.project_id), rule = %crate::internal_events::text(&f.rule_id), channel = %f.channel,
-                window_start_ms = f.window_start_ms, "digest window already flushed");
-            Ok(())
-        }
-        Claim::Busy(wait) | Claim::Early(wait) => {
-            tracing::info!(project = %crate::internal_events::text(&f.project_id), rule = %crate::internal_events::text(&f.rule_id), channel = %f.channel,
-                window_start_ms = f.window_start_ms, retry_in_ms = wait.as_millis() as u64,
-                "digest window not ready to flush; rescheduled");
-            publisher
-                .publish_delayed(&deps.topology.delay(), &[(f.message(&deps.topology), wait)])
-                .await?;
-            Ok(())
-        }
-        Claim::Claimed { now_ms, events } => {
-            #[cfg(feature = "fault-injection")]
-            if deps.faults.crash_after_claim {
-                tracing::error!(
-                    env = CRASH_AFTER_CLAIM_ENV,
-                    "test hook: aborting between claim and publish"
-                );
-                std::process::abort();
-            }
-            if f.held {
-                crate::quiet::release(deps, publisher, &f, now_ms, events).await?;
-                return Ok(());
-            }
-            let mut claim = HeldClaim::of(events);
-            if deps.output == sink::Output::Hawk {
-                // Hawk's senders know firings only: no resolve is appended then, and none is sent
-                claim.resolved.clear();
-            }
-            if !claim.is_empty() {
-                let task = f.task(now_ms, claim);
-                // shadow mode: recorded (and counted) by dispatch instead of published
-                if let Some(msg) = sink::dispatch(&deps.topology, deps.output, &deps.trail, &task)? {
-                    publisher.publish_all(&[msg]).await?;
-                    DigestPublished {
-                        task: &task,
-                        window_start_ms: f.window_start_ms,
-                    }
-                    .emit();
-                }
-            }
-            deps.digests
-                .done(&f.key(), f.window_start_ms)
-                .await
-                .inspect_err(|_| RedisFailed.emit())?;
-            Ok(())
         }
     }
 }
@@ -646,91 +451,5 @@ mod tests {
                 );
             }
         }
-    }
-
-    /// Which resolved tasks go through their channel's digest: a channel with a digest period now, except
-    /// PagerDuty and Hawk's output; anything but a resolve is sent now; the digested ones carry the period.
-    #[test]
-    fn resolves_split_by_the_channels_digest_period() {
-        let task = |channel, reason| NotificationTask {
-            notification_id: format!("{channel}"),
-            channel,
-            reason,
-            min_period_s: 0,
-            fired_at_ms: 61_000,
-            events: vec![NotificationEvent {
-                group_hash: "g".into(),
-                title: "t".into(),
-                count: 3,
-                repetition_id: None,
-                open_for_ms: None,
-                silence_period_ms: None,
-                alert_id: None,
-            }],
-            alert: Some(klaxon_core::alert::AlertRef {
-                id: "a".repeat(24),
-                state: klaxon_core::alert::AlertState::Resolved,
-                opened_at_ms: 1_000,
-                events: 3,
-                by: Some("timeout".into()),
-                firing_notification_id: "f".into(),
-            }),
-            ..flush().task(0, HeldClaim::default())
-        };
-        let period = |t: &NotificationTask| match t.channel {
-            ChannelKind::Slack | ChannelKind::Pagerduty | ChannelKind::Webhook => 60,
-            _ => 0,
-        };
-        let tasks = || {
-            vec![
-                task(ChannelKind::Slack, Reason::Resolved),
-                task(ChannelKind::Pagerduty, Reason::Resolved),
-                task(ChannelKind::Email, Reason::Resolved),
-                task(ChannelKind::Webhook, Reason::Acknowledged),
-            ]
-        };
-        let ids = |v: &[NotificationTask]| v.iter().map(|t| t.notification_id.clone()).collect::<Vec<_>>();
-        // (output, sent now, digested)
-        let cases = [
-            (
-                sink::Output::Klaxon,
-                vec!["pagerduty", "email", "webhook"],
-                vec!["slack"],
-            ),
-            (
-                sink::Output::Shadow,
-                vec!["pagerduty", "email", "webhook"],
-                vec!["slack"],
-            ),
-            (
-                sink::Output::Hawk,
-                vec!["slack", "pagerduty", "email", "webhook"],
-                vec![],
-            ),
-        ];
-        for (output, now, digested) in cases {
-            let (n, d) = split_resolves(tasks(), output, period);
-            assert_eq!(
-                (ids(&n), ids(&d)),
-                (
-                    now.iter().map(|s| s.to_string()).collect(),
-                    digested.iter().map(|s| s.to_string()).collect()
-                ),
-                "{output:?}"
-            );
-            assert!(d.iter().all(|t| t.min_period_s == 60));
-            assert!(n.iter().all(|t| t.min_period_s == 0));
-            // a digested resolve's entry keeps how long its alert was open; one sent now is itself again
-            assert!(d.iter().all(|t| t.events[0].open_for_ms == Some(60_000)));
-            assert!(n.iter().all(|t| t.events[0].open_for_ms.is_none()));
-            let mut sent = Appended::default();
-            for t in &d {
-                sent.send_once(t);
-            }
-            assert!(sent.send_now.iter().all(|t| t.events[0].open_for_ms.is_none()));
-        }
-        // the rule is gone (no periods): everything now
-        let (n, d) = split_resolves(tasks(), sink::Output::Klaxon, |_| 0);
-        assert_eq!((n.len(), d.len()), (4, 0));
     }
 }

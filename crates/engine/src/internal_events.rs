@@ -303,21 +303,8 @@ impl NotificationShadowed<'_> {
     }
 }
 
-/// Why a message of an alert's life was not sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NotSent {
-    /// `--output hawk`: Hawk's senders know only firings.
-    HawkOutput,
-}
-
-impl NotSent {
-    /// The metric's `reason` label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NotSent::HawkOutput => "hawk_output",
-        }
-    }
-}
+/// Why a message of an alert's life was not sent: [`klaxon_core::route::DropReason`].
+pub(crate) use klaxon_core::route::DropReason as NotSent;
 
 /// A message of an alert's life (resolved, acknowledged, a reminder, an escalation) that was not sent: the alert
 /// is tracked as usual, its channels are not told.
@@ -448,7 +435,7 @@ impl AlertResolved<'_> {
 /// (an event came since), `never` (`resolveAfter: 0`), `not_found` or `invalid` (set aside).
 pub(crate) struct AlertTimer<'a> {
     pub outcome: &'static str,
-    pub timer: Option<&'a crate::alerts::Timer>,
+    pub timer: Option<&'a crate::timer::Timer>,
 }
 
 impl AlertTimer<'_> {
@@ -464,10 +451,11 @@ impl AlertTimer<'_> {
 }
 
 /// A due reminder or escalation timer, handled: `outcome` is `sent` (its messages published, the next timer
-/// scheduled), `acknowledged`, `resolved`, `not_found` (the chain ends), or, for an escalation, `rule_gone` (the
-/// rule was deleted or disabled since, or lost the step). No tenant labels.
+/// scheduled), `deferred` (an escalation step in a quiet window), `muted`, `acknowledged`, `resolved`,
+/// `not_found` (the chain ends), or `rule_gone`, `rule_disabled`, `channel_removed` (the rule was deleted or
+/// switched off since, or no longer has the channels: the chain ends). No tenant labels.
 pub(crate) struct OnCallTimer<'a> {
-    pub timer: &'a crate::alerts::Timer,
+    pub timer: &'a crate::timer::Timer,
     pub outcome: &'static str,
     pub channels: usize,
 }
@@ -475,13 +463,16 @@ pub(crate) struct OnCallTimer<'a> {
 impl OnCallTimer<'_> {
     pub fn emit(self) {
         match self.timer.what {
-            crate::alerts::TimerWhat::Escalate { .. } => {
+            crate::timer::TimerWhat::Escalate { .. } => {
                 metrics::counter!("klaxon_alert_escalations_total", "outcome" => self.outcome).increment(1)
             }
             _ => metrics::counter!("klaxon_alert_reminders_total", "outcome" => self.outcome).increment(1),
         }
         let t = self.timer;
-        let level_info = self.outcome == "sent" || self.outcome == "rule_gone";
+        let level_info = matches!(
+            self.outcome,
+            "sent" | "rule_gone" | "rule_disabled" | "channel_removed"
+        );
         if level_info {
             tracing::info!(
                 alert_id = %text(&t.alert_id), project = %text(&t.project_id), what = ?t.what, outcome = self.outcome,
@@ -678,7 +669,7 @@ impl ConversationNotKept<'_> {
 /// was deleted, disabled or changed kind: its state forgotten) or `invalid` (set aside). No tenant labels.
 pub(crate) struct NoEventsTimer<'a> {
     pub outcome: &'static str,
-    pub timer: Option<&'a crate::no_events::SilenceTimer>,
+    pub timer: Option<&'a crate::timer::SilenceTimer>,
 }
 
 impl NoEventsTimer<'_> {
@@ -791,20 +782,20 @@ mod tests {
         task.project_id = h.clone();
         task.rule_id = h.clone();
         task.min_period_s = 60;
-        let timer = |what| crate::alerts::Timer {
+        let timer = |what| crate::timer::Timer {
             project_id: h.clone(),
             alert_id: h.clone(),
             what,
         };
         let (resolve, remind) = (
-            timer(crate::alerts::TimerWhat::Resolve),
-            timer(crate::alerts::TimerWhat::Remind {
+            timer(crate::timer::TimerWhat::Resolve),
+            timer(crate::timer::TimerWhat::Remind {
                 number: 1,
                 every_ms: 1,
                 max: 2,
             }),
         );
-        let silence = crate::no_events::SilenceTimer {
+        let silence = crate::timer::SilenceTimer {
             project_id: h.clone(),
             rule_id: h.clone(),
             due_ms: 0,

@@ -10,15 +10,28 @@
 //! tests share one path. A loop that loses a connection marks itself not ready, backs off (jittered, capped) and
 //! reconnects; nothing is acked while its outcome is unknown.
 //!
-//! Cargo feature `fault-injection` (off by default; tests only): adds `digest::Faults` to the digest loop's
+//! The on-call rooms, each with one job; loops depend on the outbox and the route, not on each other:
+//!
+//! | room | job |
+//! | --- | --- |
+//! | [`klaxon_core::route`] | where a task goes (now, digest, held, deferred, dropped): one pure decision for every kind |
+//! | [`outbox`] | the one way out: digest entries and holds in one Redis trip, dispatch, one confirmed publish |
+//! | [`timer`] | the timer messages (a tagged serde enum, the wire of earlier versions) |
+//! | [`timers`] | the one timer loop: resolves, reminders, escalation steps, NO_EVENTS silences |
+//! | [`alerts`] | the worker's opening of alerts and the decisions of a due reminder or step |
+//! | [`no_events`] | NO_EVENTS: projects seen by the worker, silences resolved, rules armed |
+//! | `quiet` | quiet-hours holds (the digest machinery on sibling keys) |
+//! | [`digest`] | digest windows (`minPeriod > 0`) and their flush messages |
+//! | [`flushes`] | the flush loop: digests and quiet releases when due |
+//!
+//! Cargo feature `fault-injection` (off by default; tests only): adds `flushes::Faults` to the flush loop's
 //! deps (`DigestDeps::faults`) so an end-to-end test can make the flush loop abort between claim and publish.
 //! The `klaxon` binary forwards it as its own `fault-injection` feature and only then reads
-//! `KLAXON_TEST_CRASH_AFTER_CLAIM`; `scripts/test` turns it on for the tests. Likewise `alerts::Faults`
+//! `KLAXON_TEST_CRASH_AFTER_CLAIM`; `scripts/test` turns it on for the tests. Likewise `timers::Faults`
 //! (`TimerDeps::faults`, `KLAXON_TEST_CRASH_AFTER_RESOLVE`, `KLAXON_TEST_CRASH_AFTER_REMIND`,
-//! `KLAXON_TEST_CRASH_AFTER_NO_EVENTS`) makes the alert timer loop abort between a resolve and the publishing of
+//! `KLAXON_TEST_CRASH_AFTER_NO_EVENTS`) makes the timer loop abort between a resolve and the publishing of
 //! its resolved messages, between a reminder's messages and its next timer, or between a NO_EVENTS firing's
-//! claim and its publish. A build without it has neither the
-//! field, nor the check, nor the variable's name.
+//! claim and its publish. A build without it has neither the field, nor the check, nor the variable's name.
 //!
 //! The sender's delivery pipeline (see [`sender`]) is built from small parts: [`klaxon_counter::Dedup`] (a
 //! notification id is delivered once, Redis + `lua/dedup_*.lua`), [`ratelimit`] (the limits per destination
@@ -35,14 +48,18 @@ pub mod breaker;
 pub mod clients;
 pub mod consumers;
 pub mod digest;
+pub mod flushes;
 mod internal_events;
 pub mod metrics;
 pub mod no_events;
 pub mod ops_server;
+mod outbox;
 mod quiet;
 pub mod ratelimit;
 pub mod sender;
 pub mod sink;
+pub mod timer;
+pub mod timers;
 pub mod worker;
 
 use std::future::Future;

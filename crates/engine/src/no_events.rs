@@ -1,5 +1,5 @@
-//! NO_EVENTS in the engine: the worker notes that a project with NO_EVENTS rules was seen, the alert timer loop
-//! fires its silences (`klaxon_core::silence` makes the tasks and the alert, `klaxon_counter::no_events` holds
+//! NO_EVENTS in the engine: the worker notes that a project with NO_EVENTS rules was seen, the timer loop
+//! ([`crate::timers`]) fires its silences (`klaxon_core::silence` makes the tasks and the alert, `klaxon_counter::no_events` holds
 //! the state).
 //!
 //! ```text
@@ -25,85 +25,16 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use klaxon_broker::{Outgoing, Publisher, Topology};
-use klaxon_core::evaluate::Held;
-use klaxon_core::mute::is_muted;
-use klaxon_core::notification::NotificationTask;
-use klaxon_core::silence::{resolved_tasks, silence_alert_id, watched, Silence};
+use klaxon_broker::{Outgoing, Topology};
+use klaxon_core::silence::{resolved_tasks, silence_alert_id, watched};
 use klaxon_core::ProjectRules;
-use klaxon_counter::no_events::{Due, NoEvents, Seen, SeenBy, Watched};
-use klaxon_counter::{Alerts, Change, Digests, HeldEntry, Mutes, Opened};
-use serde_json::{json, Value};
+use klaxon_counter::no_events::{NoEvents, Seen, SeenBy, Watched};
+use klaxon_counter::{Alerts, Change, Digests, Mutes};
 
-use crate::alerts::{after_open, OnCall, TimerDeps};
-use crate::internal_events::{
-    AlertOpened, AlertResolved, FiringMuted, NoEventsSeen, NoEventsTimer, NotificationPublished, RedisFailed,
-    RuleFired, RulesUnavailable,
-};
-use crate::{digest, sink, EngineError};
-
-/// The `what` of a NO_EVENTS timer message in `<ns>.alerts.timer`.
-pub const WHAT: &str = "no_events";
-
-/// The longest rule id a timer may name.
-const RULE_ID_MAX: usize = 128;
-
-/// One NO_EVENTS rule's timer: `{"projectId", "ruleId", "what": "no_events", "at"}` in `<ns>.alerts.timer`,
-/// through the delay engine; `at` is the due time it was scheduled for (unix ms), which names it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SilenceTimer {
-    /// The project.
-    pub project_id: String,
-    /// The NO_EVENTS rule.
-    pub rule_id: String,
-    /// When it is due, unix ms.
-    pub due_ms: i64,
-}
-
-impl SilenceTimer {
-    /// Reads a timer message if it is a NO_EVENTS one (`what` is `no_events`): `None` for any other message,
-    /// the reason when it says `no_events` but is not one.
-    pub fn recognise(body: &[u8]) -> Option<Result<SilenceTimer, String>> {
-        if body.len() > crate::alerts::TIMER_MAX_BYTES {
-            return None;
-        }
-        let v: Value = serde_json::from_slice(body).ok()?;
-        if v.get("what").and_then(Value::as_str) != Some(WHAT) {
-            return None;
-        }
-        let s = |k: &str, max: usize| {
-            v.get(k)
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty() && s.len() <= max && !s.chars().any(char::is_control))
-                .ok_or_else(|| format!("`{k}` is missing, empty, too long or has control characters"))
-        };
-        Some((|| {
-            Ok(SilenceTimer {
-                project_id: s("projectId", RULE_ID_MAX)?.to_owned(),
-                rule_id: s("ruleId", RULE_ID_MAX)?.to_owned(),
-                due_ms: v
-                    .get("at")
-                    .and_then(Value::as_i64)
-                    .filter(|&at| at > 0)
-                    .ok_or("`at` is missing or not a positive integer")?,
-            })
-        })())
-    }
-
-    /// The message of this timer, waiting until `due_ms` as seen at `now_ms` (the delay engine clamps a longer
-    /// wait: the timer then comes early and is rescheduled to the same time).
-    pub fn scheduled(&self, topology: &Topology, now_ms: i64) -> (Outgoing, Duration) {
-        let body =
-            json!({"projectId": self.project_id, "ruleId": self.rule_id, "what": WHAT, "at": self.due_ms});
-        let mut msg = Outgoing::json(topology.alerts_timer_queue(), body.to_string().into_bytes());
-        msg.message_id = Some(format!(
-            "no-events-timer:{}:{}:{}",
-            self.project_id, self.rule_id, self.due_ms
-        ));
-        let wait = u64::try_from(self.due_ms.saturating_sub(now_ms)).unwrap_or(0);
-        (msg, Duration::from_millis(wait))
-    }
-}
+use crate::internal_events::{AlertResolved, NoEventsSeen, RedisFailed};
+use crate::outbox::Post;
+use crate::timer::SilenceTimer;
+use crate::EngineError;
 
 /// The watched NO_EVENTS rules (enabled, with a channel) of every project in `rules`, projects without any left
 /// out: what [`NoEvents::seen`] is asked about. Sorted by project.
@@ -131,16 +62,6 @@ pub fn watched_of(rules: &ProjectRules) -> Vec<Watched<'_>> {
         .collect()
 }
 
-/// What a batch's `seen` answers make: timers to schedule, resolved tasks to publish with the batch, those a
-/// quiet window holds instead, and the silences to settle once they are published.
-#[derive(Default)]
-pub(crate) struct AfterSeen {
-    pub timers: Vec<(Outgoing, Duration)>,
-    pub tasks: Vec<NotificationTask>,
-    pub held: Vec<Held>,
-    pub settle: Vec<(String, String, i64)>,
-}
-
 /// The worker's side, before the batch publishes: notes the batch's projects with NO_EVENTS rules as seen (one
 /// round trip; none without such projects).
 pub(crate) async fn seen(
@@ -158,19 +79,22 @@ pub(crate) async fn seen(
         .map_err(EngineError::from)
 }
 
-/// The worker's side, after `seen`: the timers to schedule, and the open silences the events ended, resolved
-/// (by `event`) into their resolved tasks (one per channel that delivered the firing; a silence whose firing
-/// opened no alert, being muted, has none). A resolve inside one of the rule's quiet windows is held on the
-/// channels that do not bypass it, as any resolve is (`crate::quiet`); `rules` are the batch's.
+/// The worker's side, after `seen`: posts the timers to schedule, and the open silences the events ended,
+/// resolved (by `event`) into their resolved tasks (one per channel that delivered the firing; a silence whose
+/// firing opened no alert, being muted, has none), each routed under the rule as the batch read it (held in a
+/// quiet window, through a digest: [`klaxon_core::route`]). Returns the silences to settle once the batch's
+/// post is out.
 pub(crate) async fn after_seen(
     alerts: &Alerts,
     topology: &Topology,
     rules: &HashMap<&str, Arc<ProjectRules>>,
     watched: &[(&str, Vec<Watched<'_>>)],
     answers: Vec<Seen>,
+    post: &mut Post,
     now_ms: i64,
-) -> Result<AfterSeen, EngineError> {
-    let mut out = AfterSeen::default();
+) -> Result<Vec<(String, String, i64)>, EngineError> {
+    let mut settle = Vec::new();
+    let mut timers = 0;
     for ((project, _), seen) in watched.iter().zip(answers) {
         for (rule, due_ms) in seen.schedule {
             let timer = SilenceTimer {
@@ -178,7 +102,8 @@ pub(crate) async fn after_seen(
                 rule_id: rule,
                 due_ms,
             };
-            out.timers.push(timer.scheduled(topology, now_ms));
+            post.timer(timer.scheduled(topology, now_ms));
+            timers += 1;
         }
         for (rule, since) in seen.resolve {
             let id = silence_alert_id(project, &rule, since);
@@ -191,7 +116,7 @@ pub(crate) async fn after_seen(
                 // resolved before (a redelivered batch, another worker, by hand): the same tasks again
                 Change::AlreadyResolved(a) => (a, false),
                 _ => {
-                    out.settle.push(((*project).to_owned(), rule, since));
+                    settle.push(((*project).to_owned(), rule, since));
                     continue;
                 }
             };
@@ -208,19 +133,16 @@ pub(crate) async fn after_seen(
                 }
                 .emit();
             }
-            let quiet = rule_now.map(|r| &r.quiet_hours);
-            let (now_tasks, held) = crate::quiet::split(tasks, quiet, at);
-            out.tasks.extend(now_tasks);
-            out.held.extend(held);
-            out.settle.push(((*project).to_owned(), rule, since));
+            post.route_all(tasks, rule_now, at);
+            settle.push(((*project).to_owned(), rule, since));
         }
     }
     NoEventsSeen {
         projects: watched.len(),
-        timers: out.timers.len(),
+        timers,
     }
     .emit();
-    Ok(out)
+    Ok(settle)
 }
 
 /// After the batch's publish: forgets the silences whose resolved messages are now out. A failure is only logged:
@@ -274,187 +196,4 @@ pub struct SilenceDeps {
     pub mutes: Mutes,
     /// The channels' digests (`minPeriod > 0`), as for any firing.
     pub digests: Digests,
-}
-
-/// Handles one due NO_EVENTS timer; returns once its outcome is durable (then the caller acks it).
-pub(crate) async fn due(
-    deps: &TimerDeps,
-    publisher: &Publisher,
-    timer: &SilenceTimer,
-    redelivered: bool,
-) -> Result<(), EngineError> {
-    let silence_deps = &deps.no_events;
-    let rules = deps
-        .rules
-        .get(&timer.project_id)
-        .await
-        .inspect_err(|_| RulesUnavailable.emit())?;
-    let rule = rules.rules.iter().find(|r| r.id == timer.rule_id);
-    let quiet = rule.and_then(watched);
-    let answer = silence_deps
-        .no_events
-        .due(
-            &timer.project_id,
-            &timer.rule_id,
-            timer.due_ms,
-            quiet,
-            redelivered,
-            None,
-        )
-        .await
-        .inspect_err(|_| RedisFailed.emit())?;
-    let topology = &deps.topology;
-    let (since_ms, last_event_ms, at_ms) = match answer {
-        Due::Stale => return outcome("stale", timer),
-        Due::Forgotten => return outcome("rule_gone", timer),
-        Due::Reschedule { at_ms } => {
-            let next = SilenceTimer {
-                due_ms: at_ms,
-                ..timer.clone()
-            };
-            let msg = next.scheduled(topology, klaxon_store::trail::now_ms());
-            publisher.publish_delayed(&topology.delay(), &[msg]).await?;
-            return outcome("rescheduled", timer);
-        }
-        Due::Fire {
-            since_ms,
-            last_event_ms,
-            at_ms,
-        } => (since_ms, last_event_ms, at_ms),
-    };
-    let (Some(rule), Some(quiet_period_ms)) = (rule, quiet) else {
-        return outcome("rule_gone", timer);
-    };
-    let silence = Silence {
-        project_id: &timer.project_id,
-        project_name: rules.name.as_deref(),
-        rule,
-        quiet_period_ms,
-        since_ms,
-        last_event_ms,
-        at_ms,
-    };
-    let mutes = silence_deps
-        .mutes
-        .of_projects(&[timer.project_id.as_str()])
-        .await
-        .inspect_err(|_| RedisFailed.emit())?;
-    let project_mutes = mutes.get(&timer.project_id).map_or(&[][..], |m| &m.mutes[..]);
-    if is_muted(project_mutes, &rule.id, "", at_ms) {
-        FiringMuted {
-            project: &timer.project_id,
-            rule: &rule.id,
-        }
-        .emit();
-        return outcome("muted", timer);
-    }
-    let mut tasks = silence.tasks();
-    let wanted = silence.alert();
-    let opened = deps
-        .alerts
-        .open(std::slice::from_ref(&wanted), None)
-        .await
-        .inspect_err(|_| RedisFailed.emit())?;
-    // one answer per open, in order: none would be a bug in the adapter, delivered without an alert
-    let opened = opened.into_iter().next().unwrap_or(Opened::Full);
-    if let Opened::New(a) = &opened {
-        AlertOpened { alert: a }.emit();
-    }
-    let now_ms = klaxon_store::trail::now_ms();
-    let after = after_open(
-        topology,
-        [(wanted, opened, OnCall::of(rule))],
-        tasks.iter_mut(),
-        now_ms,
-    );
-    for task in &tasks {
-        RuleFired { task }.emit();
-    }
-    // inside a quiet window the firing is held into the window's release, as any firing is (crate::quiet); its
-    // bypassed channels are not. A redelivered timer holds nothing twice, and one whose window ended meanwhile
-    // is sent.
-    let (tasks, held) = crate::quiet::split(tasks, Some(&rule.quiet_hours), at_ms);
-    let (digest_tasks, now_tasks): (Vec<_>, Vec<_>) = tasks.into_iter().partition(|t| t.min_period_s > 0);
-    let appended = digest::append_firings(&silence_deps.digests, topology, &digest_tasks)
-        .await
-        .inspect_err(|_| RedisFailed.emit())?;
-    let released = crate::quiet::hold(&silence_deps.digests, topology, &held, HeldEntry::Fired).await?;
-    let mut out = Vec::new();
-    for task in now_tasks
-        .iter()
-        .chain(&appended.send_now)
-        .chain(&released.send_now)
-    {
-        if let Some(msg) = sink::dispatch(topology, deps.output, &deps.trail, task)? {
-            NotificationPublished { task }.emit();
-            out.push(msg);
-        }
-    }
-    #[cfg(feature = "fault-injection")]
-    if deps.faults.crash_after_no_events {
-        tracing::error!(
-            env = crate::alerts::CRASH_AFTER_NO_EVENTS_ENV,
-            "test hook: aborting between a NO_EVENTS firing's claim and its publish"
-        );
-        std::process::abort();
-    }
-    let mut delayed = appended.flushes;
-    delayed.extend(released.flushes);
-    delayed.extend(after.timers);
-    if !delayed.is_empty() {
-        publisher.publish_delayed(&topology.delay(), &delayed).await?;
-    }
-    if !out.is_empty() {
-        publisher.publish_all(&out).await?;
-    }
-    outcome("fired", timer)
-}
-
-fn outcome(outcome: &'static str, timer: &SilenceTimer) -> Result<(), EngineError> {
-    NoEventsTimer {
-        outcome,
-        timer: Some(timer),
-    }
-    .emit();
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use klaxon_broker::QueueType;
-
-    #[test]
-    fn timer_messages_round_trip_and_others_are_not_ours() {
-        let topology = Topology::new("ns", "ns.events", QueueType::Classic);
-        let t = SilenceTimer {
-            project_id: "5e3eef0679fa3700a0198a49".into(),
-            rule_id: "5e3eef0679fa3700a0198a4a".into(),
-            due_ms: 1_700_000_000_000,
-        };
-        let (msg, wait) = t.scheduled(&topology, 1_699_999_990_000);
-        assert_eq!(msg.queue, "ns.alerts.timer");
-        assert_eq!(wait, Duration::from_secs(10));
-        assert_eq!(SilenceTimer::recognise(&msg.body), Some(Ok(t.clone())));
-        // due in the past: at once
-        assert_eq!(t.scheduled(&topology, 1_800_000_000_000).1, Duration::ZERO);
-        // an alert timer is not ours; a bad NO_EVENTS one is refused with a reason
-        assert_eq!(
-            SilenceTimer::recognise(br#"{"projectId":"p","alertId":"a","what":"resolve"}"#),
-            None
-        );
-        assert_eq!(SilenceTimer::recognise(b"not json"), None);
-        for bad in [
-            r#"{"projectId":"p","what":"no_events","at":1}"#,
-            r#"{"projectId":"p","ruleId":"r","what":"no_events"}"#,
-            r#"{"projectId":"p","ruleId":"r","what":"no_events","at":-5}"#,
-            r#"{"projectId":"p\n","ruleId":"r","what":"no_events","at":1}"#,
-            r#"{"projectId":"","ruleId":"r","what":"no_events","at":1}"#,
-        ] {
-            assert!(
-                matches!(SilenceTimer::recognise(bad.as_bytes()), Some(Err(_))),
-                "{bad}"
-            );
-        }
-    }
 }

@@ -10,7 +10,8 @@
 //!                                                           ──delay engine (until − now)──▶ <ns>.digest.flush
 //! timer loop: resolve / reminder due inside a window ──▶ the same hold (entry `r:<group>` / `f:<group>`)
 //! flush loop: Digests::claim_held (digest_claim.lua, period 0) ──▶ one NotificationTask::for_held
-//!             (Reason::QuietHours: what fired, then what resolved) ──publish, confirmed──▶ done_held ──▶ ack
+//!             (Reason::QuietHours: what fired, then what resolved) ──outbox──▶ done_held ──▶ ack
+//!             (crate::flushes)
 //! ```
 //!
 //! * **Once.** Holding is idempotent per notification id (a redelivered batch or timer holds nothing twice and
@@ -27,46 +28,45 @@
 //!   if the alert is still firing; the bypassed ones are not sent twice, same ids). **Acknowledgements** and
 //!   resolves by hand are sent at once: someone is awake.
 
-use klaxon_broker::{Publisher, Topology};
+use klaxon_broker::Topology;
 use klaxon_core::evaluate::Held;
-use klaxon_core::notification::NotificationTask;
-use klaxon_core::oncall::QuietHours;
 use klaxon_core::NotificationEvent;
-use klaxon_counter::{DigestKey, Digests, HeldClaim, HeldEntry, Hold};
+use klaxon_counter::{DigestKey, Digests, HeldEntry, Hold};
 
-use crate::digest::{Appended, DigestDeps, Flush};
-use crate::internal_events::{QuietHeld, QuietReleased, RedisFailed};
-use crate::{sink, EngineError};
+use crate::digest::{Appended, Flush};
+use crate::internal_events::{QuietHeld, RedisFailed};
+use crate::EngineError;
 
-/// Holds `held` (firing tasks of channels inside a quiet window) in one Redis round trip, as `entry`, and says
-/// which go out now after all (their window ended meanwhile) and which releases to schedule.
+/// Holds `held` (tasks of channels inside a quiet window, each as its entry: a firing or a reminder is what
+/// fired, a resolve what resolved) in one Redis round trip, and says which go out now after all (their window
+/// ended meanwhile) and which releases to schedule.
 pub(crate) async fn hold(
     digests: &Digests,
     topology: &Topology,
-    held: &[Held],
-    entry: HeldEntry,
+    held: &[(Held, HeldEntry)],
 ) -> Result<Appended, EngineError> {
     if held.is_empty() {
         return Ok(Appended::default());
     }
     // a firing's or a lifecycle message's task carries one group; each (task, group) is one hold, a resolve's
     // with how long its alert was open (the release shows it)
-    let groups: Vec<(&Held, NotificationEvent)> = held
+    let groups: Vec<(&Held, NotificationEvent, HeldEntry)> = held
         .iter()
-        .flat_map(|h| {
+        .flat_map(|(h, entry)| {
+            let entry = *entry;
             let open = (entry == HeldEntry::Resolved)
                 .then(|| crate::digest::open_for_ms(&h.task))
                 .flatten();
             h.task.events.iter().map(move |e| {
                 let mut e = e.clone();
                 e.open_for_ms = open;
-                (h, e)
+                (h, e, entry)
             })
         })
         .collect();
     let holds: Vec<Hold<'_>> = groups
         .iter()
-        .map(|(h, e)| Hold {
+        .map(|(h, e, entry)| Hold {
             key: DigestKey {
                 project_id: &h.task.project_id,
                 rule_id: &h.task.rule_id,
@@ -74,7 +74,7 @@ pub(crate) async fn hold(
             },
             notification_id: &h.task.notification_id,
             event: e,
-            entry,
+            entry: *entry,
             until_ms: h.until_ms,
         })
         .collect();
@@ -82,12 +82,16 @@ pub(crate) async fn hold(
         .hold_all(&holds, None)
         .await
         .inspect_err(|_| RedisFailed.emit())?;
-    for (h, _) in &groups {
-        QuietHeld { task: &h.task, entry }.emit();
+    for (h, _, entry) in &groups {
+        QuietHeld {
+            task: &h.task,
+            entry: *entry,
+        }
+        .emit();
     }
     Ok(after_hold(
         topology,
-        groups.into_iter().map(|(h, _)| h).zip(answers),
+        groups.into_iter().map(|(h, _, _)| h).zip(answers),
     ))
 }
 
@@ -112,118 +116,27 @@ fn after_hold<'a>(
     out
 }
 
-/// Splits lifecycle tasks (a resolve, a reminder) of a rule with `quiet` hours, happening at `at_ms`: those held
-/// (their channel is inside a window and not bypassed) and those sent now. Pure.
-pub(crate) fn split(
-    tasks: Vec<NotificationTask>,
-    quiet: Option<&QuietHours>,
-    at_ms: i64,
-) -> (Vec<NotificationTask>, Vec<Held>) {
-    let mut now = Vec::with_capacity(tasks.len());
-    let mut held = Vec::new();
-    for task in tasks {
-        match quiet.and_then(|q| q.held_until(task.channel, at_ms)) {
-            Some(until_ms) => held.push(Held { task, until_ms }),
-            None => now.push(task),
-        }
-    }
-    (now, held)
-}
-
-/// Holds the lifecycle tasks of `split` that are held (resolved: [`HeldEntry::Resolved`], a reminder:
-/// [`HeldEntry::Fired`]) and schedules their releases; returns the tasks to send now (the others of `split`
-/// and any whose window ended meanwhile).
-pub(crate) async fn hold_lifecycle(
-    digests: &Digests,
-    topology: &Topology,
-    publisher: &Publisher,
-    (mut now, held): (Vec<NotificationTask>, Vec<Held>),
-    entry: HeldEntry,
-) -> Result<Vec<NotificationTask>, EngineError> {
-    let appended = hold(digests, topology, &held, entry).await?;
-    if !appended.flushes.is_empty() {
-        publisher
-            .publish_delayed(&topology.delay(), &appended.flushes)
-            .await?;
-    }
-    now.extend(appended.send_now);
-    Ok(now)
-}
-
-/// Releases a claimed hold: one message of what fired and what resolved inside the window (nothing when it
-/// held nothing), then completes the claim. Returns once that is durable.
-pub(crate) async fn release(
-    deps: &DigestDeps,
-    publisher: &Publisher,
-    f: &Flush,
-    now_ms: i64,
-    events: Vec<NotificationEvent>,
-) -> Result<(), EngineError> {
-    let mut held = HeldClaim::of(events);
-    if deps.output == sink::Output::Hawk {
-        // Hawk's senders know firings only (docs/rules.md): the resolves are tracked, not sent
-        held.resolved.clear();
-    }
-    if !held.is_empty() {
-        let (fired, resolved) = (held.fired.len(), held.resolved.len());
-        let task = NotificationTask::for_held(&f.window(), now_ms, held.fired, held.resolved);
-        // shadow mode: recorded (and counted) by dispatch instead of published
-        if let Some(msg) = sink::dispatch(&deps.topology, deps.output, &deps.trail, &task)? {
-            publisher.publish_all(&[msg]).await?;
-            QuietReleased {
-                task: &task,
-                fired,
-                resolved,
-            }
-            .emit();
-        }
-    }
-    deps.digests
-        .done_held(&f.key(), f.window_start_ms)
-        .await
-        .inspect_err(|_| RedisFailed.emit())?;
-    Ok(())
-}
-
-/// The messages of a batch of escalation tasks due at `at_ms` under `quiet`: those sent now, and whether some
-/// were deferred (then the step's timer is scheduled again at the returned time). Pure.
-pub(crate) fn defer_escalation(
-    tasks: Vec<NotificationTask>,
-    quiet: Option<&QuietHours>,
-    at_ms: i64,
-) -> (Vec<NotificationTask>, Option<i64>) {
-    let (now, held) = split(tasks, quiet, at_ms);
-    let until = held.iter().map(|h| h.until_ms).max();
-    (now, until)
-}
-
 /// The release message of `t`'s channel's hold due at `until_ms`.
 #[cfg(test)]
-fn release_message(topology: &Topology, t: &NotificationTask, until_ms: i64) -> klaxon_broker::Outgoing {
+fn release_message(
+    topology: &Topology,
+    t: &klaxon_core::notification::NotificationTask,
+    until_ms: i64,
+) -> klaxon_broker::Outgoing {
     Flush::of_task(t, until_ms, true).message(topology)
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use klaxon_broker::QueueType;
+    use klaxon_core::notification::NotificationTask;
     use klaxon_core::{ChannelKind, Reason};
     use std::time::Duration;
 
-    fn quiet() -> QuietHours {
-        let raw = serde_json::json!({"_id": "a0000000000000000000000a", "isEnabled": true,
-            "whatToReceive": "ONLY_NEW", "including": [], "excluding": [],
-            "channels": {"webhook": {"isEnabled": true, "endpoint": "https://h.test/w", "minPeriod": 0}},
-            // 2023-11-14 (a Tuesday) 22:00-23:00 UTC
-            "quietHours": [{"days": ["tue"], "from": "22:00", "to": "23:00", "timezone": "UTC"}],
-            "quietHoursBypass": ["pagerduty"]});
-        let (rule, _) = klaxon_core::parse_rule_value(&raw).expect("a rule");
-        rule.quiet_hours
-    }
-
     const END: i64 = 1_700_002_800_000; // 2023-11-14T23:00:00Z
 
-    fn task(id: &str, channel: ChannelKind) -> NotificationTask {
+    pub(crate) fn task(id: &str, channel: ChannelKind) -> NotificationTask {
         NotificationTask {
             notification_id: id.into(),
             project_id: "p".into(),
@@ -248,38 +161,6 @@ mod tests {
             severity: None,
             alert: None,
         }
-    }
-
-    /// Inside the window the channels that do not bypass are held until its end; outside nothing is.
-    #[test]
-    fn lifecycle_tasks_split_by_the_window_and_the_bypass() {
-        let q = quiet();
-        let tasks = || {
-            vec![
-                task("w", ChannelKind::Webhook),
-                task("pd", ChannelKind::Pagerduty),
-            ]
-        };
-        // (at, sent now, held until)
-        let cases = [
-            (END - 1, vec!["pd"], vec![END]),
-            (END, vec!["w", "pd"], vec![]),
-            (END - 3_600_000, vec!["pd"], vec![END]),
-            (END - 3_600_001, vec!["w", "pd"], vec![]),
-        ];
-        for (at, now, until) in cases {
-            let (sent, held) = split(tasks(), Some(&q), at);
-            let sent: Vec<&str> = sent.iter().map(|t| t.notification_id.as_str()).collect();
-            assert_eq!(sent, now, "at {at}");
-            let got: Vec<i64> = held.iter().map(|h| h.until_ms).collect();
-            assert_eq!(got, until, "at {at}");
-            let (esc_now, deferred) = defer_escalation(tasks(), Some(&q), at);
-            assert_eq!(esc_now.len(), now.len());
-            assert_eq!(deferred, until.first().copied());
-        }
-        // no rule (deleted, disabled): nothing held
-        let (sent, held) = split(tasks(), None, END - 1);
-        assert_eq!((sent.len(), held.len()), (2, 0));
     }
 
     /// A hold's answers: sent now once when the window ended meanwhile, a release scheduled at the due time

@@ -17,8 +17,6 @@
 //! `<ns>.digest.flush` queue as usual (that is Klaxon's clock, not a delivery), so the trail shows a digest when it
 //! would have been sent, with what it would have held.
 
-use std::str::FromStr;
-
 use klaxon_broker::{Outgoing, QueueType, Topology};
 use klaxon_channels::redact_endpoint;
 use klaxon_core::notification::NotificationTask;
@@ -29,48 +27,9 @@ use serde_json::{json, Map, Value};
 use crate::internal_events::{AlertMessageNotSent, NotSent, NotificationShadowed};
 use crate::EngineError;
 
-/// Which queues notifications go to (`--output`, `KLAXON_OUTPUT`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Output {
-    /// `<ns>.notify.<channel>`: Klaxon's senders deliver (the default).
-    #[default]
-    Klaxon,
-    /// `sender/<channel>`: Hawk's sender tasks, for Hawk's sender workers.
-    Hawk,
-    /// Nowhere: what would be sent is recorded in the delivery trail (status `shadow`) and counted.
-    Shadow,
-}
-
-impl Output {
-    /// `klaxon`, `hawk`, `shadow`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Output::Klaxon => "klaxon",
-            Output::Hawk => "hawk",
-            Output::Shadow => "shadow",
-        }
-    }
-
-    /// True when Klaxon's own senders deliver what this output produces (`klaxon run` then starts them).
-    pub fn needs_senders(self) -> bool {
-        self == Output::Klaxon
-    }
-}
-
-impl FromStr for Output {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "klaxon" => Ok(Output::Klaxon),
-            "hawk" => Ok(Output::Hawk),
-            "shadow" => Ok(Output::Shadow),
-            other => Err(format!(
-                "unknown output `{other}` (expected `klaxon`, `hawk` or `shadow`)"
-            )),
-        }
-    }
-}
+/// Which queues notifications go to (`--output`, `KLAXON_OUTPUT`): one definition, in core, where the route
+/// reads it ([`klaxon_core::route`]).
+pub use klaxon_core::route::Output;
 
 /// Makes sure the queues `output` publishes to that the namespace's topology does not have exist (Hawk's
 /// `sender/<channel>`). One that exists is used as it is, whatever `--queue-type` says; a missing one is declared
@@ -218,21 +177,6 @@ mod tests {
             alert: None,
             severity: None,
         }
-    }
-
-    #[test]
-    fn outputs_parse() {
-        for o in [Output::Klaxon, Output::Hawk, Output::Shadow] {
-            assert_eq!(o.as_str().parse(), Ok(o));
-        }
-        assert!("Hawk".parse::<Output>().is_err());
-        assert!("shadow-mode"
-            .parse::<Output>()
-            .is_err_and(|e| e.contains("`shadow`")));
-        assert_eq!(
-            [Output::Klaxon, Output::Hawk, Output::Shadow].map(Output::needs_senders),
-            [true, false, false]
-        );
     }
 
     #[test]

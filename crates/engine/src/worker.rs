@@ -40,20 +40,20 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt;
 use klaxon_broker::{set_aside, Consumer, Delivery, Outgoing, Publisher, QueuedAck, Session, Topology};
 use klaxon_core::evaluate::{self, Match, Routed, Unmatched};
-use klaxon_core::notification::NotificationTask;
 use klaxon_core::{BatchEvent, EventTask, Outcome, ProjectRules};
 use klaxon_counter::mutes::ReadMutes;
-use klaxon_counter::{Digests, HeldEntry, Hit, NoEvents, WindowCounter};
+use klaxon_counter::{Digests, Hit, NoEvents, WindowCounter};
 use klaxon_store::{RuleCache, Trail};
 use tokio_util::sync::CancellationToken;
 
 use crate::consumers::Presence;
 use crate::internal_events::{
-    BatchAcked, BrokerFailed, EventInvalid, EventsConsumed, EventsUnmatched, FiringMuted, LogOnce,
-    MutesSkipped, NotificationPublished, RedisFailed, RuleFired, RulesMatched, RulesUnavailable,
-    ThresholdCrossed, UNMATCHED_LOG_INTERVAL, UNMATCHED_LOG_KEYS,
+    BatchAcked, EventInvalid, EventsConsumed, EventsUnmatched, FiringMuted, LogOnce, MutesSkipped,
+    RedisFailed, RuleFired, RulesMatched, RulesUnavailable, ThresholdCrossed, UNMATCHED_LOG_INTERVAL,
+    UNMATCHED_LOG_KEYS,
 };
-use crate::{alerts, digest, no_events, quiet, sink, EngineError};
+use crate::outbox::{Outbox, Post};
+use crate::{alerts, no_events, sink, EngineError};
 
 /// Tuning of the evaluate loop.
 #[derive(Debug, Clone)]
@@ -231,15 +231,6 @@ async fn consume_loop(
     }
 }
 
-/// The `minPeriod` of `task`'s channel in its rule as the batch read it (0 when the rule is gone, switched off or
-/// has no such channel now).
-fn min_period_now(rules: &HashMap<&str, Arc<ProjectRules>>, task: &NotificationTask) -> u64 {
-    rules
-        .get(task.project_id.as_str())
-        .and_then(|p| p.enabled_rule(&task.rule_id))
-        .map_or(0, |r| r.min_period_s(task.channel))
-}
-
 /// Moves the deliveries that have already arrived into `batch`, up to `max`, without waiting.
 fn take_ready(consumer: &mut Consumer, batch: &mut Vec<Delivery>, max: usize) -> Result<(), EngineError> {
     while batch.len() < max {
@@ -266,10 +257,10 @@ struct Batches<'a> {
 
 impl Batches<'_> {
     /// One batch, from deliveries to durable outcomes (the caller then acks it). The decisions are
-    /// [`evaluate::plan`] and [`evaluate::route`]; everything else here is I/O.
+    /// [`evaluate::plan`] and [`evaluate::route`]; what leaves goes through one [`Outbox`] send.
     async fn process(&self, batch: &[Delivery]) -> Result<(), EngineError> {
         EventsConsumed { events: batch.len() }.emit();
-        let (events, mut out) = parse(batch, &self.deps.topology);
+        let (events, set_aside) = parse(batch, &self.deps.topology);
         let rules = self.load_rules(&events).await?;
         let plan = evaluate::plan(&events, |p| rules.get(p).map(Arc::as_ref));
         self.report_unmatched(&plan.unmatched);
@@ -283,50 +274,45 @@ impl Batches<'_> {
             no_events::seen(&self.no_events, &watched, redelivered),
             self.touch(&plan.matches)
         )?;
-        let firings = evaluate::firings(&plan.matches, &outcomes);
+        let mut post = self.outbox().post();
+        post.messages(set_aside);
+        self.fire(&plan.matches, &outcomes, &mut post).await?;
+        let now_ms = klaxon_store::trail::now_ms();
+        let (alerts, topology) = (&self.deps.alerts, &self.deps.topology);
+        let settle =
+            no_events::after_seen(alerts, topology, &rules, &watched, seen, &mut post, now_ms).await?;
+        self.outbox().send(self.publisher, post).await?;
+        no_events::settle(&self.no_events, &settle).await;
+        Ok(())
+    }
+
+    /// Where the batch's notifications leave.
+    fn outbox(&self) -> Outbox<'_> {
+        Outbox {
+            topology: &self.deps.topology,
+            output: self.deps.output,
+            trail: &self.deps.trail,
+            digests: &self.digests,
+            alerts: &self.deps.alerts,
+        }
+    }
+
+    /// The batch's firings: the mutes of the projects that fired, the route of every firing's tasks (muted ones
+    /// aside), the alerts they open (each task then carries its alert; their timers), all posted.
+    async fn fire(
+        &self,
+        matches: &[Match<'_>],
+        outcomes: &[Outcome],
+        post: &mut Post,
+    ) -> Result<(), EngineError> {
+        let firings = evaluate::firings(matches, outcomes);
         let mutes = self.mutes(&evaluate::firing_projects(&firings)).await?;
         let mut routed = evaluate::route(&firings, |p| mutes.get(p).map_or(&[][..], |m| &m.mutes[..]));
         report_routed(&routed);
-        let timers = self.open_alerts(&plan.matches, &outcomes, &mut routed).await?;
-        let silences = no_events::after_seen(
-            &self.deps.alerts,
-            &self.deps.topology,
-            &rules,
-            &watched,
-            seen,
-            klaxon_store::trail::now_ms(),
-        )
-        .await?;
-        // NO_EVENTS resolves outside quiet hours on a channel with `minPeriod > 0` join its digest, as the
-        // firings do
-        let (resolved_now, resolved_digest) =
-            digest::split_resolves(silences.tasks, self.deps.output, |t| min_period_now(&rules, t));
-        let appended = self.append_digests(&routed.digest, &resolved_digest).await?;
-        let held = quiet::hold(&self.digests, &self.deps.topology, &routed.held, HeldEntry::Fired).await?;
-        let silences_held = quiet::hold(
-            &self.digests,
-            &self.deps.topology,
-            &silences.held,
-            HeldEntry::Resolved,
-        )
-        .await?;
-        for task in routed
-            .now
-            .iter()
-            .chain(&appended.send_now)
-            .chain(&held.send_now)
-            .chain(&resolved_now)
-            .chain(&silences_held.send_now)
-        {
-            self.send(task, &mut out)?;
-        }
-        let mut delayed = appended.flushes;
-        delayed.extend(held.flushes);
-        delayed.extend(silences_held.flushes);
-        delayed.extend(timers);
-        delayed.extend(silences.timers);
-        self.publish(&delayed, &out).await?;
-        no_events::settle(&self.no_events, &silences.settle).await;
+        post.timers(self.open_alerts(matches, outcomes, &mut routed).await?);
+        post.now(routed.now);
+        post.digest(routed.digest);
+        post.held(routed.held);
         Ok(())
     }
 
@@ -352,7 +338,7 @@ impl Batches<'_> {
     ) -> Result<Vec<(Outgoing, Duration)>, EngineError> {
         let now_ms = klaxon_store::trail::now_ms();
         let fired = alerts::fired_touches(matches, outcomes);
-        alerts::open_for_batch(
+        alerts::open::open_for_batch(
             &self.deps.alerts,
             &self.deps.topology,
             self.alerts_full,
@@ -407,18 +393,6 @@ impl Batches<'_> {
         counted.inspect_err(redis_failed).map_err(EngineError::from)
     }
 
-    /// Appends the digest firings (and resolves) in one round trip: the first of a quiet channel goes out now,
-    /// the others wait in the channel's window, whose flush the window's first append schedules.
-    async fn append_digests(
-        &self,
-        firings: &[NotificationTask],
-        resolves: &[NotificationTask],
-    ) -> Result<digest::Appended, EngineError> {
-        digest::append(&self.digests, &self.deps.topology, firings, resolves)
-            .await
-            .inspect_err(redis_failed)
-    }
-
     /// The mutes of the projects that fired: one Redis round trip per batch with firings, none otherwise.
     async fn mutes(&self, projects: &[&str]) -> Result<HashMap<String, ReadMutes>, EngineError> {
         let mutes = &self.deps.mutes;
@@ -435,42 +409,6 @@ impl Batches<'_> {
             }
         }
         Ok(read)
-    }
-
-    /// Adds the message for a notification task's sender queue to `out` (counted as published), keyed by its
-    /// notification id; in shadow mode records it in the trail instead.
-    fn send(&self, task: &NotificationTask, out: &mut Vec<Outgoing>) -> Result<(), EngineError> {
-        let deps = self.deps;
-        if let Some(msg) = sink::dispatch(&deps.topology, deps.output, &deps.trail, task)? {
-            NotificationPublished { task }.emit();
-            out.push(msg);
-        }
-        Ok(())
-    }
-
-    /// Schedules the digest windows and alert timers the batch opened and publishes its messages, with
-    /// confirms.
-    ///
-    /// Both at once, on the one channel: their publishes are queued together and their confirms come back
-    /// together (one hand-off to lapin's I/O thread and one back, not one pair per kind). Neither needs the other
-    /// first: the batch is acked only once both are confirmed, and a redelivered batch publishes both again (its
-    /// digest openers and alerts schedule again, its messages keep their notification ids).
-    async fn publish(&self, delayed: &[(Outgoing, Duration)], out: &[Outgoing]) -> Result<(), EngineError> {
-        let delay = self.deps.topology.delay();
-        let timers = async {
-            if delayed.is_empty() {
-                return Ok(());
-            }
-            self.publisher.publish_delayed(&delay, delayed).await
-        };
-        let messages = async {
-            if out.is_empty() {
-                return Ok(());
-            }
-            self.publisher.publish_all(out).await
-        };
-        tokio::try_join!(timers, messages).inspect_err(broker_failed)?;
-        Ok(())
     }
 }
 
@@ -522,8 +460,4 @@ fn report_routed(routed: &Routed<'_>) {
 
 fn redis_failed<E>(_: &E) {
     RedisFailed.emit();
-}
-
-fn broker_failed<E>(_: &E) {
-    BrokerFailed.emit();
 }

@@ -290,7 +290,7 @@ fn start_worker(
         trail: trail.clone(),
         alerts: klaxon_counter::Alerts::new(redis.clone(), &global.namespace),
     };
-    let timer_deps = klaxon_engine::alerts::TimerDeps {
+    let timer_deps = klaxon_engine::timers::TimerDeps {
         amqp_url: global.amqp_url.clone(),
         topology: p.topology.clone(),
         alerts: klaxon_counter::Alerts::new(redis.clone(), &global.namespace),
@@ -307,39 +307,40 @@ fn start_worker(
         },
         // test builds only: the end-to-end crash-between-resolve-and-publish test sets the variable
         #[cfg(feature = "fault-injection")]
-        faults: klaxon_engine::alerts::Faults {
-            crash_after_resolve: std::env::var(klaxon_engine::alerts::CRASH_AFTER_RESOLVE_ENV)
+        faults: klaxon_engine::timers::Faults {
+            crash_after_resolve: std::env::var(klaxon_engine::timers::CRASH_AFTER_RESOLVE_ENV)
                 .is_ok_and(|v| v == "1"),
-            crash_after_remind: std::env::var(klaxon_engine::alerts::CRASH_AFTER_REMIND_ENV)
+            crash_after_remind: std::env::var(klaxon_engine::timers::CRASH_AFTER_REMIND_ENV)
                 .is_ok_and(|v| v == "1"),
-            crash_after_no_events: std::env::var(klaxon_engine::alerts::CRASH_AFTER_NO_EVENTS_ENV)
+            crash_after_no_events: std::env::var(klaxon_engine::timers::CRASH_AFTER_NO_EVENTS_ENV)
                 .is_ok_and(|v| v == "1"),
         },
     };
-    let digest_deps = klaxon_engine::digest::DigestDeps {
+    let digest_deps = klaxon_engine::flushes::DigestDeps {
         amqp_url: global.amqp_url.clone(),
         topology: p.topology.clone(),
-        digests: klaxon_counter::Digests::new(redis, &global.namespace),
+        digests: klaxon_counter::Digests::new(redis.clone(), &global.namespace),
+        alerts: klaxon_counter::Alerts::new(redis, &global.namespace),
         prefetch: 16,
         output: w.output,
         trail,
         // test builds only: the end-to-end crash-between-claim-and-publish test sets the variable
         #[cfg(feature = "fault-injection")]
-        faults: klaxon_engine::digest::Faults {
-            crash_after_claim: std::env::var(klaxon_engine::digest::CRASH_AFTER_CLAIM_ENV)
+        faults: klaxon_engine::flushes::Faults {
+            crash_after_claim: std::env::var(klaxon_engine::flushes::CRASH_AFTER_CLAIM_ENV)
                 .is_ok_and(|v| v == "1"),
         },
     };
     p.tracker
         .spawn(worker::run(deps, p.readiness.role("worker"), shutdown.clone()));
     // flushes due digest windows (minPeriod > 0): part of the evaluate side, next to the worker
-    p.tracker.spawn(klaxon_engine::digest::run(
+    p.tracker.spawn(klaxon_engine::flushes::run(
         digest_deps,
         p.readiness.role("digest"),
         shutdown.clone(),
     ));
     // resolves alerts whose resolveAfter ran out (timers through the delay engine), next to the digest flusher
-    p.tracker.spawn(klaxon_engine::alerts::run(
+    p.tracker.spawn(klaxon_engine::timers::run(
         timer_deps,
         p.readiness.role("alerts"),
         shutdown.clone(),
