@@ -639,6 +639,26 @@ async fn a_resolve_on_a_digest_channel_joins_its_digest_and_pagerduty_resolves_a
         (4, 2),
         "PagerDuty: the lead and its digest trigger, two resolves at once: {actions:?}"
     );
+    // the digest's own incident listed only alerts that had resolved before it went out: its resolve follows
+    // it (klaxon_engine::flushes::CLOSED_INCIDENT_RESOLVE_AFTER), once, on its own key
+    let digest_trigger = pds
+        .iter()
+        .map(|r| r.json())
+        .find(|e| e["event_action"] == "trigger" && e["dedup_key"] != trigger["dedup_key"])
+        .unwrap_or_else(|| panic!("the digest's trigger; log:\n{}", k.logs()));
+    let pds = s.pd.wait_for_count(5, Duration::from_secs(30)).await;
+    let closing: Vec<Value> = pds
+        .iter()
+        .map(|r| r.json())
+        .filter(|e| e["dedup_key"] == digest_trigger["dedup_key"] && e["event_action"] == "resolve")
+        .collect();
+    assert_eq!(
+        closing.len(),
+        1,
+        "the digest's incident resolved once: {closing:?}; log:\n{}",
+        k.logs()
+    );
+    assert_eq!(closing[0]["routing_key"], ROUTING_KEY);
     assert_eq!(k.metric(r#"klaxon_alerts_resolved_total{by="timeout"}"#), 2.0);
     assert_eq!(
         k.metric(r#"klaxon_digests_published_total{channel="webhook"}"#),

@@ -483,6 +483,43 @@ impl NotificationTask {
         (task, Some(member))
     }
 
+    /// The resolve of a shared incident (a digest's or a quiet release's message on PagerDuty, `release`) none of
+    /// whose listed alerts is open any more when it is sent: nothing would ever close it. The same id as the
+    /// resolve its last listed alert would have sent (`incident:<first_id>:resolved`), so it is delivered once
+    /// either way; PagerDuty reads only its routing key and `dedup_key` (the release's own id).
+    pub fn for_closed_incident(release: &NotificationTask, at_ms: i64) -> NotificationTask {
+        let first = &release.notification_id;
+        NotificationTask {
+            notification_id: notification_id(
+                &release.project_id,
+                &release.rule_id,
+                "",
+                &format!("incident:{first}:{}", what(Reason::Resolved)),
+                release.channel,
+            ),
+            project_id: release.project_id.clone(),
+            project_name: release.project_name.clone(),
+            rule_id: release.rule_id.clone(),
+            channel: release.channel,
+            endpoint: release.endpoint.clone(),
+            min_period_s: 0,
+            fired_at_ms: at_ms,
+            reason: Reason::Resolved,
+            events: release.events.iter().take(1).cloned().collect(),
+            text: None,
+            send_at_ms: None,
+            severity: release.severity,
+            alert: Some(AlertRef {
+                id: String::new(),
+                state: AlertState::Resolved,
+                opened_at_ms: release.fired_at_ms,
+                events: 0,
+                by: None,
+                firing_notification_id: first.clone(),
+            }),
+        }
+    }
+
     fn of_member(
         alert: &Alert,
         member: &AlertChannel,
@@ -643,6 +680,31 @@ mod tests {
             heard(ChannelKind::Pagerduty, "R0UTINGKEY", "q2", true),
         ];
         a
+    }
+
+    #[test]
+    fn a_closed_incidents_resolve_is_the_one_its_last_alert_would_have_sent() {
+        let mut a = audience_alert();
+        a.closes = vec!["d1".into()];
+        let from_alert = lifecycle_tasks(&a, Reason::Resolved, 9_000)
+            .into_iter()
+            .find(|t| t.alert.as_ref().is_some_and(|r| r.firing_notification_id == "d1"))
+            .expect("the incident's resolve");
+        let release = NotificationTask {
+            notification_id: "d1".into(),
+            ..NotificationTask::for_alert(&a, &a.channels[1], Reason::Resolved, 1_000)
+        };
+        let closed = NotificationTask::for_closed_incident(&release, 9_500);
+        assert_eq!(closed.notification_id, from_alert.notification_id);
+        assert_eq!(
+            (closed.channel, closed.endpoint.as_str(), closed.reason),
+            (ChannelKind::Pagerduty, "R0UTINGKEY", Reason::Resolved)
+        );
+        let r = closed.alert.expect("a reference");
+        assert_eq!(
+            (r.firing_notification_id.as_str(), r.state),
+            ("d1", AlertState::Resolved)
+        );
     }
 
     /// (channel, endpoint, the first message's id the task refers to) of each task.

@@ -105,27 +105,64 @@ impl TaskKind {
     }
 }
 
-/// Why a task is not sent.
+/// Why a task is not sent: decided when it is routed (the rule as it is now, the output) or, for a reminder or an
+/// escalation step already published, when its sender's turn comes (the alert and the rule as they are then).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DropReason {
     /// The alert's rule was deleted since.
     RuleGone,
     /// The alert's rule was switched off since.
     RuleDisabled,
-    /// The alert's rule no longer has the task's channel (kind and endpoint).
+    /// The alert's rule no longer has the task's channel (kind and endpoint), or the escalation step no longer
+    /// has it (or the step is gone).
     ChannelRemoved,
     /// `--output hawk`: Hawk's senders know only firings of event groups.
     HawkOutput,
+    /// The alert was acknowledged since the task was published.
+    Acknowledged,
+    /// The alert resolved since.
+    Resolved,
+    /// The alert no longer exists (resolved alerts are kept 7 days; or it was never stored).
+    AlertGone,
 }
 
 impl DropReason {
-    /// `rule_gone`, `rule_disabled`, `channel_removed`, `hawk_output` (the metrics' `reason` label).
+    /// `rule_gone`, `rule_disabled`, `channel_removed`, `hawk_output`, `acknowledged`, `resolved`, `alert_gone`
+    /// (the metrics' `reason` label).
     pub fn as_str(self) -> &'static str {
         match self {
             DropReason::RuleGone => "rule_gone",
             DropReason::RuleDisabled => "rule_disabled",
             DropReason::ChannelRemoved => "channel_removed",
             DropReason::HawkOutput => "hawk_output",
+            DropReason::Acknowledged => "acknowledged",
+            DropReason::Resolved => "resolved",
+            DropReason::AlertGone => "alert_gone",
+        }
+    }
+
+    /// In words, for the delivery trail.
+    pub fn words(self) -> &'static str {
+        match self {
+            DropReason::RuleGone => "not sent: the rule was deleted",
+            DropReason::RuleDisabled => "not sent: the rule is disabled",
+            DropReason::ChannelRemoved => "not sent: the channel was removed from the rule",
+            DropReason::HawkOutput => "not sent: --output hawk sends firings only",
+            DropReason::Acknowledged => "not sent: the alert was acknowledged",
+            DropReason::Resolved => "not sent: the alert resolved",
+            DropReason::AlertGone => "not sent: the alert no longer exists",
+        }
+    }
+
+    /// What the state of a reminder's or step's alert as it is now (`None`: gone) says of it: `Some(why)` when
+    /// it is not to be sent.
+    pub fn of_alert(state: Option<crate::alert::AlertState>) -> Option<DropReason> {
+        use crate::alert::AlertState;
+        match state {
+            None => Some(DropReason::AlertGone),
+            Some(AlertState::Firing) => None,
+            Some(AlertState::Acknowledged) => Some(DropReason::Acknowledged),
+            Some(AlertState::Resolved) => Some(DropReason::Resolved),
         }
     }
 }
@@ -190,7 +227,7 @@ pub fn route(task: &NotificationTask, rule: Option<&CompiledRule>, output: Outpu
                 None => Route::Now,
             }
         }
-        TaskKind::Reminder | TaskKind::Escalation => match rule_now(task, kind, rule) {
+        TaskKind::Reminder | TaskKind::Escalation => match still_sent_by(task, rule) {
             Err(reason) => Route::Dropped { reason },
             Ok(rule) => match (quiet_until(rule), kind) {
                 (Some(until_ms), TaskKind::Escalation) => Route::Deferred { until_ms },
@@ -217,23 +254,32 @@ pub fn by_hand(task: &NotificationTask, output: Output) -> Route {
     Route::Now
 }
 
-/// The rule of a reminder or an escalation step as it is now, if it still sends the task: enabled, and with the
-/// task's channel (kind and endpoint) among its channels (a reminder) or its steps' (an escalation step).
-fn rule_now<'r>(
+/// The rule of a reminder or an escalation step as it is now (`None`: deleted), if it still sends the task:
+/// enabled, and with the task's channel (kind and endpoint) among its channels (a reminder) or among the
+/// channels of the task's step (an escalation step). The timer loop asks when it publishes ([`route`]); the
+/// sender asks again when the task's turn comes.
+pub fn still_sent_by<'r>(
     task: &NotificationTask,
-    kind: TaskKind,
     rule: Option<&'r CompiledRule>,
 ) -> Result<&'r CompiledRule, DropReason> {
     let rule = rule.ok_or(DropReason::RuleGone)?;
     if !rule.enabled {
         return Err(DropReason::RuleDisabled);
     }
-    let same = |c: &crate::ChannelConfig| c.kind == task.channel && c.endpoint == task.endpoint;
-    let has = match kind {
-        TaskKind::Escalation => rule.escalation.iter().any(|s| s.channels.iter().any(same)),
-        _ => rule.channels.iter().any(same),
+    let channels: &[crate::ChannelConfig] = match task.reason {
+        Reason::Escalation { step, .. } => match (step as usize)
+            .checked_sub(1)
+            .and_then(|i| rule.escalation.get(i))
+        {
+            Some(s) => &s.channels,
+            None => return Err(DropReason::ChannelRemoved),
+        },
+        _ => &rule.channels,
     };
-    if has {
+    if channels
+        .iter()
+        .any(|c| c.kind == task.channel && c.endpoint == task.endpoint)
+    {
         Ok(rule)
     } else {
         Err(DropReason::ChannelRemoved)

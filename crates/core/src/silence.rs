@@ -116,19 +116,26 @@ impl Silence<'_> {
 }
 
 /// The resolved tasks of a silence's alert (the project's next event ended it): its lifecycle tasks
-/// ([`crate::alert::lifecycle_tasks`]), each entry marked as the silence of the NO_EVENTS `rule`'s `quietPeriod`
-/// when the rule is still there to say it, so that a digest or a quiet window's release lists it as a silence, as
-/// it lists the firing.
+/// ([`crate::alert::lifecycle_tasks`]), marked by [`mark`].
 pub fn resolved_tasks(alert: &Alert, rule: Option<&CompiledRule>, at_ms: i64) -> Vec<NotificationTask> {
-    let period = rule.and_then(|r| match r.what {
+    let mut tasks = crate::alert::lifecycle_tasks(alert, Reason::Resolved, at_ms);
+    mark(tasks.iter_mut(), rule);
+    tasks
+}
+
+/// Marks the entries of a NO_EVENTS alert's lifecycle tasks (a resolve, a reminder) as the silence of `rule`'s
+/// `quietPeriod`, when the rule is a NO_EVENTS rule still there to say it, so that a digest or a quiet window's
+/// release lists them as a silence, as it lists the firing. Tasks of any other rule are left as they are.
+pub fn mark<'t>(tasks: impl IntoIterator<Item = &'t mut NotificationTask>, rule: Option<&CompiledRule>) {
+    let Some(period) = rule.and_then(|r| match r.what {
         WhatToReceive::NoEvents { quiet_period_ms } => Some(quiet_period_ms),
         _ => None,
-    });
-    let mut tasks = crate::alert::lifecycle_tasks(alert, Reason::Resolved, at_ms);
-    for e in tasks.iter_mut().flat_map(|t| t.events.iter_mut()) {
-        e.silence_period_ms = period;
+    }) else {
+        return;
+    };
+    for e in tasks.into_iter().flat_map(|t| t.events.iter_mut()) {
+        e.silence_period_ms = Some(period);
     }
-    tasks
 }
 
 /// The firing token of a silence that started at `since_ms` (see [`Silence::firing`]).
@@ -146,6 +153,58 @@ mod tests {
     use super::*;
 
     const H: i64 = 3_600_000;
+
+    #[test]
+    fn a_no_events_alerts_reminders_and_resolves_are_marked_as_its_silence_and_no_other_rules_are() {
+        let rule = |doc: serde_json::Value| crate::parse_rule_value(&doc).expect("a rule").0;
+        let hook = serde_json::json!({"webhook": {"isEnabled": true, "endpoint": "https://h.test/x", "minPeriod": 0}});
+        let silent = rule(
+            serde_json::json!({"_id": "5e3eef0679fa3700a0198a4a", "isEnabled": true,
+            "whatToReceive": "NO_EVENTS", "quietPeriod": 3_600_000, "channels": hook}),
+        );
+        let counting = rule(
+            serde_json::json!({"_id": "5e3eef0679fa3700a0198a4b", "isEnabled": true,
+            "whatToReceive": "SEEN_MORE", "threshold": 5, "thresholdPeriod": 60_000, "channels": hook}),
+        );
+        let alert = Silence {
+            project_id: "p",
+            project_name: None,
+            rule: &silent,
+            quiet_period_ms: 3_600_000,
+            since_ms: 0,
+            last_event_ms: None,
+            at_ms: H,
+        }
+        .alert();
+        let periods = |tasks: &[NotificationTask]| {
+            tasks
+                .iter()
+                .flat_map(|t| t.events.iter().map(|e| e.silence_period_ms))
+                .collect::<Vec<_>>()
+        };
+        // (rule now, reason, period on every entry)
+        let reminder = Reason::Reminder { number: 1, max: 3 };
+        let table = [
+            (Some(&silent), reminder, Some(3_600_000)),
+            (Some(&silent), Reason::Resolved, Some(3_600_000)),
+            (Some(&counting), reminder, None),
+            (None, reminder, None),
+        ];
+        for (rule_now, reason, want) in table {
+            let mut tasks = crate::alert::lifecycle_tasks(&alert, reason, 2 * H);
+            assert!(!tasks.is_empty());
+            mark(tasks.iter_mut(), rule_now);
+            assert!(
+                periods(&tasks).iter().all(|p| *p == want),
+                "{reason:?}: {:?}",
+                periods(&tasks)
+            );
+        }
+        assert_eq!(
+            periods(&resolved_tasks(&alert, Some(&silent), 2 * H)),
+            vec![Some(3_600_000)]
+        );
+    }
 
     #[test]
     fn a_silence_names_the_same_alert_and_ids_every_time() {

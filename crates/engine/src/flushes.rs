@@ -15,6 +15,7 @@
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Duration;
 
 use klaxon_broker::{Delivery, Publisher, Topology};
 use klaxon_core::alert::AlertChannel;
@@ -199,6 +200,14 @@ async fn send(
     let mut post = outbox.post();
     // a release is decided already: now (or, with `--output hawk`, not Hawk's when it lists a silence)
     if post.route(task.clone(), None, now_ms) == Route::Now {
+        if listed.is_empty() && opens_incident(deps, &task) {
+            // every alert it lists resolved before it went out: nothing would ever resolve its incident, so its
+            // resolve follows it through the delay engine (after the trigger's own delivery, barring retries)
+            let resolve = NotificationTask::for_closed_incident(&task, now_ms);
+            if let Some(msg) = sink::dispatch(&deps.topology, deps.output, &deps.trail, &resolve)? {
+                post.timer((msg, CLOSED_INCIDENT_RESOLVE_AFTER));
+            }
+        }
         for (alert_id, member) in listed {
             post.hear(&task.project_id, &alert_id, member);
         }
@@ -225,6 +234,15 @@ async fn send(
     Ok(())
 }
 
+/// How long after a digest's or release's PagerDuty trigger the resolve of an incident that lists no open alert
+/// follows it.
+pub const CLOSED_INCIDENT_RESOLVE_AFTER: Duration = Duration::from_secs(15);
+
+/// Whether `task` (a digest or a release) opens an incident of its own: on PagerDuty, unless `--output hawk`.
+fn opens_incident(deps: &DigestDeps, task: &NotificationTask) -> bool {
+    task.channel == ChannelKind::Pagerduty && deps.output != sink::Output::Hawk
+}
+
 /// On PagerDuty a digest or a quiet release opens an incident of its own (its `dedup_key` is the message's id)
 /// that lists several alerts: each listed alert that is still open gets it as a shared member of its audience,
 /// so acknowledging any of them acknowledges the incident and the resolve of the last one resolves it
@@ -236,7 +254,7 @@ async fn shared_members(
     task: &NotificationTask,
     fired: usize,
 ) -> Result<Vec<(String, AlertChannel)>, EngineError> {
-    if task.channel != ChannelKind::Pagerduty || deps.output == sink::Output::Hawk {
+    if !opens_incident(deps, task) {
         return Ok(Vec::new());
     }
     let mut groups: Vec<&str> = task

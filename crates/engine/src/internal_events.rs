@@ -518,7 +518,7 @@ impl DuplicateDropped<'_> {
 /// its turn came (decided at send time, `sender::current`). Acked, recorded in the trail as `dropped`.
 pub(crate) struct NotificationDropped<'a> {
     pub task: &'a NotificationTask,
-    pub reason: crate::sender::Dropped,
+    pub reason: klaxon_core::route::DropReason,
 }
 
 impl NotificationDropped<'_> {
@@ -915,7 +915,7 @@ mod tests {
             Box::new(|| {
                 NotificationDropped {
                     task: &task,
-                    reason: crate::sender::Dropped::Resolved,
+                    reason: klaxon_core::route::DropReason::Resolved,
                 }
                 .emit()
             }),

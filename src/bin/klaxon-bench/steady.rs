@@ -19,7 +19,9 @@
 //!
 //! The child is not asked anything (no `/metrics`) inside a window. The idle row is the child ready and given no
 //! events; the backlog row is `--backlog` events published before a second child starts, drained, minus the CPU
-//! the first child took to start and become ready.
+//! the first child took to start and become ready. With `--backlog-probe` the backlog is all of one project and one
+//! crossing of another project waits behind it: the row's latency is how long after the second child was ready
+//! that other project's first alert was delivered (how much one project's backlog delays another's alerts).
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -49,6 +51,11 @@ pub struct SteadyArgs {
     /// Events of the backlog row, published before a second child starts (0: no backlog row).
     #[arg(long, default_value_t = 20_000)]
     pub backlog: u64,
+    /// Backlog fairness: the backlog's events are all of one project, and behind them one crossing of another
+    /// project is queued; the backlog row's p50/p99/max is then how long after the draining child was ready that
+    /// other project's first alert was delivered.
+    #[arg(long)]
+    pub backlog_probe: bool,
     /// Seconds of the idle row (the child ready and its warm-up settled, no events).
     #[arg(long, default_value_t = 10)]
     pub idle_seconds: u64,
@@ -251,6 +258,16 @@ impl Workload {
         serde_json::Value::Array(import)
     }
 
+    /// A probe: a fresh group of the probe project under its threshold-1 rule, so a crossing of its own.
+    fn probe(&self, probe: u64) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "projectId": self.probe_project,
+            "event": {"title": format!("Probe crossing {probe}"), "groupHash": format!("probe-{probe}"),
+                      "isNew": true, "repetitionId": null}
+        }))
+        .unwrap_or_default()
+    }
+
     /// `n` events of run `tag`, every `probe_every`-th a probe (numbered from `first_probe`); the probes' numbers.
     fn events(
         &self,
@@ -260,6 +277,19 @@ impl Workload {
         first_probe: u64,
         rng: &mut rand::rngs::StdRng,
     ) -> (Vec<Vec<u8>>, Vec<Option<u64>>) {
+        self.events_of(tag, n, probe_every, first_probe, rng, None)
+    }
+
+    /// [`Workload::events`], all of project `only` when given.
+    fn events_of(
+        &self,
+        tag: &str,
+        n: u64,
+        probe_every: u64,
+        first_probe: u64,
+        rng: &mut rand::rngs::StdRng,
+        only: Option<usize>,
+    ) -> (Vec<Vec<u8>>, Vec<Option<u64>>) {
         let total = self.cdf.last().copied().unwrap_or(1.0);
         let mut seen = HashSet::new();
         let mut probe = first_probe;
@@ -267,21 +297,14 @@ impl Workload {
         let mut probes = Vec::with_capacity(n as usize);
         for i in 0..n {
             if probe_every > 0 && i % probe_every == probe_every - 1 {
-                bodies.push(
-                    serde_json::to_vec(&serde_json::json!({
-                        "projectId": self.probe_project,
-                        "event": {"title": format!("Probe crossing {probe}"), "groupHash": format!("probe-{probe}"),
-                                  "isNew": true, "repetitionId": null}
-                    }))
-                    .unwrap_or_default(),
-                );
+                bodies.push(self.probe(probe));
                 probes.push(Some(probe));
                 probe += 1;
                 continue;
             }
             let x = rng.random::<f64>() * total;
             let g = self.cdf.partition_point(|c| *c < x) as u64;
-            let project = &self.projects[(g % self.projects.len() as u64) as usize];
+            let project = &self.projects[only.unwrap_or((g % self.projects.len() as u64) as usize)];
             let title = if g % 7 == 3 {
                 format!("ReferenceError: {tag} handler is not defined (group {g})")
             } else {
@@ -467,7 +490,7 @@ async fn measure(
     terminate(&mut child).await;
     let (mut rows, startup) = result?;
     if args.backlog > 0 {
-        rows.push(backlog(args, global, exe, ns, &startup, work).await?);
+        rows.push(backlog(args, global, exe, ns, &startup, work, seen).await?);
     }
     Ok(rows)
 }
@@ -658,15 +681,22 @@ async fn backlog(
     ns: &str,
     startup: &Startup,
     work: &Workload,
+    seen: &Arc<Seen>,
 ) -> anyhow::Result<Row> {
-    let n = args.backlog;
     let queue = format!("{ns}.events");
     let broker = Broker::connect(&global.amqp_url, Duration::from_secs(10))
         .await
         .context("RabbitMQ (--amqp-url)")?;
     let publisher = broker.publisher().await?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(3131);
-    let (bodies, _) = work.events("backlog", n, 0, 0, &mut rng);
+    let only = args.backlog_probe.then_some(0);
+    let (mut bodies, _) = work.events_of("backlog", args.backlog, 0, 0, &mut rng, only);
+    // the other project's crossing, queued behind the whole backlog
+    let probe = 2_000_000_000u64;
+    if args.backlog_probe {
+        bodies.push(work.probe(probe));
+    }
+    let n = bodies.len() as u64;
     for (c, chunk) in bodies.chunks(500).enumerate() {
         let msgs: Vec<Outgoing> = chunk
             .iter()
@@ -689,6 +719,7 @@ async fn backlog(
         let before = sample(pid)?;
         let started = Instant::now();
         wait_ready(&addr, &mut child).await?;
+        let ready_at = Instant::now();
         let deadline = Instant::now() + Duration::from_secs(120);
         let mut done_at: Option<Instant> = None;
         let (after, window) = loop {
@@ -704,6 +735,27 @@ async fn backlog(
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         let events = consumed(&addr).await;
+        // how long after the child was ready the other project's first alert arrived (bounded)
+        let mut fairness = Vec::new();
+        if args.backlog_probe {
+            let until = Instant::now() + Duration::from_secs(15);
+            loop {
+                let got = seen
+                    .probes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&probe)
+                    .copied();
+                if let Some(at) = got {
+                    fairness.push(at.saturating_duration_since(ready_at).as_secs_f64() * 1e3);
+                    break;
+                }
+                if Instant::now() > until {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
         let (cpu_s, cpu_source) = cpu_between(&before, &after);
         let cpu_s = (cpu_s - startup.cpu_s).max(0.0);
         let switches = after.switches_since(&before).saturating_sub(startup.switches);
@@ -722,11 +774,11 @@ async fn backlog(
             context_switches: switches,
             switches_per_event: per(switches as f64),
             threads: threads(pid),
-            probes_sent: 0,
-            probes_delivered: 0,
-            latency_p50_ms: 0.0,
-            latency_p99_ms: 0.0,
-            latency_max_ms: 0.0,
+            probes_sent: u64::from(args.backlog_probe),
+            probes_delivered: fairness.len() as u64,
+            latency_p50_ms: percentile(&fairness, 50.0),
+            latency_p99_ms: percentile(&fairness, 99.0),
+            latency_max_ms: fairness.last().copied().unwrap_or(0.0),
             deliveries: 0,
         })
     }

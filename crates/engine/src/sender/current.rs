@@ -13,8 +13,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use klaxon_core::alert::AlertState;
-use klaxon_core::rule::{ChannelConfig, ProjectRules};
+use klaxon_core::rule::ProjectRules;
 use klaxon_core::{NotificationTask, Reason};
 use klaxon_store::RuleCache;
 
@@ -50,89 +49,19 @@ impl std::fmt::Debug for RulesNow {
     }
 }
 
-/// Why a task is not sent at all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Dropped {
-    /// Its alert was acknowledged since the task was published.
-    Acknowledged,
-    /// Its alert resolved since.
-    Resolved,
-    /// Its alert no longer exists (resolved alerts are kept 7 days; or it was never stored).
-    AlertGone,
-    /// Its rule was deleted (or its project).
-    RuleGone,
-    /// Its rule was switched off.
-    RuleDisabled,
-    /// Its channel (this endpoint) is no longer the rule's, or the escalation step's (or the step is gone).
-    ChannelRemoved,
-}
-
-impl Dropped {
-    /// The metric's `reason` label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Dropped::Acknowledged => "acknowledged",
-            Dropped::Resolved => "resolved",
-            Dropped::AlertGone => "alert_gone",
-            Dropped::RuleGone => "rule_gone",
-            Dropped::RuleDisabled => "rule_disabled",
-            Dropped::ChannelRemoved => "channel_removed",
-        }
-    }
-
-    /// In words, for the delivery trail.
-    pub fn words(self) -> &'static str {
-        match self {
-            Dropped::Acknowledged => "not sent: the alert was acknowledged",
-            Dropped::Resolved => "not sent: the alert resolved",
-            Dropped::AlertGone => "not sent: the alert no longer exists",
-            Dropped::RuleGone => "not sent: the rule was deleted",
-            Dropped::RuleDisabled => "not sent: the rule is disabled",
-            Dropped::ChannelRemoved => "not sent: the channel was removed from the rule",
-        }
-    }
-}
+/// Why a task is not sent at all: one list with the route's ([`klaxon_core::route::DropReason`]).
+pub(crate) use klaxon_core::route::DropReason as Dropped;
 
 /// Whether `task` is decided at send time: a reminder or an escalation step of an alert.
 pub(super) fn checked(task: &NotificationTask) -> bool {
     task.alert.is_some() && matches!(task.reason, Reason::Reminder { .. } | Reason::Escalation { .. })
 }
 
-/// What the state of the alert as it is now (`None`: gone) says of a [`checked`] task: `Some(why)` when it is not
-/// to be sent.
-pub(super) fn verdict(state: Option<AlertState>) -> Option<Dropped> {
-    match state {
-        None => Some(Dropped::AlertGone),
-        Some(AlertState::Firing) => None,
-        Some(AlertState::Acknowledged) => Some(Dropped::Acknowledged),
-        Some(AlertState::Resolved) => Some(Dropped::Resolved),
-    }
-}
-
-/// What the project's rules as they are now say of a [`checked`] task: `Some(why)` when it is not to be sent.
+/// What the project's rules as they are now say of a [`checked`] task: `Some(why)` when it is not to be sent (the
+/// route's own question, [`klaxon_core::route::still_sent_by`]).
 pub(super) fn rule_verdict(task: &NotificationTask, rules: &ProjectRules) -> Option<Dropped> {
-    let Some(rule) = rules.rules.iter().find(|r| r.id == task.rule_id) else {
-        return Some(Dropped::RuleGone);
-    };
-    if !rule.enabled {
-        return Some(Dropped::RuleDisabled);
-    }
-    let channels: &[ChannelConfig] = match task.reason {
-        Reason::Escalation { step, .. } => {
-            match (step as usize)
-                .checked_sub(1)
-                .and_then(|i| rule.escalation.get(i))
-            {
-                Some(s) => &s.channels,
-                None => return Some(Dropped::ChannelRemoved),
-            }
-        }
-        _ => &rule.channels,
-    };
-    let kept = channels
-        .iter()
-        .any(|c| c.kind == task.channel && c.endpoint == task.endpoint);
-    (!kept).then_some(Dropped::ChannelRemoved)
+    let rule = rules.rules.iter().find(|r| r.id == task.rule_id);
+    klaxon_core::route::still_sent_by(task, rule).err()
 }
 
 /// Reads `task`'s alert (and, with `rules`, its rule) when the task is [`checked`]: `Ok(Some(why))` drops it,
@@ -148,7 +77,7 @@ pub(super) async fn dropped(
         return Ok(None);
     };
     let now = deps.alerts.get(&task.project_id, &alert.id).await?;
-    if let Some(why) = verdict(now.map(|a| a.state)) {
+    if let Some(why) = Dropped::of_alert(now.map(|a| a.state)) {
         return Ok(Some(why));
     }
     let Some(cache) = deps.rules.get().filter(|_| rules) else {
@@ -167,7 +96,7 @@ pub(super) async fn dropped(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use klaxon_core::alert::AlertRef;
+    use klaxon_core::alert::{AlertRef, AlertState};
     use klaxon_core::ChannelKind;
     use serde_json::{json, Value};
 
@@ -281,7 +210,7 @@ mod tests {
             (Some(AlertState::Resolved), Some(Dropped::Resolved)),
         ];
         for (now, want) in table {
-            assert_eq!(verdict(now), want, "{now:?}");
+            assert_eq!(Dropped::of_alert(now), want, "{now:?}");
         }
         let all = [
             Dropped::Acknowledged,
