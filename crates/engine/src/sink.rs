@@ -24,7 +24,7 @@ use klaxon_core::ChannelKind;
 use klaxon_store::trail::{now_ms, Record, Status, Trail};
 use serde_json::{json, Map, Value};
 
-use crate::internal_events::{AlertMessageNotSent, NotSent, NotificationShadowed};
+use crate::internal_events::{AlertMessageNotSent, NotificationShadowed};
 use crate::EngineError;
 
 /// Which queues notifications go to (`--output`, `KLAXON_OUTPUT`): one definition, in core, where the route
@@ -97,12 +97,9 @@ pub fn dispatch(
         trail.record(shadow_record(task, now_ms()));
         return Ok(None);
     }
-    if output == Output::Hawk && !task.hawk_can_send() {
-        AlertMessageNotSent {
-            task,
-            reason: NotSent::HawkOutput,
-        }
-        .emit();
+    // the route's own decision for what goes out at once (`--output hawk` cannot send every task)
+    if let klaxon_core::route::Route::Dropped { reason } = klaxon_core::route::by_hand(task, output) {
+        AlertMessageNotSent { task, reason }.emit();
         return Ok(None);
     }
     message(topology, output, task).map(Some)
