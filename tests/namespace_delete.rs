@@ -12,9 +12,7 @@ use klaxon_counter::RedisHandle;
 
 /// `env` for namespace `ns` (its own `KLAXON_NAMESPACE`).
 fn in_namespace(env: &Env, ns: &str) -> Env {
-    let mut e = env.clone().set("KLAXON_NAMESPACE", ns);
-    e.namespace = ns.to_owned();
-    e
+    env.in_namespace(ns)
 }
 
 /// Every queue and exchange Klaxon declares for `ns`.

@@ -20,6 +20,34 @@ pub fn free_port() -> u16 {
 pub struct Env {
     pub namespace: String,
     pub vars: Vec<(String, String)>,
+    /// Deletes the namespace's queues when the last clone of this environment is dropped (also when the test
+    /// panics), so no test leaves idle queues on the shared broker.
+    cleanup: std::sync::Arc<Cleanup>,
+}
+
+/// The queues a test's namespace may have made, deleted on drop if a `klaxon` process ever ran in it.
+struct Cleanup {
+    namespace: String,
+    events_queue: std::sync::Mutex<String>,
+    used: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if !self.used.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let namespace = self.namespace.clone();
+        let events = self.events_queue.lock().map(|q| q.clone()).unwrap_or_default();
+        // Its own thread and runtime: the drop may run inside a test's runtime, which cannot block on another.
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                return;
+            };
+            rt.block_on(delete_namespace(&namespace, &events));
+        })
+        .join();
+    }
 }
 
 impl Env {
@@ -34,10 +62,37 @@ impl Env {
             ("KLAXON_ALLOW_PRIVATE_ENDPOINTS".into(), "true".into()),
             ("KLAXON_LOG".into(), "info,lapin=warn".into()),
         ];
-        Env { namespace, vars }
+        let cleanup = std::sync::Arc::new(Cleanup {
+            events_queue: std::sync::Mutex::new(format!("{namespace}.events")),
+            namespace: namespace.clone(),
+            used: std::sync::atomic::AtomicBool::new(false),
+        });
+        Env {
+            namespace,
+            vars,
+            cleanup,
+        }
+    }
+
+    /// This environment in namespace `ns` (its own `KLAXON_NAMESPACE`, events queue and clean-up).
+    pub fn in_namespace(&self, ns: &str) -> Env {
+        let mut e = self.clone().set("KLAXON_NAMESPACE", ns);
+        e.namespace = ns.to_owned();
+        e.cleanup = std::sync::Arc::new(Cleanup {
+            events_queue: std::sync::Mutex::new(format!("{ns}.events")),
+            namespace: ns.to_owned(),
+            used: std::sync::atomic::AtomicBool::new(false),
+        });
+        e
     }
 
     pub fn set(mut self, k: &str, v: &str) -> Self {
+        // Only a queue of this namespace is ever deleted: a test that names a shared queue keeps it.
+        if k == "KLAXON_EVENTS_QUEUE" && v.starts_with(&self.namespace) {
+            if let Ok(mut q) = self.cleanup.events_queue.lock() {
+                *q = v.to_owned();
+            }
+        }
         self.vars.retain(|(name, _)| name != k);
         self.vars.push((k.into(), v.into()));
         self
@@ -51,6 +106,9 @@ impl Env {
     }
 
     fn command(&self, args: &[&str]) -> Command {
+        self.cleanup
+            .used
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let mut cmd = Command::new(BIN);
         cmd.args(args).stdin(Stdio::null()).env_remove("RUST_LOG");
         for (k, _) in std::env::vars() {
@@ -392,18 +450,25 @@ pub fn json_file(env: &Env, name: &str, value: &serde_json::Value) -> PathBuf {
     p
 }
 
-/// Removes the namespace's queues so tests leave nothing behind.
+/// Removes the namespace's queues so tests leave nothing behind (also done when the last clone of the test's
+/// [`Env`] is dropped).
 pub async fn delete_queues(env: &Env) {
+    let events = env
+        .cleanup
+        .events_queue
+        .lock()
+        .map(|q| q.clone())
+        .unwrap_or_default();
+    delete_namespace(&env.namespace, &events).await;
+}
+
+async fn delete_namespace(namespace: &str, events_queue: &str) {
     let Ok(broker) =
         klaxon_broker::Broker::connect(&klaxon_testkit::amqp_url(), Duration::from_secs(5)).await
     else {
         return;
     };
-    let topo = klaxon_broker::Topology::new(
-        &env.namespace,
-        &format!("{}.events", env.namespace),
-        klaxon_broker::QueueType::Classic,
-    );
+    let topo = klaxon_broker::Topology::new(namespace, events_queue, klaxon_broker::QueueType::Classic);
     let _ = broker.delete_topology(&topo).await;
     broker.close().await;
 }
