@@ -676,7 +676,10 @@ async fn a_project_full_of_resolved_alerts_still_opens_and_escalates_a_new_one()
         alerts.open(chunk, None).await.expect("open");
     }
     for p in &paging {
-        let c = alerts.resolve(&project, &p.id, "e2e", None).await.expect("resolve");
+        let c = alerts
+            .resolve(&project, &p.id, "e2e", None)
+            .await
+            .expect("resolve");
         assert!(matches!(c, Change::Done(_)), "{c:?}");
     }
     let usage = alerts.usage(&project).await.expect("usage");
@@ -694,7 +697,10 @@ async fn a_project_full_of_resolved_alerts_still_opens_and_escalates_a_new_one()
         .count(2)
         .ok();
     let fired = common::firing_webhook(&hook, || k.logs()).await;
-    assert!(fired["alertId"].is_string(), "the firing opened its alert: {fired}");
+    assert!(
+        fired["alertId"].is_string(),
+        "the firing opened its alert: {fired}"
+    );
     let got = esc.wait_for_count(1, Duration::from_secs(15)).await;
     assert_eq!(got.len(), 1, "the step's webhook; log:\n{}", k.logs());
     assert_eq!(got[0].json()["alertId"], fired["alertId"]);

@@ -114,7 +114,10 @@ fn main() {
     };
     let rows = [
         ("no quiet hours", measure(|i| fire(&none, i))),
-        ("21 windows (spans, once per rule version)", measure(|i| fire(&windows, i))),
+        (
+            "21 windows (spans, once per rule version)",
+            measure(|i| fire(&windows, i)),
+        ),
         ("21 windows computed per firing (before #42)", measure(chained)),
     ];
     println!("| case | firings/s | µs per firing |");

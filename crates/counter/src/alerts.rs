@@ -40,8 +40,8 @@ use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use klaxon_core::alert::{
-    Alert, AlertChannel, AlertState, DEFAULT_MAX_ALERTS_PER_PROJECT, MAX_ALERT_TITLE_BYTES, MAX_HEARD_MEMBERS,
-    OPEN_RETENTION_MS, RESOLVED_RETENTION_MS,
+    Alert, AlertChannel, AlertState, DEFAULT_MAX_ALERTS_PER_PROJECT, MAX_ALERT_TITLE_BYTES,
+    MAX_HEARD_MEMBERS, OPEN_RETENTION_MS, RESOLVED_RETENTION_MS,
 };
 use redis::{Script, Value};
 use serde::{Deserialize, Serialize};
@@ -352,7 +352,11 @@ impl Alerts {
 
     /// The projects that could not open an alert since `since_ms` (unix ms), most recent first, at most
     /// `limit`: (project, when it last happened).
-    pub async fn full_projects(&self, since_ms: i64, limit: usize) -> Result<Vec<(String, i64)>, CounterError> {
+    pub async fn full_projects(
+        &self,
+        since_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<(String, i64)>, CounterError> {
         let flat: Vec<(String, f64)> = redis::cmd("ZREVRANGEBYSCORE")
             .arg(self.full_key())
             .arg("+inf")

@@ -450,7 +450,9 @@ impl Digests {
             "claimed" => {
                 let now_ms = int(reply.get(1).ok_or_else(|| bad(S, "missing now"))?, S)?;
                 let count = |i: usize| -> Result<u64, CounterError> {
-                    let v = reply.get(i).ok_or_else(|| bad(S, "missing a count past the bound"))?;
+                    let v = reply
+                        .get(i)
+                        .ok_or_else(|| bad(S, "missing a count past the bound"))?;
                     Ok(u64::try_from(int(v, S)?).unwrap_or(0))
                 };
                 let more = Unlisted {
@@ -478,11 +480,7 @@ impl Digests {
                         alert_id: None,
                     });
                 }
-                Ok(Claim::Claimed {
-                    now_ms,
-                    events,
-                    more,
-                })
+                Ok(Claim::Claimed { now_ms, events, more })
             }
             other => Err(bad(S, format!("unknown reply `{other}`"))),
         }

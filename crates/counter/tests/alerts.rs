@@ -7,7 +7,9 @@
 mod common;
 
 use common::{on_both, Env};
-use klaxon_core::alert::{alert_id, Alert, AlertChannel, AlertState, MAX_ALERT_TITLE_BYTES, RESOLVED_RETENTION_MS};
+use klaxon_core::alert::{
+    alert_id, Alert, AlertChannel, AlertState, MAX_ALERT_TITLE_BYTES, RESOLVED_RETENTION_MS,
+};
 use klaxon_core::ChannelKind;
 use klaxon_counter::{Alerts, Change, NotOpened, Opened, Touch, Usage};
 
@@ -367,7 +369,11 @@ async fn the_cap(env: Env) {
     let o = open(&env, &a, &[opening("r", "g4", "w", T0, pages)], &[], T0).await;
     assert_eq!(o, vec![Opened::Full(NotOpened::ProjectFull)], "[{t}]");
     let full = a.full_projects(T0, 10).await.expect("full projects");
-    assert_eq!(full, vec![("proj".to_owned(), T0)], "[{t}] the project is said to be full");
+    assert_eq!(
+        full,
+        vec![("proj".to_owned(), T0)],
+        "[{t}] the project is said to be full"
+    );
     // one resolved: its slot is reusable at once, the fourth opens, and the resolved one is forgotten
     let g1 = alert_id("proj", "r", "g1", "w");
     change(&env, a.resolve("proj", &g1, "ana", Some(T0 + 1)).await).await;
@@ -471,7 +477,11 @@ async fn resolved_slots_are_reused_at_once(env: Env) {
     ids.extend(paging.iter().map(|x| x.id.clone()));
     for (i, p) in paging.iter().enumerate() {
         // resolved one after the other: the first resolved is the first to expire
-        let c = change(&env, a.resolve("proj", &p.id, "ana", Some(T0 + 3000 + i as i64)).await).await;
+        let c = change(
+            &env,
+            a.resolve("proj", &p.id, "ana", Some(T0 + 3000 + i as i64)).await,
+        )
+        .await;
         assert!(matches!(c, Change::Done(_)), "[{t}] {c:?}");
     }
     assert_eq!(
@@ -495,9 +505,15 @@ async fn resolved_slots_are_reused_at_once(env: Env) {
         a.get("proj", &paging[0].id).await.expect("get").is_none(),
         "[{t}] the oldest resolved alert is forgotten"
     );
-    assert!(a.get("proj", &paging[1].id).await.expect("get").is_some(), "[{t}]");
+    assert!(
+        a.get("proj", &paging[1].id).await.expect("get").is_some(),
+        "[{t}]"
+    );
     for h in &by_hand {
-        assert!(a.current("proj", "h", &h.group).await.expect("current").is_some(), "[{t}]");
+        assert!(
+            a.current("proj", "h", &h.group).await.expect("current").is_some(),
+            "[{t}]"
+        );
     }
     let u = a.usage("proj").await.expect("usage");
     assert_eq!((u.kept, u.open, u.by_hand), (1000, 17, 16), "[{t}]");
@@ -529,10 +545,24 @@ async fn the_by_hand_share(env: Env) {
     assert_eq!(u.full(false), None, "[{t}] {u:?}");
     // the alerts that page still open, up to the project's limit
     for g in ["p1", "p2"] {
-        let o = open(&env, &a, &[opening("r", g, "w", T0 + 2, 5 * MIN as u64)], &[], T0 + 2).await;
+        let o = open(
+            &env,
+            &a,
+            &[opening("r", g, "w", T0 + 2, 5 * MIN as u64)],
+            &[],
+            T0 + 2,
+        )
+        .await;
         assert!(matches!(o[0], Opened::New(_)), "[{t}] {o:?}");
     }
-    let o = open(&env, &a, &[opening("r", "p3", "w", T0 + 3, 5 * MIN as u64)], &[], T0 + 3).await;
+    let o = open(
+        &env,
+        &a,
+        &[opening("r", "p3", "w", T0 + 3, 5 * MIN as u64)],
+        &[],
+        T0 + 3,
+    )
+    .await;
     assert_eq!(o, vec![Opened::Full(NotOpened::ProjectFull)], "[{t}]");
     // one resolved by hand: its share has room again (and its slot too)
     let h1 = alert_id("proj", "r", "h1", "w");
@@ -540,7 +570,11 @@ async fn the_by_hand_share(env: Env) {
     let o = open(&env, &a, &[opening("r", "h3", "w", T0 + 5, 0)], &[], T0 + 5).await;
     assert!(matches!(o[0], Opened::New(_)), "[{t}] {o:?}");
     let full = a.full_projects(T0, 10).await.expect("full");
-    assert_eq!(full, vec![("proj".to_owned(), T0 + 3)], "[{t}] the last time it was full");
+    assert_eq!(
+        full,
+        vec![("proj".to_owned(), T0 + 3)],
+        "[{t}] the last time it was full"
+    );
 }
 
 #[tokio::test]
@@ -564,8 +598,15 @@ async fn titles_are_cut(env: Env) {
     let Opened::New(first) = &o[0] else {
         panic!("[{t}] {o:?}")
     };
-    assert!(first.title.len() <= MAX_ALERT_TITLE_BYTES, "[{t}] {}", first.title.len());
-    assert!(first.title.starts_with("Err éé") && first.title.ends_with('…'), "[{t}]");
+    assert!(
+        first.title.len() <= MAX_ALERT_TITLE_BYTES,
+        "[{t}] {}",
+        first.title.len()
+    );
+    assert!(
+        first.title.starts_with("Err éé") && first.title.ends_with('…'),
+        "[{t}]"
+    );
     for x in &opens[..50] {
         change(&env, a.resolve("proj", &x.id, "ana", Some(T0 + 1)).await).await;
     }

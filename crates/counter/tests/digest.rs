@@ -719,7 +719,9 @@ async fn a_1200_group_quiet_window_counts_what_it_cannot_list() {
         for chunk in holds.chunks(500) {
             d.hold_all(chunk, Some(t0)).await.expect("hold_all");
         }
-        let Claim::Claimed { events: got, more, .. } = d.claim_held(&key, end, Some(end)).await.expect("claim")
+        let Claim::Claimed {
+            events: got, more, ..
+        } = d.claim_held(&key, end, Some(end)).await.expect("claim")
         else {
             panic!("[{t}] a claim");
         };
@@ -744,7 +746,10 @@ async fn a_1200_group_quiet_window_counts_what_it_cannot_list() {
         // an ordinary window counts nothing past a bound
         let small = [hold(key, "s1", &events[0], Fired, end + 10_000)];
         d.hold_all(&small, Some(end + 1)).await.expect("hold");
-        let Claim::Claimed { more, .. } = d.claim_held(&key, end + 10_000, Some(end + 10_000)).await.expect("claim")
+        let Claim::Claimed { more, .. } = d
+            .claim_held(&key, end + 10_000, Some(end + 10_000))
+            .await
+            .expect("claim")
         else {
             panic!("[{t}] a claim");
         };

@@ -151,11 +151,7 @@ async fn flush(deps: &DigestDeps, publisher: &Publisher, delivery: &Delivery) ->
             let again = (f.message(&deps.topology), wait);
             deps.outbox().schedule(publisher, again).await
         }
-        Claim::Claimed {
-            now_ms,
-            events,
-            more,
-        } => {
+        Claim::Claimed { now_ms, events, more } => {
             #[cfg(feature = "fault-injection")]
             if deps.faults.crash_after_claim {
                 tracing::error!(

@@ -498,7 +498,10 @@ async fn silence(
         .await
         .inspect_err(|_| RedisFailed.emit())?;
     // one answer per open, in order: none would be a bug in the adapter, delivered without an alert
-    let opened = opened.into_iter().next().unwrap_or(Opened::Full(NotOpened::ProjectFull));
+    let opened = opened
+        .into_iter()
+        .next()
+        .unwrap_or(Opened::Full(NotOpened::ProjectFull));
     if let Opened::New(a) = &opened {
         AlertOpened { alert: a }.emit();
     }

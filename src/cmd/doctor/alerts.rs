@@ -36,7 +36,10 @@ pub(super) async fn alert_slots_check(redis: &RedisHandle, namespace: &str, time
             return check(
                 Status::Warn,
                 "alert slots",
-                format!("could not be checked: no answer within {}", humantime::format_duration(timeout)),
+                format!(
+                    "could not be checked: no answer within {}",
+                    humantime::format_duration(timeout)
+                ),
             )
         }
     };

@@ -1024,7 +1024,11 @@ fn spans_answer_as_the_chain_does() {
         }
         assert!(quiet_seen > 0, "schedule {n} is quiet sometimes");
         for back in [at - 300 * 24 * H, start, start + 17 * M] {
-            assert_eq!(q.window_at(back), q.chained_window_at(back), "schedule {n} at {back}");
+            assert_eq!(
+                q.window_at(back),
+                q.chained_window_at(back),
+                "schedule {n} at {back}"
+            );
         }
     }
     // the whole week: held eight days at a time, then asked again

@@ -102,7 +102,14 @@ fn after_open_table() {
             None,
         ),
         // the project is full: delivered without an alert
-        (vec![(a.clone(), Opened::Full(NotOpened::ProjectFull))], vec![], 1, 0, None, None),
+        (
+            vec![(a.clone(), Opened::Full(NotOpened::ProjectFull))],
+            vec![],
+            1,
+            0,
+            None,
+            None,
+        ),
     ];
     for (answers, delays, full, opened, on_a, on_b) in cases {
         let mut tasks = vec![
