@@ -621,3 +621,93 @@ async fn an_escalation_steps_pagerduty_incident_is_acknowledged_and_resolved_on_
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;
 }
+
+/// Issue #42: a project whose slots hold 16 alerts resolved by hand only (open 30 days) and 984 resolved alerts
+/// used to open no alert at all: the firing was delivered, but its escalation never existed. A resolved alert's
+/// slot is reusable at once: the new firing opens its alert, and it escalates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_project_full_of_resolved_alerts_still_opens_and_escalates_a_new_one() {
+    use klaxon_core::alert::{alert_id, Alert, AlertChannel, AlertState};
+    let (hook, esc) = (
+        HttpSink::start().await.expect("sink"),
+        HttpSink::start().await.expect("sink"),
+    );
+    let env = Env::new();
+    let project = object_id();
+    let redis = RedisHandle::connect(&klaxon_testkit::redis_url())
+        .await
+        .expect("redis");
+    let alerts = Alerts::new(redis, &env.namespace);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    let old = |rule: &str, i: i64, resolve_after_ms: u64| Alert {
+        id: alert_id(&project, rule, &format!("old{i}"), "w"),
+        project_id: project.clone(),
+        project_name: None,
+        rule_id: rule.into(),
+        group: format!("old{i}"),
+        title: format!("Old error {i}"),
+        state: AlertState::Firing,
+        firing: "w".into(),
+        fired_at_ms: now - 3_600_000 + i,
+        acknowledged_at_ms: None,
+        acknowledged_by: None,
+        resolved_at_ms: None,
+        resolved_by: None,
+        events: 0,
+        last_event_at_ms: now - 3_600_000 + i,
+        resolve_after_ms,
+        channels: vec![AlertChannel::of_rule(
+            klaxon_core::ChannelKind::Webhook,
+            "https://example.com/hook",
+            None,
+        )],
+        heard: Vec::new(),
+        closes: Vec::new(),
+    };
+    let by_hand: Vec<Alert> = (0..16).map(|i| old("5e3eef0679fa3700a0198a01", i, 0)).collect();
+    let paging: Vec<Alert> = (0..984)
+        .map(|i| old("5e3eef0679fa3700a0198a02", 100 + i, 60_000))
+        .collect();
+    alerts.open(&by_hand, None).await.expect("open");
+    for chunk in paging.chunks(200) {
+        alerts.open(chunk, None).await.expect("open");
+    }
+    for p in &paging {
+        let c = alerts
+            .resolve(&project, &p.id, "e2e", None)
+            .await
+            .expect("resolve");
+        assert!(matches!(c, Change::Done(_)), "{c:?}");
+    }
+    let usage = alerts.usage(&project).await.expect("usage");
+    assert_eq!((usage.kept, usage.open), (1000, 16), "{usage:?}");
+
+    env.import(&rule(
+        &project,
+        &hook,
+        json!({"escalation": [{"after": 2_000, "channels": {
+            "webhook": {"isEnabled": true, "endpoint": esc.url("/escalated"), "minPeriod": 0}
+        }}]}),
+    ));
+    let mut k = env.spawn("run", &[]);
+    env.publish(&project, &format!("New ({})", env.namespace), "g")
+        .count(2)
+        .ok();
+    let fired = common::firing_webhook(&hook, || k.logs()).await;
+    assert!(
+        fired["alertId"].is_string(),
+        "the firing opened its alert: {fired}"
+    );
+    let got = esc.wait_for_count(1, Duration::from_secs(15)).await;
+    assert_eq!(got.len(), 1, "the step's webhook; log:\n{}", k.logs());
+    assert_eq!(got[0].json()["alertId"], fired["alertId"]);
+    assert_eq!(
+        k.metric(r#"klaxon_alerts_not_opened_total{reason="project_full"}"#),
+        0.0
+    );
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}

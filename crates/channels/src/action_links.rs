@@ -257,6 +257,7 @@ mod tests {
             Reason::Digest {
                 min_period_s: 60,
                 resolved: 0,
+                more: Default::default(),
             },
             3,
         ));

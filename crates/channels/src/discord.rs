@@ -197,12 +197,8 @@ pub(crate) fn embeds(v: &View) -> Vec<Value> {
                 }
                 out.push(group);
             }
-            if groups > shown {
-                out.push(embed(
-                    format!("and {} more", groups - shown),
-                    String::new(),
-                    v.kind,
-                ));
+            if let Some(line) = v.more_after(shown) {
+                out.push(embed(line, String::new(), v.kind));
             }
             out
         }

@@ -121,6 +121,9 @@ pub(crate) fn event(task: &NotificationTask, v: &View) -> Result<Value, Delivery
     });
     if v.more > 0 {
         details["moreGroups"] = Value::from(v.more);
+        if !v.more_parts.is_empty() {
+            details["more"] = json!({"fired": v.more_fired, "resolved": v.more_resolved});
+        }
     }
     if !v.seen.is_empty() {
         details["seen"] = Value::from(v.seen.as_str());

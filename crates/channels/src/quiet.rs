@@ -22,14 +22,15 @@ pub(crate) fn in_parts(task: &NotificationTask) -> bool {
 }
 
 /// How the message names its period, after "N errors in <project> in ": `quiet hours` for a release, the
-/// digest's period for a digest with resolves, with what fired and resolved when something resolved. `None`
-/// for any other task.
+/// digest's period for a digest with resolves, with what fired and resolved when something resolved (all of
+/// it: listed, and counted past the list's bound). `None` for any other task.
 pub(crate) fn window(task: &NotificationTask) -> Option<String> {
     let (period, fired, resolved) = match task.reason {
         Reason::QuietHours { fired, resolved, .. } => ("quiet hours".to_owned(), fired, resolved),
         Reason::Digest {
             min_period_s,
             resolved,
+            ..
         } if resolved > 0 => {
             let (fired, _) = task.held_parts()?;
             (
@@ -40,6 +41,10 @@ pub(crate) fn window(task: &NotificationTask) -> Option<String> {
         }
         _ => return None,
     };
+    // every firing and resolve of the window, those counted past its list's bound included
+    let more = task.unlisted();
+    let fired = u64::from(fired).saturating_add(more.fired);
+    let resolved = u64::from(resolved).saturating_add(more.resolved);
     Some(if resolved == 0 {
         period
     } else {

@@ -195,7 +195,7 @@ pub(crate) fn lines(v: &View) -> Vec<Vec<Piece>> {
                 });
             }
             if v.more > 0 {
-                out.push(vec![Piece::Ours(format!("and {} more", v.more))]);
+                out.push(vec![Piece::Ours(format!("and {} more{}", v.more, v.more_parts))]);
             }
         }
     }

@@ -341,6 +341,10 @@ struct WebhookBody<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     quiet: Option<QuietNumbers>,
     events: Vec<WebhookEvent<'a>>,
+    /// A digest or a quiet window's release past its list's bound: how many more fired and resolved than
+    /// `events` lists (`{"fired": X, "resolved": Y}`); absent when it lists everything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    more: Option<klaxon_core::notification::Unlisted>,
     /// The body of a direct notification (`POST /api/v1/notifications`).
     #[serde(skip_serializing_if = "Option::is_none")]
     text: Option<&'a str>,
@@ -487,6 +491,7 @@ pub fn webhook_body_with(task: &NotificationTask, ctx: MessageContext<'_>) -> Ve
             until_ms,
             fired,
             resolved,
+            ..
         } => Some(QuietNumbers {
             ended_at: klaxon_core::notification::rfc3339_ms(until_ms),
             fired,
@@ -539,6 +544,7 @@ pub fn webhook_body_with(task: &NotificationTask, ctx: MessageContext<'_>) -> Ve
             _ => None,
         },
         quiet,
+        more: Some(task.unlisted()).filter(|m| !m.is_none()),
         events: task
             .events
             .iter()

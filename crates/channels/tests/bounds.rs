@@ -198,6 +198,7 @@ fn task(channel: ChannelKind, case: &Case) -> NotificationTask {
         _ => Reason::Digest {
             min_period_s: 300,
             resolved: 0,
+            more: Default::default(),
         },
     };
     let digest = matches!(reason, Reason::Digest { .. });

@@ -195,6 +195,7 @@ async fn email_digest_lists_groups() {
         Reason::Digest {
             min_period_s: 3600,
             resolved: 0,
+            more: Default::default(),
         },
         &events,
     );

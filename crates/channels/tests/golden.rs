@@ -168,6 +168,7 @@ fn cases(channel: ChannelKind) -> Vec<(&'static str, NotificationTask)> {
                 Reason::Digest {
                     min_period_s: 300,
                     resolved: 0,
+                    more: Default::default(),
                 },
                 &[
                     ("DB timeout after 30s", 3, None),
@@ -196,6 +197,7 @@ fn cases(channel: ChannelKind) -> Vec<(&'static str, NotificationTask)> {
                 Reason::Digest {
                     min_period_s: 300,
                     resolved: 0,
+                    more: Default::default(),
                 },
                 &[
                     (HOSTILE, 7, Some("6a1b2c3d4e5f60718293a4b5")),
@@ -272,6 +274,21 @@ fn cases(channel: ChannelKind) -> Vec<(&'static str, NotificationTask)> {
         // nothing in them counted: the header says what happened instead of "0 errors" (#33)
         ("digest_only_resolves", digest_only_resolves(channel, title)),
         ("quiet_hours_no_events", quiet_release_of_a_silence(channel)),
+        // past the list's bound (1,000 groups of each kind): how many more fired and resolved, exactly (#42)
+        (
+            "quiet_hours_more",
+            quiet_release(channel, title).with_unlisted(klaxon_core::notification::Unlisted {
+                fired: 200,
+                resolved: 6,
+            }),
+        ),
+        (
+            "digest_more",
+            digest_with_resolves(channel, title).with_unlisted(klaxon_core::notification::Unlisted {
+                fired: 1_180,
+                resolved: 0,
+            }),
+        ),
         // who resolved it is tenant text (an API token's label): escaped like titles
         (
             "hostile_resolved",
@@ -546,6 +563,7 @@ fn worst_cases(channel: ChannelKind) -> Vec<NotificationTask> {
             Reason::Digest {
                 min_period_s: 60,
                 resolved: 0,
+                more: Default::default(),
             },
             &digest,
         ),
@@ -871,6 +889,7 @@ async fn discord_embeds_stay_within_discord_limits() {
         Reason::Digest {
             min_period_s: 60,
             resolved: 0,
+            more: Default::default(),
         },
         &fifteen
             .iter()

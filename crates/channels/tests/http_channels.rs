@@ -109,6 +109,7 @@ async fn telegram_long_message_is_split_in_order_without_loss() {
         Reason::Digest {
             min_period_s: 600,
             resolved: 0,
+            more: Default::default(),
         },
         &events,
     );
@@ -604,6 +605,7 @@ async fn digest_lists_groups_by_count_with_and_more() {
         Reason::Digest {
             min_period_s: 300,
             resolved: 0,
+            more: Default::default(),
         },
         &events,
     );

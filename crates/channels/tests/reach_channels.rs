@@ -114,6 +114,7 @@ async fn discord_messages_stay_within_discord_limits() {
         Reason::Digest {
             min_period_s: 60,
             resolved: 0,
+            more: Default::default(),
         },
         &events,
     ))
@@ -283,6 +284,7 @@ async fn pagerduty_triggers_one_alert_per_notification() {
     t.reason = Reason::Digest {
         min_period_s: 300,
         resolved: 0,
+        more: Default::default(),
     };
     t.severity = Some(Severity::Warning);
     t.project_name = Some("Acme shop".into());

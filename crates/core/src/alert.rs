@@ -22,9 +22,14 @@ use crate::rule::{ChannelKind, Severity};
 /// The shortest and longest `resolveAfter` (1 s … 90 days), ms; `0` means never.
 pub const RESOLVE_AFTER_RANGE_MS: (u64, u64) = (1_000, 90 * 24 * 3_600_000);
 
-/// The most alerts a project keeps (open and resolved, newest first): past it the oldest resolved ones are
-/// forgotten, and when every one of them is open no new alert opens (the firing is still delivered).
+/// The most alerts a project keeps (open and resolved, newest first): past it a resolved one is forgotten at
+/// once (the one that expires first), and when every one of them is open no new alert opens (the firing is still
+/// delivered). Alerts that resolve only by hand (`resolveAfter: 0`) hold at most half of these slots.
 pub const DEFAULT_MAX_ALERTS_PER_PROJECT: usize = 1_000;
+
+/// The longest title an alert keeps, bytes: longer ones are cut on a character boundary when stored and when
+/// listed, as digests cut theirs (`klaxon_core::text::one_line`).
+pub const MAX_ALERT_TITLE_BYTES: usize = 1024;
 
 /// How long a resolved alert is kept for its history, ms (7 days).
 pub const RESOLVED_RETENTION_MS: i64 = 7 * 24 * 3_600_000;

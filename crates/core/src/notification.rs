@@ -80,6 +80,9 @@ pub enum Reason {
         /// How many of the task's events (the last ones) resolved (absent from the wire when none).
         #[serde(default, skip_serializing_if = "is_zero")]
         resolved: u32,
+        /// What fired and resolved in the window past its list's bound (absent from the wire when nothing).
+        #[serde(default, skip_serializing_if = "Unlisted::is_none")]
+        more: Unlisted,
     },
     /// A direct notification from `POST /api/v1/notifications`: the event's title is the message's title and
     /// [`NotificationTask::text`] its body.
@@ -113,7 +116,34 @@ pub enum Reason {
         fired: u32,
         /// How many (after those) resolved.
         resolved: u32,
+        /// What fired and resolved in the window past its list's bound (absent from the wire when nothing).
+        #[serde(default, skip_serializing_if = "Unlisted::is_none")]
+        more: Unlisted,
     },
+}
+
+/// What a digest window or a quiet window counted past its list's bound (`klaxon-counter`'s
+/// `DIGEST_MAX_GROUPS` groups of each kind): a digest or a release never drops silently, its message says "and
+/// N more (X fired, Y resolved)". Each firing and each resolve past the bound counts once (a group that fired
+/// twice there counts twice).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Unlisted {
+    /// Firings not listed.
+    pub fired: u64,
+    /// Resolves not listed.
+    pub resolved: u64,
+}
+
+impl Unlisted {
+    /// Nothing past the bound.
+    pub fn is_none(&self) -> bool {
+        self.fired == 0 && self.resolved == 0
+    }
+
+    /// Firings and resolves not listed.
+    pub fn total(&self) -> u64 {
+        self.fired.saturating_add(self.resolved)
+    }
 }
 
 impl Reason {
@@ -454,6 +484,7 @@ impl NotificationTask {
             reason: Reason::Digest {
                 min_period_s: w.min_period_s,
                 resolved,
+                more: Default::default(),
             },
             events,
             text: None,
@@ -499,6 +530,7 @@ impl NotificationTask {
             until_ms: w.window_start_ms,
             fired,
             resolved,
+            more: Default::default(),
         };
         NotificationTask {
             notification_id: notification_id(
@@ -521,6 +553,24 @@ impl NotificationTask {
             send_at_ms: None,
             alert: None,
             severity: w.severity,
+        }
+    }
+
+    /// The task with what its window counted past its list's bound ([`Unlisted`]): a digest's or a quiet
+    /// window's release; any other task is returned as it is.
+    pub fn with_unlisted(mut self, unlisted: Unlisted) -> NotificationTask {
+        if let Reason::Digest { more, .. } | Reason::QuietHours { more, .. } = &mut self.reason {
+            *more = unlisted;
+        }
+        self
+    }
+
+    /// What its window counted past its list's bound: a digest's or a quiet window's release; nothing for any
+    /// other task.
+    pub fn unlisted(&self) -> Unlisted {
+        match self.reason {
+            Reason::Digest { more, .. } | Reason::QuietHours { more, .. } => more,
+            _ => Unlisted::default(),
         }
     }
 

@@ -369,6 +369,10 @@ mod tests {
     const DIGEST: Reason = Reason::Digest {
         min_period_s: 300,
         resolved: 0,
+        more: crate::notification::Unlisted {
+            fired: 0,
+            resolved: 0,
+        },
     };
 
     fn held() -> Route {

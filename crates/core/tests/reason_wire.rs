@@ -83,6 +83,7 @@ fn every_variant_reads_and_writes_the_wire_of_earlier_versions() {
             Reason::Digest {
                 min_period_s: 60,
                 resolved: 0,
+                more: Default::default(),
             },
             r#"{"type":"digest","minPeriodS":60}"#,
         ),
@@ -90,6 +91,7 @@ fn every_variant_reads_and_writes_the_wire_of_earlier_versions() {
             Reason::Digest {
                 min_period_s: 300,
                 resolved: 2,
+                more: Default::default(),
             },
             r#"{"type":"digest","minPeriodS":300,"resolved":2}"#,
         ),
@@ -109,6 +111,7 @@ fn every_variant_reads_and_writes_the_wire_of_earlier_versions() {
                 until_ms: 1_700_000_000_000,
                 fired: 3,
                 resolved: 1,
+                more: Default::default(),
             },
             r#"{"type":"quietHours","untilMs":1700000000000,"fired":3,"resolved":1}"#,
         ),
@@ -117,6 +120,7 @@ fn every_variant_reads_and_writes_the_wire_of_earlier_versions() {
                 until_ms: -5,
                 fired: 0,
                 resolved: 0,
+                more: Default::default(),
             },
             r#"{"type":"quietHours","untilMs":-5,"fired":0,"resolved":0}"#,
         ),

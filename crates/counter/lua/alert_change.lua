@@ -15,12 +15,15 @@
 -- (`due` only: an event came since); {4, HGETALL} never resolves by itself (`due` with resolveAfter 0);
 -- {5, HGETALL} already acknowledged (`ack` only).
 --
+-- A resolve moves the alert from `<prefix>open` (and `<prefix>hand`) to `<prefix>res` (zset id → when its keys
+-- expire), so its slot is reusable at once (alert_open.lua).
+--
 -- A resolve also takes the alert out of each shared incident it was listed in (its `m:s:<firstId>` fields, see
 -- alert_hear.lua; the set `<prefix>inc:<firstId>`): when that leaves the set empty, the alert was the incident's
 -- last open alert and records `c:<firstId>` = 1 in its hash, so its resolve closes the incident, and a replay
 -- answers the same fields.
 --
--- Complexity: O(1), plus O(f) for the fields of a resolved alert's hash (f ≤ 12 + 2 × 32: at most 32 heard
+-- Complexity: O(log n), plus O(f) for the fields of a resolved alert's hash (f ≤ 12 + 2 × 32: at most 32 heard
 -- members and as many incidents it closes).
 local now = tonumber(ARGV[1])
 if now == nil then
@@ -69,6 +72,16 @@ for _, f in ipairs(redis.call('HKEYS', ak)) do
 end
 if redis.call('GET', cur_key) == id then
   redis.call('DEL', cur_key)
+end
+-- its slot is reusable at once: out of the open alerts, into the resolved ones (alert_open.lua forgets the one
+-- that expires first when the project is full)
+redis.call('ZREM', ARGV[2] .. 'open', id)
+redis.call('ZREM', ARGV[2] .. 'hand', id)
+if redis.call('ZSCORE', ARGV[2] .. 'idx', id) then
+  local res = ARGV[2] .. 'res'
+  redis.call('ZADD', res, now + tonumber(ARGV[5]), id)
+  redis.call('PEXPIRE', res, tonumber(ARGV[5]), 'NX')
+  redis.call('PEXPIRE', res, tonumber(ARGV[5]), 'GT')
 end
 redis.call('PEXPIRE', ARGV[2] .. 'idx', tonumber(ARGV[5]), 'GT')
 return {1, redis.call('HGETALL', ak)}

@@ -11,7 +11,7 @@
 --
 -- Returns the number of open alerts touched.
 --
--- Complexity: O(1) per key.
+-- Complexity: O(log n) per key.
 local now = tonumber(ARGV[1])
 if now == nil then
   local t = redis.call('TIME')
@@ -38,6 +38,11 @@ for i, cur_key in ipairs(KEYS) do
       redis.call('PEXPIRE', ak, live, 'GT')
       redis.call('PEXPIRE', cur_key, live, 'GT')
       redis.call('PEXPIRE', prefix .. 'idx', live, 'GT')
+      -- the open alert's entry says when its keys expire (alert_open.lua forgets it then)
+      for _, z in ipairs({'open', 'hand'}) do
+        redis.call('ZADD', prefix .. z, 'XX', 'GT', now + live, id)
+        redis.call('PEXPIRE', prefix .. z, live, 'GT')
+      end
       touched = touched + 1
     end
   end

@@ -1,5 +1,6 @@
 -- alerts_read.lua: a project's alerts, newest first, at most ARGV[2] of them, optionally of one state. Index
--- entries whose alert has expired are removed on the way.
+-- entries whose alert has expired are removed on the way (from `idx`, and from `open`, `hand` and `res`: see
+-- alert_open.lua).
 --
 -- KEYS[1]  zset `<ns>:al:{<projectId>}:idx` (see alert_open.lua)
 -- ARGV[1]  the key prefix `<ns>:al:{<projectId>}:`
@@ -22,6 +23,9 @@ for _, id in ipairs(ids) do
   local st = redis.call('HGET', ak, 'state')
   if not st then
     redis.call('ZREM', KEYS[1], id)
+    redis.call('ZREM', prefix .. 'open', id)
+    redis.call('ZREM', prefix .. 'hand', id)
+    redis.call('ZREM', prefix .. 'res', id)
   elseif want == '' or st == want then
     out[#out + 1] = redis.call('HGETALL', ak)
   end

@@ -3,7 +3,9 @@
 -- channel) and say whether the caller must schedule the window's flush.
 --
 -- KEYS[1]  hash   `<ns>:{dg:<project>:<rule>:<channel>}:win`  {start = window start ms, opener = notification id}
--- KEYS[2]  hash   `…:buf`  entry -> cjson {count, title, repetitionId, openForMs?, silenceMs?}, merged by max count
+-- KEYS[2]  hash   `…:buf`  entry -> cjson {count, title, repetitionId, openForMs?, silenceMs?}, merged by max count;
+--                  and four counters (fields starting with `#`, never an entry: entries start with `f:` or `r:`):
+--                  `#f` / `#r` entries listed that fired / resolved, `#mf` / `#mr` firings / resolves past the bound
 -- KEYS[3]  zset   `…:idz`  notification ids appended in the last `minPeriod` + 10 minutes, scored by append time
 --                  (idempotence of redelivered firings; bounded by the firing rate, not by how long the channel
 --                  stays busy: older ids are trimmed on every append)
@@ -17,7 +19,8 @@
 -- ARGV[5]  title
 -- ARGV[6]  repetition id, '' when none
 -- ARGV[7]  min period in ms (> 0)
--- ARGV[8]  most groups kept per window (later new groups are ignored; existing ones still merge)
+-- ARGV[8]  most groups listed per window and per kind (fired, resolved: resolves are never crowded out by
+--          firings); a new group past it is counted in `#mf` / `#mr` instead (existing ones still merge)
 -- ARGV[9]  keep ms: how long keys live after the last append (safety net; the flush normally deletes them)
 -- ARGV[10] hold-until ms, or '' (or absent) for a digest. Set: a quiet window (`quietHours`) holds the firing until
 --          this time, on the hold's sibling keys (`…:quiet:*`, same hash tag): the window is due at exactly that
@@ -55,6 +58,10 @@ local keep = tonumber(ARGV[9])
 local function buffer(expire)
   local group = ARGV[3]
   local count = tonumber(ARGV[4])
+  local kind = 'f'
+  if string.sub(group, 1, 2) == 'r:' then
+    kind = 'r'
+  end
   local old = redis.call('HGET', KEYS[2], group)
   local keepit = true
   if old then
@@ -62,8 +69,12 @@ local function buffer(expire)
     if tonumber(o['count']) >= count then
       keepit = false
     end
-  elseif redis.call('HLEN', KEYS[2]) >= tonumber(ARGV[8]) then
+  elseif (tonumber(redis.call('HGET', KEYS[2], '#' .. kind)) or 0) >= tonumber(ARGV[8]) then
+    -- past the list's bound: counted, never dropped silently
     keepit = false
+    redis.call('HINCRBY', KEYS[2], '#m' .. kind, 1)
+  else
+    redis.call('HINCRBY', KEYS[2], '#' .. kind, 1)
   end
   if keepit then
     local rep = ARGV[6]

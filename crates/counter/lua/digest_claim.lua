@@ -14,7 +14,8 @@
 -- ARGV[5]  keep ms: how long a claimed record survives if it is never completed
 --
 -- Returns one of
---   {'claimed', now_ms, g_1, count_1, title_1, rep_1, open_1, silence_1, …}  the caller publishes the digest
+--   {'claimed', now_ms, more_fired, more_resolved, g_1, count_1, title_1, rep_1, open_1, silence_1, …}  the
+--          caller publishes the digest (more_*: firings and resolves counted past the list's bound, `#mf` / `#mr`)
 --          (rep '' = none; open: a resolved entry's open-for ms, -1 = none; silence: a NO_EVENTS silence's quiet
 --          period ms, -1 = none or an entry of an earlier version);
 --          also returned when a claimed record whose lease expired is recovered (a flusher crashed)
@@ -32,22 +33,30 @@ else
 end
 
 local function reply()
-  local out = {'claimed', now}
+  local out = {'claimed', now, 0, 0}
   local flat = redis.call('HGETALL', KEYS[3])
   for i = 1, #flat, 2 do
-    local e = cjson.decode(flat[i + 1])
-    local rep = e['repetitionId']
-    if rep == nil or rep == cjson.null then rep = '' end
-    out[#out + 1] = flat[i]
-    out[#out + 1] = tonumber(e['count'])
-    out[#out + 1] = e['title']
-    out[#out + 1] = rep
-    local open = e['openForMs']
-    if open == nil or open == cjson.null then open = -1 end
-    out[#out + 1] = open
-    local silence = e['silenceMs']
-    if silence == nil or silence == cjson.null then silence = -1 end
-    out[#out + 1] = silence
+    local field = flat[i]
+    if field == '#mf' then
+      out[3] = tonumber(flat[i + 1])
+    elseif field == '#mr' then
+      out[4] = tonumber(flat[i + 1])
+    elseif string.sub(field, 1, 1) ~= '#' then
+      -- an entry (the other `#` fields are digest_append.lua's counters)
+      local e = cjson.decode(flat[i + 1])
+      local rep = e['repetitionId']
+      if rep == nil or rep == cjson.null then rep = '' end
+      out[#out + 1] = field
+      out[#out + 1] = tonumber(e['count'])
+      out[#out + 1] = e['title']
+      out[#out + 1] = rep
+      local open = e['openForMs']
+      if open == nil or open == cjson.null then open = -1 end
+      out[#out + 1] = open
+      local silence = e['silenceMs']
+      if silence == nil or silence == cjson.null then silence = -1 end
+      out[#out + 1] = silence
+    end
   end
   return out
 end
@@ -71,7 +80,7 @@ if now < due then
 end
 redis.call('DEL', KEYS[1])
 if redis.call('EXISTS', KEYS[2]) == 0 then
-  return {'claimed', now}
+  return {'claimed', now, 0, 0}
 end
 redis.call('RENAME', KEYS[2], KEYS[3])
 redis.call('PEXPIRE', KEYS[3], ARGV[5])

@@ -4,9 +4,13 @@
 //! | key | what |
 //! |---|---|
 //! | `<ns>:al:{<project>}:idx` | zset alert id → when it opened: the project's alerts, at most [`Alerts::limit`] |
+//! | `<ns>:al:{<project>}:open` | zset alert id → when its keys expire: the open alerts (firing or acknowledged) |
+//! | `<ns>:al:{<project>}:hand` | zset: the open alerts that resolve only by hand (`resolveAfter: 0`), same scores |
+//! | `<ns>:al:{<project>}:res` | zset alert id → when its keys expire: the resolved alerts |
 //! | `<ns>:al:{<project>}:cur:<rule>:<group>` | the id of the (rule, group)'s open alert |
 //! | `<ns>:al:{<project>}:a:<alertId>` | hash: the alert (its fixed part as JSON, then state, events, times, by whom; `m:<member key>` who heard of it after it opened, `c:<firstId>` the shared incidents its resolve closes) |
 //! | `<ns>:al:{<project>}:inc:<firstId>` | set of alert ids: the open alerts a shared incident (a digest or release on PagerDuty) listed |
+//! | `<ns>:al:full` | zset project → when an alert of it last did not open ([`Opened::Full`]), at most [`MAX_FULL_PROJECTS`] |
 //!
 //! * **Once across a fleet.** An alert's id derives from the firing that opened it (`klaxon_core::alert::alert_id`),
 //!   and `lua/alert_open.lua` opens it only when its (rule, group) has no open alert: the same firing on another
@@ -14,10 +18,15 @@
 //!   ([`Opened::Repeat`]). `lua/alert_change.lua` resolves or acknowledges in one step and answers a replay with
 //!   what the first call did, so a redelivered timer or a retried request publishes the same lifecycle messages
 //!   again (same notification ids: the senders deliver them once).
-//! * **Bounded.** A project keeps at most [`Alerts::limit`] alerts: the oldest resolved ones are forgotten first,
-//!   and when all are open no new one opens (the firing is still delivered: [`Opened::Full`]). A resolved alert
-//!   lives [`RESOLVED_RETENTION_MS`], an open one [`OPEN_RETENTION_MS`] past its last event (and its
-//!   `resolveAfter`), so every key expires.
+//! * **Bounded.** A project keeps at most [`Alerts::limit`] alerts, open and resolved: a resolved alert's slot
+//!   is reusable at once (when the project is full, the resolved alert that expires first is forgotten, hash and
+//!   all, in O(log n)), and when all are open no new one opens (the firing is still delivered:
+//!   [`Opened::Full`]). Alerts that resolve only by hand (`resolveAfter: 0`: ONLY_NEW and REAPPEARED by default)
+//!   hold at most [`Alerts::by_hand_limit`] (half) of the slots, so they cannot take every slot from the alerts
+//!   that page. Titles are cut to [`MAX_ALERT_TITLE_BYTES`] when stored and when read. A resolved alert lives
+//!   [`RESOLVED_RETENTION_MS`], an open one [`OPEN_RETENTION_MS`] past its last event (and its `resolveAfter`),
+//!   so every key expires. [`Alerts::usage`] says how full a project is, [`Alerts::full_projects`] which
+//!   projects lately could not open an alert (`klaxon doctor`, the console).
 //! * **The audience.** [`Alerts::hear`] records who heard of an open alert after it opened (an escalation step's
 //!   new endpoint, a digest or a quiet-hours release that listed it; `klaxon_core::alert::Alert::audience`), at
 //!   most [`MAX_HEARD_MEMBERS`] per alert; a shared member also joins its incident's set. A resolve takes the alert
@@ -31,8 +40,8 @@ use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use klaxon_core::alert::{
-    Alert, AlertChannel, AlertState, DEFAULT_MAX_ALERTS_PER_PROJECT, MAX_HEARD_MEMBERS, OPEN_RETENTION_MS,
-    RESOLVED_RETENTION_MS,
+    Alert, AlertChannel, AlertState, DEFAULT_MAX_ALERTS_PER_PROJECT, MAX_ALERT_TITLE_BYTES,
+    MAX_HEARD_MEMBERS, OPEN_RETENTION_MS, RESOLVED_RETENTION_MS,
 };
 use redis::{Script, Value};
 use serde::{Deserialize, Serialize};
@@ -64,16 +73,71 @@ pub enum Opened {
     Again(Alert),
     /// Another firing's alert of the (rule, group) is open: this firing repeats it.
     Repeat(Alert),
-    /// Not opened: the project keeps [`Alerts::limit`] alerts, all open. The firing is delivered without one.
-    Full,
+    /// Not opened (the firing is delivered without one): the project keeps [`Alerts::limit`] alerts, all
+    /// open, or this alert resolves only by hand and [`Alerts::by_hand_limit`] such alerts are open.
+    Full(NotOpened),
 }
+
+/// Why [`Opened::Full`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotOpened {
+    /// The project keeps [`Alerts::limit`] alerts, all open.
+    ProjectFull,
+    /// The alert resolves only by hand (`resolveAfter: 0`) and [`Alerts::by_hand_limit`] such alerts are open.
+    ByHandShare,
+}
+
+impl NotOpened {
+    /// The metric label: `project_full`, `by_hand_share`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotOpened::ProjectFull => "project_full",
+            NotOpened::ByHandShare => "by_hand_share",
+        }
+    }
+
+    /// Every reason, for zeroed metrics.
+    pub const ALL: [NotOpened; 2] = [NotOpened::ProjectFull, NotOpened::ByHandShare];
+}
+
+/// How full a project's alert slots are ([`Alerts::usage`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    /// Alerts kept, open and resolved (at most `limit`).
+    pub kept: u64,
+    /// Open alerts (firing or acknowledged).
+    pub open: u64,
+    /// Open alerts that resolve only by hand (at most `by_hand_limit`).
+    pub by_hand: u64,
+    /// The most alerts the project keeps.
+    pub limit: u64,
+    /// The most open alerts that resolve only by hand.
+    pub by_hand_limit: u64,
+}
+
+impl Usage {
+    /// Why the next alert would not open, if it would not: every slot open, or (for an alert resolved by hand
+    /// only) the by-hand share taken.
+    pub fn full(&self, by_hand: bool) -> Option<NotOpened> {
+        if self.open >= self.limit {
+            Some(NotOpened::ProjectFull)
+        } else if by_hand && self.by_hand >= self.by_hand_limit {
+            Some(NotOpened::ByHandShare)
+        } else {
+            None
+        }
+    }
+}
+
+/// How many projects [`Alerts::full_projects`] remembers (the most recent).
+pub const MAX_FULL_PROJECTS: usize = 1_000;
 
 impl Opened {
     /// The alert the firing belongs to, if any.
     pub fn alert(&self) -> Option<&Alert> {
         match self {
             Opened::New(a) | Opened::Again(a) | Opened::Repeat(a) => Some(a),
-            Opened::Full => None,
+            Opened::Full(_) => None,
         }
     }
 }
@@ -175,6 +239,17 @@ impl Alerts {
         self.limit
     }
 
+    /// The most open alerts of a project that resolve only by hand (`resolveAfter: 0`): half of
+    /// [`Alerts::limit`] (at least 1), so the alerts that page always have the other half.
+    pub fn by_hand_limit(&self) -> usize {
+        (self.limit / 2).max(1)
+    }
+
+    /// `<ns>:al:full`: projects that could not open an alert lately.
+    fn full_key(&self) -> String {
+        format!("{}:al:full", self.namespace)
+    }
+
     /// `<ns>:al:{<project>}:`: every key of the project's alerts starts so (one cluster slot).
     fn prefix(&self, project_id: &str) -> String {
         format!("{}:al:{{{}}}:", self.namespace, project_id.to_ascii_lowercase())
@@ -200,7 +275,7 @@ impl Alerts {
                 project_name: a.project_name.clone(),
                 rule_id: a.rule_id.clone(),
                 group: a.group.clone(),
-                title: a.title.clone(),
+                title: cut_title(&a.title),
                 channels: a.channels.clone(),
             };
             let fixed = serde_json::to_string(&fixed).map_err(|e| bad(SCRIPT, e.to_string()))?;
@@ -209,6 +284,9 @@ impl Alerts {
                 .key(format!("{prefix}idx"))
                 .key(format!("{prefix}cur:{}", Self::cur_suffix(&a.rule_id, &a.group)))
                 .key(format!("{prefix}a:{}", a.id))
+                .key(format!("{prefix}open"))
+                .key(format!("{prefix}hand"))
+                .key(format!("{prefix}res"))
                 .arg(now_arg(now_ms))
                 .arg(&prefix)
                 .arg(&a.id)
@@ -218,6 +296,7 @@ impl Alerts {
                 .arg(a.fired_at_ms)
                 .arg(a.resolve_after_ms)
                 .arg(OPEN_RETENTION_MS)
+                .arg(self.by_hand_limit())
                 .invoke_async(&mut self.redis.clone())
                 .await?;
             let Value::Array(items) = &reply else {
@@ -232,12 +311,81 @@ impl Alerts {
                 Some(0) => Opened::New(alert()?),
                 Some(1) => Opened::Again(alert()?),
                 Some(2) => Opened::Repeat(alert()?),
-                Some(3) => Opened::Full,
+                Some(3) => {
+                    let why = match items.get(2).map(|v| text(v, SCRIPT)).transpose()?.as_deref() {
+                        Some("by_hand") => NotOpened::ByHandShare,
+                        _ => NotOpened::ProjectFull,
+                    };
+                    self.mark_full(&a.project_id, now_ms).await?;
+                    Opened::Full(why)
+                }
                 other => return Err(bad(SCRIPT, format!("unknown code {other:?}"))),
             })
         });
         // Concurrent calls on the multiplexed connection: one round trip for the batch's firings.
         futures_util::future::try_join_all(calls).await
+    }
+
+    /// Remembers that `project_id` could not open an alert now ([`Alerts::full_projects`]), keeping the
+    /// [`MAX_FULL_PROJECTS`] most recent.
+    async fn mark_full(&self, project_id: &str, now_ms: Option<i64>) -> Result<(), CounterError> {
+        let at = now_ms.unwrap_or_else(wall_ms);
+        let key = self.full_key();
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZADD")
+            .arg(&key)
+            .arg(at)
+            .arg(project_id.to_ascii_lowercase())
+            .ignore()
+            .cmd("ZREMRANGEBYRANK")
+            .arg(&key)
+            .arg(0)
+            .arg(-(MAX_FULL_PROJECTS as i64) - 1)
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(&key)
+            .arg(OPEN_RETENTION_MS)
+            .ignore();
+        let () = pipe.query_async(&mut self.redis.clone()).await?;
+        Ok(())
+    }
+
+    /// The projects that could not open an alert since `since_ms` (unix ms), most recent first, at most
+    /// `limit`: (project, when it last happened).
+    pub async fn full_projects(
+        &self,
+        since_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<(String, i64)>, CounterError> {
+        let flat: Vec<(String, f64)> = redis::cmd("ZREVRANGEBYSCORE")
+            .arg(self.full_key())
+            .arg("+inf")
+            .arg(since_ms)
+            .arg("WITHSCORES")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit.max(1))
+            .query_async(&mut self.redis.clone())
+            .await?;
+        Ok(flat.into_iter().map(|(p, at)| (p, at as i64)).collect())
+    }
+
+    /// How full a project's alert slots are now (entries whose keys expired may count until the next open
+    /// forgets them).
+    pub async fn usage(&self, project_id: &str) -> Result<Usage, CounterError> {
+        let prefix = self.prefix(project_id);
+        let mut pipe = redis::pipe();
+        for z in ["idx", "open", "hand"] {
+            pipe.cmd("ZCARD").arg(format!("{prefix}{z}"));
+        }
+        let (kept, open, by_hand): (u64, u64, u64) = pipe.query_async(&mut self.redis.clone()).await?;
+        Ok(Usage {
+            kept,
+            open,
+            by_hand,
+            limit: self.limit as u64,
+            by_hand_limit: self.by_hand_limit() as u64,
+        })
     }
 
     /// Counts `touches` into open alerts: one script call per project, coalesced by (rule, group); a (rule,
@@ -528,7 +676,12 @@ fn decode(project_id: &str, fields: &Value, script: &'static str) -> Result<Aler
         project_name: fixed.project_name,
         rule_id: fixed.rule_id,
         group: fixed.group,
-        title: fixed.title,
+        // an alert stored by an earlier version may keep a longer title
+        title: if fixed.title.len() > MAX_ALERT_TITLE_BYTES {
+            cut_title(&fixed.title)
+        } else {
+            fixed.title
+        },
         state,
         firing: map.get("firing").cloned().unwrap_or_default(),
         fired_at_ms: num("firedAt").unwrap_or(0),
@@ -551,4 +704,21 @@ fn decode(project_id: &str, fields: &Value, script: &'static str) -> Result<Aler
             .map(str::to_owned)
             .collect(),
     })
+}
+
+/// A title as alerts keep it: cut to [`MAX_ALERT_TITLE_BYTES`] on a character boundary, as digests cut theirs
+/// (`klaxon_core::text::one_line`). A shorter title is kept as it is.
+fn cut_title(title: &str) -> String {
+    if title.len() > MAX_ALERT_TITLE_BYTES {
+        klaxon_core::text::one_line(title, MAX_ALERT_TITLE_BYTES)
+    } else {
+        title.to_owned()
+    }
+}
+
+/// The wall clock, unix ms.
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

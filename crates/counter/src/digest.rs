@@ -19,6 +19,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use klaxon_core::notification::Unlisted;
 use klaxon_core::{ChannelKind, NotificationEvent};
 use redis::cluster_routing::Slot;
 use redis::{Script, Value};
@@ -31,7 +32,9 @@ static APPEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../
 static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/digest_claim.lua")));
 static DONE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/digest_done.lua")));
 
-/// Most groups one digest window keeps; later new groups are ignored (known ones still merge).
+/// Most groups one digest window (or quiet window) lists of each kind, fired and resolved (so resolves are never
+/// crowded out by firings); later new groups are counted, not listed ([`HeldClaim::more`]; known ones still
+/// merge).
 pub const DIGEST_MAX_GROUPS: usize = 1000;
 /// Titles are cut to this many bytes when buffered (1,000 groups × 1 KiB: a digest task stays near 1 MiB at most).
 pub const MAX_BUFFERED_TITLE_BYTES: usize = 1024;
@@ -108,6 +111,9 @@ pub struct HeldClaim {
     pub fired: Vec<NotificationEvent>,
     /// What resolved inside the window.
     pub resolved: Vec<NotificationEvent>,
+    /// The firings and resolves past the list's bound ([`DIGEST_MAX_GROUPS`] of each kind): counted, not
+    /// listed.
+    pub more: Unlisted,
 }
 
 impl HeldClaim {
@@ -129,9 +135,15 @@ impl HeldClaim {
         out
     }
 
-    /// True when the window held nothing.
+    /// With what the window counted past its list's bound.
+    pub fn with_more(mut self, more: Unlisted) -> HeldClaim {
+        self.more = more;
+        self
+    }
+
+    /// True when the window held nothing, listed or counted.
     pub fn is_empty(&self) -> bool {
-        self.fired.is_empty() && self.resolved.is_empty()
+        self.fired.is_empty() && self.resolved.is_empty() && self.more.is_none()
     }
 }
 
@@ -171,6 +183,8 @@ pub enum Claim {
         now_ms: i64,
         /// The groups, in no particular order.
         events: Vec<NotificationEvent>,
+        /// The firings and resolves past the list's bound, counted ([`HeldClaim::with_more`]).
+        more: Unlisted,
     },
     /// Another flusher holds the claim: look again after this long.
     Busy(Duration),
@@ -435,7 +449,17 @@ impl Digests {
             "early" => Ok(Claim::Early(wait(1)?)),
             "claimed" => {
                 let now_ms = int(reply.get(1).ok_or_else(|| bad(S, "missing now"))?, S)?;
-                let rest = &reply[2..];
+                let count = |i: usize| -> Result<u64, CounterError> {
+                    let v = reply
+                        .get(i)
+                        .ok_or_else(|| bad(S, "missing a count past the bound"))?;
+                    Ok(u64::try_from(int(v, S)?).unwrap_or(0))
+                };
+                let more = Unlisted {
+                    fired: count(2)?,
+                    resolved: count(3)?,
+                };
+                let rest = reply.get(4..).unwrap_or_default();
                 if rest.len() % 6 != 0 {
                     return Err(bad(S, "entries are not groups of six"));
                 }
@@ -456,7 +480,7 @@ impl Digests {
                         alert_id: None,
                     });
                 }
-                Ok(Claim::Claimed { now_ms, events })
+                Ok(Claim::Claimed { now_ms, events, more })
             }
             other => Err(bad(S, format!("unknown reply `{other}`"))),
         }

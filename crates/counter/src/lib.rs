@@ -72,7 +72,7 @@ mod redis_handle;
 mod script_io;
 mod window_counter;
 
-pub use alerts::{Alerts, Change, Heard, Hearing, Opened, Touch};
+pub use alerts::{Alerts, Change, Heard, Hearing, NotOpened, Opened, Touch, Usage};
 pub use consumers::{Consumers, Registered};
 pub use conversation::{Conversation, Conversations};
 pub use dedup::Dedup;

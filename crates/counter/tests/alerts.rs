@@ -1,14 +1,17 @@
 //! Alerts (`lua/alert_*.lua`, `lua/alerts_read.lua`) against real Redis, single node and cluster: one alert per
 //! firing across concurrent workers and retried batches, events counted while open, `resolveAfter` resolving once
 //! and only when due (also when an event races the timer), acknowledge and resolve by hand with their replays, the
-//! per-project cap, and every key expiring.
+//! per-project cap (a resolved alert's slot reusable at once, the share of alerts resolved by hand only), titles
+//! cut to 1 KiB, and every key expiring.
 
 mod common;
 
 use common::{on_both, Env};
-use klaxon_core::alert::{alert_id, Alert, AlertChannel, AlertState, RESOLVED_RETENTION_MS};
+use klaxon_core::alert::{
+    alert_id, Alert, AlertChannel, AlertState, MAX_ALERT_TITLE_BYTES, RESOLVED_RETENTION_MS,
+};
 use klaxon_core::ChannelKind;
-use klaxon_counter::{Alerts, Change, Opened, Touch};
+use klaxon_counter::{Alerts, Change, NotOpened, Opened, Touch, Usage};
 
 const T0: i64 = 1_700_000_000_000;
 const MIN: i64 = 60_000;
@@ -357,19 +360,30 @@ async fn acknowledge_and_resolve_by_hand_with_their_replays() {
 async fn the_cap(env: Env) {
     let t = env.topology;
     let a = alerts(&env).with_limit(3);
+    let pages = 5 * MIN as u64;
     for g in ["g1", "g2", "g3"] {
-        let o = open(&env, &a, &[opening("r", g, "w", T0, 0)], &[], T0).await;
+        let o = open(&env, &a, &[opening("r", g, "w", T0, pages)], &[], T0).await;
         assert!(matches!(o[0], Opened::New(_)), "[{t}] {o:?}");
     }
     // three open alerts: the fourth does not open
-    let o = open(&env, &a, &[opening("r", "g4", "w", T0, 0)], &[], T0).await;
-    assert_eq!(o, vec![Opened::Full], "[{t}]");
-    // one resolved: it is forgotten first, and the fourth opens
+    let o = open(&env, &a, &[opening("r", "g4", "w", T0, pages)], &[], T0).await;
+    assert_eq!(o, vec![Opened::Full(NotOpened::ProjectFull)], "[{t}]");
+    let full = a.full_projects(T0, 10).await.expect("full projects");
+    assert_eq!(
+        full,
+        vec![("proj".to_owned(), T0)],
+        "[{t}] the project is said to be full"
+    );
+    // one resolved: its slot is reusable at once, the fourth opens, and the resolved one is forgotten
     let g1 = alert_id("proj", "r", "g1", "w");
     change(&env, a.resolve("proj", &g1, "ana", Some(T0 + 1)).await).await;
-    let o = open(&env, &a, &[opening("r", "g4", "w", T0 + 2, 0)], &[], T0 + 2).await;
+    let o = open(&env, &a, &[opening("r", "g4", "w", T0 + 2, pages)], &[], T0 + 2).await;
     assert!(matches!(o[0], Opened::New(_)), "[{t}] {o:?}");
     assert_eq!(a.list("proj", None, 100).await.expect("list").len(), 3, "[{t}]");
+    assert!(
+        a.get("proj", &g1).await.expect("get").is_none(),
+        "[{t}] a forgotten resolved alert's state is deleted, not left to expire"
+    );
 }
 
 #[tokio::test]
@@ -417,4 +431,211 @@ async fn retried_batch(env: Env) {
 #[tokio::test]
 async fn a_retried_batch_opens_no_second_alert() {
     on_both(retried_batch).await;
+}
+
+/// Removes every key of the project's alerts that `ids` name (the big tests leave nothing behind).
+async fn clean(env: &Env, groups: &[String], ids: &[String]) {
+    let prefix = format!("{}:al:{{proj}}:", env.ns);
+    let mut keys: Vec<String> = ["idx", "open", "hand", "res"]
+        .iter()
+        .map(|z| format!("{prefix}{z}"))
+        .collect();
+    keys.extend(groups.iter().map(|g| format!("{prefix}cur:r:{g}")));
+    keys.extend(groups.iter().map(|g| format!("{prefix}cur:h:{g}")));
+    keys.extend(ids.iter().map(|id| format!("{prefix}a:{id}")));
+    keys.push(format!("{}:al:full", env.ns));
+    env.redis.unlink(&keys).await.expect("unlink");
+}
+
+/// Issue #42: 16 alerts resolved by hand only (ONLY_NEW's default, open 30 days) and 984 resolved alerts used to
+/// stop the project from opening any alert. A resolved alert's slot is reusable at once, so a new firing opens
+/// its alert.
+async fn resolved_slots_are_reused_at_once(env: Env) {
+    let t = env.topology;
+    let a = alerts(&env);
+    assert_eq!((a.limit(), a.by_hand_limit()), (1000, 500));
+    let pages = 5 * MIN as u64;
+    let mut groups = Vec::new();
+    let mut ids = Vec::new();
+    // 16 by hand, opened first (the oldest)
+    let by_hand: Vec<Alert> = (0..16)
+        .map(|i| opening("h", &format!("hand{i}"), "w", T0 + i, 0))
+        .collect();
+    let o = open(&env, &a, &by_hand, &[], T0 + 16).await;
+    assert!(o.iter().all(|x| matches!(x, Opened::New(_))), "[{t}] {o:?}");
+    groups.extend((0..16).map(|i| format!("hand{i}")));
+    ids.extend(by_hand.iter().map(|x| x.id.clone()));
+    // 984 that page, opened and resolved
+    let paging: Vec<Alert> = (0..984)
+        .map(|i| opening("r", &format!("g{i}"), "w", T0 + 100 + i, pages))
+        .collect();
+    for chunk in paging.chunks(200) {
+        let o = open(&env, &a, chunk, &[], T0 + 2000).await;
+        assert!(o.iter().all(|x| matches!(x, Opened::New(_))), "[{t}] {o:?}");
+    }
+    groups.extend((0..984).map(|i| format!("g{i}")));
+    ids.extend(paging.iter().map(|x| x.id.clone()));
+    for (i, p) in paging.iter().enumerate() {
+        // resolved one after the other: the first resolved is the first to expire
+        let c = change(
+            &env,
+            a.resolve("proj", &p.id, "ana", Some(T0 + 3000 + i as i64)).await,
+        )
+        .await;
+        assert!(matches!(c, Change::Done(_)), "[{t}] {c:?}");
+    }
+    assert_eq!(
+        a.usage("proj").await.expect("usage"),
+        Usage {
+            kept: 1000,
+            open: 16,
+            by_hand: 16,
+            limit: 1000,
+            by_hand_limit: 500
+        },
+        "[{t}]"
+    );
+    // a new firing opens its alert: one resolved alert (the one that expires first) makes room
+    let fresh = opening("r", "fresh", "w", T0 + 4000, pages);
+    let o = open(&env, &a, std::slice::from_ref(&fresh), &[], T0 + 4000).await;
+    assert!(matches!(&o[0], Opened::New(x) if x.id == fresh.id), "[{t}] {o:?}");
+    groups.push("fresh".into());
+    ids.push(fresh.id.clone());
+    assert!(
+        a.get("proj", &paging[0].id).await.expect("get").is_none(),
+        "[{t}] the oldest resolved alert is forgotten"
+    );
+    assert!(
+        a.get("proj", &paging[1].id).await.expect("get").is_some(),
+        "[{t}]"
+    );
+    for h in &by_hand {
+        assert!(
+            a.current("proj", "h", &h.group).await.expect("current").is_some(),
+            "[{t}]"
+        );
+    }
+    let u = a.usage("proj").await.expect("usage");
+    assert_eq!((u.kept, u.open, u.by_hand), (1000, 17, 16), "[{t}]");
+    assert!(
+        a.full_projects(0, 10).await.expect("full").is_empty(),
+        "[{t}] the project was never full"
+    );
+    clean(&env, &groups, &ids).await;
+}
+
+#[tokio::test]
+async fn sixteen_alerts_by_hand_and_984_resolved_leave_room_for_a_new_alert() {
+    on_both(resolved_slots_are_reused_at_once).await;
+}
+
+/// Alerts that resolve only by hand hold at most half of the slots: the alerts that page always find room.
+async fn the_by_hand_share(env: Env) {
+    let t = env.topology;
+    let a = alerts(&env).with_limit(4);
+    assert_eq!(a.by_hand_limit(), 2);
+    for g in ["h1", "h2"] {
+        let o = open(&env, &a, &[opening("r", g, "w", T0, 0)], &[], T0).await;
+        assert!(matches!(o[0], Opened::New(_)), "[{t}] {o:?}");
+    }
+    let o = open(&env, &a, &[opening("r", "h3", "w", T0 + 1, 0)], &[], T0 + 1).await;
+    assert_eq!(o, vec![Opened::Full(NotOpened::ByHandShare)], "[{t}]");
+    let u = a.usage("proj").await.expect("usage");
+    assert_eq!(u.full(true), Some(NotOpened::ByHandShare), "[{t}] {u:?}");
+    assert_eq!(u.full(false), None, "[{t}] {u:?}");
+    // the alerts that page still open, up to the project's limit
+    for g in ["p1", "p2"] {
+        let o = open(
+            &env,
+            &a,
+            &[opening("r", g, "w", T0 + 2, 5 * MIN as u64)],
+            &[],
+            T0 + 2,
+        )
+        .await;
+        assert!(matches!(o[0], Opened::New(_)), "[{t}] {o:?}");
+    }
+    let o = open(
+        &env,
+        &a,
+        &[opening("r", "p3", "w", T0 + 3, 5 * MIN as u64)],
+        &[],
+        T0 + 3,
+    )
+    .await;
+    assert_eq!(o, vec![Opened::Full(NotOpened::ProjectFull)], "[{t}]");
+    // one resolved by hand: its share has room again (and its slot too)
+    let h1 = alert_id("proj", "r", "h1", "w");
+    change(&env, a.resolve("proj", &h1, "ana", Some(T0 + 4)).await).await;
+    let o = open(&env, &a, &[opening("r", "h3", "w", T0 + 5, 0)], &[], T0 + 5).await;
+    assert!(matches!(o[0], Opened::New(_)), "[{t}] {o:?}");
+    let full = a.full_projects(T0, 10).await.expect("full");
+    assert_eq!(
+        full,
+        vec![("proj".to_owned(), T0 + 3)],
+        "[{t}] the last time it was full"
+    );
+}
+
+#[tokio::test]
+async fn alerts_resolved_by_hand_only_cannot_take_every_slot() {
+    on_both(the_by_hand_share).await;
+}
+
+/// Issue #42: alert state kept the event's title uncut (up to 256 KiB) — 231 KB of shared Redis per firing. 100
+/// firings with 200 KB titles, open and then resolved, grow the project's alert keys by at most 1 MB.
+async fn titles_are_cut(env: Env) {
+    let t = env.topology;
+    let a = alerts(&env);
+    let title = format!("Err {}", "é".repeat(100 * 1024));
+    let mut opens = Vec::new();
+    for i in 0..100 {
+        let mut o = opening("r", &format!("g{i}"), "w", T0, 5 * MIN as u64);
+        o.title = title.clone();
+        opens.push(o);
+    }
+    let o = open(&env, &a, &opens, &[], T0).await;
+    let Opened::New(first) = &o[0] else {
+        panic!("[{t}] {o:?}")
+    };
+    assert!(
+        first.title.len() <= MAX_ALERT_TITLE_BYTES,
+        "[{t}] {}",
+        first.title.len()
+    );
+    assert!(
+        first.title.starts_with("Err éé") && first.title.ends_with('…'),
+        "[{t}]"
+    );
+    for x in &opens[..50] {
+        change(&env, a.resolve("proj", &x.id, "ana", Some(T0 + 1)).await).await;
+    }
+    let listed = a.list("proj", None, 1000).await.expect("list");
+    assert_eq!(listed.len(), 100, "[{t}]");
+    assert!(
+        listed.iter().all(|x| x.title.len() <= MAX_ALERT_TITLE_BYTES),
+        "[{t}] every listed title is cut"
+    );
+    let prefix = format!("{}:al:{{proj}}:", env.ns);
+    let mut keys: Vec<String> = ["idx", "open", "hand", "res"]
+        .iter()
+        .map(|z| format!("{prefix}{z}"))
+        .collect();
+    keys.extend((0..100).map(|i| format!("{prefix}cur:r:g{i}")));
+    keys.extend(opens.iter().map(|x| format!("{prefix}a:{}", x.id)));
+    let mut bytes = 0u64;
+    for k in &keys {
+        let used: Option<u64> = env.query(redis::cmd("MEMORY").arg("USAGE").arg(k)).await;
+        bytes += used.unwrap_or(0);
+    }
+    eprintln!("measured: [{t}] {bytes} bytes of alert state for 100 alerts with 200 KB titles");
+    assert!(bytes <= 1_000_000, "[{t}] {bytes} bytes for 100 alerts");
+    let groups: Vec<String> = (0..100).map(|i| format!("g{i}")).collect();
+    let ids: Vec<String> = opens.iter().map(|x| x.id.clone()).collect();
+    clean(&env, &groups, &ids).await;
+}
+
+#[tokio::test]
+async fn a_hundred_alerts_with_200_kb_titles_keep_under_1_mb() {
+    on_both(titles_are_cut).await;
 }

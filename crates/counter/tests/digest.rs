@@ -684,3 +684,77 @@ async fn a_silence_keeps_its_period_through_the_buffer() {
     })
     .await;
 }
+
+/// Issue #42: a 1,200-group quiet window kept 1,000 groups, and later firings and almost every resolve vanished
+/// silently ("fired 1000, resolved 0"). Each kind has its own bound, so resolves are not crowded out by firings,
+/// and what is past it is counted exactly: every firing and resolve, once (redeliveries count nothing again).
+#[tokio::test]
+async fn a_1200_group_quiet_window_counts_what_it_cannot_list() {
+    use klaxon_counter::digest::DIGEST_MAX_GROUPS;
+    use klaxon_counter::HeldEntry::{Fired, Resolved};
+    common::on_both(|env| async move {
+        let t = env.topology;
+        let d = Digests::new(env.redis.clone(), &env.ns);
+        let key = DigestKey {
+            project_id: "big",
+            rule_id: "r1",
+            channel: ChannelKind::Webhook,
+        };
+        let t0 = 50_000_000;
+        let end = t0 + 3_600_000;
+        let events: Vec<NotificationEvent> = (0..1200).map(|i| ev(&format!("g{i}"), 1 + i % 7)).collect();
+        let fired_ids: Vec<String> = (0..1200).map(|i| format!("f{i}")).collect();
+        let resolved_ids: Vec<String> = (0..1006).map(|i| format!("r{i}")).collect();
+        // firings first (they would fill a shared bound), then 1,006 resolves, then every firing redelivered
+        let mut holds: Vec<klaxon_counter::Hold<'_>> = Vec::new();
+        for (e, id) in events.iter().zip(&fired_ids) {
+            holds.push(hold(key, id, e, Fired, end));
+        }
+        for (e, id) in events.iter().zip(&resolved_ids) {
+            holds.push(hold(key, id, e, Resolved, end));
+        }
+        for (e, id) in events.iter().zip(&fired_ids) {
+            holds.push(hold(key, id, e, Fired, end));
+        }
+        for chunk in holds.chunks(500) {
+            d.hold_all(chunk, Some(t0)).await.expect("hold_all");
+        }
+        let Claim::Claimed {
+            events: got, more, ..
+        } = d.claim_held(&key, end, Some(end)).await.expect("claim")
+        else {
+            panic!("[{t}] a claim");
+        };
+        let held = klaxon_counter::HeldClaim::of(got).with_more(more);
+        assert_eq!(
+            (held.fired.len(), held.resolved.len()),
+            (DIGEST_MAX_GROUPS, DIGEST_MAX_GROUPS),
+            "[{t}] each kind lists up to its own bound"
+        );
+        assert_eq!(
+            (held.more.fired, held.more.resolved),
+            (200, 6),
+            "[{t}] exactly what fired and resolved past the bound"
+        );
+        assert_eq!(
+            held.fired.len() as u64 + held.more.fired,
+            1200,
+            "[{t}] every firing is listed or counted"
+        );
+        assert_eq!(held.resolved.len() as u64 + held.more.resolved, 1006, "[{t}]");
+        d.done_held(&key, end).await.expect("done");
+        // an ordinary window counts nothing past a bound
+        let small = [hold(key, "s1", &events[0], Fired, end + 10_000)];
+        d.hold_all(&small, Some(end + 1)).await.expect("hold");
+        let Claim::Claimed { more, .. } = d
+            .claim_held(&key, end + 10_000, Some(end + 10_000))
+            .await
+            .expect("claim")
+        else {
+            panic!("[{t}] a claim");
+        };
+        assert!(more.is_none(), "[{t}] {more:?}");
+        d.done_held(&key, end + 10_000).await.expect("done");
+    })
+    .await;
+}

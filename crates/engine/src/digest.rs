@@ -167,6 +167,7 @@ impl Flush {
     /// its id depends only on (project, rule, channel, window start).
     pub(crate) fn task(&self, fired_at_ms: i64, claim: HeldClaim) -> NotificationTask {
         NotificationTask::for_digest(&self.window(), fired_at_ms, claim.fired, claim.resolved)
+            .with_unlisted(claim.more)
     }
 }
 
@@ -360,7 +361,7 @@ mod tests {
         let f = flush();
         let fired = |events| HeldClaim {
             fired: events,
-            resolved: vec![],
+            ..HeldClaim::default()
         };
         let a = f.task(1, fired(vec![ev("a", 1), ev("b", 5), ev("c", 3)]));
         let b = f.task(2, fired(vec![ev("c", 3), ev("a", 1), ev("b", 5)]));
@@ -371,7 +372,8 @@ mod tests {
             a.reason,
             Reason::Digest {
                 min_period_s: 60,
-                resolved: 0
+                resolved: 0,
+                more: Default::default(),
             }
         );
         // a window that also saw resolves lists them after what fired, in the same notification
@@ -380,6 +382,7 @@ mod tests {
             HeldClaim {
                 fired: vec![ev("a", 1)],
                 resolved: vec![ev("b", 5)],
+                more: Default::default(),
             },
         );
         assert_eq!(with.notification_id, a.notification_id);
@@ -387,9 +390,17 @@ mod tests {
             with.reason,
             Reason::Digest {
                 min_period_s: 60,
-                resolved: 1
+                resolved: 1,
+                more: Default::default(),
             }
         );
+        // past the list's bound: the window's counts travel with the task
+        let more = klaxon_core::notification::Unlisted {
+            fired: 200,
+            resolved: 6,
+        };
+        let past = f.task(4, fired(vec![ev("a", 1)]).with_more(more));
+        assert_eq!(past.unlisted(), more);
         assert_eq!(with.held_parts().map(|(f, r)| (f.len(), r.len())), Some((1, 1)));
         let mut later = flush();
         later.window_start_ms += 1;

@@ -151,7 +151,7 @@ async fn flush(deps: &DigestDeps, publisher: &Publisher, delivery: &Delivery) ->
             let again = (f.message(&deps.topology), wait);
             deps.outbox().schedule(publisher, again).await
         }
-        Claim::Claimed { now_ms, events } => {
+        Claim::Claimed { now_ms, events, more } => {
             #[cfg(feature = "fault-injection")]
             if deps.faults.crash_after_claim {
                 tracing::error!(
@@ -160,7 +160,7 @@ async fn flush(deps: &DigestDeps, publisher: &Publisher, delivery: &Delivery) ->
                 );
                 std::process::abort();
             }
-            send(deps, publisher, &f, now_ms, HeldClaim::of(events)).await?;
+            send(deps, publisher, &f, now_ms, HeldClaim::of(events).with_more(more)).await?;
             let done = if f.held {
                 deps.digests.done_held(&f.key(), f.window_start_ms).await
             } else {
@@ -185,13 +185,15 @@ async fn send(
     if deps.output == sink::Output::Hawk {
         // Hawk's senders know firings only (docs/rules.md): the resolves are tracked, not sent
         claim.resolved.clear();
+        claim.more.resolved = 0;
     }
     if claim.is_empty() {
         return Ok(());
     }
     let (fired, resolved) = (claim.fired.len(), claim.resolved.len());
+    let more = claim.more;
     let task = if f.held {
-        NotificationTask::for_held(&f.window(), now_ms, claim.fired, claim.resolved)
+        NotificationTask::for_held(&f.window(), now_ms, claim.fired, claim.resolved).with_unlisted(more)
     } else {
         f.task(now_ms, claim)
     };

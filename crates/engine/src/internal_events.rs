@@ -186,9 +186,11 @@ impl QuietReleased<'_> {
     pub fn emit(self) {
         let t = self.task;
         metrics::counter!("klaxon_quiet_released_total", "channel" => t.channel.as_str()).increment(1);
+        let more = t.unlisted();
         tracing::info!(
             notification_id = %text(&t.notification_id), project = %text(&t.project_id), rule = %text(&t.rule_id),
-            channel = %t.channel, fired = self.fired, resolved = self.resolved, "quiet hours over: held messages released"
+            channel = %t.channel, fired = self.fired, resolved = self.resolved, more_fired = more.fired,
+            more_resolved = more.resolved, "quiet hours over: held messages released"
         );
     }
 }
@@ -390,24 +392,34 @@ impl AlertOpened<'_> {
     }
 }
 
-/// A firing delivered without an alert: its project keeps as many alerts as it may, all open. Counted every
+/// A firing delivered without an alert: its project keeps as many alerts as it may, all open, or the alert
+/// resolves only by hand and such alerts hold their share (`limit`: the bound that was reached). Counted every
 /// time, logged when `log` (once per project per interval).
 pub(crate) struct AlertNotOpened<'a> {
     pub project: &'a str,
     pub rule: &'a str,
+    pub why: klaxon_counter::NotOpened,
     pub limit: usize,
     pub log: bool,
 }
 
 impl AlertNotOpened<'_> {
     pub fn emit(self) {
-        metrics::counter!("klaxon_alerts_not_opened_total", "reason" => "project_full").increment(1);
+        metrics::counter!("klaxon_alerts_not_opened_total", "reason" => self.why.as_str()).increment(1);
         if self.log {
-            tracing::warn!(
-                project = %text(self.project), rule = %text(self.rule), limit = self.limit,
-                "the project has as many open alerts as it may keep: the firing is delivered without an alert \
-                 (resolve some, or they resolve by themselves)"
-            );
+            match self.why {
+                klaxon_counter::NotOpened::ProjectFull => tracing::warn!(
+                    project = %text(self.project), rule = %text(self.rule), limit = self.limit,
+                    "the project has as many open alerts as it may keep: the firing is delivered without an \
+                     alert (resolve some, or they resolve by themselves)"
+                ),
+                klaxon_counter::NotOpened::ByHandShare => tracing::warn!(
+                    project = %text(self.project), rule = %text(self.rule), limit = self.limit,
+                    "the project's alerts that resolve only by hand (resolveAfter 0) hold their share of its \
+                     slots: the firing is delivered without an alert (resolve some by hand, or give the rule a \
+                     resolveAfter)"
+                ),
+            }
         }
     }
 }

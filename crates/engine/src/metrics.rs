@@ -137,7 +137,8 @@ pub const DESCRIBED: &[Described] = &[
     counter(
         "klaxon_alerts_not_opened_total",
         &["reason"],
-        "Firings delivered without an alert: project_full (the project keeps as many alerts as it may, all open)",
+        "Firings delivered without an alert: project_full (the project keeps as many alerts as it may, all open), \
+         by_hand_share (alerts resolved by hand only hold half of the slots)",
     ),
     counter(
         "klaxon_alert_timers_total",
@@ -311,7 +312,9 @@ fn describe_and_register() {
     for by in ["timeout", "hand"] {
         metrics::counter!("klaxon_alerts_resolved_total", "by" => by).absolute(0);
     }
-    metrics::counter!("klaxon_alerts_not_opened_total", "reason" => "project_full").absolute(0);
+    for why in klaxon_counter::NotOpened::ALL {
+        metrics::counter!("klaxon_alerts_not_opened_total", "reason" => why.as_str()).absolute(0);
+    }
 }
 
 /// The process's metrics recorder: renders `/metrics` and sets the readiness gauge.

@@ -285,6 +285,7 @@ mod tests {
                 until_ms: 1_700_000_000_000,
                 fired: 1,
                 resolved: 0,
+                more: Default::default(),
             };
             let sent = dispatch(&topology, Output::Hawk, &Trail::disabled(), &release).expect("dispatch");
             assert!(sent.is_some());

@@ -27,7 +27,7 @@ use klaxon_core::mute::is_muted;
 use klaxon_core::silence::{watched, Silence};
 use klaxon_core::{ProjectRules, Reason};
 use klaxon_counter::no_events::Due as Answer;
-use klaxon_counter::{Alerts, Change, Opened};
+use klaxon_counter::{Alerts, Change, NotOpened, Opened};
 use tokio_util::sync::CancellationToken;
 
 use crate::alerts::decide::{escalation_due, escalation_tasks, reminder_due, OnCallDue};
@@ -498,7 +498,10 @@ async fn silence(
         .await
         .inspect_err(|_| RedisFailed.emit())?;
     // one answer per open, in order: none would be a bug in the adapter, delivered without an alert
-    let opened = opened.into_iter().next().unwrap_or(Opened::Full);
+    let opened = opened
+        .into_iter()
+        .next()
+        .unwrap_or(Opened::Full(NotOpened::ProjectFull));
     if let Opened::New(a) = &opened {
         AlertOpened { alert: a }.emit();
     }

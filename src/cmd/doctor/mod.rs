@@ -12,6 +12,9 @@
 //! - **redis persistence**: `appendonly` and `save` on the server or every cluster primary (`CONFIG GET`): with
 //!   neither, a restart empties Redis — the messages held by quiet hours live only there (a warning naming the fix;
 //!   also a warning, "could not be checked", where `CONFIG` is refused).
+//! - **alert slots**: projects that could not open an alert in the last 24 hours (every slot open, or their
+//!   alerts resolved by hand only holding half of them): their firings are delivered without reminders,
+//!   escalation or resolve (a warning naming them, how full they are now, and the fix).
 //! - **rabbitmq** and **queue <name>**: reachable; depth and consumers of the namespace's queues by passive
 //!   declare (a missing queue is a warning: a Klaxon process declares it when it starts). With `--output hawk`,
 //!   Hawk's `sender/<channel>` queues too: one without a consumer means Hawk's sender is not running and tasks
@@ -30,10 +33,11 @@
 //! - **smtp**: a TCP connect to the `--smtp-url` host and its `220` greeting (credentials are never printed).
 //! - **telegram**: whether a bot token is set (it is never printed).
 //!
-//! One file per service or job: `redis.rs`, `rabbitmq.rs` (the queues, Hawk's queues with `--output hawk`),
+//! One file per service or job: `redis.rs`, `alerts.rs` (alert slots), `rabbitmq.rs` (the queues, Hawk's queues with `--output hawk`),
 //! `consumers.rs`, `mongodb.rs`, `rules.rs`, `smtp.rs`, `channels.rs` (Telegram, PagerDuty) and `keys.rs` (action
 //! links, webhook signing, the API token); this file holds the options, the report and the order of the lines.
 
+mod alerts;
 mod channels;
 mod consumers;
 mod keys;
@@ -68,6 +72,7 @@ Sample output:
   ok    redis                127.0.0.1:6379: Redis 7.0.15, standalone (6.2 or later needed: ZMSCORE)
   ok    redis eviction       127.0.0.1:6379: maxmemory-policy noeviction
   ok    redis persistence    127.0.0.1:6379: appendonly yes
+  ok    alert slots          no project ran out of alert slots in the last 24 h (each keeps 1000 alerts, at most 500 …)
   ok    rabbitmq             127.0.0.1:5672: connected
   ok    queue klaxon.events  0 messages, 1 consumers
   ok    consumers            queue klaxon.events: 1 consumer(s), all registered Klaxon workers (klaxon worker web-1 4711)
@@ -188,6 +193,9 @@ pub async fn run(args: DoctorArgs, global: &GlobalOpts) -> anyhow::Result<ExitCo
     };
     let mut checks = Vec::new();
     checks.extend(redis);
+    if let Some(redis) = &handle {
+        checks.push(alerts::alert_slots_check(redis, &global.namespace, t).await);
+    }
     checks.extend(rabbit);
     checks.extend(rabbitmq::alert_messages_check(args.notify_output));
     checks.extend(rabbitmq::no_events_check(args.notify_output));

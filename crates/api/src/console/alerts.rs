@@ -54,6 +54,8 @@ struct AlertsPage<'a> {
     open: Vec<AlertRow>,
     resolved: Vec<AlertRow>,
     notice: Option<&'static str>,
+    /// Said when the project's slots keep new alerts from opening.
+    full: Option<String>,
 }
 
 impl Template for AlertsPage<'_> {
@@ -78,6 +80,7 @@ pub(super) async fn page(
 ) -> Result<Response, PageError> {
     let project_id = path_project(&project_id)?;
     let all = c.api.list_alerts(&project_id, None, PAGE_LIMIT).await?;
+    let usage = c.api.alert_usage(&project_id).await?;
     let (open, resolved): (Vec<&Alert>, Vec<&Alert>) = all.iter().partition(|a| a.state.is_open());
     let title = format!("Alerts · {project_id}");
     let page = AlertsPage {
@@ -89,8 +92,27 @@ pub(super) async fn page(
             .map(AlertRow::from)
             .collect(),
         notice: notice(dq.done.as_deref()),
+        full: full_notice(&usage),
     };
     Ok(render(StatusCode::OK, &access.page(Nav::Projects, &title, page)))
+}
+
+/// What the page says when new alerts cannot open: every slot open, or the share of alerts resolved by hand
+/// only taken.
+fn full_notice(u: &klaxon_counter::Usage) -> Option<String> {
+    match u.full(true)? {
+        klaxon_counter::NotOpened::ProjectFull => Some(format!(
+            "This project has {} open alerts, as many as it keeps: new firings are delivered without an alert \
+             (no reminders, escalation or resolve) until some resolve.",
+            u.open
+        )),
+        klaxon_counter::NotOpened::ByHandShare => Some(format!(
+            "{} open alerts resolve only by hand (resolveAfter 0), their share of this project's {} slots: new \
+             alerts of such rules are delivered without an alert until some are resolved by hand (alerts that \
+             page still open).",
+            u.by_hand, u.limit
+        )),
+    }
 }
 
 async fn change(

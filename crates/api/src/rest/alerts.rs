@@ -346,6 +346,15 @@ impl Api {
             .map_err(|e| ApiError::unavailable("Redis", e))
     }
 
+    /// How full a project's alert slots are (the console says when no alert can open).
+    pub(crate) async fn alert_usage(&self, project_id: &str) -> Result<klaxon_counter::Usage, ApiError> {
+        self.alerts()
+            .await?
+            .usage(project_id)
+            .await
+            .map_err(|e| ApiError::unavailable("Redis", e))
+    }
+
     /// The open alert of each verdict's (rule, `group`), in order (explain's `"alert"`).
     pub(crate) async fn explain_alerts(
         &self,

@@ -159,6 +159,8 @@ pub(crate) struct ViewEvent {
     pub(crate) url: Option<String>,
     /// The group, as data (PagerDuty's `custom_details`); no template prints it.
     pub(crate) group_hash: String,
+    /// In a message in parts (a release, a digest with resolves): this line is of what resolved.
+    pub(crate) resolved: bool,
 }
 
 /// What a message is about: the rule kind that fired (SEEN_MORE split by what it counts), a digest, a direct
@@ -283,7 +285,17 @@ pub(crate) struct View {
     /// The end of a digest's header.
     pub(crate) head_post: String,
     pub(crate) events: Vec<ViewEvent>,
+    /// How many entries the message does not show as lines: past the channel's room, and what the window
+    /// counted past its list's bound ([`klaxon_core::notification::Unlisted`]).
     pub(crate) more: usize,
+    /// Of [`View::more`]: how many fired, how many resolved.
+    pub(crate) more_fired: u64,
+    /// See [`View::more_fired`].
+    pub(crate) more_resolved: u64,
+    /// What follows "and N more" in a digest or release that lists what fired and what resolved, or that
+    /// counted entries past its bound: " (X fired, Y resolved)"; empty otherwise. Templates print it as it is
+    /// (`|safe`): only our words and numbers.
+    pub(crate) more_parts: String,
     /// The body of a direct notification.
     pub(crate) text: Option<String>,
     /// The signed action links (ours: URLs we built, labels of our words).
@@ -308,6 +320,24 @@ pub(crate) struct View {
 }
 
 impl View {
+    /// The "and N more" line when only the first `shown` of [`View::events`] are shown (a channel with less
+    /// room than the view), with " (X fired, Y resolved)" as [`View::more_parts`] has it; `None` when nothing
+    /// is left out.
+    pub(crate) fn more_after(&self, shown: usize) -> Option<String> {
+        let hidden = self.events.get(shown..).unwrap_or_default();
+        let resolved = hidden.iter().filter(|e| e.resolved).count() as u64 + self.more_resolved;
+        let fired = (hidden.len() as u64 - (resolved - self.more_resolved)) + self.more_fired;
+        let n = fired + resolved;
+        if n == 0 {
+            return None;
+        }
+        Some(if self.more_parts.is_empty() {
+            format!("and {n} more")
+        } else {
+            format!("and {n} more ({fired} fired, {resolved} resolved)")
+        })
+    }
+
     /// The footer of Slack's, Discord's and Teams' messages: the rule and the time, and the alert a firing
     /// opened (a lifecycle message names it in its body).
     pub(crate) fn footer(&self) -> String {
@@ -607,7 +637,20 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
         // stable: equal counts keep the order the digest collected them in
         events.sort_by_key(|(_, e)| std::cmp::Reverse(e.count));
     }
-    let more = events.len().saturating_sub(room.groups);
+    // what is not shown as lines: past the room, and what the window counted past its list's bound
+    let fired_n = task.held_parts().map(|(fired, _)| fired.len());
+    let is_resolved = |i: usize| fired_n.is_some_and(|n| i >= n);
+    let unlisted = task.unlisted();
+    let hidden = events.get(room.groups..).unwrap_or_default();
+    let hidden_resolved = hidden.iter().filter(|(i, _)| is_resolved(*i)).count() as u64;
+    let more_fired = (hidden.len() as u64 - hidden_resolved).saturating_add(unlisted.fired);
+    let more_resolved = hidden_resolved.saturating_add(unlisted.resolved);
+    let more = usize::try_from(more_fired.saturating_add(more_resolved)).unwrap_or(usize::MAX);
+    let more_parts = if more > 0 && (fired_n.is_some() || !unlisted.is_none()) {
+        format!(" ({more_fired} fired, {more_resolved} resolved)")
+    } else {
+        String::new()
+    };
     let life = lifecycle_words(task, kind, room);
     let project = ctx
         .project_name
@@ -649,9 +692,13 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
                 counted: !silence(e),
                 url: link(e),
                 group_hash: e.group_hash.clone(),
+                resolved: is_resolved(i),
             })
             .collect(),
         more,
+        more_fired,
+        more_resolved,
+        more_parts,
         text: task
             .text
             .as_deref()
@@ -831,6 +878,7 @@ mod tests {
                 Reason::Digest {
                     min_period_s: 300,
                     resolved: 0,
+                    more: Default::default(),
                 },
                 vec![("Bang", 3), ("Boom", 5)],
             ),
@@ -901,6 +949,7 @@ mod tests {
                     Reason::Digest {
                         min_period_s: 300,
                         resolved: 0,
+                        more: Default::default(),
                     },
                     events,
                 ),
@@ -915,6 +964,47 @@ mod tests {
         assert_eq!(lines[20], "6 × Err05");
         assert_eq!(lines[21], "and 5 more");
         assert!(!out.contains("Err04"));
+    }
+
+    #[test]
+    fn and_n_more_says_what_fired_and_resolved_exactly() {
+        let r = Renderer::new().expect("templates");
+        // 22 fired and 8 resolved listed (the last 8 events), 200 fired and 6 resolved past the list's bound
+        let titles: Vec<String> = (0..30).map(|i| format!("Err{i:02}")).collect();
+        let events = titles.iter().map(|t| (t.as_str(), 1)).collect();
+        let mut t = task(
+            Reason::QuietHours {
+                until_ms: 1_700_000_000_000,
+                fired: 22,
+                resolved: 8,
+                more: klaxon_core::notification::Unlisted {
+                    fired: 200,
+                    resolved: 6,
+                },
+            },
+            events,
+        );
+        let v = view(&t, MessageContext::default(), ROOMS[0]);
+        // 20 shown: 2 fired and 8 resolved of the list are not, and what the window counted past it
+        assert_eq!((v.more, v.more_fired, v.more_resolved), (216, 202, 14));
+        assert_eq!(v.more_parts, " (202 fired, 14 resolved)");
+        assert_eq!(
+            v.more_after(5).as_deref(),
+            Some("and 231 more (217 fired, 14 resolved)"),
+            "a channel with room for 5"
+        );
+        let out = r.render(TELEGRAM, &t).expect("render");
+        assert!(out.contains("in quiet hours (222 fired, 14 resolved)"), "{out}");
+        assert!(out.contains("\nand 216 more (202 fired, 14 resolved)\n"), "{out}");
+        // a digest of firings only, nothing past any bound: as before
+        t.reason = Reason::Digest {
+            min_period_s: 300,
+            resolved: 0,
+            more: Default::default(),
+        };
+        let v = view(&t, MessageContext::default(), ROOMS[0]);
+        assert_eq!((v.more, v.more_parts.as_str()), (10, ""));
+        assert_eq!(v.more_after(20).as_deref(), Some("and 10 more"));
     }
 
     #[test]

@@ -60,6 +60,7 @@ fn reasons_on_the_wire() {
             Reason::Digest {
                 min_period_s: 60,
                 resolved: 0,
+                more: Default::default(),
             },
             r#"{"type":"digest","minPeriodS":60}"#,
         ),
@@ -299,7 +300,8 @@ fn a_digest_window_becomes_one_sorted_task() {
             t.reason,
             Reason::Digest {
                 min_period_s: 60,
-                resolved: 0
+                resolved: 0,
+                more: Default::default(),
             }
         );
         assert_eq!(t.held_parts(), None, "a digest of firings only");
@@ -324,7 +326,8 @@ fn a_digest_window_becomes_one_sorted_task() {
         t.reason,
         Reason::Digest {
             min_period_s: 60,
-            resolved: 2
+            resolved: 2,
+            more: Default::default(),
         }
     );
     let groups: Vec<&str> = t.events.iter().map(|e| e.group_hash.as_str()).collect();

@@ -474,6 +474,7 @@ fn read_quiet_hours(
     Ok(QuietHours {
         windows,
         bypass: bypassed,
+        spans: Default::default(),
     })
 }
 

@@ -50,9 +50,10 @@ pub const MAX_ESCALATION_STEPS: usize = 5;
 pub const ESCALATION_AFTER_MS: RangeInclusive<u64> = 1_000..=30 * DAY_MS;
 /// At most this many `quietHours` windows (a week of one window a day, three times over).
 pub const MAX_QUIET_WINDOWS: usize = 21;
-/// How many windows that touch [`QuietHours::window_at`] chains into one hold at most: a rule whose windows cover
-/// the whole week would hold for ever; it holds a week and a day at a time instead, and the engine asks again.
-pub(crate) const MAX_CHAINED_WINDOWS: usize = 8 * MAX_QUIET_WINDOWS;
+/// How long one hold of [`QuietHours::window_at`] lasts at most, ms: a rule whose windows follow on from each
+/// other over the whole week would hold for ever; it holds eight days at a time instead, and the engine asks
+/// again.
+pub(crate) const MAX_HOLD_MS: i64 = 8 * DAY_MS as i64;
 
 pub(crate) use fields::{read, OnCallFields, Reader};
 pub use fields::{
@@ -60,6 +61,6 @@ pub use fields::{
 };
 pub use schedule::{
     days_summary, escalation_summary, next_escalation, resolve_after_summary, weekday, ClockTime,
-    EscalationStep, QuietHours, QuietWindow, Renotify, WEEKDAYS,
+    EscalationStep, QuietHours, QuietWindow, Renotify, SpanCache, WEEKDAYS,
 };
 pub use status::{Escalation, OnCallRule, OnCallStatus, Quiet, Reminders};

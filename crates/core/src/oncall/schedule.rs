@@ -2,12 +2,13 @@
 //! is due, whether a moment is inside a quiet window and until when, and each in words.
 
 use std::fmt;
+use std::sync::{Arc, RwLock};
 
 use jiff::civil::{Date, DateTime};
 use jiff::tz::{AmbiguousOffset, TimeZone};
 use jiff::Timestamp;
 
-use super::MAX_CHAINED_WINDOWS;
+use super::MAX_HOLD_MS;
 use crate::rule::{ChannelConfig, ChannelKind};
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -255,6 +256,119 @@ pub struct QuietHours {
     pub windows: Vec<QuietWindow>,
     /// The channels never held (`quietHoursBypass`), sorted.
     pub bypass: Vec<ChannelKind>,
+    /// The windows' quiet spans, computed once for weeks at a time ([`QuietHours::window_at`]); shared by the
+    /// clones of one rule version, never compared.
+    pub spans: SpanCache,
+}
+
+/// How far ahead the quiet spans are computed at once (then again, from the moment asked).
+const SPAN_HORIZON_MS: i64 = 28 * 24 * 3_600_000;
+/// A margin around the computed span: an occurrence lasts less than a day plus a daylight-saving hour.
+const SPAN_MARGIN_MS: i64 = 2 * 24 * 3_600_000;
+
+/// The quiet spans of a rule's windows over some weeks: every occurrence of every window, those that overlap or
+/// touch merged into one span, so "inside a quiet window, until when" is a binary search instead of up to
+/// [`crate::oncall::MAX_QUIET_WINDOWS`] × 8 time-zone conversions per chained window, for every firing.
+#[derive(Clone, Default)]
+pub struct SpanCache(Arc<RwLock<Option<Arc<Spans>>>>);
+
+impl fmt::Debug for SpanCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SpanCache")
+    }
+}
+
+impl PartialEq for SpanCache {
+    /// A cache of what the windows say: never part of a rule's value.
+    fn eq(&self, _: &SpanCache) -> bool {
+        true
+    }
+}
+
+impl Eq for SpanCache {}
+
+/// Merged quiet spans [start, end) (unix ms, sorted, disjoint and not touching) of `windows`, valid for a moment
+/// in [`from_ms`, `to_ms`).
+#[derive(Debug)]
+struct Spans {
+    windows: Vec<QuietWindow>,
+    from_ms: i64,
+    to_ms: i64,
+    spans: Vec<(i64, i64)>,
+}
+
+impl Spans {
+    /// The spans of `windows` around `at_ms`: from two days before to [`SPAN_HORIZON_MS`] after; `None` when
+    /// the moment is too far out for the calendar.
+    fn around(windows: &[QuietWindow], at_ms: i64) -> Option<Spans> {
+        let from_ms = at_ms.checked_sub(SPAN_MARGIN_MS)?;
+        let to_ms = at_ms.checked_add(SPAN_HORIZON_MS + MAX_HOLD_MS + SPAN_MARGIN_MS)?;
+        let first = Timestamp::from_millisecond(from_ms.checked_sub(SPAN_MARGIN_MS)?).ok()?;
+        let last = Timestamp::from_millisecond(to_ms.checked_add(SPAN_MARGIN_MS)?).ok()?;
+        let mut occurrences = Vec::new();
+        for w in windows {
+            let end = w.tz.to_datetime(last).date();
+            let mut d = w.tz.to_datetime(first).date();
+            while d <= end {
+                if w.days[weekday_index(d)] {
+                    if let Some((s, e)) = w.occurrence(d) {
+                        occurrences.push((s.as_millisecond(), e.as_millisecond()));
+                    }
+                }
+                d = d.tomorrow().ok()?;
+            }
+        }
+        occurrences.sort_unstable();
+        let mut spans: Vec<(i64, i64)> = Vec::with_capacity(occurrences.len());
+        for (s, e) in occurrences {
+            match spans.last_mut() {
+                // overlapping or touching: one quiet
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => spans.push((s, e)),
+            }
+        }
+        Some(Spans {
+            windows: windows.to_vec(),
+            from_ms,
+            to_ms,
+            spans,
+        })
+    }
+
+    /// Whether these spans answer for `at_ms` of `windows`.
+    fn covers(&self, windows: &[QuietWindow], at_ms: i64) -> bool {
+        self.from_ms <= at_ms
+            && at_ms.saturating_add(MAX_HOLD_MS + SPAN_MARGIN_MS) <= self.to_ms
+            && self.windows.len() == windows.len()
+            // what the windows say, without comparing time zones' rules (the name is what was stored)
+            && self.windows.iter().zip(windows).all(|(a, b)| {
+                (a.days, a.from, a.to, &a.tz_name) == (b.days, b.from, b.to, &b.tz_name)
+            })
+    }
+
+    /// The end of the quiet holding `at_ms` (at most [`MAX_HOLD_MS`] later), if it is quiet.
+    fn end_at(&self, at_ms: i64) -> Option<i64> {
+        let i = self.spans.partition_point(|(s, _)| *s <= at_ms);
+        let (_, end) = *self.spans.get(i.checked_sub(1)?)?;
+        (at_ms < end).then(|| end.min(at_ms.saturating_add(MAX_HOLD_MS)))
+    }
+}
+
+impl SpanCache {
+    /// The quiet holding `at_ms` under `windows`, from the spans computed already, or computed now (once for
+    /// [`SPAN_HORIZON_MS`]). `None` when the moment is too far out for the calendar.
+    fn end_at(&self, windows: &[QuietWindow], at_ms: i64) -> Option<Option<i64>> {
+        let cached = self.0.read().ok().and_then(|s| s.clone());
+        if let Some(spans) = cached.filter(|s| s.covers(windows, at_ms)) {
+            return Some(spans.end_at(at_ms));
+        }
+        let spans = Arc::new(Spans::around(windows, at_ms)?);
+        let end = spans.end_at(at_ms);
+        if let Ok(mut slot) = self.0.write() {
+            *slot = Some(spans);
+        }
+        Some(end)
+    }
 }
 
 impl QuietHours {
@@ -265,11 +379,29 @@ impl QuietHours {
 
     /// Whether `at_ms` (unix ms) is inside a quiet window, and if so when the quiet ends (unix ms): the end of
     /// the window, or of the last of the windows that follow on from it without a gap (at most
-    /// [`MAX_CHAINED_WINDOWS`] of them; the engine asks again then). `None`: not quiet, deliver now.
+    /// [`MAX_HOLD_MS`] after `at_ms`; the engine asks again then). `None`: not quiet, deliver now.
+    ///
+    /// O(log n) per call: the windows' occurrences are computed once per rule version for four weeks at a time
+    /// and merged into spans ([`SpanCache`]); only a moment outside those weeks computes them again.
     pub fn window_at(&self, at_ms: i64) -> Option<i64> {
+        if self.windows.is_empty() {
+            return None;
+        }
+        match self.spans.end_at(&self.windows, at_ms) {
+            Some(end) => end,
+            None => self.chained_window_at(at_ms),
+        }
+    }
+
+    /// [`QuietHours::window_at`] computed from the windows, without spans: hop from window to window (each hop
+    /// up to one time-zone conversion per window and day) until no window holds the moment, or
+    /// [`MAX_HOLD_MS`] have passed. The reference the spans are tested against, and the answer for moments too
+    /// far out for them.
+    pub fn chained_window_at(&self, at_ms: i64) -> Option<i64> {
         let mut t = Timestamp::from_millisecond(at_ms).ok()?;
+        let cap = at_ms.saturating_add(MAX_HOLD_MS);
         let mut inside = false;
-        for _ in 0..MAX_CHAINED_WINDOWS {
+        while t.as_millisecond() < cap {
             match self.windows.iter().filter_map(|w| w.end_if_inside(t)).max() {
                 Some(end) => {
                     inside = true;
@@ -278,7 +410,7 @@ impl QuietHours {
                 None => break,
             }
         }
-        inside.then(|| t.as_millisecond())
+        inside.then(|| t.as_millisecond().min(cap))
     }
 
     /// Whether firings on `channel` skip the quiet (`quietHoursBypass`).

@@ -17,6 +17,7 @@ fn ms(s: &str) -> i64 {
 
 fn quiet(windows: &[(&str, &str, &str, &str)]) -> QuietHours {
     QuietHours {
+        spans: Default::default(),
         windows: windows
             .iter()
             .map(|(days, from, to, tz)| {
@@ -978,4 +979,59 @@ fn on_call_warnings() {
             "{fields}: {problems:?}"
         );
     }
+}
+
+/// Issue #42: the spans computed once per rule version answer exactly as the windows' chain computed per firing,
+/// over a year of moments (daylight saving both ways, two time zones, windows that touch, overlap, span midnight
+/// and cover whole days), while the cache moves along.
+#[test]
+fn spans_answer_as_the_chain_does() {
+    let schedules = [
+        quiet(&[("daily", "22:00", "07:00", "Europe/Berlin")]),
+        quiet(&[
+            ("mon,tue,wed,thu,fri", "22:00", "07:00", "UTC"),
+            ("sat,sun", "00:00", "24:00", "UTC"),
+        ]),
+        quiet(&[
+            ("daily", "22:00", "07:00", "Europe/Berlin"),
+            ("daily", "22:00", "07:00", "America/New_York"),
+            ("sun", "02:30", "04:00", "Europe/Berlin"),
+            ("sat", "23:00", "02:30", "Europe/Berlin"),
+            ("wed", "12:00", "12:30", "Asia/Kolkata"),
+        ]),
+        // 21 windows that follow on from each other all week: every moment is quiet, held 8 days at a time
+        quiet(
+            &["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+                .iter()
+                .flat_map(|d| {
+                    [("00:00", "08:00"), ("08:00", "16:00"), ("16:00", "24:00")]
+                        .map(|(f, t)| (*d, f, t, "Europe/Berlin"))
+                })
+                .collect::<Vec<_>>(),
+        ),
+    ];
+    let start = ms("2026-01-01T00:00:00Z");
+    for (n, q) in schedules.iter().enumerate() {
+        // a prime step: moments at every minute of the day and every day of the week, in order (the cache moves
+        // forward) and then a few back in time (it is computed again)
+        let mut at = start;
+        let mut quiet_seen = 0;
+        for _ in 0..1_500 {
+            let want = q.chained_window_at(at);
+            assert_eq!(q.window_at(at), want, "schedule {n} at {at}");
+            quiet_seen += usize::from(want.is_some());
+            at += 5 * H + 13 * M + 7_000;
+        }
+        assert!(quiet_seen > 0, "schedule {n} is quiet sometimes");
+        for back in [at - 300 * 24 * H, start, start + 17 * M] {
+            assert_eq!(
+                q.window_at(back),
+                q.chained_window_at(back),
+                "schedule {n} at {back}"
+            );
+        }
+    }
+    // the whole week: held eight days at a time, then asked again
+    let at = ms("2026-11-25T10:00:00Z");
+    assert_eq!(schedules[3].window_at(at), Some(at + 8 * 24 * H));
 }

@@ -11,7 +11,7 @@ use klaxon_core::evaluate::Match;
 use klaxon_core::notification::{notification_id, Firing, NotificationTask};
 use klaxon_core::oncall::{EscalationStep, Renotify};
 use klaxon_core::{CompiledRule, Outcome};
-use klaxon_counter::{Alerts, Opened, Touch};
+use klaxon_counter::{Alerts, NotOpened, Opened, Touch};
 
 use crate::internal_events::{AlertNotOpened, AlertOpened, LogOnce, RedisFailed};
 use crate::timer::Timer;
@@ -140,8 +140,9 @@ fn opened_now(answers: &[Opened]) -> Vec<&Alert> {
 pub(crate) struct AfterOpen {
     /// Resolve timers to publish through the delay engine, with their delays.
     pub timers: Vec<(Outgoing, Duration)>,
-    /// The firings no alert opened for: the project keeps as many alerts as it may, all open.
-    pub full: Vec<Alert>,
+    /// The firings no alert opened for, and why: the project keeps as many alerts as it may, all open, or the
+    /// alerts resolved by hand only hold their share.
+    pub full: Vec<(Alert, NotOpened)>,
     /// Alerts opened now.
     pub opened: usize,
 }
@@ -169,8 +170,8 @@ pub(crate) fn after_open<'t>(
             }
             Opened::Again(_) => true,
             Opened::Repeat(_) => false,
-            Opened::Full => {
-                out.full.push(wanted);
+            Opened::Full(why) => {
+                out.full.push((wanted, *why));
                 continue;
             }
         };
@@ -252,11 +253,15 @@ pub(crate) async fn open_for_batch<'t>(
         .map(|((w, a), o)| (w, a, o));
     let after = after_open(topology, answers, tasks, now_ms);
     let now = Instant::now();
-    for a in &after.full {
+    for (a, why) in &after.full {
         AlertNotOpened {
             project: &a.project_id,
             rule: &a.rule_id,
-            limit: alerts.limit(),
+            why: *why,
+            limit: match why {
+                NotOpened::ProjectFull => alerts.limit(),
+                NotOpened::ByHandShare => alerts.by_hand_limit(),
+            },
             log: full_log.should_log(&a.project_id, now),
         }
         .emit();

@@ -9,7 +9,7 @@ use klaxon_core::notification::{notification_id, NotificationTask};
 use klaxon_core::oncall::{EscalationStep, Renotify};
 use klaxon_core::ChannelKind;
 use klaxon_core::Reason;
-use klaxon_counter::Opened;
+use klaxon_counter::{NotOpened, Opened};
 
 pub(crate) fn alert(id_firing: &str, resolve_after_ms: u64) -> Alert {
     Alert {
@@ -102,7 +102,14 @@ fn after_open_table() {
             None,
         ),
         // the project is full: delivered without an alert
-        (vec![(a.clone(), Opened::Full)], vec![], 1, 0, None, None),
+        (
+            vec![(a.clone(), Opened::Full(NotOpened::ProjectFull))],
+            vec![],
+            1,
+            0,
+            None,
+            None,
+        ),
     ];
     for (answers, delays, full, opened, on_a, on_b) in cases {
         let mut tasks = vec![

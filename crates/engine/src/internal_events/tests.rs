@@ -160,6 +160,17 @@ fn no_internal_event_log_line_can_be_forged_by_tenant_text() {
             AlertNotOpened {
                 project: H,
                 rule: H,
+                why: klaxon_counter::NotOpened::ProjectFull,
+                limit: 1,
+                log: true,
+            }
+            .emit()
+        }),
+        Box::new(|| {
+            AlertNotOpened {
+                project: H,
+                rule: H,
+                why: klaxon_counter::NotOpened::ByHandShare,
                 limit: 1,
                 log: true,
             }
