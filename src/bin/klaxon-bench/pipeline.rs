@@ -311,10 +311,11 @@ async fn one(
     (shards, workers): (u16, u16),
     raw: Option<f64>,
 ) -> anyhow::Result<Row> {
+    // a namespace per row: counters, rules and queues of one row never meet another's
     let ns = format!(
-        "bench_{}_{:08x}",
+        "bench_{}_{shards}s{workers}w_{:08x}",
         label(qt),
-        std::process::id() ^ (Instant::now().elapsed().subsec_nanos())
+        std::process::id() ^ rand::random::<u32>()
     );
     let projects: Vec<String> = (0..args.projects)
         .map(|p| format!("{:024x}", 0xbe7c_0000_0000u64 + p))
