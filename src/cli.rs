@@ -67,6 +67,7 @@ const ALL_GLOBALS: &[&str] = &[
     "mongo_url",
     "mongo_db",
     "events_queue",
+    "events_shards",
     "log_format",
 ];
 
@@ -86,7 +87,13 @@ const GLOBALS_USED: &[(&str, &[&str])] = &[
     ),
     (
         "publish",
-        &["namespace", "amqp_url", "events_queue", "log_format"],
+        &[
+            "namespace",
+            "amqp_url",
+            "events_queue",
+            "events_shards",
+            "log_format",
+        ],
     ),
     ("dead", &["namespace", "amqp_url", "events_queue", "log_format"]),
     (

@@ -44,6 +44,12 @@ pub struct GlobalOpts {
     /// Queue the events come from [default: <namespace>.events]; `notifier` takes Hawk's grouper output.
     #[arg(long, env = "KLAXON_EVENTS_QUEUE", global = true)]
     pub events_queue: Option<String>,
+    /// Spread the events over this many shard queues (`<events-queue>.shard.0` …) through the x-consistent-hash
+    /// exchange `<events-queue>.shards`, keyed by project; 1 is the single events queue. Needs RabbitMQ's
+    /// rabbitmq_consistent_hash_exchange plugin.
+    #[arg(long, env = "KLAXON_EVENTS_SHARDS", default_value_t = 1, value_name = "N",
+          value_parser = clap::value_parser!(u16).range(1..=256), global = true)]
+    pub events_shards: u16,
     /// Log format.
     #[arg(long, env = "KLAXON_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"], global = true)]
     pub log_format: String,

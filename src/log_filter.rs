@@ -2,7 +2,8 @@
 //! handles it — a passive declare of a missing queue (404) is how Klaxon asks whether a queue exists before it
 //! uses the queue as it is (`klaxon_broker`'s "queues used as they are"), and a refused declare (406) is either the
 //! answer to a race Klaxon resolves or a [`klaxon_broker::BrokerError::Incompatible`] it reports in words. Without
-//! this, every start in a fresh namespace logged one "Channel closed … NOT_FOUND" ERROR per queue. lapin's other
+//! this, every start in a fresh namespace logged one "Channel closed … NOT_FOUND" ERROR per queue (and, with
+//! `--events-shards`, one for the shard exchange's passive look). lapin's other
 //! channel-close lines (a consumer's channel closed by the broker, …) are kept.
 
 use tracing::field::{Field, Visit};
@@ -29,10 +30,13 @@ impl Visit for CloseFields {
     }
 }
 
-/// True for the Close method of a refused `queue.declare` (class 50, method 10) with 404 or 406.
+/// True for the Close method of a refused `queue.declare` (class 50, method 10) with 404 or 406, or of a passive
+/// `exchange.declare` (class 40, method 10) of a missing exchange (404: `--events-shards` looks for its exchange
+/// first, as for every queue).
 fn is_declare_refusal(method: &str) -> bool {
-    method.contains("class_id: 50, method_id: 10")
-        && (method.contains("reply_code: 404,") || method.contains("reply_code: 406,"))
+    (method.contains("class_id: 50, method_id: 10")
+        && (method.contains("reply_code: 404,") || method.contains("reply_code: 406,")))
+        || (method.contains("class_id: 40, method_id: 10") && method.contains("reply_code: 404,"))
 }
 
 impl<S: Subscriber> Layer<S> for QuietDeclareRefusals {
@@ -90,6 +94,7 @@ mod tests {
             ("lapin::channel", "Channel closed", close(404, 60, 20), true),
             ("lapin::channel", "Channel closed", close(406, 60, 80), true),
             ("lapin::channel", "Channel closed", close(406, 40, 10), true),
+            ("lapin::channel", "Channel closed", close(404, 40, 10), false),
             ("lapin::channel", "Channel closed", close(320, 0, 0), true),
             ("lapin::channel", "something else", close(404, 50, 10), true),
             ("klaxon", "Channel closed", close(404, 50, 10), true),

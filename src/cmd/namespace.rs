@@ -99,11 +99,16 @@ pub async fn run(args: NamespaceArgs, global: &GlobalOpts) -> anyhow::Result<Exi
         "--drop-database drops only the namespace's own database `{ns}`; --mongo-db names `{db}`, which Klaxon \
          does not own: drop it yourself if you mean to"
     );
-    let topology = Topology::new(ns, &format!("{ns}.events"), QueueType::Classic);
+    // with --events-shards, the namespace's shard queues and shard exchange too
+    let topology =
+        Topology::new(ns, &format!("{ns}.events"), QueueType::Classic).with_shards(global.events_shards);
     let delay = topology.delay();
     let mut queues = topology.queues();
     queues.extend(delay.queues());
-    let exchanges = delay.exchanges();
+    let mut exchanges = delay.exchanges();
+    if topology.sharded() {
+        exchanges.push(topology.shard_exchange());
+    }
 
     let broker = Broker::connect(&global.amqp_url, CONNECT_TIMEOUT)
         .await

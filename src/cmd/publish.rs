@@ -1,11 +1,12 @@
-//! `klaxon publish`: send events to the events queue (for trying Klaxon out, tests and benchmarks).
+//! `klaxon publish`: send events to the events queue, or with `--events-shards` N > 1 to the shard exchange keyed
+//! by project (for trying Klaxon out, tests and benchmarks).
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use klaxon_broker::{Broker, Outgoing, QueueType, Topology};
+use klaxon_broker::{Broker, QueueType, Topology};
 
 use crate::cli::GlobalOpts;
 
@@ -66,7 +67,8 @@ pub async fn run(args: PublishArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
         .await
         .context("cannot connect to RabbitMQ (--amqp-url / KLAXON_AMQP_URL)")?;
     let publisher = broker.publisher().await?;
-    let topology = Topology::new(&global.namespace, &queue, args.queue_type);
+    let topology =
+        Topology::new(&global.namespace, &queue, args.queue_type).with_shards(global.events_shards);
     publisher.declare(&topology).await?;
 
     let run_id = format!("{:016x}", rand::random::<u64>());
@@ -101,7 +103,12 @@ pub async fn run(args: PublishArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
                     serde_json::to_vec(&task)?
                 }
             };
-            let mut msg = Outgoing::json(queue.clone(), body);
+            // with --events-shards: to the shard exchange, keyed by the project (a raw body's own, if it has one)
+            let project = match &args.project {
+                Some(p) => p.clone(),
+                None => project_of(&body),
+            };
+            let mut msg = topology.event(&project, body);
             msg.message_id = Some(format!("publish-{run_id}-{i}"));
             batch.push(msg);
         }
@@ -110,8 +117,24 @@ pub async fn run(args: PublishArgs, global: &GlobalOpts) -> anyhow::Result<ExitC
     }
     publisher.close().await;
     broker.close().await;
-    println!("published {sent} event(s) to {queue}");
+    if topology.sharded() {
+        println!(
+            "published {sent} event(s) to exchange {} ({} shards)",
+            topology.shard_exchange(),
+            topology.shards()
+        );
+    } else {
+        println!("published {sent} event(s) to {queue}");
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `projectId` of a raw body (the shard key), empty when it has none.
+fn project_of(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("projectId")?.as_str().map(str::to_owned))
+        .unwrap_or_default()
 }
 
 /// The user of the i-th event: `--user`, or `<user>-<i mod n>` with `--users n`.

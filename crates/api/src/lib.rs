@@ -8,7 +8,7 @@
 //!  client ──▶ guard (Host, cross-site) ──▶ auth (Bearer token, or loopback only; wrong tokens throttled per client)
 //!         ──▶ Content-Type application/json ──▶ body cap (1 MiB) ──▶ handler (timeout) ──▶ JSON
 //!                                                                              │
-//!   rest/events.rs         POST /api/v1/events ──── EventTask::parse (the queue's validation) ──▶ RabbitMQ (confirms)
+//!   rest/events.rs         POST /api/v1/events (= /ingest) ── EventTask::parse (the queue's validation) ──▶ RabbitMQ (confirms)
 //!   rest/rules.rs          GET|PUT …/projects/{id}/rules ── klaxon-store (import validation) ──▶ MongoDB
 //!                                               └──▶ klaxon_store::invalidation: Redis PUBLISH ──▶ every process
 //!   rest/explain.rs        POST …/projects/{id}/explain ── klaxon_core::explain + the counters' peek (reads only)
@@ -71,6 +71,8 @@ pub struct ApiConfig {
     pub events_queue: String,
     /// Queue type used when the events queue has to be declared.
     pub queue_type: QueueType,
+    /// `--events-shards`: with more than 1, `POST /api/v1/events` publishes to the shard exchange keyed by project.
+    pub events_shards: u16,
     /// `--allow-private-endpoints`: direct notifications to loopback/private addresses are accepted, and rules
     /// with such endpoints are stored without a warning.
     pub allow_private_endpoints: bool,
@@ -107,6 +109,7 @@ impl std::fmt::Debug for ApiConfig {
         f.debug_struct("ApiConfig")
             .field("namespace", &self.namespace)
             .field("events_queue", &self.events_queue)
+            .field("events_shards", &self.events_shards)
             .field("token", &self.token.as_ref().map(|_| "<set>"))
             .field("webhook_keys", &self.webhook_keys)
             .field("action_key", &self.action_key.as_ref().map(|_| "<set>"))
@@ -125,6 +128,8 @@ pub fn router(config: ApiConfig) -> Router {
     let console = console::router(api.clone());
     Router::new()
         .route("/api/v1/events", post(rest::events::ingest))
+        // the same, under the name the contract's "Sharded input" gives Klaxon's ingest
+        .route("/api/v1/ingest", post(rest::events::ingest))
         .route(
             "/api/v1/projects/{project_id}/rules",
             get(rest::rules::show).put(rest::rules::replace),

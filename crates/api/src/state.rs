@@ -101,7 +101,7 @@ impl Api {
     /// The namespace's queues.
     pub(crate) fn topology(&self) -> Topology {
         let c = &self.0.config;
-        Topology::new(&c.namespace, &c.events_queue, c.queue_type)
+        Topology::new(&c.namespace, &c.events_queue, c.queue_type).with_shards(c.events_shards)
     }
 
     /// Publishes with confirms on the shared channel, (re)connecting when it is gone: each message straight

@@ -16,7 +16,7 @@ use lapin::{Channel, Connection, ConnectionProperties};
 use crate::declare::{close_channel, delete_queue};
 use crate::error::{amqp, io_error, reply_code, NOT_FOUND};
 use crate::url::{nodes, parse_url};
-use crate::{BrokerError, Consumer, Publisher, Reader, Topology, QUEUE_DECLARE_PASSIVE};
+use crate::{BrokerError, Consumer, Publisher, QueueType, Reader, Topology, QUEUE_DECLARE_PASSIVE};
 
 /// The AMQP frame size Klaxon proposes (bytes): see [`Broker::connect`].
 pub const FRAME_MAX: u32 = 16 * 1024;
@@ -209,6 +209,55 @@ impl Broker {
                 })
             }
         }
+    }
+
+    /// Whether the broker knows the `x-consistent-hash` exchange type (the plugin `--events-shards` needs):
+    /// declares the throwaway exchange `name` of that type (auto-delete), then deletes it. A broker without the
+    /// plugin refuses with a connection error, which closes this whole connection: use one of its own.
+    pub async fn has_consistent_hash(&self, name: &str) -> Result<bool, BrokerError> {
+        let channel = self.channel().await?;
+        let declared = channel
+            .exchange_declare(
+                name.into(),
+                lapin::ExchangeKind::Custom(crate::shards::CONSISTENT_HASH.to_owned()),
+                ExchangeDeclareOptions {
+                    auto_delete: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| crate::shards::declare_error(name, e));
+        match declared {
+            Ok(()) => {
+                let _ = channel
+                    .exchange_delete(name.into(), ExchangeDeleteOptions::default())
+                    .await;
+                close_channel(&channel).await;
+                Ok(true)
+            }
+            Err(BrokerError::NoExchangeType { .. }) => Ok(false),
+            Err(e) => {
+                close_channel(&channel).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Declares `queue` durable, of `queue_type`, with `x-single-active-consumer` (RabbitMQ hands all its messages to
+    /// one consumer at a time, the others standing by), on a channel of its own. For benchmarks comparing it with
+    /// Klaxon's shards, which every worker consumes (docs/clusters.md says why); a process uses such a queue as it
+    /// is when it finds it.
+    pub async fn declare_single_active(&self, queue: &str, queue_type: QueueType) -> Result<(), BrokerError> {
+        let channel = self.channel().await?;
+        let mut args = queue_type.arguments();
+        args.insert(
+            "x-single-active-consumer".into(),
+            lapin::types::AMQPValue::Boolean(true),
+        );
+        let declared = crate::declare::declare_queue(&channel, queue, args).await;
+        close_channel(&channel).await;
+        declared
     }
 
     /// Deletes exchange `name`, on a channel of its own.

@@ -2,9 +2,9 @@
 //! throwaway channel ([`Probe`]) since a failed one closes its channel; only a missing queue is declared, and a
 //! `PRECONDITION_FAILED` race with another process ends with the winner's queue used as it is ([`Ensured`]).
 
-use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
+use lapin::options::{ExchangeDeclareOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::FieldTable;
-use lapin::{Channel, Connection};
+use lapin::{Channel, Connection, ExchangeKind};
 
 use crate::error::{amqp, reply_code, NOT_FOUND, PRECONDITION_FAILED};
 use crate::{BrokerError, QUEUE_DECLARE_PASSIVE};
@@ -109,6 +109,50 @@ impl<'a> Probe<'a> {
                 }
             }
         }
+    }
+
+    /// True when exchange `name` exists (a passive declare, which creates nothing and ignores the type).
+    pub(crate) async fn exchange_exists(&mut self, name: &str) -> Result<bool, BrokerError> {
+        let channel = self.channel().await?;
+        let passive = ExchangeDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        match channel
+            .exchange_declare(name.into(), ExchangeKind::Topic, passive, FieldTable::default())
+            .await
+        {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                if let Some(ch) = self.channel.take() {
+                    close_channel(&ch).await;
+                }
+                if reply_code(&e) == Some(NOT_FOUND) {
+                    Ok(false)
+                } else {
+                    Err(BrokerError::Amqp {
+                        op: "exchange.declare (passive)",
+                        source: e,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Runs `op` on the probe's channel; a failure closes only this throwaway channel.
+    pub(crate) async fn run<F, Fut>(&mut self, op: F) -> Result<(), BrokerError>
+    where
+        F: FnOnce(Channel) -> Fut,
+        Fut: std::future::Future<Output = Result<(), BrokerError>>,
+    {
+        let channel = self.channel().await?;
+        let done = op(channel).await;
+        if done.is_err() {
+            if let Some(ch) = self.channel.take() {
+                close_channel(&ch).await;
+            }
+        }
+        done
     }
 
     /// Declares `queue` durable with `args`; a failure (e.g. 406, the queue appeared meanwhile with other

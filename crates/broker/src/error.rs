@@ -38,6 +38,20 @@ pub enum BrokerError {
     /// URL itself is not repeated, since it may carry a password.
     #[error("invalid AMQP URL: {0}")]
     InvalidUrl(String),
+    /// The broker does not know the shard exchange's type `x-consistent-hash`: the
+    /// `rabbitmq_consistent_hash_exchange` plugin is not enabled (`--events-shards` > 1). Transient: once an
+    /// operator enables the plugin, the next session declares the exchange.
+    #[error(
+        "RabbitMQ cannot declare exchange `{exchange}` of type x-consistent-hash ({source}): enable the plugin \
+         (rabbitmq-plugins enable rabbitmq_consistent_hash_exchange) on every node, or set --events-shards 1"
+    )]
+    NoExchangeType {
+        /// The shard exchange.
+        exchange: String,
+        /// The broker's error.
+        #[source]
+        source: lapin::Error,
+    },
     /// A queue exists with other arguments (permanent until an operator fixes it).
     #[error(
         "queue `{queue}` exists with different settings ({source}); delete it or use the queue type it was made with"

@@ -5,6 +5,8 @@
 //!
 //! ```text
 //! <events-queue>            ← producers (Hawk's grouper); consumed by workers
+//! <events-queue>.shards     ← with --events-shards N > 1: Klaxon's producers, routing key = project id
+//!   → <events-queue>.shard.0 … .shard.{N-1}   (x-consistent-hash); consumed by every worker (see [`shards`])
 //! <ns>.events.invalid       ← bodies that are not notifier tasks, untouched, reason in `x-klaxon-error`
 //! <ns>.notify.<channel>     ← notification tasks, one queue per channel (email, telegram, slack, webhook, loop,
 //!                             discord, teams, pagerduty); consumed by senders
@@ -27,6 +29,7 @@
 //! consumer    Consumer: manual acks, prefetch-bounded
 //! message     Delivery, Properties, Outgoing and Klaxon's headers (x-klaxon-error, x-klaxon-attempts)
 //! delay       the delay engine: 20 fixed-TTL levels, Publisher::publish_delayed
+//! shards      --events-shards N: the x-consistent-hash exchange and its N shard queues, keyed by project
 //! ```
 //!
 //! lapin stays inside this crate: the crates above see Klaxon's own types only ([`Delivery`], [`Properties`],
@@ -52,6 +55,7 @@ mod error;
 mod message;
 mod publisher;
 mod session;
+pub mod shards;
 mod topology;
 mod url;
 

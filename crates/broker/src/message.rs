@@ -67,8 +67,10 @@ impl From<lapin::message::Delivery> for Delivery {
 /// An outgoing message.
 #[derive(Debug, Clone, Default)]
 pub struct Outgoing {
-    /// Target queue (default exchange).
+    /// Target queue (published to the default exchange); with an `exchange`, the routing key.
     pub queue: String,
+    /// The exchange it is published to; empty: the default exchange, straight to `queue`.
+    pub exchange: String,
     /// Body.
     pub body: Vec<u8>,
     /// AMQP message_id.
@@ -86,6 +88,26 @@ impl Outgoing {
             queue: queue.into(),
             body,
             ..Default::default()
+        }
+    }
+
+    /// A persistent JSON message for `exchange` with `routing_key` (e.g. an event for the shard exchange, keyed
+    /// by its project).
+    pub fn routed(exchange: impl Into<String>, routing_key: impl Into<String>, body: Vec<u8>) -> Self {
+        Outgoing {
+            queue: routing_key.into(),
+            exchange: exchange.into(),
+            body,
+            ..Default::default()
+        }
+    }
+
+    /// Where it goes, for errors: the queue, or the exchange when it has one.
+    pub(crate) fn target(&self) -> &str {
+        if self.exchange.is_empty() {
+            &self.queue
+        } else {
+            &self.exchange
         }
     }
 
@@ -149,5 +171,6 @@ pub fn set_aside(delivery: &Delivery, queue: String, reason: &str) -> Outgoing {
         // bounded here too: a header larger than the connection's frame_max makes the broker close it
         headers: vec![(ERROR_HEADER.to_owned(), klaxon_core::text::reason(reason))],
         base: Some(delivery.properties.clone()),
+        exchange: String::new(),
     }
 }

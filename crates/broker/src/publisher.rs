@@ -74,7 +74,7 @@ impl Publisher {
     pub async fn publish_all(&self, messages: &[Outgoing]) -> Result<(), BrokerError> {
         publish_queued(messages.iter().map(|m| {
             let publish = self.channel.basic_publish(
-                "".into(),
+                m.exchange.as_str().into(),
                 m.queue.as_str().into(),
                 BasicPublishOptions {
                     mandatory: true,
@@ -83,13 +83,14 @@ impl Publisher {
                 &m.body,
                 m.properties(),
             );
-            (publish, m.queue.as_str())
+            (publish, m.target())
         }))
         .await
     }
 
     /// Makes sure every queue of `topology` exists — a queue that exists is used as it is, a missing one is
-    /// declared with the topology's queue type (see the crate docs) — then declares the delay engine and its
+    /// declared with the topology's queue type (see the crate docs) — and, when sharded, the shard exchange the
+    /// same way and the shard queues' bindings ([`crate::shards`]); then declares the delay engine and its
     /// bindings (idempotent).
     pub async fn declare(&self, topology: &Topology) -> Result<(), BrokerError> {
         let mut probe = Probe::new(&self.conn);
@@ -102,8 +103,14 @@ impl Publisher {
                 break;
             }
         }
+        if result.is_ok() && topology.sharded() {
+            result = crate::shards::ensure_exchange(&mut probe, &topology.shard_exchange()).await;
+        }
         probe.close().await;
         result?;
+        if topology.sharded() {
+            crate::shards::bind(&self.channel, topology).await?;
+        }
         topology.declare_delay(&self.channel).await
     }
 

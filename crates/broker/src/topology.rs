@@ -6,7 +6,7 @@ use lapin::types::{AMQPValue, FieldTable};
 use lapin::Channel;
 
 use crate::declare::{declare_queue, delete_queue};
-use crate::{BrokerError, DelayTopology};
+use crate::{BrokerError, DelayTopology, Outgoing};
 
 /// Classic or quorum queues (`--queue-type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -55,6 +55,9 @@ pub struct Topology {
     namespace: String,
     events_queue: String,
     queue_type: QueueType,
+    /// `--events-shards`: 1 is the single events queue; more spread the events over shard queues
+    /// ([`crate::shards`]).
+    shards: u16,
 }
 
 impl Topology {
@@ -64,6 +67,61 @@ impl Topology {
             namespace: namespace.to_owned(),
             events_queue: events_queue.to_owned(),
             queue_type,
+            shards: 1,
+        }
+    }
+
+    /// The same names with the events spread over `shards` shard queues (`--events-shards`; 0 and 1 are the
+    /// single events queue): see [`crate::shards`].
+    pub fn with_shards(mut self, shards: u16) -> Self {
+        self.shards = shards.max(1);
+        self
+    }
+
+    /// How many shard queues the events are spread over (1: none, the events queue alone).
+    pub fn shards(&self) -> u16 {
+        self.shards
+    }
+
+    /// True when the events go through the shard exchange (`--events-shards` > 1).
+    pub fn sharded(&self) -> bool {
+        self.shards > 1
+    }
+
+    /// `<events-queue>.shards`: the `x-consistent-hash` exchange producers publish events to when sharded.
+    pub fn shard_exchange(&self) -> String {
+        format!("{}.shards", self.events_queue)
+    }
+
+    /// `<events-queue>.shard.<i>`.
+    pub fn shard_queue(&self, i: u16) -> String {
+        format!("{}.shard.{i}", self.events_queue)
+    }
+
+    /// The shard queues, `.shard.0` … `.shard.{N-1}`; none when not sharded.
+    pub fn shard_queues(&self) -> Vec<String> {
+        if !self.sharded() {
+            return Vec::new();
+        }
+        (0..self.shards).map(|i| self.shard_queue(i)).collect()
+    }
+
+    /// The queues a worker consumes events from: the events queue, then the shard queues when sharded (the events
+    /// queue is still drained then: events published there before the switch, or by a producer still pointed at
+    /// it, are not stranded).
+    pub fn event_queues(&self) -> Vec<String> {
+        let mut q = vec![self.events_queue.clone()];
+        q.extend(self.shard_queues());
+        q
+    }
+
+    /// An event of `project` as producers publish it: to the events queue, or when sharded to the shard exchange
+    /// with the project as the routing key (one project's events stay in order on one shard).
+    pub fn event(&self, project: &str, body: Vec<u8>) -> Outgoing {
+        if self.sharded() {
+            Outgoing::routed(self.shard_exchange(), project, body)
+        } else {
+            Outgoing::json(self.events_queue.clone(), body)
         }
     }
 
@@ -118,7 +176,8 @@ impl Topology {
 
     /// Every queue of the namespace, in declaration order.
     pub fn queues(&self) -> Vec<String> {
-        let mut q = vec![self.events_queue.clone(), self.invalid_queue(), self.dead_queue()];
+        let mut q = self.event_queues();
+        q.extend([self.invalid_queue(), self.dead_queue()]);
         q.extend(ChannelKind::ALL.iter().map(|c| self.notify_queue(*c)));
         q.push(self.digest_flush_queue());
         q.push(self.alerts_timer_queue());
@@ -143,6 +202,10 @@ impl Topology {
         for q in self.queues() {
             declare_queue(channel, &q, self.arguments()).await?;
         }
+        if self.sharded() {
+            crate::shards::declare_exchange(channel, &self.shard_exchange()).await?;
+            crate::shards::bind(channel, self).await?;
+        }
         self.declare_delay(channel).await
     }
 
@@ -161,6 +224,9 @@ impl Topology {
     pub(crate) async fn delete(&self, channel: &Channel) -> Result<(), BrokerError> {
         for q in self.queues() {
             delete_queue(channel, &q).await?;
+        }
+        if self.sharded() {
+            crate::shards::delete_exchange(channel, &self.shard_exchange()).await?;
         }
         self.delay().delete(channel).await
     }

@@ -6,6 +6,10 @@
 //! nothing failing. The worker says so at warn (the first time at once, then at most every [`WARN_EVERY`] while it
 //! lasts, and once at info when it ends) and exports the difference as `klaxon_events_foreign_consumers`.
 //!
+//! With `--events-shards`, a worker registers once per consumed queue (the events queue and each shard queue), and
+//! each shard's registration exports that shard's depth and consumers (`klaxon_events_shard_messages`,
+//! `klaxon_events_shard_consumers`, label `shard`); `klaxon_events_foreign_consumers` stays the events queue's.
+//!
 //! The beats also report that events were taken (at most one report per beat), which `klaxon doctor` reads as
 //! "this queue has traffic" even when the workers keep it empty.
 
@@ -33,6 +37,10 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 const LEAVE_TIMEOUT: Duration = Duration::from_secs(1);
 /// The gauge: consumers of the events queue beyond the registered Klaxon workers, at the last count.
 pub const FOREIGN_CONSUMERS: &str = "klaxon_events_foreign_consumers";
+/// The gauge: messages ready in a shard queue (label `shard`), at the last count.
+pub const SHARD_MESSAGES: &str = "klaxon_events_shard_messages";
+/// The gauge: consumers of a shard queue (label `shard`), at the last count.
+pub const SHARD_CONSUMERS: &str = "klaxon_events_shard_consumers";
 
 /// One worker session's registration. Cheap to clone; [`Presence::taken`] is what the consume loop bumps.
 #[derive(Clone)]
@@ -42,6 +50,8 @@ pub struct Presence {
     queue: String,
     taken: Arc<AtomicU64>,
     first_taken: Arc<Notify>,
+    /// The shard this queue is (`--events-shards`), whose depth and consumers are exported per shard.
+    shard: Option<u16>,
 }
 
 impl Presence {
@@ -53,7 +63,15 @@ impl Presence {
             queue: queue.to_owned(),
             taken: Arc::default(),
             first_taken: Arc::default(),
+            shard: None,
         }
+    }
+
+    /// The registration of shard queue `shard`: its depth and consumers are exported as
+    /// `klaxon_events_shard_{messages,consumers}{shard="<shard>"}` at every beat.
+    pub fn for_shard(mut self, shard: u16) -> Self {
+        self.shard = Some(shard);
+        self
     }
 
     /// Counts `n` events taken from the queue (one atomic add per batch; the first batch after a beat wakes the
@@ -131,7 +149,17 @@ impl Presence {
                 continue;
             };
             let extra = u64::from(depth.consumers).saturating_sub(live);
-            metrics::gauge!(FOREIGN_CONSUMERS).set(extra as f64);
+            match self.shard {
+                // the shard's number, never a tenant's anything: at most --events-shards series
+                Some(shard) => {
+                    let shard = shard.to_string();
+                    metrics::gauge!("klaxon_events_shard_messages", "shard" => shard.clone())
+                        .set(f64::from(depth.messages));
+                    metrics::gauge!("klaxon_events_shard_consumers", "shard" => shard)
+                        .set(f64::from(depth.consumers));
+                }
+                None => metrics::gauge!(FOREIGN_CONSUMERS).set(extra as f64),
+            }
             foreign.observe(extra, Instant::now(), &self.queue, depth.consumers, live);
         }
     }

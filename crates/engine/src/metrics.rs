@@ -228,6 +228,18 @@ pub const DESCRIBED: &[Described] = &[
         labels: &[],
         help: "Consumers of the events queue that are not registered Klaxon workers of this namespace (last count)",
     },
+    Described {
+        name: crate::consumers::SHARD_MESSAGES,
+        kind: Kind::Gauge,
+        labels: &["shard"],
+        help: "Messages ready in each shard queue (--events-shards > 1), read by a passive declare every 10 s",
+    },
+    Described {
+        name: crate::consumers::SHARD_CONSUMERS,
+        kind: Kind::Gauge,
+        labels: &["shard"],
+        help: "Consumers of each shard queue (--events-shards > 1), read by a passive declare every 10 s",
+    },
     counter(
         "klaxon_breaker_transitions_total",
         &["state"],
@@ -297,7 +309,9 @@ fn describe_and_register() {
             }
             Kind::Gauge => {
                 metrics::describe_gauge!(m.name, m.help);
-                metrics::gauge!(m.name).set(0.0);
+                if m.labels.is_empty() {
+                    metrics::gauge!(m.name).set(0.0);
+                }
             }
             Kind::Histogram => {
                 metrics::describe_histogram!(m.name, m.help);

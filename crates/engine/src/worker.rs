@@ -31,6 +31,11 @@
 //!
 //! Each session registers the worker in Redis before it consumes and unregisters after it stopped, and beats
 //! meanwhile ([`crate::consumers`]): that is how consumers of the events queue that are not Klaxon are found.
+//!
+//! With `--events-shards N` (N > 1) a session consumes the events queue and every shard queue
+//! `<events-queue>.shard.i`, each on a channel of its own (each with `prefetch`), one consume loop per queue, run
+//! concurrently in the session's task: every worker consumes every shard, so adding a worker adds throughput
+//! without any assignment to keep; a shard's batches are processed and acked in order, the shards' overlap.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -133,31 +138,52 @@ async fn session(
     let Session { broker, publisher } =
         Session::open(&deps.amqp_url, crate::CONNECT_TIMEOUT, "worker", &deps.topology).await?;
     sink::declare(&publisher, deps.output).await?;
+    // The events queue, and with --events-shards every shard queue: each consumed on a channel of its own, each
+    // with a consume loop of its own (below), all in this task.
+    let queues = deps.topology.event_queues();
     // Registered before consuming and unregistered after, so the registry never counts fewer Klaxon workers than
     // the queue has (crate::consumers).
     let label = klaxon_broker::process_label("worker");
-    let presence = Presence::new(
-        deps.counter.redis().clone(),
-        deps.topology.namespace(),
-        deps.topology.events_queue(),
-        label.clone(),
-    );
-    presence.join().await;
-    let consumer = broker
-        .consume(deps.topology.events_queue(), deps.config.prefetch, &label)
-        .await;
-    let mut consumer = match consumer {
-        Ok(c) => c,
-        Err(e) => {
-            presence.leave().await;
-            return Err(e.into());
+    let presences: Vec<Presence> = queues
+        .iter()
+        .enumerate()
+        .map(|(i, q)| {
+            let presence = Presence::new(
+                deps.counter.redis().clone(),
+                deps.topology.namespace(),
+                q,
+                label.clone(),
+            );
+            // event_queues(): the events queue first, then shard 0, 1, …
+            match u16::try_from(i) {
+                Ok(i) if i > 0 => presence.for_shard(i - 1),
+                _ => presence,
+            }
+        })
+        .collect();
+    futures_util::future::join_all(presences.iter().map(Presence::join)).await;
+    let mut consumers = Vec::with_capacity(queues.len());
+    for q in &queues {
+        match broker.consume(q, deps.config.prefetch, &label).await {
+            Ok(c) => consumers.push(c),
+            Err(e) => {
+                for c in &consumers {
+                    c.close().await;
+                }
+                leave_all(&presences).await;
+                return Err(e.into());
+            }
         }
-    };
+    }
     let watching = CancellationToken::new();
-    let watch = tokio::spawn(presence.clone().watch(broker.clone(), watching.clone()));
+    let watches: Vec<_> = presences
+        .iter()
+        .map(|p| tokio::spawn(p.clone().watch(broker.clone(), watching.clone())))
+        .collect();
     ready.store(true, Ordering::Relaxed);
     tracing::info!(
         queue = deps.topology.events_queue(),
+        shards = deps.topology.shards(),
         prefetch = deps.config.prefetch,
         output = deps.output.as_str(),
         rules_database = deps.rules.store().database(),
@@ -171,14 +197,25 @@ async fn session(
         digests: Digests::new(deps.counter.redis().clone(), deps.topology.namespace()),
         no_events: NoEvents::new(deps.counter.redis().clone(), deps.topology.namespace()),
     };
-    let result = consume_loop(&batches, &mut consumer, &shutdown, &presence).await;
+    // One loop per consumed queue, concurrently: a shard's batches stay in order, the shards' overlap. The first
+    // failure ends the session (the others are dropped unacked: RabbitMQ hands their batches back, as after a
+    // crash); on shutdown each drains its own.
+    let loops = consumers
+        .iter_mut()
+        .zip(&presences)
+        .map(|(consumer, presence)| consume_loop(&batches, consumer, &shutdown, presence));
+    let result = futures_util::future::try_join_all(loops).await.map(|_| ());
     ready.store(false, Ordering::Relaxed);
     // a beat in flight is simply dropped: shutdown must not wait for a slow Redis
     watching.cancel();
-    watch.abort();
-    consumer.close().await;
+    for w in watches {
+        w.abort();
+    }
+    for c in &consumers {
+        c.close().await;
+    }
     publisher.close().await;
-    presence.leave().await;
+    leave_all(&presences).await;
     broker.close().await;
     result
 }
@@ -229,6 +266,11 @@ async fn consume_loop(
         }
         .emit();
     }
+}
+
+/// Unregisters every registration of the session (best effort, at once).
+async fn leave_all(presences: &[Presence]) {
+    futures_util::future::join_all(presences.iter().map(Presence::leave)).await;
 }
 
 /// Moves the deliveries that have already arrived into `batch`, up to `max`, without waiting.

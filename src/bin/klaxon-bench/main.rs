@@ -33,7 +33,8 @@ Examples:
   klaxon bench latency --rate 5000
   klaxon bench steady --rates 50,200,1000,5000 --seconds 20
   klaxon-bench steady --klaxon /path/to/an/older/klaxon   # the same rows for another build
-  klaxon-bench pipeline --workers 2 --json";
+  klaxon-bench pipeline --workers 2 --json
+  klaxon bench pipeline --shards 1,3 --workers 1,3 --queue-type classic   # sharded input, side by side";
 
 /// Measure throughput and cost side by side on this machine (also `klaxon bench`).
 #[derive(Debug, Parser)]
@@ -81,6 +82,8 @@ pub(crate) fn klaxon_child(
         .env("KLAXON_REDIS_URL", &global.redis_url)
         .env("KLAXON_MONGO_URL", &global.mongo_url)
         .env("KLAXON_LOG", "warn")
+        // the single events queue unless the bench says otherwise (`pipeline --shards`)
+        .env("KLAXON_EVENTS_SHARDS", "1")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::inherit())
@@ -111,7 +114,7 @@ fn init_tracing(format: &str) {
 async fn main() -> ExitCode {
     // The benches make a namespace per run: klaxon's namespace options are accepted (scripts that pass them
     // everywhere keep working) but not shown.
-    let command = ["namespace", "mongo_db", "events_queue"]
+    let command = ["namespace", "mongo_db", "events_queue", "events_shards"]
         .into_iter()
         .fold(Cli::command(), |c, id| c.mut_arg(id, |a| a.hide(true)));
     let cli = Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());

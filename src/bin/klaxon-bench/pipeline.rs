@@ -5,6 +5,10 @@
 //! events queue of a real `klaxon worker` child process (parse, rules, one Redis round trip per batch, publish of
 //! notification tasks with confirms, multiple-ack). It prints both rates, their ratio, the worker's own CPU time
 //! per event (from /proc/<pid>/stat) and Redis round trips per event.
+//!
+//! `--shards 1,3 --workers 1,3` measures every (shards, workers) pair side by side: the workers run with
+//! `--events-shards`, and the events are published as Klaxon's producers publish them (to the shard exchange keyed
+//! by project when sharded). The raw broker rate stays one queue's, the ceiling sharding is meant to pass.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,9 +53,17 @@ pub struct PipelineArgs {
     /// Worker batch size.
     #[arg(long, default_value_t = 256)]
     pub batch_max: usize,
-    /// Worker processes sharing the events queue.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub workers: u16,
+    /// Worker processes sharing the events queue; a comma-separated list measures each count (`1,3`).
+    #[arg(long, default_value = "1", value_delimiter = ',', value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub workers: Vec<u16>,
+    /// Shard queues the events are spread over (the workers' `--events-shards`; the events are published to the
+    /// shard exchange keyed by project); a comma-separated list measures each count (`1,3`), × every `--workers`.
+    #[arg(long, default_value = "1", value_delimiter = ',', value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub shards: Vec<u16>,
+    /// Declare the shard queues with `x-single-active-consumer` before the workers start (each shard then has one
+    /// active worker, the others stand by): to compare with Klaxon's every-worker-consumes-every-shard.
+    #[arg(long)]
+    pub single_active_consumer: bool,
     /// Also report the CPU of this process over the workers' window (repeatable), e.g. `rabbitmq=$(pgrep beam.smp)`.
     #[arg(long, value_parser = parse_watch_pid)]
     pub watch_pid: Vec<WatchPid>,
@@ -97,6 +109,8 @@ struct Row {
     worker_seconds: f64,
     worker_cpu_seconds: f64,
     workers: u16,
+    shards: u16,
+    single_active_consumer: bool,
     /// All workers together, in % of one core.
     worker_cpu_pct: f64,
     /// Other processes (`--watch-pid`) over the same window as the workers.
@@ -120,12 +134,13 @@ pub async fn run(what: BenchWhat, global: &GlobalOpts) -> anyhow::Result<ExitCod
 
 const CHUNK: usize = 500;
 
-fn bodies(args: &PipelineArgs, projects: &[String]) -> Vec<Vec<u8>> {
+/// The events: (project, body).
+fn bodies(args: &PipelineArgs, projects: &[String]) -> Vec<(String, Vec<u8>)> {
     (0..args.events)
         .map(|i| {
             let g = i % args.groups;
             let project = &projects[(g % args.projects) as usize];
-            serde_json::to_vec(&serde_json::json!({
+            let body = serde_json::to_vec(&serde_json::json!({
                 "projectId": project,
                 "event": {
                     "title": format!("TypeError: cannot read property of undefined (group {g})"),
@@ -134,16 +149,18 @@ fn bodies(args: &PipelineArgs, projects: &[String]) -> Vec<Vec<u8>> {
                     "repetitionId": null,
                 }
             }))
-            .unwrap_or_default()
+            .unwrap_or_default();
+            (project.clone(), body)
         })
         .collect()
 }
 
-/// Publishes every body to `queue` with confirms, `CHUNK` at a time.
+/// Publishes every event as producers do ([`Topology::event`]: to the events queue, or to the shard exchange
+/// keyed by project) with confirms, `CHUNK` at a time.
 async fn publish(
     broker: &Broker,
-    queue: &str,
-    bodies: &[Vec<u8>],
+    topology: &Topology,
+    bodies: &[(String, Vec<u8>)],
     progress: &indicatif::ProgressBar,
 ) -> anyhow::Result<()> {
     let publisher = broker.publisher().await?;
@@ -151,8 +168,8 @@ async fn publish(
         let msgs: Vec<Outgoing> = chunk
             .iter()
             .enumerate()
-            .map(|(i, b)| {
-                let mut m = Outgoing::json(queue, b.clone());
+            .map(|(i, (project, b))| {
+                let mut m = topology.event(project, b.clone());
                 m.message_id = Some(format!("bench-{}", n * CHUNK + i));
                 m
             })
@@ -227,7 +244,7 @@ async fn raw_rate(
     broker: &Broker,
     ns: &str,
     qt: QueueType,
-    bodies: &[Vec<u8>],
+    bodies: &[(String, Vec<u8>)],
     args: &PipelineArgs,
 ) -> anyhow::Result<f64> {
     let queue = format!("{ns}.raw");
@@ -270,7 +287,7 @@ async fn raw_rate(
             Ok(())
         }
     };
-    let (p, d) = tokio::join!(publish(broker, &queue, bodies, &pb), drain);
+    let (p, d) = tokio::join!(publish(broker, &topo, bodies, &pb), drain);
     p?;
     d?;
     let elapsed = started.elapsed().as_secs_f64();
@@ -285,11 +302,20 @@ pub(crate) fn label(qt: QueueType) -> &'static str {
     }
 }
 
-async fn one(global: &GlobalOpts, args: &PipelineArgs, qt: QueueType) -> anyhow::Result<Row> {
+/// One row: `workers` worker processes with `--events-shards shards`, next to the raw broker rate `raw` (measured
+/// here when `None`: once per queue type).
+async fn one(
+    global: &GlobalOpts,
+    args: &PipelineArgs,
+    qt: QueueType,
+    (shards, workers): (u16, u16),
+    raw: Option<f64>,
+) -> anyhow::Result<Row> {
+    // a namespace per row: counters, rules and queues of one row never meet another's
     let ns = format!(
-        "bench_{}_{:08x}",
+        "bench_{}_{shards}s{workers}w_{:08x}",
         label(qt),
-        std::process::id() ^ (Instant::now().elapsed().subsec_nanos())
+        std::process::id() ^ rand::random::<u32>()
     );
     let projects: Vec<String> = (0..args.projects)
         .map(|p| format!("{:024x}", 0xbe7c_0000_0000u64 + p))
@@ -320,13 +346,23 @@ async fn one(global: &GlobalOpts, args: &PipelineArgs, qt: QueueType) -> anyhow:
         .await
         .context("RabbitMQ (--amqp-url)")?;
 
-    let raw = raw_rate(&broker, &ns, qt, &bodies, args).await?;
+    let raw = match raw {
+        Some(r) => r,
+        None => raw_rate(&broker, &ns, qt, &bodies, args).await?,
+    };
+    let topology = Topology::new(&ns, &format!("{ns}.events"), qt).with_shards(shards);
 
+    let sac = args.single_active_consumer && shards > 1;
+    if sac {
+        for i in 0..shards {
+            broker.declare_single_active(&topology.shard_queue(i), qt).await?;
+        }
+    }
     // The workers, as processes of their own, so that their CPU time is theirs.
     let exe = crate::klaxon_exe()?;
     let mut children = Vec::new();
     let mut addrs = Vec::new();
-    for _ in 0..args.workers {
+    for _ in 0..workers {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let addr = format!("127.0.0.1:{port}");
         let child = crate::klaxon_child(&exe, "worker", &addr, qt, &ns, global)
@@ -336,6 +372,7 @@ async fn one(global: &GlobalOpts, args: &PipelineArgs, qt: QueueType) -> anyhow:
                 "--batch-max",
                 &args.batch_max.to_string(),
             ])
+            .env("KLAXON_EVENTS_SHARDS", shards.to_string())
             .spawn()
             .context("start klaxon worker")?;
         children.push(child);
@@ -355,17 +392,18 @@ async fn one(global: &GlobalOpts, args: &PipelineArgs, qt: QueueType) -> anyhow:
         }
     }
     // Warm the rule cache and the scripts with one event per project per worker, outside the measurement.
-    let warm: Vec<Vec<u8>> = (0..args.workers)
+    let warm: Vec<(String, Vec<u8>)> = (0..workers)
         .flat_map(|_| projects.iter())
         .map(|p| {
-            serde_json::to_vec(
+            let body = serde_json::to_vec(
                 &serde_json::json!({"projectId": p, "event": {"title": "warm-up", "groupHash": "warm"}}),
             )
-            .unwrap_or_default()
+            .unwrap_or_default();
+            (p.clone(), body)
         })
         .collect();
     let hidden = indicatif::ProgressBar::hidden();
-    publish(&broker, &format!("{ns}.events"), &warm, &hidden).await?;
+    publish(&broker, &topology, &warm, &hidden).await?;
     let warm_n = warm.len() as u64;
     // The workers' metrics, summed.
     let scrape = |addrs: Vec<String>| async move {
@@ -408,11 +446,11 @@ async fn one(global: &GlobalOpts, args: &PipelineArgs, qt: QueueType) -> anyhow:
         .collect();
     let pb = bar(
         bodies.len() as u64,
-        &format!("klaxon worker ×{} ({})", args.workers, label(qt)),
+        &format!("klaxon worker ×{workers}, {shards} shard(s) ({})", label(qt)),
         args.json,
     );
     let started = Instant::now();
-    publish(&broker, &format!("{ns}.events"), &bodies, &pb).await?;
+    publish(&broker, &topology, &bodies, &pb).await?;
     let after = wait_consumed(warm_n + bodies.len() as u64).await?;
     let elapsed = started.elapsed().as_secs_f64();
     let cpu_after = cpu_of(&pids)?;
@@ -444,9 +482,7 @@ async fn one(global: &GlobalOpts, args: &PipelineArgs, qt: QueueType) -> anyhow:
     let rate = n / elapsed;
 
     // Leave nothing behind.
-    let _ = broker
-        .delete_topology(&Topology::new(&ns, &format!("{ns}.events"), qt))
-        .await;
+    let _ = broker.delete_topology(&topology).await;
     let _ = broker.delete_queue(&format!("{ns}.raw")).await;
     broker.close().await;
     Ok(Row {
@@ -459,7 +495,9 @@ async fn one(global: &GlobalOpts, args: &PipelineArgs, qt: QueueType) -> anyhow:
         batch_max: args.batch_max,
         worker_seconds: elapsed,
         worker_cpu_seconds: (cpu_after - cpu_before) as f64 / TICKS_PER_S,
-        workers: args.workers,
+        workers,
+        shards,
+        single_active_consumer: sac,
         worker_cpu_pct: (cpu_after - cpu_before) as f64 / TICKS_PER_S / elapsed * 100.0,
         watched,
         raw_broker_msgs_per_s: raw,
@@ -482,9 +520,16 @@ async fn pipeline(args: PipelineArgs, global: &GlobalOpts) -> anyhow::Result<Exi
         "quorum" => vec![QueueType::Quorum],
         _ => vec![QueueType::Classic, QueueType::Quorum],
     };
-    let mut rows = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
     for qt in types {
-        rows.push(one(global, &args, qt).await?);
+        let mut raw = None;
+        for &shards in &args.shards {
+            for &workers in &args.workers {
+                let row = one(global, &args, qt, (shards, workers), raw).await?;
+                raw = Some(row.raw_broker_msgs_per_s);
+                rows.push(row);
+            }
+        }
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
@@ -499,18 +544,23 @@ async fn pipeline(args: PipelineArgs, global: &GlobalOpts) -> anyhow::Result<Exi
             .map(|w| format!(" {} CPU % |", w.name))
             .collect();
         println!(
-            "| queue | workers | raw broker msg/s | worker events/s | ratio | worker CPU µs/event | workers' CPU % | \
-             Redis round trips/event | tasks |{watched}"
+            "| queue | shards | workers | raw broker msg/s (one queue) | worker events/s | ratio | worker CPU µs/event | \
+             workers' CPU % | Redis round trips/event | tasks |{watched}"
         );
         println!(
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|{}",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|{}",
             "---:|".repeat(args.watch_pid.len())
         );
         for r in &rows {
             let watched: String = r.watched.iter().map(|w| format!(" {:.0} |", w.cpu_pct)).collect();
             println!(
-                "| {} | {} | {:.0} | {:.0} | {:.2} | {:.1} | {:.0} | {:.4} | {} |{watched}",
+                "| {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.1} | {:.0} | {:.4} | {} |{watched}",
                 r.queue_type,
+                if r.single_active_consumer {
+                    format!("{} (SAC)", r.shards)
+                } else {
+                    r.shards.to_string()
+                },
                 r.workers,
                 r.raw_broker_msgs_per_s,
                 r.worker_events_per_s,

@@ -21,6 +21,10 @@
 //!   pile up (a warning). And **alert messages**: with `--output hawk` alerts are tracked but only firings are
 //!   published (Hawk's senders know no other task), so resolves, acknowledgements, reminders and escalations
 //!   are not sent — said on a line of its own, so nobody waits for them.
+//! - **shards plugin**, **exchange** and **queue <events-queue>.shard.i** (with `--events-shards` N > 1): the
+//!   `rabbitmq_consistent_hash_exchange` plugin (FAIL when missing: a throwaway x-consistent-hash exchange is
+//!   declared on a connection of its own), the shard exchange, each shard queue's depth and consumers (none is a
+//!   warning), and shard queues left beyond N (a warning).
 //! - **consumers**: the events queue's consumer count against the Klaxon workers registered in Redis
 //!   (`klaxon_counter::Consumers`): more consumers than workers means another application (Hawk's notifier?)
 //!   takes part of the stream, and thresholds are under-counted (a warning naming the count).
@@ -33,7 +37,8 @@
 //! - **smtp**: a TCP connect to the `--smtp-url` host and its `220` greeting (credentials are never printed).
 //! - **telegram**: whether a bot token is set (it is never printed).
 //!
-//! One file per service or job: `redis.rs`, `alerts.rs` (alert slots), `rabbitmq.rs` (the queues, Hawk's queues with `--output hawk`),
+//! One file per service or job: `redis.rs`, `alerts.rs` (alert slots), `rabbitmq.rs` (the queues, Hawk's queues with
+//! `--output hawk`), `shards.rs` (`--events-shards`),
 //! `consumers.rs`, `mongodb.rs`, `rules.rs`, `smtp.rs`, `channels.rs` (Telegram, PagerDuty) and `keys.rs` (action
 //! links, webhook signing, the API token); this file holds the options, the report and the order of the lines.
 
@@ -45,6 +50,7 @@ mod mongodb;
 mod rabbitmq;
 mod redis;
 mod rules;
+mod shards;
 mod smtp;
 
 use std::process::ExitCode;
@@ -275,6 +281,7 @@ mod tests {
             mongo_url: String::new(),
             mongo_db: Some("hawk".into()),
             events_queue: Some("notifier".into()),
+            events_shards: 1,
             log_format: "text".into(),
             namespace_given: true,
             command: "doctor".into(),

@@ -27,9 +27,13 @@ pub(super) async fn rabbit_checks(
     };
     let mut out = vec![check(Status::Ok, "rabbitmq", format!("{at}: connected"))];
     // The queue type only matters for declaring, which a passive declare does not do.
-    let topology = Topology::new(&global.namespace, &global.events_queue(), QueueType::Classic);
+    let topology = Topology::new(&global.namespace, &global.events_queue(), QueueType::Classic)
+        .with_shards(global.events_shards);
     let (events_check, events) = queue_check(&broker, &topology, topology.events_queue(), t).await;
     out.push(events_check);
+    if topology.sharded() {
+        out.extend(super::shards::shard_checks(global, &broker, &topology, t).await);
+    }
     let mut queues: Vec<String> = ChannelKind::ALL
         .iter()
         .map(|k| topology.notify_queue(*k))

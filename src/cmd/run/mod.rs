@@ -123,6 +123,7 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
         clients: clients.clone(),
         events_queue: global.events_queue(),
         queue_type: plan.queue_type,
+        events_shards: global.events_shards,
         allow_private_endpoints: plan.api.allow_private_endpoints,
         limits: plan.limits,
         token: plan.api.token,
@@ -153,7 +154,8 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
 
     let parts = Parts {
         global,
-        topology: Topology::new(&global.namespace, &global.events_queue(), plan.queue_type),
+        topology: Topology::new(&global.namespace, &global.events_queue(), plan.queue_type)
+            .with_shards(global.events_shards),
         readiness,
         shutdown: shutdown.clone(),
         tracker,

@@ -139,6 +139,7 @@ pub async fn pass(
                         body: delivery.data.clone(),
                         message_id: delivery.properties.message_id().as_ref().map(|s| s.to_string()),
                         headers: Vec::new(),
+                        exchange: String::new(),
                         base: None,
                     };
                     publisher.publish_all(&[msg]).await?;

@@ -1,6 +1,6 @@
 //! `POST /api/v1/events`: one notifier task or an array of them (the queue's format), each validated exactly
 //! like an event on the queue ([`EventTask::parse`]) before any is published, then published persistent with
-//! confirms to the events queue.
+//! confirms to the events queue (with `--events-shards` N > 1: to the shard exchange, keyed by project).
 
 use std::time::Duration;
 
@@ -9,7 +9,6 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
-use klaxon_broker::Outgoing;
 use klaxon_core::EventTask;
 use serde_json::{json, Value};
 
@@ -28,7 +27,7 @@ pub(crate) async fn ingest(
     if items.is_empty() {
         return Err(ApiError::bad_request("no events: the array is empty"));
     }
-    let queue = api.config().events_queue.clone();
+    let topology = api.topology();
     let batch = format!("{:016x}", rand::random::<u64>());
     let mut messages = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
@@ -36,8 +35,9 @@ pub(crate) async fn ingest(
         let n = i + 1;
         let bytes =
             serde_json::to_vec(item).map_err(|e| ApiError::bad_request(format!("event #{n}: {e}")))?;
-        EventTask::parse(&bytes).map_err(|e| ApiError::bad_request(format!("event #{n}: {e}")))?;
-        let mut m = Outgoing::json(queue.clone(), bytes);
+        let task = EventTask::parse(&bytes).map_err(|e| ApiError::bad_request(format!("event #{n}: {e}")))?;
+        // the events queue, or with --events-shards the shard exchange keyed by the project
+        let mut m = topology.event(&task.project_id, bytes);
         m.message_id = Some(format!("api-{batch}-{i}"));
         messages.push((m, Duration::ZERO));
     }

@@ -167,6 +167,7 @@ pub async fn pass(
                         body: delivery.data.clone(),
                         message_id: None,
                         headers: Vec::new(),
+                        exchange: String::new(),
                         base: Some(base),
                     };
                     publisher.publish_all(&[msg]).await?;
