@@ -53,6 +53,10 @@ fn channels() -> Channels {
             PublicUrl::parse(PUBLIC_URL).expect("url"),
             action_key(),
         )))
+        .with_buttons(klaxon_channels::buttons::Buttons {
+            slack: true,
+            telegram: true,
+        })
 }
 
 fn task(channel: ChannelKind, reason: Reason, events: &[(&str, u64, Option<&str>)]) -> NotificationTask {
