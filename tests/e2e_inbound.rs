@@ -533,11 +533,12 @@ async fn a_telegram_button_acknowledges_and_another_projects_alert_is_refused() 
         fired_b["alertId"].as_str().unwrap_or_default().to_owned(),
     );
     let sent = tg.wait_for_count(2, Duration::from_secs(15)).await;
+    let chat_a = CHAT_A.to_string();
     assert_eq!(sent.len(), 2, "two firings; log:\n{}", k.logs());
     let firing_a = sent
         .iter()
         .map(|r| r.json())
-        .find(|b| b["chat_id"] == CHAT_A.to_string())
+        .find(|b| b["chat_id"].as_str() == Some(chat_a.as_str()))
         .expect("A's firing");
     let data = tg_buttons(&firing_a);
     assert_eq!(

@@ -393,7 +393,7 @@ pub(crate) async fn claim(
 /// What an acknowledge or resolve from an integration came to, for its answer.
 pub(crate) enum Acted {
     /// Changed now, or it already was (the alert after it, and whether it changed now).
-    Done(Alert, bool),
+    Done(Box<Alert>, bool),
     /// No such alert.
     Unknown,
     /// Redis or RabbitMQ is down.
@@ -404,8 +404,8 @@ pub(crate) enum Acted {
 /// acknowledged, already resolved) is done already, not an error.
 pub(crate) async fn act(api: &Api, project_id: &str, alert_id: &str, action: HandAction, by: &str) -> Acted {
     match api.change_alert_outcome(project_id, alert_id, action, by).await {
-        Ok(HandOutcome::Done(a)) => Acted::Done(a, true),
-        Ok(HandOutcome::Conflict { alert, .. }) => Acted::Done(alert, false),
+        Ok(HandOutcome::Done(a)) => Acted::Done(Box::new(a), true),
+        Ok(HandOutcome::Conflict { alert, .. }) => Acted::Done(Box::new(alert), false),
         Ok(HandOutcome::NotFound) => Acted::Unknown,
         Err(e) => Acted::Unavailable(e.message),
     }
@@ -462,16 +462,19 @@ async fn guard_hosts(State(api): State<Api>, req: Request, next: Next) -> Respon
     }
 }
 
-/// The secret of `integration`, or the 404 that says it is off.
-pub(crate) fn secret_or_off(api: &Api, integration: Integration) -> Result<String, Response> {
-    integration.secret(api).map(str::to_owned).ok_or_else(|| {
-        let detail = format!(
-            "the {} integration is off: set {} to turn it on (docs/integrations.md)",
-            integration.as_str(),
-            integration.secret_name()
-        );
-        finish(integration, Outcome::Disabled, &detail, None)
-    })
+/// The secret of `integration`, when it is on.
+pub(crate) fn secret_of(api: &Api, integration: Integration) -> Option<String> {
+    integration.secret(api).map(str::to_owned)
+}
+
+/// The 404 that says `integration` is off.
+pub(crate) fn off(integration: Integration) -> Response {
+    let detail = format!(
+        "the {} integration is off: set {} to turn it on (docs/integrations.md)",
+        integration.as_str(),
+        integration.secret_name()
+    );
+    finish(integration, Outcome::Disabled, &detail, None)
 }
 
 #[cfg(test)]

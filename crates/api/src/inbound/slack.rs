@@ -50,9 +50,8 @@ fn payload(body: &[u8]) -> Option<Value> {
 }
 
 pub(crate) async fn receive(State(api): State<Api>, req: Request) -> Response {
-    let secret = match super::secret_or_off(&api, I) {
-        Ok(s) => s,
-        Err(r) => return r,
+    let Some(secret) = super::secret_of(&api, I) else {
+        return super::off(I);
     };
     let (client, headers, body) = match super::read(&api, req).await {
         Ok(x) => x,
