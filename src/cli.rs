@@ -220,6 +220,26 @@ pub struct DeliveryOpts {
     pub event_url_template: Option<String>,
 }
 
+/// The inbound integrations' secrets (docs/integrations.md), from the environment only (secrets): each
+/// integration's endpoint is off while its secret is unset or empty.
+pub fn inbound_secrets() -> klaxon_api::inbound::InboundSecrets {
+    klaxon_api::inbound::InboundSecrets {
+        pagerduty: env_secret("KLAXON_PAGERDUTY_WEBHOOK_SECRET"),
+        slack: env_secret("KLAXON_SLACK_SIGNING_SECRET"),
+        telegram: env_secret("KLAXON_TELEGRAM_WEBHOOK_SECRET"),
+    }
+}
+
+/// Which channels' messages carry Acknowledge and Resolve buttons: those whose inbound integration's secret is
+/// set in this process too (a button nobody answers is never shown).
+fn buttons() -> klaxon_channels::buttons::Buttons {
+    let secrets = inbound_secrets();
+    klaxon_channels::buttons::Buttons {
+        slack: secrets.slack.is_some(),
+        telegram: secrets.telegram.is_some(),
+    }
+}
+
 fn env_secret(name: &str) -> Option<klaxon_channels::Secret> {
     std::env::var(name)
         .ok()
@@ -308,6 +328,7 @@ impl DeliveryOpts {
             request_timeout: self.request_timeout,
         })
         .and_then(|c| c.with_event_url_template(self.event_url_template.as_deref().unwrap_or("")))
+        .map(|c| c.with_buttons(buttons()))
         // Only the flags' values can be wrong here: a usage error.
         .map_err(|e| crate::exit::usage(format!("invalid delivery settings: {e:#}")))
     }

@@ -18,6 +18,9 @@
 //!   rest/deliveries.rs, rest/dead.rs, rest/webhook_secret.rs ── the trail (MongoDB), `<ns>.dead`, derived secrets
 //!   rest/invalid.rs        GET /api/v1/invalid, POST …/invalid/replay ──▶ `<ns>.events.invalid` ──▶ the events queue
 //!
+//!  PagerDuty, Slack, Telegram ──▶ guard (Host) ──▶ body cap (256 KiB) ──▶ inbound/ (their own signatures, not the
+//!              token): POST /api/v1/integrations/{pagerduty,slack,telegram} ──▶ the hand ack/resolve of rest/alerts.rs
+//!
 //!  browser ──▶ GET / (console/mod.rs): its own guard, session auth and CSRF; the same state and rest/ functions,
 //!              as HTML pages (console/{projects,mutes,alerts,edit,explain,deliveries,dead,invalid}.rs; the
 //!              action links of messages in console/action.rs, sign-in in console/auth.rs)
@@ -32,6 +35,7 @@
 mod console;
 mod error;
 pub mod guard;
+pub mod inbound;
 pub mod proxy;
 pub mod rest;
 mod state;
@@ -101,6 +105,9 @@ pub struct ApiConfig {
     /// `--trusted-proxies`: only when a request's TCP peer is one of them is its client read from
     /// `X-Forwarded-For` (see [`proxy`]); default none.
     pub trusted_proxies: proxy::TrustedProxies,
+    /// The inbound integrations' secrets (`KLAXON_PAGERDUTY_WEBHOOK_SECRET`, `KLAXON_SLACK_SIGNING_SECRET`,
+    /// `KLAXON_TELEGRAM_WEBHOOK_SECRET`): each integration's endpoint is off (404) while its secret is unset.
+    pub inbound: inbound::InboundSecrets,
 }
 
 impl std::fmt::Debug for ApiConfig {
@@ -115,6 +122,7 @@ impl std::fmt::Debug for ApiConfig {
             .field("action_key", &self.action_key.as_ref().map(|_| "<set>"))
             .field("allowed_hosts", &self.allowed_hosts)
             .field("trusted_proxies", &self.trusted_proxies)
+            .field("inbound", &self.inbound)
             .finish_non_exhaustive()
     }
 }
@@ -174,9 +182,11 @@ pub fn router(config: ApiConfig) -> Router {
         .layer(middleware::from_fn(require_json))
         .layer(middleware::from_fn_with_state(api.clone(), authenticate))
         .layer(middleware::from_fn_with_state(api.clone(), guard_requests))
-        .with_state(api)
+        .with_state(api.clone())
         // The console has its own auth (session cookie, CSRF) and HTML errors; it is not under `/api/v1`'s layers.
         .merge(console)
+        // The inbound integrations are authenticated by their own signatures, not by the API's token.
+        .merge(inbound::router(api))
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -194,7 +204,7 @@ async fn method_not_allowed() -> ApiError {
     )
 }
 
-async fn with_timeout(req: Request, next: Next) -> Response {
+pub(crate) async fn with_timeout(req: Request, next: Next) -> Response {
     match tokio::time::timeout(HANDLER_TIMEOUT, next.run(req)).await {
         Ok(r) => r,
         Err(_) => ApiError::new(
@@ -207,7 +217,7 @@ async fn with_timeout(req: Request, next: Next) -> Response {
 
 /// Compares two secrets in time that does not depend on where they differ (digests first, so the length
 /// does not leak either).
-fn same_secret(a: &str, b: &str) -> bool {
+pub(crate) fn same_secret(a: &str, b: &str) -> bool {
     use sha2::{Digest, Sha256};
     let (x, y) = (Sha256::digest(a.as_bytes()), Sha256::digest(b.as_bytes()));
     x.iter().zip(y.iter()).fold(0u8, |acc, (p, q)| acc | (p ^ q)) == 0

@@ -26,6 +26,7 @@
 #![deny(missing_docs)]
 
 pub mod action_links;
+pub mod buttons;
 mod discord;
 mod email;
 pub mod error;
@@ -57,7 +58,7 @@ pub use email::{message_id as email_message_id, replies_to as email_replies_to, 
 pub use error::{ChannelError, DeliveryError};
 pub use link::UrlTemplate;
 pub use mattermost::LOOP_TEXT_MAX;
-pub use pagerduty::{PAGERDUTY_EVENT_MAX, PAGERDUTY_SUMMARY_MAX};
+pub use pagerduty::{trigger_key as pagerduty_trigger_key, PAGERDUTY_EVENT_MAX, PAGERDUTY_SUMMARY_MAX};
 pub use render::MessageContext;
 use secret::short_hash;
 pub use secret::{redact_endpoint, Secret};
@@ -201,6 +202,7 @@ pub struct Channels {
     inner: Arc<Inner>,
     links: Option<Arc<UrlTemplate>>,
     actions: Option<Arc<ActionLinks>>,
+    buttons: buttons::Buttons,
 }
 
 impl std::fmt::Debug for Channels {
@@ -261,6 +263,7 @@ impl Channels {
             }),
             links: None,
             actions: None,
+            buttons: buttons::Buttons::default(),
         })
     }
 
@@ -279,6 +282,13 @@ impl Channels {
     /// [`action_links`]); `None`: no action links.
     pub fn with_action_links(mut self, links: Option<ActionLinks>) -> Self {
         self.actions = links.map(Arc::new);
+        self
+    }
+
+    /// Adds Acknowledge and Resolve buttons to the alerts' messages on the channels `buttons` names (see
+    /// [`buttons`]): each when its inbound integration's secret is set.
+    pub fn with_buttons(mut self, buttons: buttons::Buttons) -> Self {
+        self.buttons = buttons;
         self
     }
 
@@ -317,7 +327,8 @@ impl Channels {
             ChannelKind::Telegram => Ok(bodies(
                 self.telegram_parts(task, ctx)?
                     .into_iter()
-                    .map(|text| telegram::send_message(task.endpoint.trim(), &text).to_string())
+                    .enumerate()
+                    .map(|(i, text)| self.telegram_request(task, i, &text).to_string())
                     .collect(),
             )),
             ChannelKind::Email => {

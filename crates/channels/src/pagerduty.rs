@@ -80,6 +80,26 @@ fn lifecycle(task: &NotificationTask) -> Result<Option<(Option<&'static str>, &s
     Ok(Some((action, key)))
 }
 
+/// The `dedup_key` of a PagerDuty trigger of `task` (a firing, a reminder, an escalation step, a digest or a
+/// release): the incident it opens or joins, which PagerDuty's webhooks name as `incident_key`. None for
+/// another channel, and for an `acknowledge` or `resolve`.
+pub fn trigger_key(task: &NotificationTask) -> Option<&str> {
+    if task.channel != klaxon_core::ChannelKind::Pagerduty {
+        return None;
+    }
+    match lifecycle(task).ok()? {
+        Some((Some(_), _)) => None,
+        Some((None, key)) => Some(key),
+        None => Some(
+            task.alert
+                .as_ref()
+                .map(|a| a.firing_notification_id.trim())
+                .filter(|k| !k.is_empty() && k.len() <= DEDUP_KEY_MAX)
+                .unwrap_or(task.notification_id.as_str()),
+        ),
+    }
+}
+
 /// The Events API v2 body for `task` (the routing key included).
 pub(crate) fn event(task: &NotificationTask, v: &View) -> Result<Value, DeliveryError> {
     let life = lifecycle(task)?;

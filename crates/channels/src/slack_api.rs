@@ -16,6 +16,7 @@ use klaxon_core::NotificationTask;
 use serde_json::{json, Value};
 use url::Url;
 
+use crate::buttons::Press;
 use crate::error::tidy;
 use crate::http_client::{label, Answer, Request};
 use crate::render::{escape_slack_text, slack_literal, MessageContext, View, ROOMS};
@@ -118,8 +119,15 @@ fn check(answer: &Answer, what: &str, method: &str, secrets: &[&str]) -> Result<
 
 /// The `chat.update` body: the firing message `firing` (its `chat.postMessage` request) with a bold line
 /// showing the state the lifecycle message's `view` reports above it, in `text` and as a first block; None when
-/// the firing message cannot be read or the result would exceed Slack's limits.
-fn edited_message(channel: &str, ts: &str, firing: &str, view: &View) -> Option<Value> {
+/// the firing message cannot be read or the result would exceed Slack's limits. The firing's Acknowledge and
+/// Resolve buttons are replaced by `buttons` (project, alert, the new state's presses; none: removed).
+fn edited_message(
+    channel: &str,
+    ts: &str,
+    firing: &str,
+    view: &View,
+    buttons: Option<(&str, &str, &[Press])>,
+) -> Option<Value> {
     let firing: Value = serde_json::from_str(firing).ok()?;
     let mut elements = vec![json!({"type": "text", "text": view.status, "style": {"bold": true}})];
     if let Some(by) = view.by.as_deref().filter(|b| !b.is_empty()) {
@@ -130,6 +138,8 @@ fn edited_message(channel: &str, ts: &str, firing: &str, view: &View) -> Option<
     }
     let mut blocks = vec![rich_text(elements)];
     blocks.extend(firing.get("blocks")?.as_array()?.iter().cloned());
+    let (project, alert, presses) = buttons.unwrap_or(("", "", &[]));
+    crate::buttons::replace_slack_block(&mut blocks, project, alert, presses);
     let by = view.by.as_deref().map(escape_slack_text).unwrap_or_default();
     let text = format!(
         "*{}{by}{}*\n{}",
@@ -160,7 +170,39 @@ impl Channels {
         if let Some(ts) = thread_ts {
             body["thread_ts"] = Value::from(ts);
         }
+        self.add_slack_buttons(task, &mut body);
         Ok(body)
+    }
+
+    /// The Acknowledge and Resolve buttons of a Web API message of `task` (or, `edit`, of its edit of the
+    /// firing message), when Slack's buttons are on ([`crate::buttons`]).
+    fn slack_buttons<'t>(
+        &self,
+        task: &'t NotificationTask,
+        edit: bool,
+    ) -> Option<(&'t str, &'t str, &'static [Press])> {
+        self.buttons
+            .slack
+            .then(|| crate::buttons::presses(task, edit))
+            .flatten()
+    }
+
+    /// Appends the buttons block to `body` when the message carries buttons and the result keeps within Slack's
+    /// limits (a message at the 50-block bound goes without them).
+    fn add_slack_buttons(&self, task: &NotificationTask, body: &mut Value) {
+        let Some((project, alert, presses)) = self.slack_buttons(task, false) else {
+            return;
+        };
+        let Some(block) = crate::buttons::slack_block(project, alert, presses) else {
+            return;
+        };
+        let mut with = body.clone();
+        if let Some(blocks) = with["blocks"].as_array_mut() {
+            blocks.push(block);
+            if within_limits(&with) {
+                *body = with;
+            }
+        }
     }
 
     /// One Web API call: `POST <slack-api>/<method>` with the bot token, classified ([`check`]).
@@ -227,7 +269,7 @@ impl Channels {
                 match f
                     .body
                     .as_deref()
-                    .and_then(|b| edited_message(channel, ts, b, &view))
+                    .and_then(|b| edited_message(channel, ts, b, &view, self.slack_buttons(task, true)))
                 {
                     None => Edit::Failed,
                     Some(body) => match self.slack_call("chat.update", &body, token, &what).await {

@@ -77,8 +77,15 @@ fn sent_message_id(body: &str) -> Option<String> {
 }
 
 /// The `editMessageText` body: the firing message's first part `firing` under a bold line with the state the
-/// lifecycle message's `view` reports, split (never cut through a tag) to Telegram's limit.
-fn edit_message(chat_id: &str, message_id: i64, firing: &str, view: &View) -> serde_json::Value {
+/// lifecycle message's `view` reports, split (never cut through a tag) to Telegram's limit; `markup` the buttons
+/// for the alert's new state (none: Telegram removes the old keyboard).
+fn edit_message(
+    chat_id: &str,
+    message_id: i64,
+    firing: &str,
+    view: &View,
+    markup: Option<serde_json::Value>,
+) -> serde_json::Value {
     let by = view.by.as_deref().map(escape_telegram).unwrap_or_default();
     let text = format!("<b>{}{by}{}</b>\n{firing}", view.status, view.status_end);
     let text = if utf16_len(&text) <= TELEGRAM_MAX {
@@ -89,16 +96,47 @@ fn edit_message(chat_id: &str, message_id: i64, firing: &str, view: &View) -> se
             .next()
             .unwrap_or_default()
     };
-    serde_json::json!({
+    let mut body = serde_json::json!({
         "chat_id": chat_id,
         "message_id": message_id,
         "text": text,
         "parse_mode": "HTML",
         "link_preview_options": {"is_disabled": true},
-    })
+    });
+    if let Some(markup) = markup {
+        body["reply_markup"] = markup;
+    }
+    body
 }
 
 impl Channels {
+    /// The Acknowledge and Resolve buttons (`reply_markup`) of a Bot API message of `task` (or, `edit`, of its
+    /// edit of the firing message), when Telegram's buttons are on and the alert's state shows some
+    /// ([`crate::buttons`]).
+    fn telegram_markup(&self, task: &NotificationTask, edit: bool) -> Option<serde_json::Value> {
+        if !self.buttons.telegram || task.endpoint.contains("://") {
+            return None;
+        }
+        let (project, alert, presses) = crate::buttons::presses(task, edit)?;
+        crate::buttons::telegram_markup(project, alert, presses)
+    }
+
+    /// The `sendMessage` body of part `i` of `task`'s message: the first part carries the buttons, if any.
+    pub(crate) fn telegram_request(
+        &self,
+        task: &NotificationTask,
+        i: usize,
+        part: &str,
+    ) -> serde_json::Value {
+        let mut body = send_message(task.endpoint.trim(), part);
+        if i == 0 {
+            if let Some(markup) = self.telegram_markup(task, false) {
+                body["reply_markup"] = markup;
+            }
+        }
+        body
+    }
+
     /// The message as Telegram receives it: balanced HTML parts of at most 4096 characters.
     pub(crate) fn telegram_parts(
         &self,
@@ -179,7 +217,8 @@ impl Channels {
             edit = Some(match firing.body.as_deref() {
                 None => Edit::Failed,
                 Some(text) => {
-                    let body = edit_message(endpoint, message_id, text, &view).to_string();
+                    let markup = self.telegram_markup(task, true);
+                    let body = edit_message(endpoint, message_id, text, &view, markup).to_string();
                     let edit_url = method_url("editMessageText")?;
                     let result = async {
                         let answer = self
@@ -213,7 +252,7 @@ impl Channels {
         }
         let reply_to = firing.map(|(_, id)| id);
         let request = |i: usize, part: &str| {
-            let mut body = send_message(endpoint, part);
+            let mut body = self.telegram_request(task, i, part);
             if let (0, Some(id)) = (i, reply_to) {
                 body["reply_parameters"] =
                     serde_json::json!({"message_id": id, "allow_sending_without_reply": true});

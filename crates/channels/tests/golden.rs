@@ -53,6 +53,10 @@ fn channels() -> Channels {
             PublicUrl::parse(PUBLIC_URL).expect("url"),
             action_key(),
         )))
+        .with_buttons(klaxon_channels::buttons::Buttons {
+            slack: true,
+            telegram: true,
+        })
 }
 
 fn task(channel: ChannelKind, reason: Reason, events: &[(&str, u64, Option<&str>)]) -> NotificationTask {
@@ -521,6 +525,43 @@ async fn every_channel_matches_its_golden_files() {
             if got != want {
                 mismatches.push(format!("--- {}\n{got}", path.display()));
             }
+        }
+    }
+    assert!(
+        mismatches.is_empty(),
+        "rendered output differs from the golden files (KLAXON_BLESS=1 to accept):\n{}",
+        mismatches.join("\n")
+    );
+}
+
+/// Slack through the Web API (a channel-id endpoint, the bot token): the `chat.postMessage` bodies of an alert's
+/// firing, reminder, escalation and acknowledgement, in `tests/golden/slack_api/` — the firing, reminder and
+/// escalation end with the Acknowledge and Resolve buttons (`klaxon_channels::buttons`), the acknowledgement
+/// (a notice in the thread) carries none.
+#[tokio::test]
+async fn slack_web_api_messages_match_their_golden_files_with_buttons() {
+    let bless = std::env::var("KLAXON_BLESS").is_ok_and(|v| v == "1");
+    let ch = channels();
+    let mut mismatches = Vec::new();
+    let wanted = ["threshold_alert", "reminder", "escalation", "acknowledged"];
+    for (case, mut t) in cases(ChannelKind::Slack) {
+        if !wanted.contains(&case) {
+            continue;
+        }
+        t.endpoint = "C0123ABCD".into();
+        let got = visible(&as_text(&preview(&ch, &t, Some(name_for(case)))));
+        let buttons = got.contains("klaxon-alert-buttons");
+        assert_eq!(buttons, case != "acknowledged", "{case}: {got}");
+        let path = golden_dir().join("slack_api").join(format!("{case}.txt"));
+        if bless {
+            std::fs::create_dir_all(path.parent().expect("dir")).expect("mkdir");
+            std::fs::write(&path, &got).expect("write golden");
+            continue;
+        }
+        let want = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (bless with KLAXON_BLESS=1)", path.display()));
+        if got != want {
+            mismatches.push(format!("--- {}\n{got}", path.display()));
         }
     }
     assert!(

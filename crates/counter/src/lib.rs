@@ -63,6 +63,7 @@ mod error;
 pub mod eviction;
 pub mod gcra;
 mod hit;
+pub mod inbound;
 pub mod mutes;
 pub mod namespace;
 pub mod no_events;
@@ -84,6 +85,7 @@ pub use eviction::{
 };
 pub use gcra::{Gcra, Slot};
 pub use hit::{Hit, Outcome};
+pub use inbound::{Inbound, Incident};
 pub use mutes::Mutes;
 pub use no_events::{NoEvents, Seen, SeenBy, Watched};
 pub use redis_handle::RedisHandle;

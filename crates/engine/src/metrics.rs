@@ -256,6 +256,11 @@ pub const DESCRIBED: &[Described] = &[
         "Edits of an alert's firing message by its lifecycle messages (Discord, Telegram, Slack): edited, failed",
     ),
     counter(
+        "klaxon_inbound_requests_total",
+        &["integration", "outcome"],
+        "Requests to the inbound integrations (PagerDuty, Slack, Telegram) by outcome: accepted, ignored, disabled, unsigned, bad_signature, stale, replayed, throttled, invalid, unknown_alert, foreign_project, unavailable",
+    ),
+    counter(
         "klaxon_trail_dropped_total",
         &[],
         "Delivery-trail records dropped (queue full)",

@@ -131,6 +131,7 @@ pub async fn run(args: impl Into<RawArgs>, global: &GlobalOpts) -> anyhow::Resul
         trusted_proxies: plan.http.trusted_proxies,
         webhook_keys: plan.api.webhook_keys,
         action_key: plan.api.action_key,
+        inbound: plan.api.inbound,
         output,
         shadow_trail: shadow_trail.clone(),
     });
@@ -427,6 +428,7 @@ fn start_senders(
         retry_schedule: send.retry_schedule,
         dedup: Dedup::new(redis.clone(), &global.namespace, send.dedup_ttl, send.dedup_lease),
         conversations: klaxon_counter::Conversations::new(redis.clone(), &global.namespace),
+        inbound: klaxon_counter::Inbound::new(redis.clone(), &global.namespace),
         alerts: klaxon_counter::Alerts::new(redis.clone(), &global.namespace),
         limiter: RateLimiter::new(redis, &global.namespace, send.rates, Duration::from_secs(1)),
         breakers: Arc::new(Breakers::new(send.breaker)),

@@ -113,6 +113,9 @@ pub struct ApiPlan {
     pub webhook_keys: Option<klaxon_channels::webhook::SigningKeys>,
     /// `KLAXON_ACTION_KEY` with `--public-url`: the key the console checks action links with.
     pub action_key: Option<klaxon_core::action::ActionKey>,
+    /// The inbound integrations' secrets (`KLAXON_PAGERDUTY_WEBHOOK_SECRET`, `KLAXON_SLACK_SIGNING_SECRET`,
+    /// `KLAXON_TELEGRAM_WEBHOOK_SECRET`).
+    pub inbound: klaxon_api::inbound::InboundSecrets,
 }
 
 /// The evaluating side.
@@ -200,6 +203,7 @@ impl Plan {
             allow_private_endpoints: a.allow_private_endpoints,
             webhook_keys: crate::cli::webhook_keys()?,
             action_key,
+            inbound: crate::cli::inbound_secrets(),
         };
         Ok(Plan {
             queue_type: a.process.queue_type,

@@ -379,6 +379,25 @@ impl Api {
         by: &str,
     ) -> Result<Alert, ApiError> {
         check_project_id(project_id)?;
+        match self
+            .change_alert_outcome(project_id, alert_id, action, by)
+            .await?
+        {
+            HandOutcome::Done(alert) => Ok(alert),
+            HandOutcome::Conflict { message, .. } => Err(ApiError::new(StatusCode::CONFLICT, message)),
+            HandOutcome::NotFound => Err(not_found(project_id, alert_id)),
+        }
+    }
+
+    /// [`Api::change_alert`]'s one way, with its outcome as it is (the inbound integrations answer a conflict
+    /// with a 200 of their own): changes the alert, publishes its lifecycle messages (again, for a replay), logs.
+    pub(crate) async fn change_alert_outcome(
+        &self,
+        project_id: &str,
+        alert_id: &str,
+        action: HandAction,
+        by: &str,
+    ) -> Result<HandOutcome, ApiError> {
         let outcome = hand_change(&self.alerts().await?, project_id, alert_id, action, by)
             .await
             .map_err(|e| ApiError::unavailable("Redis", e))?;
@@ -393,20 +412,16 @@ impl Api {
             let now: Vec<_> = out.into_iter().map(|m| (m, std::time::Duration::ZERO)).collect();
             self.publish(&now).await?;
         }
-        match outcome {
-            HandOutcome::Done(alert) => {
-                tracing::info!(
-                    alert_id,
-                    project_id,
-                    by,
-                    state = action.done(),
-                    "alert changed by hand"
-                );
-                Ok(alert)
-            }
-            HandOutcome::Conflict { message, .. } => Err(ApiError::new(StatusCode::CONFLICT, message)),
-            HandOutcome::NotFound => Err(not_found(project_id, alert_id)),
+        if let HandOutcome::Done(_) = &outcome {
+            tracing::info!(
+                alert_id,
+                project_id,
+                by = %klaxon_core::text::one_line(by, MAX_BY_CHARS),
+                state = action.done(),
+                "alert changed by hand"
+            );
         }
+        Ok(outcome)
     }
 }
 

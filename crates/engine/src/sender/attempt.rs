@@ -222,6 +222,7 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
         if let Some(sent) = &delivered.sent {
             remember(deps, task, sent).await;
         }
+        remember_incident(deps, task).await;
     }
     let next = after_attempt(
         result.as_ref().err(),
@@ -281,5 +282,24 @@ async fn remember(deps: &SenderDeps, task: &NotificationTask, sent: &MessageRef)
             error: &error,
         }
         .emit();
+    }
+}
+
+/// Remembers the PagerDuty incident a trigger opened or joined (its `dedup_key` → the project and the alerts it
+/// is about), so PagerDuty's webhooks can name the alert ([`klaxon_counter::Inbound`]); a failure is logged,
+/// never a failed delivery (the trigger went out).
+async fn remember_incident(deps: &SenderDeps, task: &NotificationTask) {
+    let Some(key) = klaxon_channels::pagerduty_trigger_key(task) else {
+        return;
+    };
+    let mut alerts: Vec<&str> = task.alert.iter().map(|a| a.id.as_str()).collect();
+    alerts.extend(task.events.iter().filter_map(|e| e.alert_id.as_deref()));
+    if let Err(error) = deps
+        .inbound
+        .remember_incident(key, &task.project_id, &alerts)
+        .await
+    {
+        tracing::warn!(notification_id = %crate::internal_events::text(&task.notification_id), error = %error,
+            "cannot remember the PagerDuty incident: its acknowledgement in PagerDuty will not reach Klaxon");
     }
 }

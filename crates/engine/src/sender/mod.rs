@@ -46,7 +46,7 @@ use klaxon_broker::{Consumer, Publisher, QueuedAck, Session, Topology};
 use klaxon_channels::Channels;
 use klaxon_core::ChannelKind;
 use klaxon_counter::dedup::Dedup;
-use klaxon_counter::{Alerts, Conversations};
+use klaxon_counter::{Alerts, Conversations, Inbound};
 use klaxon_store::trail::Trail;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -99,6 +99,8 @@ pub struct SenderDeps {
     pub trail: Trail,
     /// Each alert's firing message on Discord and Telegram, which its lifecycle messages edit and reply to.
     pub conversations: Conversations,
+    /// The PagerDuty incidents Klaxon triggered (dedup key → project and alerts), for PagerDuty's webhooks.
+    pub inbound: Inbound,
     /// The alerts, read again when a reminder or an escalation step is sent (decided at send time, `current`).
     pub alerts: Alerts,
     /// The rules as they are now, read with the alert (once the process's rule store is connected).
