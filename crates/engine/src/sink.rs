@@ -268,7 +268,12 @@ mod tests {
                 let klaxon = dispatch(&topology, Output::Klaxon, &Trail::disabled(), &t)
                     .expect("dispatch")
                     .expect("published");
-                assert_eq!(klaxon.queue, "ns.notify.slack");
+                // reminders and escalation steps wait in the channel's later lane, behind no firing
+                let lane = match reason {
+                    Reason::Reminder { .. } | Reason::Escalation { .. } => "ns.notify.slack.later",
+                    _ => "ns.notify.slack",
+                };
+                assert_eq!(klaxon.queue, lane, "{reason:?}");
                 let back: NotificationTask = serde_json::from_slice(&klaxon.body).expect("a task");
                 assert_eq!(back, t);
                 assert!(dispatch(&topology, Output::Shadow, &Trail::disabled(), &t)

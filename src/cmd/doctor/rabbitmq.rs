@@ -30,9 +30,10 @@ pub(super) async fn rabbit_checks(
     let topology = Topology::new(&global.namespace, &global.events_queue(), QueueType::Classic);
     let (events_check, events) = queue_check(&broker, &topology, topology.events_queue(), t).await;
     out.push(events_check);
+    // each channel's main lane and its later lane (reminders, escalation steps, endpoint-held tasks)
     let mut queues: Vec<String> = ChannelKind::ALL
         .iter()
-        .map(|k| topology.notify_queue(*k))
+        .flat_map(|k| [topology.notify_queue(*k), topology.later_queue(*k)])
         .collect();
     queues.push(topology.dead_queue());
     queues.push(topology.invalid_queue());
