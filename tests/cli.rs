@@ -646,3 +646,43 @@ fn doctor_never_prints_a_driver_panic_at_exit() {
         assert_eq!(err, "", "run {i} printed more than its result");
     }
 }
+
+#[test]
+fn rules_check_names_a_project_whose_reminders_can_exceed_the_budget() {
+    let env = Env::new();
+    let (loud, quiet) = (object_id(), object_id());
+    let rule = |every: u64| {
+        json!({"isEnabled": true, "whatToReceive": "ONLY_NEW", "including": [], "excluding": [],
+            "renotify": {"every": every, "max": 100},
+            "channels": {"webhook": {"isEnabled": true, "endpoint": "https://hooks.example.test/h", "minPeriod": 0}}})
+    };
+    // loud: 10 rules × 100 reminders an hour (every 1 s, max 100) = 1,000 > 600; quiet: 2 × 60 = 120
+    let file = common::json_file(
+        &env,
+        "budget",
+        &json!([
+            {"_id": loud, "notifications": (0..10).map(|_| rule(1_000)).collect::<Vec<_>>()},
+            {"_id": quiet, "notifications": [rule(60_000), rule(60_000)]}
+        ]),
+    );
+    let path = file.to_string_lossy().into_owned();
+    let (code, out, err) = env.run(&["rules", "check", "--file", &path]);
+    assert_eq!(code, 0, "a note, not a problem: {out}{err}");
+    assert!(
+        out.contains(&format!(
+            "project {loud}: one alert of each rule can send up to 1000 reminders an hour"
+        )) && out.contains("over the budget of 600"),
+        "{out}"
+    );
+    assert!(!out.contains(&quiet.to_string()), "{out}");
+    // a higher budget (flag or env) silences it; 0 means none
+    for budget in ["1000", "0"] {
+        let (code, out, _) = env
+            .clone()
+            .set("KLAXON_REMINDER_BUDGET", budget)
+            .run(&["rules", "check", "--file", &path]);
+        assert_eq!(code, 0, "{out}");
+        assert!(!out.contains("reminders an hour"), "budget {budget}: {out}");
+    }
+    std::fs::remove_file(file).ok();
+}

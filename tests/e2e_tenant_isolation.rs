@@ -314,3 +314,60 @@ async fn a_slow_webhook_does_not_fill_its_hosts_bulkhead() {
     assert_eq!(k.terminate(Duration::from_secs(15)), Some(0));
     common::delete_queues(&env).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_parked_tasks_of_a_throttled_tenant_do_not_hold_another_tenants_page() {
+    let sink = HttpSink::start().await.expect("sink");
+    // A's routing key is throttled with a short Retry-After, so A's tasks come back every few seconds, meet the
+    // throttle again (one probe each time) and are parked again: thousands of them keep passing through the
+    // pagerduty sender while B's page arrives
+    sink.route(
+        |r| r.json()["routing_key"] == KEY_A,
+        Reply::status(429).header("Retry-After", "3").body(
+            r#"{"status":"throttle event","message":"Requests for this service are arriving too quickly."}"#,
+        ),
+    );
+    sink.set_default(
+        Reply::status(202).body(r#"{"status":"success","message":"Event processed","dedup_key":"k"}"#),
+    );
+    let env = Env::new().set("KLAXON_PAGERDUTY_API", &sink.url(""));
+    let mut k = env.spawn("sender", &[]);
+
+    let (project_a, project_b) = (object_id(), object_id());
+    const A_TASKS: usize = 2_000;
+    publish(
+        &env,
+        &tenant(&env, "a", &project_a, ChannelKind::Pagerduty, KEY_A, A_TASKS),
+    )
+    .await;
+    // every one of A's tasks was parked once, and they are coming back (parked again)
+    let parked = r#"klaxon_deliveries_parked_total{channel="pagerduty"}"#;
+    k.wait_metric(parked, (A_TASKS + A_TASKS / 4) as f64, Duration::from_secs(90));
+
+    let before = k.metric(parked);
+    let sent = Instant::now();
+    publish(
+        &env,
+        &tenant(&env, "b", &project_b, ChannelKind::Pagerduty, KEY_B, 1),
+    )
+    .await;
+    let is_b = |r: &klaxon_testkit::Request| routing_key(r) == KEY_B;
+    let arrived = wait_for(&sink, 1, Duration::from_secs(30), is_b).await;
+    let took = sent.elapsed();
+    let during = k.metric(parked) - before;
+    eprintln!(
+        "measured: {A_TASKS} parked tasks of A: B's page arrived: {arrived}, {took:?} after it was queued \
+         ({during} of A's tasks parked again meanwhile)"
+    );
+    assert!(
+        arrived && took <= Duration::from_secs(2),
+        "tenant B's page took {took:?} (arrived: {arrived}) behind tenant A's {A_TASKS} parked tasks; log:\n{}",
+        k.logs()
+    );
+    assert!(
+        during > 0.0,
+        "A's tasks were not coming back while B's page waited: the test did not load the sender"
+    );
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}

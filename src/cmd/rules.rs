@@ -273,6 +273,10 @@ struct CheckArgs {
     output: OutputArgs,
     #[command(flatten, next_help_heading = "Limits per project")]
     limits: RuleLimitOpts,
+    /// The senders' budget of reminders per project per hour (`klaxon run --reminder-budget`): a project whose
+    /// rules can send more is named (a note, not a problem). 0 = no budget.
+    #[arg(long, env = "KLAXON_REMINDER_BUDGET", default_value_t = klaxon_core::priority::DEFAULT_REMINDER_BUDGET, help_heading = "Limits per project", value_name = "N")]
+    reminder_budget: u32,
 }
 
 /// Runs `klaxon rules …`.
@@ -313,8 +317,9 @@ pub async fn run(args: RulesArgs, global: &GlobalOpts) -> anyhow::Result<ExitCod
             file: Some(file),
             project,
             output,
+            reminder_budget,
             ..
-        }) => check_file(&file, project.as_deref(), &output, &limits),
+        }) => check_file(&file, project.as_deref(), &output, &limits, reminder_budget),
         stored => run_stored(stored, global, &limits).await,
     }
 }
@@ -401,6 +406,7 @@ fn check_file(
     project: Option<&str>,
     output: &OutputArgs,
     limits: &klaxon_core::Limits,
+    reminder_budget: u32,
 ) -> anyhow::Result<ExitCode> {
     let file = build::read_file(name, limits)?;
     let projects: Vec<(String, Vec<Value>)> = file
@@ -423,7 +429,7 @@ fn check_file(
     for (_, p) in &mut survey.found {
         p.rule_id = p.rule_id.as_deref().map(|id| file.rule_name(id));
     }
-    print::check(output.format(Format::Json), &survey)?;
+    print::check(output.format(Format::Json), &survey, reminder_budget)?;
     Ok(if survey.found.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -518,7 +524,7 @@ async fn command(
         }
         RulesCommand::Check(a) => {
             let survey = survey(store, a.project.as_deref(), limits).await?;
-            print::check(a.output.format(Format::Json), &survey)?;
+            print::check(a.output.format(Format::Json), &survey, a.reminder_budget)?;
             if !survey.found.is_empty() {
                 return Ok(ExitCode::from(1));
             }
@@ -561,6 +567,9 @@ pub struct Survey {
     pub found: Vec<(String, RuleProblem)>,
     /// (project, channel, rules) for channels Klaxon does not deliver.
     pub ignored: Vec<(String, String, usize)>,
+    /// (project, reminders) for projects with `renotify` rules: how many reminders one alert of each rule can
+    /// send in an hour ([`klaxon_core::priority::reminders_per_hour`]), to compare with `--reminder-budget`.
+    pub reminders: Vec<(String, u64)>,
 }
 
 /// Validates the stored rules (of one project, or all), like the engine reads them under `limits`: every
@@ -580,8 +589,18 @@ fn survey_of(projects: &[(String, Vec<Value>)], limits: &klaxon_core::Limits) ->
     let mut found = Vec::new();
     let mut ignored: Vec<(String, String, usize)> = Vec::new();
     let mut rules_seen = 0usize;
+    let mut reminders = Vec::new();
     for (project, rules) in projects {
         rules_seen += rules.len();
+        let compiled = klaxon_core::ProjectRules::from_notifications(Some(&Value::Array(rules.clone())));
+        let per_hour: u64 = compiled
+            .rules
+            .iter()
+            .map(klaxon_core::priority::reminders_per_hour)
+            .sum();
+        if per_hour > 0 {
+            reminders.push((project.clone(), per_hour));
+        }
         found.extend(
             limits
                 .rule_count_problem(rules.len())
@@ -609,5 +628,6 @@ fn survey_of(projects: &[(String, Vec<Value>)], limits: &klaxon_core::Limits) ->
         rules: rules_seen,
         found,
         ignored,
+        reminders,
     }
 }

@@ -1,6 +1,7 @@
 //! The names of one namespace's queues ([`Topology`]) and the type new ones are made with ([`QueueType`]);
 //! declaring and deleting them on a channel. The delay engine's own names live in [`crate::delay`].
 
+use klaxon_core::priority::Lane;
 use klaxon_core::ChannelKind;
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::Channel;
@@ -140,6 +141,20 @@ impl Topology {
         format!("{}.notify.{}", self.namespace, channel.as_str())
     }
 
+    /// `<ns>.notify.<channel>.later`: the channel's reminders and escalation steps
+    /// ([`klaxon_core::priority::Lane::Later`]), consumed after the main lane so that they never hold a firing.
+    pub fn later_queue(&self, channel: ChannelKind) -> String {
+        format!("{}.notify.{}.later", self.namespace, channel.as_str())
+    }
+
+    /// The queue a task of `channel` waits in for `lane`.
+    pub fn lane_queue(&self, channel: ChannelKind, lane: Lane) -> String {
+        match lane {
+            Lane::Main => self.notify_queue(channel),
+            Lane::Later => self.later_queue(channel),
+        }
+    }
+
     /// `<ns>.dead`.
     pub fn dead_queue(&self) -> String {
         format!("{}.dead", self.namespace)
@@ -165,10 +180,11 @@ impl Topology {
         DelayTopology::new(&self.namespace)
     }
 
-    /// Queues that receive delayed messages (bound to the delay engine): the notify queues, the digest
-    /// flush queue and the alert timer queue.
+    /// Queues that receive delayed messages (bound to the delay engine): the notify queues (both lanes), the
+    /// digest flush queue and the alert timer queue.
     pub fn delay_targets(&self) -> Vec<String> {
         let mut q: Vec<String> = ChannelKind::ALL.iter().map(|c| self.notify_queue(*c)).collect();
+        q.extend(ChannelKind::ALL.iter().map(|c| self.later_queue(*c)));
         q.push(self.digest_flush_queue());
         q.push(self.alerts_timer_queue());
         q
@@ -179,6 +195,7 @@ impl Topology {
         let mut q = self.event_queues();
         q.extend([self.invalid_queue(), self.dead_queue()]);
         q.extend(ChannelKind::ALL.iter().map(|c| self.notify_queue(*c)));
+        q.extend(ChannelKind::ALL.iter().map(|c| self.later_queue(*c)));
         q.push(self.digest_flush_queue());
         q.push(self.alerts_timer_queue());
         q

@@ -36,6 +36,7 @@ pub mod limits;
 pub mod mute;
 pub mod notification;
 pub mod oncall;
+pub mod priority;
 pub mod problem;
 pub mod route;
 pub mod rule;

@@ -124,10 +124,13 @@ pub enum DropReason {
     Resolved,
     /// The alert no longer exists (resolved alerts are kept 7 days; or it was never stored).
     AlertGone,
+    /// A reminder over its project's budget of reminders this hour (`--reminder-budget`).
+    ReminderBudget,
 }
 
 impl DropReason {
-    /// `rule_gone`, `rule_disabled`, `channel_removed`, `hawk_output`, `acknowledged`, `resolved`, `alert_gone`
+    /// `rule_gone`, `rule_disabled`, `channel_removed`, `hawk_output`, `acknowledged`, `resolved`, `alert_gone`,
+    /// `reminder_budget`
     /// (the metrics' `reason` label).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -138,6 +141,7 @@ impl DropReason {
             DropReason::Acknowledged => "acknowledged",
             DropReason::Resolved => "resolved",
             DropReason::AlertGone => "alert_gone",
+            DropReason::ReminderBudget => "reminder_budget",
         }
     }
 
@@ -151,6 +155,7 @@ impl DropReason {
             DropReason::Acknowledged => "not sent: the alert was acknowledged",
             DropReason::Resolved => "not sent: the alert resolved",
             DropReason::AlertGone => "not sent: the alert no longer exists",
+            DropReason::ReminderBudget => "not sent: the project's reminders this hour reached its budget",
         }
     }
 

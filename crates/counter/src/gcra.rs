@@ -5,14 +5,15 @@
 //! Redis key on the Redis clock, a limit holds across processes. Which limits apply to a message, and what to
 //! do with a far slot, is the caller's policy (`klaxon_engine::ratelimit`).
 //!
-//! Keys are `<ns>:{rl:<destination>}`: one key per call, so every call stays in one cluster slot.
+//! Keys are `<ns>:{rl:<destination>}` (and, shared per project, `…:p:<project>` and `…:active` under the same
+//! hash tag): every call stays in one cluster slot.
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::Script;
 
-use crate::script_io::now_arg;
+use crate::script_io::{key_part, now_arg};
 use crate::{CounterError, RedisHandle};
 
 static RESERVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/gcra_reserve.lua")));
@@ -52,21 +53,63 @@ impl Gcra {
         max_wait: Duration,
         now_ms: Option<u64>,
     ) -> Result<Slot, CounterError> {
+        self.reserve_shared(key, None, per_second, burst, max_wait, now_ms)
+            .await
+    }
+
+    /// [`Gcra::reserve`] shared fairly between the projects using the destination (`share`: the asking project
+    /// and the grace it stays active after its demand ends): while other projects have demand, one project gets
+    /// at most its share of the rate (`lua/gcra_reserve.lua`).
+    pub async fn reserve_shared(
+        &self,
+        key: &str,
+        share: Option<(&str, Duration)>,
+        per_second: f64,
+        burst: u32,
+        max_wait: Duration,
+        now_ms: Option<u64>,
+    ) -> Result<Slot, CounterError> {
         let interval_ms = (1000.0 / per_second).ceil().max(1.0) as u64;
         let tolerance_ms = interval_ms.saturating_mul(u64::from(burst.max(1) - 1));
-        let (reserved, wait_ms): (i64, i64) = RESERVE
-            .key(format!("{}:{{rl:{}}}", self.namespace, key))
+        let base = format!("{}:{{rl:{}}}", self.namespace, key);
+        let mut script = RESERVE.key(&base);
+        script
             .arg(now_arg(now_ms))
             .arg(interval_ms)
             .arg(tolerance_ms)
-            .arg(u64::try_from(max_wait.as_millis()).unwrap_or(u64::MAX))
-            .invoke_async(&mut self.redis.clone())
-            .await?;
+            .arg(u64::try_from(max_wait.as_millis()).unwrap_or(u64::MAX));
+        if let Some((project, grace)) = share {
+            let project = key_part(project);
+            script
+                .key(format!("{base}:p:{project}"))
+                .key(format!("{base}:active"))
+                .arg(u64::try_from(grace.as_millis()).unwrap_or(u64::MAX))
+                .arg(project);
+        }
+        let (reserved, wait_ms): (i64, i64) = script.invoke_async(&mut self.redis.clone()).await?;
         let wait = Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0));
         Ok(if reserved == 1 {
             Slot::Reserved(wait)
         } else {
             Slot::Later(wait)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::script_io::key_part;
+
+    #[test]
+    fn share_members_are_bounded_and_plain() {
+        let table = [
+            ("5e3eef0679fa3700a0198a49", "5e3eef0679fa3700a0198a49"),
+            ("a}b{c:d", "abcd"),
+            ("", ""),
+        ];
+        for (id, want) in table {
+            assert_eq!(key_part(id), want);
+        }
+        assert_eq!(key_part(&"x".repeat(1000)).len(), 64);
     }
 }

@@ -38,7 +38,8 @@
 //!   idempotent append that says when a window opens (a batch's firings in one round trip,
 //!   [`Digests::append_all`]), and an atomic take-and-mark claim of a due window.
 //! * **Delivery.** [`Dedup`] (`lua/dedup_*.lua`: a notification id is delivered once) and [`Gcra`]
-//!   (`lua/gcra_reserve.lua`: fleet-wide rate limits) are the Redis half of the senders' pipeline; the
+//!   (`lua/gcra_reserve.lua`: fleet-wide rate limits, shared fairly per project) and [`Budgets`]
+//!   (`lua/budget_take.lua`: reminders per project per hour) are the Redis half of the senders' pipeline; the
 //!   policy around them (which limits apply, what a busy claim or a far slot means) is the engine's.
 //!   [`DirectKeys`] (`direct.rs`) are the idempotency keys of the API's direct notifications.
 //! * **Alerts.** [`Alerts`] (`lua/alert_*.lua`, `lua/alerts_read.lua`) holds each (rule, group)'s alert: opened
@@ -54,6 +55,7 @@
 #![deny(missing_docs)]
 
 pub mod alerts;
+pub mod budget;
 pub mod consumers;
 pub mod conversation;
 pub mod dedup;
@@ -74,6 +76,7 @@ mod script_io;
 mod window_counter;
 
 pub use alerts::{Alerts, Change, Heard, Hearing, NotOpened, Opened, Touch, Usage};
+pub use budget::Budgets;
 pub use consumers::{Consumers, Registered};
 pub use conversation::{Conversation, Conversations};
 pub use dedup::Dedup;

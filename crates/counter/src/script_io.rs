@@ -15,6 +15,15 @@ pub(crate) fn now_arg<T: ToString>(now_ms: Option<T>) -> String {
     now_ms.map(|n| n.to_string()).unwrap_or_default()
 }
 
+/// An id (a project's) as a part of a key or a set member: at most 64 of its characters, only `[A-Za-z0-9_-]`
+/// (a hostile id can neither leave its key's hash slot nor grow the key; ids that clash share one key).
+pub(crate) fn key_part(id: &str) -> String {
+    id.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+        .take(64)
+        .collect()
+}
+
 /// A reply of `script` that does not have the promised shape.
 pub(crate) fn bad(script: &'static str, detail: impl Into<String>) -> CounterError {
     CounterError::BadReply {

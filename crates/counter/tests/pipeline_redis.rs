@@ -106,3 +106,89 @@ async fn gcra_reserves(env: Env) {
         Slot::Reserved(_)
     ));
 }
+
+#[tokio::test]
+async fn gcra_shares_a_destination_fairly_between_projects() {
+    on_both(gcra_shares).await;
+}
+
+async fn gcra_shares(env: Env) {
+    let name = env.topology;
+    let rl = Gcra::new(env.redis, &env.ns);
+    let t0 = 2_000_000u64;
+    let ms = Duration::from_millis;
+    let grace = ms(1000);
+    let horizon = ms(1000);
+    let ask = |project: &'static str, at: u64| {
+        let rl = rl.clone();
+        async move {
+            rl.reserve_shared("bot", Some((project, grace)), 10.0, 1, horizon, Some(t0 + at))
+                .await
+                .expect("reserve")
+        }
+    };
+    // (project, now offset ms, expected): 10/s, burst 1, a 1 s horizon
+    let table = [
+        // A alone has the whole rate: slots 100 ms apart, reserved up to the horizon
+        ("a", 0, Slot::Reserved(ms(0))),
+        ("a", 0, Slot::Reserved(ms(100))),
+        ("a", 0, Slot::Reserved(ms(200))),
+        ("a", 0, Slot::Reserved(ms(300))),
+        // B arrives: the next free slot of the destination, not behind a queue of A's
+        ("b", 0, Slot::Reserved(ms(400))),
+        // now two projects have demand and A's own clock moves two intervals per message: A's next slot (+400)
+        // is not later than the destination's, so A has it…
+        ("a", 0, Slot::Reserved(ms(500))),
+        // …but then its own clock (+700) is later than the destination's next slot (+600): A is over its share
+        // and reserves nothing…
+        ("a", 0, Slot::Later(ms(700))),
+        // …and B's next message gets the destination's next slot
+        ("b", 0, Slot::Reserved(ms(600))),
+        // once B's demand is over (its slot passed, plus the grace), A has the whole rate again
+        ("a", 3_000, Slot::Reserved(ms(0))),
+        ("a", 3_000, Slot::Reserved(ms(100))),
+    ];
+    for (i, (project, at, want)) in table.into_iter().enumerate() {
+        assert_eq!(
+            ask(project, at).await,
+            want,
+            "{name} step {i} ({project} at +{at} ms)"
+        );
+    }
+    // a lower priority's horizon (0: only a slot free now) reserves nothing while the destination is booked
+    let got = rl
+        .reserve_shared("bot", Some(("c", grace)), 10.0, 1, ms(0), Some(t0 + 3_000))
+        .await
+        .expect("reserve");
+    assert_eq!(got, Slot::Later(ms(200)), "{name}");
+}
+
+#[tokio::test]
+async fn a_reminder_budget_counts_each_reminder_once_per_hour() {
+    on_both(reminder_budget).await;
+}
+
+async fn reminder_budget(env: Env) {
+    let name = env.topology;
+    let budgets = klaxon_counter::Budgets::new(env.redis, &env.ns);
+    let hour = 3_600_000i64;
+    let t0 = 500_000 * hour + 1_000;
+    // (project, reminder id, now, taken): a budget of 3 an hour
+    let table = [
+        ("p", "r1", t0, true),
+        ("p", "r2", t0, true),
+        // the same reminder asking again (parked, retried) takes nothing more
+        ("p", "r1", t0 + 10, true),
+        ("p", "r3", t0 + 20, true),
+        ("p", "r4", t0 + 30, false),
+        ("p", "r1", t0 + 40, true),
+        // another project has its own budget
+        ("q", "r4", t0 + 50, true),
+        // the next clock hour starts afresh
+        ("p", "r4", t0 + hour, true),
+    ];
+    for (i, (project, id, now, want)) in table.into_iter().enumerate() {
+        let got = budgets.take_reminder(project, id, 3, now).await.expect("take");
+        assert_eq!(got, want, "{name} step {i}: {project} {id}");
+    }
+}

@@ -194,7 +194,7 @@ pub const DESCRIBED: &[Described] = &[
         "klaxon_notifications_dropped_total",
         &["channel", "reason"],
         "Reminders and escalation steps not sent, decided at send time: acknowledged, resolved, alert_gone, rule_gone, \
-         rule_disabled, channel_removed",
+         rule_disabled, channel_removed, reminder_budget",
     ),
     counter("klaxon_redis_errors_total", &[], "Redis failures"),
     counter("klaxon_broker_errors_total", &[], "RabbitMQ failures"),

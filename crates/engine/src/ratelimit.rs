@@ -7,6 +7,13 @@
 //! every sender of the namespace reserves slots in the same Redis key on the Redis clock, the limit holds
 //! across processes, and an over-limit task is delayed, never dropped.
 //!
+//! Every limit is shared fairly between the projects that use it (`lua/gcra_reserve.lua`): while other projects
+//! wait for a destination — the Telegram bot above all, which every tenant's chats share — one project gets at
+//! most its share of the rate and cannot reserve the slots another project's next message needs. And a task
+//! reserves only as far ahead as its priority allows ([`klaxon_core::priority`]): a firing up to `max_sleep`, an
+//! escalation step a quarter of it, a reminder a tenth, so a firing waits behind other firings' reservations and
+//! at most a tenth of a second of reminders', never behind a backlog of reminders.
+//!
 //! Limits (messages per second, 0 = none) are per destination ([`klaxon_channels::Channels::destination_key`]):
 //! Telegram 1/s per chat and 30/s per bot, Slack (and Loop, Discord, Teams) 1/s per webhook by default;
 //! webhooks, PagerDuty routing keys and email are unlimited unless configured. Keys are `<ns>:{rl:<destination>}`.
@@ -14,6 +21,7 @@
 use std::time::Duration;
 
 use klaxon_channels::Channels;
+use klaxon_core::priority::Priority;
 use klaxon_core::{ChannelKind, NotificationTask};
 use klaxon_counter::{Gcra, RedisHandle};
 
@@ -114,15 +122,18 @@ impl RateLimiter {
         self.max_sleep
     }
 
-    /// Asks for a slot for `task` under every limit that applies. With two limits (Telegram chat and bot),
-    /// a slot taken under the first is kept even when the second says "later": that costs the chat one
-    /// slot, never a lost message.
+    /// Asks for a slot for `task` under every limit that applies, as far ahead as its priority may
+    /// ([`Priority::horizon`]: a firing up to [`RateLimiter::max_sleep`], a reminder a tenth of it) and within
+    /// its project's fair share of each limit. With two limits (Telegram chat and bot), a slot taken under the
+    /// first is kept even when the second says "later": that costs the chat one slot, never a lost message.
     pub async fn acquire(&self, task: &NotificationTask) -> Result<Slot, EngineError> {
+        let horizon = Priority::of(&task.reason).horizon(self.max_sleep);
+        let share = Some((task.project_id.as_str(), self.max_sleep));
         let mut wait = Duration::ZERO;
         for limit in self.limits.limits_for(task) {
             match self
                 .gcra
-                .reserve(&limit.key, limit.per_second, 1, self.max_sleep, None)
+                .reserve_shared(&limit.key, share, limit.per_second, 1, horizon, None)
                 .await?
             {
                 Slot::Reserved(w) => wait = wait.max(w),

@@ -20,6 +20,7 @@
 use klaxon_broker::{Outgoing, QueueType, Topology};
 use klaxon_channels::redact_endpoint;
 use klaxon_core::notification::NotificationTask;
+use klaxon_core::priority::Priority;
 use klaxon_core::ChannelKind;
 use klaxon_store::trail::{now_ms, Record, Status, Trail};
 use serde_json::{json, Map, Value};
@@ -130,8 +131,9 @@ pub fn message(
     task: &NotificationTask,
 ) -> Result<Outgoing, EngineError> {
     let (queue, body) = match output {
+        // reminders and escalation steps wait in the channel's later lane, never ahead of a firing
         Output::Klaxon | Output::Shadow => (
-            topology.notify_queue(task.channel),
+            topology.lane_queue(task.channel, Priority::of(&task.reason).lane()),
             serde_json::to_vec(task).map_err(|e| EngineError::Encode(e.to_string()))?,
         ),
         Output::Hawk => (hawk_queue(task.channel), hawk_task(task).to_string().into_bytes()),
@@ -266,7 +268,12 @@ mod tests {
                 let klaxon = dispatch(&topology, Output::Klaxon, &Trail::disabled(), &t)
                     .expect("dispatch")
                     .expect("published");
-                assert_eq!(klaxon.queue, "ns.notify.slack");
+                // reminders and escalation steps wait in the channel's later lane, behind no firing
+                let lane = match reason {
+                    Reason::Reminder { .. } | Reason::Escalation { .. } => "ns.notify.slack.later",
+                    _ => "ns.notify.slack",
+                };
+                assert_eq!(klaxon.queue, lane, "{reason:?}");
                 let back: NotificationTask = serde_json::from_slice(&klaxon.body).expect("a task");
                 assert_eq!(back, t);
                 assert!(dispatch(&topology, Output::Shadow, &Trail::disabled(), &t)

@@ -34,9 +34,10 @@ pub(super) async fn rabbit_checks(
     if topology.sharded() {
         out.extend(super::shards::shard_checks(global, &broker, &topology, t).await);
     }
+    // each channel's main lane and its later lane (reminders, escalation steps, endpoint-held tasks)
     let mut queues: Vec<String> = ChannelKind::ALL
         .iter()
-        .map(|k| topology.notify_queue(*k))
+        .flat_map(|k| [topology.notify_queue(*k), topology.later_queue(*k)])
         .collect();
     queues.push(topology.dead_queue());
     queues.push(topology.invalid_queue());

@@ -145,6 +145,7 @@ mod tests {
             rules,
             found: Vec::new(),
             ignored: Vec::new(),
+            reminders: Vec::new(),
         };
         let traffic = |ready, consumers, ago: Option<u64>| Traffic {
             ready,

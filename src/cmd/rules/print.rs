@@ -101,14 +101,30 @@ pub(super) fn rules(format: Format, rules: &[(&String, &Value)]) -> anyhow::Resu
 }
 
 /// `rules check`: the problems as JSON, or a report for people with their fixes and a summary line.
-pub(super) fn check(format: Format, survey: &Survey) -> anyhow::Result<()> {
+pub(super) fn check(format: Format, survey: &Survey, reminder_budget: u32) -> anyhow::Result<()> {
     let Survey {
         projects,
         rules: rules_seen,
         found,
         ignored,
+        reminders,
     } = survey;
+    // not problems either: projects whose rules can send more reminders than the senders' budget lets through
+    let over_budget: Vec<String> = reminders
+        .iter()
+        .filter(|(_, n)| reminder_budget > 0 && *n > u64::from(reminder_budget))
+        .map(|(project, n)| {
+            format!(
+                "project {project}: one alert of each rule can send up to {n} reminders an hour, over the budget \
+                 of {reminder_budget} per project (--reminder-budget); reminders past it are dropped and counted \
+                 (klaxon_notifications_dropped_total{{reason=\"reminder_budget\"}})"
+            )
+        })
+        .collect();
     if format != Format::Table {
+        for line in &over_budget {
+            eprintln!("note: {line}");
+        }
         let problem = |(project, p): &(String, RuleProblem)| {
             let mut v = json!({"projectId": project, "ruleId": p.rule_id, "fatal": p.fatal, "problem": p.message, "fix": p.fix});
             if p.limit {
@@ -125,6 +141,9 @@ pub(super) fn check(format: Format, survey: &Survey) -> anyhow::Result<()> {
             text,
             "project {project}: channel `{ch}` is ignored in {rules} rule(s): Klaxon does not deliver it (nor does Hawk)"
         );
+    }
+    for line in &over_budget {
+        let _ = writeln!(text, "{line}");
     }
     if found.is_empty() {
         let _ = writeln!(text, "{rules_seen} rule(s) in {projects} project(s): no problems");

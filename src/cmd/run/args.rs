@@ -125,6 +125,10 @@ pub struct RateOpts {
     /// Rate limit per set of recipient domains for email, messages per second (0 = none).
     #[arg(long, env = "KLAXON_RATE_EMAIL", default_value_t = 0.0)]
     pub rate_email: f64,
+    /// Reminders (`renotify`) one project may send per hour, all its rules and channels together; past it a
+    /// reminder is dropped and counted (`reason="reminder_budget"`). 0 = no budget.
+    #[arg(long, env = "KLAXON_REMINDER_BUDGET", default_value_t = klaxon_core::priority::DEFAULT_REMINDER_BUDGET)]
+    pub reminder_budget: u32,
 }
 
 /// The circuit breakers per destination endpoint (and host), per process.

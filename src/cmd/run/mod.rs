@@ -430,6 +430,8 @@ fn start_senders(
         conversations: klaxon_counter::Conversations::new(redis.clone(), &global.namespace),
         inbound: klaxon_counter::Inbound::new(redis.clone(), &global.namespace),
         alerts: klaxon_counter::Alerts::new(redis.clone(), &global.namespace),
+        budgets: klaxon_counter::Budgets::new(redis.clone(), &global.namespace),
+        reminder_budget: send.reminder_budget,
         limiter: RateLimiter::new(redis, &global.namespace, send.rates, Duration::from_secs(1)),
         breakers: Arc::new(Breakers::new(send.breaker)),
         bulkheads: Arc::new(Bulkheads::new(send.host_concurrency)),

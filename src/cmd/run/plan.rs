@@ -151,6 +151,8 @@ pub struct SenderPlan {
     pub breaker: BreakerConfig,
     /// `--host-concurrency`.
     pub host_concurrency: usize,
+    /// `--reminder-budget` (0 = none).
+    pub reminder_budget: u32,
 }
 
 impl Plan {
@@ -312,6 +314,7 @@ fn sender_plan(
             host_min_endpoints: klaxon_engine::breaker::HOST_MIN_ENDPOINTS,
         },
         host_concurrency: d.host_concurrency,
+        reminder_budget: r.reminder_budget,
     })
 }
 

@@ -69,7 +69,14 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
     //    engine's range is ~12 days, so a later one comes back in steps) waits again.
     if let Some(wait) = not_before(task.send_at_ms, now_ms()) {
         let why = "scheduled for later";
-        return (Next::Park { wait, why }, false);
+        return (
+            Next::Park {
+                wait,
+                why,
+                held: false,
+            },
+            false,
+        );
     }
 
     // 1. The breakers and throttles of the endpoint and its host, before anything is taken: parking a throttled
@@ -78,10 +85,12 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
     let host = Channels::host_key(task);
     if let Some((left, why)) = deps.breakers.blocked(&endpoint, &host, Instant::now()) {
         let wait = left.max(Duration::from_secs(1));
+        let why = why.reason();
         return (
             Next::Park {
                 wait,
-                why: why.reason(),
+                why,
+                held: true,
             },
             false,
         );
@@ -100,8 +109,21 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
             // Without the alert we cannot tell: wait and ask again rather than guess either way.
             tracing::warn!(notification_id = %crate::internal_events::text(id), channel = %channel, error = %e, "cannot read the alert");
             let (wait, why) = (Duration::from_secs(5), "alert unavailable");
-            return (Next::Park { wait, why }, false);
+            return (
+                Next::Park {
+                    wait,
+                    why,
+                    held: false,
+                },
+                false,
+            );
         }
+    }
+
+    //    A reminder past its project's budget of reminders this hour is dropped too (counted with its reason).
+    if let Some(why) = current::over_budget(deps, task).await {
+        let attempts = before;
+        return (Next::Dropped { attempts, why }, false);
     }
 
     // 3. Dedup: never a second message for one notification id.
@@ -112,13 +134,27 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
             // Usually the holder finishes within a second; the lease only matters after a crash.
             let wait = left.clamp(Duration::from_secs(1), Duration::from_secs(5));
             let why = "being delivered elsewhere";
-            return (Next::Park { wait, why }, false);
+            return (
+                Next::Park {
+                    wait,
+                    why,
+                    held: false,
+                },
+                false,
+            );
         }
         Err(e) => {
             // Without the dedup store we cannot promise "once": wait rather than risk a second message.
             tracing::warn!(notification_id = %crate::internal_events::text(id), channel = %channel, error = %e, "dedup store unavailable");
             let (wait, why) = (Duration::from_secs(5), "dedup store unavailable");
-            return (Next::Park { wait, why }, false);
+            return (
+                Next::Park {
+                    wait,
+                    why,
+                    held: false,
+                },
+                false,
+            );
         }
     }
 
@@ -129,27 +165,29 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
         Admission::Probe => true,
         Admission::Reject(left, why) => {
             let wait = left.max(Duration::from_secs(1));
+            let why = why.reason();
             return (
                 Next::Park {
                     wait,
-                    why: why.reason(),
+                    why,
+                    held: true,
                 },
                 true,
             );
         }
     };
-    let park = |wait: Duration, why: &'static str| {
+    let park = |wait: Duration, why: &'static str, held: bool| {
         if probe {
             deps.breakers.release_probe(&endpoint, &host, Instant::now());
         }
-        (Next::Park { wait, why }, true)
+        (Next::Park { wait, why, held }, true)
     };
 
     // 4. The endpoint's share of its host (bulkhead): never waited for. A busy endpoint's task is parked at once
     //    instead of holding a prefetch slot, so a slow endpoint delays only its own tasks.
     let Some(endpoint_permit) = deps.bulkheads.try_endpoint(&endpoint) else {
         let wait = Duration::from_millis(rand::rng().random_range(1_000..3_000));
-        return park(wait, "destination busy");
+        return park(wait, "destination busy", true);
     };
 
     // 5. Rate limit of the destination (fleet-wide).
@@ -171,11 +209,11 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
         Ok(Slot::Later(wait)) => {
             // Spread: the tasks refused together would otherwise all come back together and be refused again.
             let spread = wait.mul_f64(rand::rng().random_range(1.0..1.5));
-            return park(spread.max(Duration::from_secs(1)), "rate limited");
+            return park(spread.max(Duration::from_secs(1)), "rate limited", false);
         }
         Err(e) => {
             tracing::warn!(notification_id = %crate::internal_events::text(id), channel = %channel, error = %e, "rate limiter unavailable");
-            return park(Duration::from_secs(5), "rate limiter unavailable");
+            return park(Duration::from_secs(5), "rate limiter unavailable", false);
         }
     }
 
@@ -187,7 +225,7 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
     //    never runs out while the task still holds it; an endpoint holds at most half the host's slots.
     let Ok(host_permit) = tokio::time::timeout(BULKHEAD_WAIT, deps.bulkheads.acquire(&host)).await else {
         let wait = Duration::from_millis(rand::rng().random_range(1_000..3_000));
-        return park(wait, "destination host busy");
+        return park(wait, "destination host busy", false);
     };
     let result = deps.channels.deliver_in(task, firing.as_ref()).await;
     // recorded before the slots are given back: the endpoint's next task already sees a Retry-After

@@ -93,6 +93,29 @@ pub(super) async fn dropped(
     }
 }
 
+/// Whether a reminder is over its project's budget of reminders this hour ([`SenderDeps::reminder_budget`], 0
+/// = none): `Some(ReminderBudget)` drops it. The unit is taken once per notification id (a reminder that waits
+/// and asks again takes nothing more). Redis failing decides nothing: the dedup claim right after waits for it.
+pub(super) async fn over_budget(deps: &SenderDeps, task: &NotificationTask) -> Option<Dropped> {
+    if deps.reminder_budget == 0 || !matches!(task.reason, Reason::Reminder { .. }) {
+        return None;
+    }
+    let now = klaxon_store::trail::now_ms();
+    match deps
+        .budgets
+        .take_reminder(&task.project_id, &task.notification_id, deps.reminder_budget, now)
+        .await
+    {
+        Ok(true) => None,
+        Ok(false) => Some(Dropped::ReminderBudget),
+        Err(e) => {
+            tracing::debug!(notification_id = %crate::internal_events::text(&task.notification_id), error = %e,
+                "reminder budget unavailable: the reminder goes on");
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,6 +242,7 @@ mod tests {
             Dropped::RuleGone,
             Dropped::RuleDisabled,
             Dropped::ChannelRemoved,
+            Dropped::ReminderBudget,
         ];
         let labels: Vec<&str> = all.iter().map(|d| d.as_str()).collect();
         assert_eq!(
@@ -229,7 +253,8 @@ mod tests {
                 "alert_gone",
                 "rule_gone",
                 "rule_disabled",
-                "channel_removed"
+                "channel_removed",
+                "reminder_budget"
             ]
         );
     }

@@ -11,6 +11,7 @@
 //! breakers of the endpoint and host ─ open, or Retry-After pending ─▶ park until then, ack (attempts unchanged)
 //!        ▼
 //! a reminder or escalation step: its alert now ─ acknowledged, resolved, gone ─▶ dropped (trail), ack
+//! a reminder: its project's budget this hour ─ spent ─▶ dropped (trail), ack
 //!        ▼
 //! claim notificationId (dedup) ─ already sent ─▶ ack (no second message)
 //!        │                     └ leased by another sender ─▶ park (delay engine), ack
@@ -25,6 +26,15 @@
 //!                                           ├──▶ transient, attempts left: retry after backoff + jitter, ack
 //!                                           └──▶ permanent or exhausted: <ns>.dead with reason, ack
 //! ```
+//! Two lanes per channel ([`klaxon_core::priority`]): firings, digests, resolves and acknowledgements in
+//! `<ns>.notify.<channel>`, reminders and escalation steps in `<ns>.notify.<channel>.later`. The loop takes a
+//! later-lane task only when no main-lane task is ready, and gives the later lane at most half its slots, so a
+//! backlog of reminders parked behind a paced channel never sits between a firing and its sender. A task parked
+//! because of its own endpoint (breaker, `Retry-After`, the endpoint's share of its host) or retried after its
+//! endpoint failed comes back in the later lane too ([`klaxon_core::priority::Lane::back`]): a throttled tenant's
+//! parked tasks never queue ahead of another tenant's new firing. Under a rate limit, a lower priority reserves
+//! no slot ahead ([`crate::ratelimit`]).
+//!
 //! Every outcome is also appended to the delivery trail ([`klaxon_store::trail`]), which never blocks a delivery.
 //!
 //! Conversations: an alert's first firing on Discord or Telegram (through the Bot API) leaves its message id in
@@ -44,9 +54,10 @@ use std::time::Duration;
 
 use klaxon_broker::{Consumer, Publisher, QueuedAck, Session, Topology};
 use klaxon_channels::Channels;
+use klaxon_core::priority::Lane;
 use klaxon_core::ChannelKind;
 use klaxon_counter::dedup::Dedup;
-use klaxon_counter::{Alerts, Conversations, Inbound};
+use klaxon_counter::{Alerts, Budgets, Conversations, Inbound};
 use klaxon_store::trail::Trail;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -85,7 +96,7 @@ pub struct SenderDeps {
     pub max_attempts: u32,
     /// Tasks per channel queue processed at once (and unacked at most).
     pub prefetch: u16,
-    /// Delay before attempt n+1 is entry n (the last repeats), jittered; see [`retry_delay`].
+    /// Delay before attempt n+1 is entry n (the last later_in_flight), jittered; see [`retry_delay`].
     pub retry_schedule: Arc<[Duration]>,
     /// Delivered-once marks.
     pub dedup: Dedup,
@@ -105,6 +116,10 @@ pub struct SenderDeps {
     pub alerts: Alerts,
     /// The rules as they are now, read with the alert (once the process's rule store is connected).
     pub rules: RulesNow,
+    /// The per-project reminder budgets.
+    pub budgets: Budgets,
+    /// Reminders a project may send per hour (`--reminder-budget`); 0 = no budget.
+    pub reminder_budget: u32,
 }
 
 /// Runs the deliver loop of one channel until `shutdown`, reconnecting after failures.
@@ -132,22 +147,42 @@ async fn session(
     let Session { broker, publisher } =
         Session::open(&deps.amqp_url, crate::CONNECT_TIMEOUT, &role, &deps.topology).await?;
     let queue = deps.topology.notify_queue(channel);
-    let mut consumer = broker
-        .consume(&queue, deps.prefetch, &klaxon_broker::process_label(&role))
-        .await?;
+    let tag = klaxon_broker::process_label(&role);
+    let mut main = broker.consume(&queue, deps.prefetch, &tag).await?;
+    // The later lane (reminders, escalation steps) on a channel of its own, with half the prefetch: the main
+    // lane always has the other half (see `Lanes`).
+    let later_queue = deps.topology.later_queue(channel);
+    let mut later = match broker
+        .consume(&later_queue, later_share(deps.prefetch), &format!("{tag}.later"))
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => {
+            main.close().await;
+            publisher.close().await;
+            broker.close().await;
+            return Err(e.into());
+        }
+    };
     ready.store(true, Ordering::Relaxed);
-    tracing::info!(queue = %queue, prefetch = deps.prefetch, "sender consuming");
+    tracing::info!(queue = %queue, later_queue = %later_queue, prefetch = deps.prefetch, "sender consuming");
     let ctx = Arc::new(Ctx {
         deps,
         channel,
         publisher,
     });
-    let result = consume_loop(&ctx, &mut consumer, &shutdown).await;
+    let result = consume_loop(&ctx, &mut main, &mut later, &shutdown).await;
     ready.store(false, Ordering::Relaxed);
-    consumer.close().await;
+    later.close().await;
+    main.close().await;
     ctx.publisher.close().await;
     broker.close().await;
     result
+}
+
+/// The later lane's share of a sender's `prefetch`: half, at least one.
+fn later_share(prefetch: u16) -> u16 {
+    (prefetch / 2).max(1)
 }
 
 struct Ctx {
@@ -156,13 +191,19 @@ struct Ctx {
     publisher: Publisher,
 }
 
+/// What a finished delivery task hands back: its lane (whose consumer acks it), its delivery tag, its outcome.
+type Done = (Lane, u64, Result<(), EngineError>);
+
 async fn consume_loop(
     ctx: &Arc<Ctx>,
-    consumer: &mut Consumer,
+    main: &mut Consumer,
+    later: &mut Consumer,
     shutdown: &CancellationToken,
 ) -> Result<(), EngineError> {
     let limit = usize::from(ctx.deps.prefetch.max(1));
-    let mut in_flight: JoinSet<(u64, Result<(), EngineError>)> = JoinSet::new();
+    let later_limit = usize::from(later_share(ctx.deps.prefetch));
+    let mut in_flight: JoinSet<Done> = JoinSet::new();
+    let mut later_in_flight = 0usize;
     // Acks queued on the channel and not yet seen written (see `Consumer::ack_queued`): looked at, without
     // waiting, before each next step; a failed one ends the session.
     let mut acks = Acks::default();
@@ -176,37 +217,48 @@ async fn consume_loop(
         if let Err(e) = checked {
             break Err(e);
         }
+        // biased: a finished task first (it frees a slot), then shutdown, then the main lane, and the later
+        // lane only when no main-lane delivery is ready, with at most `later_limit` of the slots
         tokio::select! {
             biased;
             Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
-                if let Err(e) = finish(consumer, done).and_then(|ack| acks.push(ack)) {
+                if matches!(done, Ok((Lane::Later, ..))) {
+                    later_in_flight = later_in_flight.saturating_sub(1);
+                }
+                if let Err(e) = finish(main, later, done).and_then(|ack| acks.push(ack)) {
                     break Err(e);
                 }
             }
             _ = shutdown.cancelled() => break Ok(()),
-            next = consumer.next(), if in_flight.len() < limit => {
+            next = main.next(), if in_flight.len() < limit => {
                 let delivery = match next {
                     Some(Ok(d)) => d,
                     Some(Err(e)) => break Err(e.into()),
                     None => break Err(EngineError::ConsumerClosed),
                 };
-                let ctx = ctx.clone();
-                in_flight.spawn(async move {
-                    let tag = delivery.delivery_tag;
-                    (tag, attempt::handle(&ctx, &delivery).await)
-                });
+                spawn(ctx, &mut in_flight, Lane::Main, delivery);
+            }
+            next = later.next(), if in_flight.len() < limit && later_in_flight < later_limit => {
+                let delivery = match next {
+                    Some(Ok(d)) => d,
+                    Some(Err(e)) => break Err(e.into()),
+                    None => break Err(EngineError::ConsumerClosed),
+                };
+                later_in_flight += 1;
+                spawn(ctx, &mut in_flight, Lane::Later, delivery);
             }
         }
     };
     // Shutdown, or the session failed: take no new tasks, and let the started ones finish (bounded) rather
     // than abort them mid-send. A delivery that completes is marked in the dedup store, so when its unacked
     // task comes back it is dropped as a duplicate instead of being sent again; what can still be acked is.
-    let _ = consumer.cancel().await;
+    let _ = main.cancel().await;
+    let _ = later.cancel().await;
     let deadline = tokio::time::Instant::now() + DRAIN;
     while !in_flight.is_empty() {
         match tokio::time::timeout_at(deadline, in_flight.join_next()).await {
             Ok(Some(done)) => {
-                if let Err(e) = finish(consumer, done).and_then(|ack| acks.push(ack)) {
+                if let Err(e) = finish(main, later, done).and_then(|ack| acks.push(ack)) {
                     tracing::debug!(channel = %ctx.channel, error = %e, "cannot ack a finished delivery; it comes back and is deduplicated");
                     if outcome.is_ok() {
                         outcome = Err(e);
@@ -232,6 +284,14 @@ async fn consume_loop(
         }
     }
     outcome
+}
+
+fn spawn(ctx: &Arc<Ctx>, in_flight: &mut JoinSet<Done>, lane: Lane, delivery: klaxon_broker::Delivery) {
+    let ctx = ctx.clone();
+    in_flight.spawn(async move {
+        let tag = delivery.delivery_tag;
+        (lane, tag, attempt::handle(&ctx, &delivery).await)
+    });
 }
 
 /// The acks a sender session queued and has not yet seen written: the channel writes them in order, so most
@@ -272,13 +332,15 @@ impl Acks {
 }
 
 fn finish(
-    consumer: &Consumer,
-    done: Result<(u64, Result<(), EngineError>), tokio::task::JoinError>,
+    main: &Consumer,
+    later: &Consumer,
+    done: Result<Done, tokio::task::JoinError>,
 ) -> Result<QueuedAck, EngineError> {
     match done {
-        Ok((tag, Ok(()))) => Ok(consumer.ack_queued(tag)?),
+        Ok((Lane::Main, tag, Ok(()))) => Ok(main.ack_queued(tag)?),
+        Ok((Lane::Later, tag, Ok(()))) => Ok(later.ack_queued(tag)?),
         // The outcome could not be made durable: end the session; unacked tasks go back to the queue.
-        Ok((_, Err(e))) => Err(e),
+        Ok((_, _, Err(e))) => Err(e),
         Err(e) => Err(EngineError::Encode(format!("delivery task failed: {e}"))),
     }
 }

@@ -51,8 +51,13 @@ pub(super) enum Next {
     Delivered { attempts: u32 },
     /// Delivered before (the dedup store says so): drop this copy, no second message.
     Duplicate,
-    /// Not now: back through the delay engine unchanged (attempts included), after `wait`.
-    Park { wait: Duration, why: &'static str },
+    /// Not now: back through the delay engine unchanged (attempts included), after `wait`; to the later lane
+    /// when its own endpoint `held` it ([`klaxon_core::priority::Lane::back`]).
+    Park {
+        wait: Duration,
+        why: &'static str,
+        held: bool,
+    },
     /// A transient failure with attempts left: back through the delay engine after `wait`, counting
     /// `attempts`.
     Retry {

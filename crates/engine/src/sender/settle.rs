@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use klaxon_broker::{Delivery, Outgoing, ATTEMPTS_HEADER, ERROR_HEADER};
 use klaxon_channels::redact_endpoint;
-use klaxon_core::NotificationTask;
+use klaxon_core::priority::{Lane, Priority};
+use klaxon_core::{ChannelKind, NotificationTask};
 use klaxon_store::trail::{now_ms, Record, Status};
 
 use super::next::Next;
@@ -51,7 +52,7 @@ pub(super) async fn settle(
             DuplicateDropped { id, channel }.emit();
             Ok(())
         }
-        Next::Park { wait, why } => {
+        Next::Park { wait, why, held } => {
             DeliveryParked {
                 id,
                 channel,
@@ -59,7 +60,7 @@ pub(super) async fn settle(
                 wait,
             }
             .emit();
-            let msg = requeue(delivery, deps.topology.notify_queue(channel), Vec::new());
+            let msg = requeue(delivery, lane_queue(deps, channel, task, held), Vec::new());
             publish_later(ctx, msg, wait).await
         }
         Next::Retry { attempts, wait, why } => {
@@ -74,7 +75,8 @@ pub(super) async fn settle(
             trail(deps, task, attempts, Status::Retrying, Some(why.clone()));
             let msg = requeue(
                 delivery,
-                deps.topology.notify_queue(channel),
+                // its endpoint failed it: back in the later lane, out of other endpoints' way
+                lane_queue(deps, channel, task, true),
                 failure_headers(attempts, why),
             );
             publish_later(ctx, msg, wait).await
@@ -110,6 +112,18 @@ pub(super) async fn settle(
             Ok(())
         }
     }
+}
+
+/// The queue a parked or retried task comes back to: its priority's lane of the channel, or the later lane when
+/// its own endpoint `held` it (a reminder queued in the main lane by an earlier version moves to its lane here).
+fn lane_queue(
+    deps: &SenderDeps,
+    channel: ChannelKind,
+    task: Option<&NotificationTask>,
+    held: bool,
+) -> String {
+    let priority = task.map_or(Priority::First, |t| Priority::of(&t.reason));
+    deps.topology.lane_queue(channel, Lane::back(priority, held))
 }
 
 /// The delivery's body and properties again, for `queue`, with `headers` set.
