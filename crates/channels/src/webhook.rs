@@ -739,6 +739,16 @@ mod tests {
                 "baseline": 20.0, "baselineBuckets": 24, "needed": 100})
         );
         assert_eq!(spike["events"][0]["count"], 312);
+        assert_eq!(
+            spike["rule"],
+            serde_json::json!({"threshold": 10, "thresholdPeriod": 3_600_000, "baselineWindows": 24, "factor": 5.0})
+        );
+        let seen_more = body(Reason::Threshold {
+            threshold: 100,
+            period_ms: 60_000,
+            window: klaxon_core::rule::Window::Sliding,
+        });
+        assert_eq!(seen_more["rule"], serde_json::json!({"threshold": 100, "thresholdPeriod": 60_000}));
         let back = body(Reason::Reappeared {
             quiet_period_ms: 604_800_000,
             last_seen_ms: Some(400_000),
@@ -754,8 +764,10 @@ mod tests {
             last_seen_ms: None,
         });
         assert_eq!(unknown["reappeared"], serde_json::json!({"quietPeriodMs": 1000}));
+        assert!(back.get("rule").is_none(), "{back}");
         let new = body(Reason::New);
         assert!(new.get("kind").is_none() && new.get("spike").is_none(), "{new}");
+        assert!(new.get("rule").is_none() && body(Reason::Resolved).get("rule").is_none(), "{new}");
     }
 
     #[test]
