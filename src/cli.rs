@@ -101,7 +101,15 @@ const GLOBALS_USED: &[(&str, &[&str])] = &[
     // MongoDB: the projects' names of `alerts list`, and the trail of `--output shadow`
     (
         "alerts",
-        &["namespace", "amqp_url", "redis_url", "mongo_url", "mongo_db", "events_queue", "log_format"],
+        &[
+            "namespace",
+            "amqp_url",
+            "redis_url",
+            "mongo_url",
+            "mongo_db",
+            "events_queue",
+            "log_format",
+        ],
     ),
     // MongoDB: the name; Redis: telling running processes to reload the project
     (

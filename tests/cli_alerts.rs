@@ -174,17 +174,32 @@ async fn alerts_of_every_project_are_listed_with_their_names() {
     assert_eq!(name_of(&imported), "Billing", "{v}");
     assert_eq!(name_of(&bare), bare.as_str(), "no name: the id");
     for a in &opened {
-        assert!(list.iter().any(|x| x["id"] == a.id.as_str() && x["state"] == "firing"), "{v}");
+        assert!(
+            list.iter()
+                .any(|x| x["id"] == a.id.as_str() && x["state"] == "firing"),
+            "{v}"
+        );
     }
 
     let (code, out, _) = env.run(&["alerts", "list"]);
     assert_eq!(code, 0);
     assert!(out.starts_with("ALERT") && out.contains("PROJECT"), "{out}");
-    assert!(out.contains("Acme <web> shop") && out.contains("Billing"), "{out}");
+    assert!(
+        out.contains("Acme <web> shop") && out.contains("Billing"),
+        "{out}"
+    );
     assert_eq!(out.lines().count(), 4, "{out}");
 
     // State filters across projects.
-    let (code, out, err) = env.run(&["alerts", "ack", "--project", &imported, &opened[1].id, "--by", "ana"]);
+    let (code, out, err) = env.run(&[
+        "alerts",
+        "ack",
+        "--project",
+        &imported,
+        &opened[1].id,
+        "--by",
+        "ana",
+    ]);
     assert_eq!(code, 0, "{out}{err}");
     let (_, out, _) = env.run(&["alerts", "list", "--state", "acknowledged", "-o", "json"]);
     let v: Value = serde_json::from_str(&out).expect("json");

@@ -1779,10 +1779,14 @@ async fn alerts_are_acknowledged_and_resolved_from_the_page_and_by_action_links_
     );
     let resolve_link = link(Action::Resolve);
     let (_, page) = open(resolve_link.clone()).await;
-    assert!(page.contains("name=\"name\""), "the confirmation asks for a name: {page}");
+    assert!(
+        page.contains("name=\"name\""),
+        "the confirmation asks for a name: {page}"
+    );
     let (action, form_csrf) = action_form(&page).unwrap_or_else(|| panic!("no form: {page}"));
     let named = |name: String| {
-        let (visitor, public, action, csrf) = (visitor.clone(), public.clone(), action.clone(), form_csrf.clone());
+        let (visitor, public, action, csrf) =
+            (visitor.clone(), public.clone(), action.clone(), form_csrf.clone());
         async move {
             let r = visitor
                 .post(format!("{public}{action}"))
@@ -1797,7 +1801,10 @@ async fn alerts_are_acknowledged_and_resolved_from_the_page_and_by_action_links_
     assert_eq!(status, 400, "a name that does not fit is refused");
     let (status, done) = named("<b>Ana</b>".into()).await;
     assert_eq!(status, 200, "{done}");
-    assert!(done.contains("resolved by &lt;b&gt;Ana&lt;/b&gt; via link"), "{done}");
+    assert!(
+        done.contains("resolved by &lt;b&gt;Ana&lt;/b&gt; via link"),
+        "{done}"
+    );
     let (status, _) = post(action, form_csrf).await;
     assert_eq!(status, 409);
     let (status, page) = open(resolve_link).await;

@@ -88,7 +88,11 @@ async fn names_reach_messages_and_the_cross_project_list_which_counts_every_even
         assert!(v["error"].is_string(), "{v}");
     }
     let (st, v) = call(&k, "GET", &path, None);
-    assert_eq!((st, &v["name"]), (200, &Value::Null), "imported without a name: {v}");
+    assert_eq!(
+        (st, &v["name"]),
+        (200, &Value::Null),
+        "imported without a name: {v}"
+    );
     let (st, v) = call(&k, "PUT", &path, Some(&json!({"name": "x".repeat(100)})));
     assert_eq!(st, 200, "{v}");
     let (st, v) = call(&k, "PUT", &path, Some(&json!({"name": " Shop & *co* "})));
@@ -98,7 +102,10 @@ async fn names_reach_messages_and_the_cross_project_list_which_counts_every_even
     assert_eq!((st, v["name"].as_str()), (200, Some("Shop & *co*")), "{v}");
     let (st, v) = call(&k, "GET", &format!("/api/v1/projects/{imported}"), None);
     assert_eq!((st, v["name"].as_str()), (200, Some("Billing <eu>")), "{v}");
-    assert_eq!(call(&k, "GET", &format!("/api/v1/projects/{}", object_id()), None).0, 404);
+    assert_eq!(
+        call(&k, "GET", &format!("/api/v1/projects/{}", object_id()), None).0,
+        404
+    );
     assert_eq!(call(&k, "GET", "/api/v1/projects/nope", None).0, 400);
 
     // Three events per project fire each rule once.
@@ -129,7 +136,12 @@ async fn names_reach_messages_and_the_cross_project_list_which_counts_every_even
     let got = pd.wait_for_count(3, WAIT).await;
     let mut sources: Vec<String> = got
         .iter()
-        .map(|r| r.json()["payload"]["source"].as_str().unwrap_or_default().to_owned())
+        .map(|r| {
+            r.json()["payload"]["source"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
         .collect();
     sources.sort();
     let mut want = vec!["Billing <eu>".to_owned(), "Shop & *co*".to_owned(), bare.clone()];

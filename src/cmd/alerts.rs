@@ -193,17 +193,16 @@ pub async fn run(args: AlertsArgs, global: &GlobalOpts) -> anyhow::Result<ExitCo
                     let list: Vec<Alert> = named.into_iter().map(|p| p.alert).collect();
                     format!("{:#}\n", api_alerts::list_json(&list))
                 }
-                Format::Ndjson if all => named
-                    .iter()
-                    .map(|x| format!("{}\n", x.to_json()))
-                    .collect(),
+                Format::Ndjson if all => named.iter().map(|x| format!("{}\n", x.to_json())).collect(),
                 Format::Ndjson => named
                     .iter()
                     .map(|x| format!("{}\n", serde_json::to_string(&x.alert.view()).unwrap_or_default()))
                     .collect(),
                 Format::Table if named.is_empty() => "no alerts\n".to_owned(),
                 Format::Table => output::table(
-                    Some(&["ALERT", "PROJECT", "STATE", "FIRED", "EVENTS", "RULE", "GROUP", "TITLE"]),
+                    Some(&[
+                        "ALERT", "PROJECT", "STATE", "FIRED", "EVENTS", "RULE", "GROUP", "TITLE",
+                    ]),
                     &named.iter().map(row).collect::<Vec<_>>(),
                 ),
             };

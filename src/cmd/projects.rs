@@ -75,7 +75,8 @@ pub async fn run(args: ProjectsArgs, global: &GlobalOpts) -> anyhow::Result<Exit
     // is no failure (they reload on their TTL).
     match RedisHandle::connect(&global.redis_url).await {
         Ok(mut redis) => {
-            if let Err(e) = klaxon_store::invalidation::publish(&mut redis, &global.namespace, &project).await {
+            if let Err(e) = klaxon_store::invalidation::publish(&mut redis, &global.namespace, &project).await
+            {
                 tracing::warn!(error = %e, "name stored; running processes see it after --rules-ttl");
             }
         }

@@ -369,14 +369,10 @@ impl RuleNumbers {
     fn of(reason: &Reason) -> Option<RuleNumbers> {
         match *reason {
             Reason::Threshold {
-                threshold,
-                period_ms,
-                ..
+                threshold, period_ms, ..
             }
             | Reason::UniqueUsers {
-                threshold,
-                period_ms,
-                ..
+                threshold, period_ms, ..
             } => Some(RuleNumbers {
                 threshold,
                 threshold_period: period_ms,
@@ -748,7 +744,10 @@ mod tests {
             period_ms: 60_000,
             window: klaxon_core::rule::Window::Sliding,
         });
-        assert_eq!(seen_more["rule"], serde_json::json!({"threshold": 100, "thresholdPeriod": 60_000}));
+        assert_eq!(
+            seen_more["rule"],
+            serde_json::json!({"threshold": 100, "thresholdPeriod": 60_000})
+        );
         let back = body(Reason::Reappeared {
             quiet_period_ms: 604_800_000,
             last_seen_ms: Some(400_000),
@@ -767,7 +766,10 @@ mod tests {
         assert!(back.get("rule").is_none(), "{back}");
         let new = body(Reason::New);
         assert!(new.get("kind").is_none() && new.get("spike").is_none(), "{new}");
-        assert!(new.get("rule").is_none() && body(Reason::Resolved).get("rule").is_none(), "{new}");
+        assert!(
+            new.get("rule").is_none() && body(Reason::Resolved).get("rule").is_none(),
+            "{new}"
+        );
     }
 
     #[test]

@@ -298,7 +298,11 @@ impl Alerts {
 
     /// The alerts of every project (of one state or all), newest first, at most `limit` (and at most
     /// [`Alerts::limit`] per project). A registered project whose index has expired is forgotten.
-    pub async fn list_all(&self, state: Option<AlertState>, limit: usize) -> Result<Vec<Alert>, CounterError> {
+    pub async fn list_all(
+        &self,
+        state: Option<AlertState>,
+        limit: usize,
+    ) -> Result<Vec<Alert>, CounterError> {
         use futures_util::{StreamExt, TryStreamExt};
         let projects = self.projects().await?;
         let lists: Vec<(String, Vec<Alert>)> = futures_util::stream::iter(projects)

@@ -373,7 +373,12 @@ impl RuleStore {
         if self.find_project(oid).await?.is_some() {
             return self.update(oid, set).await;
         }
-        match self.inner.projects.insert_one(doc! {"_id": oid, NAME_FIELD: name}).await {
+        match self
+            .inner
+            .projects
+            .insert_one(doc! {"_id": oid, NAME_FIELD: name})
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) if is_duplicate_key(&e) => self.update(oid, set).await,
             Err(e) => Err(RulesError::from_driver("insert project", e)),

@@ -68,17 +68,29 @@ async fn a_name_set_through_klaxon_wins_and_leaves_hawks_alone() {
     let fresh = ObjectId::new();
 
     store.set_name(&hawk.to_hex(), "Klaxon name").await.expect("set");
-    store.set_name(&fresh.to_hex(), "Fresh").await.expect("set on a new project");
+    store
+        .set_name(&fresh.to_hex(), "Fresh")
+        .await
+        .expect("set on a new project");
     let raw = projects
         .find_one(doc! {"_id": hawk})
         .await
         .expect("find")
         .expect("there");
-    assert_eq!(raw.get_str("name").ok(), Some("Hawk name"), "Hawk's field untouched");
+    assert_eq!(
+        raw.get_str("name").ok(),
+        Some("Hawk name"),
+        "Hawk's field untouched"
+    );
     let loaded = store.load(&hawk.to_hex()).await.expect("load").expect("known");
     assert_eq!(loaded.name.as_deref(), Some("Klaxon name"));
     let names = store
-        .names(&[hawk.to_hex(), fresh.to_hex(), ObjectId::new().to_hex(), "nope".into()])
+        .names(&[
+            hawk.to_hex(),
+            fresh.to_hex(),
+            ObjectId::new().to_hex(),
+            "nope".into(),
+        ])
         .await
         .expect("names");
     assert_eq!(names.len(), 2, "{names:?}");
@@ -92,9 +104,16 @@ async fn a_name_set_through_klaxon_wins_and_leaves_hawks_alone() {
         .replace(&klaxon_store::parse_import(&file).expect("valid"))
         .await
         .expect("import");
-    let names = store.names(&[hawk.to_hex(), fresh.to_hex()]).await.expect("names");
+    let names = store
+        .names(&[hawk.to_hex(), fresh.to_hex()])
+        .await
+        .expect("names");
     assert_eq!(names[&fresh.to_hex()].shown(), Some("Imported"));
-    assert_eq!(names[&hawk.to_hex()].shown(), Some("Klaxon name"), "an import without a name keeps it");
+    assert_eq!(
+        names[&hawk.to_hex()].shown(),
+        Some("Klaxon name"),
+        "an import without a name keeps it"
+    );
     let exported = klaxon_store::export_json(&store.export(&[fresh.to_hex()]).await.expect("export"));
     assert_eq!(exported[0]["name"], "Imported");
 }

@@ -124,8 +124,9 @@ pub(super) fn parse_quiet_hours(s: &str) -> anyhow::Result<RawQuietWindow> {
     let parts: Vec<&str> = s.split_whitespace().collect();
     // "HH:MM-HH:MM" (or "HH-HH"): what FROM-TO looks like, so a value that ends with it lacks its time zone
     let times_like = |p: &str| {
-        p.split_once('-')
-            .is_some_and(|(a, b)| a.starts_with(|c: char| c.is_ascii_digit()) && b.starts_with(|c: char| c.is_ascii_digit()))
+        p.split_once('-').is_some_and(|(a, b)| {
+            a.starts_with(|c: char| c.is_ascii_digit()) && b.starts_with(|c: char| c.is_ascii_digit())
+        })
     };
     if parts.last().is_some_and(|p| times_like(p)) && parts.len() <= 2 {
         bail!(
@@ -157,7 +158,16 @@ pub(super) fn parse_quiet_hours(s: &str) -> anyhow::Result<RawQuietWindow> {
 }
 
 /// The channel keys a rule (and an escalation step) may name.
-const CHANNEL_KEYS: [&str; 8] = ["email", "telegram", "slack", "loop", "webhook", "discord", "teams", "pagerduty"];
+const CHANNEL_KEYS: [&str; 8] = [
+    "email",
+    "telegram",
+    "slack",
+    "loop",
+    "webhook",
+    "discord",
+    "teams",
+    "pagerduty",
+];
 
 /// Parses the `--escalate AFTER:CHANNEL=ENDPOINT` values into `escalation`: one step per AFTER (in the order
 /// first given), each with its channels (enabled, `minPeriod` 0: a step is sent once). The core checks the
@@ -521,7 +531,11 @@ pub(super) fn read_import(
             listing(&file, &file.fatal)
         );
         if let Some(w) = &warnings {
-            let _ = write!(msg, "and {} warning(s), which would not block the import:\n{w}", file.warnings.len());
+            let _ = write!(
+                msg,
+                "and {} warning(s), which would not block the import:\n{w}",
+                file.warnings.len()
+            );
         }
         bail!("{}", msg.trim_end());
     }
@@ -1017,7 +1031,10 @@ mod tests {
                 webhook: Some("https://alerts.example.com/k".into()),
                 ..add_args()
             };
-            let err = format!("{:#}", build_rule(&args, &klaxon_core::Limits::default()).expect_err(escalate));
+            let err = format!(
+                "{:#}",
+                build_rule(&args, &klaxon_core::Limits::default()).expect_err(escalate)
+            );
             assert!(err.contains(says), "{escalate}: {err}");
         }
         for q in ["mon-fri 22:00-7:00", "22:00-07:00", "daily 22-7"] {

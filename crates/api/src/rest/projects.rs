@@ -91,16 +91,16 @@ pub async fn with_names(list: Vec<Alert>, store: Option<&RuleStore>) -> Vec<Proj
                 .and_then(|n| n.shown().map(str::to_owned))
                 .or_else(|| alert.project_name.clone())
                 .unwrap_or_else(|| alert.project_id.clone());
-            ProjectAlert {
-                alert,
-                project_name,
-            }
+            ProjectAlert { alert, project_name }
         })
         .collect()
 }
 
 /// `GET /api/v1/projects/{id}` → `{"projectId", "name"}`; 404 when there is no such project.
-pub(crate) async fn show(State(api): State<Api>, Path(project_id): Path<String>) -> Result<Response, ApiError> {
+pub(crate) async fn show(
+    State(api): State<Api>,
+    Path(project_id): Path<String>,
+) -> Result<Response, ApiError> {
     check_project_id(&project_id)?;
     let project_id = project_id.to_ascii_lowercase();
     let store = api.store().await?;

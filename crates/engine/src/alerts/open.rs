@@ -113,9 +113,7 @@ pub fn fired_touches<'a>(matches: &[Match<'a>], outcomes: &[Outcome]) -> Vec<Tou
             m.rule.id.as_str(),
             m.event.task.event.group_hash.as_str(),
         );
-        let known = out
-            .iter_mut()
-            .find(|t| (t.project_id, t.rule_id, t.group) == key);
+        let known = out.iter_mut().find(|t| (t.project_id, t.rule_id, t.group) == key);
         match (o, known) {
             (Outcome::Fired { .. } | Outcome::Counted { .. }, Some(t)) => t.events += 1,
             (Outcome::Fired { at_ms, count, .. }, None) => out.push(Touch {

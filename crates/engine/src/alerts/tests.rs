@@ -444,7 +444,13 @@ fn a_new_alert_counts_the_events_that_made_it_fire() {
         {"_id": "a0000000000000000000000a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 3,
          "thresholdPeriod": 60000, "channels": {"slack": {"isEnabled": true, "endpoint": "https://h.test/s"}}}]);
     let project = ProjectRules::from_notifications(Some(&rules));
-    let events = vec![event("g1", 1), event("g2", 2), event("g1", 3), event("g1", 4), event("g1", 5)];
+    let events = vec![
+        event("g1", 1),
+        event("g2", 2),
+        event("g1", 3),
+        event("g1", 4),
+        event("g1", 5),
+    ];
     let plan = plan(&events, |_| Some(&project));
     let counted = |count| Outcome::Counted { count };
     let fired = |count, at_ms| Outcome::Fired {
@@ -459,12 +465,20 @@ fn a_new_alert_counts_the_events_that_made_it_fire() {
         .iter()
         .map(|t| (t.group, t.events, t.at_ms))
         .collect();
-    assert_eq!(got, [("g1", 5, 50)], "3 at the crossing, then 1 counted and 1 repeat");
+    assert_eq!(
+        got,
+        [("g1", 5, 50)],
+        "3 at the crossing, then 1 counted and 1 repeat"
+    );
     let only_new = vec![counted(0), counted(0), fired(0, 9), counted(0), counted(0)];
     let got: Vec<u64> = fired_touches(&plan.matches, &only_new)
         .iter()
         .map(|t| t.events)
         .collect();
     assert_eq!(got, [3], "a firing counts at least its own event");
-    assert!(fired_touches(&plan.matches, &[counted(1), counted(1), counted(2), counted(3), counted(4)]).is_empty());
+    assert!(fired_touches(
+        &plan.matches,
+        &[counted(1), counted(1), counted(2), counted(3), counted(4)]
+    )
+    .is_empty());
 }
