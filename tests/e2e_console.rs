@@ -1802,7 +1802,7 @@ async fn alerts_are_acknowledged_and_resolved_from_the_page_and_by_action_links_
     let (status, done) = named("<b>Ana</b>".into()).await;
     assert_eq!(status, 200, "{done}");
     assert!(
-        done.contains("resolved by &lt;b&gt;Ana&lt;/b&gt; via link"),
+        done.contains("resolved by &lt;b&gt;Ana&lt;&#x2f;b&gt; via link"),
         "{done}"
     );
     let (status, _) = post(action, form_csrf).await;
