@@ -105,9 +105,23 @@ const GLOBALS_USED: &[(&str, &[&str])] = &[
         &["namespace", "redis_url", "mongo_url", "mongo_db", "log_format"],
     ),
     ("mute", &["namespace", "redis_url", "log_format"]),
+    // MongoDB: the projects' names of `alerts list`, and the trail of `--output shadow`
     (
         "alerts",
-        &["namespace", "amqp_url", "redis_url", "events_queue", "log_format"],
+        &[
+            "namespace",
+            "amqp_url",
+            "redis_url",
+            "mongo_url",
+            "mongo_db",
+            "events_queue",
+            "log_format",
+        ],
+    ),
+    // MongoDB: the name; Redis: telling running processes to reload the project
+    (
+        "projects",
+        &["namespace", "redis_url", "mongo_url", "mongo_db", "log_format"],
     ),
     ("bench", &["amqp_url", "redis_url", "mongo_url", "log_format"]),
     ("test-notify", &["log_format"]),
@@ -395,8 +409,10 @@ pub enum Command {
     Explain(crate::cmd::explain::ExplainArgs),
     /// Mute a project's firings (fleet-wide, in Redis): add, list, rm.
     Mute(crate::cmd::mute::MuteArgs),
-    /// A project's alerts (fleet-wide, in Redis): list, ack, resolve.
+    /// Alerts (fleet-wide, in Redis): list (one project or every one), ack, resolve.
     Alerts(crate::cmd::alerts::AlertsArgs),
+    /// A project's name, as messages, PagerDuty, the console and `alerts list` show it.
+    Projects(crate::cmd::projects::ProjectsArgs),
     /// Send a real test notification through one channel.
     TestNotify(crate::cmd::test_notify::TestNotifyArgs),
     /// Webhook signing: `webhook secret` prints a project's signing secret for one endpoint.

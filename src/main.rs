@@ -116,6 +116,7 @@ async fn run(cli: cli::Cli) -> ExitCode {
         cli::Command::Explain(args) => cmd::explain::run(args, &global).await,
         cli::Command::Mute(args) => cmd::mute::run(args, &global).await,
         cli::Command::Alerts(args) => cmd::alerts::run(args, &global).await,
+        cli::Command::Projects(args) => cmd::projects::run(args, &global).await,
         cli::Command::TestNotify(args) => cmd::test_notify::run(args, &global).await,
         cli::Command::Webhook(args) => cmd::webhook::run(args).await,
         cli::Command::Probe(args) => cmd::probe::run(args).await,

@@ -122,3 +122,91 @@ async fn alerts_are_listed_acknowledged_and_resolved_from_the_command_line() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(sink.count(), 2);
 }
+
+/// `klaxon alerts list` without `--project` lists the alerts of every project, each with its project's name:
+/// one named by `klaxon projects name`, one by `rules import`'s `name`, one with none (its id is shown).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alerts_of_every_project_are_listed_with_their_names() {
+    let env = Env::new();
+    let sink = HttpSink::start().await.expect("sink");
+    let (named, imported, bare) = (object_id(), object_id(), object_id());
+    let rule = object_id();
+
+    // Names: checked before anything connects (exit 2), then stored.
+    for bad in ["", "   ", &"x".repeat(101), "a\nb"] {
+        let (code, out, err) = env.run(&["projects", "name", "--project", &named, bad]);
+        assert_eq!(code, 2, "{bad:?}: {out}{err}");
+        assert!(err.contains("project name"), "{err}");
+    }
+    let (code, out, err) = env.run(&["projects", "name", "--project", &named, "Acme <web> shop"]);
+    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+    assert_eq!(out.trim(), format!("project {named} is named Acme <web> shop"));
+    let (code, out, _) = env.run(&["projects", "name", "--project", &named]);
+    assert_eq!((code, out.as_str()), (0, "Acme <web> shop\n"));
+    env.import(&serde_json::json!([{"_id": imported, "name": "Billing", "notifications": []}]));
+
+    let mut opened = Vec::new();
+    for (i, p) in [&named, &imported, &bare].into_iter().enumerate() {
+        let a = common::open_alert(
+            &env,
+            p,
+            &rule,
+            &format!("g{i}"),
+            &format!("Boom {i}"),
+            vec![common::webhook_channel(&sink.url("/hook"))],
+        )
+        .await;
+        opened.push(a);
+    }
+
+    let (code, out, err) = env.run(&["alerts", "list", "-o", "json"]);
+    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+    let v: Value = serde_json::from_str(&out).expect("json");
+    let list = v["alerts"].as_array().expect("alerts");
+    assert_eq!(list.len(), 3, "{v}");
+    let name_of = |project: &str| {
+        list.iter()
+            .find(|a| a["projectId"] == project)
+            .map(|a| a["projectName"].clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(name_of(&named), "Acme <web> shop", "{v}");
+    assert_eq!(name_of(&imported), "Billing", "{v}");
+    assert_eq!(name_of(&bare), bare.as_str(), "no name: the id");
+    for a in &opened {
+        assert!(
+            list.iter()
+                .any(|x| x["id"] == a.id.as_str() && x["state"] == "firing"),
+            "{v}"
+        );
+    }
+
+    let (code, out, _) = env.run(&["alerts", "list"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("ALERT") && out.contains("PROJECT"), "{out}");
+    assert!(
+        out.contains("Acme <web> shop") && out.contains("Billing"),
+        "{out}"
+    );
+    assert_eq!(out.lines().count(), 4, "{out}");
+
+    // State filters across projects.
+    let (code, out, err) = env.run(&[
+        "alerts",
+        "ack",
+        "--project",
+        &imported,
+        &opened[1].id,
+        "--by",
+        "ana",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (_, out, _) = env.run(&["alerts", "list", "--state", "acknowledged", "-o", "json"]);
+    let v: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["alerts"].as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(v["alerts"][0]["projectName"], "Billing");
+    assert_eq!(v["alerts"][0]["acknowledgedBy"], "ana");
+    let (code, _, err) = env.run(&["alerts", "list", "--limit", "1001"]);
+    assert_eq!(code, 2, "{err}");
+    common::delete_queues(&env).await;
+}

@@ -92,6 +92,8 @@ fn help_names_variables_without_values_and_each_command_shows_only_the_globals_i
                 "--namespace",
                 "--amqp-url",
                 "--redis-url",
+                "--mongo-url",
+                "--mongo-db",
                 "--events-queue",
                 "--log-format",
             ],

@@ -1378,6 +1378,12 @@ return th ? th.getBoundingClientRect().width / t.getBoundingClientRect().width :
 "#;
 
 /// Fails the test with what overflows on the current page.
+/// The elements matching the selector (`arguments[0]`) whose text wraps over more than one line: `[text]`.
+const BROKEN_WORDS: &str = "return [...document.querySelectorAll(arguments[0])].filter(e => { \
+    const r = document.createRange(); r.selectNodeContents(e); \
+    const lines = new Set([...r.getClientRects()].map(x => Math.round(x.top))); \
+    return lines.size > 1; }).map(e => e.textContent.trim());";
+
 async fn assert_fits(c: &fantoccini::Client, what: &str) {
     let found = c.execute(OVERFLOWS, vec![]).await.expect("measure");
     let found: Vec<String> = serde_json::from_value(found).unwrap_or_default();
@@ -1534,6 +1540,7 @@ async fn in_a_real_browser_every_table_fits_its_page() {
             ),
             ("dead", "/dead".to_owned(), "dead"),
             ("invalid", "/invalid".to_owned(), "invalid"),
+            ("overview", "/alerts".to_owned(), "overview"),
         ] {
             c.goto(&format!("{base}{path}")).await?;
             c.wait()
@@ -1564,8 +1571,31 @@ async fn in_a_real_browser_every_table_fits_its_page() {
                 .unwrap_or(0.0);
             assert!(share >= 0.25, "`{header}` has {:.0} % of #{table}", share * 100.0);
         }
+        // the overview's ids and buttons stay on one line each at 1280 px; its state pills have their own colours
+        c.goto(&format!("{base}/alerts")).await?;
+        c.wait()
+            .at_most(Duration::from_secs(20))
+            .for_element(Id("overview"))
+            .await?;
+        let broken = c.execute(BROKEN_WORDS, vec![json!("#overview .id, #overview button, #projects .id")]).await?;
+        assert_eq!(broken, json!([]), "ids or buttons broken over lines");
+        let colours = c
+            .execute(
+                "const f = document.querySelector('#count-firing').parentElement.querySelector('.pill'); \
+                 const a = document.querySelector('#count-acknowledged').parentElement.querySelector('.pill'); \
+                 return [getComputedStyle(f).backgroundColor, getComputedStyle(a).backgroundColor];",
+                vec![],
+            )
+            .await?;
+        assert_ne!(colours[0], colours[1], "firing and acknowledged look alike: {colours}");
         // the pages of action links, on a phone
         c.set_window_size(390, 844).await?;
+        c.goto(&format!("{base}/alerts")).await?;
+        c.wait()
+            .at_most(Duration::from_secs(20))
+            .for_element(Id("overview"))
+            .await?;
+        assert_fits(&c, "phone-overview").await;
         c.goto(&link(Action::MuteGroup1h)).await?;
         wait_text(&c, "Nothing happens until you press the button").await;
         assert_fits(&c, "phone-mute").await;
@@ -1749,10 +1779,32 @@ async fn alerts_are_acknowledged_and_resolved_from_the_page_and_by_action_links_
     );
     let resolve_link = link(Action::Resolve);
     let (_, page) = open(resolve_link.clone()).await;
+    assert!(
+        page.contains("name=\"name\""),
+        "the confirmation asks for a name: {page}"
+    );
     let (action, form_csrf) = action_form(&page).unwrap_or_else(|| panic!("no form: {page}"));
-    let (status, done) = post(action.clone(), form_csrf.clone()).await;
+    let named = |name: String| {
+        let (visitor, public, action, csrf) =
+            (visitor.clone(), public.clone(), action.clone(), form_csrf.clone());
+        async move {
+            let r = visitor
+                .post(format!("{public}{action}"))
+                .form(&[("csrf", csrf), ("name", name)])
+                .send()
+                .await
+                .expect("POST");
+            (r.status().as_u16(), r.text().await.expect("page"))
+        }
+    };
+    let (status, _) = named("x".repeat(60)).await;
+    assert_eq!(status, 400, "a name that does not fit is refused");
+    let (status, done) = named("<b>Ana</b>".into()).await;
     assert_eq!(status, 200, "{done}");
-    assert!(done.contains("resolved by link"), "{done}");
+    assert!(
+        done.contains("resolved by &lt;b&gt;Ana&lt;&#x2f;b&gt; via link"),
+        "{done}"
+    );
     let (status, _) = post(action, form_csrf).await;
     assert_eq!(status, 409);
     let (status, page) = open(resolve_link).await;

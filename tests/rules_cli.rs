@@ -595,3 +595,125 @@ async fn on_call_flags_are_stored_listed_and_checked() {
         assert!(check.stdout.contains(want), "{want} in:\n{}", check.stdout);
     }
 }
+
+/// Issue #43's CLI fixes: a refused import never says "stored"; `--escalate AFTER:CHANNEL=ENDPOINT` (repeatable)
+/// stores escalation steps; a quiet-hours value without a time zone says so; an import's `name` is kept and
+/// exported; `dead replay` without an argument shows a usage naming `--all`.
+#[tokio::test]
+async fn import_wording_escalate_flag_quiet_hours_time_zone_names_and_dead_replay_usage() {
+    let env = env();
+    let project = ObjectId::new().to_hex();
+    let off = json!({"isEnabled": false, "endpoint": "", "minPeriod": 60});
+    let cannot_notify = json!({"_id": ObjectId::new().to_hex(), "isEnabled": true, "whatToReceive": "SEEN_MORE",
+        "threshold": 20, "thresholdPeriod": 3_600_000, "channels": {"email": off}});
+    let broken = json!({"_id": ObjectId::new().to_hex(), "isEnabled": true, "whatToReceive": "SEEN_MORE",
+        "thresholdPeriod": 60000, "channels": {"slack": {"isEnabled": true, "endpoint": "https://s.test/x"}}});
+    let file =
+        json!([{"_id": project, "name": "Acme", "notifications": [cannot_notify, broken]}]).to_string();
+    let refused = klaxon(&env, &["import", "--file", "-"], Some(&file)).await;
+    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    assert!(refused.stderr.contains("nothing imported"), "{}", refused.stderr);
+    assert!(
+        !refused.stderr.contains("stored"),
+        "a refusal must not say stored: {}",
+        refused.stderr
+    );
+    assert!(
+        refused
+            .stderr
+            .contains("1 warning(s), which would not block the import"),
+        "{}",
+        refused.stderr
+    );
+
+    // With a name: kept (Klaxon's own field) and exported.
+    let named = json!([{"_id": project, "name": "Acme <shop>", "notifications": []}]).to_string();
+    ok(&klaxon(&env, &["import", "--file", "-"], Some(&named)).await);
+    let exported = json_of(&klaxon(&env, &["export", "--project", &project], None).await);
+    assert_eq!(exported[0]["name"], "Acme <shop>", "{exported}");
+    let bad_name = json!([{"_id": project, "name": "x".repeat(101), "notifications": []}]).to_string();
+    let o = klaxon(&env, &["import", "--file", "-"], Some(&bad_name)).await;
+    assert_ne!(o.code, 0);
+    assert!(
+        o.stderr
+            .contains("`name`: a project name must be 1 to 100 characters"),
+        "{}",
+        o.stderr
+    );
+
+    // --escalate, repeatable: one step per AFTER.
+    let added = klaxon(
+        &env,
+        &[
+            "add",
+            "--project",
+            &project,
+            "--seen-more",
+            "5/1h",
+            "--webhook",
+            "https://alerts.example.com/k",
+            "--escalate",
+            "15m:pagerduty=r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE",
+            "--escalate",
+            "1h:email=lead@example.com",
+            "--json",
+        ],
+        None,
+    )
+    .await;
+    let rule = json_of(&added)["rule"].clone();
+    assert_eq!(rule["escalation"][0]["after"], 900_000, "{rule}");
+    assert_eq!(
+        rule["escalation"][0]["channels"]["pagerduty"]["endpoint"], "r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE",
+        "{rule}"
+    );
+    assert_eq!(
+        rule["escalation"][1]["channels"]["email"]["endpoint"], "lead@example.com",
+        "{rule}"
+    );
+    let bad = klaxon(
+        &env,
+        &[
+            "add",
+            "--project",
+            &project,
+            "--webhook",
+            "https://a.example/k",
+            "--escalate",
+            "15m",
+        ],
+        None,
+    )
+    .await;
+    assert_ne!(bad.code, 0, "{}", bad.stderr);
+    assert!(bad.stderr.contains("AFTER:CHANNEL=ENDPOINT"), "{}", bad.stderr);
+
+    // Quiet hours without a time zone: named as such, not blamed on `from`.
+    let o = klaxon(
+        &env,
+        &[
+            "add",
+            "--project",
+            &project,
+            "--seen-more",
+            "5/1h",
+            "--webhook",
+            "https://a.example/k",
+            "--quiet-hours",
+            "mon-fri 22:00-7:00",
+        ],
+        None,
+    )
+    .await;
+    assert_ne!(o.code, 0, "{}", o.stderr);
+    assert!(o.stderr.contains("the time zone is missing"), "{}", o.stderr);
+    assert!(!o.stderr.contains("`from`"), "{}", o.stderr);
+
+    // `dead replay` alone: a usage error that shows both ways to call it.
+    let (code, out, err) = env.run(&["dead", "replay"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        err.contains("klaxon dead replay --all") && err.contains("--id"),
+        "{err}"
+    );
+}

@@ -1,6 +1,7 @@
-//! `klaxon alerts list|ack|resolve`: a project's alerts from the command line, straight on Redis (the alerts)
-//! and RabbitMQ (the lifecycle messages of an ack or a resolve), through the API's own functions
-//! (`klaxon_api::rest::alerts`), so the CLI refuses, answers and publishes as `POST …/alerts/{id}/ack` does.
+//! `klaxon alerts list|ack|resolve`: alerts from the command line, straight on Redis (the alerts), MongoDB (the
+//! projects' names, when it answers) and RabbitMQ (the lifecycle messages of an ack or a resolve), through the
+//! API's own functions (`klaxon_api::rest::{alerts, projects}`), so the CLI refuses, answers and publishes as
+//! `POST …/alerts/{id}/ack` does, and `list` without `--project` lists what `GET /api/v1/alerts` does.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use klaxon_api::rest::alerts::{self as api_alerts, HandAction, HandOutcome};
+use klaxon_api::rest::projects::{self, ProjectAlert, MAX_LIST_ALL};
 use klaxon_broker::{Session, Topology};
 use klaxon_core::alert::{Alert, DEFAULT_MAX_ALERTS_PER_PROJECT};
 use klaxon_counter::{Alerts, RedisHandle};
@@ -23,6 +25,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Examples:
+  klaxon alerts list --state firing
   klaxon alerts list --project 5e3eef0679fa3700a0198a49
   klaxon alerts list --project 5e3eef0679fa3700a0198a49 --state firing -o json
   klaxon alerts ack --project 5e3eef0679fa3700a0198a49 0f1e2d3c4b5a69788796a5b4
@@ -34,9 +37,10 @@ pub struct AlertsArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum AlertsCommand {
-    /// List a project's alerts, newest first (firing, acknowledged, recently resolved).
+    /// List alerts, newest first (firing, acknowledged, recently resolved): one project's, or every project's.
     #[command(after_help = "\
 Examples:
+  klaxon alerts list --state firing
   klaxon alerts list --project 5e3eef0679fa3700a0198a49
   klaxon alerts list --project 5e3eef0679fa3700a0198a49 --state resolved -o json")]
     List(ListArgs),
@@ -54,9 +58,9 @@ Examples:
 
 #[derive(Debug, Args)]
 pub struct ListArgs {
-    /// The project (24-hex id).
+    /// The project (24-hex id); without it, every project's alerts.
     #[arg(long)]
-    pub project: String,
+    pub project: Option<String>,
     /// Only alerts in this state: firing, acknowledged or resolved.
     #[arg(long)]
     pub state: Option<String>,
@@ -87,6 +91,21 @@ pub struct ChangeArgs {
     pub queue_type: klaxon_broker::QueueType,
 }
 
+/// The rule store, for the projects' names, when there are alerts and MongoDB answers (else the names kept with
+/// the alerts are shown).
+async fn names_store(global: &GlobalOpts, list: &[Alert]) -> Option<klaxon_store::RuleStore> {
+    if list.is_empty() {
+        return None;
+    }
+    match klaxon_store::RuleStore::connect(&global.mongo_url, &global.mongo_db()).await {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "MongoDB unreachable: showing the project names kept with the alerts");
+            None
+        }
+    }
+}
+
 fn check_project(p: &str) -> anyhow::Result<()> {
     ensure_usage!(
         klaxon_core::event::is_object_id(p),
@@ -103,10 +122,11 @@ fn default_by() -> String {
         .unwrap_or_else(|| "cli".to_owned())
 }
 
-fn row(a: &Alert) -> Vec<String> {
-    let v = a.view();
+fn row(p: &ProjectAlert) -> Vec<String> {
+    let v = p.alert.view();
     vec![
         v.id,
+        klaxon_core::text::one_line(&p.project_name, 40),
         v.state.to_string(),
         v.fired_at,
         v.events.to_string(),
@@ -119,11 +139,13 @@ fn row(a: &Alert) -> Vec<String> {
 pub async fn run(args: AlertsArgs, global: &GlobalOpts) -> anyhow::Result<ExitCode> {
     // Wrong flags are reported before anything connects.
     let project = match &args.command {
-        AlertsCommand::List(a) => &a.project,
-        AlertsCommand::Ack(a) | AlertsCommand::Resolve(a) => &a.project,
+        AlertsCommand::List(a) => a.project.as_deref(),
+        AlertsCommand::Ack(a) | AlertsCommand::Resolve(a) => Some(a.project.as_str()),
     };
-    check_project(project)?;
-    let project = project.to_ascii_lowercase();
+    if let Some(p) = project {
+        check_project(p)?;
+    }
+    let project = project.map(str::to_ascii_lowercase).unwrap_or_default();
     let by = match &args.command {
         AlertsCommand::Ack(a) | AlertsCommand::Resolve(a) => match &a.by {
             Some(b) => api_alerts::check_by(b).map_err(|e| usage(e.replace("`by`", "--by")))?,
@@ -141,10 +163,12 @@ pub async fn run(args: AlertsArgs, global: &GlobalOpts) -> anyhow::Result<ExitCo
         _ => None,
     };
     if let AlertsCommand::List(a) = &args.command {
-        ensure_usage!(
-            (1..=DEFAULT_MAX_ALERTS_PER_PROJECT).contains(&a.limit),
-            "--limit must be from 1 to {DEFAULT_MAX_ALERTS_PER_PROJECT}"
-        );
+        let max = if a.project.is_some() {
+            DEFAULT_MAX_ALERTS_PER_PROJECT
+        } else {
+            MAX_LIST_ALL
+        };
+        ensure_usage!((1..=max).contains(&a.limit), "--limit must be from 1 to {max}");
     }
     let redis = RedisHandle::connect(&global.redis_url)
         .await
@@ -152,17 +176,34 @@ pub async fn run(args: AlertsArgs, global: &GlobalOpts) -> anyhow::Result<ExitCo
     let alerts = Alerts::new(redis, &global.namespace);
     let (change, action) = match args.command {
         AlertsCommand::List(a) => {
-            let list = alerts.list(&project, state, a.limit).await?;
+            let all = a.project.is_none();
+            let list = if all {
+                alerts.list_all(state, a.limit).await?
+            } else {
+                alerts.list(&project, state, a.limit).await?
+            };
+            let store = names_store(global, &list).await;
+            let named = projects::with_names(list, store.as_ref()).await;
+            if let Some(store) = store {
+                store.close().await;
+            }
             let text = match a.output.format(Format::Json) {
-                Format::Json => format!("{:#}\n", api_alerts::list_json(&list)),
-                Format::Ndjson => list
+                Format::Json if all => format!("{:#}\n", projects::list_all_json(&named)),
+                Format::Json => {
+                    let list: Vec<Alert> = named.into_iter().map(|p| p.alert).collect();
+                    format!("{:#}\n", api_alerts::list_json(&list))
+                }
+                Format::Ndjson if all => named.iter().map(|x| format!("{}\n", x.to_json())).collect(),
+                Format::Ndjson => named
                     .iter()
-                    .map(|x| format!("{}\n", serde_json::to_string(&x.view()).unwrap_or_default()))
+                    .map(|x| format!("{}\n", serde_json::to_string(&x.alert.view()).unwrap_or_default()))
                     .collect(),
-                Format::Table if list.is_empty() => "no alerts\n".to_owned(),
+                Format::Table if named.is_empty() => "no alerts\n".to_owned(),
                 Format::Table => output::table(
-                    Some(&["ALERT", "STATE", "FIRED", "EVENTS", "RULE", "GROUP", "TITLE"]),
-                    &list.iter().map(row).collect::<Vec<_>>(),
+                    Some(&[
+                        "ALERT", "PROJECT", "STATE", "FIRED", "EVENTS", "RULE", "GROUP", "TITLE",
+                    ]),
+                    &named.iter().map(row).collect::<Vec<_>>(),
                 ),
             };
             output::emit(&text)?;

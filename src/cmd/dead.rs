@@ -48,13 +48,17 @@ Examples:
         output: OutputArgs,
     },
     /// Send dead-lettered notifications again, with a fresh attempt count.
-    #[command(after_help = "\
+    #[command(
+        override_usage = "klaxon dead replay --all\n       klaxon dead replay --id <NOTIFICATION_ID>",
+        group(clap::ArgGroup::new("which").required(true).args(["id", "all"])),
+        after_help = "\
 Examples:
   klaxon dead replay --id 3f1c…
-  klaxon dead replay --all")]
+  klaxon dead replay --all"
+    )]
     Replay {
         /// The notificationId to replay.
-        #[arg(long, required_unless_present = "all", conflicts_with = "all")]
+        #[arg(long, value_name = "NOTIFICATION_ID", conflicts_with = "all")]
         id: Option<String>,
         /// Replay every dead-lettered notification.
         #[arg(long)]

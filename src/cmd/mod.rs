@@ -12,6 +12,7 @@ pub mod mute;
 pub mod namespace;
 pub mod notices;
 pub mod probe;
+pub mod projects;
 pub mod publish;
 pub mod rules;
 pub mod run;

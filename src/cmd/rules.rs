@@ -47,6 +47,8 @@ Examples:
   klaxon rules add --project 5e3eef0679fa3700a0198a49 --only-new --discord https://discord.com/api/webhooks/123/abc
   klaxon rules add --project 5e3eef0679fa3700a0198a49 --seen-more 100/5m --slack $SLACK_URL --pagerduty $ROUTING_KEY \\
     --resolve-after 1h --renotify 30m/3 --quiet-hours \"mon-fri 22:00-07:00 Europe/Berlin\" --quiet-hours-bypass pagerduty
+  klaxon rules add --project 5e3eef0679fa3700a0198a49 --seen-more 100/5m --slack $SLACK_URL \
+    --escalate 15m:pagerduty=$ROUTING_KEY --escalate 1h:email=oncall-lead@example.com
   klaxon rules add --project 5e3eef0679fa3700a0198a49 --no-events 1h --pagerduty $ROUTING_KEY")]
     Add(Box<AddArgs>),
     /// List stored rules with their status.
@@ -142,6 +144,11 @@ struct AddArgs {
     #[arg(long, requires = "quiet_hours", value_name = "CHANNEL",
           value_parser = ["email", "telegram", "slack", "webhook", "loop", "discord", "teams", "pagerduty"])]
     quiet_hours_bypass: Vec<String>,
+    /// An escalation step: while the alert is still firing AFTER it opened (e.g. `15m`), notify CHANNEL at
+    /// ENDPOINT once, e.g. `15m:pagerduty=$ROUTING_KEY`. Repeatable: several channels with the same AFTER make one
+    /// step; at most 5 steps.
+    #[arg(long, value_name = "AFTER:CHANNEL=ENDPOINT")]
+    escalate: Vec<String>,
     /// How SEEN_MORE counts [default: fixed].
     #[arg(long, value_parser = ["fixed", "sliding"])]
     window: Option<String>,

@@ -14,6 +14,7 @@
 //!   rest/explain.rs        POST …/projects/{id}/explain ── klaxon_core::explain + the counters' peek (reads only)
 //!   rest/mutes.rs          GET|POST|DELETE …/projects/{id}/mutes ──▶ Redis
 //!   rest/alerts.rs         GET …/projects/{id}/alerts, POST …/alerts/{alertId}/ack|resolve ──▶ Redis ──▶ RabbitMQ
+//!   rest/projects.rs       GET|PUT …/projects/{id} (its name) ──▶ MongoDB; GET /api/v1/alerts (every project's)
 //!   rest/notifications.rs  POST /api/v1/notifications ──▶ Redis (idempotency) ──▶ RabbitMQ (the senders' queues)
 //!   rest/deliveries.rs, rest/dead.rs, rest/webhook_secret.rs ── the trail (MongoDB), `<ns>.dead`, derived secrets
 //!   rest/invalid.rs        GET /api/v1/invalid, POST …/invalid/replay ──▶ `<ns>.events.invalid` ──▶ the events queue
@@ -154,6 +155,11 @@ pub fn router(config: ApiConfig) -> Router {
             "/api/v1/projects/{project_id}/mutes/{mute_id}",
             delete(rest::mutes::remove),
         )
+        .route(
+            "/api/v1/projects/{project_id}",
+            get(rest::projects::show).put(rest::projects::rename),
+        )
+        .route("/api/v1/alerts", get(rest::projects::list))
         .route("/api/v1/projects/{project_id}/alerts", get(rest::alerts::list))
         .route(
             "/api/v1/projects/{project_id}/alerts/{alert_id}/ack",

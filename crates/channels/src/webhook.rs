@@ -327,6 +327,9 @@ struct WebhookBody<'a> {
     /// An escalation: which step, of how many.
     #[serde(skip_serializing_if = "Option::is_none")]
     escalation: Option<EscalationNumbers>,
+    /// A firing of a counting rule (SEEN_MORE, SPIKE): what the rule asked, as the chat text says it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rule: Option<RuleNumbers>,
     /// SPIKE: the numbers that made it fire.
     #[serde(skip_serializing_if = "Option::is_none")]
     spike: Option<SpikeNumbers>,
@@ -351,6 +354,44 @@ struct WebhookBody<'a> {
     /// Signed action links (`--public-url` + `KLAXON_ACTION_KEY`): `[{"action", "label", "url", "expiresAt"}]`.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     actions: &'a [crate::ActionLink],
+}
+
+/// `"rule"`: `threshold` and `thresholdPeriod` (ms) of a SEEN_MORE or SPIKE firing; SPIKE also
+/// `baselineWindows` and `factor`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RuleNumbers {
+    threshold: u64,
+    threshold_period: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    baseline_windows: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    factor: Option<f64>,
+}
+
+impl RuleNumbers {
+    fn of(reason: &Reason) -> Option<RuleNumbers> {
+        match *reason {
+            Reason::Threshold {
+                threshold, period_ms, ..
+            }
+            | Reason::UniqueUsers {
+                threshold, period_ms, ..
+            } => Some(RuleNumbers {
+                threshold,
+                threshold_period: period_ms,
+                baseline_windows: None,
+                factor: None,
+            }),
+            Reason::Spike { spike, .. } => Some(RuleNumbers {
+                threshold: spike.threshold,
+                threshold_period: spike.period_ms,
+                baseline_windows: Some(spike.baseline_windows),
+                factor: Some(spike.factor()),
+            }),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -529,6 +570,7 @@ pub fn webhook_body_with(task: &NotificationTask, ctx: MessageContext<'_>) -> Ve
             Reason::Escalation { step, steps } => Some(EscalationNumbers { step, steps }),
             _ => None,
         },
+        rule: RuleNumbers::of(&task.reason),
         spike,
         reappeared,
         // the same numbers as a reappearance's: the quiet asked for, the last event, how long it has been
@@ -699,6 +741,19 @@ mod tests {
                 "baseline": 20.0, "baselineBuckets": 24, "needed": 100})
         );
         assert_eq!(spike["events"][0]["count"], 312);
+        assert_eq!(
+            spike["rule"],
+            serde_json::json!({"threshold": 10, "thresholdPeriod": 3_600_000, "baselineWindows": 24, "factor": 5.0})
+        );
+        let seen_more = body(Reason::Threshold {
+            threshold: 100,
+            period_ms: 60_000,
+            window: klaxon_core::rule::Window::Sliding,
+        });
+        assert_eq!(
+            seen_more["rule"],
+            serde_json::json!({"threshold": 100, "thresholdPeriod": 60_000})
+        );
         let back = body(Reason::Reappeared {
             quiet_period_ms: 604_800_000,
             last_seen_ms: Some(400_000),
@@ -714,8 +769,13 @@ mod tests {
             last_seen_ms: None,
         });
         assert_eq!(unknown["reappeared"], serde_json::json!({"quietPeriodMs": 1000}));
+        assert!(back.get("rule").is_none(), "{back}");
         let new = body(Reason::New);
         assert!(new.get("kind").is_none() && new.get("spike").is_none(), "{new}");
+        assert!(
+            new.get("rule").is_none() && body(Reason::Resolved).get("rule").is_none(),
+            "{new}"
+        );
     }
 
     #[test]

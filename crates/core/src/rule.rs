@@ -294,6 +294,26 @@ pub fn rule_problems(value: &Value, limits: &Limits) -> Vec<RuleProblem> {
 /// messages whatever the document holds).
 pub const MAX_PROJECT_NAME_CHARS: usize = 200;
 
+/// Longest project name Klaxon stores (API, CLI, `rules import`), in characters.
+pub const MAX_SET_PROJECT_NAME_CHARS: usize = 100;
+
+/// A project name to store (`PUT /api/v1/projects/{id}`, `klaxon projects name`, `rules import`'s `name`):
+/// trimmed, 1 to [`MAX_SET_PROJECT_NAME_CHARS`] characters, no control characters. Tenant text: every channel
+/// escapes it when it shows it.
+pub fn check_project_name(raw: &str) -> Result<String, String> {
+    let name = raw.trim();
+    let n = name.chars().count();
+    if n == 0 || n > MAX_SET_PROJECT_NAME_CHARS {
+        return Err(format!(
+            "a project name must be 1 to {MAX_SET_PROJECT_NAME_CHARS} characters (got {n})"
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err("a project name must not contain control characters (line breaks, tabs, …)".into());
+    }
+    Ok(name.to_owned())
+}
+
 fn clean_name(raw: &str) -> Option<String> {
     let mut out = String::new();
     for (i, c) in raw.trim().chars().enumerate() {

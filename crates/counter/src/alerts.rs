@@ -11,6 +11,7 @@
 //! | `<ns>:al:{<project>}:a:<alertId>` | hash: the alert (its fixed part as JSON, then state, events, times, by whom; `m:<member key>` who heard of it after it opened, `c:<firstId>` the shared incidents its resolve closes) |
 //! | `<ns>:al:{<project>}:inc:<firstId>` | set of alert ids: the open alerts a shared incident (a digest or release on PagerDuty) listed |
 //! | `<ns>:al:full` | zset project → when an alert of it last did not open ([`Opened::Full`]), at most [`MAX_FULL_PROJECTS`] |
+//! | `<ns>:al:projects` | set of project ids that opened an alert: the cross-project list ([`Alerts::list_all`]) reads their indexes |
 //!
 //! * **Once across a fleet.** An alert's id derives from the firing that opened it (`klaxon_core::alert::alert_id`),
 //!   and `lua/alert_open.lua` opens it only when its (rule, group) has no open alert: the same firing on another
@@ -33,6 +34,9 @@
 //!   out of those sets; the one that empties a set records that its resolve closes the incident
 //!   (`Alert::closes`), and a replay answers the same. A set lives as long as the alert that joined it last did
 //!   then: an incident whose set expired closes with the next listed alert's resolve.
+//! * **Across projects.** Opening an alert adds its project to `<ns>:al:projects` (its own key, beside the
+//!   project's slot: a second command after the script); [`Alerts::list_all`] reads the index of each member and
+//!   forgets a member whose index has expired (then looks again, so an alert that opened meanwhile keeps it).
 //! * **Counting.** [`Alerts::touch`] counts a batch's matching events into the open alerts of their (rule,
 //!   group)s (one call per project): `events` and the last event's time, which `resolveAfter` runs from.
 
@@ -54,6 +58,9 @@ static TOUCH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../l
 static CHANGE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/alert_change.lua")));
 static READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/alerts_read.lua")));
 static HEAR: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/alert_hear.lua")));
+
+/// The most projects [`Alerts::list_all`] reads.
+pub const MAX_LISTED_PROJECTS: usize = 10_000;
 
 /// The alerts of every project of a namespace. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -323,7 +330,122 @@ impl Alerts {
             })
         });
         // Concurrent calls on the multiplexed connection: one round trip for the batch's firings.
-        futures_util::future::try_join_all(calls).await
+        let answers = futures_util::future::try_join_all(calls).await?;
+        // Registered for the cross-project list; again for a replay (`Again`), so a crash between the script and
+        // this step is mended by the redelivery.
+        let mut projects: Vec<String> = answers
+            .iter()
+            .filter_map(|o| match o {
+                Opened::New(a) | Opened::Again(a) => Some(a.project_id.to_ascii_lowercase()),
+                _ => None,
+            })
+            .collect();
+        projects.sort();
+        projects.dedup();
+        if !projects.is_empty() {
+            let _: i64 = redis::cmd("SADD")
+                .arg(self.projects_key())
+                .arg(&projects)
+                .query_async(&mut self.redis.clone())
+                .await?;
+        }
+        Ok(answers)
+    }
+
+    /// `<ns>:al:projects`: the projects that opened an alert.
+    fn projects_key(&self) -> String {
+        format!("{}:al:projects", self.namespace)
+    }
+
+    /// The projects with alerts (registered when one opened), sorted, at most [`MAX_LISTED_PROJECTS`].
+    pub async fn projects(&self) -> Result<Vec<String>, CounterError> {
+        let mut out: Vec<String> = Vec::new();
+        let mut cursor: u64 = 0;
+        // SSCAN, bounded: a namespace with more projects than that lists the first ones met
+        for _ in 0..(MAX_LISTED_PROJECTS / 100 + 1) {
+            let (next, batch): (u64, Vec<String>) = redis::cmd("SSCAN")
+                .arg(self.projects_key())
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(500)
+                .query_async(&mut self.redis.clone())
+                .await?;
+            out.extend(batch);
+            cursor = next;
+            if cursor == 0 || out.len() >= MAX_LISTED_PROJECTS {
+                break;
+            }
+        }
+        out.sort();
+        out.dedup();
+        out.truncate(MAX_LISTED_PROJECTS);
+        Ok(out)
+    }
+
+    /// The alerts of every project (of one state or all), newest first, at most `limit` (and at most
+    /// [`Alerts::limit`] per project). A registered project whose index has expired is forgotten.
+    pub async fn list_all(
+        &self,
+        state: Option<AlertState>,
+        limit: usize,
+    ) -> Result<Vec<Alert>, CounterError> {
+        use futures_util::{StreamExt, TryStreamExt};
+        let projects = self.projects().await?;
+        let lists: Vec<(String, Vec<Alert>)> = futures_util::stream::iter(projects)
+            .map(|p| {
+                // owned values in each future: the stream stays `Send` for any caller
+                let alerts = self.clone();
+                async move {
+                    let list = alerts.list(&p, state, limit).await?;
+                    Ok::<_, CounterError>((p, list))
+                }
+            })
+            .buffer_unordered(16)
+            .try_collect()
+            .await?;
+        let mut out: Vec<Alert> = Vec::new();
+        for (project, list) in lists {
+            if list.is_empty() {
+                self.forget_if_gone(&project).await?;
+            }
+            out.extend(list);
+        }
+        out.sort_by(|a, b| {
+            b.fired_at_ms
+                .cmp(&a.fired_at_ms)
+                .then_with(|| a.project_id.cmp(&b.project_id))
+                .then_with(|| a.id.cmp(&b.id))
+        });
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    /// Takes `project` out of the registry when its index is gone; puts it back when an alert opened meanwhile
+    /// (the open's script runs before its `SADD`, so one of the two checks sees it).
+    async fn forget_if_gone(&self, project: &str) -> Result<(), CounterError> {
+        let idx = format!("{}idx", self.prefix(project));
+        let exists = |key: String| async move {
+            redis::cmd("EXISTS")
+                .arg(key)
+                .query_async::<i64>(&mut self.redis.clone())
+                .await
+        };
+        if exists(idx.clone()).await? == 1 {
+            return Ok(());
+        }
+        let _: i64 = redis::cmd("SREM")
+            .arg(self.projects_key())
+            .arg(project)
+            .query_async(&mut self.redis.clone())
+            .await?;
+        if exists(idx).await? == 1 {
+            let _: i64 = redis::cmd("SADD")
+                .arg(self.projects_key())
+                .arg(project)
+                .query_async(&mut self.redis.clone())
+                .await?;
+        }
+        Ok(())
     }
 
     /// Remembers that `project_id` could not open an alert now ([`Alerts::full_projects`]), keeping the

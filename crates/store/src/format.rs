@@ -1,5 +1,6 @@
-//! The import/export format (README, "Rules"): a JSON array of `{"_id": "<24-hex projectId>",
-//! "notifications": [Rule, …]}`, ObjectIds written as 24-hex strings (or `{"$oid": …}` on input).
+//! The import/export format (README, "Rules"): a JSON array of `{"_id": "<24-hex projectId>", "name"?,
+//! "notifications": [Rule, …]}`, ObjectIds written as 24-hex strings (or `{"$oid": …}` on input). `name` is the
+//! project's name as Klaxon keeps it (`klaxonName` in the document, see [`crate::store::NAME_FIELD`]).
 //!
 //! Everything is validated before anything is written, so bad input never leaves a half-imported file
 //! behind.
@@ -20,6 +21,11 @@ pub struct ProjectNotifications {
     pub project_id: ObjectId,
     /// The rules, each with an ObjectId `_id`.
     pub notifications: Vec<Document>,
+    /// The project's name as Klaxon keeps it (the file's top-level `name`, checked by
+    /// [`klaxon_core::rule::check_project_name`]); `None` leaves a stored name as it is.
+    pub name: Option<String>,
+    /// The name shown, as read (Klaxon's, else Hawk's `name`); never written.
+    pub shown_name: Option<String>,
 }
 
 /// Parses a 24-hex ObjectId.
@@ -132,9 +138,18 @@ pub fn import_from_json(value: &Value) -> Result<Vec<ProjectNotifications>, Rule
         if out.iter().any(|p| p.project_id == project_id) {
             return Err(at("listed twice".into()));
         }
+        let name = match obj.get("name") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(n)) => {
+                Some(klaxon_core::rule::check_project_name(n).map_err(|e| at(format!("`name`: {e}")))?)
+            }
+            Some(_) => return Err(at("`name` must be a string".into())),
+        };
         out.push(ProjectNotifications {
             project_id,
             notifications,
+            shown_name: name.clone(),
+            name,
         });
     }
     Ok(out)
@@ -180,6 +195,9 @@ pub fn export_json(projects: &[ProjectNotifications]) -> Value {
             .map(|p| {
                 let mut m = Map::new();
                 m.insert("_id".into(), Value::String(p.project_id.to_hex()));
+                if let Some(name) = &p.name {
+                    m.insert("name".into(), Value::String(name.clone()));
+                }
                 m.insert(
                     "notifications".into(),
                     Value::Array(
@@ -261,6 +279,14 @@ mod tests {
         // Exported text imports again to the same documents.
         let again = parse_import(&out.to_string()).expect("valid");
         assert_eq!(again, parsed);
+
+        let named = parse_import(
+            r#"[{"_id": "5e3eef0679fa3700a0198a49", "name": " Acme <shop> ", "notifications": []}]"#,
+        )
+        .expect("valid");
+        assert_eq!(named[0].name.as_deref(), Some("Acme <shop>"), "trimmed");
+        assert_eq!(export_json(&named)[0]["name"], "Acme <shop>");
+        assert!(out[0].get("name").is_none(), "no name, no field");
     }
 
     #[test]
@@ -269,6 +295,14 @@ mod tests {
             ("{not json", "not valid JSON"),
             ("{}", "expected a JSON array"),
             (r#"[{"notifications": []}]"#, "missing `_id`"),
+            (
+                r#"[{"_id": "5e3eef0679fa3700a0198a49", "name": "", "notifications": []}]"#,
+                "`name`: a project name must be 1 to 100 characters",
+            ),
+            (
+                r#"[{"_id": "5e3eef0679fa3700a0198a49", "name": 7, "notifications": []}]"#,
+                "`name` must be a string",
+            ),
             (
                 r#"[{"_id": "xyz", "notifications": []}]"#,
                 "invalid project id \"xyz\"",

@@ -40,5 +40,5 @@ pub use cache::{InvalidationMode, RuleCache, DEFAULT_TTL};
 pub use error::RulesError;
 pub use format::{export_json, import_from_json, parse_import, ProjectNotifications};
 pub use mongo::check_url;
-pub use store::{RuleStore, StoredProject};
+pub use store::{ProjectName, RuleStore, StoredProject};
 pub use trail::{Trail, TrailReader};

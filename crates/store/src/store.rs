@@ -25,6 +25,10 @@ use crate::RulesError;
 
 /// The collection Hawk keeps projects (and their rules) in.
 pub const PROJECTS: &str = "projects";
+/// The field of a project document where Klaxon keeps the project's name (`PUT /api/v1/projects/{id}`,
+/// `klaxon projects name`, `rules import`'s `name`). Klaxon's own field, so setting a name never renames the
+/// project in Hawk; where it is unset, Hawk's `name` is shown.
+pub const NAME_FIELD: &str = "klaxonName";
 /// How long one rule lookup may take before it fails as a transient error.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bound on the remembered "already reported" rule problems; the set is cleared when it grows past this.
@@ -68,6 +72,36 @@ pub struct StoredProject {
     pub project_id: String,
     /// Every stored rule, valid or not.
     pub notifications: Vec<Value>,
+    /// The project's names.
+    pub name: ProjectName,
+}
+
+/// A project's names: the one Klaxon keeps and Hawk's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProjectName {
+    /// Set through Klaxon ([`NAME_FIELD`]).
+    pub klaxon: Option<String>,
+    /// Hawk's `name` (cleaned: one line, bounded).
+    pub hawk: Option<String>,
+}
+
+impl ProjectName {
+    /// Of a project document.
+    pub fn of(doc: &Document) -> ProjectName {
+        let clean = |field: &str| {
+            let v = doc.get(field).cloned().map(Bson::into_relaxed_extjson);
+            ProjectRules::default().with_name(v.as_ref()).name
+        };
+        ProjectName {
+            klaxon: clean(NAME_FIELD),
+            hawk: clean("name"),
+        }
+    }
+
+    /// The name shown: Klaxon's, else Hawk's.
+    pub fn shown(&self) -> Option<&str> {
+        self.klaxon.as_deref().or(self.hawk.as_deref())
+    }
 }
 
 impl StoredProject {
@@ -232,9 +266,8 @@ impl RuleStore {
             return Ok(None);
         };
         let notifications = doc.get("notifications").cloned().map(Bson::into_relaxed_extjson);
-        let name = doc.get("name").cloned().map(Bson::into_relaxed_extjson);
-        let rules = ProjectRules::from_notifications_with(notifications.as_ref(), limits, &self.defaults)
-            .with_name(name.as_ref());
+        let mut rules = ProjectRules::from_notifications_with(notifications.as_ref(), limits, &self.defaults);
+        rules.name = ProjectName::of(&doc).shown().map(str::to_owned);
         RulesSkipped { rules: rules.skipped }.emit();
         if !rules.problems.is_empty() {
             self.report_problems(project_id, notifications.as_ref(), &rules, limits);
@@ -290,7 +323,7 @@ impl RuleStore {
             .inner
             .projects
             .find_one(doc! {"_id": oid})
-            .projection(doc! {"notifications": 1, "name": 1});
+            .projection(doc! {"notifications": 1, "name": 1, NAME_FIELD: 1});
         match tokio::time::timeout(QUERY_TIMEOUT, find).await {
             Ok(r) => r.map_err(|e| RulesError::from_driver("find project", e)),
             Err(_) => Err(RulesError::Query {
@@ -306,14 +339,57 @@ impl RuleStore {
         Ok(self.find_project(oid).await?.map(|d| StoredProject {
             project_id: oid.to_hex(),
             notifications: notifications_of(&d).iter().map(document_to_json).collect(),
+            name: ProjectName::of(&d),
         }))
+    }
+
+    /// The names of each of `project_ids` that has a document (the others are left out); bad ids are skipped.
+    pub async fn names(&self, project_ids: &[String]) -> Result<HashMap<String, ProjectName>, RulesError> {
+        use futures_util::{StreamExt, TryStreamExt};
+        let oids: Vec<ObjectId> = project_ids
+            .iter()
+            .filter_map(|id| parse_object_id("project id", id).ok())
+            .collect();
+        // Owned values in each future (a clone of the store is an `Arc`): the stream stays `Send` for any caller.
+        let found: Vec<Option<(String, ProjectName)>> = futures_util::stream::iter(oids)
+            .map(|oid| {
+                let store = self.clone();
+                async move {
+                    let doc = store.find_project(oid).await?;
+                    Ok::<_, RulesError>(doc.map(|d| (oid.to_hex(), ProjectName::of(&d))))
+                }
+            })
+            .buffer_unordered(8)
+            .try_collect()
+            .await?;
+        Ok(found.into_iter().flatten().collect())
+    }
+
+    /// Sets the name Klaxon keeps for a project (checked by the caller: [`klaxon_core::rule::check_project_name`]),
+    /// creating the project document when there is none. Find-then-write, as [`RuleStore::replace`].
+    pub async fn set_name(&self, project_id: &str, name: &str) -> Result<(), RulesError> {
+        let oid = parse_object_id("project id", project_id)?;
+        let set = doc! {"$set": {NAME_FIELD: name}};
+        if self.find_project(oid).await?.is_some() {
+            return self.update(oid, set).await;
+        }
+        match self
+            .inner
+            .projects
+            .insert_one(doc! {"_id": oid, NAME_FIELD: name})
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_duplicate_key(&e) => self.update(oid, set).await,
+            Err(e) => Err(RulesError::from_driver("insert project", e)),
+        }
     }
 
     async fn scan(&self, filter: Document) -> Result<Vec<Document>, RulesError> {
         self.inner
             .projects
             .find(filter)
-            .projection(doc! {"notifications": 1})
+            .projection(doc! {"notifications": 1, "name": 1, NAME_FIELD: 1})
             .sort(doc! {"_id": 1})
             // Few round trips (the default batch is 101): each getMore is a chance for a MongoDB-wire server
             // under concurrent load to have lost the cursor (PoloDB: "cursor not found").
@@ -334,9 +410,12 @@ impl RuleStore {
             .into_iter()
             .filter(|d| matches!(d.get("notifications"), Some(Bson::Array(_))))
             .filter_map(|d| {
+                let names = ProjectName::of(&d);
                 Some(ProjectNotifications {
                     project_id: d.get_object_id("_id").ok()?,
                     notifications: notifications_of(&d),
+                    shown_name: names.shown().map(str::to_owned),
+                    name: names.klaxon,
                 })
             })
             .collect();
@@ -353,14 +432,13 @@ impl RuleStore {
         let mut out = Vec::with_capacity(project_ids.len());
         for id in project_ids {
             let oid = parse_object_id("project id", id)?;
-            let notifications = self
-                .find_project(oid)
-                .await?
-                .map(|d| notifications_of(&d))
-                .unwrap_or_default();
+            let doc = self.find_project(oid).await?;
+            let names = doc.as_ref().map(ProjectName::of).unwrap_or_default();
             out.push(ProjectNotifications {
                 project_id: oid,
-                notifications,
+                notifications: doc.as_ref().map(notifications_of).unwrap_or_default(),
+                shown_name: names.shown().map(str::to_owned),
+                name: names.klaxon,
             });
         }
         Ok(out)
@@ -370,16 +448,23 @@ impl RuleStore {
     /// used (PoloDB ignores them): find, then update or insert; a concurrent insert is retried as an update.
     async fn put_notifications(&self, project: &ProjectNotifications) -> Result<(), RulesError> {
         let rules = as_bson(&project.notifications);
-        let set = |rules: Vec<Bson>| doc! {"$set": {"notifications": rules}};
+        let name = project.name.as_deref();
+        let set = |rules: Vec<Bson>| {
+            let mut fields = doc! {"notifications": rules};
+            if let Some(name) = name {
+                fields.insert(NAME_FIELD, name);
+            }
+            doc! {"$set": fields}
+        };
         if self.find_project(project.project_id).await?.is_some() {
             self.update(project.project_id, set(rules)).await?;
             return Ok(());
         }
-        let insert = self
-            .inner
-            .projects
-            .insert_one(doc! {"_id": project.project_id, "notifications": rules.clone()})
-            .await;
+        let mut new = doc! {"_id": project.project_id, "notifications": rules.clone()};
+        if let Some(name) = name {
+            new.insert(NAME_FIELD, name);
+        }
+        let insert = self.inner.projects.insert_one(new).await;
         match insert {
             Ok(_) => Ok(()),
             Err(e) if is_duplicate_key(&e) => self.update(project.project_id, set(rules)).await,
@@ -439,6 +524,8 @@ impl RuleStore {
                 self.put_notifications(&ProjectNotifications {
                     project_id: oid,
                     notifications: vec![doc],
+                    name: None,
+                    shown_name: None,
                 })
                 .await?;
             }

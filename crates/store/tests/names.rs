@@ -53,3 +53,67 @@ async fn the_project_name_is_read_with_the_rules_and_cached_with_them() {
     let rules = cache.get(&named.to_hex()).await.expect("reloaded");
     assert_eq!(rules.name.as_deref(), Some("Acme storefront"));
 }
+
+/// A name set through Klaxon lives in its own field: Hawk's `name` is left as it is and shown only where Klaxon
+/// keeps none; `rules import`'s `name` sets it, an import without one keeps it, export writes it.
+#[tokio::test]
+async fn a_name_set_through_klaxon_wins_and_leaves_hawks_alone() {
+    let store = common::fresh_store().await;
+    let projects = common::raw_projects(&store).await;
+    let hawk = ObjectId::new();
+    projects
+        .insert_one(doc! {"_id": hawk, "name": "Hawk name", "notifications": []})
+        .await
+        .expect("insert");
+    let fresh = ObjectId::new();
+
+    store.set_name(&hawk.to_hex(), "Klaxon name").await.expect("set");
+    store
+        .set_name(&fresh.to_hex(), "Fresh")
+        .await
+        .expect("set on a new project");
+    let raw = projects
+        .find_one(doc! {"_id": hawk})
+        .await
+        .expect("find")
+        .expect("there");
+    assert_eq!(
+        raw.get_str("name").ok(),
+        Some("Hawk name"),
+        "Hawk's field untouched"
+    );
+    let loaded = store.load(&hawk.to_hex()).await.expect("load").expect("known");
+    assert_eq!(loaded.name.as_deref(), Some("Klaxon name"));
+    let names = store
+        .names(&[
+            hawk.to_hex(),
+            fresh.to_hex(),
+            ObjectId::new().to_hex(),
+            "nope".into(),
+        ])
+        .await
+        .expect("names");
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert_eq!(names[&fresh.to_hex()].shown(), Some("Fresh"));
+    assert_eq!(names[&hawk.to_hex()].hawk.as_deref(), Some("Hawk name"));
+
+    let file = format!(
+        r#"[{{"_id": "{fresh}", "name": "Imported", "notifications": []}}, {{"_id": "{hawk}", "notifications": []}}]"#
+    );
+    store
+        .replace(&klaxon_store::parse_import(&file).expect("valid"))
+        .await
+        .expect("import");
+    let names = store
+        .names(&[hawk.to_hex(), fresh.to_hex()])
+        .await
+        .expect("names");
+    assert_eq!(names[&fresh.to_hex()].shown(), Some("Imported"));
+    assert_eq!(
+        names[&hawk.to_hex()].shown(),
+        Some("Klaxon name"),
+        "an import without a name keeps it"
+    );
+    let exported = klaxon_store::export_json(&store.export(&[fresh.to_hex()]).await.expect("export"));
+    assert_eq!(exported[0]["name"], "Imported");
+}

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::io::Read as _;
 
 use anyhow::{bail, Context as _};
-use klaxon_core::oncall::{RawQuietWindow, RawRenotify, WEEKDAYS};
+use klaxon_core::oncall::{RawEscalationStep, RawQuietWindow, RawRenotify, WEEKDAYS};
 use klaxon_core::rule::{Channels, Field, RawChannel, RuleId};
 use klaxon_core::{RawRule, RuleProblem};
 use klaxon_store::{parse_import, ProjectNotifications};
@@ -122,6 +122,20 @@ pub(super) fn parse_renotify(s: &str) -> anyhow::Result<RawRenotify> {
 pub(super) fn parse_quiet_hours(s: &str) -> anyhow::Result<RawQuietWindow> {
     const FORMAT: &str = "expected DAYS FROM-TO TIMEZONE, e.g. \"mon-fri 22:00-07:00 Europe/Berlin\"";
     let parts: Vec<&str> = s.split_whitespace().collect();
+    // "HH:MM-HH:MM" (or "HH-HH"): what FROM-TO looks like, so a value that ends with it lacks its time zone
+    let times_like = |p: &str| {
+        p.split_once('-').is_some_and(|(a, b)| {
+            a.starts_with(|c: char| c.is_ascii_digit()) && b.starts_with(|c: char| c.is_ascii_digit())
+        })
+    };
+    if parts.last().is_some_and(|p| times_like(p)) && parts.len() <= 2 {
+        bail!(
+            "--quiet-hours {s:?}: the time zone is missing: add an IANA name after the times, e.g. \"{} Europe/Berlin\" \
+             or \"{} UTC\"",
+            s.trim(),
+            s.trim()
+        );
+    }
     let (days, times, tz) = match parts.as_slice() {
         [days, times, tz] => (Some(*days), *times, *tz),
         [times, tz] => (None, *times, *tz),
@@ -141,6 +155,65 @@ pub(super) fn parse_quiet_hours(s: &str) -> anyhow::Result<RawQuietWindow> {
         timezone: Field::Typed(tz.to_owned()),
         ..RawQuietWindow::default()
     })
+}
+
+/// The channel keys a rule (and an escalation step) may name.
+const CHANNEL_KEYS: [&str; 8] = [
+    "email",
+    "telegram",
+    "slack",
+    "loop",
+    "webhook",
+    "discord",
+    "teams",
+    "pagerduty",
+];
+
+/// Parses the `--escalate AFTER:CHANNEL=ENDPOINT` values into `escalation`: one step per AFTER (in the order
+/// first given), each with its channels (enabled, `minPeriod` 0: a step is sent once). The core checks the
+/// rest (at most 5 steps, `after` in range, endpoints) with the rule.
+pub(super) fn parse_escalation(values: &[String]) -> anyhow::Result<Vec<Field<RawEscalationStep>>> {
+    const FORMAT: &str = "expected AFTER:CHANNEL=ENDPOINT, e.g. 15m:pagerduty=<routing key>";
+    let mut steps: Vec<(u64, Channels)> = Vec::new();
+    for v in values {
+        let Some((after, target)) = v.split_once(':') else {
+            bail!("--escalate {v:?}: {FORMAT}");
+        };
+        let after = parse_period_ms(after).with_context(|| format!("--escalate {v:?}: AFTER"))?;
+        let Some((channel, endpoint)) = target.split_once('=') else {
+            bail!("--escalate {v:?}: {FORMAT}");
+        };
+        let channel = channel.trim();
+        if !CHANNEL_KEYS.contains(&channel) {
+            bail!(
+                "--escalate {v:?}: unknown channel {channel:?}; use one of {}",
+                CHANNEL_KEYS.join(", ")
+            );
+        }
+        if endpoint.trim().is_empty() {
+            bail!("--escalate {v:?}: ENDPOINT is empty; {FORMAT}");
+        }
+        let i = match steps.iter().position(|(a, _)| *a == after) {
+            Some(i) => i,
+            None => {
+                steps.push((after, Channels::default()));
+                steps.len() - 1
+            }
+        };
+        steps[i]
+            .1
+            .insert(channel, Field::Typed(RawChannel::enabled(endpoint.trim(), 0)));
+    }
+    Ok(steps
+        .into_iter()
+        .map(|(after, channels)| {
+            Field::Typed(RawEscalationStep {
+                after: Field::Typed(after),
+                channels: Field::Typed(channels),
+                ..RawEscalationStep::default()
+            })
+        })
+        .collect())
 }
 
 /// `mon-fri`, `sat,sun`, `mon,wed-fri`, `fri-mon` (a range may wrap past Sunday) → the days in week order.
@@ -252,6 +325,9 @@ pub(super) fn build_rule(a: &AddArgs, limits: &klaxon_core::Limits) -> anyhow::R
     }
     if !a.quiet_hours_bypass.is_empty() {
         rule.quiet_hours_bypass = Field::Typed(a.quiet_hours_bypass.clone());
+    }
+    if !a.escalate.is_empty() {
+        rule.escalation = Field::Typed(parse_escalation(&a.escalate)?);
     }
     if a.unique_users {
         rule.unique_users = Field::Typed(true);
@@ -445,24 +521,35 @@ pub(super) fn read_import(
     }
     // Import refuses only what the engine cannot use (fatal problems). A rule that is valid but cannot notify yet
     // (Hawk's default rule with every channel disabled) is stored, with a warning.
-    if !file.warnings.is_empty() {
+    // Refused first, so a refusal never reads as if something had been stored.
+    let warnings = (!file.warnings.is_empty()).then(|| listing(&file, &file.warnings));
+    if !file.fatal.is_empty() && !a.force {
+        let mut msg = format!(
+            "{}: {} problem(s), nothing imported (use --force to store anyway):\n{}",
+            a.file,
+            file.fatal.len(),
+            listing(&file, &file.fatal)
+        );
+        if let Some(w) = &warnings {
+            let _ = write!(
+                msg,
+                "and {} warning(s), which would not block the import:\n{w}",
+                file.warnings.len()
+            );
+        }
+        bail!("{}", msg.trim_end());
+    }
+    if let Some(w) = &warnings {
         eprintln!(
-            "warning: stored with {} warning(s):\n{}",
-            file.warnings.len(),
-            listing(&file, &file.warnings)
+            "warning: {} warning(s), which do not block the import:\n{w}",
+            file.warnings.len()
         );
     }
     if !file.fatal.is_empty() {
-        let msg = listing(&file, &file.fatal);
-        if a.force {
-            eprintln!("storing rules with problems (--force):\n{msg}");
-        } else {
-            bail!(
-                "{}: {} problem(s), nothing imported (use --force to store anyway):\n{msg}",
-                a.file,
-                file.fatal.len()
-            );
-        }
+        eprintln!(
+            "storing rules with problems (--force):\n{}",
+            listing(&file, &file.fatal)
+        );
     }
     if !a.writes.allow_private_endpoints {
         warn_private(&file.projects);
@@ -489,6 +576,7 @@ mod tests {
             renotify: None,
             quiet_hours: Vec::new(),
             quiet_hours_bypass: Vec::new(),
+            escalate: Vec::new(),
             window: None,
             unique_users: false,
             slack: None,
@@ -777,7 +865,7 @@ mod tests {
                     quiet_hours: vec!["22:00-07:00".into()],
                     ..add_args()
                 },
-                "expected DAYS FROM-TO TIMEZONE",
+                "the time zone is missing",
             ),
             (
                 AddArgs {
@@ -903,5 +991,57 @@ mod tests {
             "{err:#}"
         );
         assert!(build_rule(&args, &klaxon_core::Limits::default()).is_ok());
+    }
+
+    #[test]
+    fn escalation_steps_and_quiet_hours_without_a_time_zone() {
+        let args = AddArgs {
+            only_new: false,
+            seen_more: Some("100/5m".into()),
+            webhook: Some("https://alerts.example.com/k".into()),
+            escalate: vec![
+                "15m:pagerduty=r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE".into(),
+                "1h:email=lead@example.com".into(),
+                "15m:slack=https://hooks.slack.com/services/T/B/x".into(),
+            ],
+            ..add_args()
+        };
+        let rule = build_rule(&args, &klaxon_core::Limits::default()).expect("valid flags");
+        let v = serde_json::to_value(&rule).expect("json");
+        assert_eq!(
+            v["escalation"],
+            serde_json::json!([
+                {"after": 900_000, "channels": {
+                    "pagerduty": {"isEnabled": true, "endpoint": "r3FPuDvNOTEDyQYCc7trBkymIFcy2NkE", "minPeriod": 0},
+                    "slack": {"isEnabled": true, "endpoint": "https://hooks.slack.com/services/T/B/x", "minPeriod": 0}}},
+                {"after": 3_600_000, "channels": {
+                    "email": {"isEnabled": true, "endpoint": "lead@example.com", "minPeriod": 0}}}
+            ]),
+            "{v}"
+        );
+        for (escalate, says) in [
+            ("15m", "expected AFTER:CHANNEL=ENDPOINT"),
+            ("15m:pagerduty", "expected AFTER:CHANNEL=ENDPOINT"),
+            ("soon:pagerduty=k", "AFTER"),
+            ("15m:pager=k", "unknown channel \"pager\""),
+            ("15m:slack= ", "ENDPOINT is empty"),
+        ] {
+            let args = AddArgs {
+                escalate: vec![escalate.into()],
+                webhook: Some("https://alerts.example.com/k".into()),
+                ..add_args()
+            };
+            let err = format!(
+                "{:#}",
+                build_rule(&args, &klaxon_core::Limits::default()).expect_err(escalate)
+            );
+            assert!(err.contains(says), "{escalate}: {err}");
+        }
+        for q in ["mon-fri 22:00-7:00", "22:00-07:00", "daily 22-7"] {
+            let err = format!("{:#}", parse_quiet_hours(q).expect_err(q));
+            assert!(err.contains("the time zone is missing"), "{q}: {err}");
+            assert!(!err.contains("`from`"), "{q}: {err}");
+        }
+        assert!(parse_quiet_hours("mon-fri 22:00-7:00 UTC").is_ok());
     }
 }

@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 use super::projects::{rule_view, RuleView};
 use super::view::{ms_human, render, Nav, PageError, Template};
 use super::Console;
-use crate::rest::alerts::HandAction;
+use crate::rest::alerts::{check_by, HandAction, MAX_BY_CHARS};
 use crate::rest::mutes::{LinkMute, MuteEnd, MuteRequest};
 use crate::{Api, ApiError};
 
@@ -385,6 +385,29 @@ pub(super) async fn show(
 pub(super) struct ConfirmForm {
     #[serde(default)]
     csrf: String,
+    /// Who confirms (acknowledge and resolve links; optional): kept with the change as "<name> via link".
+    #[serde(default)]
+    name: String,
+}
+
+/// The `by` a link's acknowledge or resolve is recorded with: "<name> via link" when the form names someone,
+/// else "link"; a name that would not fit (`by` is at most [`MAX_BY_CHARS`] characters) or holds control
+/// characters is refused.
+fn link_by(name: &str) -> Result<String, PageError> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Ok(LINK_BY.to_owned());
+    }
+    check_by(&format!("{name} via {LINK_BY}")).map_err(|_| {
+        PageError(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "Your name must be at most {} characters, without line breaks. Nothing was done: go back and \
+                 try again.",
+                MAX_BY_CHARS - " via link".len()
+            ),
+        )
+    })
 }
 
 /// `POST /a/{token}`: performs the link's action after the confirmation page's form.
@@ -402,6 +425,7 @@ pub(super) async fn confirm(
         ));
     }
     let (project, rule) = describe(&c.api, &claim).await?;
+    let by = link_by(&form.name)?;
     match claim.action {
         Action::Explain => Err(PageError(
             StatusCode::BAD_REQUEST,
@@ -423,7 +447,7 @@ pub(super) async fn confirm(
             let alert_id = claim.alert_id.clone().unwrap_or_default();
             match c
                 .api
-                .change_alert(&claim.project_id, &alert_id, hand_action(claim.action), LINK_BY)
+                .change_alert(&claim.project_id, &alert_id, hand_action(claim.action), &by)
                 .await
             {
                 Ok(alert) => {

@@ -39,6 +39,7 @@ mod edit;
 mod explain;
 mod invalid;
 mod mutes;
+mod overview;
 mod projects;
 mod view;
 
@@ -115,6 +116,7 @@ pub(crate) fn router(api: Api) -> Router {
             "/projects/{project_id}/rules/{rule_id}/enabled",
             post(projects::set_enabled),
         )
+        .route("/alerts", get(overview::page))
         .route("/projects/{project_id}/alerts", get(alerts::page))
         .route("/projects/{project_id}/alerts/{alert_id}/ack", post(alerts::ack))
         .route(

@@ -66,7 +66,28 @@ pub(super) async fn list(
         };
         (projects, hour.await)
     };
-    let ((projects, hour), queues) = tokio::join!(mongo, queue_depths(api));
+    let open = async {
+        tokio::time::timeout(
+            LAST_HOUR_TIMEOUT,
+            api.list_all_alerts(None, crate::rest::projects::MAX_LIST_ALL),
+        )
+        .await
+        .ok()
+        .and_then(Result::ok)
+    };
+    let ((projects, hour), queues, open) = tokio::join!(mongo, queue_depths(api), open);
+    // Open alerts per project: (firing, acknowledged); `None` when Redis did not answer in time.
+    let mut open_counts: HashMap<String, (usize, usize)> = HashMap::new();
+    if let Some(list) = &open {
+        for p in list {
+            let c = open_counts.entry(p.alert.project_id.clone()).or_default();
+            match p.alert.state {
+                klaxon_core::alert::AlertState::Firing => c.0 += 1,
+                klaxon_core::alert::AlertState::Acknowledged => c.1 += 1,
+                klaxon_core::alert::AlertState::Resolved => {}
+            }
+        }
+    }
     let projects = projects.map_err(rules_error)?;
     let (hour_rows, hour_error) = match hour {
         Ok(h) => (h, None),
@@ -87,7 +108,11 @@ pub(super) async fn list(
         .take(MAX_PROJECTS)
         .map(|p| {
             let id = p.project_id.to_hex();
+            let (firing, acknowledged) = open_counts.get(&id).copied().unwrap_or_default();
             ProjectRow {
+                name: p.shown_name.clone(),
+                firing,
+                acknowledged,
                 rules: p.notifications.len(),
                 enabled: p
                     .notifications
@@ -112,6 +137,9 @@ pub(super) async fn list(
         hour_total: hour_rows.values().copied().sum(),
         hour_error,
         namespace: &api.config().namespace,
+        alerts_error: open.is_none(),
+        open_firing: open_counts.values().map(|c| c.0).sum(),
+        open_acknowledged: open_counts.values().map(|c| c.1).sum(),
     };
     Ok(render(
         StatusCode::OK,
@@ -135,6 +163,11 @@ struct ProjectsPage<'a> {
     /// Why the last hour is not shown.
     hour_error: Option<String>,
     namespace: &'a str,
+    /// The open alerts could not be read (Redis): no counts shown.
+    alerts_error: bool,
+    /// Open alerts of every project, firing and acknowledged.
+    open_firing: usize,
+    open_acknowledged: usize,
 }
 
 impl Template for ProjectsPage<'_> {
@@ -145,6 +178,11 @@ impl Template for ProjectsPage<'_> {
 #[derive(Serialize)]
 struct ProjectRow {
     id: String,
+    /// Its name (Klaxon's, else Hawk's).
+    name: Option<String>,
+    /// Open alerts: firing, acknowledged.
+    firing: usize,
+    acknowledged: usize,
     /// Rules stored.
     rules: usize,
     /// Of which enabled.

@@ -44,6 +44,10 @@ fn templates() -> &'static minijinja::Environment<'static> {
             ),
             ("action.html", include_str!("../../templates/console/action.html")),
             ("alerts.html", include_str!("../../templates/console/alerts.html")),
+            (
+                "overview.html",
+                include_str!("../../templates/console/overview.html"),
+            ),
         ] {
             if let Err(e) = env.add_template(name, source) {
                 tracing::error!(template = name, error = %e, "console template does not compile");
@@ -87,6 +91,8 @@ fn html_response(status: StatusCode, html: String) -> Response {
 pub(super) enum Nav {
     /// Projects, and every page of one project.
     Projects,
+    /// Everything open across projects.
+    Alerts,
     /// The delivery trail.
     Deliveries,
     /// The dead letters.

@@ -9,6 +9,7 @@
 //! | [`explain`] | `POST /projects/{id}/explain` | MongoDB (rules), Redis (state, mutes): reads only |
 //! | [`mutes`] | `GET`/`POST /projects/{id}/mutes`, `DELETE …/mutes/{muteId}` | Redis |
 //! | [`alerts`] | `GET /projects/{id}/alerts`, `POST …/alerts/{alertId}/ack`, `…/resolve` | Redis, RabbitMQ |
+//! | [`projects`] | `GET`/`PUT /projects/{id}` (the name), `GET /alerts` (every project's) | MongoDB, Redis |
 //! | [`notifications`] | `POST /notifications` | Redis (idempotency), RabbitMQ (the senders' queues) |
 //! | [`deliveries`] | `GET /deliveries` | MongoDB (the delivery trail) |
 //! | [`dead`] | `GET /dead`, `POST /dead/replay` | RabbitMQ (the dead-letter queue) |
@@ -28,6 +29,7 @@ pub(crate) mod explain;
 pub mod invalid;
 pub mod mutes;
 pub mod notifications;
+pub mod projects;
 pub mod rules;
 pub mod webhook_secret;
 

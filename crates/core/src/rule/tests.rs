@@ -550,3 +550,26 @@ fn channel_debug_redacts_endpoint() {
     };
     assert!(!format!("{c:?}").contains("SECRET"));
 }
+
+#[test]
+fn stored_project_names_are_bounded() {
+    let cases: Vec<(String, Option<&str>)> = vec![
+        ("Acme web".into(), Some("Acme web")),
+        ("  Acme  ".into(), Some("Acme")),
+        ("x".repeat(100), Some("")),
+        (String::new(), None),
+        ("   ".into(), None),
+        ("x".repeat(101), None),
+        ("a\nb".into(), None),
+        ("a\u{7}b".into(), None),
+        ("é".repeat(100), Some("")),
+    ];
+    for (raw, want) in cases {
+        let got = check_project_name(&raw);
+        match want {
+            Some("") => assert_eq!(got.as_deref(), Ok(raw.trim()), "{raw:?}"),
+            Some(w) => assert_eq!(got.as_deref(), Ok(w), "{raw:?}"),
+            None => assert!(got.is_err(), "{raw:?}: {got:?}"),
+        }
+    }
+}

@@ -100,16 +100,30 @@ pub fn touches<'a>(matches: &[Match<'a>], now_ms: i64) -> Vec<Touch<'a>> {
     out
 }
 
-/// The touches of the pairs that fired, at their firing's time: what a new alert counts once it is open.
+/// What a new alert counts once it is open, per (project, rule, group) that fired in the batch, at its firing's
+/// time: the count at the crossing (the events that made it fire, this one included: an alert fired by the
+/// third event of a threshold of 3 says 3), plus the batch's later pairs of the same (rule, group), which were
+/// counted beside the counting when no alert was open yet. A second firing of the same (rule, group) in one
+/// batch adds its one event (it repeats the first's alert).
 pub fn fired_touches<'a>(matches: &[Match<'a>], outcomes: &[Outcome]) -> Vec<Touch<'a>> {
-    matches
-        .iter()
-        .zip(outcomes)
-        .filter_map(|(m, o)| match o {
-            Outcome::Fired { at_ms, .. } => Some(touch(m, *at_ms)),
-            Outcome::Counted { .. } => None,
-        })
-        .collect()
+    let mut out: Vec<Touch<'a>> = Vec::new();
+    for (m, o) in matches.iter().zip(outcomes) {
+        let key = (
+            m.event.task.project_id.as_str(),
+            m.rule.id.as_str(),
+            m.event.task.event.group_hash.as_str(),
+        );
+        let known = out.iter_mut().find(|t| (t.project_id, t.rule_id, t.group) == key);
+        match (o, known) {
+            (Outcome::Fired { .. } | Outcome::Counted { .. }, Some(t)) => t.events += 1,
+            (Outcome::Fired { at_ms, count, .. }, None) => out.push(Touch {
+                events: (*count).max(1),
+                ..touch(m, *at_ms)
+            }),
+            (Outcome::Counted { .. }, None) => {}
+        }
+    }
+    out
 }
 
 /// One matched (event, rule) pair as a [`Touch`] of one event at `at_ms`.

@@ -424,3 +424,68 @@ fn a_batch_touches_each_alert_once() {
     assert_eq!((got[0].1, got[0].2), ("g1", 3), "the first event's pairs first");
     assert!(touches(&[], 7).is_empty());
 }
+
+/// A new alert counts the events that made it fire (the count at the crossing) and the batch's later events of
+/// its (rule, group); a (rule, group) that did not fire in the batch gets nothing.
+#[test]
+fn a_new_alert_counts_the_events_that_made_it_fire() {
+    use klaxon_core::evaluate::{plan, BatchEvent};
+    use klaxon_core::event::{Event, EventTask};
+    use klaxon_core::{Outcome, ProjectRules};
+    const P: &str = "5e3eef0679fa3700a0198a49";
+    let event = |group: &str, n: usize| BatchEvent {
+        task: EventTask {
+            project_id: P.into(),
+            event: Event {
+                title: "boom".into(),
+                group_hash: group.into(),
+                is_new: false,
+                repetition_id: None,
+                timestamp: None,
+                user: None,
+            },
+        },
+        id: Some(format!("{group}-{n}")),
+    };
+    let rules = serde_json::json!([
+        {"_id": "a0000000000000000000000a", "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 3,
+         "thresholdPeriod": 60000, "channels": {"slack": {"isEnabled": true, "endpoint": "https://h.test/s"}}}]);
+    let project = ProjectRules::from_notifications(Some(&rules));
+    let events = vec![
+        event("g1", 1),
+        event("g2", 2),
+        event("g1", 3),
+        event("g1", 4),
+        event("g1", 5),
+    ];
+    let plan = plan(&events, |_| Some(&project));
+    let counted = |count| Outcome::Counted { count };
+    let fired = |count, at_ms| Outcome::Fired {
+        count,
+        firing: "1".into(),
+        at_ms,
+        signal: None,
+    };
+    // g1: 2 counted, then the third crosses at 50, then two more in the batch; g2 never fires
+    let outcomes = vec![counted(2), counted(1), fired(3, 50), counted(4), fired(5, 60)];
+    let got: Vec<(&str, u64, i64)> = fired_touches(&plan.matches, &outcomes)
+        .iter()
+        .map(|t| (t.group, t.events, t.at_ms))
+        .collect();
+    assert_eq!(
+        got,
+        [("g1", 5, 50)],
+        "3 at the crossing, then 1 counted and 1 repeat"
+    );
+    let only_new = vec![counted(0), counted(0), fired(0, 9), counted(0), counted(0)];
+    let got: Vec<u64> = fired_touches(&plan.matches, &only_new)
+        .iter()
+        .map(|t| t.events)
+        .collect();
+    assert_eq!(got, [3], "a firing counts at least its own event");
+    assert!(fired_touches(
+        &plan.matches,
+        &[counted(1), counted(1), counted(2), counted(3), counted(4)]
+    )
+    .is_empty());
+}
