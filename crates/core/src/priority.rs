@@ -135,6 +135,7 @@ mod tests {
                 Reason::Digest {
                     min_period_s: 60,
                     resolved: 0,
+                    more: Default::default(),
                 },
                 Priority::First,
                 Lane::Main,
