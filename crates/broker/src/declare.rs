@@ -94,20 +94,20 @@ impl<'a> Probe<'a> {
             .await
         {
             Ok(_) => Ok(true),
-            Err(e) => {
-                // the broker closed the channel either way
-                if let Some(ch) = self.channel.take() {
-                    close_channel(&ch).await;
-                }
-                if reply_code(&e) == Some(NOT_FOUND) {
-                    Ok(false)
-                } else {
-                    Err(BrokerError::Amqp {
-                        op: QUEUE_DECLARE_PASSIVE,
-                        source: e,
-                    })
-                }
-            }
+            Err(e) => self.passive_failed(e, QUEUE_DECLARE_PASSIVE).await,
+        }
+    }
+
+    /// A passive declare that failed: the broker closed the channel either way; `NOT_FOUND` means it is not there
+    /// (false), anything else is an error of `op`.
+    async fn passive_failed(&mut self, e: lapin::Error, op: &'static str) -> Result<bool, BrokerError> {
+        if let Some(ch) = self.channel.take() {
+            close_channel(&ch).await;
+        }
+        if reply_code(&e) == Some(NOT_FOUND) {
+            Ok(false)
+        } else {
+            Err(BrokerError::Amqp { op, source: e })
         }
     }
 
@@ -123,19 +123,7 @@ impl<'a> Probe<'a> {
             .await
         {
             Ok(()) => Ok(true),
-            Err(e) => {
-                if let Some(ch) = self.channel.take() {
-                    close_channel(&ch).await;
-                }
-                if reply_code(&e) == Some(NOT_FOUND) {
-                    Ok(false)
-                } else {
-                    Err(BrokerError::Amqp {
-                        op: "exchange.declare (passive)",
-                        source: e,
-                    })
-                }
-            }
+            Err(e) => self.passive_failed(e, "exchange.declare (passive)").await,
         }
     }
 

@@ -250,6 +250,8 @@ async fn webhook_body_headers_and_signature() {
         "ruleId": t.rule_id,
         "channel": "webhook",
         "firedAt": "2023-11-14T22:13:20.123Z",
+        // a threshold firing names the rule's numbers (the contract's wave 5)
+        "rule": {"threshold": 100, "thresholdPeriod": 60000},
         "events": [{
             "groupHash": t.events[0].group_hash,
             "title": "TypeError: <x> & \"y\"",

@@ -467,6 +467,20 @@ pub(crate) fn secret_of(api: &Api, integration: Integration) -> Option<String> {
     integration.secret(api).map(str::to_owned)
 }
 
+/// A request to `integration` once it is on and its body is read (at most [`MAX_INBOUND_BODY`]): its secret, the
+/// client, the headers and the body; or the answer to give instead (the integration is off, the body too large).
+pub(crate) async fn accept(
+    api: &Api,
+    integration: Integration,
+    req: Request,
+) -> Result<(String, Option<std::net::IpAddr>, HeaderMap, axum::body::Bytes), Response> {
+    let Some(secret) = secret_of(api, integration) else {
+        return Err(off(integration));
+    };
+    let (client, headers, body) = read(api, req).await?;
+    Ok((secret, client, headers, body))
+}
+
 /// The 404 that says `integration` is off.
 pub(crate) fn off(integration: Integration) -> Response {
     let detail = format!(

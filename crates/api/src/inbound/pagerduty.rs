@@ -53,10 +53,7 @@ fn unix(s: &str) -> Option<i64> {
 }
 
 pub(crate) async fn receive(State(api): State<Api>, req: Request) -> Response {
-    let Some(secret) = super::secret_of(&api, I) else {
-        return super::off(I);
-    };
-    let (client, headers, body) = match super::read(&api, req).await {
+    let (secret, client, headers, body) = match super::accept(&api, I, req).await {
         Ok(x) => x,
         Err(r) => return r,
     };

@@ -69,14 +69,7 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
     //    engine's range is ~12 days, so a later one comes back in steps) waits again.
     if let Some(wait) = not_before(task.send_at_ms, now_ms()) {
         let why = "scheduled for later";
-        return (
-            Next::Park {
-                wait,
-                why,
-                held: false,
-            },
-            false,
-        );
+        return (Next::park(wait, why, false), false);
     }
 
     // 1. The breakers and throttles of the endpoint and its host, before anything is taken: parking a throttled
@@ -86,14 +79,7 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
     if let Some((left, why)) = deps.breakers.blocked(&endpoint, &host, Instant::now()) {
         let wait = left.max(Duration::from_secs(1));
         let why = why.reason();
-        return (
-            Next::Park {
-                wait,
-                why,
-                held: true,
-            },
-            false,
-        );
+        return (Next::park(wait, why, true), false);
     }
 
     // 2. Decided at send time: a reminder or an escalation step of an alert acknowledged, resolved or gone since
@@ -109,14 +95,7 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
             // Without the alert we cannot tell: wait and ask again rather than guess either way.
             tracing::warn!(notification_id = %crate::internal_events::text(id), channel = %channel, error = %e, "cannot read the alert");
             let (wait, why) = (Duration::from_secs(5), "alert unavailable");
-            return (
-                Next::Park {
-                    wait,
-                    why,
-                    held: false,
-                },
-                false,
-            );
+            return (Next::park(wait, why, false), false);
         }
     }
 
@@ -134,27 +113,13 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
             // Usually the holder finishes within a second; the lease only matters after a crash.
             let wait = left.clamp(Duration::from_secs(1), Duration::from_secs(5));
             let why = "being delivered elsewhere";
-            return (
-                Next::Park {
-                    wait,
-                    why,
-                    held: false,
-                },
-                false,
-            );
+            return (Next::park(wait, why, false), false);
         }
         Err(e) => {
             // Without the dedup store we cannot promise "once": wait rather than risk a second message.
             tracing::warn!(notification_id = %crate::internal_events::text(id), channel = %channel, error = %e, "dedup store unavailable");
             let (wait, why) = (Duration::from_secs(5), "dedup store unavailable");
-            return (
-                Next::Park {
-                    wait,
-                    why,
-                    held: false,
-                },
-                false,
-            );
+            return (Next::park(wait, why, false), false);
         }
     }
 
@@ -166,14 +131,7 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
         Admission::Reject(left, why) => {
             let wait = left.max(Duration::from_secs(1));
             let why = why.reason();
-            return (
-                Next::Park {
-                    wait,
-                    why,
-                    held: true,
-                },
-                true,
-            );
+            return (Next::park(wait, why, true), true);
         }
     };
     let park = |wait: Duration, why: &'static str, held: bool| {

@@ -72,6 +72,13 @@ pub(super) enum Next {
     Dropped { attempts: u32, why: super::Dropped },
 }
 
+impl Next {
+    /// [`Next::Park`]: not now, again after `wait` (`held`: its own endpoint holds it).
+    pub(super) fn park(wait: Duration, why: &'static str, held: bool) -> Next {
+        Next::Park { wait, why, held }
+    }
+}
+
 /// What the result of attempt number `attempts` means for the task (`error` None: it was sent).
 pub(super) fn after_attempt(
     error: Option<&DeliveryError>,
