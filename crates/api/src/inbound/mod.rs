@@ -420,6 +420,25 @@ pub(crate) async fn read_alert(api: &Api, project_id: &str, alert_id: &str) -> R
     alerts.get(project_id, alert_id).await.map_err(|e| e.to_string())
 }
 
+/// The alert a button names, for a request holding `claimed`: the answer instead when there is no such alert
+/// (404), or when Redis cannot tell (503, the claim given back so the service's retry is served).
+pub(crate) async fn clicked_alert(
+    api: &Api,
+    integration: Integration,
+    claimed: Claim,
+    project_id: &str,
+    alert_id: &str,
+) -> Result<(Alert, Claim), Response> {
+    match read_alert(api, project_id, alert_id).await {
+        Ok(Some(a)) => Ok((a, claimed)),
+        Ok(None) => Err(finish(integration, Outcome::UnknownAlert, "no such alert", None)),
+        Err(why) => {
+            claimed.give_back().await;
+            Err(finish(integration, Outcome::Unavailable, &why, None))
+        }
+    }
+}
+
 /// Whether a (non-shared) member of the alert's audience on `channel` has an endpoint `is_here` accepts: the
 /// chat or channel a click came from is one the alert was sent to.
 pub(crate) fn hears(

@@ -22,8 +22,7 @@ use klaxon_core::ChannelKind;
 use serde_json::{json, Value};
 
 use super::{
-    act, claim, finish, fresh, hmac_matches, now_secs, person, read_alert, verify, Acted, Integration,
-    Outcome, Verified,
+    act, claim, finish, fresh, hmac_matches, now_secs, person, verify, Acted, Integration, Outcome, Verified,
 };
 use crate::rest::alerts::HandAction;
 use crate::Api;
@@ -114,13 +113,9 @@ pub(crate) async fn receive(State(api): State<Api>, req: Request) -> Response {
             None,
         );
     };
-    let alert = match read_alert(&api, &project_id, &alert_id).await {
-        Ok(Some(a)) => a,
-        Ok(None) => return finish(I, Outcome::UnknownAlert, "no such alert", None),
-        Err(why) => {
-            claimed.give_back().await;
-            return finish(I, Outcome::Unavailable, &why, None);
-        }
+    let (alert, claimed) = match super::clicked_alert(&api, I, claimed, &project_id, &alert_id).await {
+        Ok(x) => x,
+        Err(r) => return r,
     };
     let channel = payload["channel"]["id"].as_str().unwrap_or_default();
     if channel.is_empty() || !super::hears(&alert, ChannelKind::Slack, |endpoint| endpoint == channel) {

@@ -22,7 +22,7 @@ use klaxon_channels::buttons::{parse_callback_data, Press};
 use klaxon_core::ChannelKind;
 use serde_json::{json, Value};
 
-use super::{act, claim, finish, person, read_alert, verify, Acted, Integration, Outcome, Verified};
+use super::{act, claim, finish, person, verify, Acted, Integration, Outcome, Verified};
 use crate::rest::alerts::HandAction;
 use crate::Api;
 
@@ -102,13 +102,9 @@ pub(crate) async fn receive(State(api): State<Api>, req: Request) -> Response {
             Some(body),
         );
     };
-    let alert = match read_alert(&api, &project_id, &alert_id).await {
-        Ok(Some(a)) => a,
-        Ok(None) => return finish(I, Outcome::UnknownAlert, "no such alert", None),
-        Err(why) => {
-            claimed.give_back().await;
-            return finish(I, Outcome::Unavailable, &why, None);
-        }
+    let (alert, claimed) = match super::clicked_alert(&api, I, claimed, &project_id, &alert_id).await {
+        Ok(x) => x,
+        Err(r) => return r,
     };
     let chat = chat_names(&query["message"]["chat"]);
     if !super::hears(&alert, ChannelKind::Telegram, |endpoint| {
