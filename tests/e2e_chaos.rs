@@ -6,7 +6,13 @@
 //!   (c) a worker is killed (kill -9) and started again.
 //! Every crossing must reach the webhook receiver exactly once (one request per group, no notificationId twice),
 //! and every process must recover by itself. The test prints what the fleet did in each fault (time to recover,
-//! redeliveries, duplicates suppressed).
+//! redeliveries, duplicates suppressed). Then, on the same clusters:
+//!   (d) with `--events-shards 3` (quorum shard queues), the node leading one shard is stopped while 3 workers
+//!       consume every shard: nothing is lost (every group crosses on its last event) and nothing is counted
+//!       twice (no group crosses before it);
+//!   (e) with the `rabbitmq_consistent_hash_exchange` plugin disabled on the node the processes use, `klaxon
+//!       doctor --events-shards 3` FAILs saying which plugin to enable, `klaxon publish` fails saying so, and a worker
+//!       stays not ready, logging why, until the plugin is enabled again — then it consumes by itself.
 //!
 //! The clusters are the test's own, started with `scripts/rabbitmq-cluster` and `scripts/redis-cluster` on free
 //! ports, in a directory of their own, and removed at the end; the shared services are never touched (only the
@@ -21,7 +27,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{object_id, Env, Klaxon};
-use klaxon_broker::{Broker, Outgoing};
+use klaxon_broker::shards::CONSISTENT_HASH_PLUGIN;
+use klaxon_broker::{Broker, Outgoing, QueueType, Topology};
 use klaxon_testkit::HttpSink;
 use serde_json::json;
 
@@ -185,6 +192,46 @@ impl Clusters {
     fn queue_drained(&self, queue: &str) -> bool {
         self.queue_row(queue, &["messages_ready", "messages_unacknowledged"])
             .is_some_and(|row| row["messages_ready"] == 0 && row["messages_unacknowledged"] == 0)
+    }
+
+    /// True when the broker holds no message of any of `queues`, ready or unacknowledged (one `list_queues`,
+    /// asked of each node in turn until one answers).
+    fn queues_drained(&self, queues: &[String]) -> bool {
+        for i in 1..=self.rmq_ports.len() {
+            let node = i.to_string();
+            let Ok(out) = Command::new(script("rabbitmq-cluster"))
+                .envs(self.rmq_env())
+                .args([
+                    "ctl",
+                    &node,
+                    "list_queues",
+                    "name",
+                    "messages_ready",
+                    "messages_unacknowledged",
+                ])
+                .args(["--formatter", "json"])
+                .output()
+            else {
+                continue;
+            };
+            let Ok(rows) = serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout) else {
+                continue;
+            };
+            return queues.iter().all(|q| {
+                rows.iter().any(|r| {
+                    r["name"] == q.as_str() && r["messages_ready"] == 0 && r["messages_unacknowledged"] == 0
+                })
+            });
+        }
+        false
+    }
+
+    /// `rabbitmq-plugins <args>` on node `i` (1-based).
+    fn plugins(&self, i: usize, args: &[&str]) {
+        let node = i.to_string();
+        let mut all = vec!["plugins", node.as_str()];
+        all.extend_from_slice(args);
+        self.rmq(&all);
     }
 
     /// `master` or `slave`: the role of the Redis node on `port`.
@@ -659,4 +706,282 @@ async fn fleet_survives_broker_redis_and_worker_failures_without_losing_or_dupli
         fleet.logs()
     );
     drop(fleet);
+    shard_leader_stops(&clusters).await;
+    plugin_missing(&clusters).await;
+}
+
+const SHARDS: u16 = 3;
+/// Groups of each sharded project: each gets THRESHOLD - 1 events around the fault, then its crossing one.
+const SHARD_GROUPS: u64 = 10;
+
+/// The fleet's environment on the test's clusters: quorum queues, `--events-shards 3`.
+fn sharded_env(clusters: &Clusters) -> (Env, Topology) {
+    let env = Env::new()
+        .set("KLAXON_AMQP_URL", &clusters.amqp_url())
+        .set("KLAXON_REDIS_URL", &clusters.redis_url())
+        .set("KLAXON_QUEUE_TYPE", "quorum")
+        .set("KLAXON_RETRY_SCHEDULE", "1,2,5")
+        .set("KLAXON_EVENTS_SHARDS", &SHARDS.to_string());
+    let topo = Topology::new(
+        &env.namespace,
+        &format!("{}.events", env.namespace),
+        QueueType::Quorum,
+    )
+    .with_shards(SHARDS);
+    (env, topo)
+}
+
+/// The events of one round: one per group.
+fn per_round(projects: &[String]) -> u64 {
+    projects.len() as u64 * SHARD_GROUPS
+}
+
+/// One event for every group of every project, numbered `round`.
+fn shard_round(topo: &Topology, projects: &[String], round: u64) -> Vec<Outgoing> {
+    projects
+        .iter()
+        .flat_map(|p| (0..SHARD_GROUPS).map(move |g| (p, g)))
+        .map(|(p, g)| {
+            common::shards::event(
+                topo,
+                p,
+                &format!("shard-{g:02}"),
+                &format!("shard-{p}-{g}-{round}"),
+            )
+        })
+        .collect()
+}
+
+/// Waits until every process is ready and the broker holds nothing of `queues`, ready or unacked.
+fn wait_queues_drained(fleet: &Fleet, clusters: &Clusters, queues: &[String], within: Duration) -> f64 {
+    let t = Instant::now();
+    while !(fleet.all_ready() && clusters.queues_drained(queues)) {
+        assert!(
+            t.elapsed() < within,
+            "not drained within {within:?}: ready={}\n{}",
+            fleet.all_ready(),
+            fleet.logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    t.elapsed().as_secs_f64()
+}
+
+/// (d) The node leading one shard queue stops while three workers consume the three shards.
+async fn shard_leader_stops(clusters: &Clusters) {
+    let started = Instant::now();
+    let (env, topo) = sharded_env(clusters);
+    let amqp = clusters.amqp_url();
+    let b = Broker::connect(&amqp, Duration::from_secs(10))
+        .await
+        .expect("connect");
+    // per shard: a project with a rule, and a project without any (its events are consumed and acked, never
+    // counted: a stream that keeps the workers busy on every shard when the node stops)
+    let on = common::shards::projects_per_shard(&b, &topo, 2).await;
+    b.close().await;
+    let projects: Vec<String> = on.iter().map(|s| s[0].clone()).collect();
+    let fillers: Vec<String> = on.iter().map(|s| s[1].clone()).collect();
+    let leaders: Vec<usize> = (0..SHARDS)
+        .map(|i| clusters.leader_of(&topo.shard_queue(i)))
+        .collect();
+    // declared by one client on one node, yet led from more than one node (x-queue-leader-locator: balanced)
+    assert!(
+        leaders.iter().collect::<HashSet<_>>().len() >= 2,
+        "every shard led by one node: {leaders:?}"
+    );
+    let sink = HttpSink::start().await.expect("sink");
+    let rules: Vec<serde_json::Value> = projects
+        .iter()
+        .map(|p| {
+            json!({"_id": p, "notifications": [{
+                "isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": THRESHOLD, "thresholdPeriod": 3_600_000,
+                "channels": {"webhook": {"isEnabled": true, "endpoint": sink.url("/hook"), "minPeriod": 0}}}]})
+        })
+        .collect();
+    env.import(&json!(rules));
+    let fleet = Fleet {
+        workers: (0..3)
+            .map(|_| env.spawn("worker", &["--batch-max", "32", "--prefetch", "64"]))
+            .collect(),
+        senders: vec![env.spawn("sender", &[])],
+        env: env.clone(),
+        dead_consumed: 0,
+        dead_done: 0,
+    };
+    let queues = topo.event_queues();
+    let mut published = 0u64;
+    for round in 0..2 {
+        let msgs = shard_round(&topo, &projects, round);
+        publish_reliably(&amqp, &msgs).await;
+        published += msgs.len() as u64;
+    }
+    wait_queues_drained(&fleet, clusters, &queues, Duration::from_secs(60));
+
+    // The stop, with the fillers' stream in flight on every shard and two more rounds published through it.
+    let leader = leaders[0];
+    let filler: Vec<Outgoing> = fillers
+        .iter()
+        .flat_map(|p| (0..3000).map(move |i| (p, i)))
+        .map(|(p, i)| common::shards::event(&topo, p, "filler", &format!("filler-{p}-{i}")))
+        .collect();
+    let fillers_sent = filler.len();
+    published += filler.len() as u64;
+    let publishing = {
+        let amqp = amqp.clone();
+        tokio::spawn(async move { publish_reliably(&amqp, &filler).await })
+    };
+    // the stop comes while the fillers are being published and consumed (bounded by the publish itself)
+    while fleet.consumed() < 500 + 2 * per_round(&projects) && !publishing.is_finished() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let in_flight: u64 = fleet
+        .workers
+        .iter()
+        .map(|w| {
+            metric(w, "klaxon_events_consumed_total").saturating_sub(metric(w, "klaxon_events_acked_total"))
+        })
+        .sum();
+    let sampler = Sampler::start(&fleet);
+    let t = Instant::now();
+    clusters.rmq(&["stop-node", &leader.to_string()]);
+    let stop_s = t.elapsed().as_secs_f64();
+    let mut retries = publishing.await.expect("filler publish task");
+    for round in 2..THRESHOLD - 1 {
+        let msgs = shard_round(&topo, &projects, round);
+        retries += publish_reliably(&amqp, &msgs).await;
+        published += msgs.len() as u64;
+    }
+    wait_queues_drained(&fleet, clusters, &queues, Duration::from_secs(120));
+    let recover_s = t.elapsed().as_secs_f64();
+    let not_ready = sampler.finish();
+    let new_leader = clusters.leader_of(&topo.shard_queue(0));
+    // THRESHOLD - 1 events per group so far: a firing now would be an event counted twice
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        sink.count(),
+        0,
+        "a group crossed early (an event counted twice): {:?}\n{}",
+        sink.requests().iter().map(|r| r.json()).collect::<Vec<_>>(),
+        fleet.logs()
+    );
+    clusters.rmq(&["start-node", &leader.to_string()]);
+
+    // The last event of every group: each crosses exactly now (an event lost would keep it under).
+    let msgs = shard_round(&topo, &projects, THRESHOLD - 1);
+    publish_reliably(&amqp, &msgs).await;
+    published += msgs.len() as u64;
+    let want = projects.len() * SHARD_GROUPS as usize;
+    sink.wait_for_count(want, Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let got = sink.requests();
+    let mut per: HashMap<(String, String), u32> = HashMap::new();
+    let mut ids = HashSet::new();
+    for r in &got {
+        let body = r.json();
+        let key = (
+            body["projectId"].as_str().unwrap_or_default().to_owned(),
+            body["events"][0]["groupHash"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        );
+        *per.entry(key).or_default() += 1;
+        ids.insert(body["notificationId"].as_str().unwrap_or_default().to_owned());
+    }
+    wait_queues_drained(&fleet, clusters, &queues, Duration::from_secs(60));
+    let redeliveries = fleet.consumed().saturating_sub(published);
+    println!(
+        "chaos: (d) 3 shards × 3 workers, shard leaders on nodes {leaders:?}: node {leader} (leading shard 0) \
+         stopped in {stop_s:.1} s while {fillers_sent} filler events were being published and consumed ({in_flight} \
+         consumed, not yet acked); fleet caught up {recover_s:.1} s after the \
+         stop; {} process(es) not ready for up to {:.1} s; new leader of shard 0: node {new_leader}; \
+         redeliveries {redeliveries}; producer publish retries {retries}; {published} events, {} crossings, \
+         webhook requests {}; {:.0} s",
+        not_ready.0,
+        not_ready.1.as_secs_f64(),
+        want,
+        got.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        (got.len(), per.len(), ids.len()),
+        (want, want, want),
+        "every group of every shard crossed exactly once: {per:?}\n{}",
+        fleet.logs()
+    );
+    assert!(per.values().all(|n| *n == 1), "{per:?}");
+    drop(fleet);
+}
+
+/// (e) No x-consistent-hash exchange type on the broker: node 1's plugin disabled (the processes talk to node 1
+/// alone; the exchange type is registered per node), then enabled again.
+async fn plugin_missing(clusters: &Clusters) {
+    let started = Instant::now();
+    clusters.plugins(1, &["disable", CONSISTENT_HASH_PLUGIN]);
+    let (env, _) = sharded_env(clusters);
+    let node1 = clusters
+        .amqp_url()
+        .split(',')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let env = env.set("KLAXON_AMQP_URL", &node1);
+    let (code, out, err) = env.run(&["doctor", "-o", "table"]);
+    let line = out
+        .lines()
+        .find(|l| l.contains("shards plugin"))
+        .unwrap_or_default();
+    assert!(
+        code == 1
+            && line.starts_with("FAIL")
+            && line.contains(&format!("rabbitmq-plugins enable {CONSISTENT_HASH_PLUGIN}")),
+        "doctor without the plugin: exit {code}\n{out}\n{err}"
+    );
+    let (code, out, err) = env.run(&[
+        "publish",
+        "--project",
+        &object_id(),
+        "--title",
+        "t",
+        "--group",
+        "g",
+    ]);
+    assert!(
+        code != 0 && err.contains(CONSISTENT_HASH_PLUGIN),
+        "publish without the plugin: exit {code}\n{out}\n{err}"
+    );
+    // A worker: never ready, the log saying why, retrying.
+    let worker = env.start_at("worker", &format!("127.0.0.1:{}", common::free_port()), &[]);
+    let said = Instant::now();
+    while !worker
+        .logs()
+        .contains(&format!("enable {CONSISTENT_HASH_PLUGIN}"))
+    {
+        assert!(
+            said.elapsed() < Duration::from_secs(30),
+            "the worker does not say why it cannot start:\n{}",
+            worker.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    assert_ne!(
+        worker.get("/readyz").map(|r| r.0),
+        Some(200),
+        "ready without its shards:\n{}",
+        worker.logs()
+    );
+    let failures = worker.logs().matches("session ended; reconnecting").count();
+    // The operator enables the plugin: the same worker declares its shards and consumes, by itself.
+    clusters.plugins(1, &["enable", CONSISTENT_HASH_PLUGIN]);
+    let enabled = Instant::now();
+    worker.wait_ready(Duration::from_secs(60));
+    println!(
+        "chaos: (e) plugin disabled on node 1: doctor FAILs ({line:?}), publish fails, the worker logged \
+         {failures} failed session(s) saying why and was not ready; ready {:.1} s after the plugin was enabled \
+         again; {:.0} s",
+        enabled.elapsed().as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    drop(worker);
 }

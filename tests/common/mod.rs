@@ -1,6 +1,8 @@
 //! Shared plumbing for the end-to-end tests: run the real `klaxon` binary against the real services.
 #![allow(dead_code)]
 
+pub mod shards;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;

@@ -96,7 +96,7 @@ impl Publisher {
         let mut probe = Probe::new(&self.conn);
         let mut result = Ok(());
         for q in topology.queues() {
-            result = ensure_queue(&mut probe, &q, topology.arguments())
+            result = ensure_queue(&mut probe, &q, topology.arguments_of(&q))
                 .await
                 .map(|_| ());
             if result.is_err() {

@@ -10,7 +10,8 @@
 //! The exchange type is the `rabbitmq_consistent_hash_exchange` plugin RabbitMQ ships: it hashes the routing key
 //! onto a ring where each bound queue has as many points as its binding key says (every shard "1": equal shares),
 //! so one project's events always land on the same shard, in the order they were published. The shard queues are
-//! durable queues of the configured `--queue-type` (quorum ones spread their leaders over a cluster's nodes); like
+//! durable queues of the configured `--queue-type` (quorum ones are created with `x-queue-leader-locator:
+//! balanced`, so their leaders spread over a cluster's nodes instead of all landing on the declaring client's); like
 //! every other queue they are looked at first and used as they are when they exist ([`crate::declare`]), and so is
 //! the exchange. Binding is idempotent (a binding that exists is left alone by the broker).
 //!

@@ -206,6 +206,22 @@ impl Topology {
         self.queue_type.arguments()
     }
 
+    /// The arguments `queue` is created with: [`Topology::arguments`], and for a quorum shard queue
+    /// `x-queue-leader-locator: balanced` as well. RabbitMQ places a new quorum queue's leader on the node the
+    /// declaring client is connected to (`client-local`), so the N shards one process declares would all be led
+    /// by one node, which would carry every shard's work (measured by tests/e2e_chaos.rs: all three on one node);
+    /// `balanced` (RabbitMQ ≥ 3.10) puts each on the node leading the fewest queues.
+    pub(crate) fn arguments_of(&self, queue: &str) -> FieldTable {
+        let mut args = self.arguments();
+        if self.queue_type == QueueType::Quorum && self.shard_queues().iter().any(|s| s == queue) {
+            args.insert(
+                "x-queue-leader-locator".into(),
+                AMQPValue::LongString("balanced".into()),
+            );
+        }
+        args
+    }
+
     /// The type of the queues this topology creates.
     pub fn queue_type(&self) -> QueueType {
         self.queue_type
@@ -217,7 +233,7 @@ impl Topology {
     /// existing queues as they are.
     pub(crate) async fn declare(&self, channel: &Channel) -> Result<(), BrokerError> {
         for q in self.queues() {
-            declare_queue(channel, &q, self.arguments()).await?;
+            declare_queue(channel, &q, self.arguments_of(&q)).await?;
         }
         if self.sharded() {
             crate::shards::declare_exchange(channel, &self.shard_exchange()).await?;
@@ -246,5 +262,46 @@ impl Topology {
             crate::shards::delete_exchange(channel, &self.shard_exchange()).await?;
         }
         self.delay().delete(channel).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn locator(t: &Topology, queue: &str) -> Option<String> {
+        match t.arguments_of(queue).inner().get("x-queue-leader-locator") {
+            Some(AMQPValue::LongString(s)) => Some(s.to_string()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn only_quorum_shard_queues_are_placed_balanced() {
+        let quorum = Topology::new("ns", "ns.events", QueueType::Quorum).with_shards(3);
+        let classic = Topology::new("ns", "ns.events", QueueType::Classic).with_shards(3);
+        let single = Topology::new("ns", "ns.events", QueueType::Quorum);
+        let cases = [
+            (&quorum, "ns.events.shard.0", Some("balanced")),
+            (&quorum, "ns.events.shard.2", Some("balanced")),
+            (&quorum, "ns.events.shard.3", None),
+            (&quorum, "ns.events", None),
+            (&quorum, "ns.events.invalid", None),
+            (&classic, "ns.events.shard.0", None),
+            (&single, "ns.events", None),
+        ];
+        for (t, queue, want) in cases {
+            assert_eq!(
+                locator(t, queue).as_deref(),
+                want,
+                "{queue} ({:?})",
+                t.queue_type()
+            );
+        }
+        // the queue type stays
+        assert!(quorum
+            .arguments_of("ns.events.shard.1")
+            .inner()
+            .contains_key("x-queue-type"));
     }
 }
