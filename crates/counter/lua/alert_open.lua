@@ -25,6 +25,8 @@
 -- ARGV[8]  resolveAfter, ms (0 = never by itself: resolved by hand only)
 -- ARGV[9]  how long an open alert outlives its last event, ms (every key expires)
 -- ARGV[10] the most open alerts that resolve only by hand (≥ 1)
+-- ARGV[11] the events it opens with (the events that made it fire, and the batch's later ones of its (rule, group);
+--          '' = 0): counted here, so an alert that opens needs no second call to count its own firing
 --
 -- Hash fields: fixed (ARGV[5]), firing, state (firing|acknowledged|resolved), firedAt, events, last (last event,
 -- unix ms), resolveAfter, ackAt, ackBy, resAt, resBy; later `m:<member key>` and `heard` (alert_hear.lua: who
@@ -113,7 +115,7 @@ end
 local at = tonumber(ARGV[7])
 local ttl = after + tonumber(ARGV[9])
 redis.call('HSET', KEYS[3], 'fixed', ARGV[5], 'firing', ARGV[4], 'state', 'firing', 'firedAt', at,
-  'events', 0, 'last', at, 'resolveAfter', ARGV[8])
+  'events', tonumber(ARGV[11]) or 0, 'last', at, 'resolveAfter', ARGV[8])
 -- lifetimes are relative to `now` (the injected clock in tests and replays, Redis TIME otherwise)
 local live = math.max(at + ttl - now, 1)
 redis.call('PEXPIRE', KEYS[3], live)

@@ -271,8 +271,8 @@ impl Alerts {
     }
 
     /// Opens the alerts of `opens` (each as it would open: state firing, its firing token, channels, …), all at
-    /// once. One answer per open, in order. `now_ms`: the clock (`None`: Redis `TIME`). Events are counted into
-    /// the open alerts by [`Alerts::touch`].
+    /// once. One answer per open, in order. `now_ms`: the clock (`None`: Redis `TIME`). An alert that opens now
+    /// starts with its `events` (the events of its firing); later ones are counted into it by [`Alerts::touch`].
     pub async fn open(&self, opens: &[Alert], now_ms: Option<i64>) -> Result<Vec<Opened>, CounterError> {
         const SCRIPT: &str = "alert_open.lua";
         let calls = opens.iter().map(|a| async move {
@@ -304,6 +304,7 @@ impl Alerts {
                 .arg(a.resolve_after_ms)
                 .arg(OPEN_RETENTION_MS)
                 .arg(self.by_hand_limit())
+                .arg(a.events)
                 .invoke_async(&mut self.redis.clone())
                 .await?;
             let Value::Array(items) = &reply else {
@@ -329,26 +330,25 @@ impl Alerts {
                 other => return Err(bad(SCRIPT, format!("unknown code {other:?}"))),
             })
         });
-        // Concurrent calls on the multiplexed connection: one round trip for the batch's firings.
-        let answers = futures_util::future::try_join_all(calls).await?;
-        // Registered for the cross-project list; again for a replay (`Again`), so a crash between the script and
-        // this step is mended by the redelivery.
-        let mut projects: Vec<String> = answers
-            .iter()
-            .filter_map(|o| match o {
-                Opened::New(a) | Opened::Again(a) => Some(a.project_id.to_ascii_lowercase()),
-                _ => None,
-            })
-            .collect();
+        // Registered for the cross-project list beside the opens (one round trip for the batch's firings, concurrent
+        // calls on the multiplexed connection): every project that asks to open one, since a project that repeats
+        // or is full has alerts too. Again for a replay, so a crash between the two is mended by the redelivery.
+        let mut projects: Vec<String> = opens.iter().map(|a| a.project_id.to_ascii_lowercase()).collect();
         projects.sort();
         projects.dedup();
-        if !projects.is_empty() {
+        let register = async {
+            if projects.is_empty() {
+                return Ok(());
+            }
             let _: i64 = redis::cmd("SADD")
                 .arg(self.projects_key())
                 .arg(&projects)
                 .query_async(&mut self.redis.clone())
                 .await?;
-        }
+            Ok::<(), CounterError>(())
+        };
+        let (answers, ()) =
+            futures_util::future::try_join(futures_util::future::try_join_all(calls), register).await?;
         Ok(answers)
     }
 

@@ -639,3 +639,83 @@ async fn titles_are_cut(env: Env) {
 async fn a_hundred_alerts_with_200_kb_titles_keep_under_1_mb() {
     on_both(titles_are_cut).await;
 }
+
+/// The wall clock, unix ms (touches run on Redis's clock, `TIME`).
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The `exp` field of alert hash `ak` and its PTTL.
+async fn expiry(env: &Env, ak: &str) -> (Option<i64>, i64) {
+    let e: Option<i64> = env.query(redis::cmd("HGET").arg(ak).arg("exp")).await;
+    let p: i64 = env.query(redis::cmd("PTTL").arg(ak)).await;
+    (e, p)
+}
+
+async fn hot_alert_expiry_steps(env: Env) {
+    let t = env.topology;
+    let a = alerts(&env);
+    let now = wall_ms();
+    let after = 5 * MIN as u64;
+    let mut first = opening("r", "hot", "w1", now, after);
+    // an alert opens with the events of its firing
+    first.events = 3;
+    let o = open(&env, &a, std::slice::from_ref(&first), &[], now).await;
+    let Opened::New(opened) = &o[0] else {
+        panic!("[{t}] opens: {o:?}")
+    };
+    assert_eq!(opened.events, 3, "[{t}] it opens with its firing's events");
+    let ak = format!("{}:al:{{proj}}:a:{}", env.ns, first.id);
+    // the first touch extends the keys past what the event asks, by a step
+    let asked = |last: i64| last + after as i64 + klaxon_core::alert::OPEN_RETENTION_MS;
+    a.touch(&[touch("r", "hot", 2, now)]).await.expect("touch");
+    let (e1, pttl1) = expiry(&env, &ak).await;
+    let e1 = e1.unwrap_or_else(|| panic!("[{t}] the touch records when the keys expire"));
+    assert!(
+        e1 > asked(now),
+        "[{t}] extended past what was asked: {e1} vs {}",
+        asked(now)
+    );
+    assert!(
+        pttl1 >= asked(now) - wall_ms(),
+        "[{t}] never before its lifetime ({pttl1})"
+    );
+    // a touch a second later writes no expiry (inside the step), but counts and moves `last`
+    a.touch(&[touch("r", "hot", 4, now + 1_000)])
+        .await
+        .expect("touch");
+    let (e2, pttl2) = expiry(&env, &ak).await;
+    assert_eq!(e2, Some(e1), "[{t}] no new expiry inside the step");
+    assert!(
+        pttl2 >= asked(now + 1_000) - wall_ms(),
+        "[{t}] still never before its lifetime ({pttl2})"
+    );
+    let got = a.get("proj", &first.id).await.expect("get").expect("kept");
+    assert_eq!((got.events, got.last_event_at_ms), (9, now + 1_000), "[{t}]");
+    // an event past the step extends the keys again, and the open alert's entry follows
+    a.touch(&[touch("r", "hot", 1, now + 2 * MIN)])
+        .await
+        .expect("touch");
+    let (e3, _) = expiry(&env, &ak).await;
+    let e3 = e3.expect("exp");
+    assert!(e3 > asked(now + 2 * MIN), "[{t}] {e3}");
+    let score: Option<f64> = env
+        .query(
+            redis::cmd("ZSCORE")
+                .arg(format!("{}:al:{{proj}}:open", env.ns))
+                .arg(&first.id),
+        )
+        .await;
+    assert_eq!(
+        score.map(|s| s as i64),
+        Some(e3),
+        "[{t}] the open entry says when its keys expire"
+    );
+}
+
+#[tokio::test]
+async fn a_hot_alert_extends_its_keys_once_a_step_and_opens_with_its_firing_events() {
+    on_both(hot_alert_expiry_steps).await;
+}

@@ -21,7 +21,9 @@
 //! events; the backlog row is `--backlog` events published before a second child starts, drained, minus the CPU
 //! the first child took to start and become ready. With `--backlog-probe` the backlog is all of one project and one
 //! crossing of another project waits behind it: the row's latency is how long after the second child was ready
-//! that other project's first alert was delivered (how much one project's backlog delays another's alerts).
+//! that other project's first alert was delivered (how much one project's backlog delays another's alerts). With
+//! `--shards N` both children run with `--events-shards N` and the backlog and its probe go through the shard
+//! exchange, the probe's project on another shard than the backlog's: the same question for a sharded fleet.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -56,6 +58,13 @@ pub struct SteadyArgs {
     /// other project's first alert was delivered.
     #[arg(long)]
     pub backlog_probe: bool,
+    /// Shard queues (`--events-shards` of both children): the backlog row's events and probe are published as
+    /// Klaxon's producers publish them, to the shard exchange keyed by project, and with `--backlog-probe` the
+    /// probe's project is one the broker routes to another shard than the backlog's (found by routing one marker
+    /// event per candidate project before the backlog). The paced rows publish to the events queue as before
+    /// (a worker drains it beside the shards).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub shards: u16,
     /// Seconds of the idle row (the child ready and its warm-up settled, no events).
     #[arg(long, default_value_t = 10)]
     pub idle_seconds: u64,
@@ -208,11 +217,21 @@ fn threads(pid: u32) -> u64 {
 struct Workload {
     projects: Vec<String>,
     probe_project: String,
+    /// More projects with the probe's rule: with shards, the backlog row's probe is the first of them (or
+    /// `probe_project`) that the broker routes to another shard than the backlog's.
+    probe_candidates: Vec<String>,
     /// Cumulative Zipf weights of the groups (s = 1).
     cdf: Vec<f64>,
 }
 
 const RULES_PER_PROJECT: [usize; 5] = [3, 3, 3, 2, 2];
+
+/// Probe projects besides `probe_project` (see [`Workload::probe_candidates`]): with 3 shards, the chance that
+/// none of the 9 lands off the backlog's shard is (1/3)^9.
+const PROBE_CANDIDATES: u64 = 8;
+
+/// The title word of a shard marker event, which the probe rule excludes (a marker crosses nothing).
+const MARKER: &str = "shardmarker";
 
 impl Workload {
     fn new(groups: u64) -> Self {
@@ -229,6 +248,9 @@ impl Workload {
         Workload {
             projects,
             probe_project: format!("{:024x}", 0x57ea_dfff_0000u64),
+            probe_candidates: (1..=PROBE_CANDIDATES)
+                .map(|k| format!("{:024x}", 0x57ea_dfff_0000u64 + k))
+                .collect(),
             cdf,
         }
     }
@@ -252,16 +274,23 @@ impl Workload {
             .zip(RULES_PER_PROJECT)
             .map(|(p, n)| serde_json::json!({"_id": p, "notifications": all[..n].to_vec()}))
             .collect();
-        import.push(serde_json::json!({"_id": self.probe_project, "notifications": [
-            {"isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 1, "thresholdPeriod": 3_600_000,
-             "channels": channels(&format!("{base}/probe"))}]}));
+        for p in std::iter::once(&self.probe_project).chain(&self.probe_candidates) {
+            import.push(serde_json::json!({"_id": p, "notifications": [
+                {"isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 1, "thresholdPeriod": 3_600_000,
+                 "excluding": [MARKER], "channels": channels(&format!("{base}/probe"))}]}));
+        }
         serde_json::Value::Array(import)
     }
 
     /// A probe: a fresh group of the probe project under its threshold-1 rule, so a crossing of its own.
     fn probe(&self, probe: u64) -> Vec<u8> {
+        Self::probe_of(&self.probe_project, probe)
+    }
+
+    /// [`Workload::probe`] of `project` (the probe project or a candidate).
+    fn probe_of(project: &str, probe: u64) -> Vec<u8> {
         serde_json::to_vec(&serde_json::json!({
-            "projectId": self.probe_project,
+            "projectId": project,
             "event": {"title": format!("Probe crossing {probe}"), "groupHash": format!("probe-{probe}"),
                       "isNew": true, "repetitionId": null}
         }))
@@ -357,7 +386,9 @@ pub async fn steady(args: SteadyArgs, global: &GlobalOpts) -> anyhow::Result<Exi
     stop_receiver.cancel();
     if let Ok(broker) = Broker::connect(&global.amqp_url, Duration::from_secs(10)).await {
         let _ = broker
-            .delete_topology(&Topology::new(&ns, &format!("{ns}.events"), args.queue_type))
+            .delete_topology(
+                &Topology::new(&ns, &format!("{ns}.events"), args.queue_type).with_shards(args.shards),
+            )
             .await;
         broker.close().await;
     }
@@ -429,9 +460,11 @@ fn start_child(
     addr: &str,
     qt: QueueType,
     ns: &str,
+    shards: u16,
     global: &GlobalOpts,
 ) -> anyhow::Result<tokio::process::Child> {
     crate::klaxon_child(exe, "run", addr, qt, ns, global)
+        .env("KLAXON_EVENTS_SHARDS", shards.to_string())
         .env("KLAXON_ALLOW_PRIVATE_ENDPOINTS", "true")
         .env_remove("KLAXON_MONGO_DB")
         .env_remove("KLAXON_EVENTS_QUEUE")
@@ -485,7 +518,7 @@ async fn measure(
         .await?;
     let qt = args.queue_type;
     let addr = free_addr()?;
-    let mut child = start_child(exe, &addr, qt, ns, global)?;
+    let mut child = start_child(exe, &addr, qt, ns, args.shards, global)?;
     let result = paced(args, global, ns, &addr, &mut child, seen, work).await;
     terminate(&mut child).await;
     let (mut rows, startup) = result?;
@@ -666,6 +699,69 @@ async fn paced(
     Ok((rows, startup))
 }
 
+/// The `projectId` of an event body the workload made ('' when it has none).
+fn project_of(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("projectId").and_then(|p| p.as_str()).map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// The shard the broker routes an event of `project` to: one marker event (excluded by the probe rule, matched by
+/// no other) is published as producers publish, and the shard queue that grew is the one (no consumer runs
+/// between the two children, so the queues only grow by it).
+async fn shard_of(
+    broker: &Broker,
+    publisher: &klaxon_broker::Publisher,
+    topology: &Topology,
+    project: &str,
+) -> anyhow::Result<usize> {
+    let depths = || async {
+        let mut out = Vec::new();
+        for q in topology.shard_queues() {
+            out.push(broker.queue_depth(&q).await?.map_or(0, |d| d.messages));
+        }
+        anyhow::Ok(out)
+    };
+    let before = depths().await?;
+    let body = serde_json::to_vec(&serde_json::json!({
+        "projectId": project,
+        "event": {"title": MARKER, "groupHash": MARKER, "isNew": false, "repetitionId": null}
+    }))?;
+    publisher.publish_all(&[topology.event(project, body)]).await?;
+    let after = depths().await?;
+    after
+        .iter()
+        .zip(&before)
+        .position(|(a, b)| a > b)
+        .with_context(|| {
+            format!(
+                "no shard queue of {} grew after a marker event",
+                topology.events_queue()
+            )
+        })
+}
+
+/// A probe project the broker routes to another shard than `backlog_project`'s, and how many marker events
+/// finding it published.
+async fn probe_off_shard(
+    broker: &Broker,
+    publisher: &klaxon_broker::Publisher,
+    topology: &Topology,
+    backlog_project: &str,
+    work: &Workload,
+) -> anyhow::Result<(String, u64)> {
+    let backlog_shard = shard_of(broker, publisher, topology, backlog_project).await?;
+    let mut markers = 1;
+    for p in std::iter::once(&work.probe_project).chain(&work.probe_candidates) {
+        markers += 1;
+        if shard_of(broker, publisher, topology, p).await? != backlog_shard {
+            return Ok((p.clone(), markers));
+        }
+    }
+    bail!("every probe project shares the backlog's shard {backlog_shard}")
+}
+
 /// What the first child took to start and become ready (subtracted from the backlog row).
 struct Startup {
     cpu_s: f64,
@@ -683,26 +779,37 @@ async fn backlog(
     work: &Workload,
     seen: &Arc<Seen>,
 ) -> anyhow::Result<Row> {
-    let queue = format!("{ns}.events");
+    // the first child declared the topology (the shard exchange and queues too)
+    let topology = Topology::new(ns, &format!("{ns}.events"), args.queue_type).with_shards(args.shards);
     let broker = Broker::connect(&global.amqp_url, Duration::from_secs(10))
         .await
         .context("RabbitMQ (--amqp-url)")?;
     let publisher = broker.publisher().await?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(3131);
     let only = args.backlog_probe.then_some(0);
-    let (mut bodies, _) = work.events_of("backlog", args.backlog, 0, 0, &mut rng, only);
-    // the other project's crossing, queued behind the whole backlog
+    let (bodies, _) = work.events_of("backlog", args.backlog, 0, 0, &mut rng, only);
+    let mut bodies: Vec<(String, Vec<u8>)> = bodies.into_iter().map(|b| (project_of(&b), b)).collect();
+    // the other project's crossing, queued behind the whole backlog (on another shard when sharded)
     let probe = 2_000_000_000u64;
+    let mut markers = 0;
     if args.backlog_probe {
-        bodies.push(work.probe(probe));
+        let project = if topology.sharded() {
+            let (p, m) = probe_off_shard(&broker, &publisher, &topology, &work.projects[0], work).await?;
+            markers = m;
+            p
+        } else {
+            work.probe_project.clone()
+        };
+        let body = Workload::probe_of(&project, probe);
+        bodies.push((project, body));
     }
-    let n = bodies.len() as u64;
+    let n = bodies.len() as u64 + markers;
     for (c, chunk) in bodies.chunks(500).enumerate() {
         let msgs: Vec<Outgoing> = chunk
             .iter()
             .enumerate()
-            .map(|(k, b)| {
-                let mut m = Outgoing::json(&queue, b.clone());
+            .map(|(k, (project, b))| {
+                let mut m = topology.event(project, b.clone());
                 m.message_id = Some(format!("{ns}-backlog-{}", c * 500 + k));
                 m
             })
@@ -713,7 +820,7 @@ async fn backlog(
     broker.close().await;
 
     let addr = free_addr()?;
-    let mut child = start_child(exe, &addr, args.queue_type, ns, global)?;
+    let mut child = start_child(exe, &addr, args.queue_type, ns, args.shards, global)?;
     let result = async {
         let pid = child.id().context("child pid")?;
         let before = sample(pid)?;

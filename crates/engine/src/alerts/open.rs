@@ -47,8 +47,8 @@ impl OnCall {
     }
 }
 
-/// The alert a crossed (not muted) firing opens, as it would open: state firing, no events yet (its own event is
-/// counted by its [`Touch`]), the rule's channels (every channel the firing is routed to, digest channels too).
+/// The alert a crossed (not muted) firing opens, as it would open: state firing, no events yet (the opener sets
+/// the events of its firing, [`fired_touches`]), the rule's channels (every channel the firing is routed to, digest channels too).
 pub fn alert_of(f: &Firing<'_>) -> Alert {
     let (project, rule, event) = (&f.task.project_id, f.rule, &f.task.event);
     Alert {
@@ -222,10 +222,10 @@ pub(crate) fn after_open<'t>(
 }
 
 /// The worker's side, after the batch's early touch ([`touches`], sent beside the counting: the events of a
-/// (rule, group) whose alert is open are counted there): opens the alerts of the crossed firings, counts the
-/// firing events of the alerts that opened now (new: the early touch found none to count into; `fired`: the
-/// crossed pairs' touches), sets `alert` on the firing tasks, and returns the resolve timers to schedule. One
-/// Redis round trip for the opens, one more only when an alert opened; none without crossings.
+/// (rule, group) whose alert is open are counted there): opens the alerts of the crossed firings, each with the
+/// events of its firing (`fired`: the crossed pairs' touches; an alert that opens now found none to count into
+/// before), sets `alert` on the firing tasks, and returns the resolve timers to schedule. One Redis round trip
+/// for the opens; none without crossings.
 pub(crate) async fn open_for_batch<'t>(
     alerts: &Alerts,
     topology: &Topology,
@@ -238,26 +238,24 @@ pub(crate) async fn open_for_batch<'t>(
     if crossed.is_empty() {
         return Ok(Vec::new());
     }
-    let wanted: Vec<Alert> = crossed.iter().map(alert_of).collect();
+    // each alert opens with the events of its firing (`fired`): counted by the open itself, no second call
+    let wanted: Vec<Alert> = crossed
+        .iter()
+        .map(|f| {
+            let mut a = alert_of(f);
+            a.events = fired
+                .iter()
+                .find(|t| (t.project_id, t.rule_id, t.group) == (&*a.project_id, &*a.rule_id, &*a.group))
+                .map_or(0, |t| t.events);
+            a
+        })
+        .collect();
     let answers = alerts
         .open(&wanted, None)
         .await
         .inspect_err(|_| RedisFailed.emit())?;
-    let opened_now = opened_now(&answers);
-    for a in &opened_now {
+    for a in opened_now(&answers) {
         AlertOpened { alert: a }.emit();
-    }
-    let late: Vec<Touch<'_>> = fired
-        .iter()
-        .filter(|t| {
-            opened_now
-                .iter()
-                .any(|a| a.project_id == t.project_id && a.rule_id == t.rule_id && a.group == t.group)
-        })
-        .copied()
-        .collect();
-    if !late.is_empty() {
-        alerts.touch(&late).await.inspect_err(|_| RedisFailed.emit())?;
     }
     let oncall = crossed.iter().map(|f| OnCall::of(f.rule));
     let answers = wanted
