@@ -429,7 +429,7 @@ impl Channels {
         match &result {
             Ok(d) => tracing::debug!(
                 channel = task.channel.as_str(),
-                notification_id = %task.notification_id,
+                notification_id = %klaxon_core::text::one_line(&task.notification_id, 256),
                 destination = %redact_endpoint(task.channel, &task.endpoint),
                 messages = d.messages,
                 edit = d.edit.map(Edit::as_str),
@@ -438,7 +438,7 @@ impl Channels {
             ),
             Err(e) => tracing::info!(
                 channel = task.channel.as_str(),
-                notification_id = %task.notification_id,
+                notification_id = %klaxon_core::text::one_line(&task.notification_id, 256),
                 destination = %redact_endpoint(task.channel, &task.endpoint),
                 class = e.class(),
                 reason = e.reason(),
