@@ -250,9 +250,12 @@ pub(crate) async fn open_for_batch<'t>(
     let late: Vec<Touch<'_>> = fired
         .iter()
         .filter(|t| {
-            opened_now
-                .iter()
-                .any(|a| a.project_id == t.project_id && a.rule_id == t.rule_id && a.group == t.group)
+            opened_now.iter().any(|a| {
+                // an alert read back holds a long group as its digest
+                a.project_id == t.project_id
+                    && a.rule_id == t.rule_id
+                    && a.group == klaxon_core::alert::bounded_group(t.group)
+            })
         })
         .copied()
         .collect();
