@@ -147,6 +147,12 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
         let wait = Duration::from_millis(rand::rng().random_range(1_000..3_000));
         return park(wait, "destination busy", true);
     };
+    //    And the project's share of the host: its endpoints together hold at most half of the host's slots, so
+    //    another project's delivery to the same host never waits behind one tenant's slow endpoints.
+    let Some(project_permit) = deps.bulkheads.try_project(&host, &task.project_id) else {
+        let wait = Duration::from_millis(rand::rng().random_range(1_000..3_000));
+        return park(wait, "project's share of the host busy", true);
+    };
 
     // The alert's firing message, for a lifecycle message on a channel that keeps conversations: read before the
     // rate limit (an edit of it is one more request under the destination's pace) and before the host's slot is
@@ -200,6 +206,7 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
         .breakers
         .record(&endpoint, &host, outcome(&result), Instant::now());
     drop(host_permit);
+    drop(project_permit);
     drop(endpoint_permit);
     if changes.endpoint.is_some() || changes.host.is_some() {
         let shown = redact_endpoint(task.channel, &task.endpoint);
