@@ -4,6 +4,7 @@ mod cli;
 mod cmd;
 mod exit;
 mod global;
+mod log_fields;
 mod log_filter;
 mod output;
 
@@ -55,7 +56,12 @@ fn init_tracing(format: &str, default: &str) {
             .with(log_filter::QuietDeclareRefusals)
             .init();
     } else {
-        builder.finish().with(log_filter::QuietDeclareRefusals).init();
+        // every field one token (tenant text quoted and escaped): no value can forge a line (log_fields)
+        builder
+            .fmt_fields(log_fields::OneTokenFields)
+            .finish()
+            .with(log_filter::QuietDeclareRefusals)
+            .init();
     }
 }
 

@@ -315,6 +315,77 @@ async fn a_slow_webhook_does_not_fill_its_hosts_bulkhead() {
     common::delete_queues(&env).await;
 }
 
+/// Issue #42: the host bulkhead (4 concurrent deliveries per host, half per endpoint) was shared first come,
+/// first served: two slow endpoints of one tenant on one host held all 4 slots, and another tenant's delivery to
+/// that host waited for one of them to answer. A project now holds at most half of a host's slots, all its
+/// endpoints together, so the other tenant's delivery goes out at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_slow_webhooks_of_one_tenant_do_not_hold_another_tenants_delivery_on_the_host() {
+    let sink = HttpSink::start().await.expect("sink");
+    // A's two receivers take 8 s to answer (under the 10 s request timeout); B on the same host answers at once
+    sink.route(
+        |r| r.uri.starts_with("/slow"),
+        Reply::status(200).delayed(Duration::from_secs(8)),
+    );
+    sink.set_default(Reply::status(200));
+    let env = Env::new();
+    let mut k = env.spawn("sender", &[]);
+
+    let (project_a, project_b) = (object_id(), object_id());
+    let mut a_tasks = tenant(
+        &env,
+        "a1-",
+        &project_a,
+        ChannelKind::Webhook,
+        &sink.url("/slow-1"),
+        6,
+    );
+    a_tasks.extend(tenant(
+        &env,
+        "a2-",
+        &project_a,
+        ChannelKind::Webhook,
+        &sink.url("/slow-2"),
+        6,
+    ));
+    publish(&env, &a_tasks).await;
+    let is_a = |r: &klaxon_testkit::Request| r.uri.starts_with("/slow");
+    assert!(
+        wait_for(&sink, 2, WAIT, is_a).await,
+        "A's first requests; log:\n{}",
+        k.logs()
+    );
+    // both of A's endpoints have had the time to take every slot they may
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+
+    let published = Instant::now();
+    publish(
+        &env,
+        &tenant(&env, "b", &project_b, ChannelKind::Webhook, &sink.url("/fast"), 1),
+    )
+    .await;
+    let is_b = |r: &klaxon_testkit::Request| r.uri.starts_with("/fast");
+    let arrived = wait_for(&sink, 1, Duration::from_secs(15), is_b).await;
+    let took = published.elapsed();
+    let a_open = count(&sink, is_a);
+    eprintln!(
+        "measured: B's webhook {took:?} after it was published, while A's two slow endpoints had {a_open} \
+         requests open on the host"
+    );
+    assert!(arrived, "B's webhook never came; log:\n{}", k.logs());
+    assert!(
+        took <= Duration::from_secs(2),
+        "B's webhook waited {took:?} behind A's slow endpoints on the host; log:\n{}",
+        k.logs()
+    );
+    assert!(
+        a_open <= 2,
+        "A held {a_open} of the host's slots at once (its share is 2 of 4)"
+    );
+    assert_eq!(k.terminate(Duration::from_secs(15)), Some(0));
+    common::delete_queues(&env).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_thousand_parked_tasks_of_a_throttled_tenant_do_not_hold_another_tenants_page() {
     let sink = HttpSink::start().await.expect("sink");

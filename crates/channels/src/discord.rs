@@ -369,7 +369,7 @@ impl Channels {
     ) -> Edit {
         let view = self.inner.renderer.view_in(task, ctx, ROOMS[0]);
         let Some(body) = firing.body.as_deref().and_then(|b| edited_body(b, &view)) else {
-            tracing::debug!(notification_id = %task.notification_id, "discord: nothing to edit the firing message from");
+            tracing::debug!(notification_id = %klaxon_core::text::one_line(&task.notification_id, 256), "discord: nothing to edit the firing message from");
             return Edit::Failed;
         };
         let Some(target) = message_url(url, &firing.message_id) else {
@@ -395,7 +395,7 @@ impl Channels {
             Err(e) => {
                 tracing::info!(
                     channel = "discord",
-                    notification_id = %task.notification_id,
+                    notification_id = %klaxon_core::text::one_line(&task.notification_id, 256),
                     reason = e.reason(),
                     "editing the alert's firing message failed; the message is sent all the same"
                 );

@@ -387,11 +387,35 @@ impl Channels {
         task: &NotificationTask,
         firing: Option<&MessageRef>,
     ) -> Result<Delivered, DeliveryError> {
-        let firing = firing.filter(|f| {
-            task.reason.is_lifecycle()
-                && Self::keeps_conversation(task)
-                && f.destination == Self::destination_key(task)
-        });
+        self.deliver_paced(task, firing, Duration::ZERO).await
+    }
+
+    /// True when `firing` is the conversation `task` is delivered in: a lifecycle message on a channel that
+    /// keeps conversations, to the firing's own destination.
+    fn in_conversation(task: &NotificationTask, firing: &MessageRef) -> bool {
+        task.reason.is_lifecycle()
+            && Self::keeps_conversation(task)
+            && firing.destination == Self::destination_key(task)
+    }
+
+    /// How many requests delivering `task` in the conversation of `firing` sends to its destination before its
+    /// message's parts: 2 when the firing message is edited first (a lifecycle message on Telegram, Slack's Web
+    /// API or Discord whose firing message was kept), else 1. What a sender reserves under the destination's
+    /// pace (`klaxon_engine::ratelimit`), so a conversation costs the paced budget what it sends.
+    pub fn calls(task: &NotificationTask, firing: Option<&MessageRef>) -> u32 {
+        let edits = firing.is_some_and(|f| Self::in_conversation(task, f) && f.body.is_some());
+        1 + u32::from(edits)
+    }
+
+    /// [`Channels::deliver_in`], waiting `gap` between the edit of the firing message and the message (Telegram:
+    /// each of the two Bot API calls then takes its own slot of the bot's pace, [`Channels::calls`]).
+    pub async fn deliver_paced(
+        &self,
+        task: &NotificationTask,
+        firing: Option<&MessageRef>,
+        gap: Duration,
+    ) -> Result<Delivered, DeliveryError> {
+        let firing = firing.filter(|f| Self::in_conversation(task, f));
         let started = Instant::now();
         let actions = self.action_links(task);
         let ctx = self.context(task, &actions);
@@ -413,7 +437,7 @@ impl Channels {
                     let body = || self.loop_body(task, ctx);
                     self.inner.http.post_json_to_endpoint(task, body).await
                 }
-                ChannelKind::Telegram => self.deliver_telegram(task, ctx, firing).await,
+                ChannelKind::Telegram => self.deliver_telegram(task, ctx, firing, gap).await,
                 ChannelKind::Email => self.deliver_email(task, ctx).await,
                 ChannelKind::Webhook => self.deliver_webhook(task, ctx).await,
                 ChannelKind::Discord => self.deliver_discord(task, ctx, firing).await,
@@ -429,7 +453,7 @@ impl Channels {
         match &result {
             Ok(d) => tracing::debug!(
                 channel = task.channel.as_str(),
-                notification_id = %task.notification_id,
+                notification_id = %klaxon_core::text::one_line(&task.notification_id, 256),
                 destination = %redact_endpoint(task.channel, &task.endpoint),
                 messages = d.messages,
                 edit = d.edit.map(Edit::as_str),
@@ -438,7 +462,7 @@ impl Channels {
             ),
             Err(e) => tracing::info!(
                 channel = task.channel.as_str(),
-                notification_id = %task.notification_id,
+                notification_id = %klaxon_core::text::one_line(&task.notification_id, 256),
                 destination = %redact_endpoint(task.channel, &task.endpoint),
                 class = e.class(),
                 reason = e.reason(),

@@ -277,7 +277,7 @@ impl Channels {
                         Err(e) => {
                             tracing::info!(
                                 channel = "slack",
-                                notification_id = %task.notification_id,
+                                notification_id = %klaxon_core::text::one_line(&task.notification_id, 256),
                                 reason = e.reason(),
                                 "editing the alert's firing message failed; the message is sent all the same"
                             );

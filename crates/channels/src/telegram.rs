@@ -164,6 +164,7 @@ impl Channels {
         task: &NotificationTask,
         ctx: MessageContext<'_>,
         firing: Option<&MessageRef>,
+        gap: std::time::Duration,
     ) -> Result<Delivered, DeliveryError> {
         let endpoint = task.endpoint.trim();
         let parts = self.telegram_parts(task, ctx)?;
@@ -235,12 +236,16 @@ impl Channels {
                         check(&answer)
                     }
                     .await;
+                    // the reply is the bot's next call: its own slot of the bot's pace (`Channels::calls`)
+                    if !gap.is_zero() {
+                        tokio::time::sleep(gap).await;
+                    }
                     match result {
                         Ok(()) => Edit::Edited,
                         Err(e) => {
                             tracing::info!(
                                 channel = "telegram",
-                                notification_id = %task.notification_id,
+                                notification_id = %klaxon_core::text::one_line(&task.notification_id, 256),
                                 reason = e.reason(),
                                 "editing the alert's firing message failed; the message is sent all the same"
                             );

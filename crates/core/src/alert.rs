@@ -31,6 +31,10 @@ pub const DEFAULT_MAX_ALERTS_PER_PROJECT: usize = 1_000;
 /// listed, as digests cut theirs (`klaxon_core::text::one_line`).
 pub const MAX_ALERT_TITLE_BYTES: usize = 1024;
 
+/// The longest group hash kept as it is in a Redis key or an alert's stored group, bytes (Hawk's group hashes
+/// are 64 hex characters). A longer one (a producer's 200 KB "hash") is kept as [`bounded_group`]'s digest.
+pub const MAX_GROUP_KEY_BYTES: usize = 256;
+
 /// How long a resolved alert is kept for its history, ms (7 days).
 pub const RESOLVED_RETENTION_MS: i64 = 7 * 24 * 3_600_000;
 
@@ -414,11 +418,33 @@ impl AlertRef {
     }
 }
 
+/// A group hash as Redis keys and alerts hold it: as it is up to [`MAX_GROUP_KEY_BYTES`] bytes, else `#` and
+/// the first 128 bits of its SHA-256 in hex (33 bytes), so one event's group cannot make a 200 KB key or field.
+/// Idempotent (a digest is short, so it maps to itself): the counting keys, an alert's `cur:` key, its stored
+/// group and the ids made from a group ([`alert_id`], `notification_id`) give the same answer for the event's
+/// group and for the group an alert read back from Redis holds, so lookups still match.
+pub fn bounded_group(group: &str) -> std::borrow::Cow<'_, str> {
+    if group.len() <= MAX_GROUP_KEY_BYTES {
+        std::borrow::Cow::Borrowed(group)
+    } else {
+        std::borrow::Cow::Owned(format!(
+            "#{}",
+            hex::encode(&Sha256::digest(group.as_bytes())[..16])
+        ))
+    }
+}
+
 /// The deterministic id of the alert a firing opens: the same firing (same `firing` token) names the same alert
 /// on every worker and every redelivery. 24 hex characters.
 pub fn alert_id(project_id: &str, rule_id: &str, group: &str, firing: &str) -> String {
     let mut h = Sha256::new();
-    for part in ["klaxon/alert/v1", project_id, rule_id, group, firing] {
+    for part in [
+        "klaxon/alert/v1",
+        project_id,
+        rule_id,
+        &bounded_group(group),
+        firing,
+    ] {
         h.update(part.as_bytes());
         h.update([0u8]);
     }

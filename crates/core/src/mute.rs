@@ -27,7 +27,10 @@ impl Mute {
                 .rule_id
                 .as_deref()
                 .is_none_or(|r| r.eq_ignore_ascii_case(rule_id))
-            && self.group_hash.as_deref().is_none_or(|g| g == group_hash)
+            // an alert's long group is held as its digest (`alert::bounded_group`): a mute of the group matches it
+            && self.group_hash.as_deref().is_none_or(|g| {
+                g == group_hash || crate::alert::bounded_group(g) == crate::alert::bounded_group(group_hash)
+            })
     }
 }
 

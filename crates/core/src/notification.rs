@@ -611,11 +611,13 @@ pub fn notification_id(
     channel: ChannelKind,
 ) -> String {
     let mut h = Sha256::new();
+    // an alert keeps a long group as its digest: the ids made from either are the same
+    let group_hash = crate::alert::bounded_group(group_hash);
     for part in [
         "klaxon/v1",
         project_id,
         rule_id,
-        group_hash,
+        &group_hash,
         firing,
         channel.as_str(),
     ] {

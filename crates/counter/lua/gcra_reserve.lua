@@ -11,6 +11,9 @@
 -- ARGV[4]  longest wait in ms the caller accepts (its priority's horizon); a slot further away is not reserved
 -- ARGV[5]  (with a project) grace in ms: a project stays active this long after its demand ends
 -- ARGV[6]  (with a project) the project's id (the member of KEYS[3])
+-- ARGV[5] alone, ARGV[7] with a project: calls, how many requests this delivery sends (default 1; a Telegram
+--          lifecycle message edits the firing message and replies: 2). They take that many consecutive slots,
+--          the first one `wait` away, and count that many messages against the project's share.
 --
 -- Fair share: the projects with demand now (a reserved slot still ahead, or a refused request waiting; plus
 -- ARGV[5] ms of grace) are the destination's active projects, n of them. Each project also has its own TAT
@@ -40,6 +43,7 @@ local interval = tonumber(ARGV[2])
 local tolerance = tonumber(ARGV[3])
 local max_wait = tonumber(ARGV[4])
 local shared = #KEYS == 3
+local calls = math.max(1, tonumber(ARGV[shared and 7 or 5] or '1') or 1)
 
 -- ZADD … GT by hand (Redis before 6.2 has no GT): a member's score only ever moves later
 local function raise(key, score, member)
@@ -100,7 +104,7 @@ if wait > max_wait or over then
   end
   return {0, wait}
 end
-local new_tat = tat + interval
+local new_tat = tat + interval * calls
 redis.call('SET', KEYS[1], new_tat, 'PX', new_tat - now + 1000)
 if shared then
   -- the project's own clock: at its share while others are active, at the full rate alone
@@ -108,7 +112,7 @@ if shared then
   if ptat < slot then
     ptat = slot
   end
-  local new_ptat = ptat + interval * n
+  local new_ptat = ptat + interval * n * calls
   redis.call('SET', KEYS[2], new_ptat, 'PX', new_ptat - now + grace + 1000)
   raise(KEYS[3], new_ptat, project)
   keep(KEYS[3], new_ptat - now + grace + 1000)

@@ -24,7 +24,9 @@
 //!   all, in O(log n)), and when all are open no new one opens (the firing is still delivered:
 //!   [`Opened::Full`]). Alerts that resolve only by hand (`resolveAfter: 0`: ONLY_NEW and REAPPEARED by default)
 //!   hold at most [`Alerts::by_hand_limit`] (half) of the slots, so they cannot take every slot from the alerts
-//!   that page. Titles are cut to [`MAX_ALERT_TITLE_BYTES`] when stored and when read. A resolved alert lives
+//!   that page. Titles are cut to [`MAX_ALERT_TITLE_BYTES`] when stored and when read; a group longer than
+//!   `klaxon_core::alert::MAX_GROUP_KEY_BYTES` is held as its digest (`bounded_group`) in the `cur:` key and
+//!   the stored alert, as the counting keys hold it. A resolved alert lives
 //!   [`RESOLVED_RETENTION_MS`], an open one [`OPEN_RETENTION_MS`] past its last event (and its `resolveAfter`),
 //!   so every key expires. [`Alerts::usage`] says how full a project is, [`Alerts::full_projects`] which
 //!   projects lately could not open an alert (`klaxon doctor`, the console).
@@ -44,7 +46,7 @@ use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use klaxon_core::alert::{
-    Alert, AlertChannel, AlertState, DEFAULT_MAX_ALERTS_PER_PROJECT, MAX_ALERT_TITLE_BYTES,
+    bounded_group, Alert, AlertChannel, AlertState, DEFAULT_MAX_ALERTS_PER_PROJECT, MAX_ALERT_TITLE_BYTES,
     MAX_HEARD_MEMBERS, OPEN_RETENTION_MS, RESOLVED_RETENTION_MS,
 };
 use redis::{Script, Value};
@@ -266,8 +268,10 @@ impl Alerts {
         format!("{}a:{alert_id}", self.prefix(project_id))
     }
 
+    /// `<rule>:<group>` of the (rule, group)'s `cur:` key, the group bounded
+    /// (`klaxon_core::alert::bounded_group`): the event's group and the alert's stored one name the same key.
     fn cur_suffix(rule_id: &str, group: &str) -> String {
-        format!("{rule_id}:{group}")
+        format!("{rule_id}:{}", bounded_group(group))
     }
 
     /// Opens the alerts of `opens` (each as it would open: state firing, its firing token, channels, …), all at
@@ -281,7 +285,7 @@ impl Alerts {
                 project_id: a.project_id.clone(),
                 project_name: a.project_name.clone(),
                 rule_id: a.rule_id.clone(),
-                group: a.group.clone(),
+                group: bounded_group(&a.group).into_owned(),
                 title: cut_title(&a.title),
                 channels: a.channels.clone(),
             };
@@ -797,7 +801,8 @@ fn decode(project_id: &str, fields: &Value, script: &'static str) -> Result<Aler
         },
         project_name: fixed.project_name,
         rule_id: fixed.rule_id,
-        group: fixed.group,
+        // an alert stored by an earlier version may keep a longer group
+        group: bounded_group(&fixed.group).into_owned(),
         // an alert stored by an earlier version may keep a longer title
         title: if fixed.title.len() > MAX_ALERT_TITLE_BYTES {
             cut_title(&fixed.title)

@@ -212,6 +212,14 @@ struct AppendCall<'a> {
     until_ms: Option<i64>,
 }
 
+/// The buffer's field of a group: its kind's prefix and the group, bounded as alerts and counting keys hold it
+/// (`klaxon_core::alert::bounded_group`): a window lists up to [`DIGEST_MAX_GROUPS`] groups of each kind, and
+/// 200 KB group hashes must not make a 200 MB buffer. The digest then names such a group by its digest, as its
+/// alert does (the flush finds the alert from it: `Alerts::current` bounds the group the same way).
+fn buffered_group(entry: HeldEntry, group: &str) -> String {
+    format!("{}{}", entry.prefix(), klaxon_core::alert::bounded_group(group))
+}
+
 /// The scripts' min period argument: at least one second, in ms.
 fn period_ms(min_period_s: u64) -> u64 {
     min_period_s.max(1).saturating_mul(1000)
@@ -282,7 +290,7 @@ impl Digests {
             .map(|f| AppendCall {
                 base: self.key_base(&f.key),
                 notification_id: f.notification_id,
-                group: format!("{}{}", f.entry.prefix(), f.event.group_hash),
+                group: buffered_group(f.entry, &f.event.group_hash),
                 event: f.event,
                 period_ms: period_ms(f.min_period_s),
                 until_ms: None,
@@ -312,7 +320,7 @@ impl Digests {
             .map(|h| AppendCall {
                 base: self.hold_base(&h.key),
                 notification_id: h.notification_id,
-                group: format!("{}{}", h.entry.prefix(), h.event.group_hash),
+                group: buffered_group(h.entry, &h.event.group_hash),
                 event: h.event,
                 period_ms: 1000,
                 until_ms: Some(h.until_ms),

@@ -69,7 +69,32 @@ impl Gcra {
         max_wait: Duration,
         now_ms: Option<u64>,
     ) -> Result<Slot, CounterError> {
-        let interval_ms = (1000.0 / per_second).ceil().max(1.0) as u64;
+        self.reserve_calls(key, share, per_second, burst, 1, max_wait, now_ms)
+            .await
+    }
+
+    /// The emission interval of `per_second`, as the script counts it (whole milliseconds, at least 1): how far
+    /// apart the requests of one [`Gcra::reserve_calls`] reservation go.
+    pub fn interval(per_second: f64) -> Duration {
+        Duration::from_millis((1000.0 / per_second).ceil().max(1.0) as u64)
+    }
+
+    /// [`Gcra::reserve_shared`] for `calls` (≥ 1) requests sent as one delivery (a Telegram lifecycle message:
+    /// an edit of the alert's firing message, then the reply): `calls` consecutive slots are reserved, the first
+    /// `wait` away (the answer), each next one [`Gcra::interval`] later, and the project's share is charged
+    /// `calls` messages. The caller spaces its requests by the interval.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn reserve_calls(
+        &self,
+        key: &str,
+        share: Option<(&str, Duration)>,
+        per_second: f64,
+        burst: u32,
+        calls: u32,
+        max_wait: Duration,
+        now_ms: Option<u64>,
+    ) -> Result<Slot, CounterError> {
+        let interval_ms = u64::try_from(Self::interval(per_second).as_millis()).unwrap_or(u64::MAX);
         let tolerance_ms = interval_ms.saturating_mul(u64::from(burst.max(1) - 1));
         let base = format!("{}:{{rl:{}}}", self.namespace, key);
         let mut script = RESERVE.key(&base);
@@ -86,6 +111,8 @@ impl Gcra {
                 .arg(u64::try_from(grace.as_millis()).unwrap_or(u64::MAX))
                 .arg(project);
         }
+        // the last argument after the ones above (ARGV[5] alone, ARGV[7] shared)
+        script.arg(calls.max(1));
         let (reserved, wait_ms): (i64, i64) = script.invoke_async(&mut self.redis.clone()).await?;
         let wait = Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0));
         Ok(if reserved == 1 {

@@ -240,6 +240,8 @@ impl WindowCounter {
     }
 
     fn key_base(&self, project_id: &str, rule_id: &str, group_hash: &str) -> String {
+        // a 200 KB group must not make 200 KB keys: past MAX_GROUP_KEY_BYTES its digest, as alerts keep it
+        let group_hash = klaxon_core::alert::bounded_group(group_hash);
         if project_id.is_empty() {
             format!("{}:{{{rule_id}:{group_hash}}}", self.namespace)
         } else if project_id.bytes().any(|b| b.is_ascii_uppercase()) {

@@ -8,7 +8,7 @@ mod common;
 
 use common::{on_both, Env};
 use klaxon_core::alert::{
-    alert_id, Alert, AlertChannel, AlertState, MAX_ALERT_TITLE_BYTES, RESOLVED_RETENTION_MS,
+    alert_id, bounded_group, Alert, AlertChannel, AlertState, MAX_ALERT_TITLE_BYTES, RESOLVED_RETENTION_MS,
 };
 use klaxon_core::ChannelKind;
 use klaxon_counter::{Alerts, Change, NotOpened, Opened, Touch, Usage};
@@ -718,4 +718,122 @@ async fn hot_alert_expiry_steps(env: Env) {
 #[tokio::test]
 async fn a_hot_alert_extends_its_keys_once_a_step_and_opens_with_its_firing_events() {
     on_both(hot_alert_expiry_steps).await;
+
+/// Issue #42: an event's group went into alert keys and the stored alert as it came — a 200 KB group made a
+/// 200 KB `cur:` key name and a 200 KB field. Past `MAX_GROUP_KEY_BYTES` the group is held as its digest,
+/// in the counting keys, the `cur:` key and the stored alert alike, so the event's group still finds its alert:
+/// touched, looked up, resolved by hand (which reads the stored group back), and opened again after that.
+async fn groups_are_bounded(env: Env) {
+    let t = env.topology;
+    let a = alerts(&env);
+    let group = format!("G{}", "x".repeat(200 * 1024));
+    let short = "g-short".to_owned();
+    let digest = bounded_group(&group).into_owned();
+    assert!(digest.len() < 64 && digest.starts_with('#'), "{digest}");
+    assert_eq!(
+        bounded_group(&short),
+        short.as_str(),
+        "a short group is kept as it is"
+    );
+
+    // counting: the window's keys hold the digest, and the same group counts into the same window
+    let spec = common::fixed(3, 10 * MIN as u64);
+    let h = klaxon_counter::Hit::new("r", group.as_str(), spec).with_project("proj");
+    let counting = env.counter.keys_of(&h);
+    assert!(
+        counting.iter().all(|k| k.len() < 200),
+        "[{t}] {:?}",
+        counting.iter().map(String::len).collect::<Vec<_>>()
+    );
+    assert_eq!(common::hit(&env, &h, T0).await, common::counted(1), "[{t}]");
+    assert_eq!(common::hit(&env, &h, T0 + 1).await, common::counted(2), "[{t}]");
+
+    // the alert: opened with the event's group, held by its digest
+    let opening_of = |firing: &str| opening("r", &group, firing, T0, 0);
+    let first = opening_of("w1");
+    let o = open(
+        &env,
+        &a,
+        std::slice::from_ref(&first),
+        &[touch("r", &group, 2, T0 + 5)],
+        T0,
+    )
+    .await;
+    let Opened::New(opened) = &o[0] else {
+        panic!("[{t}] {o:?}")
+    };
+    assert_eq!(opened.group, digest, "[{t}] the stored group is the digest");
+    let prefix = format!("{}:al:{{proj}}:", env.ns);
+    let cur = format!("{prefix}cur:r:{digest}");
+    let raw_cur = format!("{prefix}cur:r:{group}");
+    let exists = |k: String| {
+        let env = env.clone();
+        async move { env.query::<i64>(redis::cmd("EXISTS").arg(k)).await }
+    };
+    assert_eq!(exists(cur.clone()).await, 1, "[{t}] the cur: key by digest");
+    assert_eq!(
+        exists(raw_cur.clone()).await,
+        0,
+        "[{t}] no cur: key named by the 200 KB group"
+    );
+    let mut bytes = 0u64;
+    let mut keys = vec![cur.clone(), format!("{prefix}a:{}", first.id)];
+    keys.extend(counting.iter().cloned());
+    for k in &keys {
+        let used: Option<u64> = env.query(redis::cmd("MEMORY").arg("USAGE").arg(k)).await;
+        eprintln!("[{t}] {used:?} bytes: {k}");
+        bytes += used.unwrap_or(0);
+    }
+    eprintln!("measured: [{t}] {bytes} bytes of alert and counting state for one 200 KB group");
+    assert!(
+        bytes < 8 * 1024,
+        "[{t}] {bytes} bytes for one alert of a 200 KB group"
+    );
+
+    // the event's (full) group finds it: counted into, looked up
+    a.touch(&[touch("r", &group, 3, T0 + 10)]).await.expect("touch");
+    let current = a.current("proj", "r", &group).await.expect("current");
+    let current = current.unwrap_or_else(|| panic!("[{t}] the event's group finds its alert"));
+    assert_eq!(current.id, first.id, "[{t}]");
+    assert_eq!(current.events, 5, "[{t}] both touches counted");
+    // the ids made from either form agree (the firing's notification id, as PagerDuty and email thread on it)
+    assert_eq!(
+        current.firing_notification_id(klaxon_core::ChannelKind::Webhook),
+        klaxon_core::notification::notification_id(
+            "proj",
+            "r",
+            &group,
+            "w1",
+            klaxon_core::ChannelKind::Webhook
+        ),
+        "[{t}]"
+    );
+    assert_eq!(
+        alert_id("proj", "r", &group, "w1"),
+        alert_id("proj", "r", &digest, "w1")
+    );
+
+    // resolved by hand (the script finds the cur: key from the stored group), then a new firing opens anew
+    let done = change(&env, a.resolve("proj", &first.id, "ana", Some(T0 + 20)).await).await;
+    assert!(matches!(done, Change::Done(_)), "[{t}] {done:?}");
+    assert_eq!(
+        exists(cur.clone()).await,
+        0,
+        "[{t}] the resolve freed the cur: key"
+    );
+    let second = opening_of("w2");
+    let o = open(&env, &a, std::slice::from_ref(&second), &[], T0 + 30).await;
+    assert!(
+        matches!(&o[0], Opened::New(x) if x.id == second.id),
+        "[{t}] {o:?}"
+    );
+
+    let ids = vec![first.id.clone(), second.id.clone()];
+    clean(&env, &[digest], &ids).await;
+    env.redis.unlink(&counting).await.expect("unlink");
+}
+
+#[tokio::test]
+async fn a_200_kb_group_makes_no_200_kb_key_and_still_finds_its_alert() {
+    on_both(groups_are_bounded).await;
 }

@@ -307,6 +307,89 @@ async fn huge_titles_are_shortened_when_buffered() {
     .await;
 }
 
+/// Issue #42: a digest (or quiet) window buffered each group as it came, up to 1,000 of each kind: 200 KB group
+/// hashes made a ~200 MB buffer. The buffer holds a long group as its digest (`bounded_group`), as alerts and
+/// counting keys do, fired and resolved alike, so the claim lists it under the digest.
+#[tokio::test]
+async fn huge_groups_are_held_as_their_digest_when_buffered() {
+    common::on_both(|env| async move {
+        let t = env.topology;
+        let d = Digests::new(env.redis.clone(), &env.ns);
+        let key = DigestKey {
+            project_id: "hugeg",
+            rule_id: "r1",
+            channel: ChannelKind::Webhook,
+        };
+        let t0 = 21_000_000;
+        let groups: Vec<String> = (0..6).map(|i| format!("{i}{}", "g".repeat(200 * 1024))).collect();
+        let mut start = None;
+        for (i, g) in groups.iter().enumerate() {
+            let e = NotificationEvent {
+                group_hash: g.clone(),
+                ..ev("x", 1)
+            };
+            let a = d
+                .append_all(
+                    &[klaxon_counter::Append {
+                        key,
+                        notification_id: &format!("hg{i}"),
+                        event: &e,
+                        min_period_s: 60,
+                        entry: klaxon_counter::HeldEntry::Fired,
+                    }],
+                    Some(t0 + i as i64),
+                )
+                .await
+                .expect("append");
+            if a[0].schedule_flush {
+                start = Some(a[0].window_start_ms);
+            }
+        }
+        // one of them resolves within the window: the same (bounded) group, under its own kind
+        let resolved = NotificationEvent {
+            group_hash: groups[3].clone(),
+            ..ev("x", 1)
+        };
+        d.append_all(
+            &[klaxon_counter::Append {
+                key,
+                notification_id: "hg-res",
+                event: &resolved,
+                min_period_s: 60,
+                entry: klaxon_counter::HeldEntry::Resolved,
+            }],
+            Some(t0 + 10),
+        )
+        .await
+        .expect("append");
+        let buf = format!("{}:buf", d.key_base(&key));
+        let used: Option<u64> = env.query(redis::cmd("MEMORY").arg("USAGE").arg(&buf)).await;
+        let used = used.unwrap_or(0);
+        eprintln!("measured: [{t}] {used} bytes of digest buffer for 6 entries with 200 KB groups");
+        assert!(used > 0 && used < 16 * 1024, "[{t}] {used} bytes");
+        let start = start.expect("a window opened after the leading firing");
+        let (fired, resolved) = split(d.claim(&key, start, 60, Some(t0 + 60_000)).await.expect("claim"));
+        let digest = |g: &str| klaxon_core::alert::bounded_group(g).into_owned();
+        let mut want: Vec<String> = groups[1..].iter().map(|g| digest(g)).collect();
+        want.sort();
+        let got: Vec<String> = fired.iter().map(|e| e.group_hash.clone()).collect();
+        assert_eq!(
+            got, want,
+            "[{t}] the window's firings, by their digests (the first went at once)"
+        );
+        assert_eq!(
+            resolved.iter().map(|e| e.group_hash.clone()).collect::<Vec<_>>(),
+            vec![digest(&groups[3])],
+            "[{t}]"
+        );
+        env.redis
+            .unlink(&["win", "buf", "idz", "last"].map(|s| format!("{}:{s}", d.key_base(&key))))
+            .await
+            .expect("unlink");
+    })
+    .await;
+}
+
 /// The firings of a worker's batch, as it appends them: several digests, the same digest more than once (its
 /// leading firing, the opener of its window, later ones), and a redelivered firing.
 fn batch_firings() -> Vec<(DigestKey<'static>, String, NotificationEvent)> {

@@ -163,6 +163,56 @@ async fn gcra_shares(env: Env) {
     assert_eq!(got, Slot::Later(ms(200)), "{name}");
 }
 
+/// Issue #42: a Telegram conversation (edit + reply) spent one slot for two Bot API calls. A reservation of
+/// `calls` takes that many consecutive slots and charges the project's share that many messages.
+#[tokio::test]
+async fn gcra_reserves_one_slot_per_call_of_a_delivery() {
+    on_both(gcra_calls).await;
+}
+
+async fn gcra_calls(env: Env) {
+    let name = env.topology;
+    let rl = Gcra::new(env.redis, &env.ns);
+    let t0 = 3_000_000u64;
+    let ms = Duration::from_millis;
+    let max = ms(2_000);
+    assert_eq!(Gcra::interval(10.0), ms(100));
+    assert_eq!(
+        Gcra::interval(30.0),
+        ms(34),
+        "whole milliseconds, rounded up as the script counts"
+    );
+    // unshared, 10/s: a two-call delivery at 0 (slots 0 and 100), the next one-call delivery at 200, a
+    // three-call one at 300 (300, 400, 500), then 600
+    for (i, (calls, want)) in [(2, 0), (1, 200), (3, 300), (1, 600)].into_iter().enumerate() {
+        let got = rl
+            .reserve_calls("conv", None, 10.0, 1, calls, max, Some(t0))
+            .await
+            .expect("reserve");
+        assert_eq!(got, Slot::Reserved(ms(want)), "{name} step {i}");
+    }
+    // shared: with two projects active, a two-call delivery costs its project two messages at its share
+    let grace = ms(1_000);
+    let ask = |project: &'static str, calls: u32| {
+        let rl = rl.clone();
+        async move {
+            rl.reserve_calls("bot2", Some((project, grace)), 10.0, 1, calls, max, Some(t0))
+                .await
+                .expect("reserve")
+        }
+    };
+    assert_eq!(ask("a", 1).await, Slot::Reserved(ms(0)), "{name}");
+    assert_eq!(
+        ask("b", 2).await,
+        Slot::Reserved(ms(100)),
+        "{name}: b's edit at 100, its reply at 200"
+    );
+    // a's own clock (+100, from when it was alone) is not later than the destination's next slot (+300)
+    assert_eq!(ask("a", 1).await, Slot::Reserved(ms(300)), "{name}");
+    // b's own clock: 100 + 2 calls × 2 intervals = +500, later than the destination's +400: over its share
+    assert_eq!(ask("b", 1).await, Slot::Later(ms(500)), "{name}");
+}
+
 #[tokio::test]
 async fn a_reminder_budget_counts_each_reminder_once_per_hour() {
     on_both(reminder_budget).await;

@@ -57,6 +57,18 @@ impl Default for RateLimits {
     }
 }
 
+/// The key of the Telegram bot's limit: every tenant's Bot API chats share it, fleet-wide.
+const TELEGRAM_BOT: &str = "telegram:bot";
+
+/// A reservation for one delivery ([`RateLimiter::acquire_calls`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Paced {
+    /// The slot of its first request (or "later").
+    pub slot: Slot,
+    /// How long to wait between its requests (zero for one request): each takes its own slot of the bot's pace.
+    pub gap: Duration,
+}
+
 /// One limit to check for a task: a Redis key suffix and a rate.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limit {
@@ -81,7 +93,7 @@ impl RateLimits {
                 push(dest, self.telegram_chat);
                 // Bot API chats share the bot's global limit; notify-bot URLs do not use our bot.
                 if Channels::host_key(task) == "telegram-api" {
-                    push("telegram:bot".to_owned(), self.telegram_bot);
+                    push(TELEGRAM_BOT.to_owned(), self.telegram_bot);
                 }
             }
             // Loop (Mattermost), Discord and Teams incoming webhooks are paced like Slack's (Discord documents
@@ -127,20 +139,44 @@ impl RateLimiter {
     /// its project's fair share of each limit. With two limits (Telegram chat and bot), a slot taken under the
     /// first is kept even when the second says "later": that costs the chat one slot, never a lost message.
     pub async fn acquire(&self, task: &NotificationTask) -> Result<Slot, EngineError> {
+        Ok(self.acquire_calls(task, 1).await?.slot)
+    }
+
+    /// [`RateLimiter::acquire`] for a delivery that sends `calls` requests to the destination (a lifecycle
+    /// message in an alert's conversation: the edit of the firing message, then the message; see
+    /// `klaxon_channels::Channels::calls`). Every limit reserves `calls` consecutive slots and charges the
+    /// project's share `calls` messages, so a conversation costs the bot what it sends. Under the Telegram bot's
+    /// fleet-wide pace the requests are also spaced ([`Paced::gap`]: one interval, 33 ms at 30/s), so each takes
+    /// its own slot; the chat's own pace (1/s) is charged but not spaced, which would hold the host's slot a
+    /// second.
+    pub async fn acquire_calls(&self, task: &NotificationTask, calls: u32) -> Result<Paced, EngineError> {
+        let calls = calls.max(1);
         let horizon = Priority::of(&task.reason).horizon(self.max_sleep);
         let share = Some((task.project_id.as_str(), self.max_sleep));
         let mut wait = Duration::ZERO;
+        let mut gap = Duration::ZERO;
         for limit in self.limits.limits_for(task) {
             match self
                 .gcra
-                .reserve_shared(&limit.key, share, limit.per_second, 1, horizon, None)
+                .reserve_calls(&limit.key, share, limit.per_second, 1, calls, horizon, None)
                 .await?
             {
                 Slot::Reserved(w) => wait = wait.max(w),
-                later @ Slot::Later(_) => return Ok(later),
+                later @ Slot::Later(_) => {
+                    return Ok(Paced {
+                        slot: later,
+                        gap: Duration::ZERO,
+                    })
+                }
+            }
+            if calls > 1 && limit.key == TELEGRAM_BOT {
+                gap = gap.max(Gcra::interval(limit.per_second));
             }
         }
-        Ok(Slot::Reserved(wait))
+        Ok(Paced {
+            slot: Slot::Reserved(wait),
+            gap,
+        })
     }
 }
 

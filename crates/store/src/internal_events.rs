@@ -45,8 +45,9 @@ impl RuleProblemReported<'_> {
                 // a bound of the whole project: the rules past it
                 (false, false) => "rules",
             },
-            problem = %p.message,
-            fix = %p.fix,
+            // the message quotes the rule's own text (an endpoint, a pattern): tenant text, on one line
+            problem = %klaxon_core::text::reason(&p.message),
+            fix = %klaxon_core::text::reason(&p.fix),
             "unusable rule configuration"
         );
     }

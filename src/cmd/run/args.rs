@@ -102,7 +102,8 @@ pub struct DeliverOpts {
     /// is days.
     #[arg(long, env = "KLAXON_TRAIL_TTL_DAYS", default_value = "30d", value_parser = duration_days, value_name = "DURATION")]
     pub trail_ttl_days: Duration,
-    /// Concurrent deliveries per destination host (bulkhead); one endpoint may use half of them.
+    /// Concurrent deliveries per destination host (bulkhead); one endpoint, and one project, may use half of
+    /// them.
     #[arg(long, env = "KLAXON_HOST_CONCURRENCY", default_value_t = 4)]
     pub host_concurrency: usize,
 }

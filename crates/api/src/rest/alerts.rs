@@ -190,7 +190,7 @@ pub fn messages(
             Ok(Some(m)) => out.push(m),
             Ok(None) => {}
             Err(e) => {
-                tracing::error!(notification_id = %task.notification_id, error = %e, "cannot encode an alert message")
+                tracing::error!(notification_id = %klaxon_core::text::one_line(&task.notification_id, 256), error = %e, "cannot encode an alert message")
             }
         }
     }

@@ -432,3 +432,53 @@ fn the_view_has_the_contract_fields() {
     assert_eq!(v["acknowledgedAt"], serde_json::Value::Null);
     assert_eq!(v["firedAt"], "1970-01-01T00:00:01Z");
 }
+
+#[test]
+fn long_groups_are_held_as_a_digest_and_every_id_agrees() {
+    let hawk = "11da".repeat(16); // Hawk's 64-hex group hash
+    let edge = "g".repeat(MAX_GROUP_KEY_BYTES);
+    let long = "g".repeat(MAX_GROUP_KEY_BYTES + 1);
+    let huge = format!("x\n{}", "é".repeat(100 * 1024));
+    // (group, kept as it is)
+    for (group, kept) in [
+        ("", true),
+        ("g", true),
+        (hawk.as_str(), true),
+        (edge.as_str(), true),
+        (long.as_str(), false),
+        (huge.as_str(), false),
+    ] {
+        let b = bounded_group(group);
+        assert_eq!(b == group, kept, "{}", group.len());
+        assert!(b.len() <= MAX_GROUP_KEY_BYTES);
+        assert_eq!(bounded_group(&b), b, "idempotent");
+        if !kept {
+            assert_eq!(b.len(), 33);
+            assert!(
+                b.starts_with('#') && b[1..].bytes().all(|c| c.is_ascii_hexdigit()),
+                "{b}"
+            );
+        }
+        // ids made from the event's group and from the group an alert keeps are the same
+        assert_eq!(alert_id("p", "r", group, "1"), alert_id("p", "r", &b, "1"));
+        assert_eq!(
+            notification_id("p", "r", group, "1", ChannelKind::Webhook),
+            notification_id("p", "r", &b, "1", ChannelKind::Webhook)
+        );
+    }
+    assert_ne!(
+        bounded_group(&long),
+        bounded_group(&huge),
+        "different groups, different digests"
+    );
+    // the ids of ordinary groups did not change with the bound (stable across the upgrade): the formula as it was
+    let mut h = Sha256::new();
+    for part in ["klaxon/alert/v1", "p", "r", hawk.as_str(), "1000"] {
+        h.update(part.as_bytes());
+        h.update([0u8]);
+    }
+    assert_eq!(
+        alert_id("p", "r", &hawk, "1000"),
+        hex::encode(&h.finalize()[..12])
+    );
+}

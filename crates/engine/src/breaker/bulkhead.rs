@@ -1,4 +1,5 @@
-//! Bulkheads: a concurrency budget per host, and a share of it per endpoint (see the [parent module](super)).
+//! Bulkheads: a concurrency budget per host, and a share of it per endpoint and per project (see the
+//! [parent module](super)).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -7,13 +8,16 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{lock, MAX_ENDPOINTS, MAX_HOSTS};
 
-/// A concurrency budget per host, and a share of it per endpoint.
+/// A concurrency budget per host, and a share of it per endpoint and per (host, project).
 #[derive(Debug)]
 pub struct Bulkheads {
     per_host: usize,
     per_endpoint: usize,
     hosts: Mutex<HashMap<String, Arc<Semaphore>>>,
     endpoints: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// `<host>\0<project>`: one project's share of a host, so that its endpoints together (two slow webhooks of
+    /// one tenant on one host) hold at most half of the host's slots and another project always finds the rest.
+    projects: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
 /// Gets (or makes) the semaphore of `key` with `permits`, forgetting idle ones when the map is full.
@@ -42,7 +46,26 @@ impl Bulkheads {
             per_endpoint: (per_host / 2).max(1),
             hosts: Mutex::new(HashMap::new()),
             endpoints: Mutex::new(HashMap::new()),
+            projects: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// How many concurrent deliveries one project may have on one host: half of the host's (at least 1), as
+    /// one endpoint.
+    pub fn per_project(&self) -> usize {
+        self.per_endpoint
+    }
+
+    /// A slot of `project`'s share of `host` if one is free now (None: the project's endpoints on this host
+    /// are busy; park, do not wait). Taken before the host's slot and held as long as it, so a project's slow
+    /// endpoints never hold more than [`Bulkheads::per_project`] of the host's slots.
+    pub fn try_project(&self, host: &str, project: &str) -> Option<OwnedSemaphorePermit> {
+        // a project id is tenant input: bounded in the key (an ObjectId is 24 characters)
+        let project = klaxon_core::text::one_line(project, 64);
+        let key = format!("{host}\0{project}");
+        semaphore(&self.projects, &key, self.per_endpoint, MAX_ENDPOINTS)
+            .try_acquire_owned()
+            .ok()
     }
 
     /// How many concurrent deliveries one endpoint may have.

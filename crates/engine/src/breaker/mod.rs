@@ -21,6 +21,8 @@
 //! * **Bulkheads**: an endpoint may hold at most half of its host's `per_host` concurrent deliveries (at least
 //!   one), taken with a try that parks the task at once when the endpoint is busy; the host's semaphore then
 //!   bounds what a slow host holds of the sender's in-flight slots. So one slow endpoint never fills its host.
+//!   A project may likewise hold at most half of a host's slots, all its endpoints there together
+//!   ([`Bulkheads::try_project`]): two slow endpoints of one tenant on one host leave the other half to others.
 //!
 //! Memory is bounded: at most [`MAX_ENDPOINTS`] endpoints and [`MAX_HOSTS`] hosts are tracked, idle ones are
 //! forgotten first, and each keeps a bounded window. Time is a parameter (`now: Instant`), so the state

@@ -323,3 +323,27 @@ async fn bulkhead_bounds_each_host_and_each_endpoint_separately() {
     assert!(other.is_ok(), "host other has its own budget");
     assert_eq!(Bulkheads::new(1).per_endpoint(), 1);
 }
+
+#[tokio::test]
+async fn a_project_holds_at_most_half_of_a_host_whatever_its_endpoints() {
+    let b = Bulkheads::new(4);
+    assert_eq!(b.per_project(), 2);
+    // tenant A's two slow endpoints on one host: each has its endpoint share, together the project's share
+    let _a1 = b.try_project("host:h", "a").expect("free");
+    let _a2 = b.try_project("host:h", "a").expect("free");
+    assert!(
+        b.try_project("host:h", "a").is_none(),
+        "project a holds half the host at most"
+    );
+    // another project on the same host, and project a on another host, have their own shares
+    let b1 = b.try_project("host:h", "b");
+    assert!(b1.is_some(), "project b has its own share of host h");
+    assert!(b.try_project("host:other", "a").is_some());
+    // a slot given back is free again at once
+    drop(_a1);
+    assert!(b.try_project("host:h", "a").is_some());
+    // a hostile project id is bounded in the key and still one share
+    let long = "x".repeat(100_000);
+    let _l = b.try_project("host:h", &long).expect("free");
+    assert_eq!(Bulkheads::new(1).per_project(), 1);
+}

@@ -16,7 +16,7 @@ use super::settle::settle;
 use super::{current, Ctx, SenderDeps, BULKHEAD_WAIT};
 use crate::breaker::{Admission, Outcome, Transition};
 use crate::internal_events::{BreakerClosed, BreakerOpened, ConversationEdited, ConversationNotKept};
-use crate::ratelimit::Slot;
+use crate::ratelimit::{Paced, Slot};
 use crate::EngineError;
 
 fn token() -> String {
@@ -147,10 +147,25 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
         let wait = Duration::from_millis(rand::rng().random_range(1_000..3_000));
         return park(wait, "destination busy", true);
     };
+    //    And the project's share of the host: its endpoints together hold at most half of the host's slots, so
+    //    another project's delivery to the same host never waits behind one tenant's slow endpoints.
+    let Some(project_permit) = deps.bulkheads.try_project(&host, &task.project_id) else {
+        let wait = Duration::from_millis(rand::rng().random_range(1_000..3_000));
+        return park(wait, "project's share of the host busy", true);
+    };
 
-    // 5. Rate limit of the destination (fleet-wide).
-    match deps.limiter.acquire(task).await {
-        Ok(Slot::Reserved(wait)) => {
+    // The alert's firing message, for a lifecycle message on a channel that keeps conversations: read before the
+    // rate limit (an edit of it is one more request under the destination's pace) and before the host's slot is
+    // taken, so the round trip holds no slot; no message (or Redis failing) means a new message.
+    let firing = recall(deps, task).await;
+    let calls = Channels::calls(task, firing.as_ref());
+
+    // 5. Rate limit of the destination (fleet-wide): one slot per request the delivery sends.
+    let gap = match deps.limiter.acquire_calls(task, calls).await {
+        Ok(Paced {
+            slot: Slot::Reserved(wait),
+            gap,
+        }) => {
             if !wait.is_zero() {
                 tokio::time::sleep(wait).await;
                 // The alert may have been acknowledged while the task waited for its slot: asked again (a
@@ -163,8 +178,12 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
                     return (Next::Dropped { attempts, why }, true);
                 }
             }
+            gap
         }
-        Ok(Slot::Later(wait)) => {
+        Ok(Paced {
+            slot: Slot::Later(wait),
+            ..
+        }) => {
             // Spread: the tasks refused together would otherwise all come back together and be refused again.
             let spread = wait.mul_f64(rand::rng().random_range(1.0..1.5));
             return park(spread.max(Duration::from_secs(1)), "rate limited", false);
@@ -173,11 +192,7 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
             tracing::warn!(notification_id = %crate::internal_events::text(id), channel = %channel, error = %e, "rate limiter unavailable");
             return park(Duration::from_secs(5), "rate limiter unavailable", false);
         }
-    }
-
-    // The alert's firing message, for a lifecycle message on a channel that keeps conversations: read before the
-    // host's slot is taken, so the round trip holds no slot; no message (or Redis failing) means a new message.
-    let firing = recall(deps, task).await;
+    };
 
     // 6. The host's bulkhead. The wait is bounded, so the dedup lease (longer than this wait plus one attempt)
     //    never runs out while the task still holds it; an endpoint holds at most half the host's slots.
@@ -185,12 +200,13 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
         let wait = Duration::from_millis(rand::rng().random_range(1_000..3_000));
         return park(wait, "destination host busy", false);
     };
-    let result = deps.channels.deliver_in(task, firing.as_ref()).await;
+    let result = deps.channels.deliver_paced(task, firing.as_ref(), gap).await;
     // recorded before the slots are given back: the endpoint's next task already sees a Retry-After
     let changes = deps
         .breakers
         .record(&endpoint, &host, outcome(&result), Instant::now());
     drop(host_permit);
+    drop(project_permit);
     drop(endpoint_permit);
     if changes.endpoint.is_some() || changes.host.is_some() {
         let shown = redact_endpoint(task.channel, &task.endpoint);
