@@ -64,6 +64,7 @@ pub mod direct;
 mod error;
 pub mod eviction;
 pub mod gcra;
+pub mod held;
 mod hit;
 pub mod inbound;
 pub mod mutes;
@@ -87,6 +88,7 @@ pub use eviction::{
     eviction_policies, persistence, EvictionPolicies, NodePersistence, NodePolicy, PolicySource, NO_EVICTION,
 };
 pub use gcra::{Gcra, Slot};
+pub use held::{HeldGroup, HeldMessage};
 pub use hit::{Hit, Outcome};
 pub use inbound::{Inbound, Incident};
 pub use mutes::Mutes;

@@ -486,7 +486,94 @@ fn hold<'a>(
         event,
         entry,
         until_ms,
+        destination: "https://hooks.test/…",
     }
+}
+
+/// Held messages are listed from the index until their release: one row per (project, rule, channel) hold with
+/// its release's id, destination, due time, counts and first groups; a project's filter and the limit hold; a
+/// moved hold is listed once, at its new due time; a claimed hold is no longer listed, and its release leaves
+/// the index.
+#[tokio::test]
+async fn held_messages_are_listed_until_their_release() {
+    use klaxon_counter::HeldEntry::*;
+    common::on_both(|env| async move {
+        let d = Digests::new(env.redis.clone(), &env.ns);
+        let t0 = 50_000_000;
+        let end = t0 + 60_000;
+        const OTHER: DigestKey<'static> = DigestKey {
+            project_id: "p2",
+            rule_id: "r2",
+            channel: ChannelKind::Webhook,
+        };
+        assert!(d.held(None, 10).await.expect("held").is_empty());
+        let (g1, g2, g3) = (ev("g1", 5), ev("g2", 3), ev("g3", 1));
+        let holds = [
+            hold(KEY, "n1", &g1, Fired, end),
+            hold(KEY, "n2", &g2, Fired, end),
+            hold(KEY, "r2", &g2, Resolved, end),
+            hold(OTHER, "o1", &g3, Fired, end + 1_000),
+        ];
+        d.hold_all(&holds[..3], Some(t0)).await.expect("hold");
+        d.hold_all(&holds[3..], Some(t0 + 500)).await.expect("hold");
+        // a redelivery lists nothing twice
+        d.hold_all(&holds, Some(t0 + 600)).await.expect("hold");
+
+        let listed = d.held(None, 10).await.expect("held");
+        assert_eq!(listed.len(), 2, "[{}] {listed:?}", env.topology);
+        let first = &listed[0];
+        assert_eq!(
+            (first.project_id.as_str(), first.rule_id.as_str(), first.channel, first.until_ms),
+            ("p1", "r1", ChannelKind::Slack, end)
+        );
+        assert_eq!(
+            first.notification_id,
+            klaxon_core::notification::held_release_id("p1", "r1", ChannelKind::Slack, end)
+        );
+        assert_eq!(first.destination, "https://hooks.test/…");
+        assert_eq!((first.fired, first.resolved), (2, 1));
+        assert_eq!((first.held_since_ms, first.last_held_ms), (Some(t0), Some(t0)));
+        let groups: Vec<(&str, &str, u64, bool)> = first
+            .groups
+            .iter()
+            .map(|g| (g.group.as_str(), g.title.as_str(), g.count, g.resolved))
+            .collect();
+        assert_eq!(
+            groups,
+            [
+                ("g1", "Error in g1", 5, false),
+                ("g2", "Error in g2", 3, false),
+                ("g2", "Error in g2", 3, true)
+            ]
+        );
+        assert_eq!((listed[1].project_id.as_str(), listed[1].until_ms), ("p2", end + 1_000));
+        // a project's filter, and the limit
+        let p2 = d.held(Some("p2"), 10).await.expect("held");
+        assert_eq!(p2.iter().map(|h| h.rule_id.as_str()).collect::<Vec<_>>(), ["r2"]);
+        assert_eq!(d.held(None, 1).await.expect("held").len(), 1);
+        assert!(d.held(Some("p3"), 10).await.expect("held").is_empty());
+
+        // the other project's windows changed: listed once, at the new end
+        let moved = end + 90_000;
+        d.hold_all(&[hold(OTHER, "o2", &g3, Fired, moved)], Some(t0 + 700)).await.expect("hold");
+        let p2 = d.held(Some("p2"), 10).await.expect("held");
+        assert_eq!(p2.iter().map(|h| h.until_ms).collect::<Vec<_>>(), [moved], "{p2:?}");
+
+        // claimed: no longer held (its release is the trail's record); done: out of the index
+        assert!(matches!(d.claim_held(&KEY, end, Some(end)).await, Ok(Claim::Claimed { .. })));
+        let listed = d.held(None, 10).await.expect("held");
+        assert_eq!(listed.iter().map(|h| h.project_id.as_str()).collect::<Vec<_>>(), ["p2"]);
+        d.done_held(&KEY, end).await.expect("done");
+        let index: Vec<String> = redis::cmd("ZRANGE")
+            .arg(format!("{}:quiet:held", env.ns))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut env.redis.clone())
+            .await
+            .expect("zrange");
+        assert_eq!(index, [r#"["p2","r2","webhook"]"#], "[{}]", env.topology);
+    })
+    .await;
 }
 
 /// Quiet hours hold on the digest scripts with an explicit due time: nothing is sent at once (no leading edge),
