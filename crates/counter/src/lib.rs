@@ -54,6 +54,7 @@
 //!   can be told apart by its count.
 #![deny(missing_docs)]
 
+pub mod alert_projects;
 pub mod alerts;
 pub mod budget;
 pub mod consumers;
@@ -76,6 +77,7 @@ mod redis_handle;
 mod script_io;
 mod window_counter;
 
+pub use alert_projects::Backfilled;
 pub use alerts::{Alerts, Change, Heard, Hearing, NotOpened, Opened, Touch, Usage};
 pub use budget::Budgets;
 pub use consumers::{Consumers, Registered};
