@@ -459,7 +459,10 @@ async fn a_slack_button_acknowledges_and_the_message_updates_in_place() {
 
     // `klaxon doctor` and the console say which integrations are on and what this process counted, never the
     // secret: 2 clicks accepted; forged, unsigned, stale, foreign and replayed ones refused
-    let (_, report, err) = env.clone().set("KLAXON_HTTP_ADDR", &k.addr).run(&["doctor", "--timeout", "10s"]);
+    let (_, report, err) = env
+        .clone()
+        .set("KLAXON_HTTP_ADDR", &k.addr)
+        .run(&["doctor", "--timeout", "10s"]);
     let line = |check: &str| -> String {
         report
             .lines()
@@ -471,10 +474,19 @@ async fn a_slack_button_acknowledges_and_the_message_updates_in_place() {
     assert!(
         slack_line.starts_with("ok ")
             && slack_line.contains("on (KLAXON_SLACK_SIGNING_SECRET set, not shown)")
-            && slack_line.contains(&format!("the process at {} counted 2 accepted, 5 refused (", k.addr)),
+            && slack_line.contains(&format!(
+                "the process at {} counted 2 accepted, 5 refused (",
+                k.addr
+            )),
         "{slack_line}"
     );
-    for outcome in ["bad_signature 1", "unsigned 1", "stale 1", "foreign_project 1", "replayed 1"] {
+    for outcome in [
+        "bad_signature 1",
+        "unsigned 1",
+        "stale 1",
+        "foreign_project 1",
+        "replayed 1",
+    ] {
         assert!(slack_line.contains(outcome), "{outcome}: {slack_line}");
     }
     assert!(

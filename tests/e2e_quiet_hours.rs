@@ -280,7 +280,10 @@ async fn held_messages_are_listed_as_held_until_their_release_then_as_its_delive
     assert!(page.contains(&id), "{page}");
     let shown_until = format!("until {} {}Z", &until_rfc[..10], &until_rfc[11..19]);
     assert!(page.contains(&shown_until), "{shown_until}: {page}");
-    assert!(page.contains("&lt;script&gt;alert(1)&lt;&#x2f;script&gt;"), "{page}");
+    assert!(
+        page.contains("&lt;script&gt;alert(1)&lt;&#x2f;script&gt;"),
+        "{page}"
+    );
     assert!(!page.contains("<script>alert(1)"), "{page}");
     assert!(!page.contains("SECRETPATH"), "{page}");
 

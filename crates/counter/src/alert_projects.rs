@@ -111,7 +111,8 @@ impl Alerts {
                 .query_async(&mut self.redis().clone())
                 .await?;
         }
-        let record = serde_json::json!({"at": now_ms, "projects": projects.len(), "capped": capped}).to_string();
+        let record =
+            serde_json::json!({"at": now_ms, "projects": projects.len(), "capped": capped}).to_string();
         let _: () = redis::cmd("SET")
             .arg(self.backfill_record_key())
             .arg(record)

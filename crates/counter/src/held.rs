@@ -265,10 +265,19 @@ impl Digests {
             channel,
         };
         let base = self.hold_base(&key);
-        let (win, buf, ids) = (format!("{base}:win"), format!("{base}:buf"), format!("{base}:idz"));
+        let (win, buf, ids) = (
+            format!("{base}:win"),
+            format!("{base}:buf"),
+            format!("{base}:idz"),
+        );
         let mut pipe = redis::pipe();
         pipe.cmd("HMGET").arg(&win).arg("start").arg("dest");
-        pipe.cmd("HMGET").arg(&buf).arg("#f").arg("#r").arg("#mf").arg("#mr");
+        pipe.cmd("HMGET")
+            .arg(&buf)
+            .arg("#f")
+            .arg("#r")
+            .arg("#mf")
+            .arg("#mr");
         pipe.cmd("HSCAN").arg(&buf).arg(0).arg("COUNT").arg(GROUPS_SCAN);
         pipe.cmd("ZRANGE").arg(&ids).arg(0).arg(0).arg("WITHSCORES");
         pipe.cmd("ZRANGE").arg(&ids).arg(-1).arg(-1).arg("WITHSCORES");
@@ -319,7 +328,11 @@ mod tests {
         };
         assert_eq!(
             parse_member(&member(&key)),
-            Some(("5e3eef0679fa3700a0198a49".into(), "r\"1".into(), ChannelKind::Slack))
+            Some((
+                "5e3eef0679fa3700a0198a49".into(),
+                "r\"1".into(),
+                ChannelKind::Slack
+            ))
         );
         for stranger in ["", "x", "[\"p\",\"r\"]", "[\"p\",\"r\",\"pigeon\"]", "[1,2,3]"] {
             assert_eq!(parse_member(stranger), None, "{stranger}");
@@ -329,7 +342,8 @@ mod tests {
     /// Entries only (not the counters), fired first, by count, at most the bound; a bare group is a firing.
     #[test]
     fn groups_are_listed_fired_first_by_count() {
-        let entry = |count: u64, title: &str| bulk(&serde_json::json!({"count": count, "title": title}).to_string());
+        let entry =
+            |count: u64, title: &str| bulk(&serde_json::json!({"count": count, "title": title}).to_string());
         let mut flat = vec![bulk("#f"), bulk("3"), bulk("#mr"), bulk("1")];
         for (field, count) in [("r:a", 9), ("f:b", 1), ("f:c", 4), ("old", 2), ("f:r:d", 2)] {
             flat.push(bulk(field));
@@ -344,7 +358,13 @@ mod tests {
             .collect();
         assert_eq!(
             shown,
-            [("c", 4, false), ("old", 2, false), ("r:d", 2, false), ("b", 1, false), ("a", 9, true)]
+            [
+                ("c", 4, false),
+                ("old", 2, false),
+                ("r:d", 2, false),
+                ("b", 1, false),
+                ("a", 9, true)
+            ]
         );
         assert_eq!(got[0].title, "title f:c");
         assert!(groups_of(&Value::Nil).is_empty());
@@ -354,7 +374,10 @@ mod tests {
     fn one_member_scores_are_read_in_both_protocols() {
         assert_eq!(only_score(&Value::Array(vec![bulk("id"), bulk("17")])), Some(17));
         assert_eq!(
-            only_score(&Value::Array(vec![Value::Array(vec![bulk("id"), Value::Double(18.0)])])),
+            only_score(&Value::Array(vec![Value::Array(vec![
+                bulk("id"),
+                Value::Double(18.0)
+            ])])),
             Some(18)
         );
         assert_eq!(only_score(&Value::Array(vec![])), None);

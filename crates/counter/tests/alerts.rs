@@ -647,7 +647,11 @@ async fn backfill(env: Env) {
     let t = env.topology;
     let a = alerts(&env);
     // three projects' alerts, as an earlier version left them: indexes without the registry
-    let projects = ["aaaaaaaaaaaaaaaaaaaaaaa1", "bbbbbbbbbbbbbbbbbbbbbbb2", "ccccccccccccccccccccccc3"];
+    let projects = [
+        "aaaaaaaaaaaaaaaaaaaaaaa1",
+        "bbbbbbbbbbbbbbbbbbbbbbb2",
+        "ccccccccccccccccccccccc3",
+    ];
     for p in projects {
         let mut opening = opening("r1", "g", "w1", T0, MIN as u64);
         opening.project_id = p.into();
@@ -655,16 +659,32 @@ async fn backfill(env: Env) {
         let opened = a.open(&[opening], Some(T0)).await.expect("open");
         assert!(matches!(opened[0], Opened::New(_)), "[{t}] {opened:?}");
     }
-    let _: i64 = env.query(redis::cmd("DEL").arg(format!("{}:al:projects", env.ns))).await;
+    let _: i64 = env
+        .query(redis::cmd("DEL").arg(format!("{}:al:projects", env.ns)))
+        .await;
     // a group holding `}:idx` makes a key the pattern matches: not a project
     let _: () = env
-        .query(redis::cmd("SET").arg(format!("{}:al:{{zz}}:cur:r:x}}:idx", env.ns)).arg("1"))
+        .query(
+            redis::cmd("SET")
+                .arg(format!("{}:al:{{zz}}:cur:r:x}}:idx", env.ns))
+                .arg("1"),
+        )
         .await;
-    assert!(a.list_all(None, 10).await.expect("list").is_empty(), "[{t}] nothing listed before");
+    assert!(
+        a.list_all(None, 10).await.expect("list").is_empty(),
+        "[{t}] nothing listed before"
+    );
     assert_eq!(a.backfill_record().await.expect("record"), None);
 
     let done = a.backfill_projects(T0).await.expect("backfill");
-    assert_eq!(done, klaxon_counter::Backfilled::Done { projects: 3, capped: false }, "[{t}]");
+    assert_eq!(
+        done,
+        klaxon_counter::Backfilled::Done {
+            projects: 3,
+            capped: false
+        },
+        "[{t}]"
+    );
     let mut listed: Vec<String> = a
         .list_all(None, 10)
         .await
@@ -674,22 +694,40 @@ async fn backfill(env: Env) {
         .collect();
     listed.sort();
     assert_eq!(listed, projects, "[{t}]");
-    assert_eq!(a.projects().await.expect("projects"), projects, "[{t}] zz is not a project");
+    assert_eq!(
+        a.projects().await.expect("projects"),
+        projects,
+        "[{t}] zz is not a project"
+    );
     // once per namespace: the record stays, a second start does nothing
     let record = a.backfill_record().await.expect("record").expect("a record");
     let v: serde_json::Value = serde_json::from_str(&record).expect("json");
-    assert_eq!((v["at"].as_i64(), v["projects"].as_u64()), (Some(T0), Some(3)), "[{t}] {record}");
+    assert_eq!(
+        (v["at"].as_i64(), v["projects"].as_u64()),
+        (Some(T0), Some(3)),
+        "[{t}] {record}"
+    );
     assert_eq!(
         a.backfill_projects(T0 + 1).await.expect("again"),
         klaxon_counter::Backfilled::Already(record),
         "[{t}]"
     );
     // another process holding the lease: this one skips it
-    let _: i64 = env.query(redis::cmd("DEL").arg(format!("{}:al:projects:backfilled", env.ns))).await;
-    let _: () = env
-        .query(redis::cmd("SET").arg(format!("{}:al:projects:backfill-lease", env.ns)).arg("1"))
+    let _: i64 = env
+        .query(redis::cmd("DEL").arg(format!("{}:al:projects:backfilled", env.ns)))
         .await;
-    assert_eq!(a.backfill_projects(T0 + 2).await.expect("busy"), klaxon_counter::Backfilled::Busy, "[{t}]");
+    let _: () = env
+        .query(
+            redis::cmd("SET")
+                .arg(format!("{}:al:projects:backfill-lease", env.ns))
+                .arg("1"),
+        )
+        .await;
+    assert_eq!(
+        a.backfill_projects(T0 + 2).await.expect("busy"),
+        klaxon_counter::Backfilled::Busy,
+        "[{t}]"
+    );
 }
 
 #[tokio::test]

@@ -523,7 +523,12 @@ async fn held_messages_are_listed_until_their_release() {
         assert_eq!(listed.len(), 2, "[{}] {listed:?}", env.topology);
         let first = &listed[0];
         assert_eq!(
-            (first.project_id.as_str(), first.rule_id.as_str(), first.channel, first.until_ms),
+            (
+                first.project_id.as_str(),
+                first.rule_id.as_str(),
+                first.channel,
+                first.until_ms
+            ),
             ("p1", "r1", ChannelKind::Slack, end)
         );
         assert_eq!(
@@ -546,7 +551,10 @@ async fn held_messages_are_listed_until_their_release() {
                 ("g2", "Error in g2", 3, true)
             ]
         );
-        assert_eq!((listed[1].project_id.as_str(), listed[1].until_ms), ("p2", end + 1_000));
+        assert_eq!(
+            (listed[1].project_id.as_str(), listed[1].until_ms),
+            ("p2", end + 1_000)
+        );
         // a project's filter, and the limit
         let p2 = d.held(Some("p2"), 10).await.expect("held");
         assert_eq!(p2.iter().map(|h| h.rule_id.as_str()).collect::<Vec<_>>(), ["r2"]);
@@ -555,14 +563,26 @@ async fn held_messages_are_listed_until_their_release() {
 
         // the other project's windows changed: listed once, at the new end
         let moved = end + 90_000;
-        d.hold_all(&[hold(OTHER, "o2", &g3, Fired, moved)], Some(t0 + 700)).await.expect("hold");
+        d.hold_all(&[hold(OTHER, "o2", &g3, Fired, moved)], Some(t0 + 700))
+            .await
+            .expect("hold");
         let p2 = d.held(Some("p2"), 10).await.expect("held");
-        assert_eq!(p2.iter().map(|h| h.until_ms).collect::<Vec<_>>(), [moved], "{p2:?}");
+        assert_eq!(
+            p2.iter().map(|h| h.until_ms).collect::<Vec<_>>(),
+            [moved],
+            "{p2:?}"
+        );
 
         // claimed: no longer held (its release is the trail's record); done: out of the index
-        assert!(matches!(d.claim_held(&KEY, end, Some(end)).await, Ok(Claim::Claimed { .. })));
+        assert!(matches!(
+            d.claim_held(&KEY, end, Some(end)).await,
+            Ok(Claim::Claimed { .. })
+        ));
         let listed = d.held(None, 10).await.expect("held");
-        assert_eq!(listed.iter().map(|h| h.project_id.as_str()).collect::<Vec<_>>(), ["p2"]);
+        assert_eq!(
+            listed.iter().map(|h| h.project_id.as_str()).collect::<Vec<_>>(),
+            ["p2"]
+        );
         d.done_held(&KEY, end).await.expect("done");
         let index: Vec<String> = redis::cmd("ZRANGE")
             .arg(format!("{}:quiet:held", env.ns))

@@ -37,7 +37,10 @@ fn line(s: &InboundStatus, addr: SocketAddr, unread: Option<&String>) -> Check {
         return check(
             Status::Ok,
             name,
-            format!("off: {} is not set (POST {} answers 404)", s.secret_variable, s.path),
+            format!(
+                "off: {} is not set (POST {} answers 404)",
+                s.secret_variable, s.path
+            ),
         );
     }
     let counted = match (&s.counts, unread) {
@@ -121,7 +124,12 @@ mod tests {
         let addr: SocketAddr = "127.0.0.1:9464".parse().expect("addr");
         let off = line(&status(false, None), addr, None);
         assert_eq!((off.status, off.name.as_str()), (Status::Ok, "inbound slack"));
-        assert!(off.detail.starts_with("off: KLAXON_SLACK_SIGNING_SECRET is not set"), "{}", off.detail);
+        assert!(
+            off.detail
+                .starts_with("off: KLAXON_SLACK_SIGNING_SECRET is not set"),
+            "{}",
+            off.detail
+        );
         let ok = InboundCounts {
             accepted: 2,
             refused: 1,
@@ -143,6 +151,12 @@ mod tests {
         assert_eq!(line(&status(true, Some(wrong)), addr, None).status, Status::Warn);
         let why = "nothing answers".to_owned();
         let unread = line(&status(true, None), addr, Some(&why));
-        assert!(unread.detail.ends_with("no counts: http://127.0.0.1:9464/metrics: nothing answers"), "{}", unread.detail);
+        assert!(
+            unread
+                .detail
+                .ends_with("no counts: http://127.0.0.1:9464/metrics: nothing answers"),
+            "{}",
+            unread.detail
+        );
     }
 }

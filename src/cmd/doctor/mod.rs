@@ -117,7 +117,12 @@ pub struct DoctorArgs {
     pub notify_output: Output,
     /// The address of the running Klaxon process whose `/metrics` give the inbound integrations' request counts
     /// (as `klaxon run --http-addr` has it).
-    #[arg(long, env = "KLAXON_HTTP_ADDR", default_value = "127.0.0.1:9464", value_name = "ADDR")]
+    #[arg(
+        long,
+        env = "KLAXON_HTTP_ADDR",
+        default_value = "127.0.0.1:9464",
+        value_name = "ADDR"
+    )]
     pub http_addr: std::net::SocketAddr,
     /// The console's URL as browsers reach it (as `klaxon run --public-url` has it): checked beside
     /// KLAXON_ACTION_KEY, as the action links of messages need both.

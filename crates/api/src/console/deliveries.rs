@@ -95,12 +95,7 @@ pub(super) async fn page(
         .api
         .trail()
         .await?
-        .page(
-            project_filter,
-            before.as_ref(),
-            limit,
-            SCAN,
-        )
+        .page(project_filter, before.as_ref(), limit, SCAN)
         .await
         .map_err(|e| ApiError::unavailable("MongoDB", e))?;
     let next = if more {

@@ -100,7 +100,8 @@ pub fn counts_in(metrics: &str, integration: &str) -> InboundCounts {
             }
         }
     }
-    c.refused_by.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    c.refused_by
+        .sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     c
 }
 
@@ -168,7 +169,10 @@ klaxon_deliveries_total{channel=\"slack\",outcome=\"sent\"} 7
     fn statuses_say_on_or_off_by_the_variable_only() {
         let got = statuses(|v| v == "KLAXON_SLACK_SIGNING_SECRET", None);
         let shown: Vec<(&str, bool)> = got.iter().map(|s| (s.integration, s.enabled)).collect();
-        assert_eq!(shown, [("pagerduty", false), ("slack", true), ("telegram", false)]);
+        assert_eq!(
+            shown,
+            [("pagerduty", false), ("slack", true), ("telegram", false)]
+        );
         assert_eq!(got[1].path, "/api/v1/integrations/slack");
         assert!(got.iter().all(|s| s.counts.is_none()));
     }

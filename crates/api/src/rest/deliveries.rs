@@ -210,7 +210,11 @@ pub fn merge(held: Vec<HeldMessage>, trail: Vec<Record>, limit: usize) -> Vec<De
 }
 
 /// The messages quiet hours hold now (of `project`), at most `limit`: what [`merge`] puts first.
-pub async fn held(digests: &Digests, project: Option<&str>, limit: usize) -> Result<Vec<HeldMessage>, ApiError> {
+pub async fn held(
+    digests: &Digests,
+    project: Option<&str>,
+    limit: usize,
+) -> Result<Vec<HeldMessage>, ApiError> {
     digests
         .held(project, limit)
         .await
@@ -322,7 +326,10 @@ mod tests {
         assert_eq!(v["held"]["groups"][0]["title"], "<b>Boom</b>\nline");
         assert_eq!(v["destination"], "https://hooks.slack.com/services/T000/…");
         let summary = d.held_summary().expect("held");
-        assert!(summary.starts_with("held until 2023-11-14T22:13:20Z: 2 fired, 1 resolved: "), "{summary}");
+        assert!(
+            summary.starts_with("held until 2023-11-14T22:13:20Z: 2 fired, 1 resolved: "),
+            "{summary}"
+        );
         assert!(summary.contains("[g<1>] fired"), "{summary}");
         let t = Delivery::Trail(record("t", Status::Sent));
         assert!(t.held_summary().is_none());
