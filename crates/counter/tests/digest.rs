@@ -865,3 +865,54 @@ async fn a_1200_group_quiet_window_counts_what_it_cannot_list() {
     })
     .await;
 }
+
+/// A listing reads what its limit asks and no more: 600 holds of three projects; the soonest 100 come first, in
+/// order of their release; one project's 200 are found among the others. Timed (printed) on both topologies.
+#[tokio::test]
+async fn listing_held_messages_reads_by_limit_soonest_first() {
+    use klaxon_counter::HeldEntry::Fired;
+    common::on_both(|env| async move {
+        let d = Digests::new(env.redis.clone(), &env.ns);
+        let t0 = 60_000_000;
+        let projects = ["pa", "pb", "pc"];
+        let rules: Vec<String> = (0..200).map(|i| format!("r{i:03}")).collect();
+        let event = ev("g1", 1);
+        let keys: Vec<(DigestKey<'_>, String, i64)> = rules
+            .iter()
+            .enumerate()
+            .flat_map(|(i, r)| {
+                projects.iter().enumerate().map(move |(j, p)| {
+                    let key = DigestKey {
+                        project_id: p,
+                        rule_id: r,
+                        channel: ChannelKind::Webhook,
+                    };
+                    (key, format!("n-{p}-{r}"), t0 + 60_000 + (i * 3 + j) as i64)
+                })
+            })
+            .collect();
+        let holds: Vec<klaxon_counter::Hold<'_>> = keys
+            .iter()
+            .map(|(k, id, until)| hold(*k, id, &event, Fired, *until))
+            .collect();
+        d.hold_all(&holds, Some(t0)).await.expect("hold");
+
+        let started = std::time::Instant::now();
+        let first = d.held(None, 100).await.expect("held");
+        let all_limit = started.elapsed();
+        assert_eq!(first.len(), 100, "[{}]", env.topology);
+        let dues: Vec<i64> = first.iter().map(|h| h.until_ms).collect();
+        assert!(dues.windows(2).all(|w| w[0] < w[1]), "soonest first");
+        assert_eq!(dues[0], t0 + 60_000);
+        let started = std::time::Instant::now();
+        let pc = d.held(Some("pc"), 1000).await.expect("held");
+        let one_project = started.elapsed();
+        assert_eq!(pc.len(), 200, "[{}]", env.topology);
+        assert!(pc.iter().all(|h| h.project_id == "pc"));
+        eprintln!(
+            "[{}] held listing over 600 holds: limit 100 in {all_limit:?}; one project's 200 in {one_project:?}",
+            env.topology
+        );
+    })
+    .await;
+}
