@@ -254,6 +254,12 @@ async fn held_messages_are_listed_as_held_until_their_release_then_as_its_delive
     assert_eq!(row["held"]["fired"], 1, "{row}");
     assert_eq!(row["held"]["groups"][0]["group"], "h", "{row}");
     assert_eq!(row["held"]["groups"][0]["title"], title.as_str(), "{row}");
+    // the alert the held firing opened
+    let alerts: Value =
+        serde_json::from_str(&env.ok(&["alerts", "list", "--project", &project, "-o", "json"]))
+            .expect("alerts json");
+    let alert_id = alerts["alerts"][0]["id"].as_str().expect("an alert").to_owned();
+    assert_eq!(row["held"]["groups"][0]["alertId"], alert_id.as_str(), "{row}");
     let id = row["notificationId"].as_str().expect("an id").to_owned();
     assert_eq!(list(Some("held")).len(), 1);
     assert!(list(Some("sent")).is_empty());

@@ -105,6 +105,8 @@ pub struct Hold<'a> {
     /// The message's destination as the delivery trail shows it (redacted: `klaxon_channels::redact_endpoint`),
     /// kept when this message opens the hold, for the listing of held messages ([`Digests::held`]).
     pub destination: &'a str,
+    /// The alert the message is about, if any: kept with its entry for the listing of held messages.
+    pub alert_id: Option<&'a str>,
 }
 
 /// What [`Digests::claim`] or [`Digests::claim_held`] took: the window's entries, split by kind.
@@ -215,6 +217,8 @@ struct AppendCall<'a> {
     until_ms: Option<i64>,
     /// A hold's redacted destination ('' for a digest).
     destination: &'a str,
+    /// A hold's alert id ('' for none, and for a digest).
+    alert_id: &'a str,
 }
 
 /// The scripts' min period argument: at least one second, in ms.
@@ -302,6 +306,7 @@ impl Digests {
                 period_ms: period_ms(f.min_period_s),
                 until_ms: None,
                 destination: "",
+                alert_id: "",
             })
             .collect();
         self.append_calls(&calls, now_ms).await
@@ -333,6 +338,7 @@ impl Digests {
                 period_ms: 1000,
                 until_ms: Some(h.until_ms),
                 destination: h.destination,
+                alert_id: h.alert_id.unwrap_or_default(),
             })
             .collect();
         let answers = self.append_calls(&calls, now_ms).await?;
@@ -380,7 +386,8 @@ impl Digests {
                     .arg(f.until_ms.map_or(String::new(), |u| u.to_string()))
                     .arg(f.event.open_for_ms.map_or(String::new(), |o| o.to_string()))
                     .arg(f.event.silence_period_ms.map_or(String::new(), |p| p.to_string()))
-                    .arg(f.destination);
+                    .arg(f.destination)
+                    .arg(f.alert_id);
                 ScriptCall {
                     script: &APPEND,
                     name: S,

@@ -84,6 +84,8 @@ pub struct HeldGroup {
     pub count: u64,
     /// Held as resolved (otherwise as fired).
     pub resolved: bool,
+    /// The alert it is about (held by a version that kept it).
+    pub alert_id: Option<String>,
 }
 
 /// An index member: the hold's (project, rule, channel).
@@ -105,6 +107,8 @@ struct Entry {
     count: u64,
     #[serde(default)]
     title: String,
+    #[serde(default, rename = "alertId")]
+    alert_id: Option<String>,
 }
 
 /// The groups of an `HSCAN` page (`[cursor, [field, value, …]]`): entries only (not the `#` counters), fired
@@ -135,6 +139,7 @@ fn groups_of(page: &Value) -> Vec<HeldGroup> {
                 title: entry.title,
                 count: entry.count,
                 resolved,
+                alert_id: entry.alert_id,
             })
         })
         .collect();

@@ -487,6 +487,7 @@ fn hold<'a>(
         entry,
         until_ms,
         destination: "https://hooks.test/…",
+        alert_id: Some("a-1"),
     }
 }
 
@@ -543,6 +544,10 @@ async fn held_messages_are_listed_until_their_release() {
             .iter()
             .map(|g| (g.group.as_str(), g.title.as_str(), g.count, g.resolved))
             .collect();
+        assert!(
+            first.groups.iter().all(|g| g.alert_id.as_deref() == Some("a-1")),
+            "{first:?}"
+        );
         assert_eq!(
             groups,
             [

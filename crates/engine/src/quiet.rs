@@ -83,6 +83,7 @@ pub(crate) async fn hold(
             entry: *entry,
             until_ms: h.until_ms,
             destination,
+            alert_id: h.task.alert.as_ref().map(|a| a.id.as_str()),
         })
         .collect();
     let answers = digests

@@ -76,6 +76,9 @@ pub struct HeldGroupView<'a> {
     pub count: u64,
     /// Held as resolved.
     pub resolved: bool,
+    /// The alert it is about, when known.
+    #[serde(rename = "alertId", skip_serializing_if = "Option::is_none")]
+    pub alert_id: Option<&'a str>,
 }
 
 impl<'a> From<&'a Record> for RecordView<'a> {
@@ -123,6 +126,7 @@ impl<'a> From<&'a HeldMessage> for RecordView<'a> {
                         title: &g.title,
                         count: g.count,
                         resolved: g.resolved,
+                        alert_id: g.alert_id.as_deref(),
                     })
                     .collect(),
             }),
@@ -159,7 +163,10 @@ impl Delivery {
             .iter()
             .map(|g| {
                 let what = if g.resolved { "resolved" } else { "fired" };
-                format!("{} [{}] {what}", g.title, g.group)
+                match &g.alert_id {
+                    Some(a) => format!("{} [{}] {what}, alert {a}", g.title, g.group),
+                    None => format!("{} [{}] {what}", g.title, g.group),
+                }
             })
             .collect();
         Some(format!(
@@ -269,6 +276,7 @@ mod tests {
                 title: "<b>Boom</b>\nline".into(),
                 count: 3,
                 resolved: false,
+                alert_id: Some("a1e2c3d4e5f60718293a4b5c".into()),
             }],
         }
     }
@@ -330,7 +338,11 @@ mod tests {
             summary.starts_with("held until 2023-11-14T22:13:20Z: 2 fired, 1 resolved: "),
             "{summary}"
         );
-        assert!(summary.contains("[g<1>] fired"), "{summary}");
+        assert!(
+            summary.contains("[g<1>] fired, alert a1e2c3d4e5f60718293a4b5c"),
+            "{summary}"
+        );
+        assert_eq!(v["held"]["groups"][0]["alertId"], "a1e2c3d4e5f60718293a4b5c");
         let t = Delivery::Trail(record("t", Status::Sent));
         assert!(t.held_summary().is_none());
         assert!(delivery_json(&t).get("heldUntil").is_none());
