@@ -81,9 +81,10 @@ const GLOBALS_USED: &[(&str, &[&str])] = &[
     ("doctor", ALL_GLOBALS),
     ("namespace", ALL_GLOBALS),
     ("rules", &["namespace", "mongo_url", "mongo_db", "log_format"]),
+    // Redis: the messages quiet hours hold
     (
         "deliveries",
-        &["namespace", "mongo_url", "mongo_db", "log_format"],
+        &["namespace", "redis_url", "mongo_url", "mongo_db", "log_format"],
     ),
     (
         "publish",

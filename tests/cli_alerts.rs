@@ -210,3 +210,63 @@ async fn alerts_of_every_project_are_listed_with_their_names() {
     assert_eq!(code, 2, "{err}");
     common::delete_queues(&env).await;
 }
+
+/// Alerts opened before the cross-project registry existed (`<ns>:al:projects` missing, as an earlier version
+/// left Redis) are listed once a worker has started: `klaxon worker` registers them in the background, once per
+/// namespace, and records that it did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alerts_from_before_the_registry_are_listed_after_a_worker_starts() {
+    let env = Env::new();
+    let (a, b) = (object_id(), object_id());
+    let rule = object_id();
+    for p in [&a, &b] {
+        common::open_alert(&env, p, &rule, "g", "Old alert", Vec::new()).await;
+    }
+    let redis = klaxon_counter::RedisHandle::connect(&klaxon_testkit::redis_url())
+        .await
+        .expect("redis");
+    let _: i64 = redis::cmd("DEL")
+        .arg(format!("{}:al:projects", env.namespace))
+        .query_async(&mut redis.clone())
+        .await
+        .expect("del");
+    let listed = |env: &Env| -> Vec<String> {
+        let out = env.ok(&["alerts", "list", "-o", "json"]);
+        let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let mut p: Vec<String> = v["alerts"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x["projectId"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        p.sort();
+        p
+    };
+    assert!(listed(&env).is_empty(), "not found before the backfill");
+
+    let mut k = env.spawn("worker", &[]);
+    let mut want = vec![a.clone(), b.clone()];
+    want.sort();
+    let found = klaxon_testkit::wait_for(Duration::from_secs(20), || {
+        let got = listed(&env);
+        let ok = got == want;
+        async move { ok.then_some(()) }
+    })
+    .await;
+    assert!(found.is_some(), "{:?}; log:\n{}", listed(&env), k.logs());
+    assert!(
+        k.logs().contains("registered for the cross-project list"),
+        "{}",
+        k.logs()
+    );
+    let record: Option<String> = redis::cmd("GET")
+        .arg(format!("{}:al:projects:backfilled", env.namespace))
+        .query_async(&mut redis.clone())
+        .await
+        .expect("get");
+    let record: Value = serde_json::from_str(&record.expect("recorded")).expect("json");
+    assert_eq!(record["projects"], 2, "{record}");
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+}

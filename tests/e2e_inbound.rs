@@ -456,6 +456,57 @@ async fn a_slack_button_acknowledges_and_the_message_updates_in_place() {
         !k.logs().contains(SLACK_SECRET),
         "the signing secret is never logged"
     );
+
+    // `klaxon doctor` and the console say which integrations are on and what this process counted, never the
+    // secret: 2 clicks accepted; forged, unsigned, stale, foreign and replayed ones refused
+    let (_, report, err) = env
+        .clone()
+        .set("KLAXON_HTTP_ADDR", &k.addr)
+        .run(&["doctor", "--timeout", "10s"]);
+    let line = |check: &str| -> String {
+        report
+            .lines()
+            .find(|l| l.split_whitespace().skip(1).take(2).collect::<Vec<_>>().join(" ") == check)
+            .unwrap_or_else(|| panic!("no `{check}` line:\n{report}{err}"))
+            .to_owned()
+    };
+    let slack_line = line("inbound slack");
+    assert!(
+        slack_line.starts_with("ok ")
+            && slack_line.contains("on (KLAXON_SLACK_SIGNING_SECRET set, not shown)")
+            && slack_line.contains(&format!(
+                "the process at {} counted 2 accepted, 5 refused (",
+                k.addr
+            )),
+        "{slack_line}"
+    );
+    for outcome in [
+        "bad_signature 1",
+        "unsigned 1",
+        "stale 1",
+        "foreign_project 1",
+        "replayed 1",
+    ] {
+        assert!(slack_line.contains(outcome), "{outcome}: {slack_line}");
+    }
+    assert!(
+        line("inbound pagerduty").contains("off: KLAXON_PAGERDUTY_WEBHOOK_SECRET is not set"),
+        "{report}"
+    );
+    assert!(line("inbound telegram").contains("off:"), "{report}");
+    assert!(!report.contains(SLACK_SECRET), "{report}");
+    let (status, page) = k.get("/alerts").expect("console");
+    assert_eq!(status, 200, "{page}");
+    let row = page
+        .split("id=\"inbound-slack\"")
+        .nth(1)
+        .and_then(|r| r.split("</tr>").next())
+        .unwrap_or_else(|| panic!("the slack row: {page}"));
+    assert!(
+        row.contains(">on<") && row.contains("2 accepted, 5 refused"),
+        "{row}"
+    );
+    assert!(!page.contains(SLACK_SECRET), "{page}");
     drop(k);
     common::delete_queues(&env).await;
 }

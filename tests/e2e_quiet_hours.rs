@@ -203,3 +203,121 @@ async fn a_release_killed_between_claim_and_publish_is_sent_once_by_a_fleet_of_t
     assert_eq!(sender.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;
 }
+
+/// `klaxon deliveries list`, `GET /api/v1/deliveries` and the console list what a quiet window holds as `held`:
+/// its channel, its destination redacted as the trail shows it, the groups it holds (tenant text as data, escaped
+/// on the page) and until when; after the release, the same id is the delivery's record, never both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_messages_are_listed_as_held_until_their_release_then_as_its_delivery() {
+    let hooks = HttpSink::start().await.expect("sink");
+    let env = Env::new();
+    let project = object_id();
+    let (from, to, end) = window();
+    let endpoint = hooks.url("/hooks/SECRETPATH0123456789");
+    env.import(&rule(
+        &project,
+        json!({"webhook": {"isEnabled": true, "endpoint": endpoint, "minPeriod": 0}}),
+        &from,
+        &to,
+    ));
+    let mut k = env.spawn("run", &[]);
+    let title = format!("<script>alert(1)</script> & \"held\" ({})", env.namespace);
+    env.publish(&project, &title, "h").ok();
+    let until_rfc = klaxon_core::notification::rfc3339_ms(end as i64 * 1000);
+    let destination = klaxon_channels::redact_endpoint(klaxon_core::ChannelKind::Webhook, &endpoint);
+    assert!(!destination.contains("SECRETPATH"), "{destination}");
+
+    // the CLI: one held row, until the window's end
+    let list = |status: Option<&str>| -> Vec<Value> {
+        let mut args = vec!["deliveries", "list", "--project", &project, "-o", "json"];
+        if let Some(s) = status {
+            args.extend(["--status", s]);
+        }
+        let out = env.ok(&args);
+        serde_json::from_str::<Vec<Value>>(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+    };
+    let held = klaxon_testkit::wait_for(Duration::from_secs(20), || {
+        let rows = list(None);
+        async move { (rows.len() == 1 && rows[0]["status"] == "held").then_some(rows) }
+    })
+    .await
+    .unwrap_or_else(|| panic!("one held row; log:\n{}", k.logs()));
+    let row = &held[0];
+    assert!(
+        until(end) > Duration::from_secs(1),
+        "the test window left too little time to see the hold"
+    );
+    assert_eq!(row["channel"], "webhook", "{row}");
+    assert_eq!(row["destination"], destination.as_str(), "{row}");
+    assert_eq!(row["heldUntil"], until_rfc.as_str(), "{row}");
+    assert_eq!(row["attempts"], 0, "{row}");
+    assert_eq!(row["held"]["fired"], 1, "{row}");
+    assert_eq!(row["held"]["groups"][0]["group"], "h", "{row}");
+    assert_eq!(row["held"]["groups"][0]["title"], title.as_str(), "{row}");
+    // the alert the held firing opened
+    let alerts: Value =
+        serde_json::from_str(&env.ok(&["alerts", "list", "--project", &project, "-o", "json"]))
+            .expect("alerts json");
+    let alert_id = alerts["alerts"][0]["id"].as_str().expect("an alert").to_owned();
+    assert_eq!(row["held"]["groups"][0]["alertId"], alert_id.as_str(), "{row}");
+    let id = row["notificationId"].as_str().expect("an id").to_owned();
+    assert_eq!(list(Some("held")).len(), 1);
+    assert!(list(Some("sent")).is_empty());
+    // the table says until when
+    let table = env.ok(&["deliveries", "list", "--project", &project, "-o", "table"]);
+    assert!(
+        table.contains("held") && table.contains(&format!("held until {until_rfc}")),
+        "{table}"
+    );
+    assert!(!table.contains("SECRETPATH"), "{table}");
+
+    // the API and the console (the title escaped: data, not markup)
+    let (status, body) = k
+        .get(&format!("/api/v1/deliveries?projectId={project}"))
+        .expect("api");
+    assert_eq!(status, 200, "{body}");
+    let api: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(api["deliveries"][0]["status"], "held", "{api}");
+    assert_eq!(api["deliveries"][0]["notificationId"], id.as_str(), "{api}");
+    assert_eq!(api["deliveries"][0]["heldUntil"], until_rfc.as_str(), "{api}");
+    let (status, page) = k.get(&format!("/deliveries?project={project}")).expect("console");
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("class=\"held-row\""), "{page}");
+    assert!(page.contains(&id), "{page}");
+    let shown_until = format!("until {} {}Z", &until_rfc[..10], &until_rfc[11..19]);
+    assert!(page.contains(&shown_until), "{shown_until}: {page}");
+    assert!(
+        page.contains("&lt;script&gt;alert(1)&lt;&#x2f;script&gt;"),
+        "{page}"
+    );
+    assert!(!page.contains("<script>alert(1)"), "{page}");
+    assert!(!page.contains("SECRETPATH"), "{page}");
+
+    // the release: the same id, now the delivery's record; nothing held any more, nothing twice
+    tokio::time::sleep(until(end)).await;
+    let got = hooks.wait_for_count(1, Duration::from_secs(20)).await;
+    assert_eq!(got.len(), 1, "the release; log:\n{}", k.logs());
+    let after = klaxon_testkit::wait_for(Duration::from_secs(20), || {
+        let rows = list(None);
+        async move { (rows.len() == 1 && rows[0]["status"] == "sent").then_some(rows) }
+    })
+    .await
+    .unwrap_or_else(|| panic!("the release's record; rows: {:?}", list(None)));
+    assert_eq!(after[0]["notificationId"], id.as_str(), "{after:?}");
+    assert_eq!(after[0]["destination"], destination.as_str(), "{after:?}");
+    assert!(list(Some("held")).is_empty());
+    let (_, body) = k
+        .get(&format!("/api/v1/deliveries?projectId={project}"))
+        .expect("api");
+    let api: Value = serde_json::from_str(&body).expect("json");
+    let ids: Vec<&str> = api["deliveries"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|d| d["notificationId"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(ids, [id.as_str()], "{api}");
+    let (_, page) = k.get(&format!("/deliveries?project={project}")).expect("console");
+    assert!(!page.contains("class=\"held-row\""), "{page}");
+    assert_eq!(page.matches(&id).count(), 1, "{page}");
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}

@@ -8,6 +8,11 @@
 //! `KLAXON_TELEGRAM_WEBHOOK_SECRET`): a process that delivers shows a channel's buttons only when that secret is set
 //! in its environment too ([`Buttons`]), so no message carries a button nobody answers.
 //!
+//! A message with buttons keeps its `ack` and `resolve` action links (the contract wants them on firings,
+//! reminders and escalation steps), but shows them apart, as a footer "or open: ack · resolve"
+//! (`MessageContext::buttons`, on Slack a `rich_text` block [`SLACK_OPEN_LINKS_ID`] after the buttons), so the
+//! message does not read as two Acknowledge controls.
+//!
 //! Which messages: an alert's firing, its reminders and its escalation steps, and the edit of its firing message
 //! when it is acknowledged or resolved (so the buttons follow the state): `firing` shows Acknowledge and Resolve,
 //! `acknowledged` shows Resolve, `resolved` none. A digest, a quiet-hours release, a direct notification and a
@@ -124,6 +129,22 @@ pub fn parse_callback_data(data: &str) -> Option<(Press, String, String)> {
 /// The id of the `actions` block that holds Slack's buttons: an edit finds and replaces it by it.
 pub const SLACK_BLOCK_ID: &str = "klaxon-alert-buttons";
 
+/// The id of the footer block "or open: ack · resolve" (the `ack` and `resolve` links of a message with buttons):
+/// the buttons block goes right before it ([`place_slack_block`]).
+pub const SLACK_OPEN_LINKS_ID: &str = "klaxon-open-links";
+
+/// Puts the buttons block into `blocks`: before the footer of links ([`SLACK_OPEN_LINKS_ID`]) when there is one,
+/// last otherwise.
+pub fn place_slack_block(blocks: &mut Vec<Value>, block: Value) {
+    let footer = blocks
+        .iter()
+        .position(|b| b.get("block_id").and_then(Value::as_str) == Some(SLACK_OPEN_LINKS_ID));
+    match footer {
+        Some(i) => blocks.insert(i, block),
+        None => blocks.push(block),
+    }
+}
+
 /// Slack's `actions` block of interactive buttons (no `url`: a click posts to the app's interactivity URL).
 pub fn slack_block(project_id: &str, alert_id: &str, presses: &[Press]) -> Option<Value> {
     if presses.is_empty() {
@@ -164,7 +185,7 @@ pub fn telegram_markup(project_id: &str, alert_id: &str, presses: &[Press]) -> O
 pub fn replace_slack_block(blocks: &mut Vec<Value>, project_id: &str, alert_id: &str, presses: &[Press]) {
     blocks.retain(|b| b.get("block_id").and_then(Value::as_str) != Some(SLACK_BLOCK_ID));
     if let Some(b) = slack_block(project_id, alert_id, presses) {
-        blocks.push(b);
+        place_slack_block(blocks, b);
     }
 }
 

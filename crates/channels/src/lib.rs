@@ -307,6 +307,8 @@ impl Channels {
             project_name: task.project_name.as_deref(),
             links: self.links.as_deref(),
             actions,
+            // set by the channels whose messages carry buttons (Slack's Web API, Telegram's Bot API)
+            buttons: false,
         }
     }
 

@@ -260,6 +260,25 @@ pub(crate) fn actions_block(v: &View) -> Option<Value> {
     Some(json!({"type": "actions", "elements": buttons}))
 }
 
+/// The `ack` and `resolve` links of a message with interactive buttons ([`View::open_actions`]) as a small
+/// `rich_text` footer, "or open: ack · resolve" (block [`crate::buttons::SLACK_OPEN_LINKS_ID`]: the buttons go
+/// before it). None without such links.
+pub(crate) fn open_links_block(v: &View) -> Option<Value> {
+    if v.open_actions.is_empty() {
+        return None;
+    }
+    let mut elements = vec![json!({"type": "text", "text": "or open: "})];
+    for (i, a) in v.open_actions.iter().enumerate() {
+        if i > 0 {
+            elements.push(json!({"type": "text", "text": " · "}));
+        }
+        elements.push(json!({"type": "link", "url": a.url, "text": a.label}));
+    }
+    let mut block = rich_text(elements);
+    block["block_id"] = Value::from(crate::buttons::SLACK_OPEN_LINKS_ID);
+    Some(block)
+}
+
 /// Slack's documented limits (`text` ≤ 40,000 characters, ≤ 50 blocks) and ours (a `rich_text` block shows at
 /// most [`SLACK_SECTION_MAX`] characters).
 pub(crate) fn within_limits(body: &Value) -> bool {
@@ -306,6 +325,9 @@ impl Channels {
                 let mut blocks = rich_text_blocks(&view);
                 if let Some(actions) = actions_block(&view) {
                     blocks.push(actions);
+                }
+                if let Some(open) = open_links_block(&view) {
+                    blocks.push(open);
                 }
                 Ok(json!({
                     "text": text,

@@ -165,6 +165,11 @@ impl Channels {
         channel: &str,
         thread_ts: Option<&str>,
     ) -> Result<Value, DeliveryError> {
+        // with the Acknowledge and Resolve buttons, the ack and resolve links become the footer "or open: …"
+        let ctx = MessageContext {
+            buttons: self.slack_buttons(task, false).is_some(),
+            ..ctx
+        };
         let mut body = self.slack_message(task, ctx)?;
         body["channel"] = Value::from(channel);
         if let Some(ts) = thread_ts {
@@ -198,7 +203,7 @@ impl Channels {
         };
         let mut with = body.clone();
         if let Some(blocks) = with["blocks"].as_array_mut() {
-            blocks.push(block);
+            crate::buttons::place_slack_block(blocks, block);
             if within_limits(&with) {
                 *body = with;
             }

@@ -146,6 +146,11 @@ impl Channels {
         // Split, never cut: a part over the limit can only come from one tag longer than a part (a link of an
         // operator's very long template); the message is then rendered in a smaller room, without such links.
         let renderer = &self.inner.renderer;
+        // with the Acknowledge and Resolve buttons, the ack and resolve links become the footer "or open: …"
+        let ctx = MessageContext {
+            buttons: self.telegram_markup(task, false).is_some(),
+            ..ctx
+        };
         fit(
             |room| {
                 let text = renderer.render_view(TELEGRAM, &renderer.view_in(task, ctx, room))?;

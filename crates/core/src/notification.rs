@@ -533,13 +533,7 @@ impl NotificationTask {
             more: Default::default(),
         };
         NotificationTask {
-            notification_id: notification_id(
-                w.project_id,
-                w.rule_id,
-                "",
-                &format!("quiet:{}", w.window_start_ms),
-                w.channel,
-            ),
+            notification_id: held_release_id(w.project_id, w.rule_id, w.channel, w.window_start_ms),
             project_id: w.project_id.to_owned(),
             project_name: w.project_name.map(str::to_owned),
             rule_id: w.rule_id.to_owned(),
@@ -596,6 +590,13 @@ pub fn rfc3339_ms(ms: i64) -> String {
         .ok()
         .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
         .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_owned())
+}
+
+/// The id of the one message that releases a (project, rule, channel)'s quiet-hours hold due at `until_ms`
+/// ([`NotificationTask::for_held`]): what `klaxon deliveries list` shows a held message under, before and after
+/// its release.
+pub fn held_release_id(project_id: &str, rule_id: &str, channel: ChannelKind, until_ms: i64) -> String {
+    notification_id(project_id, rule_id, "", &format!("quiet:{until_ms}"), channel)
 }
 
 /// The deterministic id of one firing on one channel.

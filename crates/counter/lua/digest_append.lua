@@ -2,8 +2,10 @@
 -- `minPeriod > 0`: send it at once (the channel is quiet), or add it to the digest buffer of the (project, rule,
 -- channel) and say whether the caller must schedule the window's flush.
 --
--- KEYS[1]  hash   `<ns>:{dg:<project>:<rule>:<channel>}:win`  {start = window start ms, opener = notification id}
--- KEYS[2]  hash   `…:buf`  entry -> cjson {count, title, repetitionId, openForMs?, silenceMs?}, merged by max count;
+-- KEYS[1]  hash   `<ns>:{dg:<project>:<rule>:<channel>}:win`  {start = window start ms, opener = notification id;
+--                  a hold's also dest = the redacted destination}
+-- KEYS[2]  hash   `…:buf`  entry -> cjson {count, title, repetitionId, openForMs?, silenceMs?, alertId?}, merged by
+--                  max count;
 --                  and four counters (fields starting with `#`, never an entry: entries start with `f:` or `r:`):
 --                  `#f` / `#r` entries listed that fired / resolved, `#mf` / `#mr` firings / resolves past the bound
 -- KEYS[3]  zset   `…:idz`  notification ids appended in the last `minPeriod` + 10 minutes, scored by append time
@@ -29,6 +31,11 @@
 -- ARGV[11] a resolved entry's open-for ms (how long its alert was open), kept as `openForMs`; '' (or absent)
 --          otherwise
 -- ARGV[12] a NO_EVENTS silence's quiet period ms, kept as `silenceMs`; '' (or absent) for any other entry
+-- ARGV[13] with a hold-until: the redacted destination of the message the hold will release (the opener's), kept
+--          in `…:quiet:win` as `dest` for the listing of held messages (`klaxon deliveries list`); '' (or
+--          absent) for none
+-- ARGV[14] the alert the entry is about (its id), kept as `alertId` for the listing of held messages; '' (or
+--          absent) for none
 --
 -- Returns {action, start_ms, now_ms}:
 --   action = 2: send this firing (or resolve) now, alone (leading edge): no message on the channel in the last
@@ -86,6 +93,9 @@ local function buffer(expire)
     if ARGV[12] and ARGV[12] ~= '' then
       entry['silenceMs'] = tonumber(ARGV[12])
     end
+    if ARGV[14] and ARGV[14] ~= '' then
+      entry['alertId'] = ARGV[14]
+    end
     redis.call('HSET', KEYS[2], group, cjson.encode(entry))
   end
   redis.call('PEXPIRE', KEYS[1], expire)
@@ -110,6 +120,9 @@ if ARGV[10] and ARGV[10] ~= '' then
   local hschedule = 0
   if hstart ~= due then
     redis.call('HSET', KEYS[1], 'start', due, 'opener', id)
+    if ARGV[13] and ARGV[13] ~= '' then
+      redis.call('HSET', KEYS[1], 'dest', ARGV[13])
+    end
     hschedule = 1
   end
   buffer((due - now) + keep)

@@ -39,6 +39,8 @@
 //! * **Across projects.** Opening an alert adds its project to `<ns>:al:projects` (its own key, beside the
 //!   project's slot: a second command after the script); [`Alerts::list_all`] reads the index of each member and
 //!   forgets a member whose index has expired (then looks again, so an alert that opened meanwhile keeps it).
+//!   Alerts opened before the registry existed are registered once per namespace by a bounded backfill at a
+//!   worker's start ([`crate::alert_projects`]).
 //! * **Counting.** [`Alerts::touch`] counts a batch's matching events into the open alerts of their (rule,
 //!   group)s (one call per project): `events` and the last event's time, which `resolveAfter` runs from.
 
@@ -356,8 +358,18 @@ impl Alerts {
         Ok(answers)
     }
 
+    /// The namespace.
+    pub(crate) fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The Redis handle.
+    pub(crate) fn redis(&self) -> &RedisHandle {
+        &self.redis
+    }
+
     /// `<ns>:al:projects`: the projects that opened an alert.
-    fn projects_key(&self) -> String {
+    pub(crate) fn projects_key(&self) -> String {
         format!("{}:al:projects", self.namespace)
     }
 

@@ -14,7 +14,7 @@
 //! Quiet hours (`quietHours`) hold firings with the same scripts on sibling keys under `…:quiet` (same hash
 //! tag): [`Digests::hold_all`] appends with an explicit due time (the window's end) instead of a leading edge
 //! and `start + minPeriod`, [`Digests::claim_held`] takes the hold when it is due, [`Digests::done_held`]
-//! completes it.
+//! completes it. An index lists the open holds for `klaxon deliveries list` ([`crate::held`]).
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -39,7 +39,7 @@ pub const DIGEST_MAX_GROUPS: usize = 1000;
 /// Titles are cut to this many bytes when buffered (1,000 groups × 1 KiB: a digest task stays near 1 MiB at most).
 pub const MAX_BUFFERED_TITLE_BYTES: usize = 1024;
 /// How long digest keys outlive their window when nobody flushes them (a safety net against leaks).
-const KEEP: Duration = Duration::from_secs(7 * 24 * 3600);
+pub(crate) const KEEP: Duration = Duration::from_secs(7 * 24 * 3600);
 /// How long a flusher may hold a claimed window before another one may recover it.
 pub const DEFAULT_CLAIM_LEASE: Duration = Duration::from_secs(10);
 
@@ -102,6 +102,11 @@ pub struct Hold<'a> {
     pub entry: HeldEntry,
     /// When the quiet ends (unix ms): the hold is due then.
     pub until_ms: i64,
+    /// The message's destination as the delivery trail shows it (redacted: `klaxon_channels::redact_endpoint`),
+    /// kept when this message opens the hold, for the listing of held messages ([`Digests::held`]).
+    pub destination: &'a str,
+    /// The alert the message is about, if any: kept with its entry for the listing of held messages.
+    pub alert_id: Option<&'a str>,
 }
 
 /// What [`Digests::claim`] or [`Digests::claim_held`] took: the window's entries, split by kind.
@@ -210,6 +215,10 @@ struct AppendCall<'a> {
     event: &'a NotificationEvent,
     period_ms: u64,
     until_ms: Option<i64>,
+    /// A hold's redacted destination ('' for a digest).
+    destination: &'a str,
+    /// A hold's alert id ('' for none, and for a digest).
+    alert_id: &'a str,
 }
 
 /// The buffer's field of a group: its kind's prefix and the group, bounded as alerts and counting keys hold it
@@ -233,6 +242,16 @@ impl Digests {
             namespace: namespace.into(),
             lease: DEFAULT_CLAIM_LEASE,
         }
+    }
+
+    /// The namespace.
+    pub(crate) fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The Redis handle.
+    pub(crate) fn redis(&self) -> &RedisHandle {
+        &self.redis
     }
 
     /// Changes how long a claim is protected before another flusher may recover it (at least 1 ms).
@@ -294,6 +313,8 @@ impl Digests {
                 event: f.event,
                 period_ms: period_ms(f.min_period_s),
                 until_ms: None,
+                destination: "",
+                alert_id: "",
             })
             .collect();
         self.append_calls(&calls, now_ms).await
@@ -324,9 +345,20 @@ impl Digests {
                 event: h.event,
                 period_ms: 1000,
                 until_ms: Some(h.until_ms),
+                destination: h.destination,
+                alert_id: h.alert_id.unwrap_or_default(),
             })
             .collect();
-        self.append_calls(&calls, now_ms).await
+        let answers = self.append_calls(&calls, now_ms).await?;
+        // the holds this call opened or moved (or the redelivery of the one that did) join the listing's index
+        let opened: Vec<(DigestKey<'_>, i64, i64)> = holds
+            .iter()
+            .zip(&answers)
+            .filter(|(_, a)| a.schedule_flush)
+            .map(|(h, a)| (h.key, a.window_start_ms, a.now_ms))
+            .collect();
+        self.index_holds(&opened).await?;
+        Ok(answers)
     }
 
     async fn append_calls(
@@ -361,7 +393,9 @@ impl Digests {
                     .arg(ms(KEEP))
                     .arg(f.until_ms.map_or(String::new(), |u| u.to_string()))
                     .arg(f.event.open_for_ms.map_or(String::new(), |o| o.to_string()))
-                    .arg(f.event.silence_period_ms.map_or(String::new(), |p| p.to_string()));
+                    .arg(f.event.silence_period_ms.map_or(String::new(), |p| p.to_string()))
+                    .arg(f.destination)
+                    .arg(f.alert_id);
                 ScriptCall {
                     script: &APPEND,
                     name: S,
@@ -418,9 +452,11 @@ impl Digests {
         self.claim_at(&self.hold_base(key), until_ms, 0, now_ms).await
     }
 
-    /// Completes a claimed hold once its message is published (idempotent).
+    /// Completes a claimed hold once its message is published (idempotent), and takes it out of the listing's
+    /// index.
     pub async fn done_held(&self, key: &DigestKey<'_>, until_ms: i64) -> Result<(), CounterError> {
-        self.done_at(&self.hold_base(key), until_ms).await
+        self.done_at(&self.hold_base(key), until_ms).await?;
+        self.unindex_hold(key, until_ms).await
     }
 
     async fn claim_at(

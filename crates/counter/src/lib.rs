@@ -54,6 +54,7 @@
 //!   can be told apart by its count.
 #![deny(missing_docs)]
 
+pub mod alert_projects;
 pub mod alerts;
 pub mod budget;
 pub mod consumers;
@@ -64,6 +65,7 @@ pub mod direct;
 mod error;
 pub mod eviction;
 pub mod gcra;
+pub mod held;
 mod hit;
 pub mod inbound;
 pub mod mutes;
@@ -75,6 +77,7 @@ mod redis_handle;
 mod script_io;
 mod window_counter;
 
+pub use alert_projects::Backfilled;
 pub use alerts::{Alerts, Change, Heard, Hearing, NotOpened, Opened, Touch, Usage};
 pub use budget::Budgets;
 pub use consumers::{Consumers, Registered};
@@ -87,6 +90,7 @@ pub use eviction::{
     eviction_policies, persistence, EvictionPolicies, NodePersistence, NodePolicy, PolicySource, NO_EVICTION,
 };
 pub use gcra::{Gcra, Slot};
+pub use held::{HeldGroup, HeldMessage};
 pub use hit::{Hit, Outcome};
 pub use inbound::{Inbound, Incident};
 pub use mutes::Mutes;

@@ -837,3 +837,98 @@ async fn groups_are_bounded(env: Env) {
 async fn a_200_kb_group_makes_no_200_kb_key_and_still_finds_its_alert() {
     on_both(groups_are_bounded).await;
 }
+
+/// Alerts opened before `<ns>:al:projects` existed (their project not registered) are found by the backfill
+/// once, on the server and on every master of a cluster; a key that only looks like an index is not taken, a
+/// second run does nothing (its record says what the first did), and the cross-project list then shows them.
+async fn backfill(env: Env) {
+    let t = env.topology;
+    let a = alerts(&env);
+    // three projects' alerts, as an earlier version left them: indexes without the registry
+    let projects = [
+        "aaaaaaaaaaaaaaaaaaaaaaa1",
+        "bbbbbbbbbbbbbbbbbbbbbbb2",
+        "ccccccccccccccccccccccc3",
+    ];
+    for p in projects {
+        let mut opening = opening("r1", "g", "w1", T0, MIN as u64);
+        opening.project_id = p.into();
+        opening.id = alert_id(p, "r1", "g", "w1");
+        let opened = a.open(&[opening], Some(T0)).await.expect("open");
+        assert!(matches!(opened[0], Opened::New(_)), "[{t}] {opened:?}");
+    }
+    let _: i64 = env
+        .query(redis::cmd("DEL").arg(format!("{}:al:projects", env.ns)))
+        .await;
+    // a group holding `}:idx` makes a key the pattern matches: not a project
+    let _: () = env
+        .query(
+            redis::cmd("SET")
+                .arg(format!("{}:al:{{zz}}:cur:r:x}}:idx", env.ns))
+                .arg("1"),
+        )
+        .await;
+    assert!(
+        a.list_all(None, 10).await.expect("list").is_empty(),
+        "[{t}] nothing listed before"
+    );
+    assert_eq!(a.backfill_record().await.expect("record"), None);
+
+    let done = a.backfill_projects(T0).await.expect("backfill");
+    assert_eq!(
+        done,
+        klaxon_counter::Backfilled::Done {
+            projects: 3,
+            capped: false
+        },
+        "[{t}]"
+    );
+    let mut listed: Vec<String> = a
+        .list_all(None, 10)
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|x| x.project_id)
+        .collect();
+    listed.sort();
+    assert_eq!(listed, projects, "[{t}]");
+    assert_eq!(
+        a.projects().await.expect("projects"),
+        projects,
+        "[{t}] zz is not a project"
+    );
+    // once per namespace: the record stays, a second start does nothing
+    let record = a.backfill_record().await.expect("record").expect("a record");
+    let v: serde_json::Value = serde_json::from_str(&record).expect("json");
+    assert_eq!(
+        (v["at"].as_i64(), v["projects"].as_u64()),
+        (Some(T0), Some(3)),
+        "[{t}] {record}"
+    );
+    assert_eq!(
+        a.backfill_projects(T0 + 1).await.expect("again"),
+        klaxon_counter::Backfilled::Already(record),
+        "[{t}]"
+    );
+    // another process holding the lease: this one skips it
+    let _: i64 = env
+        .query(redis::cmd("DEL").arg(format!("{}:al:projects:backfilled", env.ns)))
+        .await;
+    let _: () = env
+        .query(
+            redis::cmd("SET")
+                .arg(format!("{}:al:projects:backfill-lease", env.ns))
+                .arg("1"),
+        )
+        .await;
+    assert_eq!(
+        a.backfill_projects(T0 + 2).await.expect("busy"),
+        klaxon_counter::Backfilled::Busy,
+        "[{t}]"
+    );
+}
+
+#[tokio::test]
+async fn alerts_opened_before_the_registry_are_backfilled_once() {
+    on_both(backfill).await;
+}

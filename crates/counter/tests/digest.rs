@@ -569,7 +569,119 @@ fn hold<'a>(
         event,
         entry,
         until_ms,
+        destination: "https://hooks.test/…",
+        alert_id: Some("a-1"),
     }
+}
+
+/// Held messages are listed from the index until their release: one row per (project, rule, channel) hold with
+/// its release's id, destination, due time, counts and first groups; a project's filter and the limit hold; a
+/// moved hold is listed once, at its new due time; a claimed hold is no longer listed, and its release leaves
+/// the index.
+#[tokio::test]
+async fn held_messages_are_listed_until_their_release() {
+    use klaxon_counter::HeldEntry::*;
+    common::on_both(|env| async move {
+        let d = Digests::new(env.redis.clone(), &env.ns);
+        let t0 = 50_000_000;
+        let end = t0 + 60_000;
+        const OTHER: DigestKey<'static> = DigestKey {
+            project_id: "p2",
+            rule_id: "r2",
+            channel: ChannelKind::Webhook,
+        };
+        assert!(d.held(None, 10).await.expect("held").is_empty());
+        let (g1, g2, g3) = (ev("g1", 5), ev("g2", 3), ev("g3", 1));
+        let holds = [
+            hold(KEY, "n1", &g1, Fired, end),
+            hold(KEY, "n2", &g2, Fired, end),
+            hold(KEY, "r2", &g2, Resolved, end),
+            hold(OTHER, "o1", &g3, Fired, end + 1_000),
+        ];
+        d.hold_all(&holds[..3], Some(t0)).await.expect("hold");
+        d.hold_all(&holds[3..], Some(t0 + 500)).await.expect("hold");
+        // a redelivery lists nothing twice
+        d.hold_all(&holds, Some(t0 + 600)).await.expect("hold");
+
+        let listed = d.held(None, 10).await.expect("held");
+        assert_eq!(listed.len(), 2, "[{}] {listed:?}", env.topology);
+        let first = &listed[0];
+        assert_eq!(
+            (
+                first.project_id.as_str(),
+                first.rule_id.as_str(),
+                first.channel,
+                first.until_ms
+            ),
+            ("p1", "r1", ChannelKind::Slack, end)
+        );
+        assert_eq!(
+            first.notification_id,
+            klaxon_core::notification::held_release_id("p1", "r1", ChannelKind::Slack, end)
+        );
+        assert_eq!(first.destination, "https://hooks.test/…");
+        assert_eq!((first.fired, first.resolved), (2, 1));
+        assert_eq!((first.held_since_ms, first.last_held_ms), (Some(t0), Some(t0)));
+        let groups: Vec<(&str, &str, u64, bool)> = first
+            .groups
+            .iter()
+            .map(|g| (g.group.as_str(), g.title.as_str(), g.count, g.resolved))
+            .collect();
+        assert!(
+            first.groups.iter().all(|g| g.alert_id.as_deref() == Some("a-1")),
+            "{first:?}"
+        );
+        assert_eq!(
+            groups,
+            [
+                ("g1", "Error in g1", 5, false),
+                ("g2", "Error in g2", 3, false),
+                ("g2", "Error in g2", 3, true)
+            ]
+        );
+        assert_eq!(
+            (listed[1].project_id.as_str(), listed[1].until_ms),
+            ("p2", end + 1_000)
+        );
+        // a project's filter, and the limit
+        let p2 = d.held(Some("p2"), 10).await.expect("held");
+        assert_eq!(p2.iter().map(|h| h.rule_id.as_str()).collect::<Vec<_>>(), ["r2"]);
+        assert_eq!(d.held(None, 1).await.expect("held").len(), 1);
+        assert!(d.held(Some("p3"), 10).await.expect("held").is_empty());
+
+        // the other project's windows changed: listed once, at the new end
+        let moved = end + 90_000;
+        d.hold_all(&[hold(OTHER, "o2", &g3, Fired, moved)], Some(t0 + 700))
+            .await
+            .expect("hold");
+        let p2 = d.held(Some("p2"), 10).await.expect("held");
+        assert_eq!(
+            p2.iter().map(|h| h.until_ms).collect::<Vec<_>>(),
+            [moved],
+            "{p2:?}"
+        );
+
+        // claimed: no longer held (its release is the trail's record); done: out of the index
+        assert!(matches!(
+            d.claim_held(&KEY, end, Some(end)).await,
+            Ok(Claim::Claimed { .. })
+        ));
+        let listed = d.held(None, 10).await.expect("held");
+        assert_eq!(
+            listed.iter().map(|h| h.project_id.as_str()).collect::<Vec<_>>(),
+            ["p2"]
+        );
+        d.done_held(&KEY, end).await.expect("done");
+        let index: Vec<String> = redis::cmd("ZRANGE")
+            .arg(format!("{}:quiet:held", env.ns))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut env.redis.clone())
+            .await
+            .expect("zrange");
+        assert_eq!(index, [r#"["p2","r2","webhook"]"#], "[{}]", env.topology);
+    })
+    .await;
 }
 
 /// Quiet hours hold on the digest scripts with an explicit due time: nothing is sent at once (no leading edge),
@@ -838,6 +950,57 @@ async fn a_1200_group_quiet_window_counts_what_it_cannot_list() {
         };
         assert!(more.is_none(), "[{t}] {more:?}");
         d.done_held(&key, end + 10_000).await.expect("done");
+    })
+    .await;
+}
+
+/// A listing reads what its limit asks and no more: 600 holds of three projects; the soonest 100 come first, in
+/// order of their release; one project's 200 are found among the others. Timed (printed) on both topologies.
+#[tokio::test]
+async fn listing_held_messages_reads_by_limit_soonest_first() {
+    use klaxon_counter::HeldEntry::Fired;
+    common::on_both(|env| async move {
+        let d = Digests::new(env.redis.clone(), &env.ns);
+        let t0 = 60_000_000;
+        let projects = ["pa", "pb", "pc"];
+        let rules: Vec<String> = (0..200).map(|i| format!("r{i:03}")).collect();
+        let event = ev("g1", 1);
+        let keys: Vec<(DigestKey<'_>, String, i64)> = rules
+            .iter()
+            .enumerate()
+            .flat_map(|(i, r)| {
+                projects.iter().enumerate().map(move |(j, p)| {
+                    let key = DigestKey {
+                        project_id: p,
+                        rule_id: r,
+                        channel: ChannelKind::Webhook,
+                    };
+                    (key, format!("n-{p}-{r}"), t0 + 60_000 + (i * 3 + j) as i64)
+                })
+            })
+            .collect();
+        let holds: Vec<klaxon_counter::Hold<'_>> = keys
+            .iter()
+            .map(|(k, id, until)| hold(*k, id, &event, Fired, *until))
+            .collect();
+        d.hold_all(&holds, Some(t0)).await.expect("hold");
+
+        let started = std::time::Instant::now();
+        let first = d.held(None, 100).await.expect("held");
+        let all_limit = started.elapsed();
+        assert_eq!(first.len(), 100, "[{}]", env.topology);
+        let dues: Vec<i64> = first.iter().map(|h| h.until_ms).collect();
+        assert!(dues.windows(2).all(|w| w[0] < w[1]), "soonest first");
+        assert_eq!(dues[0], t0 + 60_000);
+        let started = std::time::Instant::now();
+        let pc = d.held(Some("pc"), 1000).await.expect("held");
+        let one_project = started.elapsed();
+        assert_eq!(pc.len(), 200, "[{}]", env.topology);
+        assert!(pc.iter().all(|h| h.project_id == "pc"));
+        eprintln!(
+            "[{}] held listing over 600 holds: limit 100 in {all_limit:?}; one project's 200 in {one_project:?}",
+            env.topology
+        );
     })
     .await;
 }

@@ -64,9 +64,15 @@ pub(crate) async fn hold(
             })
         })
         .collect();
+    // as the trail shows it: the listing of held messages (`klaxon deliveries list`) keeps no secret
+    let destinations: Vec<String> = groups
+        .iter()
+        .map(|(h, _, _)| klaxon_channels::redact_endpoint(h.task.channel, &h.task.endpoint))
+        .collect();
     let holds: Vec<Hold<'_>> = groups
         .iter()
-        .map(|(h, e, entry)| Hold {
+        .zip(&destinations)
+        .map(|((h, e, entry), destination)| Hold {
             key: DigestKey {
                 project_id: &h.task.project_id,
                 rule_id: &h.task.rule_id,
@@ -76,6 +82,8 @@ pub(crate) async fn hold(
             event: e,
             entry: *entry,
             until_ms: h.until_ms,
+            destination,
+            alert_id: h.task.alert.as_ref().map(|a| a.id.as_str()),
         })
         .collect();
     let answers = digests

@@ -61,10 +61,14 @@ pub enum Status {
     /// Not sent, and never will be: a reminder or escalation step whose alert was acknowledged, resolved or gone
     /// when its turn came (`last_error` says which).
     Dropped,
+    /// Not sent yet: a rule's quiet hours (`quietHours`) hold it until its window ends. Never recorded in the
+    /// trail: the listings read it from Redis (`klaxon_counter::held`) until the release, whose records take
+    /// its place under the same notification id.
+    Held,
 }
 
 impl Status {
-    /// `sent`, `retrying`, `dead`, `shadow`, `dropped`.
+    /// `sent`, `retrying`, `dead`, `shadow`, `dropped`, `held`.
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Sent => "sent",
@@ -72,6 +76,7 @@ impl Status {
             Status::Dead => "dead",
             Status::Shadow => "shadow",
             Status::Dropped => "dropped",
+            Status::Held => "held",
         }
     }
 }
@@ -85,8 +90,9 @@ impl std::str::FromStr for Status {
             "dead" => Ok(Status::Dead),
             "shadow" => Ok(Status::Shadow),
             "dropped" => Ok(Status::Dropped),
+            "held" => Ok(Status::Held),
             other => Err(format!(
-                "unknown status `{other}`: use sent, retrying, dead, shadow or dropped"
+                "unknown status `{other}`: use sent, retrying, dead, shadow, dropped or held"
             )),
         }
     }
@@ -529,6 +535,8 @@ fn page_of(sorted: Vec<Record>, before: Option<&Cursor>, limit: usize) -> (Vec<R
 /// Final states win ties over `retrying`.
 fn rank(s: Status) -> u8 {
     match s {
+        // never in the trail; below every recorded state
+        Status::Held => 0,
         Status::Retrying => 0,
         Status::Dead => 1,
         Status::Shadow => 2,

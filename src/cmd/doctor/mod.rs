@@ -36,15 +36,19 @@
 //!   usual cause: `--mongo-db` names the wrong database); with consumers but no sign of events it is a warning.
 //! - **smtp**: a TCP connect to the `--smtp-url` host and its `220` greeting (credentials are never printed).
 //! - **telegram**: whether a bot token is set (it is never printed).
+//! - **inbound pagerduty|slack|telegram**: whether each inbound integration is on (its secret set, never
+//!   printed), and the accepted and refused requests the running process at `--http-addr` counted (its
+//!   `/metrics`); a warning when it accepted none and refused some for their signature or age (a wrong secret).
 //!
 //! One file per service or job: `redis.rs`, `alerts.rs` (alert slots), `rabbitmq.rs` (the queues, Hawk's queues with
 //! `--output hawk`), `shards.rs` (`--events-shards`),
-//! `consumers.rs`, `mongodb.rs`, `rules.rs`, `smtp.rs`, `channels.rs` (Telegram, PagerDuty) and `keys.rs` (action
+//! `consumers.rs`, `mongodb.rs`, `rules.rs`, `smtp.rs`, `channels.rs` (Telegram, PagerDuty), `inbound.rs` (the inbound integrations) and `keys.rs` (action
 //! links, webhook signing, the API token); this file holds the options, the report and the order of the lines.
 
 mod alerts;
 mod channels;
 mod consumers;
+mod inbound;
 mod keys;
 mod mongodb;
 mod rabbitmq;
@@ -85,7 +89,10 @@ Sample output:
   ok    mongodb              127.0.0.1:27017, database `klaxon`, collection `projects`: createIndexes supported
   warn  rules                1 problem(s) in 12 rule(s) of 3 project(s) in database `klaxon`: see `klaxon rules check`
   ok    smtp                 127.0.0.1:25: 220 mail.example.com ESMTP
-  warn  telegram             KLAXON_TELEGRAM_BOT_TOKEN is not set: telegram channels cannot deliver")]
+  warn  telegram             KLAXON_TELEGRAM_BOT_TOKEN is not set: telegram channels cannot deliver
+  ok    inbound pagerduty    on (KLAXON_PAGERDUTY_WEBHOOK_SECRET set, not shown): POST /api/v1/integrations/pagerduty; …
+  ok    inbound slack        off: KLAXON_SLACK_SIGNING_SECRET is not set (POST /api/v1/integrations/slack answers 404)
+  ok    inbound telegram     off: KLAXON_TELEGRAM_WEBHOOK_SECRET is not set (POST /api/v1/integrations/telegram answers 404)")]
 pub struct DoctorArgs {
     /// How long each check may take (a plain number is seconds).
     #[arg(long, env = "KLAXON_DOCTOR_TIMEOUT", default_value = "3s", value_parser = duration_secs, value_name = "DURATION")]
@@ -108,6 +115,15 @@ pub struct DoctorArgs {
         value_name = "OUTPUT"
     )]
     pub notify_output: Output,
+    /// The address of the running Klaxon process whose `/metrics` give the inbound integrations' request counts
+    /// (as `klaxon run --http-addr` has it).
+    #[arg(
+        long,
+        env = "KLAXON_HTTP_ADDR",
+        default_value = "127.0.0.1:9464",
+        value_name = "ADDR"
+    )]
+    pub http_addr: std::net::SocketAddr,
     /// The console's URL as browsers reach it (as `klaxon run --public-url` has it): checked beside
     /// KLAXON_ACTION_KEY, as the action links of messages need both.
     #[arg(long, env = "KLAXON_PUBLIC_URL", value_name = "URL")]
@@ -168,7 +184,7 @@ pub async fn run(args: DoctorArgs, global: &GlobalOpts) -> anyhow::Result<ExitCo
     let limits = crate::cli::limits(Some(&args.limits), None)?;
     // Shadow mode delivers nothing: the senders' services and settings are not checked.
     let delivers = args.notify_output != Output::Shadow;
-    let ((redis, handle), (rabbit, events), (mongo, survey), smtp) = tokio::join!(
+    let ((redis, handle), (rabbit, events), (mongo, survey), smtp, inbound) = tokio::join!(
         redis::redis_checks(&global.redis_url, t),
         rabbitmq::rabbit_checks(global, args.notify_output, t),
         mongodb::mongo_checks(global, t, &limits),
@@ -179,6 +195,7 @@ pub async fn run(args: DoctorArgs, global: &GlobalOpts) -> anyhow::Result<ExitCo
                 None
             }
         },
+        inbound::inbound_checks(args.http_addr, t),
     );
     // Klaxon's registered consumers of the events queue (and whether they took events lately), from Redis.
     let registered = match (&handle, &events) {
@@ -228,6 +245,7 @@ pub async fn run(args: DoctorArgs, global: &GlobalOpts) -> anyhow::Result<ExitCo
     }
     checks.extend(keys::webhook_keys_check());
     checks.extend(keys::api_token_check());
+    checks.extend(inbound);
 
     let format = args.output.format(Format::Json);
     let text = match format {

@@ -282,6 +282,10 @@ fn start_worker(
     }
     let rules = RuleCache::new(store, w.rules_ttl).with_limits(limits);
     invalidate(&p.tracker, p.global, &rules, &p.shutdown);
+    p.tracker.spawn(backfill_alert_projects(
+        klaxon_counter::Alerts::new(redis.clone(), &global.namespace),
+        shutdown.clone(),
+    ));
     let deps = worker::WorkerDeps {
         amqp_url: global.amqp_url.clone(),
         topology: p.topology.clone(),
@@ -349,6 +353,29 @@ fn start_worker(
         shutdown.clone(),
     ));
     rules
+}
+
+/// Registers, once per namespace, the projects whose alerts opened before the cross-project list's registry
+/// existed (`klaxon_counter::alert_projects`: a bounded SCAN, one process of a fleet, recorded); in the
+/// background, never delaying readiness. Stopped by shutdown, it is done by a later start (after its lease).
+async fn backfill_alert_projects(alerts: klaxon_counter::Alerts, shutdown: CancellationToken) {
+    use klaxon_counter::Backfilled;
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        r = alerts.backfill_projects(klaxon_core::clock::now_ms()) => match r {
+            Ok(Backfilled::Done { projects, capped }) if projects > 0 || capped => tracing::info!(
+                projects,
+                capped,
+                "alerts: projects with alerts from an earlier version registered for the cross-project list \
+                 (once per namespace)"
+            ),
+            Ok(done) => tracing::debug!(?done, "alerts: cross-project registry backfill"),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "alerts: the cross-project registry's backfill failed; the next start tries again"
+            ),
+        }
+    }
 }
 
 /// Keeps `rules` fresh: invalidations by Redis pub/sub (a connection of its own) and MongoDB's change stream.

@@ -1,5 +1,7 @@
-//! `GET /deliveries?project=&before=&limit=`: the delivery trail, newest first, one row per notification, paged
-//! by a cursor.
+//! `GET /deliveries?project=&before=&limit=`: on the first page, the messages quiet hours hold now (status
+//! `held`, until when, what), then the delivery trail, newest first, one row per notification, paged by a cursor.
+//! A held message leaves the list when its release is claimed and comes back as the trail's record of it, under
+//! the same id (`crate::rest::deliveries::merge`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,7 +16,7 @@ use super::auth::Access;
 use super::view::{ms_human, q, render, Nav, PageError, Template};
 use super::Console;
 use crate::rest::check_project_id;
-use crate::rest::deliveries::{RecordView, SCAN};
+use crate::rest::deliveries::{merge, Delivery, RecordView, SCAN};
 use crate::ApiError;
 
 /// Deliveries per page unless `?limit=` says otherwise, and the most it may say.
@@ -73,16 +75,27 @@ pub(super) async fn page(
         )
     };
     let started = Instant::now();
+    let project_filter = (!project.is_empty()).then_some(project.as_str());
+    // the first page opens with what quiet hours hold; Redis down leaves the trail readable, and says so
+    let (held, held_error) = if before.is_some() {
+        (Vec::new(), None)
+    } else {
+        match c.api.redis().await {
+            Ok(redis) => {
+                let digests = klaxon_counter::Digests::new(redis, &c.api.config().namespace);
+                match crate::rest::deliveries::held(&digests, project_filter, limit).await {
+                    Ok(held) => (held, None),
+                    Err(e) => (Vec::new(), Some(e.message)),
+                }
+            }
+            Err(e) => (Vec::new(), Some(e.message)),
+        }
+    };
     let (records, more) = c
         .api
         .trail()
         .await?
-        .page(
-            (!project.is_empty()).then_some(project.as_str()),
-            before.as_ref(),
-            limit,
-            SCAN,
-        )
+        .page(project_filter, before.as_ref(), limit, SCAN)
         .await
         .map_err(|e| ApiError::unavailable("MongoDB", e))?;
     let next = if more {
@@ -97,16 +110,15 @@ pub(super) async fn page(
     } else {
         None
     };
-    let rows: Vec<Row> = records
-        .iter()
-        .map(|r| Row {
-            record: RecordView::from(r),
-            at_shown: ms_human(r.at_ms),
-            fired_at_shown: ms_human(r.fired_at_ms),
-        })
-        .collect();
+    let trail_rows = records.len();
+    // the trail's page keeps its size; the held messages come on top of it
+    let listed = merge(held, records, usize::MAX);
+    let held_rows = listed.len() - trail_rows;
+    let rows: Vec<Row> = listed.iter().map(Row::of).collect();
     let page = DeliveriesPage {
         rows,
+        held_rows,
+        held_error,
         project: &project,
         limit,
         next,
@@ -123,6 +135,10 @@ pub(super) async fn page(
 #[derive(Serialize)]
 struct DeliveriesPage<'a> {
     rows: Vec<Row<'a>>,
+    /// How many of the rows are held messages (the first ones).
+    held_rows: usize,
+    /// Why the held messages could not be read (Redis unavailable), if so.
+    held_error: Option<String>,
     /// The project filter (empty: all).
     project: &'a str,
     limit: usize,
@@ -138,7 +154,7 @@ impl Template for DeliveriesPage<'_> {
     const NAME: &'static str = "deliveries.html";
 }
 
-/// One row: the API's record, with its times for a table.
+/// One row: the API's record (or held message), with its times for a table.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Row<'a> {
@@ -146,6 +162,27 @@ struct Row<'a> {
     record: RecordView<'a>,
     at_shown: String,
     fired_at_shown: String,
+    /// A held message: until when, for a table.
+    held_until_shown: Option<String>,
+}
+
+impl<'a> Row<'a> {
+    fn of(d: &'a Delivery) -> Self {
+        match d {
+            Delivery::Trail(r) => Row {
+                record: RecordView::from(r),
+                at_shown: ms_human(r.at_ms),
+                fired_at_shown: ms_human(r.fired_at_ms),
+                held_until_shown: None,
+            },
+            Delivery::Held(h) => Row {
+                record: RecordView::from(h),
+                at_shown: ms_human(h.last_held_ms.unwrap_or(0)),
+                fired_at_shown: ms_human(h.held_since_ms.unwrap_or(0)),
+                held_until_shown: Some(ms_human(h.until_ms)),
+            },
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,8 @@
 //!
 //! The alerts come from [`crate::rest::projects::list_all`] (the API's `GET /api/v1/alerts`); the next reminder
 //! and step from each project's rules as `explain` reads them ([`klaxon_core::oncall::OnCallRule::status`]).
+//! Below them, the inbound integrations acknowledging from PagerDuty, Slack and Telegram: on or off, and what this
+//! process counted of their requests ([`crate::inbound::status`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -50,6 +52,18 @@ struct OverviewPage {
     acknowledged: usize,
     /// Why the next reminders and steps are not shown (MongoDB unavailable).
     rules_error: Option<String>,
+    /// The inbound integrations: on or off, and this process's counts.
+    inbound: Vec<Inbound>,
+}
+
+/// One inbound integration as the page shows it.
+#[derive(Serialize)]
+struct Inbound {
+    integration: &'static str,
+    enabled: bool,
+    secret_variable: &'static str,
+    /// "3 accepted, 1 refused (bad_signature 1), 0 ignored".
+    counts: Option<String>,
 }
 
 impl Template for OverviewPage {
@@ -123,6 +137,15 @@ pub(super) async fn page(
         acknowledged: alerts.iter().filter(|r| r.state == "acknowledged").count(),
         alerts,
         rules_error,
+        inbound: crate::inbound::status::of_process(&c.api)
+            .into_iter()
+            .map(|s| Inbound {
+                integration: s.integration,
+                enabled: s.enabled,
+                secret_variable: s.secret_variable,
+                counts: s.counts.map(|c| c.summary()),
+            })
+            .collect(),
     };
     Ok(render(
         StatusCode::OK,

@@ -218,6 +218,8 @@ impl HourCounts {
             Status::Dead => &mut self.dead,
             Status::Shadow => &mut self.shadow,
             Status::Dropped => &mut self.dropped,
+            // never recorded in the trail (quiet hours' holds live in Redis)
+            Status::Held => return,
         } += 1;
     }
 }

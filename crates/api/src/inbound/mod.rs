@@ -26,6 +26,7 @@
 
 mod pagerduty;
 mod slack;
+pub mod status;
 mod telegram;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

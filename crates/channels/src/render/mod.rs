@@ -145,6 +145,10 @@ pub struct MessageContext<'a> {
     pub links: Option<&'a UrlTemplate>,
     /// The signed action links of the message (`--public-url` + `KLAXON_ACTION_KEY`), in the order shown.
     pub actions: &'a [ActionLink],
+    /// The message carries interactive Acknowledge and Resolve buttons (Slack's Web API, Telegram's Bot API,
+    /// [`crate::buttons`]): its `ack` and `resolve` links are then shown apart, as a footer ("or open: ack ·
+    /// resolve"), so the two controls do not read as duplicates; the links stay in the message.
+    pub buttons: bool,
 }
 
 /// One group as the templates show it.
@@ -300,6 +304,9 @@ pub(crate) struct View {
     pub(crate) text: Option<String>,
     /// The signed action links (ours: URLs we built, labels of our words).
     pub(crate) actions: Vec<ActionLink>,
+    /// With buttons ([`MessageContext::buttons`]): the `ack` and `resolve` links, labelled `ack` and `resolve`,
+    /// for the footer "or open: …"; empty otherwise (they are then among [`View::actions`]).
+    pub(crate) open_actions: Vec<ActionLink>,
     /// The alert the task opened, repeats or is about (24 hex: ours), when it carries one.
     pub(crate) alert_id: Option<String>,
     /// A lifecycle message (resolved, acknowledged, reminder, escalation).
@@ -555,6 +562,24 @@ fn window_name(window: Window) -> &'static str {
     }
 }
 
+/// A message's action links as its templates show them: all in one row, or, when the message carries interactive
+/// buttons ([`MessageContext::buttons`]), the `ack` and `resolve` links apart (labelled `ack` and `resolve`, for
+/// the footer "or open: ack · resolve") so that they do not read as a second pair of Acknowledge and Resolve.
+fn split_actions(actions: &[ActionLink], buttons: bool) -> (Vec<ActionLink>, Vec<ActionLink>) {
+    if !buttons {
+        return (actions.to_vec(), Vec::new());
+    }
+    let (open, rest): (Vec<ActionLink>, Vec<ActionLink>) = actions
+        .iter()
+        .cloned()
+        .partition(|a| matches!(a.action, "ack" | "resolve"));
+    let open = open
+        .into_iter()
+        .map(|a| ActionLink { label: a.action, ..a })
+        .collect();
+    (rest, open)
+}
+
 fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
     let direct = matches!(task.reason, Reason::Direct);
     let digest = !task.reason.is_lifecycle() && crate::action_links::is_digest(task);
@@ -660,6 +685,7 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
     // a NO_EVENTS silence listed among other entries is about the project: "No events from P for 1 hour"
     let silence =
         |e: &klaxon_core::NotificationEvent| kind == ViewKind::Digest && crate::quiet::is_silence(e);
+    let (actions, open_actions) = split_actions(ctx.actions, ctx.buttons);
     View {
         kind,
         project: project.clone(),
@@ -704,7 +730,8 @@ fn view(task: &NotificationTask, ctx: MessageContext<'_>, room: Room) -> View {
             .as_deref()
             .filter(|_| direct)
             .map(|t| bounded_text(t, room.text)),
-        actions: if direct { Vec::new() } else { ctx.actions.to_vec() },
+        actions: if direct { Vec::new() } else { actions },
+        open_actions: if direct { Vec::new() } else { open_actions },
         alert_id: task
             .alert
             .as_ref()
@@ -1438,6 +1465,7 @@ mod tests {
             project_name: Some("Acme <web>"),
             links: Some(&links),
             actions: &[],
+            buttons: false,
         };
         let users = Reason::UniqueUsers {
             threshold: 50,
