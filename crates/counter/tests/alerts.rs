@@ -718,6 +718,7 @@ async fn hot_alert_expiry_steps(env: Env) {
 #[tokio::test]
 async fn a_hot_alert_extends_its_keys_once_a_step_and_opens_with_its_firing_events() {
     on_both(hot_alert_expiry_steps).await;
+}
 
 /// Issue #42: an event's group went into alert keys and the stored alert as it came — a 200 KB group made a
 /// 200 KB `cur:` key name and a 200 KB field. Past `MAX_GROUP_KEY_BYTES` the group is held as its digest,
