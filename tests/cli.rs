@@ -168,6 +168,15 @@ fn every_listing_speaks_table_json_and_ndjson_and_old_json_flags_keep_their_outp
     assert!(env
         .ok(&["deliveries", "list", "--project", &project])
         .contains("no deliveries"));
+    // Redis out of reach (a closed loopback port): the trail still lists, and the missing held messages are said;
+    // `--status held` alone has nothing else to show and fails
+    let no_redis = env.clone().set("KLAXON_REDIS_URL", "redis://127.0.0.1:1/");
+    let (code, out, err) = no_redis.run(&["deliveries", "list", "--project", &project, "-o", "json"]);
+    assert_eq!((code, out.trim()), (0, "[]"), "{err}");
+    assert!(err.contains("held by quiet hours") || err.contains("Redis"), "{err}");
+    assert!(err.contains("listing the delivery trail without them"), "{err}");
+    let (code, _, err) = no_redis.run(&["deliveries", "list", "--project", &project, "--status", "held"]);
+    assert_ne!(code, 0, "{err}");
 
     // an old `--json` wins over `-o` and KLAXON_OUTPUT_FORMAT (no script breaks where the variable is set)
     let rules = ["rules", "list", "--project", project.as_str()];

@@ -228,7 +228,8 @@ pub async fn held(
         .map_err(|e| ApiError::unavailable("Redis", e))
 }
 
-/// `GET /api/v1/deliveries?projectId=&limit=` → `{"deliveries": [...]}`, newest first.
+/// `GET /api/v1/deliveries?projectId=&limit=` → `{"deliveries": [...]}`, newest first. With Redis down the trail
+/// is still listed, and `"warnings"` says the held messages could not be read.
 pub(crate) async fn list(State(api): State<Api>, RawQuery(query): RawQuery) -> Result<Response, ApiError> {
     let pairs = query_pairs(query.as_deref());
     let limit = limit_of(&pairs, 100, MAX_LIMIT)?;
@@ -239,8 +240,21 @@ pub(crate) async fn list(State(api): State<Api>, RawQuery(query): RawQuery) -> R
     if let Some(p) = &project {
         check_project_id(p)?;
     }
-    let digests = Digests::new(api.redis().await?, &api.config().namespace);
-    let held = held(&digests, project.as_deref(), limit).await?;
+    // Redis down: the trail still lists (the held messages are said to be unreadable, not silently absent)
+    let held = match api.redis().await {
+        Ok(redis) => {
+            let digests = Digests::new(redis, &api.config().namespace);
+            held(&digests, project.as_deref(), limit).await
+        }
+        Err(e) => Err(e),
+    };
+    let (held, warnings) = match held {
+        Ok(h) => (h, Vec::new()),
+        Err(_) => (
+            Vec::new(),
+            vec!["held (quiet-hours) messages could not be read: Redis is unavailable"],
+        ),
+    };
     let records = api
         .trail()
         .await?
@@ -248,10 +262,11 @@ pub(crate) async fn list(State(api): State<Api>, RawQuery(query): RawQuery) -> R
         .await
         .map_err(|e| ApiError::unavailable("MongoDB", e))?;
     let rows = merge(held, records, limit);
-    Ok(json_response(
-        StatusCode::OK,
-        &json!({"deliveries": rows.iter().map(delivery_json).collect::<Vec<_>>()}),
-    ))
+    let mut body = json!({"deliveries": rows.iter().map(delivery_json).collect::<Vec<_>>()});
+    if !warnings.is_empty() {
+        body["warnings"] = json!(warnings);
+    }
+    Ok(json_response(StatusCode::OK, &body))
 }
 
 #[cfg(test)]
