@@ -9,6 +9,9 @@
 //! `--shards 1,3 --workers 1,3` measures every (shards, workers) pair side by side: the workers run with
 //! `--events-shards`, and the events are published as Klaxon's producers publish them (to the shard exchange keyed
 //! by project when sharded). The raw broker rate stays one queue's, the ceiling sharding is meant to pass.
+//!
+//! `--batches-in-flight 1,2` (the default) runs the workers with each `--batches-in-flight`, side by side: one batch
+//! at a time next to batches in flight, same events, same raw rate.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
