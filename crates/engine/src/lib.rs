@@ -87,6 +87,14 @@ pub enum EngineError {
     /// The broker cancelled our consumer (transient: e.g. the queue was deleted).
     #[error("the broker closed the consumer")]
     ConsumerClosed,
+    /// A batch in flight before this one failed: this one is handed back uncounted with it (the worker's
+    /// batches in flight, transient).
+    #[error("an earlier batch in flight failed")]
+    EarlierBatchFailed,
+    /// A fault a test injected (feature `fault-injection` only).
+    #[cfg(feature = "fault-injection")]
+    #[error("injected fault: {0}")]
+    Injected(&'static str),
     /// A task could not be encoded (permanent; a bug).
     #[error("cannot encode a notification task: {0}")]
     Encode(String),

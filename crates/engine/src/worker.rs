@@ -23,11 +23,16 @@
 //! 9. **publish** the digest flushes and alert timers (delay engine), then the tasks (persistent, publisher
 //!    confirms) in `--output`'s shape — or in shadow mode record them in the trail instead
 //!    ([`crate::sink::dispatch`]);
-//! 10. **ack** the whole batch with one multiple-ack — only now, when every outcome is durable. The ack is queued
-//!     on the channel, not awaited; it is checked as written before the next batch and at the drain.
+//! 10. **ack** the whole batch with one multiple-ack — only now, when it and every batch before it are durable.
+//!     The ack is queued on the channel, not awaited; it is checked as written before the next ack and at the
+//!     drain.
 //!
-//! Any failure in 2–9 ends the session without acking: the connection closes, RabbitMQ hands the batch back,
-//! and the loop reconnects with a jittered, capped backoff.
+//! Up to `--batches-in-flight` batches go at once ([`flight`]): batch n+1 is taken, parsed and counted while
+//! batch n opens its alerts and waits for its confirms; counting stays in delivery order (step 4 waits for the
+//! batch before to be done with Redis) and acks stay in order.
+//!
+//! Any failure in 2–9 ends the session without acking: the connection closes, RabbitMQ hands the batch back
+//! (and every batch in flight with it), and the loop reconnects with a jittered, capped backoff.
 //!
 //! Each session registers the worker in Redis before it consumes and unregisters after it stopped, and beats
 //! meanwhile ([`crate::consumers`]): that is how consumers of the events queue that are not Klaxon are found.
@@ -42,8 +47,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::FutureExt;
-use klaxon_broker::{set_aside, Consumer, Delivery, Outgoing, Publisher, QueuedAck, Session, Topology};
+use klaxon_broker::{set_aside, Delivery, Outgoing, Publisher, Session, Topology};
 use klaxon_core::evaluate::{self, Match, Routed, Unmatched};
 use klaxon_core::{BatchEvent, EventTask, Outcome, ProjectRules};
 use klaxon_counter::mutes::ReadMutes;
@@ -53,12 +57,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::consumers::Presence;
 use crate::internal_events::{
-    BatchAcked, EventInvalid, EventsConsumed, EventsUnmatched, FiringMuted, LogOnce, MutesSkipped,
-    RedisFailed, RuleFired, RulesMatched, RulesUnavailable, ThresholdCrossed, UNMATCHED_LOG_INTERVAL,
-    UNMATCHED_LOG_KEYS,
+    EventInvalid, EventsConsumed, EventsUnmatched, FiringMuted, LogOnce, MutesSkipped, RedisFailed,
+    RuleFired, RulesMatched, RulesUnavailable, ThresholdCrossed, UNMATCHED_LOG_INTERVAL, UNMATCHED_LOG_KEYS,
 };
 use crate::outbox::{Outbox, Post};
 use crate::{alerts, no_events, sink, EngineError};
+
+mod flight;
+use flight::{Finished, Turn};
+
+/// Batches in flight per consume loop by default: with the default prefetch (512) and batch size (256), two
+/// full batches are what the broker hands a worker at once.
+pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 2;
 
 /// Tuning of the evaluate loop.
 #[derive(Debug, Clone)]
@@ -70,6 +80,10 @@ pub struct WorkerConfig {
     /// How long a batch fills when other deliveries came with its first one (then whatever has arrived is taken);
     /// a lone delivery is processed at once.
     pub batch_wait: Duration,
+    /// Batches one consume loop processes at once (`--batches-in-flight`, at least 1): batch n+1 is taken,
+    /// parsed and counted while batch n finishes; counting stays in delivery order and acks in order
+    /// ([`flight`]). 1 = one batch at a time.
+    pub in_flight: usize,
 }
 
 impl Default for WorkerConfig {
@@ -78,6 +92,7 @@ impl Default for WorkerConfig {
             prefetch: 512,
             batch_max: 256,
             batch_wait: Duration::from_millis(2),
+            in_flight: DEFAULT_BATCHES_IN_FLIGHT,
         }
     }
 }
@@ -104,6 +119,46 @@ pub struct WorkerDeps {
     pub trail: Trail,
     /// Alerts in Redis: the firings open them, the matched events keep them open.
     pub alerts: klaxon_counter::Alerts,
+    /// Injected faults (tests only).
+    #[cfg(feature = "fault-injection")]
+    pub faults: Faults,
+}
+
+/// The environment variable the binary reads into [`Faults::hold_after_publish`] when built with the
+/// `fault-injection` feature.
+#[cfg(feature = "fault-injection")]
+pub const HOLD_AFTER_PUBLISH_ENV: &str = "KLAXON_TEST_WORKER_HOLD_AFTER_PUBLISH";
+
+/// Faults a test can inject into the worker (feature `fault-injection`; never in production builds).
+#[cfg(feature = "fault-injection")]
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    /// The first batch that published a notification then waits, unacked, until this file exists (at most 60 s)
+    /// and fails its session: the batches-in-flight test (later batches go on meanwhile; all are handed back).
+    pub hold_after_publish: Option<std::path::PathBuf>,
+    /// Whether a batch held already (once per process).
+    pub held: Arc<AtomicBool>,
+}
+
+#[cfg(feature = "fault-injection")]
+impl Faults {
+    /// The hold of [`Faults::hold_after_publish`], for a batch that published `messages` notifications.
+    async fn after_publish(&self, messages: usize) -> Result<(), EngineError> {
+        let Some(path) = &self.hold_after_publish else {
+            return Ok(());
+        };
+        if messages == 0 || self.held.swap(true, Ordering::Relaxed) {
+            return Ok(());
+        }
+        tracing::warn!("fault injection: holding a published batch unacked");
+        for _ in 0..3000 {
+            if path.exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Err(EngineError::Injected("a batch held after its publish fails"))
+    }
 }
 
 /// Runs the evaluate loop until `shutdown`, reconnecting after failures.
@@ -203,7 +258,7 @@ async fn session(
     let loops = consumers
         .iter_mut()
         .zip(&presences)
-        .map(|(consumer, presence)| consume_loop(&batches, consumer, &shutdown, presence));
+        .map(|(consumer, presence)| flight::consume_loop(&batches, consumer, &shutdown, presence));
     let result = futures_util::future::try_join_all(loops).await.map(|_| ());
     ready.store(false, Ordering::Relaxed);
     // a beat in flight is simply dropped: shutdown must not wait for a slow Redis
@@ -220,68 +275,9 @@ async fn session(
     result
 }
 
-async fn consume_loop(
-    batches: &Batches<'_>,
-    consumer: &mut Consumer,
-    shutdown: &CancellationToken,
-    presence: &Presence,
-) -> Result<(), EngineError> {
-    let config = &batches.deps.config;
-    // The last batch's ack, queued on the channel and not yet seen written (see `ack_up_to_queued`).
-    let mut last_ack: Option<QueuedAck> = None;
-    loop {
-        let Some(first) = crate::next_or_shutdown(consumer, shutdown).await? else {
-            // The drain: the last ack is written before the session closes the channel.
-            if let Some(ack) = last_ack.take() {
-                ack.written().await?;
-            }
-            return Ok(());
-        };
-        let started = Instant::now();
-        let mut batch = vec![first];
-        take_ready(consumer, &mut batch, config.batch_max)?;
-        // A lone delivery of a quiet stream is processed at once: a timer would cost a wake-up of its own and add
-        // its wait to the latency, for nothing to batch. When others came with it (a burst, a backlog, a busy
-        // stream), let the batch fill for `batch_wait` without being woken per delivery, then take what has
-        // arrived: one wake-up per batch instead of one per delivery (each is a cross-thread hand-off from lapin's
-        // I/O thread).
-        if batch.len() > 1 && batch.len() < config.batch_max && !config.batch_wait.is_zero() {
-            tokio::time::sleep(config.batch_wait).await;
-            take_ready(consumer, &mut batch, config.batch_max)?;
-        }
-        // Written long since (the I/O thread writes it at once), so no wait: a failed ack ends the session before
-        // another batch is worked on.
-        if let Some(ack) = last_ack.take() {
-            ack.written().await?;
-        }
-        let last_tag = batch.iter().map(|d| d.delivery_tag).max().unwrap_or(0);
-        batches.process(&batch).await?;
-        // Queued, not awaited: waiting for lapin's I/O thread to have written it would cost this task a wake-up
-        // per batch, and the next delivery is what it waits for anyway.
-        last_ack = Some(consumer.ack_up_to_queued(last_tag)?);
-        presence.taken(batch.len() as u64);
-        BatchAcked {
-            events: batch.len(),
-            elapsed: started.elapsed(),
-        }
-        .emit();
-    }
-}
-
 /// Unregisters every registration of the session (best effort, at once).
 async fn leave_all(presences: &[Presence]) {
     futures_util::future::join_all(presences.iter().map(Presence::leave)).await;
-}
-
-/// Moves the deliveries that have already arrived into `batch`, up to `max`, without waiting.
-fn take_ready(consumer: &mut Consumer, batch: &mut Vec<Delivery>, max: usize) -> Result<(), EngineError> {
-    while batch.len() < max {
-        match consumer.next().now_or_never() {
-            Some(Some(d)) => batch.push(d?),
-            Some(None) | None => break,
-        }
-    }
-    Ok(())
 }
 
 /// What every batch of one session works with: built once per session.
@@ -298,17 +294,25 @@ struct Batches<'a> {
 }
 
 impl Batches<'_> {
-    /// One batch, from deliveries to durable outcomes (the caller then acks it). The decisions are
-    /// [`evaluate::plan`] and [`evaluate::route`]; what leaves goes through one [`Outbox`] send.
-    async fn process(&self, batch: &[Delivery]) -> Result<(), EngineError> {
+    /// One batch, from deliveries to durable outcomes (the caller then acks it, in order). The decisions are
+    /// [`evaluate::plan`] and [`evaluate::route`]; what leaves goes through one [`Outbox`] send. The batch
+    /// counts when `turn` comes (the batch before it is done with Redis) and passes it on as soon as its own
+    /// Redis work is done (see [`flight`]).
+    async fn process(
+        &self,
+        batch: Vec<Delivery>,
+        mut turn: Turn,
+        started: Instant,
+    ) -> Result<Finished, EngineError> {
         EventsConsumed { events: batch.len() }.emit();
-        let (events, set_aside) = parse(batch, &self.deps.topology);
+        let (events, set_aside) = parse(&batch, &self.deps.topology);
         let rules = self.load_rules(&events).await?;
         let plan = evaluate::plan(&events, |p| rules.get(p).map(Arc::as_ref));
         self.report_unmatched(&plan.unmatched);
         // NO_EVENTS: the projects with such rules were seen, noted beside the counting (same connection, at once)
         let watched = no_events::watched_rules(&rules);
         let redelivered = batch.iter().any(|d| d.redelivered);
+        turn.take().await?;
         // The counting, the NO_EVENTS notes and the open alerts' touches in one round trip (concurrent calls on
         // the multiplexed connection): none depends on another's answer.
         let (outcomes, seen, ()) = tokio::try_join!(
@@ -316,6 +320,12 @@ impl Batches<'_> {
             no_events::seen(&self.no_events, &watched, redelivered),
             self.touch(&plan.matches)
         )?;
+        // Nothing fired and no silence ended: this batch writes nothing more to Redis, the next one may count.
+        let fires = outcomes.iter().any(Outcome::is_fired);
+        let resolves = seen.iter().any(|s| !s.resolve.is_empty());
+        if !fires && !resolves {
+            turn.pass();
+        }
         let mut post = self.outbox().post();
         post.messages(set_aside);
         self.fire(&plan.matches, &outcomes, &mut post).await?;
@@ -323,9 +333,32 @@ impl Batches<'_> {
         let (alerts, topology) = (&self.deps.alerts, &self.deps.topology);
         let settle =
             no_events::after_seen(alerts, topology, &rules, &watched, seen, &mut post, now_ms).await?;
-        self.outbox().send(self.publisher, post).await?;
+        // With firings, the next batch counts once this one's alerts, digests and holds are written (its
+        // touches then find the alerts opened here), while this one's publish waits for its confirms; with
+        // silences to settle, only after they are settled.
+        let pass_before_publish = settle.is_empty();
+        let _sent = self
+            .outbox()
+            .send_with(
+                self.publisher,
+                post,
+                || {
+                    if pass_before_publish {
+                        turn.pass();
+                    }
+                },
+                || {},
+            )
+            .await?;
+        #[cfg(feature = "fault-injection")]
+        self.deps.faults.after_publish(_sent.messages).await?;
         no_events::settle(&self.no_events, &settle).await;
-        Ok(())
+        turn.pass();
+        Ok(Finished {
+            last_tag: batch.iter().map(|d| d.delivery_tag).max().unwrap_or(0),
+            events: batch.len(),
+            started,
+        })
     }
 
     /// Where the batch's notifications leave.

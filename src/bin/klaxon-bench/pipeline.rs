@@ -9,6 +9,9 @@
 //! `--shards 1,3 --workers 1,3` measures every (shards, workers) pair side by side: the workers run with
 //! `--events-shards`, and the events are published as Klaxon's producers publish them (to the shard exchange keyed
 //! by project when sharded). The raw broker rate stays one queue's, the ceiling sharding is meant to pass.
+//!
+//! `--batches-in-flight 1,2` (the default) runs the workers with each `--batches-in-flight`, side by side: one batch
+//! at a time next to batches in flight, same events, same raw rate.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,6 +56,10 @@ pub struct PipelineArgs {
     /// Worker batch size.
     #[arg(long, default_value_t = 256)]
     pub batch_max: usize,
+    /// Batches each worker processes at once (the workers' `--batches-in-flight`); a comma-separated list measures
+    /// each (`1,2`: one batch at a time next to two in flight), × every `--shards` and `--workers`.
+    #[arg(long, default_value = "1,2", value_delimiter = ',', value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub batches_in_flight: Vec<u16>,
     /// Worker processes sharing the events queue; a comma-separated list measures each count (`1,3`).
     #[arg(long, default_value = "1", value_delimiter = ',', value_parser = clap::value_parser!(u16).range(1..=64))]
     pub workers: Vec<u16>,
@@ -106,6 +113,7 @@ struct Row {
     rules_per_project: u64,
     prefetch: u16,
     batch_max: usize,
+    batches_in_flight: u16,
     worker_seconds: f64,
     worker_cpu_seconds: f64,
     workers: u16,
@@ -308,12 +316,12 @@ async fn one(
     global: &GlobalOpts,
     args: &PipelineArgs,
     qt: QueueType,
-    (shards, workers): (u16, u16),
+    (shards, workers, in_flight): (u16, u16, u16),
     raw: Option<f64>,
 ) -> anyhow::Result<Row> {
     // a namespace per row: counters, rules and queues of one row never meet another's
     let ns = format!(
-        "bench_{}_{shards}s{workers}w_{:08x}",
+        "bench_{}_{shards}s{workers}w{in_flight}f_{:08x}",
         label(qt),
         std::process::id() ^ rand::random::<u32>()
     );
@@ -371,6 +379,8 @@ async fn one(
                 &args.prefetch.to_string(),
                 "--batch-max",
                 &args.batch_max.to_string(),
+                "--batches-in-flight",
+                &in_flight.to_string(),
             ])
             .env("KLAXON_EVENTS_SHARDS", shards.to_string())
             .spawn()
@@ -446,7 +456,10 @@ async fn one(
         .collect();
     let pb = bar(
         bodies.len() as u64,
-        &format!("klaxon worker ×{workers}, {shards} shard(s) ({})", label(qt)),
+        &format!(
+            "klaxon worker ×{workers}, {shards} shard(s), {in_flight} in flight ({})",
+            label(qt)
+        ),
         args.json,
     );
     let started = Instant::now();
@@ -493,6 +506,7 @@ async fn one(
         rules_per_project: 3,
         prefetch: args.prefetch,
         batch_max: args.batch_max,
+        batches_in_flight: in_flight,
         worker_seconds: elapsed,
         worker_cpu_seconds: (cpu_after - cpu_before) as f64 / TICKS_PER_S,
         workers,
@@ -525,9 +539,11 @@ async fn pipeline(args: PipelineArgs, global: &GlobalOpts) -> anyhow::Result<Exi
         let mut raw = None;
         for &shards in &args.shards {
             for &workers in &args.workers {
-                let row = one(global, &args, qt, (shards, workers), raw).await?;
-                raw = Some(row.raw_broker_msgs_per_s);
-                rows.push(row);
+                for &in_flight in &args.batches_in_flight {
+                    let row = one(global, &args, qt, (shards, workers, in_flight), raw).await?;
+                    raw = Some(row.raw_broker_msgs_per_s);
+                    rows.push(row);
+                }
             }
         }
     }
@@ -544,17 +560,17 @@ async fn pipeline(args: PipelineArgs, global: &GlobalOpts) -> anyhow::Result<Exi
             .map(|w| format!(" {} CPU % |", w.name))
             .collect();
         println!(
-            "| queue | shards | workers | raw broker msg/s (one queue) | worker events/s | ratio | worker CPU µs/event | \
-             workers' CPU % | Redis round trips/event | tasks |{watched}"
+            "| queue | shards | workers | in flight | raw broker msg/s (one queue) | worker events/s | ratio | \
+             worker CPU µs/event | workers' CPU % | Redis round trips/event | tasks |{watched}"
         );
         println!(
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|{}",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|{}",
             "---:|".repeat(args.watch_pid.len())
         );
         for r in &rows {
             let watched: String = r.watched.iter().map(|w| format!(" {:.0} |", w.cpu_pct)).collect();
             println!(
-                "| {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.1} | {:.0} | {:.4} | {} |{watched}",
+                "| {} | {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.1} | {:.0} | {:.4} | {} |{watched}",
                 r.queue_type,
                 if r.single_active_consumer {
                     format!("{} (SAC)", r.shards)
@@ -562,6 +578,7 @@ async fn pipeline(args: PipelineArgs, global: &GlobalOpts) -> anyhow::Result<Exi
                     r.shards.to_string()
                 },
                 r.workers,
+                r.batches_in_flight,
                 r.raw_broker_msgs_per_s,
                 r.worker_events_per_s,
                 r.ratio,

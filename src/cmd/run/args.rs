@@ -75,6 +75,12 @@ pub struct EvaluateOpts {
     /// milliseconds).
     #[arg(long, env = "KLAXON_BATCH_WAIT_MS", default_value = "2ms", value_parser = duration_ms, value_name = "DURATION")]
     pub batch_wait_ms: Duration,
+    /// Batches a worker processes at once per consumed queue: the next batch is taken, parsed and counted while
+    /// the previous one opens its alerts and waits for its publish confirms; counting stays in delivery order
+    /// and acks in order. 1 = one batch at a time. Give `--prefetch` room for them (at least this × `--batch-max`
+    /// to keep full batches).
+    #[arg(long, env = "KLAXON_BATCHES_IN_FLIGHT", default_value_t = klaxon_engine::worker::DEFAULT_BATCHES_IN_FLIGHT, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u16).range(1..=16), usize::from))]
+    pub batches_in_flight: usize,
     /// How long a project's rules are cached (a plain number is seconds).
     #[arg(long, env = "KLAXON_RULES_TTL", default_value = "60s", value_parser = duration_secs, value_name = "DURATION")]
     pub rules_ttl: Duration,

@@ -296,6 +296,12 @@ fn start_worker(
         output: w.output,
         trail: trail.clone(),
         alerts: klaxon_counter::Alerts::new(redis.clone(), &global.namespace),
+        // test builds only: the end-to-end batches-in-flight test sets the variable
+        #[cfg(feature = "fault-injection")]
+        faults: worker::Faults {
+            hold_after_publish: std::env::var_os(worker::HOLD_AFTER_PUBLISH_ENV).map(Into::into),
+            ..Default::default()
+        },
     };
     let timer_deps = klaxon_engine::timers::TimerDeps {
         amqp_url: global.amqp_url.clone(),

@@ -122,7 +122,7 @@ pub struct ApiPlan {
 pub struct WorkerPlan {
     /// `--output`.
     pub output: Output,
-    /// `--prefetch`, `--batch-max`, `--batch-wait-ms`.
+    /// `--prefetch`, `--batch-max`, `--batch-wait-ms`, `--batches-in-flight`.
     pub config: WorkerConfig,
     /// `--rules-ttl`.
     pub rules_ttl: Duration,
@@ -259,6 +259,7 @@ fn worker_plan(e: &EvaluateOpts) -> anyhow::Result<WorkerPlan> {
             prefetch: e.prefetch,
             batch_max: e.batch_max,
             batch_wait: e.batch_wait_ms,
+            in_flight: e.batches_in_flight,
         },
         rules_ttl: e.rules_ttl,
     })
