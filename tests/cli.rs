@@ -173,7 +173,10 @@ fn every_listing_speaks_table_json_and_ndjson_and_old_json_flags_keep_their_outp
     let no_redis = env.clone().set("KLAXON_REDIS_URL", "redis://127.0.0.1:1/");
     let (code, out, err) = no_redis.run(&["deliveries", "list", "--project", &project, "-o", "json"]);
     assert_eq!((code, out.trim()), (0, "[]"), "{err}");
-    assert!(err.contains("held by quiet hours") || err.contains("Redis"), "{err}");
+    assert!(
+        err.contains("held by quiet hours") || err.contains("Redis"),
+        "{err}"
+    );
     assert!(err.contains("listing the delivery trail without them"), "{err}");
     let (code, _, err) = no_redis.run(&["deliveries", "list", "--project", &project, "--status", "held"]);
     assert_ne!(code, 0, "{err}");
