@@ -784,11 +784,22 @@ async fn shard_leader_stops(clusters: &Clusters) {
     let leaders: Vec<usize> = (0..SHARDS)
         .map(|i| clusters.leader_of(&topo.shard_queue(i)))
         .collect();
-    // declared by one client on one node, yet led from more than one node (x-queue-leader-locator: balanced)
-    assert!(
-        leaders.iter().collect::<HashSet<_>>().len() >= 2,
-        "every shard led by one node: {leaders:?}"
-    );
+    // declared by one client on one node, each shard asks for the node with the fewest quorum leaders
+    // (x-queue-leader-locator: balanced). Where they land depends on the leaders the earlier phases left on the
+    // nodes (all three can go to the one node that led none), so the argument is what is asserted; the
+    // placement is reported.
+    for i in 0..SHARDS {
+        let q = topo.shard_queue(i);
+        let args = clusters
+            .queue_row(&q, &["arguments"])
+            .map(|r| r["arguments"].to_string())
+            .unwrap_or_default();
+        assert!(
+            args.contains("x-queue-leader-locator") && args.contains("balanced"),
+            "{q} is declared without x-queue-leader-locator: balanced: {args}"
+        );
+    }
+    eprintln!("chaos (d): shard leaders on nodes {leaders:?}");
     let sink = HttpSink::start().await.expect("sink");
     let rules: Vec<serde_json::Value> = projects
         .iter()
