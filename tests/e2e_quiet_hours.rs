@@ -321,3 +321,86 @@ async fn held_messages_are_listed_as_held_until_their_release_then_as_its_delive
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;
 }
+
+/// Issue #42: a quiet-hours check costs O(log n) per firing (the rule's windows become merged spans once per rule
+/// version). A project whose rule has 21 windows touching each other — the whole week quiet, the case that once
+/// chained windows up to 168 times per firing per channel and held another tenant's alert 5–6 s behind 15 of its
+/// events — does not delay another project's first alert: ≤ 2 s from its publish to its delivery, right behind
+/// 15 firings of the quiet project, which are all held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_one_quiet_windows_of_one_project_do_not_delay_another_projects_first_alert() {
+    let hooks = HttpSink::start().await.expect("sink");
+    let env = Env::new();
+    let (quiet, other) = (object_id(), object_id());
+    let windows: Vec<Value> = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+        .iter()
+        .flat_map(|d| {
+            [("00:00", "08:00"), ("08:00", "16:00"), ("16:00", "00:00")]
+                .map(|(from, to)| json!({"days": [d], "from": from, "to": to, "timezone": "Europe/Berlin"}))
+        })
+        .collect();
+    assert_eq!(windows.len(), 21);
+    let rule = |path: &str| {
+        json!({"isEnabled": true, "whatToReceive": "SEEN_MORE", "threshold": 1, "thresholdPeriod": 3_600_000,
+               "channels": {"webhook": {"isEnabled": true, "endpoint": hooks.url(path), "minPeriod": 0}}})
+    };
+    let mut held_rule = rule("/quiet");
+    held_rule["quietHours"] = json!(windows);
+    env.import(&json!([
+        {"_id": quiet, "notifications": [held_rule]},
+        {"_id": other, "notifications": [rule("/other")]}
+    ]));
+    let mut k = env.spawn("run", &[]);
+    // both projects' rules loaded and the path warm: one firing each (the quiet one held)
+    env.publish(&quiet, "Warm", "warm").ok();
+    env.publish(&other, "Warm", "warm").ok();
+    let warm = hooks.wait_for_count(1, Duration::from_secs(30)).await;
+    assert_eq!(warm.len(), 1, "the other project's warm-up; log:\n{}", k.logs());
+
+    env.publish(&quiet, "NightError", "night")
+        .groups(15)
+        .count(15)
+        .ok();
+    let published = std::time::Instant::now();
+    env.publish(&other, "DayError", "day").ok();
+    let got = hooks.wait_for_count(2, Duration::from_secs(30)).await;
+    let took = published.elapsed();
+    assert_eq!(got.len(), 2, "the other project's alert; log:\n{}", k.logs());
+    assert!(
+        got.iter().all(|r| r.uri == "/other"),
+        "the quiet project's firings are held: {:?}",
+        got.iter().map(|r| &r.uri).collect::<Vec<_>>()
+    );
+    eprintln!("another project's first alert behind 15 firings of a project with 21 quiet windows: {took:?}");
+    assert!(
+        took <= Duration::from_secs(2),
+        "another project's alert waited {took:?} behind the quiet project's firings; log:\n{}",
+        k.logs()
+    );
+    let held = eventually_metric(
+        &k,
+        r#"klaxon_quiet_held_total{channel="webhook",what="fired"}"#,
+        16.0,
+    )
+    .await;
+    assert_eq!(
+        held,
+        16.0,
+        "every firing of the quiet project held; log:\n{}",
+        k.logs()
+    );
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}
+
+/// `name`'s value once it reaches `want` (bounded: 15 s), else its last value.
+async fn eventually_metric(k: &common::Klaxon, name: &str, want: f64) -> f64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let v = k.metric(name);
+        if v >= want || std::time::Instant::now() > deadline {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -66,9 +66,11 @@ use crate::{alerts, no_events, sink, EngineError};
 mod flight;
 use flight::{Finished, Turn};
 
-/// Batches in flight per consume loop by default: with the default prefetch (512) and batch size (256), two
-/// full batches are what the broker hands a worker at once.
-pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 2;
+/// Batches in flight per consume loop by default: one, a batch at a time. Measured side by side on one machine
+/// (docs/benchmarks.md, "Batches in flight"), two in flight took no more events per second from the queue and
+/// made batches smaller (more Redis round trips and CPU per event); they pay where Redis or the broker is far
+/// (a round trip of milliseconds), so they are the operator's choice (`--batches-in-flight`).
+pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 1;
 
 /// Tuning of the evaluate loop.
 #[derive(Debug, Clone)]
