@@ -472,6 +472,12 @@ async fn delete_namespace(namespace: &str, events_queue: &str) {
     };
     let topo = klaxon_broker::Topology::new(namespace, events_queue, klaxon_broker::QueueType::Classic);
     let _ = broker.delete_topology(&topo).await;
+    // shard queues of a sharded test (`--events-shards`, at most 8 here): each delete on a channel of its own, so
+    // a missing one costs nothing
+    for i in 0..8 {
+        let _ = broker.delete_queue(&format!("{events_queue}.shard.{i}")).await;
+    }
+    let _ = broker.delete_exchange(&format!("{events_queue}.shards")).await;
     broker.close().await;
 }
 
