@@ -404,3 +404,61 @@ async fn eventually_metric(k: &common::Klaxon, name: &str, want: f64) -> f64 {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Issue #42: a quiet window's release never drops silently. 1,200 groups fire inside the window (their alerts
+/// resolve inside it too, as many as the project's alert slots opened): the release lists 1,000 firings and up to
+/// 1,000 resolves beside them (`"quiet"` counts what it lists), and `"more"` says exactly how many more fired and
+/// resolved — listed + more equal to what the worker held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_1200_group_quiet_window_releases_exact_counts_of_what_fired_and_resolved() {
+    let hooks = HttpSink::start().await.expect("sink");
+    let env = Env::new();
+    let project = object_id();
+    let (from, to, end) = window();
+    env.import(&rule(
+        &project,
+        json!({"webhook": {"isEnabled": true, "endpoint": hooks.url("/webhook"), "minPeriod": 0}}),
+        &from,
+        &to,
+    ));
+    let mut k = env.spawn("run", &[]);
+    env.publish(&project, "Storm", "s").groups(1200).count(1200).ok();
+    let held = r#"klaxon_quiet_held_total{channel="webhook",what="fired"}"#;
+    let fired = eventually_metric(&k, held, 1200.0).await;
+    assert_eq!(fired, 1200.0, "every firing held; log:\n{}", k.logs());
+    assert!(
+        until(end) > Duration::from_secs(4),
+        "the test window left too little time for the resolves (3 s after each alert's event)"
+    );
+    let got = hooks
+        .wait_for_count(1, until(end) + Duration::from_secs(30))
+        .await;
+    assert_eq!(got.len(), 1, "one release; log:\n{}", k.logs());
+    tokio::time::sleep(QUIET).await;
+    assert_eq!(hooks.count(), 1, "one release, once");
+    let resolved = k.metric(r#"klaxon_quiet_held_total{channel="webhook",what="resolved"}"#);
+    assert!(resolved >= 1.0, "resolves were held too; log:\n{}", k.logs());
+    let body = got[0].json();
+    assert_eq!(body["kind"], "quiet");
+    let events = body["events"].as_array().cloned().unwrap_or_default();
+    let listed_resolved = events.iter().filter(|e| e["resolved"] == true).count();
+    let listed_fired = events.len() - listed_resolved;
+    assert_eq!(listed_fired, 1000, "the list's bound of firings");
+    // `quiet` counts what `events` lists, `more` what it could not
+    assert_eq!(body["quiet"]["fired"], listed_fired, "{}", body["quiet"]);
+    assert_eq!(body["quiet"]["resolved"], listed_resolved, "{}", body["quiet"]);
+    assert_eq!(
+        listed_fired as u64 + body["more"]["fired"].as_u64().unwrap_or(0),
+        1200,
+        "{}",
+        body["more"]
+    );
+    assert_eq!(
+        listed_resolved as f64 + body["more"]["resolved"].as_f64().unwrap_or(0.0),
+        resolved,
+        "{}",
+        body["more"]
+    );
+    assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
+    common::delete_queues(&env).await;
+}
