@@ -80,16 +80,7 @@ pub(super) async fn page(
     let (held, held_error) = if before.is_some() {
         (Vec::new(), None)
     } else {
-        match c.api.redis().await {
-            Ok(redis) => {
-                let digests = klaxon_counter::Digests::new(redis, &c.api.config().namespace);
-                match crate::rest::deliveries::held(&digests, project_filter, limit).await {
-                    Ok(held) => (held, None),
-                    Err(e) => (Vec::new(), Some(e.message)),
-                }
-            }
-            Err(e) => (Vec::new(), Some(e.message)),
-        }
+        crate::rest::deliveries::held(&c.api, project_filter, limit).await
     };
     let (records, more) = c
         .api

@@ -216,16 +216,23 @@ pub fn merge(held: Vec<HeldMessage>, trail: Vec<Record>, limit: usize) -> Vec<De
         .collect()
 }
 
-/// The messages quiet hours hold now (of `project`), at most `limit`: what [`merge`] puts first.
-pub async fn held(
-    digests: &Digests,
+/// The messages quiet hours hold now (of `project`), at most `limit`: what [`merge`] puts first. With Redis out of
+/// reach none, and why (the trail stays readable: the API and the console say the held messages are missing).
+pub(crate) async fn held(
+    api: &Api,
     project: Option<&str>,
     limit: usize,
-) -> Result<Vec<HeldMessage>, ApiError> {
-    digests
-        .held(project, limit)
-        .await
-        .map_err(|e| ApiError::unavailable("Redis", e))
+) -> (Vec<HeldMessage>, Option<String>) {
+    let read = async {
+        Digests::new(api.redis().await?, &api.config().namespace)
+            .held(project, limit)
+            .await
+            .map_err(|e| ApiError::unavailable("Redis", e))
+    };
+    match read.await {
+        Ok(held) => (held, None),
+        Err(e) => (Vec::new(), Some(e.message)),
+    }
 }
 
 /// `GET /api/v1/deliveries?projectId=&limit=` → `{"deliveries": [...]}`, newest first. With Redis down the trail
@@ -241,20 +248,11 @@ pub(crate) async fn list(State(api): State<Api>, RawQuery(query): RawQuery) -> R
         check_project_id(p)?;
     }
     // Redis down: the trail still lists (the held messages are said to be unreadable, not silently absent)
-    let held = match api.redis().await {
-        Ok(redis) => {
-            let digests = Digests::new(redis, &api.config().namespace);
-            held(&digests, project.as_deref(), limit).await
-        }
-        Err(e) => Err(e),
-    };
-    let (held, warnings) = match held {
-        Ok(h) => (h, Vec::new()),
-        Err(_) => (
-            Vec::new(),
-            vec!["held (quiet-hours) messages could not be read: Redis is unavailable"],
-        ),
-    };
+    let (held, held_error) = held(&api, project.as_deref(), limit).await;
+    let warnings: Vec<&str> = held_error
+        .map(|_| "held (quiet-hours) messages could not be read: Redis is unavailable")
+        .into_iter()
+        .collect();
     let records = api
         .trail()
         .await?
