@@ -10,7 +10,7 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use common::shards::{event, publish, read_all};
 use common::{object_id, Env, Klaxon};
@@ -311,20 +311,6 @@ async fn projects_per_shard(env: &Env, per_shard: usize) -> Vec<Vec<String>> {
     on
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Sleeps until `offset_ms` into the next bucket of `bucket_ms` (buckets are aligned on the epoch; Redis runs on
-/// this machine's clock).
-async fn next_bucket(bucket_ms: u64, offset_ms: u64) {
-    let now = now_ms();
-    let at = (now / bucket_ms + 1) * bucket_ms + offset_ms;
-    tokio::time::sleep(Duration::from_millis(at - now)).await;
-}
-
 /// Waits (bounded) until the fleet has acked `n` events in all.
 async fn wait_fleet_acked(fleet: &[Klaxon], n: usize) {
     for _ in 0..300 {
@@ -395,7 +381,7 @@ async fn three_shards_three_workers_fire_every_spike_and_every_silence_exactly_o
 
     // Three buckets at a steady 3 events per project: a steady rate never spikes.
     for bucket in 0..3 {
-        next_bucket(BUCKET, 200).await;
+        common::next_bucket(BUCKET, 200).await;
         publish(&b, &burst(3, &format!("steady{bucket}"))).await;
     }
     let steady = 3 * 3 * projects.len();
@@ -403,7 +389,7 @@ async fn three_shards_three_workers_fire_every_spike_and_every_silence_exactly_o
     assert_eq!(hook.count(), 0, "{:?}", deliveries(&hook));
 
     // The burst: 30 per project, each needs max(10, 5 × 3) = 15 and fires once; then every project falls silent.
-    next_bucket(BUCKET, 200).await;
+    common::next_bucket(BUCKET, 200).await;
     publish(&b, &burst(30, "burst")).await;
     wait_fleet_acked(&fleet, steady + 30 * projects.len()).await;
     // spikes at once, the silences 10 s after each project's last event

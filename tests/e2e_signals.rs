@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::{object_id, Env, Klaxon};
 use klaxon_testkit::HttpSink;
@@ -14,20 +14,6 @@ const QUIET: Duration = Duration::from_secs(3);
 
 fn wait_acked(k: &Klaxon, n: u64) {
     k.wait_metric("klaxon_events_acked_total", n as f64, Duration::from_secs(30));
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Sleeps until `offset_ms` into the next bucket of `bucket_ms` (buckets are aligned on the epoch; Redis runs on
-/// this machine's clock).
-async fn next_bucket(bucket_ms: u64, offset_ms: u64) {
-    let now = now_ms();
-    let at = (now / bucket_ms + 1) * bucket_ms + offset_ms;
-    tokio::time::sleep(Duration::from_millis(at - now)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,7 +38,7 @@ async fn a_burst_ten_times_a_groups_steady_rate_fires_once_and_the_same_burst_fo
     // Three buckets at a steady rate: "steady" 3 events a bucket, "loud" 30. A group's first bucket never fires.
     let mut sent = 0;
     for _ in 0..3 {
-        next_bucket(BUCKET, 200).await;
+        common::next_bucket(BUCKET, 200).await;
         publish("loud", 30);
         publish("steady", 3);
         sent += 33;
@@ -66,7 +52,7 @@ async fn a_burst_ten_times_a_groups_steady_rate_fires_once_and_the_same_burst_fo
     );
 
     // The burst: 30 for both. Steady needs max(10, 5 × 3) = 15 and fires once; loud needs 5 × 30 = 150.
-    next_bucket(BUCKET, 200).await;
+    common::next_bucket(BUCKET, 200).await;
     publish("steady", 30);
     publish("loud", 30);
     sent += 60;

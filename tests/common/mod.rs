@@ -674,3 +674,13 @@ pub fn fleet_logs(fleet: &[Klaxon]) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// Sleeps until `offset_ms` into the next bucket of `bucket_ms` (buckets are aligned on the epoch; Redis runs on
+/// this machine's clock): SPIKE tests publish their buckets' events inside one bucket.
+pub async fn next_bucket(bucket_ms: u64, offset_ms: u64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let at = (now / bucket_ms + 1) * bucket_ms + offset_ms;
+    tokio::time::sleep(Duration::from_millis(at - now)).await;
+}
