@@ -377,32 +377,16 @@ async fn twenty_one_quiet_windows_of_one_project_do_not_delay_another_projects_f
         "another project's alert waited {took:?} behind the quiet project's firings; log:\n{}",
         k.logs()
     );
-    let held = eventually_metric(
-        &k,
-        r#"klaxon_quiet_held_total{channel="webhook",what="fired"}"#,
-        16.0,
-    )
-    .await;
+    let held = r#"klaxon_quiet_held_total{channel="webhook",what="fired"}"#;
+    k.wait_metric(held, 16.0, Duration::from_secs(15));
     assert_eq!(
-        held,
+        k.metric(held),
         16.0,
         "every firing of the quiet project held; log:\n{}",
         k.logs()
     );
     assert_eq!(k.terminate(Duration::from_secs(10)), Some(0));
     common::delete_queues(&env).await;
-}
-
-/// `name`'s value once it reaches `want` (bounded: 15 s), else its last value.
-async fn eventually_metric(k: &common::Klaxon, name: &str, want: f64) -> f64 {
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let v = k.metric(name);
-        if v >= want || std::time::Instant::now() > deadline {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// Issue #42: a quiet window's release never drops silently. 1,200 groups fire inside the window (their alerts
@@ -424,8 +408,8 @@ async fn a_1200_group_quiet_window_releases_exact_counts_of_what_fired_and_resol
     let mut k = env.spawn("run", &[]);
     env.publish(&project, "Storm", "s").groups(1200).count(1200).ok();
     let held = r#"klaxon_quiet_held_total{channel="webhook",what="fired"}"#;
-    let fired = eventually_metric(&k, held, 1200.0).await;
-    assert_eq!(fired, 1200.0, "every firing held; log:\n{}", k.logs());
+    k.wait_metric(held, 1200.0, Duration::from_secs(15));
+    assert_eq!(k.metric(held), 1200.0, "every firing held; log:\n{}", k.logs());
     assert!(
         until(end) > Duration::from_secs(4),
         "the test window left too little time for the resolves (3 s after each alert's event)"
