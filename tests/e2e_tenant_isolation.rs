@@ -264,15 +264,21 @@ async fn throttled_and_failing_discord_webhooks_do_not_hold_another_webhook_on_t
     common::delete_queues(&env).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_webhook_does_not_fill_its_hosts_bulkhead() {
+/// One host with slow receivers under `/slow` (8 s, under the 10 s request timeout) and fast ones elsewhere.
+async fn slow_and_fast_sink() -> HttpSink {
     let sink = HttpSink::start().await.expect("sink");
-    // A's receiver takes 8 s to answer (under the 10 s request timeout); B on the same host answers at once
     sink.route(
         |r| r.uri.starts_with("/slow"),
         Reply::status(200).delayed(Duration::from_secs(8)),
     );
     sink.set_default(Reply::status(200));
+    sink
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_webhook_does_not_fill_its_hosts_bulkhead() {
+    // A's receiver takes 8 s to answer; B on the same host answers at once
+    let sink = slow_and_fast_sink().await;
     let env = Env::new();
     let mut k = env.spawn("sender", &[]);
 
@@ -321,13 +327,8 @@ async fn a_slow_webhook_does_not_fill_its_hosts_bulkhead() {
 /// endpoints together, so the other tenant's delivery goes out at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_slow_webhooks_of_one_tenant_do_not_hold_another_tenants_delivery_on_the_host() {
-    let sink = HttpSink::start().await.expect("sink");
-    // A's two receivers take 8 s to answer (under the 10 s request timeout); B on the same host answers at once
-    sink.route(
-        |r| r.uri.starts_with("/slow"),
-        Reply::status(200).delayed(Duration::from_secs(8)),
-    );
-    sink.set_default(Reply::status(200));
+    // A's two receivers take 8 s to answer; B on the same host answers at once
+    let sink = slow_and_fast_sink().await;
     let env = Env::new();
     let mut k = env.spawn("sender", &[]);
 
