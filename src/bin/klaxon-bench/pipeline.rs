@@ -71,6 +71,10 @@ pub struct PipelineArgs {
     /// active worker, the others stand by): to compare with Klaxon's every-worker-consumes-every-shard.
     #[arg(long)]
     pub single_active_consumer: bool,
+    /// The raw consumer waits this long before each multiple-ack, as a worker does while it counts a batch
+    /// (its ack latency): the raw broker rate for a consumer that cannot ack at once. 0 = ack at once.
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    pub raw_ack_delay_ms: u64,
     /// Also report the CPU of this process over the workers' window (repeatable), e.g. `rabbitmq=$(pgrep beam.smp)`.
     #[arg(long, value_parser = parse_watch_pid)]
     pub watch_pid: Vec<WatchPid>,
@@ -95,11 +99,11 @@ fn parse_watch_pid(s: &str) -> Result<WatchPid, String> {
     })
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 struct Watched {
     name: String,
     pid: u32,
-    /// In % of one core, over the workers' measured window.
+    /// In % of one core, over the measured window (the raw rate's or the workers').
     cpu_pct: f64,
     cpu_us_per_event: f64,
 }
@@ -124,6 +128,12 @@ struct Row {
     /// Other processes (`--watch-pid`) over the same window as the workers.
     watched: Vec<Watched>,
     raw_broker_msgs_per_s: f64,
+    /// The raw rate's measurement: the machine's and the watched processes' CPU while it ran.
+    raw: Raw,
+    /// The whole machine's busy CPU over the workers' window, in % of one core.
+    machine_cpu_pct: f64,
+    /// Cores of this machine (the ceiling of the two above is 100 × this).
+    cores: usize,
     worker_events_per_s: f64,
     ratio: f64,
     worker_cpu_us_per_event: f64,
@@ -202,6 +212,29 @@ pub(crate) fn proc_cpu_ticks(pid: u32) -> anyhow::Result<u64> {
 /// Clock ticks per second for /proc times (the kernel's USER_HZ, 100 on Linux).
 pub(crate) const TICKS_PER_S: f64 = 100.0;
 
+/// The whole machine's busy CPU time so far, in clock ticks summed over its cores (`/proc/stat`'s `cpu` line:
+/// every field but idle and iowait).
+fn machine_busy_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
+        return 0;
+    };
+    // user nice system idle iowait irq softirq steal (guest time is already in user)
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    f.iter().sum::<u64>() - f.get(3).copied().unwrap_or(0) - f.get(4).copied().unwrap_or(0)
+}
+
+/// Busy CPU of the whole machine between `before` ([`machine_busy_ticks`]) and now, over `seconds`, in % of one
+/// core.
+fn machine_pct(before: u64, seconds: f64) -> f64 {
+    machine_busy_ticks().saturating_sub(before) as f64 / TICKS_PER_S / seconds * 100.0
+}
+
 pub(crate) fn metric(text: &str, name: &str) -> u64 {
     klaxon_engine::metrics::series_value(text, name).unwrap_or(0.0) as u64
 }
@@ -248,13 +281,23 @@ fn bar(len: u64, what: &str, hidden: bool) -> indicatif::ProgressBar {
     pb
 }
 
+/// The raw broker rate and what the machine and the watched processes spent on it.
+#[derive(Debug, Clone, Serialize)]
+struct Raw {
+    msgs_per_s: f64,
+    /// The whole machine's busy CPU while the raw rate was measured, in % of one core (200 = two cores busy).
+    machine_cpu_pct: f64,
+    /// The `--watch-pid` processes over the same window.
+    watched: Vec<Watched>,
+}
+
 async fn raw_rate(
     broker: &Broker,
     ns: &str,
     qt: QueueType,
     bodies: &[(String, Vec<u8>)],
     args: &PipelineArgs,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<Raw> {
     let queue = format!("{ns}.raw");
     let topo = Topology::new(ns, &queue, qt);
     let publisher = broker.publisher().await?;
@@ -264,10 +307,13 @@ async fn raw_rate(
     let total = bodies.len() as u64;
     let pb = bar(total, &format!("raw broker ({})", label(qt)), args.json);
     let started = Instant::now();
+    let busy_before = machine_busy_ticks();
+    let watch = Watch::start(&args.watch_pid);
     let consumed = Arc::new(AtomicU64::new(0));
     let drain = {
         let consumed = consumed.clone();
         let batch_max = args.batch_max;
+        let ack_delay = Duration::from_millis(args.raw_ack_delay_ms);
         async move {
             let mut pending = 0usize;
             let mut last = 0u64;
@@ -284,6 +330,9 @@ async fn raw_rate(
                 }
                 // Ack like the worker does: one multiple-ack per batch.
                 if pending >= batch_max || (pending > 0 && consumed.load(Ordering::Relaxed) == total) {
+                    if !ack_delay.is_zero() {
+                        tokio::time::sleep(ack_delay).await;
+                    }
                     consumer.ack_up_to(last).await?;
                     pending = 0;
                 }
@@ -299,8 +348,44 @@ async fn raw_rate(
     p?;
     d?;
     let elapsed = started.elapsed().as_secs_f64();
+    let busy = machine_pct(busy_before, elapsed);
+    let watched = watch.finish(elapsed, total);
     pb.finish_and_clear();
-    Ok(total as f64 / elapsed)
+    Ok(Raw {
+        msgs_per_s: total as f64 / elapsed,
+        machine_cpu_pct: busy,
+        watched,
+    })
+}
+
+/// The CPU of the `--watch-pid` processes from now on.
+struct Watch<'a> {
+    pids: &'a [WatchPid],
+    before: Vec<u64>,
+}
+
+impl<'a> Watch<'a> {
+    fn start(pids: &'a [WatchPid]) -> Self {
+        let before = pids.iter().map(|w| proc_cpu_ticks(w.pid).unwrap_or(0)).collect();
+        Watch { pids, before }
+    }
+
+    /// What each spent since [`Watch::start`], over `elapsed` seconds and `events` events.
+    fn finish(self, elapsed: f64, events: u64) -> Vec<Watched> {
+        self.pids
+            .iter()
+            .zip(self.before)
+            .map(|(w, b)| {
+                let s = proc_cpu_ticks(w.pid).unwrap_or(b).saturating_sub(b) as f64 / TICKS_PER_S;
+                Watched {
+                    name: w.name.clone(),
+                    pid: w.pid,
+                    cpu_pct: s / elapsed * 100.0,
+                    cpu_us_per_event: s * 1e6 / events.max(1) as f64,
+                }
+            })
+            .collect()
+    }
 }
 
 pub(crate) fn label(qt: QueueType) -> &'static str {
@@ -317,7 +402,7 @@ async fn one(
     args: &PipelineArgs,
     qt: QueueType,
     (shards, workers, in_flight): (u16, u16, u16),
-    raw: Option<f64>,
+    raw: Option<Raw>,
 ) -> anyhow::Result<Row> {
     // a namespace per row: counters, rules and queues of one row never meet another's
     let ns = format!(
@@ -449,11 +534,6 @@ async fn one(
     let before = wait_consumed(warm_n).await?;
     let cpu_of = |pids: &[u32]| -> anyhow::Result<u64> { pids.iter().map(|p| proc_cpu_ticks(*p)).sum() };
     let cpu_before = cpu_of(&pids)?;
-    let watched_before: Vec<u64> = args
-        .watch_pid
-        .iter()
-        .map(|w| proc_cpu_ticks(w.pid).unwrap_or(0))
-        .collect();
     let pb = bar(
         bodies.len() as u64,
         &format!(
@@ -463,24 +543,14 @@ async fn one(
         args.json,
     );
     let started = Instant::now();
+    let busy_before = machine_busy_ticks();
+    let watch = Watch::start(&args.watch_pid);
     publish(&broker, &topology, &bodies, &pb).await?;
     let after = wait_consumed(warm_n + bodies.len() as u64).await?;
     let elapsed = started.elapsed().as_secs_f64();
+    let busy = machine_pct(busy_before, elapsed);
     let cpu_after = cpu_of(&pids)?;
-    let watched: Vec<Watched> = args
-        .watch_pid
-        .iter()
-        .zip(watched_before)
-        .map(|(w, b)| {
-            let s = proc_cpu_ticks(w.pid).unwrap_or(b).saturating_sub(b) as f64 / TICKS_PER_S;
-            Watched {
-                name: w.name.clone(),
-                pid: w.pid,
-                cpu_pct: s / elapsed * 100.0,
-                cpu_us_per_event: s * 1e6 / bodies.len() as f64,
-            }
-        })
-        .collect();
+    let watched = watch.finish(elapsed, bodies.len() as u64);
     pb.finish_and_clear();
     for mut child in children {
         let _ = child.start_kill();
@@ -514,9 +584,12 @@ async fn one(
         single_active_consumer: sac,
         worker_cpu_pct: (cpu_after - cpu_before) as f64 / TICKS_PER_S / elapsed * 100.0,
         watched,
-        raw_broker_msgs_per_s: raw,
+        raw_broker_msgs_per_s: raw.msgs_per_s,
+        raw: raw.clone(),
+        machine_cpu_pct: busy,
+        cores: std::thread::available_parallelism().map_or(1, usize::from),
         worker_events_per_s: rate,
-        ratio: rate / raw,
+        ratio: rate / raw.msgs_per_s,
         worker_cpu_us_per_event: (cpu_after - cpu_before) as f64 / TICKS_PER_S * 1e6 / n,
         redis_round_trips_per_event: batches as f64 / n,
         batches,
@@ -541,7 +614,7 @@ async fn pipeline(args: PipelineArgs, global: &GlobalOpts) -> anyhow::Result<Exi
             for &workers in &args.workers {
                 for &in_flight in &args.batches_in_flight {
                     let row = one(global, &args, qt, (shards, workers, in_flight), raw).await?;
-                    raw = Some(row.raw_broker_msgs_per_s);
+                    raw = Some(row.raw.clone());
                     rows.push(row);
                 }
             }
@@ -557,20 +630,28 @@ async fn pipeline(args: PipelineArgs, global: &GlobalOpts) -> anyhow::Result<Exi
         let watched: String = args
             .watch_pid
             .iter()
-            .map(|w| format!(" {} CPU % |", w.name))
+            .map(|w| format!(" {} CPU % raw / workers |", w.name))
             .collect();
         println!(
             "| queue | shards | workers | in flight | raw broker msg/s (one queue) | worker events/s | ratio | \
-             worker CPU µs/event | workers' CPU % | Redis round trips/event | tasks |{watched}"
+             worker CPU µs/event | workers' CPU % | machine CPU % raw / workers (of {}) | Redis round trips/event | \
+             tasks |{watched}",
+            rows.first().map_or(100, |r| r.cores * 100)
         );
         println!(
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|{}",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|{}",
             "---:|".repeat(args.watch_pid.len())
         );
         for r in &rows {
-            let watched: String = r.watched.iter().map(|w| format!(" {:.0} |", w.cpu_pct)).collect();
+            let watched: String = r
+                .raw
+                .watched
+                .iter()
+                .zip(&r.watched)
+                .map(|(raw, w)| format!(" {:.0} / {:.0} |", raw.cpu_pct, w.cpu_pct))
+                .collect();
             println!(
-                "| {} | {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.1} | {:.0} | {:.4} | {} |{watched}",
+                "| {} | {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.1} | {:.0} | {:.0} / {:.0} | {:.4} | {} |{watched}",
                 r.queue_type,
                 if r.single_active_consumer {
                     format!("{} (SAC)", r.shards)
@@ -584,6 +665,8 @@ async fn pipeline(args: PipelineArgs, global: &GlobalOpts) -> anyhow::Result<Exi
                 r.ratio,
                 r.worker_cpu_us_per_event,
                 r.worker_cpu_pct,
+                r.raw.machine_cpu_pct,
+                r.machine_cpu_pct,
                 r.redis_round_trips_per_event,
                 r.notification_tasks
             );
