@@ -10,6 +10,7 @@ use klaxon_counter::dedup::Claim;
 use klaxon_counter::Conversation;
 use klaxon_store::trail::now_ms;
 use rand::Rng;
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::next::{after_attempt, jitter, not_before, Next};
 use super::settle::settle;
@@ -142,16 +143,19 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
     };
 
     // 4. The endpoint's share of its host (bulkhead): never waited for. A busy endpoint's task is parked at once
-    //    instead of holding a prefetch slot, so a slow endpoint delays only its own tasks.
-    let Some(endpoint_permit) = deps.bulkheads.try_endpoint(&endpoint) else {
-        let wait = Duration::from_millis(rand::rng().random_range(1_000..3_000));
-        return park(wait, "destination busy", true);
+    //    instead of holding a prefetch slot, so a slow endpoint delays only its own tasks. And the project's
+    //    share of the host: its endpoints together hold at most half of the host's slots, so another project's
+    //    delivery to the same host never waits behind one tenant's slow endpoints.
+    let busy = |why| {
+        park(
+            Duration::from_millis(rand::rng().random_range(1_000..3_000)),
+            why,
+            true,
+        )
     };
-    //    And the project's share of the host: its endpoints together hold at most half of the host's slots, so
-    //    another project's delivery to the same host never waits behind one tenant's slow endpoints.
-    let Some(project_permit) = deps.bulkheads.try_project(&host, &task.project_id) else {
-        let wait = Duration::from_millis(rand::rng().random_range(1_000..3_000));
-        return park(wait, "project's share of the host busy", true);
+    let mut permits = match shares(deps, &endpoint, &host, task) {
+        Ok(p) => p,
+        Err(why) => return busy(why),
     };
 
     // The alert's firing message, for a lifecycle message on a channel that keeps conversations: read before the
@@ -167,6 +171,10 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
             gap,
         }) => {
             if !wait.is_zero() {
+                // The shares are for deliveries, not for waiting: given back while the task sleeps, so that a
+                // firing for the same endpoint never finds it busy with reminders waiting for their slots (and is
+                // parked for seconds behind them), then taken again.
+                drop(permits);
                 tokio::time::sleep(wait).await;
                 // The alert may have been acknowledged while the task waited for its slot: asked again (a
                 // failure to ask lets the task go on, as the first answer did).
@@ -177,6 +185,11 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
                     let attempts = before;
                     return (Next::Dropped { attempts, why }, true);
                 }
+                permits = match shares(deps, &endpoint, &host, task) {
+                    Ok(p) => p,
+                    // taken by another delivery meanwhile (a firing): this slot is lost, the task comes back
+                    Err(why) => return busy(why),
+                };
             }
             gap
         }
@@ -206,8 +219,7 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
         .breakers
         .record(&endpoint, &host, outcome(&result), Instant::now());
     drop(host_permit);
-    drop(project_permit);
-    drop(endpoint_permit);
+    drop(permits);
     if changes.endpoint.is_some() || changes.host.is_some() {
         let shown = redact_endpoint(task.channel, &task.endpoint);
         for (scope, change) in [("endpoint", changes.endpoint), ("host", changes.host)] {
@@ -244,6 +256,22 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
         jitter(),
     );
     (next, true)
+}
+
+/// A slot of the endpoint's share and one of the project's share of the host, if both are free now (held in
+/// that order: endpoint, project); else why not.
+fn shares(
+    deps: &SenderDeps,
+    endpoint: &str,
+    host: &str,
+    task: &NotificationTask,
+) -> Result<(OwnedSemaphorePermit, OwnedSemaphorePermit), &'static str> {
+    let endpoint = deps.bulkheads.try_endpoint(endpoint).ok_or("destination busy")?;
+    let project = deps
+        .bulkheads
+        .try_project(host, &task.project_id)
+        .ok_or("project's share of the host busy")?;
+    Ok((endpoint, project))
 }
 
 /// The firing message of `task`'s alert, when `task` is a lifecycle message on a channel that keeps an alert as
