@@ -51,14 +51,17 @@ use klaxon_core::alert::{
     bounded_group, Alert, AlertChannel, AlertState, DEFAULT_MAX_ALERTS_PER_PROJECT, MAX_ALERT_TITLE_BYTES,
     MAX_HEARD_MEMBERS, OPEN_RETENTION_MS, RESOLVED_RETENTION_MS,
 };
+use redis::cluster_routing::Slot;
 use redis::{Script, Value};
 use serde::{Deserialize, Serialize};
 
+use crate::pipeline::{self, ScriptCall};
 use crate::script_io::{bad, int, now_arg, text};
 use crate::{CounterError, RedisHandle};
 
 static OPEN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/alert_open.lua")));
 static TOUCH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/alert_touch.lua")));
+const TOUCH_SCRIPT: &str = "alert_touch.lua";
 static CHANGE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/alert_change.lua")));
 static READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/alerts_read.lua")));
 static HEAR: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lua/alert_hear.lua")));
@@ -281,61 +284,51 @@ impl Alerts {
     /// starts with its `events` (the events of its firing); later ones are counted into it by [`Alerts::touch`].
     pub async fn open(&self, opens: &[Alert], now_ms: Option<i64>) -> Result<Vec<Opened>, CounterError> {
         const SCRIPT: &str = "alert_open.lua";
-        let calls = opens.iter().map(|a| async move {
-            let fixed = Fixed {
-                id: a.id.clone(),
-                project_id: a.project_id.clone(),
-                project_name: a.project_name.clone(),
-                rule_id: a.rule_id.clone(),
-                group: bounded_group(&a.group).into_owned(),
-                title: cut_title(&a.title),
-                channels: a.channels.clone(),
-            };
-            let fixed = serde_json::to_string(&fixed).map_err(|e| bad(SCRIPT, e.to_string()))?;
-            let prefix = self.prefix(&a.project_id);
-            let reply: Value = OPEN
-                .key(format!("{prefix}idx"))
-                .key(format!("{prefix}cur:{}", Self::cur_suffix(&a.rule_id, &a.group)))
-                .key(format!("{prefix}a:{}", a.id))
-                .key(format!("{prefix}open"))
-                .key(format!("{prefix}hand"))
-                .key(format!("{prefix}res"))
-                .arg(now_arg(now_ms))
-                .arg(&prefix)
-                .arg(&a.id)
-                .arg(&a.firing)
-                .arg(fixed)
-                .arg(self.limit)
-                .arg(a.fired_at_ms)
-                .arg(a.resolve_after_ms)
-                .arg(OPEN_RETENTION_MS)
-                .arg(self.by_hand_limit())
-                .arg(a.events)
-                .invoke_async(&mut self.redis.clone())
-                .await?;
-            let Value::Array(items) = &reply else {
-                return Err(bad(SCRIPT, format!("expected an array, got {reply:?}")));
-            };
-            let code = items.first().map(|v| int(v, SCRIPT)).transpose()?;
-            let alert = || match items.get(2) {
-                Some(fields) => decode(&a.project_id, fields, SCRIPT),
-                None => Err(bad(SCRIPT, "no alert in the reply")),
-            };
-            Ok(match code {
-                Some(0) => Opened::New(alert()?),
-                Some(1) => Opened::Again(alert()?),
-                Some(2) => Opened::Repeat(alert()?),
-                Some(3) => {
-                    let why = match items.get(2).map(|v| text(v, SCRIPT)).transpose()?.as_deref() {
-                        Some("by_hand") => NotOpened::ByHandShare,
-                        _ => NotOpened::ProjectFull,
-                    };
-                    self.mark_full(&a.project_id, now_ms).await?;
-                    Opened::Full(why)
-                }
-                other => return Err(bad(SCRIPT, format!("unknown code {other:?}"))),
+        // One script call per alert, all in one pipeline (per slot in a cluster): one request for the batch's
+        // opens, whatever their number.
+        let cluster = self.redis.is_cluster();
+        let calls: Vec<ScriptCall> = opens
+            .iter()
+            .map(|a| {
+                let fixed = Fixed {
+                    id: a.id.clone(),
+                    project_id: a.project_id.clone(),
+                    project_name: a.project_name.clone(),
+                    rule_id: a.rule_id.clone(),
+                    group: bounded_group(&a.group).into_owned(),
+                    title: cut_title(&a.title),
+                    channels: a.channels.clone(),
+                };
+                let fixed = serde_json::to_string(&fixed).map_err(|e| bad(SCRIPT, e.to_string()))?;
+                let prefix = self.prefix(&a.project_id);
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(OPEN.get_hash())
+                    .arg(6)
+                    .arg(format!("{prefix}idx"))
+                    .arg(format!("{prefix}cur:{}", Self::cur_suffix(&a.rule_id, &a.group)))
+                    .arg(format!("{prefix}a:{}", a.id))
+                    .arg(format!("{prefix}open"))
+                    .arg(format!("{prefix}hand"))
+                    .arg(format!("{prefix}res"))
+                    .arg(now_arg(now_ms))
+                    .arg(&prefix)
+                    .arg(&a.id)
+                    .arg(&a.firing)
+                    .arg(fixed)
+                    .arg(self.limit)
+                    .arg(a.fired_at_ms)
+                    .arg(a.resolve_after_ms)
+                    .arg(OPEN_RETENTION_MS)
+                    .arg(self.by_hand_limit())
+                    .arg(a.events);
+                Ok(ScriptCall {
+                    script: &OPEN,
+                    name: SCRIPT,
+                    slot: cluster.then(|| Slot::for_key(prefix.as_bytes())),
+                    cmd,
+                })
             })
-        });
+            .collect::<Result<_, CounterError>>()?;
         // Registered for the cross-project list beside the opens (one round trip for the batch's firings, concurrent
         // calls on the multiplexed connection): every project that asks to open one, since a project that repeats
         // or is full has alerts too. Again for a replay, so a crash between the two is mended by the redelivery.
@@ -353,8 +346,34 @@ impl Alerts {
                 .await?;
             Ok::<(), CounterError>(())
         };
-        let (answers, ()) =
-            futures_util::future::try_join(futures_util::future::try_join_all(calls), register).await?;
+        let sent: Vec<&ScriptCall> = calls.iter().collect();
+        let (replies, ()) =
+            futures_util::future::try_join(pipeline::eval_all(&self.redis, &sent), register).await?;
+        let mut answers = Vec::with_capacity(opens.len());
+        for (a, reply) in opens.iter().zip(replies) {
+            let Value::Array(items) = &reply else {
+                return Err(bad(SCRIPT, format!("expected an array, got {reply:?}")));
+            };
+            let code = items.first().map(|v| int(v, SCRIPT)).transpose()?;
+            let alert = || match items.get(2) {
+                Some(fields) => decode(&a.project_id, fields, SCRIPT),
+                None => Err(bad(SCRIPT, "no alert in the reply")),
+            };
+            answers.push(match code {
+                Some(0) => Opened::New(alert()?),
+                Some(1) => Opened::Again(alert()?),
+                Some(2) => Opened::Repeat(alert()?),
+                Some(3) => {
+                    let why = match items.get(2).map(|v| text(v, SCRIPT)).transpose()?.as_deref() {
+                        Some("by_hand") => NotOpened::ByHandShare,
+                        _ => NotOpened::ProjectFull,
+                    };
+                    self.mark_full(&a.project_id, now_ms).await?;
+                    Opened::Full(why)
+                }
+                other => return Err(bad(SCRIPT, format!("unknown code {other:?}"))),
+            });
+        }
         Ok(answers)
     }
 
@@ -529,7 +548,15 @@ impl Alerts {
     /// Counts `touches` into open alerts: one script call per project, coalesced by (rule, group); a (rule,
     /// group) without an open alert is left alone. Returns how many open alerts were touched.
     pub async fn touch(&self, touches: &[Touch<'_>]) -> Result<u64, CounterError> {
-        const SCRIPT: &str = "alert_touch.lua";
+        let calls = self.touch_calls(touches);
+        let sent: Vec<&ScriptCall> = calls.iter().collect();
+        let replies = pipeline::eval_all(&self.redis, &sent).await?;
+        touched(&replies)
+    }
+
+    /// The script calls of [`Alerts::touch`] (one per project, its keys share one slot), to send in a pipeline;
+    /// their replies add up with [`touched`].
+    pub(crate) fn touch_calls(&self, touches: &[Touch<'_>]) -> Vec<ScriptCall> {
         // project → (rule, group) → (events, last at)
         type Groups<'t> = BTreeMap<(&'t str, &'t str), (u64, i64)>;
         let mut by_project: BTreeMap<&str, Groups<'_>> = BTreeMap::new();
@@ -542,20 +569,30 @@ impl Alerts {
             e.0 += t.events;
             e.1 = e.1.max(t.at_ms);
         }
-        let calls = by_project.into_iter().map(|(project, keys)| async move {
-            let prefix = self.prefix(project);
-            let mut call = TOUCH.prepare_invoke();
-            call.arg("").arg(&prefix).arg(OPEN_RETENTION_MS);
-            for ((rule, group), (n, at)) in keys {
-                call.key(format!("{prefix}cur:{}", Self::cur_suffix(rule, group)))
-                    .arg(n)
-                    .arg(at);
-            }
-            let reply: Value = call.invoke_async(&mut self.redis.clone()).await?;
-            int(&reply, SCRIPT).map(|n| u64::try_from(n).unwrap_or(0))
-        });
-        let touched: Vec<u64> = futures_util::future::try_join_all(calls).await?;
-        Ok(touched.into_iter().sum())
+        // One script call per project (its keys share one slot), all in one pipeline: one request to Redis per
+        // batch (per slot in a cluster), not one per project.
+        let cluster = self.redis.is_cluster();
+        by_project
+            .into_iter()
+            .map(|(project, keys)| {
+                let prefix = self.prefix(project);
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(TOUCH.get_hash()).arg(keys.len());
+                for (rule, group) in keys.keys() {
+                    cmd.arg(format!("{prefix}cur:{}", Self::cur_suffix(rule, group)));
+                }
+                cmd.arg("").arg(&prefix).arg(OPEN_RETENTION_MS);
+                for (n, at) in keys.values() {
+                    cmd.arg(n).arg(at);
+                }
+                ScriptCall {
+                    script: &TOUCH,
+                    name: TOUCH_SCRIPT,
+                    slot: cluster.then(|| Slot::for_key(prefix.as_bytes())),
+                    cmd,
+                }
+            })
+            .collect()
     }
 
     /// Records who heard of alerts after they opened (`klaxon_core::alert::Alert::heard`), idempotently: one
@@ -770,6 +807,15 @@ impl Alerts {
 }
 
 /// An alert from its hash's fields (`HGETALL`: a flat array of field, value, or a RESP3 map).
+/// How many open alerts the replies of [`Alerts::touch_calls`] touched.
+pub(crate) fn touched(replies: &[Value]) -> Result<u64, CounterError> {
+    let mut n = 0;
+    for reply in replies {
+        n += u64::try_from(int(reply, TOUCH_SCRIPT)?).unwrap_or(0);
+    }
+    Ok(n)
+}
+
 fn decode(project_id: &str, fields: &Value, script: &'static str) -> Result<Alert, CounterError> {
     let mut map: BTreeMap<String, String> = BTreeMap::new();
     match fields {

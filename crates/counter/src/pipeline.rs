@@ -2,7 +2,7 @@
 //! (a script may only touch one slot there), all sent at once over each node's connection. A server that lost its
 //! scripts (restart, `SCRIPT FLUSH`, failover) answers NOSCRIPT; the scripts are then loaded and only the calls that
 //! did not run are sent again. Used by every batched call: the window scripts ([`crate::WindowCounter::hit_batch`])
-//! and the digest appends ([`crate::Digests::append_all`]).
+//! the digest appends ([`crate::Digests::append_all`]) and the open alerts' touches ([`crate::Alerts::touch`]).
 //!
 //! Within one pipeline Redis runs the calls in order, so calls on the same keys (one slot) see each other's effects
 //! in the order they were given.

@@ -13,7 +13,7 @@ use klaxon_core::{Baseline, Signal, Want, Window};
 
 use crate::pipeline::{self, ScriptCall};
 use crate::script_io::{self, ms, now_arg};
-use crate::{CounterError, Hit, Outcome, RedisHandle};
+use crate::{Alerts, CounterError, Hit, Outcome, RedisHandle, Touch};
 
 static FIXED_WINDOW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../lua/fixed_window.lua")));
@@ -295,19 +295,37 @@ impl WindowCounter {
     /// hits with an event id are recognised when the batch is retried (a firing fires again with the same
     /// token); hits without one may be counted twice (at-least-once).
     pub async fn hit_batch(&self, hits: &[Hit], now_ms: Option<i64>) -> Result<Vec<Outcome>, CounterError> {
-        if hits.is_empty() {
-            return Ok(Vec::new());
+        Ok(self.hit_batch_and_touch(hits, now_ms, None).await?.0)
+    }
+
+    /// [`WindowCounter::hit_batch`] and [`Alerts::touch`] of the same batch in one pipeline: a batch's counting
+    /// and its open alerts' touches are one request to a single Redis (one per slot in a cluster). Neither reads
+    /// the other's keys. Returns the outcomes and how many open alerts were touched.
+    pub async fn hit_batch_and_touch(
+        &self,
+        hits: &[Hit],
+        now_ms: Option<i64>,
+        touch: Option<(&Alerts, &[Touch<'_>])>,
+    ) -> Result<(Vec<Outcome>, u64), CounterError> {
+        let touch_calls = touch.map_or_else(Vec::new, |(alerts, touches)| alerts.touch_calls(touches));
+        if hits.is_empty() && touch_calls.is_empty() {
+            return Ok((Vec::new(), 0));
         }
         let calls = coalesce(hits)?;
         let invocations = self.pack(&calls, now_ms);
-        let sent: Vec<&ScriptCall> = invocations.iter().map(|i| &i.call).collect();
-        let replies = pipeline::eval_all(&self.redis, &sent).await?;
+        let sent: Vec<&ScriptCall> = invocations
+            .iter()
+            .map(|i| &i.call)
+            .chain(touch_calls.iter())
+            .collect();
+        let mut replies = pipeline::eval_all(&self.redis, &sent).await?;
+        let touched = crate::alerts::touched(&replies.split_off(invocations.len()))?;
 
         let mut outcomes: Vec<Option<Outcome>> = vec![None; hits.len()];
         for (inv, value) in invocations.iter().zip(replies) {
             decode(inv, &calls, value, &mut outcomes)?;
         }
-        outcomes
+        let outcomes = outcomes
             .into_iter()
             .map(|o| {
                 o.ok_or(CounterError::BadReply {
@@ -315,7 +333,8 @@ impl WindowCounter {
                     detail: "a hit got no outcome".into(),
                 })
             })
-            .collect()
+            .collect::<Result<_, _>>()?;
+        Ok((outcomes, touched))
     }
 
     /// Packs calls into script invocations: one per (script, slot) — in single-node Redis one per script —

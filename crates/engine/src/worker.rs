@@ -13,7 +13,7 @@
 //! 6. **route** ([`evaluate::route`], pure): muted firings aside, a notification task per channel of each other
 //!    firing, sent now or through the channel's digest (`minPeriod > 0`);
 //! 7. **alerts** ([`crate::alerts`]): open the alert of each crossed firing and count every matched pair into the
-//!    open alert of its (rule, group) (one round trip for the opens, one for the touches, none without matches);
+//!    open alert of its (rule, group) (one pipeline for the opens; the touches go in the counting's pipeline);
 //!    each firing task then carries its alert, and a newly opened alert with `resolveAfter` gets a resolve timer;
 //!    the silences the batch's events ended resolve, their resolved tasks go out with the batch;
 //! 8. append the digest firings in **one** round trip ([`crate::digest`]): the first of a quiet channel is sent
@@ -315,12 +315,11 @@ impl Batches<'_> {
         let watched = no_events::watched_rules(&rules);
         let redelivered = batch.iter().any(|d| d.redelivered);
         turn.take().await?;
-        // The counting, the NO_EVENTS notes and the open alerts' touches in one round trip (concurrent calls on
-        // the multiplexed connection): none depends on another's answer.
-        let (outcomes, seen, ()) = tokio::try_join!(
+        // The counting with the open alerts' touches (one pipeline) and the NO_EVENTS notes in one round trip
+        // (concurrent calls on the multiplexed connection): none depends on another's answer.
+        let (outcomes, seen) = tokio::try_join!(
             self.count(&plan.matches),
             no_events::seen(&self.no_events, &watched, redelivered),
-            self.touch(&plan.matches)
         )?;
         // Nothing fired and no silence ended: this batch writes nothing more to Redis, the next one may count.
         let fires = outcomes.iter().any(Outcome::is_fired);
@@ -393,17 +392,6 @@ impl Batches<'_> {
         Ok(())
     }
 
-    /// Counts every matched pair into the open alert of its (rule, group), if any (alerts that open in this
-    /// batch count their firing pair in [`Batches::open_alerts`]).
-    async fn touch(&self, matches: &[Match<'_>]) -> Result<(), EngineError> {
-        if matches.is_empty() {
-            return Ok(());
-        }
-        let touches = alerts::touches(matches, klaxon_store::trail::now_ms());
-        self.deps.alerts.touch(&touches).await.inspect_err(redis_failed)?;
-        Ok(())
-    }
-
     /// Opens the alerts of the crossed (not muted) firings and counts their firing pairs into the ones that
     /// opened now; sets `alert` on every firing task (digest ones too). Returns the resolve timers of the alerts
     /// opened now (or again, for a redelivered batch).
@@ -462,12 +450,20 @@ impl Batches<'_> {
         }
     }
 
-    /// Counts every matched (event, rule) pair in one Redis round trip; the outcomes come in the same order.
+    /// Counts every matched (event, rule) pair, and each pair into the open alert of its (rule, group) if any
+    /// (alerts that open in this batch count their firing pair in [`Batches::open_alerts`]), in one Redis
+    /// request; the outcomes come in the order of `matches`.
     async fn count(&self, matches: &[Match<'_>]) -> Result<Vec<Outcome>, EngineError> {
         RulesMatched { pairs: matches.len() }.emit();
+        if matches.is_empty() {
+            return Ok(Vec::new());
+        }
         let hits: Vec<Hit> = matches.iter().map(Hit::from).collect();
-        let counted = self.deps.counter.hit_batch(&hits, None).await;
-        counted.inspect_err(redis_failed).map_err(EngineError::from)
+        let touches = alerts::touches(matches, klaxon_store::trail::now_ms());
+        let touch = Some((&self.deps.alerts, &touches[..]));
+        let counted = self.deps.counter.hit_batch_and_touch(&hits, None, touch).await;
+        let (outcomes, _touched) = counted.inspect_err(redis_failed)?;
+        Ok(outcomes)
     }
 
     /// The mutes of the projects that fired: one Redis round trip per batch with firings, none otherwise.
