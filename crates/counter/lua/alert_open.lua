@@ -32,8 +32,9 @@
 -- unix ms), resolveAfter, ackAt, ackBy, resAt, resBy; later `m:<member key>` and `heard` (alert_hear.lua: who
 -- heard of it after it opened) and `c:<firstId>` (alert_change.lua: the shared incidents its resolve closes).
 --
--- Returns {code, alertId, HGETALL of the alert…}: code 0 = opened now, 1 = this firing's alert exists already (a
--- replay), 2 = another firing's alert of the (rule, group) is open (a repeat), 3 = not opened, the project keeps
+-- Returns {code, alertId[, HGETALL of the alert…]}: code 0 = opened now (no fields: they are what the caller
+-- sent, see the HSET below), 1 = this firing's alert exists already (a replay), 2 = another firing's alert of the
+-- (rule, group) is open (a repeat), both with the alert's fields, 3 = not opened, the project keeps
 -- ARGV[6] alerts that are all open ({3, '', 'full'}), or this alert resolves by hand only and ARGV[10] such
 -- alerts are open ({3, '', 'by_hand'}).
 --
@@ -129,4 +130,4 @@ for _, k in ipairs({KEYS[1], KEYS[4], KEYS[5], KEYS[6]}) do
   redis.call('PEXPIRE', k, live, 'NX')
   redis.call('PEXPIRE', k, live, 'GT')
 end
-return {0, ARGV[3], redis.call('HGETALL', KEYS[3])}
+return {0, ARGV[3]}

@@ -360,7 +360,7 @@ impl Alerts {
                 None => Err(bad(SCRIPT, "no alert in the reply")),
             };
             answers.push(match code {
-                Some(0) => Opened::New(alert()?),
+                Some(0) => Opened::New(opened_now(a)),
                 Some(1) => Opened::Again(alert()?),
                 Some(2) => Opened::Repeat(alert()?),
                 Some(3) => {
@@ -807,6 +807,24 @@ impl Alerts {
 }
 
 /// An alert from its hash's fields (`HGETALL`: a flat array of field, value, or a RESP3 map).
+/// The alert `alert_open.lua` just opened from `a`, as its hash now holds it (the script answers a new alert with
+/// its id only: the fields are what was sent, written as they are by its `HSET`), as [`decode`] would read it.
+fn opened_now(a: &Alert) -> Alert {
+    Alert {
+        group: bounded_group(&a.group).into_owned(),
+        title: cut_title(&a.title),
+        state: AlertState::Firing,
+        acknowledged_at_ms: None,
+        acknowledged_by: None,
+        resolved_at_ms: None,
+        resolved_by: None,
+        last_event_at_ms: a.fired_at_ms,
+        heard: Vec::new(),
+        closes: Vec::new(),
+        ..a.clone()
+    }
+}
+
 /// How many open alerts the replies of [`Alerts::touch_calls`] touched.
 pub(crate) fn touched(replies: &[Value]) -> Result<u64, CounterError> {
     let mut n = 0;

@@ -189,6 +189,29 @@ async fn an_alert_opens_once_counts_its_events_and_resolves_when_due() {
     on_both(opens_once_counts_events_and_resolves_when_due).await;
 }
 
+/// `alert_open.lua` answers a new alert with its id only; the alert the caller gets is built from what it sent and
+/// must be exactly what the hash holds (a long group and title are stored bounded, the events and times as sent).
+async fn a_new_alerts_answer_is_what_its_hash_holds(env: Env) {
+    let t = env.topology;
+    let a = alerts(&env);
+    let mut first = opening("r", &"g".repeat(300), "w1", T0, 5 * MIN as u64);
+    first.title = "T".repeat(MAX_ALERT_TITLE_BYTES + 100);
+    first.events = 3;
+    let o = open(&env, &a, std::slice::from_ref(&first), &[], T0).await;
+    let Opened::New(opened) = &o[0] else {
+        panic!("[{t}] opens: {o:?}")
+    };
+    let stored = a.get("proj", &first.id).await.expect("get").expect("the alert");
+    assert_eq!(opened, &stored, "[{t}] the answer is the stored alert");
+    assert_eq!(stored.group, bounded_group(&first.group), "[{t}]");
+    assert_eq!((stored.events, stored.last_event_at_ms), (3, T0), "[{t}]");
+}
+
+#[tokio::test]
+async fn a_new_alerts_answer_is_what_its_hash_holds_on_both() {
+    on_both(a_new_alerts_answer_is_what_its_hash_holds).await;
+}
+
 async fn concurrent_workers_open_one_alert(env: Env) {
     let t = env.topology;
     let a = alerts(&env);
