@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use klaxon_broker::{header, Delivery, ATTEMPTS_HEADER};
 use klaxon_channels::{redact_endpoint, Channels, DeliveryError, MessageRef};
+use klaxon_core::priority::Priority;
 use klaxon_core::NotificationTask;
 use klaxon_counter::dedup::Claim;
 use klaxon_counter::Conversation;
@@ -154,7 +155,7 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
         )
     };
     let mut permits = match shares(deps, &endpoint, &host, task) {
-        Ok(p) => p,
+        Ok(p) => Some(p),
         Err(why) => return busy(why),
     };
 
@@ -171,10 +172,16 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
             gap,
         }) => {
             if !wait.is_zero() {
-                // The shares are for deliveries, not for waiting: given back while the task sleeps, so that a
-                // firing for the same endpoint never finds it busy with reminders waiting for their slots (and is
-                // parked for seconds behind them), then taken again.
-                drop(permits);
+                // A reminder or an escalation step gives its shares back while it sleeps and takes them again
+                // after, so that a firing for the same endpoint never finds it busy with reminders waiting for
+                // their slots (and is parked for seconds behind them). Their sleep is short (a tenth or a quarter
+                // of a firing's horizon) and their lane holds at most half the sender's slots; a firing keeps its
+                // shares while it sleeps, so an endpoint or a project never has more than its shares' worth of
+                // firings asleep in the sender's slots.
+                let yields = Priority::of(&task.reason) != Priority::First;
+                if yields {
+                    permits = None;
+                }
                 tokio::time::sleep(wait).await;
                 // The alert may have been acknowledged while the task waited for its slot: asked again (a
                 // failure to ask lets the task go on, as the first answer did).
@@ -185,11 +192,13 @@ async fn attempt_delivery(ctx: &Ctx, task: &NotificationTask, before: u32, token
                     let attempts = before;
                     return (Next::Dropped { attempts, why }, true);
                 }
-                permits = match shares(deps, &endpoint, &host, task) {
-                    Ok(p) => p,
-                    // taken by another delivery meanwhile (a firing): this slot is lost, the task comes back
-                    Err(why) => return busy(why),
-                };
+                if yields {
+                    permits = match shares(deps, &endpoint, &host, task) {
+                        Ok(p) => Some(p),
+                        // taken by another delivery meanwhile (a firing): this slot is lost, the task comes back
+                        Err(why) => return busy(why),
+                    };
+                }
             }
             gap
         }

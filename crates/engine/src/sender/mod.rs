@@ -21,8 +21,8 @@
 //! endpoint's and project's shares of the host (try, never waits) ─ busy ─▶ park 1–3 s, ack
 //!        ▼
 //! rate limit (GCRA, fleet-wide) ─ no slot soon ─▶ park until the slot, ack (never dropped)
-//!        ▼  (while it waits for a reserved slot the task holds no share; after, a reminder's or step's alert
-//!        │   is read again: dropped as above; then the shares are taken again ─ busy ─▶ park 1–3 s, ack)
+//!        ▼  (after waiting for a reserved slot, a reminder's or step's alert is read again: dropped as above; a
+//!        │   reminder or step holds no share while it waits and takes them again ─ busy ─▶ park 1–3 s, ack)
 //! bulkhead of the host (semaphore, ≤ 10 s) ─▶ deliver ─▶ sent: mark, ack
 //!                                           ├──▶ transient, attempts left: retry after backoff + jitter, ack
 //!                                           └──▶ permanent or exhausted: <ns>.dead with reason, ack
