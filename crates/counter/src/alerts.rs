@@ -806,7 +806,6 @@ impl Alerts {
     }
 }
 
-/// An alert from its hash's fields (`HGETALL`: a flat array of field, value, or a RESP3 map).
 /// The alert `alert_open.lua` just opened from `a`, as its hash now holds it (the script answers a new alert with
 /// its id only: the fields are what was sent, written as they are by its `HSET`), as [`decode`] would read it.
 fn opened_now(a: &Alert) -> Alert {
@@ -834,6 +833,7 @@ pub(crate) fn touched(replies: &[Value]) -> Result<u64, CounterError> {
     Ok(n)
 }
 
+/// An alert from its hash's fields (`HGETALL`: a flat array of field, value, or a RESP3 map).
 fn decode(project_id: &str, fields: &Value, script: &'static str) -> Result<Alert, CounterError> {
     let mut map: BTreeMap<String, String> = BTreeMap::new();
     match fields {

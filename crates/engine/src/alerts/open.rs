@@ -48,7 +48,8 @@ impl OnCall {
 }
 
 /// The alert a crossed (not muted) firing opens, as it would open: state firing, no events yet (the opener sets
-/// the events of its firing, [`fired_touches`]), the rule's channels (every channel the firing is routed to, digest channels too).
+/// the events of its firing, [`fired_touches`]), the rule's channels (every channel the firing is routed to,
+/// digest channels too).
 pub fn alert_of(f: &Firing<'_>) -> Alert {
     let (project, rule, event) = (&f.task.project_id, f.rule, &f.task.event);
     Alert {
