@@ -345,6 +345,13 @@ impl Alert {
         }
     }
 
+    /// [`Alert::reference`] for a caller that holds the notification id of this alert's own firing on the
+    /// channel already (the firing task it opened with): the same reference without hashing it again.
+    pub fn reference_with_firing_id(&self, channel: ChannelKind, firing_notification_id: String) -> AlertRef {
+        debug_assert_eq!(firing_notification_id, self.firing_notification_id(channel));
+        self.reference_with(firing_notification_id)
+    }
+
     fn reference_with(&self, firing_notification_id: String) -> AlertRef {
         AlertRef {
             id: self.id.clone(),

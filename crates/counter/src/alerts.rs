@@ -37,15 +37,17 @@
 //!   (`Alert::closes`), and a replay answers the same. A set lives as long as the alert that joined it last did
 //!   then: an incident whose set expired closes with the next listed alert's resolve.
 //! * **Across projects.** Opening an alert adds its project to `<ns>:al:projects` (its own key, beside the
-//!   project's slot: a second command after the script); [`Alerts::list_all`] reads the index of each member and
+//!   project's slot: a second command after the script, skipped for a project this process registered within
+//!   [`REGISTERED_TRUST`]); [`Alerts::list_all`] reads the index of each member and
 //!   forgets a member whose index has expired (then looks again, so an alert that opened meanwhile keeps it).
 //!   Alerts opened before the registry existed are registered once per namespace by a bounded backfill at a
 //!   worker's start ([`crate::alert_projects`]).
 //! * **Counting.** [`Alerts::touch`] counts a batch's matching events into the open alerts of their (rule,
 //!   group)s (one call per project): `events` and the last event's time, which `resolveAfter` runs from.
 
-use std::collections::BTreeMap;
-use std::sync::LazyLock;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::{Duration, Instant};
 
 use klaxon_core::alert::{
     bounded_group, Alert, AlertChannel, AlertState, DEFAULT_MAX_ALERTS_PER_PROJECT, MAX_ALERT_TITLE_BYTES,
@@ -69,12 +71,26 @@ static HEAR: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../lu
 /// The most projects [`Alerts::list_all`] reads.
 pub const MAX_LISTED_PROJECTS: usize = 10_000;
 
-/// The alerts of every project of a namespace. Cheap to clone.
+/// How long this process trusts its own `SADD` of a project to `<ns>:al:projects` ([`Alerts::open`]): within
+/// it, the project's next opens send no `SADD`. Safe because the alert that registration came with keeps the
+/// project's index alive for days (a resolved alert lives [`RESOLVED_RETENTION_MS`]), and the registry forgets
+/// only a project whose index is gone ([`Alerts::list_all`]). What it leaves: after a Redis failover that lost
+/// the `SADD` (asynchronous replication), the project is missing from the cross-project list until its next open
+/// after this long, or the backfill at a worker's start.
+pub const REGISTERED_TRUST: Duration = Duration::from_secs(60);
+
+/// The most projects a process remembers as registered ([`REGISTERED_TRUST`]); past it the memory starts over
+/// (the next opens register again).
+const MAX_REGISTERED_REMEMBERED: usize = 10_000;
+
+/// The alerts of every project of a namespace. Cheap to clone (clones share what they registered).
 #[derive(Debug, Clone)]
 pub struct Alerts {
     redis: RedisHandle,
     namespace: String,
     limit: usize,
+    /// project → when this process last registered it in `<ns>:al:projects` ([`REGISTERED_TRUST`]).
+    registered: Arc<Mutex<HashMap<String, Instant>>>,
 }
 
 /// What [`Alerts::open`] did with one firing.
@@ -239,6 +255,7 @@ impl Alerts {
             redis,
             namespace: namespace.to_owned(),
             limit: DEFAULT_MAX_ALERTS_PER_PROJECT,
+            registered: Arc::default(),
         }
     }
 
@@ -257,6 +274,26 @@ impl Alerts {
     /// [`Alerts::limit`] (at least 1), so the alerts that page always have the other half.
     pub fn by_hand_limit(&self) -> usize {
         (self.limit / 2).max(1)
+    }
+
+    /// Whether this process registered `project` (lowercase) in `<ns>:al:projects` within [`REGISTERED_TRUST`]
+    /// of `now`.
+    fn registered_lately(&self, project: &str, now: Instant) -> bool {
+        let seen = self.registered.lock().unwrap_or_else(|e| e.into_inner());
+        seen.get(project)
+            .is_some_and(|at| now.saturating_duration_since(*at) < REGISTERED_TRUST)
+    }
+
+    /// Remembers that `projects` were registered (their `SADD` answered), as of `at`: when it was asked, so the
+    /// trust never outlasts the registration.
+    fn remember_registered(&self, projects: &[String], at: Instant) {
+        let mut seen = self.registered.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.len() + projects.len() > MAX_REGISTERED_REMEMBERED {
+            seen.clear();
+        }
+        for p in projects {
+            seen.insert(p.clone(), at);
+        }
     }
 
     /// `<ns>:al:full`: projects that could not open an alert lately.
@@ -331,10 +368,13 @@ impl Alerts {
             .collect::<Result<_, CounterError>>()?;
         // Registered for the cross-project list beside the opens (one round trip for the batch's firings, concurrent
         // calls on the multiplexed connection): every project that asks to open one, since a project that repeats
-        // or is full has alerts too. Again for a replay, so a crash between the two is mended by the redelivery.
+        // or is full has alerts too — unless this process registered it within REGISTERED_TRUST. Again for a
+        // replay in a new process, so a crash between the two is mended by the redelivery.
         let mut projects: Vec<String> = opens.iter().map(|a| a.project_id.to_ascii_lowercase()).collect();
         projects.sort();
         projects.dedup();
+        let asked = Instant::now();
+        projects.retain(|p| !self.registered_lately(p, asked));
         let register = async {
             if projects.is_empty() {
                 return Ok(());
@@ -344,6 +384,7 @@ impl Alerts {
                 .arg(&projects)
                 .query_async(&mut self.redis.clone())
                 .await?;
+            self.remember_registered(&projects, asked);
             Ok::<(), CounterError>(())
         };
         let sent: Vec<&ScriptCall> = calls.iter().collect();
@@ -473,6 +514,11 @@ impl Alerts {
             .arg(project)
             .query_async(&mut self.redis.clone())
             .await?;
+        // this process's next open of it registers it again
+        self.registered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(project);
         if exists(idx).await? == 1 {
             let _: i64 = redis::cmd("SADD")
                 .arg(self.projects_key())

@@ -956,3 +956,80 @@ async fn backfill(env: Env) {
 async fn alerts_opened_before_the_registry_are_backfilled_once() {
     on_both(backfill).await;
 }
+
+/// A process registers a project for the cross-project list with its first open, and trusts that registration
+/// for `REGISTERED_TRUST`: its next opens of the project send no `SADD` (a registry emptied by hand stays empty
+/// for it), another process (a new handle) registers it again, and a registry member the list forgets (its
+/// index gone) is registered again by this process's next open.
+async fn registration_trusted(env: Env) {
+    let t = env.topology;
+    let registered = |env: &Env| {
+        let key = format!("{}:al:projects", env.ns);
+        let redis = env.redis.clone();
+        async move {
+            let members: Vec<String> = redis::cmd("SMEMBERS")
+                .arg(key)
+                .query_async(&mut redis.clone())
+                .await
+                .expect("smembers");
+            members
+        }
+    };
+    let a = alerts(&env);
+    let first = opening("r", "g1", "w1", T0, MIN as u64);
+    let o = open(&env, &a, std::slice::from_ref(&first), &[], T0).await;
+    assert!(matches!(o[0], Opened::New(_)), "[{t}] {o:?}");
+    assert_eq!(
+        registered(&env).await,
+        ["proj"],
+        "[{t}] registered with its first open"
+    );
+
+    let _: i64 = env
+        .query(redis::cmd("DEL").arg(format!("{}:al:projects", env.ns)))
+        .await;
+    let second = opening("r", "g2", "w1", T0 + 1, MIN as u64);
+    let o = open(&env, &a, std::slice::from_ref(&second), &[], T0 + 1).await;
+    assert!(matches!(o[0], Opened::New(_)), "[{t}] {o:?}");
+    assert!(
+        registered(&env).await.is_empty(),
+        "[{t}] the same process trusts its registration: no second SADD"
+    );
+
+    let other = alerts(&env);
+    let third = opening("r", "g3", "w1", T0 + 2, MIN as u64);
+    let o = open(&env, &other, std::slice::from_ref(&third), &[], T0 + 2).await;
+    assert!(matches!(o[0], Opened::New(_)), "[{t}] {o:?}");
+    assert_eq!(
+        registered(&env).await,
+        ["proj"],
+        "[{t}] another process registers it"
+    );
+
+    let ids = vec![first.id.clone(), second.id.clone(), third.id.clone()];
+    clean(&env, &["g1".into(), "g2".into(), "g3".into()], &ids).await;
+    // the index is gone: the list forgets the project, and this process registers it again with its next open
+    let _: i64 = env
+        .query(redis::cmd("DEL").arg(format!("{}:al:{{proj}}:idx", env.ns)))
+        .await;
+    assert!(a.list_all(None, 10).await.expect("list").is_empty(), "[{t}]");
+    assert!(registered(&env).await.is_empty(), "[{t}] forgotten");
+    let fourth = opening("r", "g4", "w1", T0 + 3, MIN as u64);
+    let o = open(&env, &a, std::slice::from_ref(&fourth), &[], T0 + 3).await;
+    assert!(matches!(o[0], Opened::New(_)), "[{t}] {o:?}");
+    assert_eq!(
+        registered(&env).await,
+        ["proj"],
+        "[{t}] registered again after the list forgot it"
+    );
+    clean(&env, &["g4".into()], &[fourth.id.clone()]).await;
+    env.redis
+        .unlink(&[format!("{}:al:projects", env.ns)])
+        .await
+        .expect("unlink");
+}
+
+#[tokio::test]
+async fn a_process_registers_a_project_once_per_trust_period() {
+    on_both(registration_trusted).await;
+}

@@ -175,8 +175,10 @@ pub(crate) fn after_open<'t>(
         full: Vec::new(),
         opened: 0,
     };
-    // a firing task's notification id → the alert of its firing
-    let mut by_task: HashMap<String, Alert> = HashMap::new();
+    // a firing task's notification id → the alert of its firing, and whether that alert is the one this firing
+    // opened (then the task's id is the alert's own firing id on its channel: not hashed again)
+    let mut by_task: HashMap<String, (usize, bool)> = HashMap::new();
+    let mut alerts: Vec<Alert> = Vec::new();
     for (wanted, answer, oncall) in answers {
         let schedule = match &answer {
             Opened::New(_) => {
@@ -203,6 +205,8 @@ pub(crate) fn after_open<'t>(
                 out.timers.push(timer.scheduled(topology, due, now_ms));
             }
         }
+        let own = (&alert.project_id, &alert.rule_id, &alert.group, &alert.firing)
+            == (&wanted.project_id, &wanted.rule_id, &wanted.group, &wanted.firing);
         for ch in &wanted.channels {
             let id = notification_id(
                 &wanted.project_id,
@@ -211,12 +215,18 @@ pub(crate) fn after_open<'t>(
                 &wanted.firing,
                 ch.channel,
             );
-            by_task.insert(id, alert.clone());
+            by_task.insert(id, (alerts.len(), own));
         }
+        alerts.push(alert.clone());
     }
     for task in tasks {
-        if let Some(alert) = by_task.get(&task.notification_id) {
-            task.alert = Some(AlertRef::of_firing(alert, task.channel));
+        if let Some(&(i, own)) = by_task.get(&task.notification_id) {
+            let alert = &alerts[i];
+            task.alert = Some(if own {
+                alert.reference_with_firing_id(task.channel, task.notification_id.clone())
+            } else {
+                AlertRef::of_firing(alert, task.channel)
+            });
         }
     }
     out
