@@ -248,6 +248,20 @@ struct Fixed {
     channels: Vec<AlertChannel>,
 }
 
+/// [`Fixed`] as written by an open: borrowed from the alert, so opening one copies nothing before the JSON.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct FixedRef<'a> {
+    id: &'a str,
+    project_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    project_name: Option<&'a str>,
+    rule_id: &'a str,
+    group: &'a str,
+    title: &'a str,
+    channels: &'a [AlertChannel],
+}
+
 impl Alerts {
     /// Alerts under `<namespace>:al:`, at most [`DEFAULT_MAX_ALERTS_PER_PROJECT`] per project.
     pub fn new(redis: RedisHandle, namespace: &str) -> Self {
@@ -303,7 +317,12 @@ impl Alerts {
 
     /// `<ns>:al:{<project>}:`: every key of the project's alerts starts so (one cluster slot).
     fn prefix(&self, project_id: &str) -> String {
-        format!("{}:al:{{{}}}:", self.namespace, project_id.to_ascii_lowercase())
+        let mut p = String::with_capacity(self.namespace.len() + project_id.len() + 7);
+        p.push_str(&self.namespace);
+        p.push_str(":al:{");
+        p.extend(project_id.chars().map(|c| c.to_ascii_lowercase()));
+        p.push_str("}:");
+        p
     }
 
     fn alert_key(&self, project_id: &str, alert_id: &str) -> String {
@@ -327,26 +346,41 @@ impl Alerts {
         let calls: Vec<ScriptCall> = opens
             .iter()
             .map(|a| {
-                let fixed = Fixed {
-                    id: a.id.clone(),
-                    project_id: a.project_id.clone(),
-                    project_name: a.project_name.clone(),
-                    rule_id: a.rule_id.clone(),
-                    group: bounded_group(&a.group).into_owned(),
-                    title: cut_title(&a.title),
-                    channels: a.channels.clone(),
+                let group = bounded_group(&a.group);
+                let title = cut_title_ref(&a.title);
+                let fixed = FixedRef {
+                    id: &a.id,
+                    project_id: &a.project_id,
+                    project_name: a.project_name.as_deref(),
+                    rule_id: &a.rule_id,
+                    group: &group,
+                    title: &title,
+                    channels: &a.channels,
                 };
                 let fixed = serde_json::to_string(&fixed).map_err(|e| bad(SCRIPT, e.to_string()))?;
                 let prefix = self.prefix(&a.project_id);
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(OPEN.get_hash())
-                    .arg(6)
-                    .arg(format!("{prefix}idx"))
-                    .arg(format!("{prefix}cur:{}", Self::cur_suffix(&a.rule_id, &a.group)))
-                    .arg(format!("{prefix}a:{}", a.id))
-                    .arg(format!("{prefix}open"))
-                    .arg(format!("{prefix}hand"))
-                    .arg(format!("{prefix}res"))
+                let key = |parts: &[&str]| {
+                    let mut k =
+                        String::with_capacity(prefix.len() + parts.iter().map(|p| p.len()).sum::<usize>());
+                    k.push_str(&prefix);
+                    parts.iter().for_each(|p| k.push_str(p));
+                    k
+                };
+                let bytes = 7 * prefix.len()
+                    + fixed.len()
+                    + a.rule_id.len()
+                    + a.group.len().min(64)
+                    + 2 * a.id.len()
+                    + a.firing.len()
+                    + 160;
+                let mut cmd = pipeline::evalsha(&OPEN, 20, bytes);
+                cmd.arg(6)
+                    .arg(key(&["idx"]))
+                    .arg(key(&["cur:", &a.rule_id, ":", &group]))
+                    .arg(key(&["a:", &a.id]))
+                    .arg(key(&["open"]))
+                    .arg(key(&["hand"]))
+                    .arg(key(&["res"]))
                     .arg(now_arg(now_ms))
                     .arg(&prefix)
                     .arg(&a.id)
@@ -622,10 +656,25 @@ impl Alerts {
             .into_iter()
             .map(|(project, keys)| {
                 let prefix = self.prefix(project);
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(TOUCH.get_hash()).arg(keys.len());
+                let key_bytes: usize = keys
+                    .keys()
+                    .map(|(rule, group)| prefix.len() + 6 + rule.len() + group.len())
+                    .sum();
+                let mut cmd = pipeline::evalsha(
+                    &TOUCH,
+                    4 + 3 * keys.len(),
+                    key_bytes + prefix.len() + 48 * keys.len(),
+                );
+                cmd.arg(keys.len());
+                let mut key = String::with_capacity(prefix.len() + 64);
                 for (rule, group) in keys.keys() {
-                    cmd.arg(format!("{prefix}cur:{}", Self::cur_suffix(rule, group)));
+                    key.clear();
+                    key.push_str(&prefix);
+                    key.push_str("cur:");
+                    key.push_str(rule);
+                    key.push(':');
+                    key.push_str(&bounded_group(group));
+                    cmd.arg(key.as_str());
                 }
                 cmd.arg("").arg(&prefix).arg(OPEN_RETENTION_MS);
                 for (n, at) in keys.values() {
@@ -958,10 +1007,15 @@ fn decode(project_id: &str, fields: &Value, script: &'static str) -> Result<Aler
 /// A title as alerts keep it: cut to [`MAX_ALERT_TITLE_BYTES`] on a character boundary, as digests cut theirs
 /// (`klaxon_core::text::one_line`). A shorter title is kept as it is.
 fn cut_title(title: &str) -> String {
+    cut_title_ref(title).into_owned()
+}
+
+/// [`cut_title`] without a copy of a title that is short enough.
+fn cut_title_ref(title: &str) -> std::borrow::Cow<'_, str> {
     if title.len() > MAX_ALERT_TITLE_BYTES {
-        klaxon_core::text::one_line(title, MAX_ALERT_TITLE_BYTES)
+        std::borrow::Cow::Owned(klaxon_core::text::one_line(title, MAX_ALERT_TITLE_BYTES))
     } else {
-        title.to_owned()
+        std::borrow::Cow::Borrowed(title)
     }
 }
 

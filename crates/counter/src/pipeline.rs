@@ -33,6 +33,15 @@ pub(crate) struct ScriptCall {
     pub cmd: Cmd,
 }
 
+/// `EVALSHA <hash of script>`, its buffers sized up front for about `args` more arguments of `bytes` bytes in all,
+/// so that building a batch's call does not grow them again and again (the hot calls have dozens of arguments).
+pub(crate) fn evalsha(script: &Script, args: usize, bytes: usize) -> Cmd {
+    let hash = script.get_hash();
+    let mut cmd = Cmd::with_capacity(args + 2, bytes + hash.len() + "EVALSHA".len());
+    cmd.arg("EVALSHA").arg(hash);
+    cmd
+}
+
 /// Sends `calls` in one round trip (see the module docs) and returns one reply per call, in order; a call the
 /// server refused is an error.
 ///

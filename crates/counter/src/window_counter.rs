@@ -391,9 +391,15 @@ impl WindowCounter {
         bases: &[String],
         now_ms: Option<i64>,
     ) -> Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(kind.script().get_hash());
         let suffixes = kind.key_suffixes();
+        // about: the keys, then per member its numbers and its hits' ids (an event id is ~24–40 bytes)
+        let hits: usize = members.iter().map(|&i| calls[i].members.len()).sum();
+        let key_bytes: usize = members.iter().map(|&i| bases[i].len() + 4).sum::<usize>() * suffixes.len();
+        let mut cmd = crate::pipeline::evalsha(
+            kind.script(),
+            suffixes.len() * members.len() + 6 * members.len() + 2 * hits + 4,
+            key_bytes + 24 * members.len() + 48 * hits + 32,
+        );
         cmd.arg(suffixes.len() * members.len());
         for &i in members {
             let base = &bases[i];
