@@ -1022,7 +1022,7 @@ async fn registration_trusted(env: Env) {
         ["proj"],
         "[{t}] registered again after the list forgot it"
     );
-    clean(&env, &["g4".into()], &[fourth.id.clone()]).await;
+    clean(&env, &["g4".into()], std::slice::from_ref(&fourth.id)).await;
     env.redis
         .unlink(&[format!("{}:al:projects", env.ns)])
         .await
