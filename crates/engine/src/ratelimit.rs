@@ -79,32 +79,36 @@ pub struct Limit {
 }
 
 impl RateLimits {
-    /// The limits that apply to `task`, most specific first.
+    /// The limits that apply to `task`, most specific first. The destination's key is made only when its
+    /// channel has a limit (webhooks and PagerDuty have none unless configured).
     pub fn limits_for(&self, task: &NotificationTask) -> Vec<Limit> {
+        let on = |per_second: f64| per_second > 0.0 && per_second.is_finite();
         let mut out = Vec::with_capacity(2);
-        let mut push = |key: String, per_second: f64| {
-            if per_second > 0.0 && per_second.is_finite() {
-                out.push(Limit { key, per_second });
-            }
-        };
-        let dest = Channels::destination_key(task);
-        match task.channel {
-            ChannelKind::Telegram => {
-                push(dest, self.telegram_chat);
-                // Bot API chats share the bot's global limit; notify-bot URLs do not use our bot.
-                if Channels::host_key(task) == "telegram-api" {
-                    push(TELEGRAM_BOT.to_owned(), self.telegram_bot);
-                }
-            }
+        let per_destination = match task.channel {
+            ChannelKind::Telegram => self.telegram_chat,
             // Loop (Mattermost), Discord and Teams incoming webhooks are paced like Slack's (Discord documents
             // 5 requests per 2 s per webhook, Workflows throttle a flow's runs)
-            ChannelKind::Slack | ChannelKind::Loop | ChannelKind::Discord | ChannelKind::Teams => {
-                push(dest, self.slack)
-            }
+            ChannelKind::Slack | ChannelKind::Loop | ChannelKind::Discord | ChannelKind::Teams => self.slack,
             // PagerDuty routing keys like webhooks: unlimited unless configured (the Events API answers 429,
             // which is retried)
-            ChannelKind::Webhook | ChannelKind::Pagerduty => push(dest, self.webhook),
-            ChannelKind::Email => push(dest, self.email),
+            ChannelKind::Webhook | ChannelKind::Pagerduty => self.webhook,
+            ChannelKind::Email => self.email,
+        };
+        if on(per_destination) {
+            out.push(Limit {
+                key: Channels::destination_key(task),
+                per_second: per_destination,
+            });
+        }
+        // Bot API chats share the bot's global limit; notify-bot URLs do not use our bot.
+        if task.channel == ChannelKind::Telegram
+            && on(self.telegram_bot)
+            && Channels::host_key(task) == "telegram-api"
+        {
+            out.push(Limit {
+                key: TELEGRAM_BOT.to_owned(),
+                per_second: self.telegram_bot,
+            });
         }
         out
     }
