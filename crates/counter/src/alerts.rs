@@ -332,7 +332,12 @@ impl Alerts {
     /// `<rule>:<group>` of the (rule, group)'s `cur:` key, the group bounded
     /// (`klaxon_core::alert::bounded_group`): the event's group and the alert's stored one name the same key.
     fn cur_suffix(rule_id: &str, group: &str) -> String {
-        format!("{rule_id}:{}", bounded_group(group))
+        key_in(rule_id, &[":", &bounded_group(group)])
+    }
+
+    /// The (rule, group)'s `cur:` key under the project's `prefix` ([`Alerts::prefix`]).
+    fn cur_key(prefix: &str, rule_id: &str, group: &str) -> String {
+        key_in(prefix, &["cur:", &Self::cur_suffix(rule_id, group)])
     }
 
     /// Opens the alerts of `opens` (each as it would open: state firing, its firing token, channels, …), all at
@@ -359,13 +364,6 @@ impl Alerts {
                 };
                 let fixed = serde_json::to_string(&fixed).map_err(|e| bad(SCRIPT, e.to_string()))?;
                 let prefix = self.prefix(&a.project_id);
-                let key = |parts: &[&str]| {
-                    let mut k =
-                        String::with_capacity(prefix.len() + parts.iter().map(|p| p.len()).sum::<usize>());
-                    k.push_str(&prefix);
-                    parts.iter().for_each(|p| k.push_str(p));
-                    k
-                };
                 let bytes = 7 * prefix.len()
                     + fixed.len()
                     + a.rule_id.len()
@@ -375,12 +373,12 @@ impl Alerts {
                     + 160;
                 let mut cmd = pipeline::evalsha(&OPEN, 20, bytes);
                 cmd.arg(6)
-                    .arg(key(&["idx"]))
-                    .arg(key(&["cur:", &a.rule_id, ":", &group]))
-                    .arg(key(&["a:", &a.id]))
-                    .arg(key(&["open"]))
-                    .arg(key(&["hand"]))
-                    .arg(key(&["res"]))
+                    .arg(key_in(&prefix, &["idx"]))
+                    .arg(Self::cur_key(&prefix, &a.rule_id, &group))
+                    .arg(key_in(&prefix, &["a:", &a.id]))
+                    .arg(key_in(&prefix, &["open"]))
+                    .arg(key_in(&prefix, &["hand"]))
+                    .arg(key_in(&prefix, &["res"]))
                     .arg(now_arg(now_ms))
                     .arg(&prefix)
                     .arg(&a.id)
@@ -666,15 +664,8 @@ impl Alerts {
                     key_bytes + prefix.len() + 48 * keys.len(),
                 );
                 cmd.arg(keys.len());
-                let mut key = String::with_capacity(prefix.len() + 64);
                 for (rule, group) in keys.keys() {
-                    key.clear();
-                    key.push_str(&prefix);
-                    key.push_str("cur:");
-                    key.push_str(rule);
-                    key.push(':');
-                    key.push_str(&bounded_group(group));
-                    cmd.arg(key.as_str());
+                    cmd.arg(Self::cur_key(&prefix, rule, group));
                 }
                 cmd.arg("").arg(&prefix).arg(OPEN_RETENTION_MS);
                 for (n, at) in keys.values() {
@@ -860,11 +851,7 @@ impl Alerts {
         rule_id: &str,
         group: &str,
     ) -> Result<Option<Alert>, CounterError> {
-        let key = format!(
-            "{}cur:{}",
-            self.prefix(project_id),
-            Self::cur_suffix(rule_id, group)
-        );
+        let key = Self::cur_key(&self.prefix(project_id), rule_id, group);
         let id: Option<String> = redis::cmd("GET")
             .arg(key)
             .query_async(&mut self.redis.clone())
@@ -899,6 +886,15 @@ impl Alerts {
             .map(|fields| decode(project_id, fields, SCRIPT))
             .collect()
     }
+}
+
+/// `head` followed by `parts`, in one allocation of the right size (the keys and suffixes built for every
+/// batch's script calls).
+fn key_in(head: &str, parts: &[&str]) -> String {
+    let mut k = String::with_capacity(head.len() + parts.iter().map(|p| p.len()).sum::<usize>());
+    k.push_str(head);
+    parts.iter().for_each(|p| k.push_str(p));
+    k
 }
 
 /// The alert `alert_open.lua` just opened from `a`, as its hash now holds it (the script answers a new alert with
